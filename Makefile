@@ -1,0 +1,50 @@
+# logstrand: make run | make test | make lint | make bench
+#
+# Everything installs into .venv from pyproject.toml; `make test` also installs
+# the Debian `zookeeper` package when it is missing and we are root.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.PHONY: venv zookeeper run test lint format bench soak clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+zookeeper:
+	@if [ -x /usr/share/zookeeper/bin/zkServer.sh ]; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+	  echo "installing the Debian zookeeper package"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zookeeper >/dev/null; \
+	else \
+	  echo "warning: ZooKeeper is missing and we are not root: install the Debian package 'zookeeper'"; \
+	fi
+
+run: venv
+	$(BIN)/logstrand logsdb demo --dir run-data/logsdb-demo
+
+test: venv zookeeper lint
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+format: venv
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+bench: venv
+	$(BIN)/python bench/logsdb.py
+
+clean:
+	rm -rf run-data .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,163 @@
+"""LogsDB write and read throughput, side by side with raw rocksdict.
+
+Each case writes N records of one size in batches of 1000 (one RocksDB write
+per batch), with sync off or on, then reads them all back in order.  The
+baseline does the same with bare rocksdict: the same keys, a value of the same
+size, one WriteBatch per 1000 records, and ``items()`` to read.  Both run in
+this process, alternating, ``--repeat`` times; the table shows medians and the
+LogsDB/raw ratio.
+
+    python bench/logsdb.py [--records 200000] [--repeat 3] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+import time
+from typing import TYPE_CHECKING, Any
+
+import rocksdict
+
+from logstrand.logsdb import LogsDB, PutBatch
+from logstrand.wire import RecordBatch
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+BATCH = 1000
+
+
+def _raw(path: str, n: int, size: int, sync: bool) -> tuple[float, float]:
+    opts = rocksdict.Options(raw_mode=True)
+    opts.create_if_missing(True)
+    opts.set_write_buffer_size(64 * 1024 * 1024)
+    db = rocksdict.Rdict(path, opts)
+    cf = db.create_column_family("p", rocksdict.Options(raw_mode=True))
+    handle = db.get_column_family_handle("p")
+    wo = rocksdict.WriteOptions()
+    wo.sync = sync
+    # Same value size as LogsDB's: 23-byte header + 8-byte copyset + payload.
+    value = b"v" * (size + 27)
+    prefix = (7).to_bytes(8, "big")
+    t0 = time.perf_counter()
+    for start in range(1, n + 1, BATCH):
+        wb = rocksdict.WriteBatch(raw_mode=True)
+        for lsn in range(start, start + BATCH):
+            wb.put(prefix + lsn.to_bytes(8, "big"), value, handle)
+        db.write(wb, wo)
+    write_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    # Read as LogsDB does: chunks of BATCH records, each a bounded iterator
+    # from a seek, keeping what is read (iterating and dropping each value at
+    # once would measure the allocator's free list, not a read).
+    count = 0
+    for start in range(1, n + 1, BATCH):
+        ro = rocksdict.ReadOptions()
+        ro.set_iterate_upper_bound(prefix + (start + BATCH).to_bytes(8, "big"))
+        kept = list(cf.items(from_key=prefix + start.to_bytes(8, "big"), read_opt=ro))
+        count += len(kept)
+    read_s = time.perf_counter() - t0
+    assert count == n
+    del cf, kept, ro
+    db.close()
+    return write_s, read_s
+
+
+def _logsdb(path: str, n: int, size: int, sync: bool) -> tuple[float, float]:
+    db = LogsDB.open(path)
+    payload = b"p" * size
+    now = int(time.time() * 1000)
+    ts = (now,) * BATCH
+    flags = (0,) * BATCH
+    keys = (None,) * BATCH
+    payloads = (payload,) * BATCH
+    batches = [
+        RecordBatch(tuple(range(s, s + BATCH)), ts, flags, keys, payloads)
+        for s in range(1, n + 1, BATCH)
+    ]
+    t0 = time.perf_counter()
+    for rb in batches:
+        db.write([PutBatch(7, rb, (1, 2))], sync=sync)
+    write_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    count = 0
+    start = 1
+    while True:
+        got = db.read_batch(7, start, max_records=BATCH, max_bytes=1 << 30)
+        if not got:
+            break
+        count += len(got)
+        start = got.lsns[-1] + 1
+    read_s = time.perf_counter() - t0
+    assert count == n, count
+    db.close()
+    return write_s, read_s
+
+
+def run(records: int, repeat: int) -> list[dict[str, Any]]:
+    rows = []
+    for size in (100, 1024):
+        for sync in (False, True):
+            n = records if size == 100 else records // 2
+            results: dict[str, list[tuple[float, float]]] = {"raw": [], "logsdb": []}
+            runners: dict[str, Callable[[str, int, int, bool], tuple[float, float]]] = {
+                "raw": _raw,
+                "logsdb": _logsdb,
+            }
+            for _ in range(repeat):
+                for name, fn in runners.items():
+                    d = tempfile.mkdtemp(prefix="logstrand-bench-")
+                    try:
+                        results[name].append(fn(d, n, size, sync))
+                    finally:
+                        shutil.rmtree(d, ignore_errors=True)
+            row: dict[str, Any] = {"size": size, "sync": sync, "records": n}
+            for name, runs in results.items():
+                w = statistics.median(n / r[0] for r in runs)
+                r = statistics.median(n / r[1] for r in runs)
+                row[f"{name}_write_rps"] = w
+                row[f"{name}_read_rps"] = r
+            row["write_ratio"] = row["logsdb_write_rps"] / row["raw_write_rps"]
+            row["read_ratio"] = row["logsdb_read_rps"] / row["raw_read_rps"]
+            rows.append(row)
+    return rows
+
+
+def render(rows: list[dict[str, Any]]) -> str:
+    head = (
+        "| payload | sync | records | LogsDB write rec/s (MB/s) | raw write rec/s | ratio "
+        "| LogsDB read rec/s (MB/s) | raw read rec/s | ratio |"
+    )
+    lines = [head, "|" + "---|" * 9]
+    for r in rows:
+        mb = r["size"] / 1e6
+        lines.append(
+            f"| {r['size']} B | {'on' if r['sync'] else 'off'} | {r['records']} "
+            f"| {r['logsdb_write_rps']:,.0f} ({r['logsdb_write_rps'] * mb:.0f}) "
+            f"| {r['raw_write_rps']:,.0f} | {r['write_ratio']:.2f} "
+            f"| {r['logsdb_read_rps']:,.0f} ({r['logsdb_read_rps'] * mb:.0f}) "
+            f"| {r['raw_read_rps']:,.0f} | {r['read_ratio']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--json", default=None, help="also write every number here")
+    args = ap.parse_args()
+    rows = run(args.records, args.repeat)
+    print(f"LogsDB vs raw rocksdict, batches of {BATCH}, median of {args.repeat} runs")
+    print(render(rows))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()

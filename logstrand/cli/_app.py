@@ -1,0 +1,170 @@
+"""The ``logstrand`` command line.
+
+Until the cluster exists, the command works on a node's local store:
+``logstrand logsdb demo`` shows appends, reads, find-time and trim on a LogsDB
+in a directory, and ``logstrand logsdb inspect`` shows what one holds.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import LogstrandError
+from ..logsdb import LogsDB, LogsDBOptions, PutBatch, make_batch
+from ..types import format_lsn
+
+app = typer.Typer(
+    name="logstrand",
+    help="logstrand: a distributed log store in the style of LogDevice.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+logsdb_app = typer.Typer(help="Work on a node's local log store (LogsDB) directly.")
+app.add_typer(logsdb_app, name="logsdb")
+
+console = Console()
+
+DirOption = Annotated[Path, typer.Option("--dir", help="LogsDB directory.")]
+
+
+def _human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def _hms(ts_ms: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts_ms / 1000))
+
+
+def _partition_table(db: LogsDB) -> Table:
+    table = Table(title="partitions")
+    for col in ("id", "starts at", "created", "logs", "bytes"):
+        table.add_column(col, justify="right" if col in ("id", "logs", "bytes") else "left")
+    for p in db.partitions():
+        start = "-" if p.start_ts_ms == 0 else _hms(p.start_ts_ms)
+        created = _hms(p.created_ms)
+        table.add_row(str(p.id), start, created, str(p.logs), _human_bytes(p.bytes))
+    return table
+
+
+@logsdb_app.command("demo")
+def demo(
+    directory: DirOption = Path("run-data/logsdb-demo"),
+    records: Annotated[int, typer.Option(min=1, max=10_000_000, help="Records per log.")] = 100_000,
+    logs: Annotated[int, typer.Option(min=1, max=1000, help="Number of logs.")] = 3,
+) -> None:
+    """Write records to a few logs, read them back, find by time, trim and drop."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with LogsDB.open(directory, LogsDBOptions()) as db:
+        first = {log: db.last_lsn(log) + 1 for log in range(1, logs + 1)}
+        t0 = time.perf_counter()
+        now = int(time.time() * 1000)
+        done = 0
+        while done < records:
+            n = min(1000, records - done)
+            puts = [
+                PutBatch(
+                    log,
+                    make_batch(
+                        range(first[log] + done, first[log] + done + n),
+                        [b"record %d of log %d" % (first[log] + done + i, log) for i in range(n)],
+                        timestamps_ms=now + done // 1000,
+                    ),
+                    copyset=(1,),
+                )
+                for log in range(1, logs + 1)
+            ]
+            db.write(puts, sync=False)
+            done += n
+        db.flush()
+        wrote_s = time.perf_counter() - t0
+        total = records * logs
+        console.print(
+            f"wrote {total:,} records to {logs} logs in {wrote_s:.2f} s "
+            f"({total / wrote_s:,.0f} records/s)"
+        )
+        t0 = time.perf_counter()
+        read = 0
+        for log in range(1, logs + 1):
+            start = first[log]
+            while batch := db.read_batch(log, start, max_records=4096):
+                read += len(batch)
+                start = batch.lsns[-1] + 1
+        read_s = time.perf_counter() - t0
+        console.print(f"read {read:,} records back in {read_s:.2f} s ({read / read_s:,.0f}/s)")
+        sample = db.read(1, first[1], max_records=3)
+        for rec in sample:
+            console.print(f"  log 1 {format_lsn(rec.lsn)}: {rec.payload!r}")
+        mid = now + (records // 1000) // 2
+        console.print(f"find-time log 1 at {mid}: first LSN {db.find_time(1, mid)}")
+        db.new_partition()
+        db.trim(1, first[1] + records - 1)
+        console.print(f"trimmed log 1 up to {first[1] + records - 1}")
+        console.print(_partition_table(db))
+        dropped = db.drop_partitions()
+        console.print(f"dropped partitions: {dropped or 'none (other logs still hold data)'}")
+        console.print(f"disk used: {_human_bytes(db.disk_bytes())} in {directory}")
+
+
+@logsdb_app.command("inspect")
+def inspect(
+    directory: DirOption,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Show the partitions and per-log directory of a LogsDB."""
+    if not (directory / "CURRENT").exists():
+        console.print(f"[red]error:[/] no LogsDB in {directory}")
+        raise typer.Exit(2)
+    with LogsDB.open(directory) as db:
+        logs = {
+            log: {
+                "trim_point": db.trim_point(log),
+                "last_lsn": db.last_lsn(log),
+                "partitions": [pid for pid, _ in db.directory(log)],
+                "records": sum(e.records for _, e in db.directory(log)),
+            }
+            for log in db.logs()
+        }
+        if as_json:
+            out = {
+                "partitions": [
+                    {"id": p.id, "start_ts_ms": p.start_ts_ms, "bytes": p.bytes, "logs": p.logs}
+                    for p in db.partitions()
+                ],
+                "logs": logs,
+                "disk_bytes": db.disk_bytes(),
+            }
+            print(json.dumps(out))
+            return
+        console.print(_partition_table(db))
+        table = Table(title="logs")
+        for col in ("log", "trim point", "last LSN", "records", "partitions"):
+            table.add_column(col, justify="right")
+        for log, info in logs.items():
+            table.add_row(
+                str(log),
+                str(info["trim_point"]),
+                str(info["last_lsn"]),
+                f"{info['records']:,}",
+                str(len(info["partitions"])),  # type: ignore[arg-type]
+            )
+        console.print(table)
+
+
+def main() -> None:
+    try:
+        app()
+    except LogstrandError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise SystemExit(1) from None

@@ -1,0 +1,137 @@
+"""The one status table and the exception hierarchy.
+
+``Status`` numbers travel on the wire and are never reused: add new codes at
+the end, never renumber.  Every exception the library raises on purpose is a
+``LogstrandError`` and carries one ``Status``.
+
+Exceptions are split by who is at fault and whether a retry can help:
+
+* ``ProtocolError``: bytes from a peer could not be decoded (the peer's fault).
+* ``InvalidArgumentError``: the caller passed something that can never work.
+* ``TransientError``: the cluster could not do it now; the same call may work later.
+* ``CorruptionError``: stored data failed its checksum.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Status(enum.IntEnum):
+    """Result codes, numbered once and for all."""
+
+    OK = 0
+    #: Generic internal failure.
+    FAILED = 1
+    #: The log does not exist in the configuration.
+    NOTFOUND = 2
+    #: No sequencer could be found or activated for the log.
+    NOSEQUENCER = 3
+    #: A request did not complete in time.
+    TIMEDOUT = 4
+    #: A connection could not be made.
+    CONNFAILED = 5
+    #: The peer closed the connection.
+    PEER_CLOSED = 6
+    #: A record or message is larger than the limit.
+    TOOBIG = 7
+    #: A window or queue is full; retry later.
+    OVERLOADED = 8
+    #: An argument is invalid.
+    INVALID_PARAM = 9
+    #: Bytes from the network could not be decoded.
+    BADMSG = 10
+    #: A newer sequencer (higher epoch) has taken over the log.
+    PREEMPTED = 11
+    #: The requester is not allowed to do this.
+    ACCESS = 12
+    #: Stored data failed its checksum.
+    CHECKSUM_MISMATCH = 13
+    #: The target node is not running or not ready.
+    NOTREADY = 14
+    #: Try again: a precondition (a version, a race) did not hold this time.
+    AGAIN = 15
+    #: An update would move a value backwards.
+    STALE = 16
+    #: The object already exists.
+    EXISTS = 17
+    #: The operation is valid but not supported here.
+    NOTSUPPORTED = 18
+    #: Out of disk space.
+    NOSPC = 19
+    #: The protocol versions of the two ends do not overlap.
+    PROTONOSUPPORT = 20
+    #: Only some of the nodes did it.
+    PARTIAL = 21
+    #: The append was sent to a node that does not run the log's sequencer.
+    REDIRECTED = 22
+    #: The object was closed by this side.
+    CLOSED = 23
+    #: A record in a compacted log has no key.
+    NOKEY = 24
+    #: A payload could not be accepted (e.g. None outside a compacted log).
+    BADPAYLOAD = 25
+
+
+class LogstrandError(Exception):
+    """Base of every error logstrand raises on purpose.  Carries a ``Status``."""
+
+    default_status: Status = Status.FAILED
+
+    def __init__(self, message: str = "", status: Status | None = None) -> None:
+        self.status: Status = status if status is not None else self.default_status
+        super().__init__(message or self.status.name)
+
+    def __str__(self) -> str:
+        return f"{self.status.name}: {self.args[0]}"
+
+
+class InvalidArgumentError(LogstrandError, ValueError):
+    """The caller passed something that can never work (bad log id, bad LSN, too big)."""
+
+    default_status = Status.INVALID_PARAM
+
+
+class NotFoundError(LogstrandError, LookupError):
+    """A log, node or other named object does not exist."""
+
+    default_status = Status.NOTFOUND
+
+
+class ProtocolError(LogstrandError):
+    """Bytes from a peer were truncated, oversized or malformed.
+
+    Raised by the wire decoder on any input it cannot decode, and by nothing else.
+    """
+
+    default_status = Status.BADMSG
+
+
+class CorruptionError(LogstrandError):
+    """Stored data failed its checksum; it is reported, never returned as data."""
+
+    default_status = Status.CHECKSUM_MISMATCH
+
+
+class TransientError(LogstrandError):
+    """The cluster could not do it now (timeouts, overload, races); a retry may work."""
+
+    default_status = Status.AGAIN
+
+
+class PreemptedError(LogstrandError):
+    """A sequencer with a higher epoch owns the log, or the epoch was sealed."""
+
+    default_status = Status.PREEMPTED
+
+
+class StaleError(LogstrandError):
+    """An update would move a monotonic value backwards."""
+
+    default_status = Status.STALE
+
+
+class ClosedError(LogstrandError):
+    """The object was closed by this side; using it again is a bug in the caller."""
+
+    default_status = Status.CLOSED

@@ -1,0 +1,159 @@
+"""The key-value engine under LogsDB: RocksDB through rocksdict.
+
+LogsDB's logic (partitions, directory, trim, retention) talks to an engine
+through this small interface, so that ``logstrand.testing`` can run the very
+same logic on an in-memory engine.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Protocol
+
+import rocksdict
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+_KEY_MAX = b"\xff" * 17  # sorts after every data and metadata key
+
+
+class Batch(Protocol):
+    def put(self, cf: str, key: bytes, value: bytes) -> None: ...
+    def put_many(self, cf: str, keys: list[bytes], values: list[bytes]) -> None: ...
+    def delete(self, cf: str, key: bytes) -> None: ...
+
+
+class Engine(Protocol):
+    """What LogsDB needs from a sorted key-value store with column families."""
+
+    def column_families(self) -> list[str]: ...
+    def create_cf(self, name: str) -> None: ...
+    def drop_cf(self, name: str) -> None: ...
+    def new_batch(self) -> Batch: ...
+    def write(self, batch: Batch, *, sync: bool) -> None: ...
+    def get(self, cf: str, key: bytes) -> bytes | None: ...
+    def items(self, cf: str, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]: ...
+    def cf_file_count(self, cf: str) -> int: ...
+    def disk_bytes(self) -> int: ...
+    def flush(self) -> None: ...
+    def close(self) -> None: ...
+
+
+def _options() -> rocksdict.Options:
+    opts = rocksdict.Options(raw_mode=True)
+    opts.create_if_missing(True)
+    opts.create_missing_column_families(True)
+    # Records are written once, in key order per log, and read in order: a
+    # larger memtable means fewer, larger L0 files per partition.
+    opts.set_write_buffer_size(64 * 1024 * 1024)
+    opts.set_max_background_jobs(2)
+    return opts
+
+
+class _RocksBatch:
+    __slots__ = ("_engine", "wb")
+
+    def __init__(self, engine: RocksEngine) -> None:
+        self._engine = engine
+        self.wb = rocksdict.WriteBatch(raw_mode=True)
+
+    def put(self, cf: str, key: bytes, value: bytes) -> None:
+        self.wb.put(key, value, self._engine.handle(cf))
+
+    def put_many(self, cf: str, keys: list[bytes], values: list[bytes]) -> None:
+        handle = self._engine.handle(cf)
+        put = self.wb.put
+        for k, v in zip(keys, values, strict=True):
+            put(k, v, handle)
+
+    def delete(self, cf: str, key: bytes) -> None:
+        self.wb.delete(key, self._engine.handle(cf))
+
+
+class RocksEngine:
+    """One RocksDB instance in a directory."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        existing: list[str] = []
+        if os.path.exists(os.path.join(self.path, "CURRENT")):
+            existing = [n for n in rocksdict.Rdict.list_cf(self.path, _options()) if n != "default"]
+        self._db = rocksdict.Rdict(
+            self.path,
+            _options(),
+            column_families={n: rocksdict.Options(raw_mode=True) for n in existing},
+        )
+        self._cfs: dict[str, rocksdict.Rdict] = {}
+        self._handles: dict[str, rocksdict.ColumnFamily] = {}
+        for name in existing:
+            self._attach(name)
+        self._sync_opts = rocksdict.WriteOptions()
+        self._sync_opts.sync = True
+        self._async_opts = rocksdict.WriteOptions()
+
+    def _attach(self, name: str) -> None:
+        self._cfs[name] = self._db.get_column_family(name)
+        self._handles[name] = self._db.get_column_family_handle(name)
+
+    def handle(self, cf: str) -> rocksdict.ColumnFamily:
+        return self._handles[cf]
+
+    def column_families(self) -> list[str]:
+        return list(self._cfs)
+
+    def create_cf(self, name: str) -> None:
+        self._db.create_column_family(name, rocksdict.Options(raw_mode=True))
+        self._attach(name)
+
+    def drop_cf(self, name: str) -> None:
+        # Release our references first: RocksDB deletes a dropped column
+        # family's files only when no handle to it is left.
+        cf = self._cfs.pop(name)
+        self._handles.pop(name)
+        cf.close()
+        del cf
+        self._db.drop_column_family(name)
+
+    def new_batch(self) -> _RocksBatch:
+        return _RocksBatch(self)
+
+    def write(self, batch: Batch, *, sync: bool) -> None:
+        assert isinstance(batch, _RocksBatch)
+        self._db.write(batch.wb, self._sync_opts if sync else self._async_opts)
+
+    def get(self, cf: str, key: bytes) -> bytes | None:
+        value = self._cfs[cf].get(key)
+        assert value is None or isinstance(value, bytes)
+        return value
+
+    def items(self, cf: str, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        # A generator, so that its frame keeps the ReadOptions alive as long as
+        # the iterator: RocksDB holds a pointer to the upper bound, and letting
+        # the options go early makes iteration stop at a random key.
+        ro = rocksdict.ReadOptions()
+        ro.set_iterate_upper_bound(hi if hi is not None else _KEY_MAX)
+        yield from self._cfs[cf].items(from_key=lo, read_opt=ro)
+
+    def cf_file_count(self, cf: str) -> int:
+        value = self._cfs[cf].property_int_value("rocksdb.num-files-at-level0")
+        return int(value or 0)
+
+    def disk_bytes(self) -> int:
+        total = 0
+        for entry in os.scandir(self.path):
+            if entry.is_file():
+                total += entry.stat().st_size
+        return total
+
+    def flush(self) -> None:
+        for cf in self._cfs.values():
+            cf.flush()
+        self._db.flush()
+
+    def close(self) -> None:
+        for cf in self._cfs.values():
+            cf.close()
+        self._cfs.clear()
+        self._handles.clear()
+        self._db.close()

@@ -1,0 +1,151 @@
+"""Core identifiers and the items a reader delivers.
+
+An LSN is an unsigned 64-bit number: the epoch in the high 32 bits, the epoch
+sequence number (ESN) in the low 32 bits.  LSNs of one log only ever increase;
+a new sequencer always takes a higher epoch, so every LSN it hands out sorts
+after every LSN of the earlier sequencers.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Final, NewType
+
+import attrs
+
+LogID = NewType("LogID", int)
+
+LSN_INVALID: Final = 0
+LSN_OLDEST: Final = 1
+LSN_MAX: Final = 2**64 - 1
+
+EPOCH_MAX: Final = 2**32 - 1
+ESN_MAX: Final = 2**32 - 1
+
+LOG_ID_MAX: Final = 2**64 - 1
+#: The top bit of a log id marks the internal logs (metadata logs and the like).
+LOG_ID_INTERNAL_BIT: Final = 1 << 63
+
+
+class _Tail:
+    """Sentinel for ``read(..., until=TAIL)``: the tail as it was when reading started."""
+
+    _instance: _Tail | None = None
+
+    def __new__(cls) -> _Tail:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "TAIL"
+
+    def __reduce__(self) -> str:
+        return "TAIL"
+
+
+TAIL: Final = _Tail()
+
+
+def compose_lsn(epoch: int, esn: int) -> int:
+    """The LSN of ``esn`` in ``epoch``."""
+    if not 0 <= epoch <= EPOCH_MAX:
+        raise ValueError(f"epoch {epoch} out of range 0..{EPOCH_MAX}")
+    if not 0 <= esn <= ESN_MAX:
+        raise ValueError(f"esn {esn} out of range 0..{ESN_MAX}")
+    return (epoch << 32) | esn
+
+
+def lsn_epoch(lsn: int) -> int:
+    """The epoch of an LSN (its high 32 bits)."""
+    return lsn >> 32
+
+
+def lsn_esn(lsn: int) -> int:
+    """The ESN of an LSN (its low 32 bits)."""
+    return lsn & 0xFFFFFFFF
+
+
+def format_lsn(lsn: int) -> str:
+    """The conventional human form ``e<epoch>n<esn>``, as LogDevice prints it."""
+    return f"e{lsn >> 32}n{lsn & 0xFFFFFFFF}"
+
+
+def parse_lsn(text: str) -> int:
+    """Parse an LSN given either as a plain integer or as ``e<epoch>n<esn>``.
+
+    Raises:
+        ValueError: the text is neither form, or is out of range.
+    """
+    text = text.strip()
+    if text.startswith("e") and "n" in text:
+        epoch_text, _, esn_text = text[1:].partition("n")
+        return compose_lsn(int(epoch_text), int(esn_text))
+    value = int(text)
+    if not 0 <= value <= LSN_MAX:
+        raise ValueError(f"LSN {value} out of range 0..{LSN_MAX}")
+    return value
+
+
+def validate_log_id(log_id: int) -> LogID:
+    """Check that ``log_id`` is a valid user log id and return it typed.
+
+    Raises:
+        ValueError: zero, negative, too large, or an internal log id.
+    """
+    if not isinstance(log_id, int) or isinstance(log_id, bool):
+        raise ValueError(f"log id must be an int, got {type(log_id).__name__}")
+    if not 0 < log_id < LOG_ID_INTERNAL_BIT:
+        raise ValueError(f"log id {log_id} out of range 1..{LOG_ID_INTERNAL_BIT - 1}")
+    return LogID(log_id)
+
+
+class GapType(enum.IntEnum):
+    """Why a reader skips a range of LSNs.  The numbers travel on the wire."""
+
+    UNKNOWN = 0
+    #: End of an epoch: the next record is in a later epoch.  Benign.
+    BRIDGE = 1
+    #: An LSN that recovery plugged because its append was never acknowledged.
+    HOLE = 2
+    #: Every copy of a record that may have been acknowledged is gone.
+    DATALOSS = 3
+    #: Below the log's trim point.
+    TRIM = 4
+    #: The reader is not allowed to read this log.
+    ACCESS = 5
+    #: The log is not (or no longer) in the configuration.
+    NOTINCONFIG = 6
+    #: Removed by compaction of a keyed log.
+    COMPACTED = 7
+
+
+@attrs.frozen(slots=True)
+class Record:
+    """One record as a reader delivers it."""
+
+    lsn: int
+    timestamp: int  # milliseconds since the epoch
+    payload: bytes | None  # None only for a tombstone of a compacted log
+    key: bytes | None = None
+
+    @property
+    def epoch(self) -> int:
+        return self.lsn >> 32
+
+    @property
+    def esn(self) -> int:
+        return self.lsn & 0xFFFFFFFF
+
+
+@attrs.frozen(slots=True)
+class Gap:
+    """A range of LSNs, both ends included, with no records for the reason ``type``."""
+
+    type: GapType
+    lo: int
+    hi: int
+
+    def __attrs_post_init__(self) -> None:
+        if not 0 < self.lo <= self.hi:
+            raise ValueError(f"bad gap range {self.lo}..{self.hi}")

@@ -1,0 +1,129 @@
+"""Wire messages: one frozen attrs class per message type.
+
+Each message type has a fixed number (``TYPE_ID``) that is never reused.  On
+the wire a message is the CBOR array ``[type_id, field, field, ...]`` in field
+order.  A field holding a ``RecordBatch`` travels as its packed bytes.
+
+Later protocol steps add their messages here; the registry and the codec do
+not change.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, TypeVar
+
+import attrs
+
+from ..errors import Status
+from . import _fields as f
+from ._records import RecordBatch
+
+#: The protocol versions this build speaks.  A connection uses the highest
+#: version both ends support.
+PROTOCOL_VERSION_MIN = 1
+PROTOCOL_VERSION_MAX = 1
+
+MESSAGE_TYPES: dict[int, type[Any]] = {}
+
+_M = TypeVar("_M")
+
+
+def message(type_id: int) -> Any:
+    """Register a message class under a fixed type number."""
+
+    def register(cls: type[_M]) -> type[_M]:
+        if type_id in MESSAGE_TYPES:
+            raise AssertionError(f"message type {type_id} used twice")
+        cls.TYPE_ID = type_id  # type: ignore[attr-defined]
+        MESSAGE_TYPES[type_id] = cls
+        return cls
+
+    return register
+
+
+def _status(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    if type(value) is not int or value not in Status._value2member_map_:
+        raise ValueError(f"{attr.name}: unknown status {value!r:.20}")
+
+
+def _batch(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, RecordBatch):
+        raise ValueError(f"{attr.name} must be a RecordBatch")
+
+
+def _batch_from_wire(value: Any) -> Any:
+    # The decoder hands packed bytes; code building messages hands a RecordBatch.
+    if type(value) is bytes:
+        return RecordBatch.unpack(value)
+    return value
+
+
+@message(1)
+@attrs.frozen(slots=True)
+class Hello:
+    """First message of every connection, from the side that connected."""
+
+    TYPE_ID: ClassVar[int]
+    protocol_min: int = attrs.field(validator=f.u16)
+    protocol_max: int = attrs.field(validator=f.u16)
+    cluster: str = attrs.field(validator=f.text(256))
+    #: The connecting node's id, or None for a client.
+    node_id: int | None = attrs.field(default=None, validator=f.optional(f.u32))
+
+    def __attrs_post_init__(self) -> None:
+        if self.protocol_min > self.protocol_max:
+            raise ValueError("protocol_min above protocol_max")
+
+
+@message(2)
+@attrs.frozen(slots=True)
+class HelloAck:
+    """Answer to ``Hello``: the version chosen, or a status saying why not."""
+
+    TYPE_ID: ClassVar[int]
+    status: int = attrs.field(validator=_status)
+    protocol: int = attrs.field(validator=f.u16)
+    node_id: int | None = attrs.field(default=None, validator=f.optional(f.u32))
+
+
+@message(3)
+@attrs.frozen(slots=True)
+class Ping:
+    TYPE_ID: ClassVar[int]
+    request_id: int = attrs.field(validator=f.u64)
+
+
+@message(4)
+@attrs.frozen(slots=True)
+class Pong:
+    TYPE_ID: ClassVar[int]
+    request_id: int = attrs.field(validator=f.u64)
+
+
+@message(5)
+@attrs.frozen(slots=True)
+class ErrorReply:
+    """A request failed; ``request_id`` names it, ``status`` says why."""
+
+    TYPE_ID: ClassVar[int]
+    request_id: int = attrs.field(validator=f.u64)
+    status: int = attrs.field(validator=_status)
+    message: str = attrs.field(default="", validator=f.text(4096))
+
+
+@message(6)
+@attrs.frozen(slots=True)
+class Records:
+    """A batch of records of one log, packed compactly (one message, many records)."""
+
+    TYPE_ID: ClassVar[int]
+    log_id: int = attrs.field(validator=f.u64)
+    batch: RecordBatch = attrs.field(converter=_batch_from_wire, validator=_batch)
+
+
+def choose_version(peer_min: int, peer_max: int) -> int | None:
+    """The highest version both ends speak, or None when the ranges do not overlap."""
+    top = min(peer_max, PROTOCOL_VERSION_MAX)
+    if top < max(peer_min, PROTOCOL_VERSION_MIN):
+        return None
+    return top

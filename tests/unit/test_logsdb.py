@@ -1,0 +1,336 @@
+"""The LogsDB contract, run against RocksDB and against the in-memory engine."""
+
+from __future__ import annotations
+
+import gc
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from logstrand.errors import ClosedError, CorruptionError, InvalidArgumentError
+from logstrand.logsdb import (
+    FLAG_HOLE,
+    KEY_BYTES_MAX,
+    META_PREFIXES,
+    LogsDB,
+    LogsDBOptions,
+    PutBatch,
+    make_batch,
+)
+
+from .logsdb_helpers import Opener, put
+
+T0 = 1_000_000_000
+
+
+@pytest.fixture(params=["rocks", "memory"])
+def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
+    return Opener(request.param, tmp_path)
+
+
+@pytest.fixture
+def db(opener: Opener) -> Iterator[LogsDB]:
+    store = opener.open()
+    yield store
+    store.close()
+
+
+def lsns_of(db: LogsDB, log: int, start: int = 1, until: int = 2**64 - 1) -> list[int]:
+    return [r.lsn for r in db.iter_records(log, start, until)]
+
+
+def test_write_and_read_back_every_field(db: LogsDB) -> None:
+    db.write(
+        [
+            PutBatch(
+                5,
+                make_batch(
+                    [10, 11, 12, 13],
+                    [b"a", b"", None, b"d"],
+                    timestamps_ms=[T0, T0 + 1, T0 + 2, T0 + 3],
+                    keys=[None, b"k1", b"k2", b""],
+                    flags=[0, 0, 0, FLAG_HOLE],
+                ),
+                copyset=(3, 1, 2),
+                wave=7,
+            )
+        ],
+        sync=True,
+    )
+    recs = db.read(5)
+    assert [(r.lsn, r.payload, r.key, r.timestamp_ms) for r in recs] == [
+        (10, b"a", None, T0),
+        (11, b"", b"k1", T0 + 1),
+        (12, None, b"k2", T0 + 2),  # a tombstone: payload None, not b""
+        (13, b"d", b"", T0 + 3),
+    ]
+    assert all(r.copyset == (3, 1, 2) and r.wave == 7 for r in recs)
+    assert [r.flags for r in recs] == [0, 0, 4, FLAG_HOLE]
+
+
+def test_many_logs_in_one_write_stay_apart(db: LogsDB) -> None:
+    db.write([put(log, range(1, 51), ts=T0) for log in (1, 2, 2**64 - 1)])
+    for log in (1, 2, 2**64 - 1):
+        assert lsns_of(db, log) == list(range(1, 51))
+    assert db.logs() == [1, 2, 2**64 - 1]
+
+
+def test_read_limits_and_ranges(db: LogsDB) -> None:
+    db.write([put(1, range(1, 1001), ts=T0, payload=b"x" * 100)])
+    assert len(db.read(1, max_records=10)) == 10
+    assert len(db.read(1, max_bytes=1)) == 1  # at least one record, however large
+    assert [r.lsn for r in db.read(1, 500, 505)] == list(range(500, 506))
+    assert db.read(1, 1001) == []
+    assert db.read(1, 10, 5) == []
+    with pytest.raises(InvalidArgumentError):
+        db.read(1, max_records=0)
+    with pytest.raises(InvalidArgumentError):
+        db.read(0)
+
+
+def test_read_iterates_across_partitions_in_lsn_order(opener: Opener, db: LogsDB) -> None:
+    for chunk in range(5):
+        db.write([put(1, range(chunk * 100 + 1, chunk * 100 + 101), ts=opener.clock.now_ms)])
+        opener.clock.advance(1000)
+        db.new_partition()
+    assert len(db.partitions()) == 6
+    assert len(db.directory(1)) == 5
+    assert lsns_of(db, 1) == list(range(1, 501))
+    assert lsns_of(db, 1, 150, 350) == list(range(150, 351))
+
+
+def test_late_records_go_to_older_partitions_and_still_read_in_order(
+    opener: Opener, db: LogsDB
+) -> None:
+    db.write([put(1, [1, 2], ts=opener.clock.now_ms)])
+    opener.clock.advance(60_000)
+    db.new_partition()
+    db.write([put(1, [3, 5], ts=opener.clock.now_ms)])
+    # A record with an old timestamp (LSN 4, say rebuilt) lands in partition 1.
+    db.write([put(1, [4], ts=T0 - 5)])
+    assert [pid for pid, _ in db.directory(1)] == [1, 2]
+    assert db.directory(1)[0][1].last_lsn == 4
+    assert lsns_of(db, 1) == [1, 2, 3, 4, 5]
+
+
+def test_rewriting_an_lsn_replaces_it_in_place(opener: Opener, db: LogsDB) -> None:
+    db.write([put(1, [1, 2, 3], ts=T0, payload=b"old")])
+    opener.clock.advance(60_000)
+    db.new_partition()
+    db.write([put(1, [2], ts=opener.clock.now_ms, payload=b"new", flags=FLAG_HOLE)])
+    recs = db.read(1)
+    assert [(r.lsn, r.payload) for r in recs] == [(1, b"old"), (2, b"new"), (3, b"old")]
+    assert [pid for pid, _ in db.directory(1)] == [1]
+
+
+def test_rollover_by_age(opener: Opener) -> None:
+    opener.options = LogsDBOptions(partition_duration_ms=1000)
+    db = opener.open()
+    db.write([put(1, [1], ts=opener.clock.now_ms)])
+    opener.clock.advance(999)
+    db.write([put(1, [2], ts=opener.clock.now_ms)])
+    assert len(db.partitions()) == 1
+    opener.clock.advance(1)
+    db.write([put(1, [3], ts=opener.clock.now_ms)])
+    assert len(db.partitions()) == 2
+    assert lsns_of(db, 1) == [1, 2, 3]
+    db.close()
+
+
+def test_rollover_by_size(opener: Opener) -> None:
+    opener.options = LogsDBOptions(partition_bytes_max=10_000)
+    db = opener.open()
+    # Each write is about 2.4 kB: a partition fills in 5 writes, then the next starts.
+    for i in range(20):
+        db.write(
+            [put(1, range(i * 10 + 1, i * 10 + 11), ts=opener.clock.now_ms, payload=b"x" * 200)]
+        )
+    assert len(db.partitions()) == 4
+    assert all(p.bytes <= 10_000 + 2500 for p in db.partitions())
+    assert lsns_of(db, 1) == list(range(1, 201))
+    db.close()
+
+
+def test_trim_hides_records_and_only_moves_forward(db: LogsDB) -> None:
+    db.write([put(1, range(1, 11), ts=T0)])
+    assert db.trim(1, 4) == 4
+    assert db.trim(1, 2) == 4
+    assert lsns_of(db, 1) == list(range(5, 11))
+    assert lsns_of(db, 1, 1, 4) == []
+    assert db.trim_point(1) == 4
+    assert db.trim_point(2) == 0
+
+
+def test_drop_partitions_frees_only_fully_trimmed_ones(opener: Opener, db: LogsDB) -> None:
+    db.write(
+        [put(1, range(1, 11), ts=opener.clock.now_ms), put(2, range(1, 11), ts=opener.clock.now_ms)]
+    )
+    opener.clock.advance(1000)
+    db.new_partition()
+    db.write([put(1, range(11, 21), ts=opener.clock.now_ms)])
+    db.trim(1, 20)
+    assert db.drop_partitions() == []  # log 2 still holds records in partition 1
+    db.trim(2, 10)
+    assert db.drop_partitions() == [1]
+    # The newest partition is never dropped, even when all of it is trimmed.
+    assert [p.id for p in db.partitions()] == [2]
+    assert db.read(1) == []
+    db.write([put(1, [21], ts=opener.clock.now_ms)])
+    assert lsns_of(db, 1) == [21]
+
+
+def test_retention_trims_at_partition_boundaries(opener: Opener, db: LogsDB) -> None:
+    hour = 3_600_000
+    db.write([put(1, range(1, 11), ts=opener.clock.now_ms)])
+    opener.clock.advance(hour)
+    db.new_partition()
+    db.write([put(1, range(11, 21), ts=opener.clock.now_ms)])
+    opener.clock.advance(hour)
+    db.new_partition()
+    db.write([put(1, range(21, 31), ts=opener.clock.now_ms)])
+    # Keep 90 minutes: only the first partition's records are older than that.
+    assert db.apply_retention({1: 90 * 60_000}) == {1: 10}
+    assert db.drop_partitions() == [1]
+    assert lsns_of(db, 1) == list(range(11, 31))
+    assert db.apply_retention({1: 90 * 60_000}) == {}
+    # A retention of zero still never trims the newest partition.
+    assert db.apply_retention({1: 0}) == {1: 20}
+    assert lsns_of(db, 1) == list(range(21, 31))
+
+
+def test_find_time(opener: Opener, db: LogsDB) -> None:
+    assert db.find_time(1, T0) == 1  # empty log: LSN_OLDEST
+    db.write([put(1, range(1, 11), ts=[T0 + 10 * i for i in range(10)])])
+    opener.clock.advance(10_000)
+    db.new_partition()
+    db.write([put(1, range(11, 21), ts=[T0 + 1000 + 10 * i for i in range(10)])])
+    assert db.find_time(1, 0) == 1
+    assert db.find_time(1, T0 + 25) == 4
+    assert db.find_time(1, T0 + 90) == 10
+    assert db.find_time(1, T0 + 91) == 11  # in the next partition
+    assert db.find_time(1, T0 + 1015) == 13
+    assert db.find_time(1, T0 + 10**9) == 21  # after everything: the next LSN
+    db.trim(1, 12)
+    assert db.find_time(1, 0) == 13
+
+
+def test_metadata_is_monotonic_and_survives_reopen(opener: Opener) -> None:
+    db = opener.open()
+    assert db.seal(3, 5) == 5
+    assert db.seal(3, 4) == 5
+    assert db.set_last_clean_epoch(3, 2) == 2
+    assert db.set_release(3, 77, sync=True) == 77
+    db.trim(3, 9)
+    db.write([put(3, range(1, 21), ts=T0)], sync=True)
+    db.close()
+    db = opener.open()
+    assert (db.seal_epoch(3), db.last_clean_epoch(3), db.release_pointer(3)) == (5, 2, 77)
+    assert db.trim_point(3) == 9
+    assert lsns_of(db, 3) == list(range(10, 21))
+    assert db.directory(3)[0][1].records == 20
+    db.close()
+
+
+def test_partitions_and_directory_survive_reopen(opener: Opener) -> None:
+    db = opener.open()
+    db.write([put(1, range(1, 6), ts=opener.clock.now_ms)], sync=True)
+    opener.clock.advance(1000)
+    db.new_partition()
+    db.write([put(1, range(6, 11), ts=opener.clock.now_ms)], sync=True)
+    before = (db.partitions(), db.directory(1))
+    db.close()
+    db = opener.open()
+    assert (db.partitions(), db.directory(1)) == before
+    assert lsns_of(db, 1) == list(range(1, 11))
+    db.close()
+
+
+def test_bad_input_writes_nothing(db: LogsDB) -> None:
+    with pytest.raises(InvalidArgumentError):
+        db.write([put(1, [1], ts=T0), put(0, [1], ts=T0)])
+    with pytest.raises(InvalidArgumentError):
+        db.write([put(1, [1], ts=T0, keys=[b"k" * (KEY_BYTES_MAX + 1)])])
+    with pytest.raises(InvalidArgumentError):
+        db.write([put(1, [1], ts=T0, copyset=tuple(range(300)))])
+    assert db.read(1) == []
+    assert db.logs() == []
+
+
+def test_closed_store_refuses_use(opener: Opener) -> None:
+    db = opener.open()
+    db.close()
+    db.close()  # idempotent
+    with pytest.raises(ClosedError):
+        db.read(1)
+    with pytest.raises(ClosedError):
+        db.write([put(1, [1], ts=T0)])
+
+
+def test_upper_bound_survives_garbage_collection(db: LogsDB) -> None:
+    # Regression: RocksDB keeps a pointer to the iterator's upper bound; when
+    # the ReadOptions holding it was freed early, reads stopped at random.
+    db.write([put(1, range(1, 5001), ts=T0), put(2, range(1, 10), ts=T0)])
+    it = db.iter_records(1)
+    got = []
+    for rec in it:
+        got.append(rec.lsn)
+        if rec.lsn % 97 == 0:
+            gc.collect()
+            _churn = [bytes(64) for _ in range(1000)]
+    assert got == list(range(1, 5001))
+
+
+def test_meta_prefixes_are_unique() -> None:
+    assert len(set(META_PREFIXES.values())) == len(META_PREFIXES)
+    assert all(len(p) == 1 for p in META_PREFIXES.values())
+
+
+def test_corrupt_payload_is_an_error_not_data(tmp_path: Path) -> None:
+    db = LogsDB.open(tmp_path / "db")
+    db.write([put(1, range(1, 4), ts=T0, payload=b"hello")], sync=True)
+    cf = db.partitions()[-1].id
+    engine = db._engine
+    key = (1).to_bytes(8, "big") + (2).to_bytes(8, "big")
+    value = bytearray(engine.get(f"p{cf:010d}", key) or b"")
+    value[-1] ^= 0xFF
+    batch = engine.new_batch()
+    batch.put(f"p{cf:010d}", key, bytes(value))
+    engine.write(batch, sync=True)
+    assert [r.lsn for r in db.read(1, 1, 1)] == [1]
+    with pytest.raises(CorruptionError, match="checksum"):
+        db.read(1)
+    with pytest.raises(CorruptionError):
+        db.read(1, 2, 2)
+    # A value cut short is reported the same way.
+    batch = engine.new_batch()
+    batch.put(f"p{cf:010d}", key, b"\x00\x01")
+    engine.write(batch, sync=True)
+    with pytest.raises(CorruptionError):
+        db.read(1)
+    db.close()
+
+
+def _dir_size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def test_dropping_partitions_gives_disk_space_back(tmp_path: Path) -> None:
+    clock = [T0]
+    db = LogsDB.open(tmp_path / "db", clock_ms=lambda: clock[0])
+    payload = os.urandom(4000)  # incompressible
+    for i in range(4):
+        db.write([put(1, range(i * 1000 + 1, i * 1000 + 1001), ts=clock[0], payload=payload)])
+        db.flush()
+        clock[0] += 1000
+        db.new_partition()
+    full = _dir_size(tmp_path / "db")
+    assert full > 12_000_000
+    db.trim(1, 3000)
+    assert db.drop_partitions() == [1, 2, 3]
+    db.flush()
+    after = _dir_size(tmp_path / "db")
+    assert after < full / 2, (full, after)
+    assert [r.lsn for r in db.read(1, max_records=2)] == [3001, 3002]
+    db.close()

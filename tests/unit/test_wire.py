@@ -1,0 +1,180 @@
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from logstrand.errors import InvalidArgumentError, ProtocolError, Status
+from logstrand.wire import (
+    MESSAGE_TYPES,
+    ErrorReply,
+    FrameDecoder,
+    Hello,
+    RecordBatch,
+    Records,
+    choose_version,
+    decode_body,
+    encode_body,
+    encode_frame,
+)
+
+u16 = st.integers(0, 2**16 - 1)
+u32 = st.integers(0, 2**32 - 1)
+u64 = st.integers(0, 2**64 - 1)
+statuses = st.sampled_from([int(s) for s in Status])
+
+
+@st.composite
+def record_batches(draw: st.DrawFn, max_size: int = 20) -> RecordBatch:
+    n = draw(st.integers(0, max_size))
+    return RecordBatch(
+        tuple(draw(st.lists(u64, min_size=n, max_size=n))),
+        tuple(draw(st.lists(u64, min_size=n, max_size=n))),
+        tuple(draw(st.lists(u16, min_size=n, max_size=n))),
+        tuple(draw(st.lists(st.none() | st.binary(max_size=40), min_size=n, max_size=n))),
+        tuple(draw(st.lists(st.none() | st.binary(max_size=200), min_size=n, max_size=n))),
+    )
+
+
+@st.composite
+def hellos(draw: st.DrawFn) -> Hello:
+    lo = draw(u16)
+    return Hello(
+        lo, draw(st.integers(lo, 2**16 - 1)), draw(st.text(max_size=50)), draw(st.none() | u32)
+    )
+
+
+# One strategy per message type; the test below fails when a type has none.
+STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
+    Hello: hellos(),
+    MESSAGE_TYPES[2]: st.builds(MESSAGE_TYPES[2], statuses, u16, st.none() | u32),
+    MESSAGE_TYPES[3]: st.builds(MESSAGE_TYPES[3], u64),
+    MESSAGE_TYPES[4]: st.builds(MESSAGE_TYPES[4], u64),
+    ErrorReply: st.builds(ErrorReply, u64, statuses, st.text(max_size=100)),
+    Records: st.builds(Records, u64, record_batches()),
+}
+any_message = st.one_of(*STRATEGIES.values())
+
+
+def test_every_message_type_has_a_strategy() -> None:
+    assert set(STRATEGIES) == set(MESSAGE_TYPES.values())
+
+
+@given(any_message)
+def test_round_trip_every_message(msg: Any) -> None:
+    assert decode_body(encode_body(msg)) == msg
+    dec = FrameDecoder()
+    dec.feed(encode_frame(msg))
+    assert dec.next_message() == msg
+    assert dec.next_message() is None
+
+
+@given(st.lists(any_message, max_size=8), st.data())
+def test_decoder_handles_any_split_of_a_stream(msgs: list[Any], data: st.DataObject) -> None:
+    stream = b"".join(encode_frame(m) for m in msgs)
+    dec = FrameDecoder()
+    got: list[Any] = []
+    pos = 0
+    while pos < len(stream):
+        step = data.draw(st.integers(1, max(1, len(stream) - pos)))
+        dec.feed(stream[pos : pos + step])
+        pos += step
+        got.extend(dec.messages())
+    assert got == msgs
+    assert dec.buffered_bytes == 0
+
+
+@given(st.binary(max_size=2000))
+def test_random_bytes_only_ever_raise_protocol_error(data: bytes) -> None:
+    dec = FrameDecoder(frame_bytes_max=1 << 16)
+    dec.feed(data)
+    try:
+        dec.messages()
+    except ProtocolError:
+        pass
+    try:
+        decode_body(data)
+    except ProtocolError:
+        pass
+
+
+@given(any_message, st.data())
+def test_corrupted_frames_only_ever_raise_protocol_error(msg: Any, data: st.DataObject) -> None:
+    body = bytearray(encode_body(msg))
+    for _ in range(data.draw(st.integers(1, 4))):
+        i = data.draw(st.integers(0, len(body) - 1))
+        body[i] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(body)))
+    for candidate in (bytes(body), bytes(body[:cut])):
+        try:
+            decode_body(candidate)
+        except ProtocolError:
+            pass
+
+
+@given(record_batches(max_size=50))
+def test_record_batch_pack_round_trip(batch: RecordBatch) -> None:
+    assert RecordBatch.unpack(batch.pack()) == batch
+
+
+@given(record_batches(max_size=10), st.data())
+def test_truncated_record_batch_is_a_protocol_error(
+    batch: RecordBatch, data: st.DataObject
+) -> None:
+    packed = batch.pack()
+    cut = data.draw(st.integers(0, len(packed) - 1))
+    with pytest.raises(ProtocolError):
+        RecordBatch.unpack(packed[:cut])
+    with pytest.raises(ProtocolError):
+        RecordBatch.unpack(packed + b"x")
+
+
+def test_oversized_frame_is_refused_before_buffering() -> None:
+    dec = FrameDecoder(frame_bytes_max=100)
+    dec.feed((101).to_bytes(4, "big"))
+    with pytest.raises(ProtocolError, match="exceeds"):
+        dec.next_message()
+
+
+def test_encoding_an_oversized_message_is_toobig() -> None:
+    big = Records(1, RecordBatch((1,), (0,), (0,), (None,), (b"x" * 1000,)))
+    with pytest.raises(InvalidArgumentError) as info:
+        encode_frame(big, frame_bytes_max=500)
+    assert info.value.status is Status.TOOBIG
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        b"\xa0",  # a map, not an array
+        b"\x80",  # empty array
+        b"\x82\x19\x03\xe7\x01",  # unknown type 999
+        b"\x81\x03",  # Ping without its field
+        b"\x83\x03\x01\x02",  # Ping with an extra field
+        b"\x82\x03\x20",  # Ping with a negative id
+        b"\x82\x03\xc1\x01",  # a CBOR tag where an int belongs
+        b"\x82\x06\x41\x00",  # Records missing its batch... and a bad one
+    ],
+)
+def test_malformed_bodies(body: bytes) -> None:
+    with pytest.raises(ProtocolError):
+        decode_body(body)
+
+
+def test_messages_validate_at_construction() -> None:
+    with pytest.raises(ValueError, match="u64"):
+        MESSAGE_TYPES[3](-1)
+    with pytest.raises(ValueError, match="protocol_min"):
+        Hello(3, 2, "c")
+    with pytest.raises(ValueError, match="status"):
+        ErrorReply(1, 999)
+    assert attrs.has(Records)
+
+
+def test_version_negotiation() -> None:
+    assert choose_version(1, 5) == 1
+    assert choose_version(2, 5) is None
