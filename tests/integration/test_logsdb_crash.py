@@ -7,11 +7,14 @@ import signal
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from logstrand.logsdb import LogsDB, LogsDBOptions
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 WRITER = textwrap.dedent(
     """
@@ -23,11 +26,10 @@ WRITER = textwrap.dedent(
     while True:
         for log in (1, 2):
             n = 50
-            db.write(
-                [PutBatch(log, make_batch(range(lsn, lsn + n), [b"r%d" % i for i in range(lsn, lsn + n)],
-                                          timestamps_ms=int(time.time() * 1000)), (1, 2))],
-                sync=(log == 1),
-            )
+            lsns = range(lsn, lsn + n)
+            payloads = [b"r%d" % i for i in lsns]
+            batch = make_batch(lsns, payloads, timestamps_ms=int(time.time() * 1000))
+            db.write([PutBatch(log, batch, (1, 2))], sync=(log == 1))
         # Log 1 was written with sync=True: acknowledge it.
         print(lsn + n - 1, flush=True)
         lsn += n

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from logstrand.logsdb import LogsDB, LogsDBOptions, PutBatch, make_batch
 from logstrand.testing import MemoryEngine, memory_logsdb
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 class FakeClock:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
-from collections.abc import Iterator
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -21,6 +20,10 @@ from logstrand.logsdb import (
 )
 
 from .logsdb_helpers import Opener, put
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 T0 = 1_000_000_000
 
