@@ -71,6 +71,8 @@ class Status(enum.IntEnum):
     NOKEY = 24
     #: A payload could not be accepted (e.g. None outside a compacted log).
     BADPAYLOAD = 25
+    #: The epoch store (ZooKeeper or the SQLite file) cannot be reached now.
+    UNAVAILABLE = 26
 
 
 class LogstrandError(Exception):
@@ -117,6 +119,22 @@ class TransientError(LogstrandError):
     """The cluster could not do it now (timeouts, overload, races); a retry may work."""
 
     default_status = Status.AGAIN
+
+
+class EpochStoreUnavailableError(TransientError):
+    """The epoch store cannot be reached now (ZooKeeper down, SQLite file locked).
+
+    Calls fail with this within a bounded time and work again, with no action
+    from the caller, once the store is back.
+    """
+
+    default_status = Status.UNAVAILABLE
+
+
+class ExistsError(LogstrandError):
+    """The object to create already exists, or overlaps one that does."""
+
+    default_status = Status.EXISTS
 
 
 class PreemptedError(LogstrandError):

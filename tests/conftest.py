@@ -1,8 +1,17 @@
 from __future__ import annotations
 
 import os
+import uuid
+from typing import TYPE_CHECKING
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+from logstrand.testing import ZooKeeperServer, zookeeper_available
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 # CI runs a fixed, modest number of examples; `HYPOTHESIS_PROFILE=soak` runs more.
 settings.register_profile(
@@ -12,3 +21,24 @@ settings.register_profile(
     "soak", max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """One real ZooKeeper for the whole run (tests isolate by cluster name)."""
+    if not zookeeper_available():
+        if os.environ.get("CI"):
+            pytest.fail("ZooKeeper is not installed; `make test` installs it when run as root")
+        pytest.skip("ZooKeeper is not installed (Debian package 'zookeeper')")
+    with ZooKeeperServer(tmp_path_factory.mktemp("zookeeper")) as server:
+        yield server
+
+
+@pytest.fixture(params=["sqlite", "zookeeper"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An epoch store URL of each kind, fresh for each test."""
+    cluster = "t" + uuid.uuid4().hex[:12]
+    if request.param == "sqlite":
+        return f"sqlite://{tmp_path}/{cluster}.db"
+    zk: ZooKeeperServer = request.getfixturevalue("zookeeper")
+    return f"zk://{zk.address}/{cluster}"

@@ -1,5 +1,5 @@
 """The ``logstrand`` command."""
 
-from ._app import app, main
+from ._app import app, entry_point, main
 
-__all__ = ["app", "main"]
+__all__ = ["app", "entry_point", "main"]

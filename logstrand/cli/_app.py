@@ -13,12 +13,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from ..errors import LogstrandError
+from .._units import format_bytes
+from ..errors import InvalidArgumentError, LogstrandError
 from ..logsdb import LogsDB, LogsDBOptions, PutBatch, make_batch
 from ..types import format_lsn
+from ._common import EXIT_FAILED, EXIT_USAGE, console, err_console
+from ._logs import logs_app, nodes_app
 
 app = typer.Typer(
     name="logstrand",
@@ -28,19 +30,13 @@ app = typer.Typer(
 )
 logsdb_app = typer.Typer(help="Work on a node's local log store (LogsDB) directly.")
 app.add_typer(logsdb_app, name="logsdb")
-
-console = Console()
+app.add_typer(logs_app, name="logs")
+app.add_typer(nodes_app, name="nodes")
 
 DirOption = Annotated[Path, typer.Option("--dir", help="LogsDB directory.")]
 
 
-def _human_bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")
+_human_bytes = format_bytes
 
 
 def _hms(ts_ms: int) -> str:
@@ -162,9 +158,38 @@ def inspect(
         console.print(table)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+    """Run the command; every failure ends as one line on stderr and an exit code.
+
+    Exit codes: 0 done, 1 the operation failed, 2 bad usage or input.
+    """
+    command = typer.main.get_command(app)
     try:
-        app()
+        result = command.main(args=argv, prog_name="logstrand", standalone_mode=False)
+    except typer.Exit as exc:
+        return exc.exit_code
+    except typer.Abort:
+        err_console.print("aborted")
+        return EXIT_FAILED
+    except InvalidArgumentError as exc:
+        err_console.print(f"[red]error:[/] {exc.args[0]}", highlight=False)
+        return EXIT_USAGE
     except LogstrandError as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise SystemExit(1) from None
+        err_console.print(f"[red]error:[/] {exc.args[0]} ({exc.status.name})", highlight=False)
+        return EXIT_FAILED
+    except Exception as exc:
+        # Usage errors of the command-line parser (bad option, bad number):
+        # typer keeps their classes private, so recognise them by shape.
+        if not (hasattr(exc, "format_message") and hasattr(exc, "exit_code")):
+            raise
+        ctx = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:
+            console.print(ctx.get_help())
+        else:
+            err_console.print(f"[red]error:[/] {exc.format_message()}", highlight=False)
+        return int(exc.exit_code) or EXIT_USAGE
+    return result if isinstance(result, int) else 0
+
+
+def entry_point() -> None:
+    raise SystemExit(main())

@@ -68,6 +68,7 @@ PINNED_STATUS = {
     "PREEMPTED": 11, "ACCESS": 12, "CHECKSUM_MISMATCH": 13, "NOTREADY": 14, "AGAIN": 15,
     "STALE": 16, "EXISTS": 17, "NOTSUPPORTED": 18, "NOSPC": 19, "PROTONOSUPPORT": 20,
     "PARTIAL": 21, "REDIRECTED": 22, "CLOSED": 23, "NOKEY": 24, "BADPAYLOAD": 25,
+    "UNAVAILABLE": 26,
 }  # fmt: skip
 PINNED_GAPS = {
     "UNKNOWN": 0, "BRIDGE": 1, "HOLE": 2, "DATALOSS": 3, "TRIM": 4, "ACCESS": 5,
@@ -76,6 +77,7 @@ PINNED_GAPS = {
 
 
 def test_status_and_gap_numbers_are_pinned() -> None:
+    assert len(Status) == len(PINNED_STATUS)
     for name, number in PINNED_STATUS.items():
         assert Status[name] == number
     for name, number in PINNED_GAPS.items():

@@ -1,0 +1,3 @@
+from logstrand.cli import entry_point
+
+entry_point()

@@ -1,0 +1,48 @@
+"""Human units: durations like ``7d`` or ``500ms``, sizes like ``1.2 GiB``."""
+
+from __future__ import annotations
+
+import re
+
+_DURATION_UNITS_MS = {
+    "ms": 1,
+    "s": 1000,
+    "m": 60_000,
+    "min": 60_000,
+    "h": 3_600_000,
+    "d": 86_400_000,
+    "w": 7 * 86_400_000,
+}
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|min|m|h|d|w)\s*$")
+
+
+def parse_duration_ms(text: str) -> int:
+    """``"7d"`` → 604800000.  Units: ms, s, m (or min), h, d, w.
+
+    Raises:
+        ValueError: not a number followed by one of those units.
+    """
+    m = _DURATION_RE.match(text)
+    if not m:
+        raise ValueError(f"bad duration {text!r}: use a number and a unit (ms, s, m, h, d, w)")
+    return int(float(m.group(1)) * _DURATION_UNITS_MS[m.group(2)])
+
+
+def format_duration_ms(ms: int) -> str:
+    """The largest unit that divides ``ms`` exactly: 604800000 → ``"7d"``."""
+    if ms == 0:
+        return "0s"
+    for unit in ("d", "h", "m", "s"):
+        size = _DURATION_UNITS_MS[unit]
+        if ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
+def format_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")

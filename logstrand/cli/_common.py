@@ -1,0 +1,56 @@
+"""What every command shares: the --url and --json options, output, errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+
+from .._units import parse_duration_ms
+from ..epochstore import EpochStore, open_epoch_store
+
+console = Console()
+err_console = Console(stderr=True, soft_wrap=True)
+
+UrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--url",
+        envvar="LOGSTRAND_URL",
+        help="Cluster URL: sqlite:///path/cluster.db or zk://host:port/cluster "
+        "(or set LOGSTRAND_URL).",
+        show_default=False,
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+#: Exit codes: 0 done, 1 the operation failed, 2 bad usage or input.
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
+    err_console.print(f"[red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def open_store(url: str | None) -> EpochStore:
+    if not url:
+        fail("no cluster URL: pass --url or set LOGSTRAND_URL")
+    return open_epoch_store(url)
+
+
+def duration_option(value: str | None, name: str) -> int | None:
+    if value is None:
+        return None
+    try:
+        return parse_duration_ms(value)
+    except ValueError as exc:
+        fail(f"{name}: {exc}")
+
+
+def print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, sort_keys=True) + "\n")

@@ -1,0 +1,43 @@
+"""The epoch store: per-log epochs, cluster configuration, membership.
+
+Two stores share one contract: ``ZooKeeperEpochStore`` (production) and
+``SqliteEpochStore`` (one machine, no other service).  ``open_epoch_store(url)``
+picks one from ``zk://host:port/cluster`` or ``sqlite:///path/cluster.db``.
+"""
+
+from ._async import AsyncEpochStore
+from ._base import EpochStore, MemberSession, Placement, Watch
+from ._model import (
+    CLEANUP_POLICIES,
+    DURABILITIES,
+    SCOPES,
+    EpochMetadata,
+    LogAttributes,
+    LogEpochs,
+    LogRange,
+    NodeConfig,
+    parse_log_range,
+)
+from ._sqlite import SqliteEpochStore
+from ._url import open_epoch_store
+from ._zookeeper import ZooKeeperEpochStore
+
+__all__ = [
+    "CLEANUP_POLICIES",
+    "DURABILITIES",
+    "SCOPES",
+    "AsyncEpochStore",
+    "EpochMetadata",
+    "EpochStore",
+    "LogAttributes",
+    "LogEpochs",
+    "LogRange",
+    "MemberSession",
+    "NodeConfig",
+    "Placement",
+    "SqliteEpochStore",
+    "Watch",
+    "ZooKeeperEpochStore",
+    "open_epoch_store",
+    "parse_log_range",
+]

@@ -1,0 +1,404 @@
+"""The epoch store contract, and the logic both stores share.
+
+Theory of operation
+-------------------
+Everything but membership is kept as a few JSON documents, each with a
+version number:
+
+    nodes           {node_id: NodeConfig}
+    logs            [LogRange, ...]
+    epochs/<log>    LogEpochs (next epoch, placement history)
+    lce/<log>       last clean epoch
+
+Every change is a read-modify-write closed by a compare-and-set on the
+version (``_cas``): two writers racing on one document never both succeed,
+and the loser re-reads and tries again.  That is what makes ``take_epoch``
+hand out each epoch exactly once, in increasing order, across processes and
+machines.  A backend only has to provide versioned get, compare-and-set and
+membership; ZooKeeper gives versioned znodes and ephemeral nodes, SQLite a
+``kv`` table with a version column and a lease table.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import threading
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ..errors import (
+    ExistsError,
+    InvalidArgumentError,
+    NotFoundError,
+    StaleError,
+    TransientError,
+)
+from ._model import EpochMetadata, LogAttributes, LogEpochs, LogRange, NodeConfig
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+#: A read-modify-write gives up (AGAIN) after this many lost races in a row.
+CAS_ATTEMPTS_MAX = 10_000
+EPOCH_MAX = 2**32 - 1
+
+
+@attrs.frozen
+class Placement:
+    """The nodeset and replication a sequencer asks for with a new epoch."""
+
+    nodeset: tuple[int, ...]
+    replication_factor: int
+    replicate_across: str = "node"
+
+
+class MemberSession(abc.ABC):
+    """A node's presence in the membership; it ends with ``close()`` or with the process."""
+
+    node_id: int
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> MemberSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Watch:
+    """A running membership watch; ``cancel()`` stops it."""
+
+    def __init__(self, cancel: Callable[[], None]) -> None:
+        self._cancel = cancel
+
+    def cancel(self) -> None:
+        self._cancel()
+
+
+class EpochStore(abc.ABC):
+    """Per-log epochs, the cluster configuration and membership.
+
+    Every method is blocking and thread-safe; trio code calls them through
+    ``AsyncEpochStore`` (worker threads).  Any method may raise
+    ``EpochStoreUnavailableError`` when the store cannot be reached.
+    """
+
+    url: str
+    cluster: str
+
+    # -- backend primitives -------------------------------------------------
+
+    @abc.abstractmethod
+    def _get(self, path: str) -> tuple[bytes, int] | None:
+        """The document at ``path`` and its version, or None."""
+
+    @abc.abstractmethod
+    def _cas(self, path: str, value: bytes, version: int | None) -> bool:
+        """Write ``value`` if the version is still ``version`` (None: create only if absent).
+
+        Returns False when another writer got there first.
+        """
+
+    @abc.abstractmethod
+    def register_member(self, node_id: int, *, wait_s: float = 30.0) -> MemberSession:
+        """Announce that ``node_id`` is alive, until the session is closed or lost.
+
+        Waits up to ``wait_s`` for a previous session of the same node (a
+        process that died) to expire.
+
+        Raises:
+            ExistsError: another live session holds ``node_id``.
+        """
+
+    @abc.abstractmethod
+    def alive_nodes(self) -> frozenset[int]:
+        """The node ids with a live membership session now."""
+
+    @abc.abstractmethod
+    def watch_members(self, callback: Callable[[frozenset[int]], None]) -> Watch:
+        """Call ``callback(alive_nodes)`` now and on every change, from another thread."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> EpochStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- shared logic -------------------------------------------------------
+
+    def _doc(self, path: str) -> Any:
+        got = self._get(path)
+        return None if got is None else json.loads(got[0])
+
+    def _update(self, path: str, change: Callable[[Any], Any]) -> Any:
+        """Read-modify-write of one document, retried until its CAS wins."""
+        for _ in range(CAS_ATTEMPTS_MAX):
+            got = self._get(path)
+            old = None if got is None else json.loads(got[0])
+            new = change(old)
+            body = json.dumps(new, sort_keys=True).encode()
+            if self._cas(path, body, None if got is None else got[1]):
+                return new
+        raise TransientError(f"lost {CAS_ATTEMPTS_MAX} races in a row on {path}")
+
+    # epochs
+
+    def take_epoch(
+        self, log_id: int, placement: Placement | None = None, *, expect_next: int | None = None
+    ) -> tuple[int, EpochMetadata]:
+        """Take the log's next epoch; no other caller, anywhere, ever gets the same one.
+
+        ``placement`` is recorded as the nodeset of this epoch on if it differs
+        from the current one; it is required for a log's first epoch.  With
+        ``expect_next``, the call only succeeds if the next epoch is still that
+        one (a sequencer that finds it taken was preempted).
+
+        Returns the epoch and the placement in force for it.
+
+        Raises:
+            StaleError: ``expect_next`` no longer holds.
+            InvalidArgumentError: no placement for a log's first epoch; epochs exhausted.
+        """
+        _check_log(log_id)
+        result: list[Any] = []
+
+        def change(doc: Any) -> Any:
+            state = LogEpochs() if doc is None else LogEpochs.from_json(doc)
+            epoch = state.next_epoch
+            if expect_next is not None and epoch != expect_next:
+                raise StaleError(f"log {log_id}: next epoch is {epoch}, not {expect_next}")
+            if epoch >= EPOCH_MAX:
+                raise InvalidArgumentError(f"log {log_id} has used every epoch")
+            history = state.history
+            cur = state.current
+            if placement is not None and (
+                cur is None
+                or (cur.nodeset, cur.replication_factor, cur.replicate_across)
+                != (placement.nodeset, placement.replication_factor, placement.replicate_across)
+            ):
+                meta = EpochMetadata(
+                    epoch,
+                    tuple(placement.nodeset),
+                    placement.replication_factor,
+                    placement.replicate_across,
+                )
+                history = (*history, meta)
+            elif cur is None:
+                raise InvalidArgumentError(f"log {log_id}: the first epoch needs a placement")
+            result[:] = [epoch, history[-1]]
+            return LogEpochs(epoch + 1, history).to_json()
+
+        self._update(f"epochs/{log_id}", change)
+        return result[0], result[1]
+
+    def log_epochs(self, log_id: int) -> LogEpochs:
+        """The next epoch and placement history of a log (empty for a new log)."""
+        _check_log(log_id)
+        doc = self._doc(f"epochs/{log_id}")
+        return LogEpochs() if doc is None else LogEpochs.from_json(doc)
+
+    def last_clean_epoch(self, log_id: int) -> int:
+        _check_log(log_id)
+        doc = self._doc(f"lce/{log_id}")
+        return 0 if doc is None else int(doc["lce"])
+
+    def set_last_clean_epoch(self, log_id: int, epoch: int) -> int:
+        """Move the last clean epoch forward to ``epoch`` (the same value again is a no-op).
+
+        Raises:
+            StaleError: ``epoch`` is below the current last clean epoch.
+            InvalidArgumentError: ``epoch`` was never handed out.
+        """
+        _check_log(log_id)
+        if epoch >= self.log_epochs(log_id).next_epoch:
+            raise InvalidArgumentError(f"log {log_id}: epoch {epoch} was never handed out")
+
+        def change(doc: Any) -> Any:
+            cur = 0 if doc is None else int(doc["lce"])
+            if epoch < cur:
+                raise StaleError(f"log {log_id}: last clean epoch is {cur}, cannot go to {epoch}")
+            return {"lce": epoch}
+
+        return int(self._update(f"lce/{log_id}", change)["lce"])
+
+    # nodes
+
+    def nodes(self) -> dict[int, NodeConfig]:
+        doc = self._doc("nodes") or {}
+        return {int(k): NodeConfig.from_json(v) for k, v in doc.items()}
+
+    def node(self, node_id: int) -> NodeConfig:
+        found = self.nodes().get(node_id)
+        if found is None:
+            raise NotFoundError(f"node {node_id} is not in the configuration")
+        return found
+
+    def add_node(self, config: NodeConfig) -> None:
+        """Raises: ExistsError when the id or the address is taken."""
+
+        def change(doc: Any) -> Any:
+            doc = dict(doc or {})
+            if str(config.node_id) in doc:
+                raise ExistsError(f"node {config.node_id} already exists")
+            if any(v["address"] == config.address for v in doc.values()):
+                raise ExistsError(f"address {config.address} is already used by another node")
+            doc[str(config.node_id)] = config.to_json()
+            return doc
+
+        self._update("nodes", change)
+
+    def update_node(self, config: NodeConfig) -> None:
+        def change(doc: Any) -> Any:
+            doc = dict(doc or {})
+            if str(config.node_id) not in doc:
+                raise NotFoundError(f"node {config.node_id} is not in the configuration")
+            doc[str(config.node_id)] = config.to_json()
+            return doc
+
+        self._update("nodes", change)
+
+    def remove_node(self, node_id: int) -> None:
+        def change(doc: Any) -> Any:
+            doc = dict(doc or {})
+            if doc.pop(str(node_id), None) is None:
+                raise NotFoundError(f"node {node_id} is not in the configuration")
+            return doc
+
+        self._update("nodes", change)
+
+    # logs
+
+    def log_ranges(self) -> list[LogRange]:
+        return [LogRange.from_json(d) for d in self._doc("logs") or []]
+
+    def log_range(self, log_id: int) -> LogRange:
+        for r in self.log_ranges():
+            if log_id in r:
+                return r
+        raise NotFoundError(f"log {log_id} is not in the configuration")
+
+    def log_attributes(self, log_id: int) -> LogAttributes:
+        """Raises: NotFoundError for a log in no range."""
+        return self.log_range(log_id).attributes
+
+    def _check_placeable(self, attributes: LogAttributes) -> None:
+        storage = [n for n in self.nodes().values() if "storage" in n.roles]
+        domains = {n.domain(attributes.replicate_across) for n in storage}
+        if attributes.replication_factor > len(domains):
+            where = (
+                f"{len(storage)} storage nodes"
+                if attributes.replicate_across == "node"
+                else f"{len(domains)} {attributes.replicate_across}s"
+            )
+            raise InvalidArgumentError(
+                f"replication factor {attributes.replication_factor} is larger than the cluster "
+                f"({where})"
+            )
+
+    def create_logs(self, first: int, last: int, attributes: LogAttributes) -> LogRange:
+        """Raises: ExistsError (overlap), InvalidArgumentError (bad range, R too large)."""
+        new = LogRange(first, last, attributes)
+        self._check_placeable(attributes)
+
+        def change(doc: Any) -> Any:
+            ranges = [LogRange.from_json(d) for d in doc or []]
+            for r in ranges:
+                if r.overlaps(new):
+                    raise ExistsError(
+                        f"logs {first}..{last} overlap the existing range {r.first}..{r.last}"
+                    )
+            ranges.append(new)
+            ranges.sort(key=lambda r: r.first)
+            return [r.to_json() for r in ranges]
+
+        self._update("logs", change)
+        return new
+
+    def update_logs(self, first: int, last: int, **changes: Any) -> LogRange:
+        """Change attributes of the existing range ``first..last``.
+
+        Raises:
+            NotFoundError: no range is exactly ``first..last``.
+            InvalidArgumentError: an unknown attribute or a bad value.
+        """
+        result: list[LogRange] = []
+
+        def change(doc: Any) -> Any:
+            ranges = [LogRange.from_json(d) for d in doc or []]
+            for i, r in enumerate(ranges):
+                if (r.first, r.last) == (first, last):
+                    merged = {**r.attributes.to_json(), **changes}
+                    attrs_new = LogAttributes.from_json(merged)
+                    self._check_placeable(attrs_new)
+                    ranges[i] = LogRange(first, last, attrs_new)
+                    result[:] = [ranges[i]]
+                    return [x.to_json() for x in ranges]
+            raise NotFoundError(f"no log range {first}..{last}")
+
+        self._update("logs", change)
+        return result[0]
+
+    def remove_logs(self, first: int, last: int) -> None:
+        """Remove the range ``first..last``.  Epoch state stays: epochs never go back.
+
+        Raises:
+            NotFoundError: no range is exactly ``first..last``.
+        """
+
+        def change(doc: Any) -> Any:
+            ranges = [LogRange.from_json(d) for d in doc or []]
+            kept = [r for r in ranges if (r.first, r.last) != (first, last)]
+            if len(kept) == len(ranges):
+                raise NotFoundError(f"no log range {first}..{last}")
+            return [r.to_json() for r in kept]
+
+        self._update("logs", change)
+
+
+def _check_log(log_id: int) -> None:
+    if type(log_id) is not int or not 0 < log_id < 2**64:
+        raise InvalidArgumentError(f"bad log id {log_id!r}")
+
+
+class PollingWatch:
+    """Membership watch by polling, for stores without change notification."""
+
+    def __init__(
+        self,
+        poll: Callable[[], frozenset[int]],
+        callback: Callable[[frozenset[int]], None],
+        interval_s: float,
+    ) -> None:
+        self._stop = threading.Event()
+        self._poll = poll
+        self._callback = callback
+        self._interval_s = interval_s
+        self._last: frozenset[int] | None = None
+        self._thread = threading.Thread(target=self._run, name="member-watch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        from ..errors import EpochStoreUnavailableError
+
+        while not self._stop.is_set():
+            now: frozenset[int] | None
+            try:
+                now = self._poll()
+            except EpochStoreUnavailableError:
+                now = self._last
+            if now is not None and now != self._last:
+                self._last = now
+                self._callback(now)
+            self._stop.wait(self._interval_s)
+
+    def cancel(self) -> None:
+        self._stop.set()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout=5)

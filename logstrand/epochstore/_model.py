@@ -1,0 +1,265 @@
+"""What the epoch store keeps: value types and their JSON form.
+
+Every type validates at construction (an invalid config cannot exist) and
+converts to and from plain JSON, which is what ZooKeeper znodes and SQLite rows
+hold, so an operator can read them with ``zkCli.sh`` or ``sqlite3``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import attrs
+
+from ..errors import InvalidArgumentError
+
+#: Failure-domain scopes, narrowest first.  A location is "region.dc.rack".
+SCOPES = ("node", "rack", "dc", "region")
+CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
+DURABILITIES = ("async", "fsync")
+ROLES = ("storage", "sequencer")
+USER_LOG_ID_MAX = 2**63 - 1
+_CLUSTER_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_ADDRESS_RE = re.compile(r"^[A-Za-z0-9_.-]+:\d{1,5}$")
+
+
+def check_cluster_name(name: str) -> str:
+    if not _CLUSTER_RE.match(name):
+        raise InvalidArgumentError(f"bad cluster name {name!r}: use 1-64 of A-Z a-z 0-9 _ . -")
+    return name
+
+
+def _fail(msg: str) -> None:
+    raise InvalidArgumentError(msg)
+
+
+@attrs.frozen
+class NodeConfig:
+    """One node of the cluster."""
+
+    node_id: int
+    address: str  # host:port of the node's protocol listener
+    location: str = ""  # failure-domain path "region.dc.rack"; "" = unknown
+    weight: float = 1.0  # storage and sequencer weight
+    roles: tuple[str, ...] = ("storage", "sequencer")
+    metrics_port: int | None = None
+    data_dir: str = ""
+
+    def __attrs_post_init__(self) -> None:
+        if type(self.node_id) is not int or not 0 <= self.node_id < 2**31:
+            _fail(f"bad node id {self.node_id!r}")
+        if not _ADDRESS_RE.match(self.address) or not 0 < int(self.address.rsplit(":")[1]) < 65536:
+            _fail(f"bad node address {self.address!r}: use host:port")
+        if self.location and len(self.location.split(".")) > len(SCOPES) - 1:
+            _fail(f"bad location {self.location!r}: at most region.dc.rack")
+        if not 0 <= self.weight <= 1e6:
+            _fail(f"bad weight {self.weight!r}")
+        if not set(self.roles) <= set(ROLES) or not self.roles:
+            _fail(f"bad roles {self.roles!r}: choose from {', '.join(ROLES)}")
+
+    @property
+    def host(self) -> str:
+        return self.address.rsplit(":", 1)[0]
+
+    @property
+    def port(self) -> int:
+        return int(self.address.rsplit(":", 1)[1])
+
+    def domain(self, scope: str) -> str:
+        """The failure domain of this node at ``scope`` (e.g. its rack path)."""
+        if scope == "node":
+            return f"node{self.node_id}"
+        parts = self.location.split(".") if self.location else []
+        depth = {"region": 1, "dc": 2, "rack": 3}[scope]
+        if len(parts) < depth:
+            return f"node{self.node_id}"  # unknown location: its own domain
+        return ".".join(parts[:depth])
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node_id": self.node_id,
+            "address": self.address,
+            "location": self.location,
+            "weight": self.weight,
+            "roles": list(self.roles),
+            "metrics_port": self.metrics_port,
+            "data_dir": self.data_dir,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> NodeConfig:
+        return cls(
+            d["node_id"],
+            d["address"],
+            d.get("location", ""),
+            float(d.get("weight", 1.0)),
+            tuple(d.get("roles", ROLES)),
+            d.get("metrics_port"),
+            d.get("data_dir", ""),
+        )
+
+
+@attrs.frozen
+class LogAttributes:
+    """Attributes of a range of logs (LogDevice's log group attributes)."""
+
+    replication_factor: int = 2
+    replicate_across: str = "node"
+    #: How many nodes hold the log's copies; None means every storage node.
+    nodeset_size: int | None = None
+    #: Backlog: records older than this are trimmed; None keeps them forever.
+    retention_ms: int | None = None
+    cleanup_policy: str = "delete"
+    delete_retention_ms: int = 86_400_000
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int | None = None
+    min_cleanable_ratio: float = 0.5
+    durability: str = "async"
+
+    def __attrs_post_init__(self) -> None:
+        if type(self.replication_factor) is not int or not 1 <= self.replication_factor <= 15:
+            _fail(f"bad replication factor {self.replication_factor!r}: 1 to 15")
+        if self.replicate_across not in SCOPES:
+            _fail(f"bad replicate-across {self.replicate_across!r}: one of {', '.join(SCOPES)}")
+        if self.nodeset_size is not None and not (
+            type(self.nodeset_size) is int and self.replication_factor <= self.nodeset_size <= 1000
+        ):
+            _fail(f"bad nodeset size {self.nodeset_size!r}: at least the replication factor")
+        for name in ("retention_ms", "max_compaction_lag_ms"):
+            v = getattr(self, name)
+            if v is not None and (type(v) is not int or v <= 0):
+                _fail(f"bad {name.removesuffix('_ms').replace('_', '-')} {v!r}: must be positive")
+        for name in ("delete_retention_ms", "min_compaction_lag_ms"):
+            v = getattr(self, name)
+            if type(v) is not int or v < 0:
+                _fail(f"bad {name.removesuffix('_ms').replace('_', '-')} {v!r}")
+        if self.cleanup_policy not in CLEANUP_POLICIES:
+            _fail(f"bad cleanup policy {self.cleanup_policy!r}: {', '.join(CLEANUP_POLICIES)}")
+        if not 0.0 <= self.min_cleanable_ratio <= 1.0:
+            _fail(f"bad min cleanable ratio {self.min_cleanable_ratio!r}: 0 to 1")
+        if self.durability not in DURABILITIES:
+            _fail(f"bad durability {self.durability!r}: {', '.join(DURABILITIES)}")
+
+    @property
+    def compacted(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> LogAttributes:
+        known = {a.name for a in attrs.fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            _fail(f"unknown log attribute(s): {', '.join(sorted(unknown))}")
+        return cls(**d)
+
+
+@attrs.frozen
+class LogRange:
+    """Logs ``first..last`` (both included) sharing one set of attributes."""
+
+    first: int
+    last: int
+    attributes: LogAttributes = LogAttributes()
+
+    def __attrs_post_init__(self) -> None:
+        if not (type(self.first) is int and type(self.last) is int):
+            _fail("log range ends must be integers")
+        if not 1 <= self.first <= self.last <= USER_LOG_ID_MAX:
+            _fail(f"bad log range {self.first}..{self.last}: 1 <= first <= last < 2^63")
+
+    def __contains__(self, log_id: object) -> bool:
+        return isinstance(log_id, int) and self.first <= log_id <= self.last
+
+    def overlaps(self, other: LogRange) -> bool:
+        return self.first <= other.last and other.first <= self.last
+
+    def to_json(self) -> dict[str, Any]:
+        return {"first": self.first, "last": self.last, "attributes": self.attributes.to_json()}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> LogRange:
+        return cls(d["first"], d["last"], LogAttributes.from_json(d["attributes"]))
+
+
+@attrs.frozen
+class EpochMetadata:
+    """Placement in force from epoch ``since`` on (until the next entry's ``since``)."""
+
+    since: int
+    nodeset: tuple[int, ...]
+    replication_factor: int
+    replicate_across: str = "node"
+
+    def __attrs_post_init__(self) -> None:
+        if self.since < 1:
+            _fail("epochs start at 1")
+        if len(self.nodeset) < self.replication_factor or len(set(self.nodeset)) != len(
+            self.nodeset
+        ):
+            _fail(f"nodeset {self.nodeset} cannot hold {self.replication_factor} copies")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "since": self.since,
+            "nodeset": list(self.nodeset),
+            "replication_factor": self.replication_factor,
+            "replicate_across": self.replicate_across,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> EpochMetadata:
+        return cls(
+            d["since"],
+            tuple(d["nodeset"]),
+            d["replication_factor"],
+            d.get("replicate_across", "node"),
+        )
+
+
+@attrs.frozen
+class LogEpochs:
+    """The epoch state of one log: the next epoch to hand out, and placement history."""
+
+    next_epoch: int = 1
+    history: tuple[EpochMetadata, ...] = ()
+
+    def metadata_for(self, epoch: int) -> EpochMetadata | None:
+        """The placement of ``epoch`` (None if no epoch that old was handed out)."""
+        found = None
+        for entry in self.history:
+            if entry.since <= epoch:
+                found = entry
+            else:
+                break
+        return found
+
+    @property
+    def current(self) -> EpochMetadata | None:
+        return self.history[-1] if self.history else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"next_epoch": self.next_epoch, "history": [h.to_json() for h in self.history]}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> LogEpochs:
+        return cls(d["next_epoch"], tuple(EpochMetadata.from_json(h) for h in d["history"]))
+
+
+def parse_log_range(text: str) -> tuple[int, int]:
+    """``"1..100"`` or ``"7"`` → (first, last).
+
+    Raises:
+        InvalidArgumentError: anything else.
+    """
+    first_s, sep, last_s = text.strip().partition("..")
+    try:
+        first = int(first_s)
+        last = int(last_s) if sep else first
+    except ValueError:
+        raise InvalidArgumentError(f"bad log range {text!r}: use N or FIRST..LAST") from None
+    LogRange(first, last)  # validates
+    return first, last

@@ -1,0 +1,208 @@
+"""The embedded epoch store: one SQLite file, safe for many processes on one machine.
+
+Documents live in ``kv(path, value, version)``; a compare-and-set is one
+``UPDATE ... WHERE version = ?`` (or ``INSERT OR IGNORE`` to create), atomic
+under SQLite's write lock.  WAL mode lets readers go on while one writes, and
+``synchronous=FULL`` makes every handed-out epoch durable before it is used.
+
+Membership is a lease table: a registered node renews its row every third of
+the lease from a background thread; a node whose process died stops renewing
+and drops out when its lease runs out.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import EpochStoreUnavailableError, ExistsError
+from ._base import EpochStore, MemberSession, PollingWatch, Watch
+from ._model import check_cluster_name
+
+if TYPE_CHECKING:
+    import os
+    from collections.abc import Callable, Iterator
+
+LEASE_S_DEFAULT = 3.0
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS kv (
+    path TEXT PRIMARY KEY, value BLOB NOT NULL, version INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS members (
+    node_id INTEGER PRIMARY KEY, session TEXT NOT NULL, expires_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+class _SqliteMember(MemberSession):
+    def __init__(self, store: SqliteEpochStore, node_id: int, session: str) -> None:
+        self.node_id = node_id
+        self._store = store
+        self._session = session
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew, name=f"lease-{node_id}", daemon=True)
+        self._thread.start()
+
+    def _renew(self) -> None:
+        every_s = self._store.lease_s / 3
+        while not self._stop.wait(every_s):
+            try:
+                with self._store._tx() as db:
+                    now = time.time()
+                    cur = db.execute(
+                        "UPDATE members SET expires_at = ? WHERE node_id = ? AND session = ?",
+                        (now + self._store.lease_s, self.node_id, self._session),
+                    )
+                    if cur.rowcount == 0:
+                        # Our lease ran out (a long pause): take it back if free.
+                        db.execute(
+                            "INSERT INTO members VALUES (?, ?, ?) ON CONFLICT(node_id) DO UPDATE "
+                            "SET session = excluded.session, expires_at = excluded.expires_at "
+                            "WHERE members.expires_at <= ?",
+                            (self.node_id, self._session, now + self._store.lease_s, now),
+                        )
+            except EpochStoreUnavailableError:
+                continue  # try again at the next beat
+
+    def close(self) -> None:
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join(timeout=5)
+        try:
+            with self._store._tx() as db:
+                db.execute(
+                    "DELETE FROM members WHERE node_id = ? AND session = ?",
+                    (self.node_id, self._session),
+                )
+        except EpochStoreUnavailableError:
+            pass  # the lease runs out by itself
+
+
+class SqliteEpochStore(EpochStore):
+    """Epoch store in one SQLite file (the embedded default)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        cluster: str | None = None,
+        lease_s: float = LEASE_S_DEFAULT,
+        busy_timeout_s: float = 10.0,
+    ) -> None:
+        self.path = Path(path)
+        self.url = f"sqlite://{self.path}"
+        self.lease_s = lease_s
+        self._lock = threading.Lock()
+        self._closed = False
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._db = sqlite3.connect(
+                self.path,
+                timeout=busy_timeout_s,
+                isolation_level=None,  # we BEGIN ourselves
+                check_same_thread=False,
+            )
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            with self._tx() as db:
+                for stmt in _SCHEMA.split(";"):
+                    if stmt.strip():
+                        db.execute(stmt)
+                row = db.execute("SELECT value FROM meta WHERE key = 'cluster'").fetchone()
+                if row is None:
+                    name = check_cluster_name(cluster or self.path.stem)
+                    db.execute("INSERT INTO meta VALUES ('cluster', ?)", (name,))
+                else:
+                    name = row[0]
+        except sqlite3.Error as exc:
+            raise EpochStoreUnavailableError(f"cannot open epoch store {self.path}: {exc}") from exc
+        self.cluster = name
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One IMMEDIATE transaction: it takes the write lock at once, so a
+        read-modify-write inside it cannot interleave with another process."""
+        with self._lock:
+            if self._closed:
+                raise EpochStoreUnavailableError("epoch store is closed")
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._db
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+                self._db.execute("COMMIT")
+            except sqlite3.OperationalError as exc:
+                raise EpochStoreUnavailableError(f"epoch store {self.path}: {exc}") from exc
+
+    def _get(self, path: str) -> tuple[bytes, int] | None:
+        with self._lock:
+            if self._closed:
+                raise EpochStoreUnavailableError("epoch store is closed")
+            try:
+                row = self._db.execute(
+                    "SELECT value, version FROM kv WHERE path = ?", (path,)
+                ).fetchone()
+            except sqlite3.OperationalError as exc:
+                raise EpochStoreUnavailableError(f"epoch store {self.path}: {exc}") from exc
+        return None if row is None else (bytes(row[0]), int(row[1]))
+
+    def _cas(self, path: str, value: bytes, version: int | None) -> bool:
+        with self._tx() as db:
+            if version is None:
+                cur = db.execute("INSERT OR IGNORE INTO kv VALUES (?, ?, 0)", (path, value))
+            else:
+                cur = db.execute(
+                    "UPDATE kv SET value = ?, version = version + 1 WHERE path = ? AND version = ?",
+                    (value, path, version),
+                )
+            return cur.rowcount == 1
+
+    def register_member(self, node_id: int, *, wait_s: float = 30.0) -> MemberSession:
+        session = uuid.uuid4().hex
+        deadline = time.monotonic() + wait_s
+        while True:
+            with self._tx() as db:
+                now = time.time()
+                cur = db.execute(
+                    "INSERT INTO members VALUES (?, ?, ?) ON CONFLICT(node_id) DO UPDATE "
+                    "SET session = excluded.session, expires_at = excluded.expires_at "
+                    "WHERE members.expires_at <= ?",
+                    (node_id, session, now + self.lease_s, now),
+                )
+                if cur.rowcount == 1:
+                    return _SqliteMember(self, node_id, session)
+            if time.monotonic() >= deadline:
+                raise ExistsError(f"node {node_id} is registered by another live process")
+            time.sleep(min(0.1, self.lease_s / 10))
+
+    def alive_nodes(self) -> frozenset[int]:
+        with self._lock:
+            if self._closed:
+                raise EpochStoreUnavailableError("epoch store is closed")
+            try:
+                rows = self._db.execute(
+                    "SELECT node_id FROM members WHERE expires_at > ?", (time.time(),)
+                ).fetchall()
+            except sqlite3.OperationalError as exc:
+                raise EpochStoreUnavailableError(f"epoch store {self.path}: {exc}") from exc
+        return frozenset(int(r[0]) for r in rows)
+
+    def watch_members(
+        self, callback: Callable[[frozenset[int]], None], *, interval_s: float = 0.2
+    ) -> Watch:
+        return Watch(PollingWatch(self.alive_nodes, callback, interval_s).cancel)
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._db.close()

@@ -1,0 +1,145 @@
+"""Start a real ZooKeeper server (the Debian package) for tests and local runs.
+
+    with ZooKeeperServer(tmp_dir) as zk:
+        url = f"zk://{zk.address}/mycluster"
+
+The server binds to 127.0.0.1 on a free port, keeps its data in the given
+directory, and is stopped (and waited for) on exit.  ``stop()`` and
+``start()`` may be called again to take it away from running clients and give
+it back on the same port and data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import os
+
+ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
+MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+
+
+def zookeeper_available() -> bool:
+    """True when the Debian zookeeper package and a java runtime are installed."""
+    return ZOOKEEPER_JAR.exists() and shutil.which("java") is not None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _ruok(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+            s.sendall(b"ruok")
+            return s.recv(16) == b"imok"
+    except OSError:
+        return False
+
+
+class ZooKeeperServer:
+    """One standalone ZooKeeper on 127.0.0.1."""
+
+    def __init__(self, directory: str | os.PathLike[str], *, tick_ms: int = 200) -> None:
+        if not zookeeper_available():
+            raise RuntimeError(
+                "ZooKeeper is not installed: install the Debian package 'zookeeper' "
+                "(make test does this when run as root)"
+            )
+        self.directory = Path(directory)
+        self.port = free_port()
+        self.tick_ms = tick_ms
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: object = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _write_config(self) -> Path:
+        data = self.directory / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        cfg = self.directory / "zoo.cfg"
+        # Sessions may last 2 to 20 ticks: with 200 ms ticks a dead client's
+        # ephemeral nodes go within 4 s, which keeps membership tests short.
+        cfg.write_text(
+            "\n".join(
+                [
+                    f"tickTime={self.tick_ms}",
+                    f"dataDir={data}",
+                    f"clientPort={self.port}",
+                    "clientPortAddress=127.0.0.1",
+                    "admin.enableServer=false",
+                    "4lw.commands.whitelist=ruok,srvr",
+                    "maxClientCnxns=200",
+                    "",
+                ]
+            )
+        )
+        return cfg
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        if self._proc is not None:
+            return
+        cfg = self._write_config()
+        log = open(self.directory / "zookeeper.out", "ab")  # noqa: SIM115
+        self._log = log
+        self._proc = subprocess.Popen(
+            [
+                "java",
+                "-Xmx256m",
+                "-Dzookeeper.admin.enableServer=false",
+                "-Djava.net.preferIPv4Stack=true",
+                "-cp",
+                str(ZOOKEEPER_JAR),
+                MAIN_CLASS,
+                str(cfg),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + timeout_s
+        while not _ruok(self.port):
+            if self._proc.poll() is not None:
+                self._close_log()
+                self._proc = None
+                raise RuntimeError(f"ZooKeeper exited at start; see {self.directory}/zookeeper.out")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"ZooKeeper did not answer within {timeout_s} s")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        self._close_log()
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            with contextlib.suppress(OSError):
+                self._log.close()  # type: ignore[attr-defined]
+            self._log = None
+
+    def __enter__(self) -> ZooKeeperServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

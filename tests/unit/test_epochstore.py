@@ -1,0 +1,408 @@
+"""The epoch store contract, against SQLite and a real ZooKeeper."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+import trio
+
+from logstrand.epochstore import (
+    AsyncEpochStore,
+    EpochStore,
+    LogAttributes,
+    NodeConfig,
+    Placement,
+    SqliteEpochStore,
+    open_epoch_store,
+    parse_log_range,
+)
+from logstrand.errors import (
+    EpochStoreUnavailableError,
+    ExistsError,
+    InvalidArgumentError,
+    NotFoundError,
+    StaleError,
+    Status,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+P3 = Placement((1, 2, 3), 2)
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[EpochStore]:
+    s = open_epoch_store(store_url)
+    yield s
+    s.close()
+
+
+def add_nodes(store: EpochStore, n: int, racks: int = 0) -> None:
+    for i in range(1, n + 1):
+        loc = f"r1.dc1.rack{i % racks}" if racks else ""
+        store.add_node(NodeConfig(i, f"127.0.0.1:{4000 + i}", location=loc))
+
+
+def test_epochs_are_handed_out_in_order_with_placement_history(store: EpochStore) -> None:
+    with pytest.raises(InvalidArgumentError, match="placement"):
+        store.take_epoch(1)
+    assert store.take_epoch(1, P3) == (1, store.log_epochs(1).history[0])
+    assert store.take_epoch(1)[0] == 2
+    assert store.take_epoch(1, P3)[0] == 3  # same placement: no new history entry
+    epoch, meta = store.take_epoch(1, Placement((2, 3, 4, 5), 3))
+    assert (epoch, meta.since, meta.nodeset) == (4, 4, (2, 3, 4, 5))
+    state = store.log_epochs(1)
+    assert state.next_epoch == 5
+    assert [h.since for h in state.history] == [1, 4]
+    old = state.metadata_for(3)
+    assert old is not None
+    assert old.nodeset == (1, 2, 3)
+    assert state.metadata_for(0) is None
+    # Logs are independent.
+    assert store.take_epoch(2, P3)[0] == 1
+
+
+def test_take_epoch_with_expectation_is_a_compare_and_set(store: EpochStore) -> None:
+    store.take_epoch(9, P3)
+    with pytest.raises(StaleError) as info:
+        store.take_epoch(9, expect_next=1)
+    assert info.value.status is Status.STALE
+    assert store.take_epoch(9, expect_next=2)[0] == 2
+
+
+def test_last_clean_epoch_only_moves_forward(store: EpochStore) -> None:
+    assert store.last_clean_epoch(3) == 0
+    for _ in range(5):
+        store.take_epoch(3, P3)
+    assert store.set_last_clean_epoch(3, 2) == 2
+    assert store.set_last_clean_epoch(3, 2) == 2  # the same again is fine
+    with pytest.raises(StaleError, match="cannot go to 1"):
+        store.set_last_clean_epoch(3, 1)
+    with pytest.raises(InvalidArgumentError, match="never handed out"):
+        store.set_last_clean_epoch(3, 6)
+    assert store.set_last_clean_epoch(3, 5) == 5
+    assert store.last_clean_epoch(3) == 5
+
+
+def test_nodes_configuration_round_trip(store: EpochStore) -> None:
+    n1 = NodeConfig(1, "127.0.0.1:4441", "eu.dc1.r1", 2.0, ("storage",), 9101, "/data/1")
+    store.add_node(n1)
+    store.add_node(NodeConfig(2, "127.0.0.1:4442"))
+    assert store.node(1) == n1
+    assert sorted(store.nodes()) == [1, 2]
+    with pytest.raises(ExistsError):
+        store.add_node(NodeConfig(1, "127.0.0.1:4443"))
+    with pytest.raises(ExistsError, match="address"):
+        store.add_node(NodeConfig(3, "127.0.0.1:4441"))
+    store.update_node(NodeConfig(2, "127.0.0.1:4449", weight=0.5))
+    assert store.node(2).weight == 0.5
+    store.remove_node(2)
+    with pytest.raises(NotFoundError):
+        store.node(2)
+    with pytest.raises(NotFoundError):
+        store.remove_node(2)
+
+
+def test_logs_configuration_round_trip(store: EpochStore) -> None:
+    add_nodes(store, 3)
+    attrs = LogAttributes(
+        replication_factor=2,
+        nodeset_size=3,
+        retention_ms=7 * 86_400_000,
+        cleanup_policy="compact",
+        delete_retention_ms=3_600_000,
+        min_compaction_lag_ms=1000,
+        durability="fsync",
+    )
+    store.create_logs(1, 100, attrs)
+    store.create_logs(200, 200, LogAttributes(replication_factor=1))
+    assert store.log_attributes(50) == attrs
+    assert store.log_attributes(200).replication_factor == 1
+    assert [(r.first, r.last) for r in store.log_ranges()] == [(1, 100), (200, 200)]
+    with pytest.raises(ExistsError, match="overlap"):
+        store.create_logs(100, 150, LogAttributes())
+    with pytest.raises(NotFoundError):
+        store.log_attributes(150)
+    updated = store.update_logs(1, 100, retention_ms=86_400_000, min_cleanable_ratio=0.2)
+    assert updated.attributes.retention_ms == 86_400_000
+    assert store.log_attributes(1).min_cleanable_ratio == 0.2
+    assert store.log_attributes(1).cleanup_policy == "compact"  # the rest is kept
+    with pytest.raises(InvalidArgumentError, match="unknown log attribute"):
+        store.update_logs(1, 100, colour="blue")
+    with pytest.raises(NotFoundError):
+        store.update_logs(1, 99, retention_ms=1)
+    store.remove_logs(200, 200)
+    with pytest.raises(NotFoundError):
+        store.remove_logs(200, 200)
+    assert [(r.first, r.last) for r in store.log_ranges()] == [(1, 100)]
+
+
+def test_replication_must_fit_the_cluster(store: EpochStore) -> None:
+    with pytest.raises(InvalidArgumentError, match="larger than the cluster"):
+        store.create_logs(1, 1, LogAttributes(replication_factor=1))  # no nodes yet
+    add_nodes(store, 3, racks=2)
+    store.create_logs(1, 1, LogAttributes(replication_factor=3))
+    with pytest.raises(InvalidArgumentError, match="larger than the cluster"):
+        store.create_logs(2, 2, LogAttributes(replication_factor=4))
+    with pytest.raises(InvalidArgumentError, match="2 racks"):
+        store.create_logs(3, 3, LogAttributes(replication_factor=3, replicate_across="rack"))
+    store.create_logs(3, 3, LogAttributes(replication_factor=2, replicate_across="rack"))
+
+
+def test_two_handles_see_each_other(store_url: str) -> None:
+    a, b = open_epoch_store(store_url), open_epoch_store(store_url)
+    try:
+        assert a.cluster == b.cluster
+        a.take_epoch(5, P3)
+        assert b.take_epoch(5)[0] == 2
+        assert a.log_epochs(5).next_epoch == 3
+    finally:
+        a.close()
+        b.close()
+
+
+def test_membership_register_watch_and_close(store: EpochStore) -> None:
+    seen: list[frozenset[int]] = []
+    changed = threading.Event()
+
+    def on_change(alive: frozenset[int]) -> None:
+        seen.append(alive)
+        changed.set()
+
+    watch = store.watch_members(on_change)
+    try:
+        assert _wait(lambda: seen and seen[-1] == frozenset())
+        s1 = store.register_member(1)
+        s2 = store.register_member(2)
+        assert store.alive_nodes() == {1, 2}
+        assert _wait(lambda: seen[-1] == {1, 2})
+        s1.close()
+        assert store.alive_nodes() == {2}
+        assert _wait(lambda: seen[-1] == {2})
+        s2.close()
+        assert store.alive_nodes() == frozenset()
+    finally:
+        watch.cancel()
+
+
+def test_a_node_id_has_one_live_session(store_url: str) -> None:
+    a, b = open_epoch_store(store_url), open_epoch_store(store_url)
+    try:
+        session = a.register_member(4)
+        with pytest.raises(ExistsError):
+            b.register_member(4, wait_s=0.3)
+        session.close()
+        b.register_member(4, wait_s=5).close()
+    finally:
+        a.close()
+        b.close()
+
+
+def _wait(cond: object, timeout_s: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cond():  # type: ignore[operator]
+            return True
+        time.sleep(0.05)
+    return False
+
+
+HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from logstrand.epochstore import open_epoch_store
+    url = sys.argv[1]
+    opts = {"lease_s": 1.0} if url.startswith("sqlite") else {"session_timeout_s": 2.0}
+    store = open_epoch_store(url, **opts)
+    store.register_member(7)
+    print("registered", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_membership_ends_with_the_process(store_url: str, store: EpochStore) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, store_url], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"registered\n"
+        assert 7 in store.alive_nodes()
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        t0 = time.monotonic()
+        # Gone after the lease (SQLite, 1 s) or the session timeout (ZooKeeper, <= 4 s).
+        assert _wait(lambda: 7 not in store.alive_nodes(), timeout_s=20)
+        assert time.monotonic() - t0 < 15
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+RACER = textwrap.dedent(
+    """
+    import sys, time
+    from logstrand.epochstore import open_epoch_store, Placement
+    store = open_epoch_store(sys.argv[1])
+    time.sleep(max(0.0, float(sys.argv[3]) - time.time()))  # all start together
+    got = [store.take_epoch(42, Placement((1, 2, 3), 2))[0] for _ in range(int(sys.argv[2]))]
+    print(" ".join(map(str, got)))
+    store.close()
+    """
+)
+
+
+@pytest.mark.parametrize(("procs", "each"), [(4, 500)])
+def test_racing_processes_never_share_an_epoch(store_url: str, procs: int, each: int) -> None:
+    start_at = str(time.time() + 3.0)
+    running = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, store_url, str(each), start_at],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(procs)
+    ]
+    results = []
+    for p in running:
+        out, _ = p.communicate(timeout=300)
+        assert p.returncode == 0
+        results.append([int(x) for x in out.split()])
+    every = [e for r in results for e in r]
+    assert len(every) == procs * each
+    assert sorted(every) == list(range(1, procs * each + 1))  # each won exactly once
+    for r in results:
+        assert r == sorted(r)
+        assert len(set(r)) == len(r)
+    # They really raced: some process saw others' epochs between its own.
+    assert any(r[-1] - r[0] + 1 > len(r) for r in results)
+    with open_epoch_store(store_url) as s:
+        assert s.log_epochs(42).next_epoch == procs * each + 1
+
+
+def test_zookeeper_outage_is_reported_and_recovered(tmp_path: Path) -> None:
+    from logstrand.testing import ZooKeeperServer, zookeeper_available
+
+    if not zookeeper_available():
+        pytest.skip("ZooKeeper is not installed")
+    with ZooKeeperServer(tmp_path / "zk") as zk:
+        store = open_epoch_store(f"zk://{zk.address}/outage", call_timeout_s=1.0)
+        try:
+            store.take_epoch(1, P3)
+            zk.stop()
+            t0 = time.monotonic()
+            with pytest.raises(EpochStoreUnavailableError) as info:
+                store.take_epoch(1)
+            assert info.value.status is Status.UNAVAILABLE
+            assert "unavailable" in str(info.value)
+            assert time.monotonic() - t0 < 5
+            with pytest.raises(EpochStoreUnavailableError):
+                store.log_epochs(1)
+            zk.start()
+            # No reconnect call: the client comes back by itself.
+            assert _wait(lambda: _works(store), timeout_s=30)
+            epoch, _ = store.take_epoch(1)
+            assert epoch >= 2  # a write that timed out may have taken epoch 2
+            assert store.log_epochs(1).next_epoch == epoch + 1
+        finally:
+            store.close()
+
+
+def _works(store: EpochStore) -> bool:
+    try:
+        store.log_epochs(1)
+        return True
+    except EpochStoreUnavailableError:
+        return False
+
+
+def test_unreachable_zookeeper_at_open() -> None:
+    from logstrand.testing import free_port
+
+    with pytest.raises(EpochStoreUnavailableError):
+        open_epoch_store(f"zk://127.0.0.1:{free_port()}/x", connect_timeout_s=1.0)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "",
+        "mysql://x",
+        "sqlite://",
+        "zk://",
+        "zk://host/cl",
+        "zk://h:1",
+        "zk://h:1/a/b",
+        "zk://h:1/bad name",
+    ],
+)
+def test_bad_urls(url: str) -> None:
+    with pytest.raises(InvalidArgumentError):
+        open_epoch_store(url)
+
+
+def test_log_range_parsing() -> None:
+    assert parse_log_range("1..100") == (1, 100)
+    assert parse_log_range("7") == (7, 7)
+    for bad in ("", "a", "5..1", "0..3", "1..2..3", str(2**63)):
+        with pytest.raises(InvalidArgumentError):
+            parse_log_range(bad)
+
+
+def test_attributes_validate() -> None:
+    for bad in (
+        {"replication_factor": 0},
+        {"replicate_across": "planet"},
+        {"nodeset_size": 1, "replication_factor": 2},
+        {"retention_ms": 0},
+        {"cleanup_policy": "shred"},
+        {"min_cleanable_ratio": 1.5},
+        {"durability": "never"},
+    ):
+        with pytest.raises(InvalidArgumentError):
+            LogAttributes(**bad)  # type: ignore[arg-type]
+
+
+async def test_async_store_keeps_the_event_loop_running(tmp_path: Path) -> None:
+    import sqlite3
+
+    store = SqliteEpochStore(tmp_path / "c.db")
+    astore = AsyncEpochStore(store)
+    # Another connection holds the write lock for a while: take_epoch waits in a
+    # worker thread, and the event loop goes on meanwhile.
+    blocker = sqlite3.connect(tmp_path / "c.db", isolation_level=None, check_same_thread=False)
+    blocker.execute("BEGIN IMMEDIATE")
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await trio.sleep(0.01)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ticker)
+        nursery.start_soon(trio.to_thread.run_sync, _release_later, blocker)
+        epoch, _ = await astore.call(store.take_epoch, 1, P3)
+        nursery.cancel_scope.cancel()
+    assert epoch == 1
+    assert ticks >= 10
+    store.close()
+
+
+def _release_later(conn: object) -> None:
+    time.sleep(0.3)
+    conn.execute("COMMIT")  # type: ignore[attr-defined]
+    conn.close()  # type: ignore[attr-defined]
