@@ -40,7 +40,7 @@ lint: venv
 	$(BIN)/mypy
 
 format: venv
-	$(BIN)/ruff check --fix .
+	$(BIN)/ruff check --fix --unsafe-fixes .
 	$(BIN)/ruff format .
 
 bench: venv

@@ -4,6 +4,8 @@ Layout: ``types`` and ``errors`` are the vocabulary; ``wire`` is the protocol
 (pure); ``logsdb`` is a node's local store; ``testing`` holds in-memory twins.
 """
 
+from typing import TYPE_CHECKING
+
 from .errors import (
     ClosedError,
     CorruptionError,
@@ -32,13 +34,32 @@ from .types import (
     parse_lsn,
 )
 
+if TYPE_CHECKING:
+    from .client import AsyncClient, Client, ClientSettings, connect, open_client
+
 __version__ = "0.1.0"
+
+_CLIENT_NAMES = {"AsyncClient", "Client", "ClientSettings", "connect", "open_client"}
+
+
+def __getattr__(name: str) -> object:
+    # The client pulls in trio; import it only when asked, so that the pure
+    # parts (logstrand.wire, logstrand.logsdb, ...) stay free of it.
+    if name in _CLIENT_NAMES:
+        from . import client
+
+        return getattr(client, name)
+    raise AttributeError(f"module 'logstrand' has no attribute {name!r}")
+
 
 __all__ = [
     "LSN_INVALID",
     "LSN_MAX",
     "LSN_OLDEST",
     "TAIL",
+    "AsyncClient",
+    "Client",
+    "ClientSettings",
     "ClosedError",
     "CorruptionError",
     "Gap",
@@ -55,8 +76,10 @@ __all__ = [
     "TransientError",
     "__version__",
     "compose_lsn",
+    "connect",
     "format_lsn",
     "lsn_epoch",
     "lsn_esn",
+    "open_client",
     "parse_lsn",
 ]

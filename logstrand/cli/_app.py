@@ -19,6 +19,7 @@ from .._units import format_bytes
 from ..errors import InvalidArgumentError, LogstrandError
 from ..logsdb import LogsDB, LogsDBOptions, PutBatch, make_batch
 from ..types import format_lsn
+from ._cluster import append, dev_app, node
 from ._common import EXIT_FAILED, EXIT_USAGE, console, err_console
 from ._logs import logs_app, nodes_app
 
@@ -31,6 +32,9 @@ app = typer.Typer(
 logsdb_app = typer.Typer(help="Work on a node's local log store (LogsDB) directly.")
 app.add_typer(logsdb_app, name="logsdb")
 app.add_typer(logs_app, name="logs")
+app.add_typer(dev_app, name="dev")
+app.command("node")(node)
+app.command("append")(append)
 app.add_typer(nodes_app, name="nodes")
 
 DirOption = Annotated[Path, typer.Option("--dir", help="LogsDB directory.")]

@@ -490,6 +490,20 @@ class LogsDB:
     def set_release(self, log_id: int, lsn: int, *, sync: bool = False) -> int:
         return self._raise_meta("release", log_id, lsn, sync)
 
+    def set_releases(self, releases: Mapping[int, int], *, sync: bool = False) -> None:
+        """Move the release pointers of many logs forward in one write."""
+        self._check_open()
+        store = self._meta["release"]
+        moved = {log: lsn for log, lsn in releases.items() if lsn > store.get(log, 0)}
+        if not moved:
+            return
+        batch = self._engine.new_batch()
+        for log_id, lsn in moved.items():
+            _check_log(log_id)
+            batch.put(META_CF, fmt.log_key("release", log_id), fmt.pack_u64(lsn))
+        self._engine.write(batch, sync=sync)
+        store.update(moved)
+
     def release_pointer(self, log_id: int) -> int:
         return self._meta["release"].get(log_id, 0)
 

@@ -121,6 +121,89 @@ class Records:
     batch: RecordBatch = attrs.field(converter=_batch_from_wire, validator=_batch)
 
 
+@message(10)
+@attrs.frozen(slots=True)
+class Append:
+    """Client → sequencer node: append a batch of records to one log.
+
+    The batch's LSNs, timestamps and flags are ignored: the sequencer assigns
+    consecutive LSNs and stamps the time.
+    """
+
+    TYPE_ID: ClassVar[int]
+    request_id: int = attrs.field(validator=f.u64)
+    log_id: int = attrs.field(validator=f.u64)
+    batch: RecordBatch = attrs.field(converter=_batch_from_wire, validator=_batch)
+
+
+@message(11)
+@attrs.frozen(slots=True)
+class AppendReply:
+    """The records of an ``Append`` got LSNs ``first_lsn .. first_lsn + count - 1``.
+
+    On failure ``status`` says why; with REDIRECTED, ``redirect`` names the
+    node that runs the log's sequencer.
+    """
+
+    TYPE_ID: ClassVar[int]
+    request_id: int = attrs.field(validator=f.u64)
+    status: int = attrs.field(validator=_status)
+    first_lsn: int = attrs.field(default=0, validator=f.u64)
+    count: int = attrs.field(default=0, validator=f.u32)
+    timestamp_ms: int = attrs.field(default=0, validator=f.u64)
+    redirect: int | None = attrs.field(default=None, validator=f.optional(f.u32))
+    message: str = attrs.field(default="", validator=f.text(1024))
+
+
+@message(12)
+@attrs.frozen(slots=True)
+class Store:
+    """Sequencer → storage node: keep a copy of these records.
+
+    ``wave`` counts the sequencer's attempts for these records (or carries the
+    recovery's seal epoch); ``last_known_good`` is the highest LSN of the
+    epoch that the sequencer knows is fully stored.
+    """
+
+    TYPE_ID: ClassVar[int]
+    store_id: int = attrs.field(validator=f.u64)
+    log_id: int = attrs.field(validator=f.u64)
+    wave: int = attrs.field(validator=f.u32)
+    copyset: tuple[int, ...] = attrs.field(
+        converter=f.to_tuple, validator=f.tuple_of(f.u32, max_len=255)
+    )
+    last_known_good: int = attrs.field(validator=f.u64)
+    sync: bool = attrs.field(validator=f.boolean)
+    batch: RecordBatch = attrs.field(converter=_batch_from_wire, validator=_batch)
+
+    def __attrs_post_init__(self) -> None:
+        if not self.copyset:
+            raise ValueError("empty copyset")
+        lsns = self.batch.lsns
+        if lsns and lsns[0] >> 32 != lsns[-1] >> 32:
+            raise ValueError("a STORE carries records of one epoch")
+
+
+@message(13)
+@attrs.frozen(slots=True)
+class StoreReply:
+    TYPE_ID: ClassVar[int]
+    store_id: int = attrs.field(validator=f.u64)
+    log_id: int = attrs.field(validator=f.u64)
+    status: int = attrs.field(validator=_status)
+    node_id: int = attrs.field(validator=f.u32)
+
+
+@message(14)
+@attrs.frozen(slots=True)
+class Release:
+    """Sequencer → nodeset: records of ``log_id`` up to ``lsn`` may be delivered."""
+
+    TYPE_ID: ClassVar[int]
+    log_id: int = attrs.field(validator=f.u64)
+    lsn: int = attrs.field(validator=f.u64)
+
+
 def choose_version(peer_min: int, peer_max: int) -> int | None:
     """The highest version both ends speak, or None when the ranges do not overlap."""
     top = min(peer_max, PROTOCOL_VERSION_MAX)

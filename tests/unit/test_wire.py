@@ -11,11 +11,16 @@ from hypothesis import strategies as st
 from logstrand.errors import InvalidArgumentError, ProtocolError, Status
 from logstrand.wire import (
     MESSAGE_TYPES,
+    Append,
+    AppendReply,
     ErrorReply,
     FrameDecoder,
     Hello,
     RecordBatch,
     Records,
+    Release,
+    Store,
+    StoreReply,
     choose_version,
     decode_body,
     encode_body,
@@ -56,6 +61,22 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     MESSAGE_TYPES[4]: st.builds(MESSAGE_TYPES[4], u64),
     ErrorReply: st.builds(ErrorReply, u64, statuses, st.text(max_size=100)),
     Records: st.builds(Records, u64, record_batches()),
+    Append: st.builds(Append, u64, u64, record_batches()),
+    AppendReply: st.builds(
+        AppendReply, u64, statuses, u64, u32, u64, st.none() | u32, st.text(max_size=30)
+    ),
+    Store: st.builds(
+        Store,
+        u64,
+        u64,
+        u32,
+        st.lists(u32, min_size=1, max_size=5).map(tuple),
+        u64,
+        st.booleans(),
+        record_batches().filter(lambda b: len({n >> 32 for n in b.lsns}) <= 1),
+    ),
+    StoreReply: st.builds(StoreReply, u64, u64, statuses, u32),
+    Release: st.builds(Release, u64, u64),
 }
 any_message = st.one_of(*STRATEGIES.values())
 

@@ -1,0 +1,363 @@
+"""The trio client: appends with coalescing, routing and retries.
+
+Routing: the client computes, like the nodes, which live node runs a log's
+sequencer (rendezvous hashing over the membership) and sends APPEND there.
+A REDIRECTED answer names the right node; connection loss, a sequencer that
+is moving (PREEMPTED, NOSEQUENCER) or overload are retried with backoff until
+the append timeout.  What cannot succeed raises at once: NOTFOUND (unknown
+log), TOOBIG, BADPAYLOAD, NOKEY.
+
+Delivery is at least once: an APPEND whose answer was lost to a dropped
+connection is sent again, and may then be stored twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import random
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ..epochstore import open_epoch_store
+from ..errors import (
+    ClosedError,
+    InvalidArgumentError,
+    LogstrandError,
+    NotFoundError,
+    Status,
+    TransientError,
+)
+from ..net import Connection, connect
+from ..types import validate_log_id
+from ..view import ClusterView
+from ..wire import Append, AppendReply, RecordBatch
+from ._settings import ClientSettings
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Sequence
+
+_log = logging.getLogger("logstrand.client")
+
+_FATAL = {
+    Status.TOOBIG: InvalidArgumentError,
+    Status.INVALID_PARAM: InvalidArgumentError,
+    Status.BADPAYLOAD: InvalidArgumentError,
+    Status.NOKEY: InvalidArgumentError,
+    Status.ACCESS: LogstrandError,
+}
+
+
+class _Waiter:
+    __slots__ = ("event", "reply")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.reply: AppendReply | None = None
+
+
+class _NodeLink:
+    """One connection to a node, with the requests waiting for answers on it."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.pending: dict[int, _Waiter] = {}
+
+    async def read(self) -> None:
+        async def handle(msg: Any) -> None:
+            if isinstance(msg, AppendReply):
+                w = self.pending.pop(msg.request_id, None)
+                if w is not None:
+                    w.reply = msg
+                    w.event.set()
+
+        try:
+            await self.conn.receive_messages(handle)
+        finally:
+            # The connection is gone: wake every waiter (reply None = retry).
+            for w in self.pending.values():
+                w.event.set()
+            self.pending.clear()
+
+
+class _Pending:
+    __slots__ = ("error", "event", "lsn")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.lsn = 0
+        self.error: BaseException | None = None
+
+
+class _LogBatcher:
+    """Coalesces concurrent appends to one log into few APPENDs."""
+
+    def __init__(self, client: AsyncClient, log_id: int) -> None:
+        self.client = client
+        self.log_id = log_id
+        self.payloads: list[bytes | None] = []
+        self.keys: list[bytes | None] = []
+        self.waiters: list[_Pending] = []
+        self.bytes = 0
+        self.inflight = 0
+        self.lingering = False
+
+    async def add(self, payload: bytes | None, key: bytes | None) -> int:
+        w = _Pending()
+        self.payloads.append(payload)
+        self.keys.append(key)
+        self.waiters.append(w)
+        self.bytes += len(payload) if payload else 0
+        s = self.client.settings
+        if self.inflight < s.inflight_batches_per_log and not self.lingering:
+            if s.linger_ms > 0 and self.bytes < s.batch_bytes_max:
+                self.lingering = True
+                self.client.nursery.start_soon(self._linger)
+            else:
+                self._launch()
+        await w.event.wait()
+        if w.error is not None:
+            raise w.error
+        return w.lsn
+
+    async def _linger(self) -> None:
+        await trio.sleep(self.client.settings.linger_ms / 1000)
+        self.lingering = False
+        if self.waiters and self.inflight < self.client.settings.inflight_batches_per_log:
+            self._launch()
+
+    def _launch(self) -> None:
+        s = self.client.settings
+        n, size = 0, 0
+        for p in self.payloads:
+            if n >= s.batch_records_max or (n and size + (len(p) if p else 0) > s.batch_bytes_max):
+                break
+            n += 1
+            size += len(p) if p else 0
+        payloads, self.payloads = self.payloads[:n], self.payloads[n:]
+        keys, self.keys = self.keys[:n], self.keys[n:]
+        waiters, self.waiters = self.waiters[:n], self.waiters[n:]
+        self.bytes -= size
+        self.inflight += 1
+        try:
+            self.client.nursery.start_soon(self._send, payloads, keys, waiters)
+        except RuntimeError:  # the client is closing: its nursery takes no new tasks
+            self.inflight -= 1
+            for w in waiters:
+                w.error = ClosedError("client is closed")
+                w.event.set()
+
+    async def _send(
+        self, payloads: list[bytes | None], keys: list[bytes | None], waiters: list[_Pending]
+    ) -> None:
+        try:
+            first = await self.client._append_rpc(self.log_id, payloads, keys)
+            for i, w in enumerate(waiters):
+                w.lsn = first + i
+        except LogstrandError as exc:
+            for w in waiters:
+                w.error = exc
+        finally:
+            self.inflight -= 1
+            for w in waiters:
+                w.event.set()
+            if self.waiters and not self.lingering:
+                self._launch()
+
+
+class AsyncClient:
+    """A logstrand client for trio code.  Make one with ``open_client(url)``."""
+
+    def __init__(self, view: ClusterView, nursery: trio.Nursery, settings: ClientSettings) -> None:
+        self.view = view
+        self.nursery = nursery
+        self.settings = settings
+        self.cluster = view.store.cluster
+        self._links: dict[int, _NodeLink] = {}
+        self._link_locks: dict[int, trio.Lock] = {}
+        self._batchers: dict[int, _LogBatcher] = {}
+        self._hint: dict[int, int] = {}
+        self._request_ids = itertools.count(1)
+
+    # -- public API ---------------------------------------------------------
+
+    async def append(self, log_id: int, payload: bytes | None, *, key: bytes | None = None) -> int:
+        """Append one record; returns its LSN once R copies are stored.
+
+        Concurrent calls for one log coalesce into few APPENDs.
+
+        Raises:
+            NotFoundError: the log does not exist.
+            InvalidArgumentError: TOOBIG, BADPAYLOAD (None outside a compacted
+                log), NOKEY (no key in a compacted log).
+            TransientError: TIMEDOUT, or no sequencer could be reached in time.
+        """
+        await self._check(log_id, [payload], [key])
+        batcher = self._batchers.get(log_id)
+        if batcher is None:
+            batcher = self._batchers[log_id] = _LogBatcher(self, log_id)
+        return await batcher.add(payload, key)
+
+    async def append_batch(
+        self,
+        log_id: int,
+        payloads: Sequence[bytes | None],
+        *,
+        keys: Sequence[bytes | None] | None = None,
+    ) -> list[int]:
+        """Append many records in order; returns their LSNs (consecutive within each APPEND)."""
+        if keys is not None and len(keys) != len(payloads):
+            raise InvalidArgumentError("keys and payloads differ in length")
+        key_list = list(keys) if keys is not None else [None] * len(payloads)
+        await self._check(log_id, payloads, key_list)
+        s = self.settings
+        lsns: list[int] = []
+        start = 0
+        while start < len(payloads):
+            end, size = start, 0
+            while end < len(payloads) and end - start < s.batch_records_max:
+                p = payloads[end]
+                if end > start and size + (len(p) if p else 0) > s.batch_bytes_max:
+                    break
+                size += len(p) if p else 0
+                end += 1
+            first = await self._append_rpc(log_id, payloads[start:end], key_list[start:end])
+            lsns.extend(range(first, first + end - start))
+            start = end
+        return lsns
+
+    # -- internals ----------------------------------------------------------
+
+    async def _check(
+        self, log_id: int, payloads: Sequence[bytes | None], keys: Sequence[bytes | None]
+    ) -> None:
+        try:
+            validate_log_id(log_id)
+        except ValueError as exc:
+            raise InvalidArgumentError(str(exc)) from None
+        limit = self.settings.payload_bytes_max
+        for p in payloads:
+            if p is not None and type(p) is not bytes:
+                raise InvalidArgumentError(f"payload must be bytes or None, not {type(p).__name__}")
+            if p is not None and len(p) > limit:
+                raise InvalidArgumentError(
+                    f"payload of {len(p)} bytes exceeds the limit of {limit}", Status.TOOBIG
+                )
+        for k in keys:
+            if k is not None and type(k) is not bytes:
+                raise InvalidArgumentError(f"key must be bytes or None, not {type(k).__name__}")
+        if self.view.log_attributes(log_id) is None:
+            await self.view.refresh()
+            if self.view.log_attributes(log_id) is None:
+                raise NotFoundError(f"log {log_id} does not exist")
+
+    async def _link(self, node_id: int) -> _NodeLink:
+        link = self._links.get(node_id)
+        if link is not None and not link.conn.closed:
+            return link
+        async with self._link_locks.setdefault(node_id, trio.Lock()):
+            link = self._links.get(node_id)
+            if link is not None and not link.conn.closed:
+                return link
+            cfg = self.view.nodes.get(node_id)
+            if cfg is None:
+                raise TransientError(f"node {node_id} is not configured", Status.CONNFAILED)
+            conn = await connect(cfg.host, cfg.port, cluster=self.cluster)
+            link = self._links[node_id] = _NodeLink(conn)
+            self.nursery.start_soon(conn.writer)
+            self.nursery.start_soon(link.read)
+            return link
+
+    async def _append_rpc(
+        self, log_id: int, payloads: Sequence[bytes | None], keys: Sequence[bytes | None]
+    ) -> int:
+        """One APPEND, retried until it succeeds, fails for good, or times out."""
+        n = len(payloads)
+        batch = RecordBatch((0,) * n, (0,) * n, (0,) * n, tuple(keys), tuple(payloads))
+        deadline = trio.current_time() + self.settings.append_timeout_s
+        backoff = 0.01
+        last = "no attempt"
+        with trio.move_on_at(deadline):
+            while True:
+                node = self._hint.get(log_id)
+                if node is None or node not in self.view.alive:
+                    node = self.view.sequencer_node(log_id)
+                if node is None:
+                    last = "no live node can run the sequencer"
+                else:
+                    reply, last = await self._try_append(node, log_id, batch)
+                    if reply is not None:
+                        status = Status(reply.status)
+                        if status == Status.OK:
+                            return reply.first_lsn
+                        last = f"{status.name}: {reply.message}"
+                        if status == Status.REDIRECTED and reply.redirect is not None:
+                            if self._hint.get(log_id) != reply.redirect:
+                                self._hint[log_id] = reply.redirect
+                                continue
+                        elif status == Status.NOTFOUND:
+                            await self.view.refresh()
+                            if self.view.log_attributes(log_id) is None:
+                                raise NotFoundError(f"log {log_id} does not exist")
+                        elif status in _FATAL:
+                            raise _FATAL[status](reply.message, status)
+                    else:
+                        self._hint.pop(log_id, None)
+                with contextlib.suppress(LogstrandError):
+                    await self.view.refresh()
+                await trio.sleep(backoff * (0.5 + random.random()))
+                backoff = min(backoff * 2, 0.5)
+        raise TransientError(
+            f"append to log {log_id} timed out after {self.settings.append_timeout_s} s ({last})",
+            Status.TIMEDOUT,
+        )
+
+    async def _try_append(
+        self, node: int, log_id: int, batch: RecordBatch
+    ) -> tuple[AppendReply | None, str]:
+        try:
+            link = await self._link(node)
+        except TransientError as exc:
+            return None, str(exc)
+        rid = next(self._request_ids)
+        waiter = _Waiter()
+        link.pending[rid] = waiter
+        try:
+            await link.conn.send(Append(rid, log_id, batch))
+            await waiter.event.wait()
+        finally:
+            link.pending.pop(rid, None)
+        if waiter.reply is None:
+            return None, f"connection to node {node} lost"
+        return waiter.reply, ""
+
+    async def aclose(self) -> None:
+        for link in self._links.values():
+            await link.conn.aclose()
+
+
+@contextlib.asynccontextmanager
+async def open_client(
+    url: str, *, settings: ClientSettings | None = None
+) -> AsyncIterator[AsyncClient]:
+    """A client for trio code::
+
+    async with logstrand.open_client("sqlite:///tmp/c/cluster.db") as client:
+        lsn = await client.append(1, b"hello")
+    """
+    store = await trio.to_thread.run_sync(open_epoch_store, url)
+    try:
+        view = ClusterView(store)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(view.run)
+            client = AsyncClient(view, nursery, settings or ClientSettings())
+            try:
+                yield client
+            finally:
+                await client.aclose()
+                nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(store.close)

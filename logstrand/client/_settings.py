@@ -1,0 +1,33 @@
+"""Client settings."""
+
+from __future__ import annotations
+
+import attrs
+
+from ..errors import InvalidArgumentError
+
+
+@attrs.frozen
+class ClientSettings:
+    """How the client batches and retries.
+
+    Concurrent appends to one log coalesce: while ``inflight_batches_per_log``
+    APPENDs are out, new records wait and leave together in the next one (up to
+    ``batch_bytes_max`` / ``batch_records_max``).  ``linger_ms`` makes a lone
+    append wait that long for company first (Kafka's ``linger.ms``).
+    """
+
+    append_timeout_s: float = 10.0
+    linger_ms: float = 0.0
+    batch_bytes_max: int = 1024 * 1024
+    batch_records_max: int = 10_000
+    inflight_batches_per_log: int = 2
+    payload_bytes_max: int = 1024 * 1024
+
+    def __attrs_post_init__(self) -> None:
+        if self.append_timeout_s <= 0 or self.linger_ms < 0:
+            raise InvalidArgumentError("timeouts must be positive")
+        if self.batch_bytes_max <= 0 or self.batch_records_max <= 0:
+            raise InvalidArgumentError("batch limits must be positive")
+        if self.inflight_batches_per_log <= 0:
+            raise InvalidArgumentError("inflight_batches_per_log must be positive")

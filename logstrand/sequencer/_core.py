@@ -1,0 +1,306 @@
+"""The sequencer of one log in one epoch: a pure state machine.
+
+Theory of operation
+-------------------
+``append`` gives a batch consecutive ESNs and makes it an *appender*: the
+batch, its current copyset and wave, and the nodes that acknowledged it.
+Each wave sends one STORE (the whole batch, one copyset) to R nodes picked by
+the ``CopysetSelector``.  When all R acknowledge, the client is answered.  A
+node that refuses, fails or stays silent past the store timeout is excluded
+for that appender, and a new wave goes to a fresh copyset.
+
+The window holds the appenders in ESN order.  The *last known good* ESN
+(LNG) is the end of the longest prefix of fully stored appenders; when it
+moves, and once recovery of earlier epochs is done, the release pointer
+follows and RELEASE goes to the nodeset.  A full window (appenders or bytes)
+refuses new appends with OVERLOADED instead of queueing without bound.
+
+Rules:
+
+1. ESNs are handed out in order and never twice.
+2. The client is answered OK only after R distinct nodes of one wave stored
+   the batch.
+3. Nothing is released above an ESN whose appender is not fully stored.
+4. Nothing of this epoch is released before ``recovered``.
+5. A STORE refused with PREEMPTED means a newer sequencer sealed the epoch:
+   every pending append fails with PREEMPTED and the core stops.
+
+The shell feeds it messages and ``now`` (seconds) and performs the actions it
+returns; ``next_deadline()`` says when to call ``tick``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ..errors import Status
+from ..wire import RecordBatch, Store
+
+if TYPE_CHECKING:
+    from ..placement import CopysetSelector
+
+ESN_MAX = 2**32 - 1
+_WAVE_BITS = 16
+
+
+@attrs.frozen
+class SendStore:
+    node_id: int
+    message: Store
+
+
+@attrs.frozen
+class ReplyAppend:
+    token: Any
+    status: Status
+    first_lsn: int = 0
+    count: int = 0
+    timestamp_ms: int = 0
+    message: str = ""
+
+
+@attrs.frozen
+class SendRelease:
+    log_id: int
+    nodeset: tuple[int, ...]
+    lsn: int
+
+
+Action = SendStore | ReplyAppend | SendRelease
+
+
+@attrs.define(eq=False)
+class _Appender:
+    seq_id: int
+    first_esn: int
+    batch: RecordBatch
+    token: Any
+    bytes: int
+    wave: int = 0
+    copyset: tuple[int, ...] = ()
+    acked: set[int] = attrs.Factory(set)
+    excluded: set[int] = attrs.Factory(set)
+    deadline: float = 0.0
+    done: bool = False
+
+    @property
+    def last_esn(self) -> int:
+        return self.first_esn + len(self.batch) - 1
+
+
+@attrs.frozen
+class SequencerStats:
+    epoch: int
+    next_esn: int
+    last_known_good: int
+    released_lsn: int
+    appenders_in_flight: int
+    bytes_in_flight: int
+    waves_retried: int
+
+
+class SequencerCore:
+    """One log's sequencer in one epoch."""
+
+    def __init__(
+        self,
+        log_id: int,
+        epoch: int,
+        selector: CopysetSelector,
+        *,
+        sync: bool = False,
+        recovered: bool = True,
+        appenders_max: int = 1024,
+        bytes_max: int = 256 * 1024 * 1024,
+        store_timeout_s: float = 2.0,
+        store_timeout_max_s: float = 10.0,
+        retry_wait_s: float = 0.2,
+    ) -> None:
+        assert 1 <= epoch < 2**32
+        self.log_id = log_id
+        self.epoch = epoch
+        self.selector = selector
+        self.sync = sync
+        self.recovered = recovered
+        self.appenders_max = appenders_max
+        self.bytes_max = bytes_max
+        self.store_timeout_s = store_timeout_s
+        self.store_timeout_max_s = store_timeout_max_s
+        self.retry_wait_s = retry_wait_s
+        self.next_esn = 1
+        self.lng_esn = 0  # every ESN up to here is fully stored
+        self.released_esn = 0
+        self.preempted = False
+        self.down: set[int] = set()  # nodes known dead: never picked
+        self._window: OrderedDict[int, _Appender] = OrderedDict()
+        self._next_id = 1
+        self._bytes = 0
+        self._waves_retried = 0
+
+    # -- input ------------------------------------------------------------
+
+    def append(self, batch: RecordBatch, token: Any, now: float, now_ms: int) -> list[Action]:
+        """Take a batch of records (their LSNs/timestamps are assigned here)."""
+        n = len(batch)
+        if self.preempted:
+            return [ReplyAppend(token, Status.PREEMPTED, message="sequencer was preempted")]
+        if n == 0:
+            return [ReplyAppend(token, Status.INVALID_PARAM, message="empty append")]
+        size = batch.payload_bytes + n * 32
+        if len(self._window) >= self.appenders_max or (
+            self._window and self._bytes + size > self.bytes_max
+        ):
+            return [ReplyAppend(token, Status.OVERLOADED, message="sequencer window is full")]
+        if self.next_esn + n - 1 > ESN_MAX:
+            return [ReplyAppend(token, Status.NOSEQUENCER, message="epoch is out of ESNs")]
+        first = self.next_esn
+        self.next_esn += n
+        base = (self.epoch << 32) | first
+        stamped = RecordBatch(
+            tuple(range(base, base + n)),
+            (now_ms,) * n,
+            batch.flags,
+            batch.keys,
+            batch.payloads,
+        )
+        app = _Appender(self._next_id, first, stamped, token, size)
+        self._next_id += 1
+        self._window[app.seq_id] = app
+        self._bytes += size
+        return self._start_wave(app, now)
+
+    def on_stored(self, store_id: int, node_id: int, status: int, now: float) -> list[Action]:
+        app = self._window.get(store_id >> _WAVE_BITS)
+        if app is None or app.done or (store_id & 0xFFFF) != (app.wave & 0xFFFF):
+            return []  # a late answer to an old wave, or a finished appender
+        if node_id not in app.copyset:
+            return []
+        if status == Status.OK:
+            app.acked.add(node_id)
+            if len(app.acked) >= self.selector.replication:
+                return self._complete(app)
+            return []
+        if status == Status.PREEMPTED:
+            return self._preempt()
+        app.excluded.add(node_id)
+        return self._start_wave(app, now)
+
+    def on_node_down(self, node_id: int, now: float) -> list[Action]:
+        """A node is known dead: stop waiting for it anywhere."""
+        self.down.add(node_id)
+        actions: list[Action] = []
+        for app in list(self._window.values()):
+            if not app.done and node_id in app.copyset and node_id not in app.acked:
+                app.excluded.add(node_id)
+                actions += self._start_wave(app, now)
+        return actions
+
+    def on_node_up(self, node_id: int) -> None:
+        self.down.discard(node_id)
+
+    def tick(self, now: float) -> list[Action]:
+        """Start new waves for appenders whose wave timed out."""
+        actions: list[Action] = []
+        for app in list(self._window.values()):
+            if not app.done and app.deadline <= now:
+                # The nodes that did not answer in time are slow: try others.
+                app.excluded.update(n for n in app.copyset if n not in app.acked)
+                actions += self._start_wave(app, now)
+        return actions
+
+    def set_recovered(self) -> list[Action]:
+        self.recovered = True
+        return self._maybe_release()
+
+    # -- queries ----------------------------------------------------------
+
+    def next_deadline(self) -> float | None:
+        pending = [a.deadline for a in self._window.values() if not a.done]
+        return min(pending) if pending else None
+
+    @property
+    def last_known_good_lsn(self) -> int:
+        return (self.epoch << 32) | self.lng_esn if self.lng_esn else 0
+
+    @property
+    def idle(self) -> bool:
+        return not self._window
+
+    def stats(self) -> SequencerStats:
+        return SequencerStats(
+            self.epoch,
+            self.next_esn,
+            self.lng_esn,
+            (self.epoch << 32) | self.released_esn if self.released_esn else 0,
+            len(self._window),
+            self._bytes,
+            self._waves_retried,
+        )
+
+    # -- internals --------------------------------------------------------
+
+    def _start_wave(self, app: _Appender, now: float) -> list[Action]:
+        app.wave += 1
+        if app.wave > 1:
+            self._waves_retried += 1
+        app.acked.clear()
+        exclude = app.excluded | self.down
+        copyset = self.selector.select(exclude)
+        if copyset is None and app.excluded:
+            # Everyone was excluded once: give them all another chance.
+            app.excluded.clear()
+            copyset = self.selector.select(self.down)
+        if copyset is None:
+            app.copyset = ()
+            app.deadline = now + self.retry_wait_s
+            return []
+        app.copyset = copyset
+        timeout = min(self.store_timeout_s * 2 ** min(app.wave - 1, 8), self.store_timeout_max_s)
+        app.deadline = now + timeout
+        store = Store(
+            (app.seq_id << _WAVE_BITS) | (app.wave & 0xFFFF),
+            self.log_id,
+            app.wave,
+            copyset,
+            self.last_known_good_lsn,
+            self.sync,
+            app.batch,
+        )
+        return [SendStore(node, store) for node in copyset]
+
+    def _complete(self, app: _Appender) -> list[Action]:
+        app.done = True
+        first_lsn = (self.epoch << 32) | app.first_esn
+        actions: list[Action] = [
+            ReplyAppend(app.token, Status.OK, first_lsn, len(app.batch), app.batch.timestamps_ms[0])
+        ]
+        # Slide the window over the finished prefix.
+        while self._window:
+            oldest = next(iter(self._window.values()))
+            if not oldest.done:
+                break
+            del self._window[oldest.seq_id]
+            self._bytes -= oldest.bytes
+            self.lng_esn = oldest.last_esn
+        return actions + self._maybe_release()
+
+    def _maybe_release(self) -> list[Action]:
+        if not self.recovered or self.lng_esn <= self.released_esn:
+            return []
+        self.released_esn = self.lng_esn
+        lsn = (self.epoch << 32) | self.released_esn
+        return [SendRelease(self.log_id, self.selector.nodeset, lsn)]
+
+    def _preempt(self) -> list[Action]:
+        self.preempted = True
+        actions: list[Action] = [
+            ReplyAppend(a.token, Status.PREEMPTED, message="a newer sequencer sealed this epoch")
+            for a in self._window.values()
+            if not a.done
+        ]
+        self._window.clear()
+        self._bytes = 0
+        return actions

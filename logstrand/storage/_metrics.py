@@ -1,0 +1,58 @@
+"""A node's Prometheus metrics (one registry per node)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+
+class NodeMetrics:
+    def __init__(self, node_id: int) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        label = {"node": str(node_id)}
+        self.appends = Counter(
+            "logstrand_appends", "APPEND requests handled by sequencers", registry=r
+        )
+        self.append_records = Counter(
+            "logstrand_append_records",
+            "Records appended through this node's sequencers",
+            registry=r,
+        )
+        self.append_bytes = Counter(
+            "logstrand_append_bytes", "Payload bytes appended through this node", registry=r
+        )
+        self.append_errors = Counter(
+            "logstrand_append_errors", "APPENDs refused or failed", ["status"], registry=r
+        )
+        self.stores = Counter("logstrand_stores", "STORE messages received", registry=r)
+        self.store_records = Counter("logstrand_store_records", "Record copies stored", registry=r)
+        self.store_bytes = Counter("logstrand_store_bytes", "Payload bytes stored", registry=r)
+        self.group_commits = Counter(
+            "logstrand_group_commits", "RocksDB writes (one per group commit)", registry=r
+        )
+        self.group_commit_seconds = Histogram(
+            "logstrand_group_commit_seconds",
+            "Time of one group-committed RocksDB write",
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0),
+            registry=r,
+        )
+        self.sequencer_activations = Counter(
+            "logstrand_sequencer_activations", "Sequencers activated on this node", registry=r
+        )
+        self.sequencers = Gauge(
+            "logstrand_sequencers", "Sequencers running on this node", registry=r
+        )
+        self.store_waves_retried = Counter(
+            "logstrand_store_waves_retried", "STORE waves sent again after a failure", registry=r
+        )
+        self.partitions = Gauge("logstrand_partitions", "LogsDB partitions", registry=r)
+        self.disk_bytes = Gauge("logstrand_disk_bytes", "LogsDB directory size", registry=r)
+        self.node_info = Gauge("logstrand_node_info", "Node id", list(label), registry=r)
+        self.node_info.labels(**label).set(1)
+
+    def serve(self, port: int) -> Any:
+        """Serve /metrics on 127.0.0.1:port from a background thread; returns the server."""
+        server, _thread = start_http_server(port, addr="127.0.0.1", registry=self.registry)
+        return server

@@ -1,0 +1,333 @@
+"""A storage node: one trio process holding a LogsDB, serving the wire protocol,
+hosting sequencers.
+
+Theory of operation
+-------------------
+Every accepted connection gets a receive task (messages handled in order)
+and a writer task.  STOREs from all connections, and from this node's own
+sequencers, go into one bounded queue; the *committer* takes everything
+waiting (up to a size limit), writes it to LogsDB in one RocksDB write in the
+storage thread, and answers each STORE.  That is the group commit: under load
+one fsync (for ``fsync`` logs) covers hundreds of STOREs.
+
+Sequencers send STOREs to other nodes over one outgoing connection per peer;
+the replies come back on it and go, with local replies, through one channel
+to the sequencer host.  LogsDB is only ever touched from the storage thread
+(a capacity limiter of one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import time
+from typing import Any
+
+import attrs
+import trio
+
+from ..epochstore import open_epoch_store
+from ..errors import LogstrandError, NotFoundError, Status, TransientError
+from ..logsdb import LogsDB, LogsDBOptions, PutBatch
+from ..net import Connection, connect, serve_connection
+from ..view import ClusterView
+from ..wire import Append, Ping, Pong, Release, Store, StoreReply
+from ._metrics import NodeMetrics
+from ._sequencers import SequencerHost
+
+_log = logging.getLogger("logstrand.node")
+
+
+@attrs.frozen
+class NodeOptions:
+    payload_bytes_max: int = 1024 * 1024
+    #: One group commit takes at most this much from the store queue.
+    group_commit_records_max: int = 50_000
+    group_commit_bytes_max: int = 32 * 1024 * 1024
+    store_queue_max: int = 4096
+    sequencer_appenders_max: int = 1024
+    store_timeout_s: float = 2.0
+    tick_s: float = 0.05
+    release_persist_s: float = 1.0
+
+
+class Node:
+    """One storage node.  ``await node.run()`` serves until cancelled."""
+
+    def __init__(
+        self,
+        url: str,
+        node_id: int,
+        *,
+        data_dir: str | None = None,
+        options: NodeOptions | None = None,
+        logsdb_options: LogsDBOptions | None = None,
+    ) -> None:
+        self.url = url
+        self.node_id = node_id
+        self.data_dir = data_dir
+        self.options = options or NodeOptions()
+        self.logsdb_options = logsdb_options
+        self.metrics = NodeMetrics(node_id)
+        self.sequencers = SequencerHost(self)
+        self.release: dict[int, int] = {}
+        self._release_dirty: set[int] = set()
+        self._peers: dict[int, Connection] = {}
+        self._peer_locks: dict[int, trio.Lock] = {}
+        self._db_limiter = trio.CapacityLimiter(1)
+        self._store_in, self._store_out = trio.open_memory_channel[tuple[Store, Any]](
+            self.options.store_queue_max
+        )
+        # Replies to STOREs sent by this node's sequencers.  Never full: the
+        # sequencers' windows bound the STOREs in flight far below this.
+        self._replies_in, self._replies_out = trio.open_memory_channel[StoreReply](2**20)
+        self.view: ClusterView
+        self.db: LogsDB
+        self.nursery: trio.Nursery
+        self.cluster = ""
+
+    @staticmethod
+    def now_ms() -> int:
+        return int(time.time() * 1000)
+
+    # -- lifecycle ----------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+        store = await trio.to_thread.run_sync(open_epoch_store, self.url)
+        try:
+            self.cluster = store.cluster
+            self.view = ClusterView(store)
+            await self.view.refresh()
+            cfg = self.view.nodes.get(self.node_id)
+            if cfg is None:
+                raise NotFoundError(f"node {self.node_id} is not in the cluster configuration")
+            data_dir = self.data_dir or cfg.data_dir
+            if not data_dir:
+                raise NotFoundError(f"node {self.node_id} has no data directory configured")
+            self.db = await trio.to_thread.run_sync(
+                functools.partial(LogsDB.open, data_dir, self.logsdb_options)
+            )
+            try:
+                listeners = await trio.open_tcp_listeners(cfg.port, host=cfg.host)
+                session = await trio.to_thread.run_sync(store.register_member, self.node_id)
+                metrics_server = None
+                if cfg.metrics_port:
+                    metrics_server = self.metrics.serve(cfg.metrics_port)
+                try:
+                    async with trio.open_nursery() as nursery:
+                        self.nursery = nursery
+                        await nursery.start(self.view.run)
+                        self.view.on_membership(self.sequencers.on_membership)
+                        nursery.start_soon(self._committer)
+                        nursery.start_soon(self._reply_pump)
+                        nursery.start_soon(self._ticker)
+                        nursery.start_soon(self.sequencers.release_flusher)
+                        nursery.start_soon(self._release_persister)
+                        nursery.start_soon(
+                            functools.partial(
+                                trio.serve_listeners,
+                                self._handle_stream,
+                                listeners,
+                                handler_nursery=nursery,
+                            )
+                        )
+                        _log.info("node %d serving on %s", self.node_id, cfg.address)
+                        task_status.started(cfg.address)
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await trio.to_thread.run_sync(session.close)
+                        if metrics_server is not None:
+                            metrics_server.shutdown()
+            finally:
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(self._close_db, limiter=self._db_limiter)
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(store.close)
+
+    def _close_db(self) -> None:
+        self._persist_releases_sync(dict(self.release))
+        self.db.close()
+
+    # -- serving ------------------------------------------------------------
+
+    async def _handle_stream(self, stream: trio.SocketStream) -> None:
+        conn = await serve_connection(
+            stream, cluster=self.cluster, node_id=self.node_id, on_open=_noop
+        )
+        if conn is None:
+            return
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(conn.writer)
+                await conn.receive_messages(functools.partial(self._dispatch, conn))
+                nursery.cancel_scope.cancel()
+        except Exception:
+            # Whatever one connection's traffic provokes ends that connection,
+            # never the node.
+            _log.exception("node %d: connection %s failed", self.node_id, conn.peer)
+            await conn.aclose()
+
+    async def _dispatch(self, conn: Connection, msg: Any) -> None:
+        if isinstance(msg, Store):
+            await self._store_in.send((msg, conn.send))
+        elif isinstance(msg, Append):
+            await self.sequencers.handle_append(conn, msg)
+        elif isinstance(msg, Release):
+            self.on_release(msg)
+        elif isinstance(msg, Ping):
+            await conn.send(Pong(msg.request_id))
+        # Anything else has no meaning on this side of a connection: ignore it.
+
+    # -- storing ------------------------------------------------------------
+
+    async def _committer(self) -> None:
+        """Group commit: everything waiting goes into one RocksDB write."""
+        opts = self.options
+        async for first in self._store_out:
+            items = [first]
+            records = len(first[0].batch)
+            size = first[0].batch.payload_bytes
+            while records < opts.group_commit_records_max and size < opts.group_commit_bytes_max:
+                try:
+                    item = self._store_out.receive_nowait()
+                except trio.WouldBlock:
+                    break
+                items.append(item)
+                records += len(item[0].batch)
+                size += item[0].batch.payload_bytes
+            await self._commit(items)
+
+    async def _commit(self, items: list[tuple[Store, Any]]) -> None:
+        db = self.db
+        puts: list[PutBatch] = []
+        accepted: list[tuple[Store, Any]] = []
+        refused: list[tuple[Store, Any]] = []
+        sync = False
+        for msg, sink in items:
+            lsns = msg.batch.lsns
+            if lsns and lsns[0] >> 32 <= db.seal_epoch(msg.log_id):
+                refused.append((msg, sink))
+                continue
+            if msg.last_known_good:
+                # Everything up to the sequencer's last known good is released.
+                self.on_release(Release(msg.log_id, msg.last_known_good))
+            puts.append(PutBatch(msg.log_id, msg.batch, msg.copyset, msg.wave))
+            accepted.append((msg, sink))
+            sync = sync or msg.sync
+        status = Status.OK
+        if puts:
+            t0 = time.perf_counter()
+            try:
+                # In the event loop's own thread, on purpose: rocksdict holds the
+                # GIL for the whole write, so a worker thread would not keep the
+                # loop running anyway, and the hand-off to it and back costs more
+                # than a small write (and up to a GIL switch interval, 5 ms, when
+                # the loop is busy).  The group commit size bounds the pause.
+                db.write(puts, sync=sync)
+            except LogstrandError as exc:
+                _log.error("node %d: store failed: %s", self.node_id, exc)
+                status = exc.status
+            except Exception:
+                _log.exception("node %d: store failed", self.node_id)
+                status = Status.FAILED
+            m = self.metrics
+            m.group_commit_seconds.observe(time.perf_counter() - t0)
+            m.group_commits.inc()
+            m.stores.inc(len(puts))
+            m.store_records.inc(sum(len(p.records) for p in puts))
+            m.store_bytes.inc(sum(p.records.payload_bytes for p in puts))
+        for batch, result in ((accepted, status), (refused, Status.PREEMPTED)):
+            for msg, sink in batch:
+                # If the sequencer's connection is gone, it will retry elsewhere.
+                with contextlib.suppress(LogstrandError):
+                    await sink(StoreReply(msg.store_id, msg.log_id, int(result), self.node_id))
+
+    async def _local_sink(self, reply: StoreReply) -> None:
+        await self._replies_in.send(reply)
+
+    async def _reply_pump(self) -> None:
+        async for reply in self._replies_out:
+            await self.sequencers.on_store_reply(reply)
+
+    async def send_store(self, node_id: int, msg: Store) -> bool:
+        """Send a STORE to a node (this one included).  False if it cannot be sent."""
+        if node_id == self.node_id:
+            await self._store_in.send((msg, self._local_sink))
+            return True
+        conn = await self._peer(node_id)
+        if conn is None:
+            return False
+        try:
+            await conn.send(msg)
+        except TransientError:
+            return False
+        return True
+
+    async def send_release(self, node_id: int, msg: Release) -> None:
+        if node_id == self.node_id:
+            self.on_release(msg)
+            return
+        conn = await self._peer(node_id)
+        if conn is not None:
+            # Best effort: a lost RELEASE is overtaken by the next one.
+            conn.send_nowait(msg)
+
+    async def _peer(self, node_id: int) -> Connection | None:
+        conn = self._peers.get(node_id)
+        if conn is not None and not conn.closed:
+            return conn
+        lock = self._peer_locks.setdefault(node_id, trio.Lock())
+        async with lock:
+            conn = self._peers.get(node_id)
+            if conn is not None and not conn.closed:
+                return conn
+            cfg = self.view.nodes.get(node_id)
+            if cfg is None:
+                return None
+            try:
+                conn = await connect(cfg.host, cfg.port, cluster=self.cluster, node_id=self.node_id)
+            except TransientError:
+                return None
+            self._peers[node_id] = conn
+            self.nursery.start_soon(conn.writer)
+            self.nursery.start_soon(self._peer_reader, conn)
+            return conn
+
+    async def _peer_reader(self, conn: Connection) -> None:
+        async def handle(msg: Any) -> None:
+            if isinstance(msg, StoreReply):
+                await self._replies_in.send(msg)
+
+        await conn.receive_messages(handle)
+
+    # -- release and timers -------------------------------------------------
+
+    def on_release(self, msg: Release) -> None:
+        if msg.lsn > self.release.get(msg.log_id, 0):
+            self.release[msg.log_id] = msg.lsn
+            self._release_dirty.add(msg.log_id)
+
+    def _persist_releases_sync(self, releases: dict[int, int]) -> None:
+        if releases:
+            self.db.set_releases(releases)
+
+    async def _release_persister(self) -> None:
+        while True:
+            await trio.sleep(self.options.release_persist_s)
+            if self._release_dirty:
+                dirty = {log: self.release[log] for log in self._release_dirty}
+                self._release_dirty.clear()
+                await trio.to_thread.run_sync(
+                    self._persist_releases_sync, dirty, limiter=self._db_limiter
+                )
+
+    async def _ticker(self) -> None:
+        while True:
+            await trio.sleep(self.options.tick_s)
+            await self.sequencers.tick()
+
+
+async def _noop(conn: Connection) -> None:
+    return None

@@ -1,0 +1,267 @@
+"""The trio shell around sequencer cores: activation, appends, actions, timers.
+
+One ``SequencerHost`` per node.  It decides whether this node runs a log's
+sequencer (rendezvous hashing over live nodes; otherwise REDIRECTED),
+activates one on the first APPEND (a new epoch from the epoch store), and
+performs what the pure cores ask: STOREs to peers or to this node's own
+store queue, replies to clients, RELEASEs to the nodeset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+import trio.lowlevel
+
+from ..epochstore import Placement
+from ..errors import EpochStoreUnavailableError, LogstrandError, Status
+from ..placement import CopysetSelector, select_nodeset
+from ..sequencer import ReplyAppend, SendRelease, SendStore, SequencerCore
+from ..wire import Append, AppendReply, Release, StoreReply
+
+if TYPE_CHECKING:
+    from ..net import Connection
+    from ..sequencer import Action
+    from ._node import Node
+
+_log = logging.getLogger("logstrand.sequencer")
+
+
+@attrs.define(eq=False)
+class _Sequencer:
+    core: SequencerCore
+    activated_at: float
+
+
+class SequencerHost:
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.sequencers: dict[int, _Sequencer] = {}
+        self._activating: dict[int, trio.Event] = {}
+        # RELEASEs wait for the end of the current burst of work, and only the
+        # highest per log goes out; a node that already got a STORE whose
+        # last_known_good covers it gets none (it releases from the STORE).
+        self._releases: dict[int, tuple[tuple[int, ...], int]] = {}
+        self._release_wakeup = trio.Event()
+        self._lng_sent: dict[tuple[int, int], int] = {}
+
+    # -- appends ------------------------------------------------------------
+
+    async def handle_append(self, conn: Connection, msg: Append) -> None:
+        node = self.node
+        log_id = msg.log_id
+        token = (conn, msg.request_id)
+        owner = node.view.sequencer_node(log_id)
+        if owner != node.node_id:
+            status = Status.REDIRECTED if owner is not None else Status.NOSEQUENCER
+            await self._reply(token, status, redirect=owner, message="sequencer elsewhere")
+            return
+        attrs_ = node.view.log_attributes(log_id)
+        if attrs_ is None:
+            await node.view.refresh()
+            attrs_ = node.view.log_attributes(log_id)
+            if attrs_ is None:
+                await self._reply(token, Status.NOTFOUND, message=f"log {log_id} does not exist")
+                return
+        problem = self._check_records(msg, attrs_.compacted)
+        if problem is not None:
+            await self._reply(token, problem[0], message=problem[1])
+            return
+        seq = self.sequencers.get(log_id)
+        if seq is None or seq.core.preempted:
+            try:
+                seq = await self._activate(log_id)
+            except LogstrandError as exc:
+                await self._reply(token, exc.status, message=f"cannot activate sequencer: {exc}")
+                return
+        node.metrics.appends.inc()
+        node.metrics.append_records.inc(len(msg.batch))
+        node.metrics.append_bytes.inc(msg.batch.payload_bytes)
+        now = trio.current_time()
+        await self.execute(seq.core.append(msg.batch, token, now, node.now_ms()))
+
+    def _check_records(self, msg: Append, compacted: bool) -> tuple[Status, str] | None:
+        limit = self.node.options.payload_bytes_max
+        for p in msg.batch.payloads:
+            if p is None:
+                if not compacted:
+                    return Status.BADPAYLOAD, "a tombstone (payload None) needs a compacted log"
+            elif len(p) > limit:
+                return Status.TOOBIG, f"payload of {len(p)} bytes exceeds the limit of {limit}"
+        if compacted and None in msg.batch.keys:
+            return Status.NOKEY, f"log {msg.log_id} is compacted: every record needs a key"
+        return None
+
+    async def _reply(
+        self,
+        token: tuple[Connection, int],
+        status: Status,
+        first_lsn: int = 0,
+        count: int = 0,
+        timestamp_ms: int = 0,
+        redirect: int | None = None,
+        message: str = "",
+    ) -> None:
+        conn, request_id = token
+        if status != Status.OK:
+            self.node.metrics.append_errors.labels(status.name).inc()
+        reply = AppendReply(
+            request_id, int(status), first_lsn, count, timestamp_ms, redirect, message
+        )
+        with contextlib.suppress(LogstrandError):  # the client went away; it retries
+            await conn.send(reply)
+
+    # -- activation ---------------------------------------------------------
+
+    async def _activate(self, log_id: int) -> _Sequencer:
+        """Activate (once, even under concurrent appends) a sequencer for the log."""
+        while (pending := self._activating.get(log_id)) is not None:
+            await pending.wait()
+        seq = self.sequencers.get(log_id)
+        if seq is not None and not seq.core.preempted:
+            return seq
+        done = self._activating[log_id] = trio.Event()
+        try:
+            return await self._do_activate(log_id)
+        finally:
+            del self._activating[log_id]
+            done.set()
+
+    async def _do_activate(self, log_id: int) -> _Sequencer:
+        node = self.node
+        view = node.view
+        attrs_ = view.log_attributes(log_id)
+        if attrs_ is None:
+            raise LogstrandError(f"log {log_id} does not exist", Status.NOTFOUND)
+        weights = view.storage_weights()
+        domains = view.domains(attrs_.replicate_across)
+        nodeset = select_nodeset(
+            log_id,
+            weights,
+            domains,
+            size=attrs_.nodeset_size,
+            replication=attrs_.replication_factor,
+        )
+        if len(nodeset) < attrs_.replication_factor:
+            raise LogstrandError("not enough storage nodes for the log", Status.NOSEQUENCER)
+        placement = Placement(nodeset, attrs_.replication_factor, attrs_.replicate_across)
+        try:
+            epoch, meta = await view.astore.call(view.store.take_epoch, log_id, placement)
+        except EpochStoreUnavailableError as exc:
+            raise LogstrandError(str(exc), Status.NOSEQUENCER) from exc
+        selector = CopysetSelector(
+            meta.nodeset,
+            meta.replication_factor,
+            weights=weights,
+            domains=view.domains(meta.replicate_across),
+        )
+        core = SequencerCore(
+            log_id,
+            epoch,
+            selector,
+            sync=attrs_.durability == "fsync",
+            # Recovery of earlier epochs (sealing, digest, plugs) is not built
+            # yet: until it is, a new epoch releases its records at once.
+            recovered=True,
+            appenders_max=node.options.sequencer_appenders_max,
+            store_timeout_s=node.options.store_timeout_s,
+        )
+        core.down.update(n for n in meta.nodeset if n not in view.alive)
+        seq = _Sequencer(core, trio.current_time())
+        self.sequencers[log_id] = seq
+        node.metrics.sequencer_activations.inc()
+        node.metrics.sequencers.set(len(self.sequencers))
+        _log.info("node %d: sequencer for log %d active in epoch %d", node.node_id, log_id, epoch)
+        return seq
+
+    # -- actions, replies, timers -------------------------------------------
+
+    async def execute(self, actions: list[Action]) -> None:
+        node = self.node
+        for action in actions:
+            if isinstance(action, SendStore):
+                key = (action.message.log_id, action.node_id)
+                self._lng_sent[key] = max(
+                    self._lng_sent.get(key, 0), action.message.last_known_good
+                )
+                if not await node.send_store(action.node_id, action.message):
+                    # Could not even send: answer for the node, so a new wave starts.
+                    fail = StoreReply(
+                        action.message.store_id,
+                        action.message.log_id,
+                        int(Status.CONNFAILED),
+                        action.node_id,
+                    )
+                    await self.on_store_reply(fail)
+            elif isinstance(action, ReplyAppend):
+                await self._reply(
+                    action.token,
+                    action.status,
+                    action.first_lsn,
+                    action.count,
+                    action.timestamp_ms,
+                    message=action.message,
+                )
+            elif isinstance(action, SendRelease):
+                self._releases[action.log_id] = (action.nodeset, action.lsn)
+                self._release_wakeup.set()
+
+    async def release_flusher(self) -> None:
+        """Send the RELEASEs gathered in a burst of work (see ``__init__``)."""
+        while True:
+            await self._release_wakeup.wait()
+            self._release_wakeup = trio.Event()
+            for _ in range(2):
+                await trio.lowlevel.checkpoint()  # let the tasks that are ready now finish first
+            pending, self._releases = self._releases, {}
+            for log_id, (nodeset, lsn) in pending.items():
+                release = Release(log_id, lsn)
+                for n in nodeset:
+                    if self._lng_sent.get((log_id, n), 0) < lsn:
+                        await self.node.send_release(n, release)
+
+    async def on_store_reply(self, reply: StoreReply) -> None:
+        seq = self.sequencers.get(reply.log_id)
+        if seq is None:
+            return
+        before = seq.core.stats().waves_retried
+        actions = seq.core.on_stored(
+            reply.store_id, reply.node_id, reply.status, trio.current_time()
+        )
+        retried = seq.core.stats().waves_retried - before
+        if retried:
+            self.node.metrics.store_waves_retried.inc(retried)
+        await self.execute(actions)
+        if seq.core.preempted and seq.core.idle:
+            self._retire(reply.log_id)
+
+    async def tick(self) -> None:
+        now = trio.current_time()
+        for log_id, seq in list(self.sequencers.items()):
+            deadline = seq.core.next_deadline()
+            if deadline is not None and deadline <= now:
+                await self.execute(seq.core.tick(now))
+            elif seq.core.idle and self.node.view.sequencer_node(log_id) != self.node.node_id:
+                self._retire(log_id)  # the log moved to another node
+
+    def on_membership(self, old: frozenset[int], new: frozenset[int]) -> None:
+        """Tell the cores about nodes that died or came back (their waves move on at once)."""
+        gone, back = old - new, new - old
+        now = trio.current_time()
+        for seq in self.sequencers.values():
+            for n in back:
+                seq.core.on_node_up(n)
+            actions: list[Any] = []
+            for n in gone:
+                actions += seq.core.on_node_down(n, now)
+            if actions:
+                with contextlib.suppress(RuntimeError):  # the node is shutting down
+                    self.node.nursery.start_soon(self.execute, actions)
+
+    def _retire(self, log_id: int) -> None:
+        self.sequencers.pop(log_id, None)
+        self.node.metrics.sequencers.set(len(self.sequencers))

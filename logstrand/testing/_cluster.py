@@ -1,0 +1,169 @@
+"""Start a local cluster of real node processes on 127.0.0.1.
+
+    with LocalCluster(tmp_dir, nodes=3) as cluster:
+        with logstrand.connect(cluster.url) as client:
+            ...
+        cluster.kill_node(2)          # SIGKILL
+        cluster.start_node(2)
+
+Used by ``logstrand dev up``, the integration tests and the benchmarks.  Every
+process it starts it also stops (SIGTERM, then SIGKILL after a grace period).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+from ..epochstore import NodeConfig, open_epoch_store
+from ..net import handshake_sync
+from ._zookeeper import free_port
+
+if TYPE_CHECKING:
+    import os
+
+
+class LocalCluster:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        nodes: int = 3,
+        zookeeper: str | None = None,
+        cluster: str = "dev",
+        node_args: tuple[str, ...] = (),
+    ) -> None:
+        self.directory = Path(directory).absolute()
+        self.node_count = nodes
+        self.node_args = node_args
+        if zookeeper:
+            self.url = f"zk://{zookeeper}/{cluster}"
+        else:
+            self.url = f"sqlite://{self.directory / 'cluster.db'}"
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._logs: dict[int, IO[bytes]] = {}
+        self.nodes: dict[int, NodeConfig] = {}
+        self.cluster = cluster
+
+    def configure(self) -> None:
+        """Write the nodes configuration (fresh ports for nodes not serving now)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with open_epoch_store(self.url) as store:
+            self.cluster = store.cluster
+            existing = store.nodes()
+            for i in range(1, self.node_count + 1):
+                cfg = NodeConfig(
+                    i,
+                    f"127.0.0.1:{free_port()}",
+                    location=f"local.dc1.rack{i}",
+                    metrics_port=free_port(),
+                    data_dir=str(self.directory / f"node{i}"),
+                )
+                if i in existing:
+                    store.update_node(cfg)
+                else:
+                    store.add_node(cfg)
+            self.nodes = store.nodes()
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        self.configure()
+        for i in range(1, self.node_count + 1):
+            self._spawn(i)
+        for i in range(1, self.node_count + 1):
+            self.wait_ready(i, timeout_s)
+
+    def _spawn(self, node_id: int) -> None:
+        logs = self.directory / "logs"
+        logs.mkdir(exist_ok=True)
+        out = open(logs / f"node{node_id}.log", "ab")  # noqa: SIM115 - closed in _reap
+        self._logs[node_id] = out
+        self.procs[node_id] = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "logstrand",
+                "node",
+                "--url",
+                self.url,
+                "--id",
+                str(node_id),
+                *self.node_args,
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def wait_ready(self, node_id: int, timeout_s: float = 60.0) -> None:
+        cfg = self.nodes[node_id]
+        deadline = time.monotonic() + timeout_s
+        proc = self.procs[node_id]
+        while not handshake_sync(cfg.host, cfg.port, self.cluster, timeout_s=1.0):
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"node {node_id} exited with {proc.returncode}; "
+                    f"see {self.directory / 'logs' / f'node{node_id}.log'}"
+                )
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"node {node_id} did not start within {timeout_s} s")
+            time.sleep(0.05)
+
+    def start_node(self, node_id: int, timeout_s: float = 60.0) -> None:
+        """Start a stopped node again (same address, same data)."""
+        if node_id in self.procs and self.procs[node_id].poll() is None:
+            return
+        self._spawn(node_id)
+        self.wait_ready(node_id, timeout_s)
+
+    def kill_node(self, node_id: int) -> None:
+        """SIGKILL: no goodbye, no flush; membership lapses with the lease or session."""
+        proc = self.procs.get(node_id)
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        self._reap(node_id)
+
+    def stop_node(self, node_id: int, timeout_s: float = 20.0) -> None:
+        proc = self.procs.get(node_id)
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=30)
+        self._reap(node_id)
+
+    def _reap(self, node_id: int) -> None:
+        self.procs.pop(node_id, None)
+        out = self._logs.pop(node_id, None)
+        if out is not None:
+            with contextlib.suppress(OSError):
+                out.close()
+
+    def alive(self, node_id: int) -> bool:
+        proc = self.procs.get(node_id)
+        return proc is not None and proc.poll() is None
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for node_id in list(self.procs):
+            self.stop_node(node_id)
+
+    def __enter__(self) -> LocalCluster:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

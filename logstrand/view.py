@@ -1,0 +1,107 @@
+"""A live, cached view of the cluster configuration, for trio code.
+
+Nodes and clients both need the nodes, the log ranges and who is alive, on
+every append.  The view keeps them in memory: membership changes arrive
+through the store's watch, and the configuration is re-read every few
+seconds (or at once with ``refresh()``, e.g. after NOTFOUND).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+
+from .epochstore import AsyncEpochStore, EpochStore, LogAttributes, NodeConfig, Watch
+from .errors import EpochStoreUnavailableError
+from .placement import rendezvous_owner
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .epochstore import LogRange
+
+_log = logging.getLogger("logstrand.view")
+REFRESH_S = 2.0
+
+
+class ClusterView:
+    def __init__(self, store: EpochStore) -> None:
+        self.store = store
+        self.astore = AsyncEpochStore(store)
+        self.nodes: dict[int, NodeConfig] = {}
+        self.ranges: list[LogRange] = []
+        self.alive: frozenset[int] = frozenset()
+        self._watch: Watch | None = None
+        self._listeners: list[Callable[[frozenset[int], frozenset[int]], None]] = []
+        self.changed = trio.Event()
+
+    async def refresh(self) -> None:
+        """Re-read nodes, log ranges and membership now."""
+        nodes = await self.astore.call(self.store.nodes)
+        ranges = await self.astore.call(self.store.log_ranges)
+        alive = await self.astore.call(self.store.alive_nodes)
+        self.nodes, self.ranges = nodes, ranges
+        self._set_alive(alive)
+
+    def on_membership(self, fn: Callable[[frozenset[int], frozenset[int]], None]) -> None:
+        """Call ``fn(old_alive, new_alive)`` (in trio) on every membership change."""
+        self._listeners.append(fn)
+
+    def _set_alive(self, alive: frozenset[int]) -> None:
+        if alive == self.alive:
+            return
+        old, self.alive = self.alive, alive
+        for fn in self._listeners:
+            fn(old, alive)
+        self.changed.set()
+        self.changed = trio.Event()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Keep the view current until cancelled."""
+        await self.refresh()
+        token = trio.lowlevel.current_trio_token()
+
+        def from_watch(alive: frozenset[int]) -> None:
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(self._set_alive, alive)
+
+        self._watch = await self.astore.call(self.store.watch_members, from_watch)
+        task_status.started()
+        try:
+            while True:
+                await trio.sleep(REFRESH_S)
+                try:
+                    await self.refresh()
+                except EpochStoreUnavailableError as exc:
+                    _log.warning("cluster view not refreshed: %s", exc)
+        finally:
+            if self._watch is not None:
+                self._watch.cancel()
+
+    # -- lookups ------------------------------------------------------------
+
+    def log_attributes(self, log_id: int) -> LogAttributes | None:
+        for r in self.ranges:
+            if log_id in r:
+                return r.attributes
+        return None
+
+    def sequencer_weights(self) -> dict[int, float]:
+        return {
+            n.node_id: n.weight
+            for n in self.nodes.values()
+            if n.node_id in self.alive and "sequencer" in n.roles
+        }
+
+    def sequencer_node(self, log_id: int) -> int | None:
+        """The live node that runs ``log_id``'s sequencer (rendezvous hashing)."""
+        return rendezvous_owner(log_id, self.sequencer_weights())
+
+    def storage_weights(self) -> dict[int, float]:
+        return {n.node_id: n.weight for n in self.nodes.values() if "storage" in n.roles}
+
+    def domains(self, scope: str) -> dict[int, str]:
+        return {n.node_id: n.domain(scope) for n in self.nodes.values()}

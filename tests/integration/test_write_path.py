@@ -1,0 +1,248 @@
+"""Appends against real node processes: LSNs, copies, failures, bad input."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import subprocess
+import sys
+import time
+import urllib.request
+from typing import TYPE_CHECKING
+
+import pytest
+import trio
+
+import logstrand
+from logstrand import InvalidArgumentError, NotFoundError, Status, lsn_epoch
+from logstrand.epochstore import LogAttributes, open_epoch_store
+from logstrand.logsdb import LogsDB
+from logstrand.net import connect, handshake_sync
+from logstrand.testing import LocalCluster
+from logstrand.wire import Append, AppendReply, RecordBatch
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+async def test_concurrent_clients_get_unique_increasing_lsns(cluster: LocalCluster) -> None:
+    per_task: dict[int, list[int]] = {}
+
+    async def writer(client: logstrand.AsyncClient, task: int) -> None:
+        got = per_task.setdefault(task, [])
+        for i in range(150):
+            got.append(await client.append(3, b"task %d rec %d" % (task, i)))
+
+    async with logstrand.open_client(cluster.url) as c1, logstrand.open_client(cluster.url) as c2:
+        async with trio.open_nursery() as nursery:
+            for t in range(8):
+                nursery.start_soon(writer, c1 if t % 2 else c2, t)
+        batch = await c1.append_batch(3, [b"b%d" % i for i in range(500)])
+    every = [lsn for got in per_task.values() for lsn in got] + batch
+    assert len(set(every)) == len(every) == 8 * 150 + 500
+    for got in per_task.values():
+        assert got == sorted(got)
+    assert batch == list(range(batch[0], batch[0] + 500))
+
+
+def test_blocking_client_single_batch_and_async(cluster: LocalCluster) -> None:
+    with logstrand.connect(cluster.url) as client:
+        a = client.append(4, b"one")
+        b = client.append_batch(4, [b"two", b"three"])
+        futures = [client.append_async(4, b"f%d" % i) for i in range(200)]
+        lsns = [f.result(timeout=30) for f in futures]
+    assert a < b[0] < b[1]
+    assert len(set(lsns)) == 200
+    assert min(lsns) > b[1]
+
+
+def test_unknown_log_and_bad_payloads_fail_clearly(cluster: LocalCluster) -> None:
+    with logstrand.connect(cluster.url) as client:
+        with pytest.raises(NotFoundError) as info:
+            client.append(5000, b"x")
+        assert info.value.status is Status.NOTFOUND
+        with pytest.raises(InvalidArgumentError) as too_big:
+            client.append(1, b"x" * (1024 * 1024 + 1))
+        assert too_big.value.status is Status.TOOBIG
+        with pytest.raises(InvalidArgumentError) as tomb:
+            client.append(1, None)
+        assert tomb.value.status is Status.BADPAYLOAD
+        with pytest.raises(InvalidArgumentError) as nokey:
+            client.append(200, b"v")
+        assert nokey.value.status is Status.NOKEY
+        assert client.append(200, b"v", key=b"k") > 0
+        assert client.append(200, None, key=b"k") > 0  # a tombstone
+
+
+async def test_node_refuses_oversized_payload_itself(cluster: LocalCluster) -> None:
+    # A client that does not check (its limit set higher) still gets TOOBIG.
+    settings = logstrand.ClientSettings(payload_bytes_max=4 * 1024 * 1024)
+    async with logstrand.open_client(cluster.url, settings=settings) as client:
+        with pytest.raises(InvalidArgumentError) as info:
+            await client.append(1, b"x" * (2 * 1024 * 1024))
+    assert info.value.status is Status.TOOBIG
+
+
+def _send_raw(host: str, port: int, data: bytes) -> bytes:
+    with socket.create_connection((host, port), timeout=5) as s:
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+        chunks = []
+        while chunk := s.recv(4096):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"\x00\x00\x00\x05hello",  # a frame that is not CBOR
+        b"GET / HTTP/1.1\r\n\r\n",  # the wrong protocol (a huge length prefix)
+        struct.pack(">I", 64 * 1024 * 1024) + b"x" * 100,  # an oversized frame
+        b"\xff" * 10_000,
+    ],
+)
+def test_garbage_closes_the_connection_and_the_node_serves_on(
+    cluster: LocalCluster, garbage: bytes
+) -> None:
+    for cfg in cluster.nodes.values():
+        assert _send_raw(cfg.host, cfg.port, garbage) == b""  # closed, nothing answered
+        assert handshake_sync(cfg.host, cfg.port, cluster.cluster)
+    with logstrand.connect(cluster.url) as client:
+        assert client.append(5, b"still here") > 0
+
+
+async def test_garbage_after_handshake_closes_only_that_connection(cluster: LocalCluster) -> None:
+    cfg = cluster.nodes[1]
+    conn = await connect(cfg.host, cfg.port, cluster=cluster.cluster)
+    await conn.stream.send_all(b"\x00\x00\x00\x03\xff\xff\xff")
+    with trio.fail_after(5):
+        assert await conn.stream.receive_some(100) == b""
+    await conn.aclose()
+    conn = await connect(cfg.host, cfg.port, cluster=cluster.cluster)
+    await conn.aclose()
+
+
+async def test_append_to_a_non_sequencer_node_is_redirected(cluster: LocalCluster) -> None:
+    async with logstrand.open_client(cluster.url) as client:
+        await client.append(6, b"x")
+        owner = client.view.sequencer_node(6)
+        other = next(n for n in cluster.nodes if n != owner)
+        cfg = cluster.nodes[other]
+        conn = await connect(cfg.host, cfg.port, cluster=cluster.cluster)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(conn.writer)
+            batch = RecordBatch((0,), (0,), (0,), (None,), (b"x",))
+            await conn.send(Append(77, 6, batch))
+            reply = await conn.receive_one()
+            nursery.cancel_scope.cancel()
+        await conn.aclose()
+    assert isinstance(reply, AppendReply)
+    assert (reply.request_id, reply.status, reply.redirect) == (77, Status.REDIRECTED, owner)
+
+
+def test_metrics_endpoint(cluster: LocalCluster) -> None:
+    with logstrand.connect(cluster.url) as client:
+        client.append_batch(7, [b"m"] * 10)
+    text = ""
+    for cfg in cluster.nodes.values():
+        with urllib.request.urlopen(f"http://127.0.0.1:{cfg.metrics_port}/metrics") as r:
+            text += r.read().decode()
+    assert "logstrand_store_records_total" in text
+    assert "logstrand_group_commits_total" in text
+    stored = sum(
+        float(line.split()[1])
+        for line in text.splitlines()
+        if line.startswith("logstrand_store_records_total")
+    )
+    assert stored >= 20  # ten records, two copies each
+
+
+def test_every_acknowledged_record_has_r_copies_on_distinct_nodes(tmp_path: Path) -> None:
+    with LocalCluster(tmp_path / "c", nodes=3) as c:
+        with open_epoch_store(c.url) as store:
+            store.create_logs(1, 1, LogAttributes(replication_factor=2))
+            store.create_logs(2, 2, LogAttributes(replication_factor=3, durability="fsync"))
+        with logstrand.connect(c.url) as client:
+            acked = {1: client.append_batch(1, [b"r%d" % i for i in range(300)])}
+            acked[2] = [client.append(2, b"s%d" % i) for i in range(50)]
+    # The cluster is stopped: open every node's LogsDB and count the copies.
+    copies: dict[tuple[int, int], list[tuple[int, tuple[int, ...]]]] = {}
+    for node in (1, 2, 3):
+        with LogsDB.open(tmp_path / "c" / f"node{node}") as db:
+            for log in (1, 2):
+                for rec in db.iter_records(log):
+                    copies.setdefault((log, rec.lsn), []).append((node, rec.copyset))
+    for log, r in ((1, 2), (2, 3)):
+        for lsn in acked[log]:
+            holders = copies[(log, lsn)]
+            nodes = [n for n, _ in holders]
+            assert len(set(nodes)) >= r, (log, lsn, holders)
+            # Each copy names the nodes of its copyset, which hold it.
+            for _, copyset in holders:
+                assert len(copyset) == r
+                assert set(copyset) <= set(nodes)
+
+
+def test_appends_go_on_with_a_storage_node_killed(tmp_path: Path) -> None:
+    with LocalCluster(tmp_path / "c", nodes=3) as c:
+        with open_epoch_store(c.url) as store:
+            store.create_logs(1, 1, LogAttributes(replication_factor=2))
+        with logstrand.connect(c.url) as client:
+            client.append(1, b"before")
+            owner = client.async_client.view.sequencer_node(1)
+            victim = next(n for n in c.nodes if n != owner)
+            c.kill_node(victim)
+            lsns = [client.append(1, b"after %d" % i) for i in range(50)]
+            assert lsns == sorted(lsns)
+            assert {lsn_epoch(x) for x in lsns} == {1}  # same sequencer, same epoch
+
+
+def test_sequencer_node_killed_appends_resume_in_a_higher_epoch(tmp_path: Path) -> None:
+    with LocalCluster(tmp_path / "c", nodes=3) as c:
+        with open_epoch_store(c.url) as store:
+            store.create_logs(1, 1, LogAttributes(replication_factor=2))
+        with logstrand.connect(c.url) as client:
+            first = client.append(1, b"before")
+            owner = client.async_client.view.sequencer_node(1)
+            assert owner is not None
+            c.kill_node(owner)
+            t0 = time.monotonic()
+            after = client.append(1, b"after")  # retried until a new sequencer takes over
+            took = time.monotonic() - t0
+            more = client.append_batch(1, [b"x"] * 10)
+        assert lsn_epoch(after) > lsn_epoch(first)
+        assert after < more[0]
+        assert took < 10
+
+
+def test_dev_up_prints_ready_and_stops_its_nodes(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "logstrand", "dev", "up", "--nodes", "2", "--dir", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        assert line.startswith("ready sqlite://")
+        url = line.split(" ", 1)[1]
+        with open_epoch_store(url) as store:
+            assert len(store.alive_nodes()) == 2
+            store.create_logs(1, 1, LogAttributes(replication_factor=2))
+        with logstrand.connect(url) as client:
+            assert client.append(1, b"hi") > 0
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+        assert proc.stdout.read().strip().endswith("stopped")
+        with open_epoch_store(url) as store:
+            deadline = time.monotonic() + 10
+            while store.alive_nodes() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert store.alive_nodes() == frozenset()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
