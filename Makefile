@@ -29,7 +29,7 @@ zookeeper:
 	fi
 
 run: venv
-	$(BIN)/logstrand logsdb demo --dir run-data/logsdb-demo
+	$(BIN)/logstrand dev demo --dir run-data/demo
 
 test: venv zookeeper lint
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
@@ -45,6 +45,7 @@ format: venv
 
 bench: venv
 	$(BIN)/python bench/logsdb.py
+	$(BIN)/python bench/append.py
 
 clean:
 	rm -rf run-data .pytest_cache .mypy_cache .ruff_cache

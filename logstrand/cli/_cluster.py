@@ -128,3 +128,65 @@ def append(
             f"appended {len(lsns)} records to log {log}: "
             f"LSNs {lsns[0]} ({format_lsn(lsns[0])}) .. {lsns[-1]} ({format_lsn(lsns[-1])})"
         )
+
+
+@dev_app.command("demo")
+def dev_demo(
+    directory: Annotated[
+        Path, typer.Option("--dir", help="Where the cluster keeps its data.")
+    ] = Path("run-data/demo"),
+    nodes: Annotated[int, typer.Option("--nodes", min=1, max=16)] = 3,
+) -> None:
+    """Start a local cluster, create a log, append to it three ways, and stop."""
+    import urllib.request
+
+    from ..client import connect
+    from ..epochstore import LogAttributes, open_epoch_store
+    from ..errors import ExistsError
+    from ..testing import LocalCluster
+
+    replication = min(2, nodes)
+    with LocalCluster(directory, nodes=nodes) as cluster:
+        console.print(f"started {nodes} nodes: ready {cluster.url}")
+        with open_epoch_store(cluster.url) as store:
+            try:
+                store.create_logs(1, 10, LogAttributes(replication_factor=replication))
+                console.print(f"created logs 1..10 with replication {replication}")
+            except ExistsError:
+                console.print("logs 1..10 exist already")
+        with connect(cluster.url) as client:
+            lsn = client.append(1, b"hello, logstrand")
+            console.print(f"append(1, b'hello, logstrand') -> LSN {lsn} ({format_lsn(lsn)})")
+            lsns = client.append_batch(1, [b"record %d" % i for i in range(1000)])
+            console.print(
+                f"append_batch(1, 1000 records) -> LSNs {format_lsn(lsns[0])} .. "
+                f"{format_lsn(lsns[-1])}"
+            )
+            t0 = time.perf_counter()
+            futures = [client.append_async(2, b"async %d" % i) for i in range(5000)]
+            got = [f.result(timeout=60) for f in futures]
+            took = time.perf_counter() - t0
+            console.print(
+                f"append_async(2, ...) x 5000 -> {len(set(got))} distinct LSNs in {took:.2f} s "
+                f"({5000 / took:,.0f} appends/s, coalesced into few APPENDs)"
+            )
+            t0 = time.perf_counter()
+            payloads = [b"x" * 100] * 1000
+            for _ in range(100):
+                client.append_batch(3, payloads)
+            took = time.perf_counter() - t0
+            console.print(
+                f"append_batch(3, 1000 x 100 B) x 100 -> {100_000 / took:,.0f} records/s "
+                f"with {replication} copies each"
+            )
+        for node_id, cfg in sorted(cluster.nodes.items()):
+            url = f"http://127.0.0.1:{cfg.metrics_port}/metrics"
+            with urllib.request.urlopen(url) as resp:
+                text = resp.read().decode()
+            stored = sum(
+                float(line.split()[1])
+                for line in text.splitlines()
+                if line.startswith("logstrand_store_records_total")
+            )
+            console.print(f"node {node_id} ({cfg.address}) stored {stored:,.0f} record copies")
+    console.print(f"cluster stopped; its data stays in {directory}")

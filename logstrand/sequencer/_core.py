@@ -159,7 +159,7 @@ class SequencerCore:
         first = self.next_esn
         self.next_esn += n
         base = (self.epoch << 32) | first
-        stamped = RecordBatch(
+        stamped = RecordBatch.trusted(
             tuple(range(base, base + n)),
             (now_ms,) * n,
             batch.flags,

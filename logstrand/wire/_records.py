@@ -78,6 +78,28 @@ class RecordBatch:
     def __len__(self) -> int:
         return len(self.lsns)
 
+    @classmethod
+    def trusted(
+        cls,
+        lsns: tuple[int, ...],
+        timestamps_ms: tuple[int, ...],
+        flags: tuple[int, ...],
+        keys: tuple[bytes | None, ...],
+        payloads: tuple[bytes | None, ...],
+    ) -> RecordBatch:
+        """Build a batch from columns already known to be valid, without checking them.
+
+        For the hot path only: columns that came out of ``unpack`` (whose
+        struct formats guarantee the ranges) or out of a validated batch.
+        """
+        batch = object.__new__(cls)
+        object.__setattr__(batch, "lsns", lsns)
+        object.__setattr__(batch, "timestamps_ms", timestamps_ms)
+        object.__setattr__(batch, "flags", flags)
+        object.__setattr__(batch, "keys", keys)
+        object.__setattr__(batch, "payloads", payloads)
+        return batch
+
     @property
     def payload_bytes(self) -> int:
         return sum(len(p) for p in self.payloads if p is not None)
@@ -147,4 +169,5 @@ class RecordBatch:
             pos += pl
         if pos != end:
             raise ProtocolError(f"{end - pos} trailing bytes after record batch")
-        return cls(lsns, timestamps, flags, tuple(keys), tuple(payloads))
+        # The struct formats above bound every number: no need to check again.
+        return cls.trusted(lsns, timestamps, flags, tuple(keys), tuple(payloads))
