@@ -31,9 +31,19 @@ from ..errors import (
     TransientError,
 )
 from ..net import Connection, connect
-from ..types import validate_log_id
+from ..types import LSN_OLDEST, TAIL, Gap, Record, _Tail, validate_log_id
 from ..view import ClusterView
-from ..wire import Append, AppendReply, RecordBatch
+from ..wire import (
+    Append,
+    AppendReply,
+    FindTime,
+    FindTimeReply,
+    LogInfo,
+    LogInfoReply,
+    ReadRecords,
+    RecordBatch,
+)
+from ._reader import ReadStream, _objects
 from ._settings import ClientSettings
 
 if TYPE_CHECKING:
@@ -55,31 +65,43 @@ class _Waiter:
 
     def __init__(self) -> None:
         self.event = trio.Event()
-        self.reply: AppendReply | None = None
+        self.reply: Any = None
 
 
 class _NodeLink:
-    """One connection to a node, with the requests waiting for answers on it."""
+    """One connection to a node: requests waiting for answers, and read streams."""
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, node_id: int) -> None:
         self.conn = conn
+        self.node_id = node_id
         self.pending: dict[int, _Waiter] = {}
+        self.streams: dict[int, trio.MemorySendChannel[Any]] = {}
 
     async def read(self) -> None:
         async def handle(msg: Any) -> None:
-            if isinstance(msg, AppendReply):
-                w = self.pending.pop(msg.request_id, None)
-                if w is not None:
-                    w.reply = msg
-                    w.event.set()
+            if isinstance(msg, ReadRecords):
+                inbox = self.streams.get(msg.stream_id)
+                if inbox is not None:
+                    # Never full: a node sends at most the credit it was given.
+                    with contextlib.suppress(trio.WouldBlock, trio.BrokenResourceError):
+                        inbox.send_nowait((self.node_id, msg))
+                return
+            w = self.pending.pop(getattr(msg, "request_id", -1), None)
+            if w is not None:
+                w.reply = msg
+                w.event.set()
 
         try:
             await self.conn.receive_messages(handle)
         finally:
-            # The connection is gone: wake every waiter (reply None = retry).
+            # The connection is gone: wake every waiter (reply None = retry)
+            # and tell every reader.
             for w in self.pending.values():
                 w.event.set()
             self.pending.clear()
+            for inbox in self.streams.values():
+                with contextlib.suppress(trio.WouldBlock, trio.BrokenResourceError):
+                    inbox.send_nowait((self.node_id, None))
 
 
 class _Pending:
@@ -265,7 +287,7 @@ class AsyncClient:
             if cfg is None:
                 raise TransientError(f"node {node_id} is not configured", Status.CONNFAILED)
             conn = await connect(cfg.host, cfg.port, cluster=self.cluster)
-            link = self._links[node_id] = _NodeLink(conn)
+            link = self._links[node_id] = _NodeLink(conn, node_id)
             self.nursery.start_soon(conn.writer)
             self.nursery.start_soon(link.read)
             return link
@@ -331,7 +353,145 @@ class AsyncClient:
             link.pending.pop(rid, None)
         if waiter.reply is None:
             return None, f"connection to node {node} lost"
+        assert isinstance(waiter.reply, AppendReply)
         return waiter.reply, ""
+
+    # -- queries --------------------------------------------------------------
+
+    async def _request(self, node: int, make: Any, timeout_s: float = 5.0) -> Any:
+        """Send a request to one node and wait for its answer (None if none came)."""
+        try:
+            link = await self._link(node)
+        except TransientError:
+            return None
+        rid = next(self._request_ids)
+        waiter = _Waiter()
+        link.pending[rid] = waiter
+        try:
+            with trio.move_on_after(timeout_s):
+                await link.conn.send(make(rid))
+                await waiter.event.wait()
+        except TransientError:
+            return None
+        finally:
+            link.pending.pop(rid, None)
+        return waiter.reply
+
+    async def _ask_nodeset(self, log_id: int, make: Any) -> list[Any]:
+        """Ask every node that may hold the log; the answers that came."""
+        nodes = await self._read_nodes(log_id)
+        answers: list[Any] = []
+
+        async def ask(node: int) -> None:
+            reply = await self._request(node, make)
+            if reply is not None and reply.status == Status.OK:
+                answers.append(reply)
+
+        async with trio.open_nursery() as nursery:
+            for n in nodes:
+                nursery.start_soon(ask, n)
+        if not answers:
+            raise TransientError(f"no node of log {log_id} answered", Status.TIMEDOUT)
+        return answers
+
+    async def _read_nodes(self, log_id: int) -> tuple[int, ...]:
+        """Every node that holds or may hold copies of the log (all its nodesets)."""
+        await self._require_log(log_id)
+        epochs = await self.view.astore.call(self.view.store.log_epochs, log_id)
+        nodes = {n for h in epochs.history for n in h.nodeset}
+        if not nodes:
+            nodes = set(self.view.storage_weights())
+        return tuple(sorted(nodes))
+
+    async def _require_log(self, log_id: int) -> None:
+        try:
+            validate_log_id(log_id)
+        except ValueError as exc:
+            raise InvalidArgumentError(str(exc)) from None
+        if self.view.log_attributes(log_id) is None:
+            await self.view.refresh()
+            if self.view.log_attributes(log_id) is None:
+                raise NotFoundError(f"log {log_id} does not exist")
+
+    async def log_info(self, log_id: int) -> list[LogInfoReply]:
+        """What each answering node of the log knows of it."""
+        return await self._ask_nodeset(log_id, lambda rid: LogInfo(rid, log_id))
+
+    async def tail_lsn(self, log_id: int) -> int:
+        """An LSN at or above every acknowledged and released append (0: none yet)."""
+        return max(r.release_lsn for r in await self.log_info(log_id))
+
+    async def trim_point(self, log_id: int) -> int:
+        """The log's trim point: records at or below it are gone (0: never trimmed)."""
+        return max(r.trim_point for r in await self.log_info(log_id))
+
+    async def is_empty(self, log_id: int) -> bool:
+        """True when no record is left above the trim point."""
+        return all(r.records == 0 for r in await self.log_info(log_id))
+
+    async def data_size(self, log_id: int) -> int:
+        """Approximate bytes of the log's records (one copy of each)."""
+        infos = await self.log_info(log_id)
+        attrs_ = self.view.log_attributes(log_id)
+        copies = attrs_.replication_factor if attrs_ is not None else 1
+        return sum(r.bytes for r in infos) // max(1, copies)
+
+    async def find_time(self, log_id: int, timestamp_ms: int) -> int:
+        """The first LSN with a timestamp at or after ``timestamp_ms``.
+
+        With no record that recent, the LSN after the tail.
+        """
+        if timestamp_ms < 0:
+            raise InvalidArgumentError("timestamp must not be negative")
+        answers = await self._ask_nodeset(log_id, lambda rid: FindTime(rid, log_id, timestamp_ms))
+        found = [r.lsn for r in answers if isinstance(r, FindTimeReply) and r.lsn]
+        if found:
+            return min(found)
+        return await self.tail_lsn(log_id) + 1
+
+    def read(
+        self,
+        log_id: int,
+        start: int = LSN_OLDEST,
+        until: int | _Tail | None = TAIL,
+        *,
+        single_copy: bool = True,
+    ) -> ReadStream:
+        """Read a log in LSN order: an async iterator of ``Record`` and ``Gap``.
+
+        ``until``: an LSN (included), ``TAIL`` (the tail when reading starts)
+        or None (follow the log forever).  Use it as a context manager so the
+        node streams stop when you are done::
+
+            async with client.read(log) as reader:
+                async for item in reader:
+                    ...
+        """
+        return ReadStream(self, log_id, start, until, single_copy=single_copy)
+
+    async def read_many(
+        self,
+        starts: dict[int, int],
+        until: int | _Tail | None = TAIL,
+        *,
+        buffer: int = 64,
+    ) -> AsyncIterator[tuple[int, Record | Gap]]:
+        """Read several logs at once: ``(log, item)`` pairs, each log in LSN order."""
+        send, recv = trio.open_memory_channel[tuple[int, Any]](buffer)
+
+        async def pump(log_id: int, start: int) -> None:
+            async with send.clone() as out, self.read(log_id, start, until) as reader:
+                async for batch in reader.batches():
+                    for item in _objects(batch):
+                        await out.send((log_id, item))
+
+        async with trio.open_nursery() as nursery:
+            async with send:
+                for log_id, start in starts.items():
+                    nursery.start_soon(pump, log_id, start)
+            async with recv:
+                async for pair in recv:
+                    yield pair
 
     async def aclose(self) -> None:
         for link in self._links.values():

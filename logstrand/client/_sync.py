@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..errors import ClosedError
+from ..types import LSN_OLDEST, TAIL, Gap, Record, _Tail
 from ._async import AsyncClient, open_client
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
     from ._settings import ClientSettings
 
@@ -102,6 +103,62 @@ class Client:
         except trio.RunFinishedError:
             raise ClosedError("client is closed") from None
         return fut
+
+    def read(
+        self,
+        log_id: int,
+        start: int = LSN_OLDEST,
+        until: int | _Tail | None = TAIL,
+        *,
+        single_copy: bool = True,
+    ) -> Iterator[Record | Gap]:
+        """Read a log in LSN order: ``Record`` and ``Gap`` items (see ``AsyncClient.read``).
+
+        Items cross from the client's trio thread in batches.  Close the
+        generator (or finish it) to stop the node streams.
+        """
+        client = self.async_client
+        stream = client.read(log_id, start, until, single_copy=single_copy)
+        try:
+            while True:
+                items = self._call(stream.next_objects)
+                if not items:
+                    return
+                yield from items
+        finally:
+            with contextlib.suppress(ClosedError):
+                self._call(stream.aclose)
+
+    def read_batches(
+        self, log_id: int, start: int = LSN_OLDEST, until: int | _Tail | None = TAIL
+    ) -> Iterator[list[Any]]:
+        """Like ``read``, but columnar: lists of ``RecordRun`` and ``GapItem``."""
+        client = self.async_client
+        stream = client.read(log_id, start, until)
+        try:
+            while True:
+                items = self._call(stream._next_items)
+                if not items:
+                    return
+                yield items
+        finally:
+            with contextlib.suppress(ClosedError):
+                self._call(stream.aclose)
+
+    def tail_lsn(self, log_id: int) -> int:
+        return int(self._call(self.async_client.tail_lsn, log_id))
+
+    def trim_point(self, log_id: int) -> int:
+        return int(self._call(self.async_client.trim_point, log_id))
+
+    def find_time(self, log_id: int, timestamp_ms: int) -> int:
+        return int(self._call(self.async_client.find_time, log_id, timestamp_ms))
+
+    def is_empty(self, log_id: int) -> bool:
+        return bool(self._call(self.async_client.is_empty, log_id))
+
+    def data_size(self, log_id: int) -> int:
+        return int(self._call(self.async_client.data_size, log_id))
 
     @property
     def async_client(self) -> AsyncClient:

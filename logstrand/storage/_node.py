@@ -32,8 +32,23 @@ from ..errors import LogstrandError, NotFoundError, Status, TransientError
 from ..logsdb import LogsDB, LogsDBOptions, PutBatch
 from ..net import Connection, connect, serve_connection
 from ..view import ClusterView
-from ..wire import Append, Ping, Pong, Release, Store, StoreReply
+from ..wire import (
+    Append,
+    FindTime,
+    FindTimeReply,
+    LogInfo,
+    LogInfoReply,
+    Ping,
+    Pong,
+    ReadCredit,
+    Release,
+    StartRead,
+    StopRead,
+    Store,
+    StoreReply,
+)
 from ._metrics import NodeMetrics
+from ._reads import ReadStreams
 from ._sequencers import SequencerHost
 
 _log = logging.getLogger("logstrand.node")
@@ -71,6 +86,7 @@ class Node:
         self.logsdb_options = logsdb_options
         self.metrics = NodeMetrics(node_id)
         self.sequencers = SequencerHost(self)
+        self.reads = ReadStreams(self)
         self.release: dict[int, int] = {}
         self._release_dirty: set[int] = set()
         self._peers: dict[int, Connection] = {}
@@ -108,6 +124,7 @@ class Node:
             self.db = await trio.to_thread.run_sync(
                 functools.partial(LogsDB.open, data_dir, self.logsdb_options)
             )
+            self.release = {log: self.db.release_pointer(log) for log in self.db.logs()}
             try:
                 listeners = await trio.open_tcp_listeners(cfg.port, host=cfg.host)
                 session = await trio.to_thread.run_sync(store.register_member, self.node_id)
@@ -163,7 +180,9 @@ class Node:
                 nursery.start_soon(conn.writer)
                 await conn.receive_messages(functools.partial(self._dispatch, conn))
                 nursery.cancel_scope.cancel()
+            self.reads.connection_closed(conn)
         except Exception:
+            self.reads.connection_closed(conn)
             # Whatever one connection's traffic provokes ends that connection,
             # never the node.
             _log.exception("node %d: connection %s failed", self.node_id, conn.peer)
@@ -176,6 +195,18 @@ class Node:
             await self.sequencers.handle_append(conn, msg)
         elif isinstance(msg, Release):
             self.on_release(msg)
+        elif isinstance(msg, StartRead):
+            self.reads.start(conn, msg)
+        elif isinstance(msg, ReadCredit):
+            self.reads.credit(conn, msg)
+        elif isinstance(msg, StopRead):
+            self.reads.stop(conn, msg)
+        elif isinstance(msg, LogInfo):
+            await conn.send(self._log_info(msg))
+        elif isinstance(msg, FindTime):
+            lsn = self.db.find_time(msg.log_id, msg.timestamp_ms)
+            found = lsn if lsn <= self.db.last_lsn(msg.log_id) else 0
+            await conn.send(FindTimeReply(msg.request_id, int(Status.OK), found))
         elif isinstance(msg, Ping):
             await conn.send(Pong(msg.request_id))
         # Anything else has no meaning on this side of a connection: ignore it.
@@ -308,6 +339,28 @@ class Node:
         if msg.lsn > self.release.get(msg.log_id, 0):
             self.release[msg.log_id] = msg.lsn
             self._release_dirty.add(msg.log_id)
+            self.reads.released(msg.log_id)
+
+    def release_of(self, log_id: int) -> int:
+        return self.release.get(log_id, 0)
+
+    def _log_info(self, msg: LogInfo) -> LogInfoReply:
+        db = self.db
+        log = msg.log_id
+        entries = [e for _, e in db.directory(log)]
+        trim = db.trim_point(log)
+        live = [e for e in entries if e.last_lsn > trim]
+        return LogInfoReply(
+            msg.request_id,
+            int(Status.OK),
+            self.release_of(log),
+            trim,
+            db.last_lsn(log),
+            sum(e.bytes for e in live),
+            sum(e.records for e in live),
+            min((e.min_ts_ms for e in live), default=0),
+            max((e.max_ts_ms for e in live), default=0),
+        )
 
     def _persist_releases_sync(self, releases: dict[int, int]) -> None:
         if releases:

@@ -1,0 +1,244 @@
+"""The trio shell of a reader: node streams in, ``Record`` and ``Gap`` out.
+
+It opens one stream per node of the log's nodesets (over the client's one
+connection per node), feeds what arrives to the pure ``ReaderCore``, sends the
+core's StartRead and credit messages, and hands delivered items to the caller.
+A node that cannot be reached is reported to the core and tried again every
+second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ..errors import LogstrandError, Status, TransientError
+from ..types import LSN_MAX, TAIL, Gap, Record, _Tail
+from ..wire import ReadCredit, StartRead, StopRead
+from ._reader_core import GapItem, GrantCredit, Item, ReaderCore, RecordRun, StartStream
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from ._async import AsyncClient
+
+_stream_ids = itertools.count(1)
+RECONNECT_S = 1.0
+
+
+def _objects(items: list[Item]) -> list[Record | Gap]:
+    out: list[Record | Gap] = []
+    for item in items:
+        if isinstance(item, RecordRun):
+            out.extend(map(Record, item.lsns, item.timestamps_ms, item.payloads, item.keys))
+        else:
+            out.append(Gap(item.type, item.lo, item.hi))
+    return out
+
+
+class ReadStream:
+    """An async iterator over one log's records and gaps (see ``AsyncClient.read``)."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        log_id: int,
+        start: int,
+        until: int | _Tail | None,
+        *,
+        single_copy: bool = True,
+        credit: int = 8192,
+    ) -> None:
+        self.client = client
+        self.log_id = log_id
+        self.start = start
+        self.until_arg = until
+        self.single_copy = single_copy
+        self.credit = credit
+        self.stream_id = next(_stream_ids)
+        self.core: ReaderCore | None = None
+        self._inbox_send, self._inbox = trio.open_memory_channel[Any](100_000)
+        self._links: dict[int, Any] = {}
+        self._pending: list[Record | Gap] = []
+        self._closed = False
+        self._retry_at: dict[int, float] = {}
+
+    @property
+    def healthy(self) -> bool:
+        """False while the reader waits for nodes it needs to decide about a gap."""
+        return self.core is None or self.core.healthy
+
+    async def _open(self) -> ReaderCore:
+        client = self.client
+        nodes = await client._read_nodes(self.log_id)
+        attrs_ = client.view.log_attributes(self.log_id)
+        assert attrs_ is not None
+        epochs = await client.view.astore.call(client.view.store.log_epochs, self.log_id)
+        r = max([h.replication_factor for h in epochs.history] or [attrs_.replication_factor])
+        r = min(r, len(nodes))
+        if self.until_arg is TAIL:
+            until = await client.tail_lsn(self.log_id)
+        elif self.until_arg is None:
+            until = LSN_MAX
+        else:
+            assert isinstance(self.until_arg, int)
+            until = self.until_arg
+        core = ReaderCore(
+            self.log_id,
+            self.start,
+            until,
+            nodes,
+            r,
+            scd=self.single_copy,
+            credit=self.credit,
+            now=trio.current_time(),
+        )
+        self.core = core
+        await self._act(core)
+        return core
+
+    async def _link(self, node: int) -> Any:
+        link = self._links.get(node)
+        if link is not None and not link.conn.closed:
+            return link
+        link = await self.client._link(node)
+        link.streams[self.stream_id] = self._inbox_send
+        self._links[node] = link
+        return link
+
+    async def _act(self, core: ReaderCore) -> None:
+        actions, core.actions = core.actions, []
+        now = trio.current_time()
+        for a in actions:
+            try:
+                link = await self._link(a.node_id)
+                if isinstance(a, StartStream):
+                    msg: Any = StartRead(
+                        self.stream_id,
+                        a.generation,
+                        self.log_id,
+                        a.start_lsn,
+                        a.until_lsn,
+                        a.credit,
+                        a.scd,
+                        a.known_down,
+                    )
+                else:
+                    assert isinstance(a, GrantCredit)
+                    msg = ReadCredit(self.stream_id, a.generation, a.records)
+                await link.conn.send(msg)
+            except TransientError:
+                self._retry_at[a.node_id] = now + RECONNECT_S
+                core.on_unreachable(a.node_id, now)
+        if core.actions:
+            await self._act(core)  # an unreachable node triggered a rewind
+
+    async def _next_items(self) -> list[Item]:
+        core = self.core or await self._open()
+        while True:
+            now = trio.current_time()
+            core.poll(now)
+            items, core.items = core.items, []
+            await self._act(core)
+            if items:
+                return items
+            if core.done:
+                return []
+            await self._wait(core, now)
+
+    async def _wait(self, core: ReaderCore, now: float) -> None:
+        deadline = core.next_deadline(now)
+        if self._retry_at:
+            deadline = min(deadline, min(self._retry_at.values()))
+        with trio.move_on_at(deadline):
+            event = await self._inbox.receive()
+            self._absorb(core, event)
+            while True:
+                try:
+                    event = self._inbox.receive_nowait()
+                except trio.WouldBlock:
+                    break
+                self._absorb(core, event)
+        now = trio.current_time()
+        for node, at in list(self._retry_at.items()):
+            if at <= now:
+                try:
+                    await self._link(node)
+                except TransientError:
+                    self._retry_at[node] = now + RECONNECT_S
+                    continue
+                del self._retry_at[node]
+                core.on_reachable(node, now)
+
+    def _absorb(self, core: ReaderCore, event: tuple[int, Any]) -> None:
+        node, msg = event
+        now = trio.current_time()
+        if msg is None:  # the connection to that node is gone
+            self._links.pop(node, None)
+            self._retry_at[node] = now + RECONNECT_S
+            core.on_unreachable(node, now)
+            return
+        if msg.status != Status.OK:
+            if msg.status == Status.NOTFOUND:
+                raise LogstrandError(f"log {self.log_id} does not exist", Status.NOTFOUND)
+            core.on_unreachable(node, now)
+            self._retry_at[node] = now + RECONNECT_S
+            return
+        core.on_records(node, msg.generation, msg.next_lsn, msg.trim_point, msg.batch, now)
+
+    # -- iteration -------------------------------------------------------------
+
+    async def batches(self) -> AsyncIterator[list[Item]]:
+        """Delivered items a batch at a time: ``RecordRun`` columns and ``GapItem``."""
+        while not self._closed:
+            items = await self._next_items()
+            if not items:
+                return
+            yield items
+
+    def __aiter__(self) -> ReadStream:
+        return self
+
+    async def __anext__(self) -> Record | Gap:
+        while not self._pending:
+            if self._closed:
+                raise StopAsyncIteration
+            items = await self._next_items()
+            if not items:
+                raise StopAsyncIteration
+            self._pending = _objects(items)
+            self._pending.reverse()
+        return self._pending.pop()
+
+    async def next_objects(self, limit: int = 10_000) -> list[Record | Gap]:
+        """Up to ``limit`` delivered items as objects; [] at the end."""
+        if not self._pending:
+            items = await self._next_items()
+            self._pending = _objects(items)
+            self._pending.reverse()
+        out = self._pending[-limit:]
+        del self._pending[-limit:]
+        out.reverse()
+        return out
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for link in self._links.values():
+            link.streams.pop(self.stream_id, None)
+            with contextlib.suppress(LogstrandError):
+                link.conn.send_nowait(StopRead(self.stream_id))
+        self._links.clear()
+
+    async def __aenter__(self) -> ReadStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+__all__ = ["GapItem", "ReadStream", "RecordRun"]

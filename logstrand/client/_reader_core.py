@@ -1,0 +1,365 @@
+"""The reader of one log: merges the nodes' streams into LSN order.  Pure: no trio.
+
+Theory of operation
+-------------------
+Every node of the log's nodeset streams the copies it holds, in LSN order,
+and tells its *position*: it has sent everything it will send below it.  The
+*frontier* is the lowest position among the nodes that count (not known to
+be down); every record below the frontier has already arrived, so records
+below it are delivered in LSN order, duplicates dropped.
+
+With single-copy delivery (SCD, the default) each record comes from one node
+only: the first node of its copyset that the reader does not report down.
+LSNs below the frontier that no node sent are *suspect*: they may not exist
+(an epoch ended) or their copies may be gone.  The reader then rewinds with
+every node sending every copy (all-send-all, ASA) and decides only when an
+f-majority of the nodeset (|nodeset| − R + 1 nodes) has moved past an LSN
+without sending it; that set meets every possible copyset, so no copy exists
+anywhere.  Such a range is BRIDGE when it runs to the end of its epoch (the
+next record is in a later epoch), DATALOSS otherwise.  Once past, the reader
+goes back to SCD.  While too few nodes answer to decide, it waits and reports
+itself unhealthy: it never calls unreachable data lost.
+
+A node that goes away, or whose position stops moving while it holds the
+frontier back (``stall_s``), is listed as down and the streams are rewound, so
+that the next holder of each of its records sends them.
+
+Stored records flagged HOLE (plugged by recovery) become HOLE gaps, BRIDGE
+records a BRIDGE gap to the end of their epoch; LSNs at or below the trim
+point a TRIM gap.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from typing import TYPE_CHECKING
+
+import attrs
+
+from ..types import LSN_MAX, GapType
+
+if TYPE_CHECKING:
+    from ..wire import RecordBatch
+
+FLAG_HOLE = 0x0001
+FLAG_BRIDGE = 0x0002
+FLAG_TOMBSTONE = 0x0004
+
+
+@attrs.frozen
+class RecordRun:
+    """Consecutive delivered records as columns (payload None: tombstone)."""
+
+    lsns: tuple[int, ...]
+    timestamps_ms: tuple[int, ...]
+    keys: tuple[bytes | None, ...]
+    payloads: tuple[bytes | None, ...]
+
+    def __len__(self) -> int:
+        return len(self.lsns)
+
+
+@attrs.frozen
+class GapItem:
+    type: GapType
+    lo: int
+    hi: int
+
+
+Item = RecordRun | GapItem
+
+
+@attrs.frozen
+class StartStream:
+    node_id: int
+    generation: int
+    start_lsn: int
+    until_lsn: int
+    credit: int
+    scd: bool
+    known_down: tuple[int, ...]
+
+
+@attrs.frozen
+class GrantCredit:
+    node_id: int
+    generation: int
+    records: int
+
+
+Action = StartStream | GrantCredit
+
+
+@attrs.define(eq=False)
+class _Node:
+    pos: int = 0  # everything below this was sent (0: nothing heard yet)
+    trim: int = 0
+    queue: deque[tuple[RecordBatch, int]] = attrs.Factory(deque)  # (batch, offset)
+    consumed: int = 0
+    moved_at: float = 0.0
+
+
+class ReaderCore:
+    """Reads ``log_id`` from ``start`` to ``until`` (inclusive) off ``nodeset``."""
+
+    def __init__(
+        self,
+        log_id: int,
+        start: int,
+        until: int,
+        nodeset: tuple[int, ...],
+        replication: int,
+        *,
+        scd: bool = True,
+        credit: int = 4096,
+        stall_s: float = 2.0,
+        now: float = 0.0,
+    ) -> None:
+        assert nodeset
+        assert 1 <= replication <= len(nodeset)
+        self.log_id = log_id
+        # Epochs start at 1 and ESN 0 is never used: nothing exists below e1n1.
+        self.next_lsn = max(start, (1 << 32) | 1)
+        self.until = until
+        self.nodeset = nodeset
+        self.f_majority = len(nodeset) - replication + 1
+        self.scd_default = scd
+        self.scd = scd
+        self.credit = credit
+        self.stall_s = stall_s
+        self.generation = 0
+        self.known_down: set[int] = set()
+        self.unreachable: set[int] = set()
+        self.nodes = {n: _Node(moved_at=now) for n in nodeset}
+        self.items: list[Item] = []
+        self.actions: list[Action] = []
+        self.healthy = True
+        self.rewinds = 0
+        self._rewind(now)
+
+    @property
+    def done(self) -> bool:
+        return self.next_lsn > self.until
+
+    # -- input -----------------------------------------------------------------
+
+    def on_records(
+        self,
+        node_id: int,
+        generation: int,
+        next_lsn: int,
+        trim: int,
+        batch: RecordBatch,
+        now: float,
+    ) -> None:
+        st = self.nodes.get(node_id)
+        if st is None or generation != self.generation:
+            return  # a message from before the last rewind
+        if batch.lsns:
+            st.queue.append((batch, 0))
+        if next_lsn > st.pos:
+            st.pos = next_lsn
+            st.moved_at = now
+        st.trim = max(st.trim, trim)
+
+    def on_unreachable(self, node_id: int, now: float) -> None:
+        if node_id not in self.nodes or node_id in self.unreachable:
+            return
+        self.unreachable.add(node_id)
+        if node_id not in self.known_down:
+            self.known_down.add(node_id)
+            self._rewind(now)
+
+    def on_reachable(self, node_id: int, now: float) -> None:
+        if node_id in self.unreachable:
+            self.unreachable.discard(node_id)
+            self.known_down.discard(node_id)
+            self._rewind(now)
+
+    # -- output ----------------------------------------------------------------
+
+    def take(self) -> tuple[list[Item], list[Action]]:
+        items, self.items = self.items, []
+        actions, self.actions = self.actions, []
+        return items, actions
+
+    def poll(self, now: float) -> None:
+        """Deliver what can be delivered; start rewinds and grant credit as needed."""
+        for _ in range(10_000):  # bounded: each pass delivers, decides or stops
+            if self.done or not self._step(now):
+                break
+        self._grant()
+
+    # -- internals ---------------------------------------------------------------
+
+    def _counting(self) -> list[int]:
+        """Nodes whose position bounds delivery now."""
+        return [n for n in self.nodeset if n not in self.known_down]
+
+    def _rewind(self, now: float) -> None:
+        self.generation += 1
+        self.rewinds += 1
+        for st in self.nodes.values():
+            st.pos = 0
+            st.queue.clear()
+            st.consumed = 0
+            st.moved_at = now
+        down = tuple(sorted(self.known_down))
+        for n in self.nodeset:
+            if n in self.unreachable:
+                continue
+            self.actions.append(
+                StartStream(
+                    n, self.generation, self.next_lsn, self.until, self.credit, self.scd, down
+                )
+            )
+
+    def _drop_below(self, st: _Node, lsn: int) -> None:
+        while st.queue:
+            batch, off = st.queue[0]
+            lsns = batch.lsns
+            if lsns[-1] < lsn:
+                st.consumed += len(lsns) - off
+                st.queue.popleft()
+                continue
+            if lsns[off] < lsn:
+                new = bisect.bisect_left(lsns, lsn, off)
+                st.consumed += new - off
+                st.queue[0] = (batch, new)
+            return
+
+    def _step(self, now: float) -> bool:
+        nodes = self.nodes
+        trim = max(st.trim for st in nodes.values())
+        if self.next_lsn <= trim:
+            hi = min(trim, self.until)
+            self.items.append(GapItem(GapType.TRIM, self.next_lsn, hi))
+            self.next_lsn = hi + 1
+            return True
+        head_node, head = None, LSN_MAX + 1
+        for n, st in nodes.items():
+            self._drop_below(st, self.next_lsn)
+            if st.queue:
+                batch, off = st.queue[0]
+                if batch.lsns[off] < head:
+                    head_node, head = n, batch.lsns[off]
+        counting = self._counting()
+        frontier = min((nodes[n].pos for n in counting), default=0)
+        if head_node is not None and head == self.next_lsn and head < frontier:
+            self._deliver(head_node, frontier, now)
+            self.healthy = True
+            return True
+        missing_hi = min(head, frontier) - 1
+        if missing_hi < self.next_lsn:
+            self._check_stall(now, frontier)
+            return False
+        # LSNs [next_lsn, missing_hi] came from no node although every counting
+        # node has passed them.
+        if self.scd:
+            self.scd = False
+            self._rewind(now)
+            return False
+        return self._decide_gap(head, now)
+
+    def _deliver(self, node_id: int, frontier: int, now: float) -> None:
+        st = self.nodes[node_id]
+        batch, off = st.queue[0]
+        lsns = batch.lsns
+        # Every record below the frontier has arrived; another node's copies
+        # of the same LSNs are duplicates, dropped on the next step.
+        end = bisect.bisect_left(lsns, min(frontier, self.until + 1), off)
+        # Only the consecutive prefix: a jump in LSNs may hide a gap.
+        if lsns[end - 1] - lsns[off] != end - 1 - off:
+            lo, hi = off, end - 1
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if lsns[mid] - lsns[off] == mid - off:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            end = lo + 1
+        self._emit(batch, off, end)
+        st.consumed += end - off
+        if end >= len(lsns):
+            st.queue.popleft()
+        else:
+            st.queue[0] = (batch, end)
+        self.next_lsn = lsns[end - 1] + 1
+        if not self.scd and self.scd_default:
+            # Past the suspect range: back to single-copy delivery.
+            self.scd = True
+            self._rewind(now)
+
+    def _emit(self, batch: RecordBatch, off: int, end: int) -> None:
+        flags = batch.flags[off:end]
+        if not any(f & (FLAG_HOLE | FLAG_BRIDGE) for f in flags):
+            self.items.append(
+                RecordRun(
+                    batch.lsns[off:end],
+                    batch.timestamps_ms[off:end],
+                    batch.keys[off:end],
+                    batch.payloads[off:end],
+                )
+            )
+            return
+        for i in range(off, end):
+            lsn, fl = batch.lsns[i], batch.flags[i]
+            if fl & FLAG_BRIDGE:
+                epoch_end = ((lsn >> 32) + 1) << 32
+                self.items.append(GapItem(GapType.BRIDGE, lsn, min(epoch_end, self.until)))
+            elif fl & FLAG_HOLE:
+                self.items.append(GapItem(GapType.HOLE, lsn, lsn))
+            else:
+                self.items.append(
+                    RecordRun(
+                        (lsn,), (batch.timestamps_ms[i],), (batch.keys[i],), (batch.payloads[i],)
+                    )
+                )
+
+    def _decide_gap(self, head: int, now: float) -> bool:
+        """ASA mode: is [next_lsn, ...] empty on an f-majority?"""
+        x = self.next_lsn
+        positions = sorted(
+            (st.pos for n, st in self.nodes.items() if n not in self.unreachable), reverse=True
+        )
+        if len(positions) < self.f_majority or positions[self.f_majority - 1] <= x:
+            self.healthy = False  # not enough nodes answer to decide: wait
+            return False
+        self.healthy = True
+        hi = min(head, positions[self.f_majority - 1]) - 1
+        hi = min(hi, self.until)
+        if hi >> 32 > x >> 32:
+            # The rest of x's epoch is empty everywhere: the epoch ended.
+            hi = min(((x >> 32) + 1) << 32, hi)
+            gap = GapType.BRIDGE
+        else:
+            gap = GapType.DATALOSS
+        self.items.append(GapItem(gap, x, hi))
+        self.next_lsn = hi + 1
+        return True
+
+    def _check_stall(self, now: float, frontier: int) -> None:
+        """A counting node that holds the frontier back and does not move is slow."""
+        if frontier > self.until:
+            return
+        ahead = max((st.pos for st in self.nodes.values()), default=0)
+        if ahead <= frontier:
+            return  # everyone is at the frontier: we are at the tail
+        for n in self._counting():
+            st = self.nodes[n]
+            if st.pos == frontier and now - st.moved_at >= self.stall_s:
+                self.known_down.add(n)
+                self._rewind(now)
+                return
+
+    def _grant(self) -> None:
+        half = self.credit // 2
+        for n, st in self.nodes.items():
+            if st.consumed >= half:
+                self.actions.append(GrantCredit(n, self.generation, st.consumed))
+                st.consumed = 0
+
+    def next_deadline(self, now: float) -> float:
+        """When to poll again even without input (stall detection)."""
+        return now + self.stall_s / 2
