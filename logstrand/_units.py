@@ -46,3 +46,40 @@ def format_bytes(n: int) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     raise AssertionError("unreachable")
+
+
+def parse_time_ms(text: str, *, now_ms: int | None = None) -> int:
+    """A point in time: epoch milliseconds, ISO 8601 (``2026-11-22T10:00:00``,
+    UTC unless it says otherwise), ``now``, or relative (``-10m``, ``10m ago``).
+
+    Raises:
+        ValueError: none of those.
+    """
+    import datetime
+    import time
+
+    text = text.strip()
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    if text == "now":
+        return now
+    if text.endswith(" ago"):
+        return now - parse_duration_ms(text[:-4])
+    if text.startswith("-") and not text[1:].isdigit():
+        return now - parse_duration_ms(text[1:])
+    if text.isdigit():
+        return int(text)
+    try:
+        dt = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(
+            f"bad time {text!r}: use epoch milliseconds, ISO 8601, 'now' or '10m ago'"
+        ) from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=datetime.UTC)
+    return int(dt.timestamp() * 1000)
+
+
+def looks_like_time(text: str) -> bool:
+    """Tell a time (for --from) from an LSN: times have a date, a unit or 'now'."""
+    t = text.strip()
+    return t == "now" or t.endswith(" ago") or "-" in t or ":" in t

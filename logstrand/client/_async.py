@@ -38,6 +38,7 @@ from ..wire import (
     AppendReply,
     FindTime,
     FindTimeReply,
+    GetSeqState,
     LogInfo,
     LogInfoReply,
     ReadRecords,
@@ -418,8 +419,20 @@ class AsyncClient:
         return await self._ask_nodeset(log_id, lambda rid: LogInfo(rid, log_id))
 
     async def tail_lsn(self, log_id: int) -> int:
-        """An LSN at or above every acknowledged and released append (0: none yet)."""
+        """An LSN at or above every acknowledged and released append (0: none yet).
+
+        Makes sure the log has a sequencer first (as LogDevice's GET_SEQ_STATE
+        does): a newly activated one brings the nodes' release pointers up to date.
+        """
+        await self.ensure_sequencer(log_id)
         return max(r.release_lsn for r in await self.log_info(log_id))
+
+    async def ensure_sequencer(self, log_id: int) -> None:
+        """Have the log's owner node activate its sequencer, if none runs."""
+        await self._require_log(log_id)
+        owner = self.view.sequencer_node(log_id)
+        if owner is not None:
+            await self._request(owner, lambda rid: GetSeqState(rid, log_id))
 
     async def trim_point(self, log_id: int) -> int:
         """The log's trim point: records at or below it are gone (0: never trimmed)."""

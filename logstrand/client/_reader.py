@@ -81,11 +81,14 @@ class ReadStream:
         r = min(r, len(nodes))
         if self.until_arg is TAIL:
             until = await client.tail_lsn(self.log_id)
-        elif self.until_arg is None:
-            until = LSN_MAX
         else:
-            assert isinstance(self.until_arg, int)
-            until = self.until_arg
+            # A running sequencer keeps the nodes' release pointers current.
+            await client.ensure_sequencer(self.log_id)
+            if self.until_arg is None:
+                until = LSN_MAX
+            else:
+                assert isinstance(self.until_arg, int)
+                until = self.until_arg
         core = ReaderCore(
             self.log_id,
             self.start,

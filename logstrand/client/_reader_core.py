@@ -279,20 +279,22 @@ class ReaderCore:
                 else:
                     hi = mid - 1
             end = lo + 1
-        self._emit(batch, off, end)
+        after = self._emit(batch, off, end)
         st.consumed += end - off
         if end >= len(lsns):
             st.queue.popleft()
         else:
             st.queue[0] = (batch, end)
-        self.next_lsn = lsns[end - 1] + 1
+        self.next_lsn = max(lsns[end - 1] + 1, after)
         if not self.scd and self.scd_default:
             # Past the suspect range: back to single-copy delivery.
             self.scd = True
             self._rewind(now)
 
-    def _emit(self, batch: RecordBatch, off: int, end: int) -> None:
+    def _emit(self, batch: RecordBatch, off: int, end: int) -> int:
+        """Deliver records [off, end) of a batch; returns the LSN reading goes on from."""
         flags = batch.flags[off:end]
+        after = 0
         if not any(f & (FLAG_HOLE | FLAG_BRIDGE) for f in flags):
             self.items.append(
                 RecordRun(
@@ -302,12 +304,14 @@ class ReaderCore:
                     batch.payloads[off:end],
                 )
             )
-            return
+            return after
         for i in range(off, end):
             lsn, fl = batch.lsns[i], batch.flags[i]
             if fl & FLAG_BRIDGE:
-                epoch_end = ((lsn >> 32) + 1) << 32
-                self.items.append(GapItem(GapType.BRIDGE, lsn, min(epoch_end, self.until)))
+                epoch_end = min(((lsn >> 32) + 1) << 32, self.until)
+                self.items.append(GapItem(GapType.BRIDGE, lsn, epoch_end))
+                after = epoch_end + 1
+                # The rest of the batch is past the bridge (nothing follows one in its epoch).
             elif fl & FLAG_HOLE:
                 self.items.append(GapItem(GapType.HOLE, lsn, lsn))
             else:
@@ -316,6 +320,7 @@ class ReaderCore:
                         (lsn,), (batch.timestamps_ms[i],), (batch.keys[i],), (batch.payloads[i],)
                     )
                 )
+        return after
 
     def _decide_gap(self, head: int, now: float) -> bool:
         """ASA mode: is [next_lsn, ...] empty on an f-majority?"""

@@ -292,7 +292,13 @@ class LogsDB:
         for pid, idxs in groups.items():
             yield self._partition_by_id(pid), idxs
 
-    def write(self, puts: Iterable[PutBatch], *, sync: bool = False) -> None:
+    def write(
+        self,
+        puts: Iterable[PutBatch],
+        *,
+        sync: bool = False,
+        releases: Mapping[int, int] | None = None,
+    ) -> None:
         """Store batches of records of any logs in one atomic RocksDB write.
 
         A record at an LSN already stored replaces it.  With ``sync=True`` the
@@ -333,17 +339,45 @@ class LogsDB:
                     touched.get(k) or self._dir.get(put.log_id, {}).get(part.id), entry
                 )
                 part_bytes[part.id] = part_bytes.get(part.id, 0) + batch_bytes
-        if not touched:
+        moved = {}
+        if releases:
+            store = self._meta["release"]
+            moved = {log: lsn for log, lsn in releases.items() if lsn > store.get(log, 0)}
+            for log_id, lsn in moved.items():
+                _check_log(log_id)
+                batch.put(META_CF, fmt.log_key("release", log_id), fmt.pack_u64(lsn))
+        if not touched and not moved:
             return
         for (log_id, pid), entry in touched.items():
             batch.put(META_CF, fmt.dir_key(log_id, pid), fmt.pack_dir(entry))
         self._engine.write(batch, sync=sync)
+        self._meta["release"].update(moved)
         # Only now, with the write done, does the in-memory view change.
         for (log_id, pid), entry in touched.items():
             self._dir.setdefault(log_id, {})[pid] = entry
             self._logs_in.setdefault(pid, set()).add(log_id)
         for p in self._partitions:
             p.bytes += part_bytes.get(p.id, 0)
+
+    def delete(self, log_id: int, lsns: Iterable[int], *, sync: bool = False) -> int:
+        """Remove the copies of these LSNs of a log.  Returns how many were there.
+
+        For compaction and for tests that destroy data; space comes back when
+        RocksDB compacts or the partition is dropped.  Directory entries keep
+        their ranges (their counts become approximate).
+        """
+        self._check_open()
+        _check_log(log_id)
+        batch = self._engine.new_batch()
+        found = 0
+        for lsn in lsns:
+            part = self._existing_partition(log_id, lsn)
+            if part is not None:
+                batch.delete(part.cf, fmt.data_key(log_id, lsn))
+                found += 1
+        if found:
+            self._engine.write(batch, sync=sync)
+        return found
 
     # -- reading ----------------------------------------------------------
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import logging
 import time
 from typing import Any
@@ -36,6 +37,7 @@ from ..wire import (
     Append,
     FindTime,
     FindTimeReply,
+    GetSeqState,
     LogInfo,
     LogInfoReply,
     Ping,
@@ -90,6 +92,9 @@ class Node:
         self.release: dict[int, int] = {}
         self._release_dirty: set[int] = set()
         self._peers: dict[int, Connection] = {}
+        self._request_ids = itertools.count(1)
+        self._info_waiters: dict[int, trio.Event] = {}
+        self._info_replies: dict[int, LogInfoReply] = {}
         self._peer_locks: dict[int, trio.Lock] = {}
         self._db_limiter = trio.CapacityLimiter(1)
         self._store_in, self._store_out = trio.open_memory_channel[tuple[Store, Any]](
@@ -164,7 +169,7 @@ class Node:
                 await trio.to_thread.run_sync(store.close)
 
     def _close_db(self) -> None:
-        self._persist_releases_sync(dict(self.release))
+        self._persist_releases_sync(dict(self.release), sync=True)
         self.db.close()
 
     # -- serving ------------------------------------------------------------
@@ -203,6 +208,8 @@ class Node:
             self.reads.stop(conn, msg)
         elif isinstance(msg, LogInfo):
             await conn.send(self._log_info(msg))
+        elif isinstance(msg, GetSeqState):
+            await self.sequencers.handle_get_seq_state(conn, msg)
         elif isinstance(msg, FindTime):
             lsn = self.db.find_time(msg.log_id, msg.timestamp_ms)
             found = lsn if lsn <= self.db.last_lsn(msg.log_id) else 0
@@ -256,7 +263,10 @@ class Node:
                 # loop running anyway, and the hand-off to it and back costs more
                 # than a small write (and up to a GIL switch interval, 5 ms, when
                 # the loop is busy).  The group commit size bounds the pause.
-                db.write(puts, sync=sync)
+                # Release pointers ride along with the data (atomic, no extra write).
+                dirty = {log: self.release[log] for log in self._release_dirty}
+                self._release_dirty.clear()
+                db.write(puts, sync=sync, releases=dirty)
             except LogstrandError as exc:
                 _log.error("node %d: store failed: %s", self.node_id, exc)
                 status = exc.status
@@ -330,6 +340,11 @@ class Node:
         async def handle(msg: Any) -> None:
             if isinstance(msg, StoreReply):
                 await self._replies_in.send(msg)
+            elif isinstance(msg, LogInfoReply):
+                waiter = self._info_waiters.get(msg.request_id)
+                if waiter is not None:
+                    self._info_replies[msg.request_id] = msg
+                    waiter.set()
 
         await conn.receive_messages(handle)
 
@@ -343,6 +358,25 @@ class Node:
 
     def release_of(self, log_id: int) -> int:
         return self.release.get(log_id, 0)
+
+    async def ask_log_info(self, node_id: int, log_id: int) -> LogInfoReply | None:
+        """One peer's LogInfo for a log (None if it did not answer in time)."""
+        if node_id == self.node_id:
+            return self._log_info(LogInfo(0, log_id))
+        conn = await self._peer(node_id)
+        if conn is None:
+            return None
+        rid = next(self._request_ids)
+        waiter = self._info_waiters[rid] = trio.Event()
+        try:
+            with trio.move_on_after(2.0):
+                await conn.send(LogInfo(rid, log_id))
+                await waiter.wait()
+        except TransientError:
+            return None
+        finally:
+            self._info_waiters.pop(rid, None)
+        return self._info_replies.pop(rid, None)
 
     def _log_info(self, msg: LogInfo) -> LogInfoReply:
         db = self.db
@@ -362,9 +396,9 @@ class Node:
             max((e.max_ts_ms for e in live), default=0),
         )
 
-    def _persist_releases_sync(self, releases: dict[int, int]) -> None:
+    def _persist_releases_sync(self, releases: dict[int, int], sync: bool = False) -> None:
         if releases:
-            self.db.set_releases(releases)
+            self.db.set_releases(releases, sync=sync)
 
     async def _release_persister(self) -> None:
         while True:

@@ -21,7 +21,7 @@ from ..epochstore import Placement
 from ..errors import EpochStoreUnavailableError, LogstrandError, Status
 from ..placement import CopysetSelector, select_nodeset
 from ..sequencer import ReplyAppend, SendRelease, SendStore, SequencerCore
-from ..wire import Append, AppendReply, Release, StoreReply
+from ..wire import Append, AppendReply, GetSeqState, LogInfo, Release, StoreReply
 
 if TYPE_CHECKING:
     from ..net import Connection
@@ -173,10 +173,53 @@ class SequencerHost:
         core.down.update(n for n in meta.nodeset if n not in view.alive)
         seq = _Sequencer(core, trio.current_time())
         self.sequencers[log_id] = seq
+        await self._rebroadcast_release(log_id, meta.nodeset)
         node.metrics.sequencer_activations.inc()
         node.metrics.sequencers.set(len(self.sequencers))
         _log.info("node %d: sequencer for log %d active in epoch %d", node.node_id, log_id, epoch)
         return seq
+
+    async def _rebroadcast_release(self, log_id: int, nodeset: tuple[int, ...]) -> None:
+        """Bring every node of the nodeset to the highest release pointer any has.
+
+        RELEASEs are sent once and kept in memory; a node that restarted, or
+        that missed the last RELEASE, would hold readers back.  Full recovery
+        of earlier epochs (sealing, digest, plugs) is still to come; until
+        then this re-release is what a new sequencer does for them.
+        """
+        node = self.node
+        best = node.release_of(log_id)
+        infos = []
+
+        async def ask(n: int) -> None:
+            info = await node.ask_log_info(n, log_id)
+            if info is not None:
+                infos.append(info)
+
+        async with trio.open_nursery() as nursery:
+            for n in nodeset:
+                nursery.start_soon(ask, n)
+        best = max([best, *(i.release_lsn for i in infos)])
+        if best:
+            for n in nodeset:
+                await node.send_release(n, Release(log_id, best))
+
+    async def handle_get_seq_state(self, conn: Connection, msg: GetSeqState) -> None:
+        """Activate the log's sequencer here if this node owns it; answer its state."""
+        node = self.node
+        status = Status.OK
+        if node.view.sequencer_node(msg.log_id) != node.node_id:
+            status = Status.REDIRECTED
+        elif node.view.log_attributes(msg.log_id) is None:
+            status = Status.NOTFOUND
+        elif msg.log_id not in self.sequencers:
+            try:
+                await self._activate(msg.log_id)
+            except LogstrandError as exc:
+                status = exc.status
+        info = node._log_info(LogInfo(msg.request_id, msg.log_id))
+        with contextlib.suppress(LogstrandError):
+            await conn.send(attrs.evolve(info, status=int(status)))
 
     # -- actions, replies, timers -------------------------------------------
 

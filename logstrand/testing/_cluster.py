@@ -28,6 +28,18 @@ if TYPE_CHECKING:
     import os
 
 
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM when the process that started us dies, so that
+    a killed test run or launcher never leaves nodes behind (Linux only)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
 class LocalCluster:
     def __init__(
         self,
@@ -97,6 +109,7 @@ class LocalCluster:
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
         )
 
     def wait_ready(self, node_id: int, timeout_s: float = 60.0) -> None:

@@ -310,6 +310,17 @@ class FindTimeReply:
     lsn: int = attrs.field(default=0, validator=f.u64)
 
 
+@message(28)
+@attrs.frozen(slots=True)
+class GetSeqState:
+    """Client → the log's sequencer node: make sure a sequencer runs for the log
+    (activating one if needed) and answer with what it knows (a LogInfoReply)."""
+
+    TYPE_ID: ClassVar[int]
+    request_id: int = attrs.field(validator=f.u64)
+    log_id: int = attrs.field(validator=f.u64)
+
+
 def choose_version(peer_min: int, peer_max: int) -> int | None:
     """The highest version both ends speak, or None when the ranges do not overlap."""
     top = min(peer_max, PROTOCOL_VERSION_MAX)

@@ -337,3 +337,10 @@ def test_dropping_partitions_gives_disk_space_back(tmp_path: Path) -> None:
     assert after < full / 2, (full, after)
     assert [r.lsn for r in db.read(1, max_records=2)] == [3001, 3002]
     db.close()
+
+
+def test_delete_removes_copies(db: LogsDB) -> None:
+    db.write([put(1, range(1, 11), ts=T0)])
+    assert db.delete(1, [3, 4, 99]) == 2
+    assert lsns_of(db, 1) == [1, 2, 5, 6, 7, 8, 9, 10]
+    assert db.delete(1, [3]) == 0

@@ -17,6 +17,7 @@ from logstrand.wire import (
     FindTime,
     FindTimeReply,
     FrameDecoder,
+    GetSeqState,
     Hello,
     LogInfo,
     LogInfoReply,
@@ -103,6 +104,7 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     LogInfoReply: st.builds(LogInfoReply, u64, statuses, u64, u64, u64, u64, u64, u64, u64),
     FindTime: st.builds(FindTime, u64, u64, u64),
     FindTimeReply: st.builds(FindTimeReply, u64, statuses, u64),
+    GetSeqState: st.builds(GetSeqState, u64, u64),
 }
 any_message = st.one_of(*STRATEGIES.values())
 

@@ -1,0 +1,120 @@
+"""``logstrand read`` and ``logstrand find-time``."""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from .._units import looks_like_time, parse_time_ms
+from ..types import LSN_OLDEST, TAIL, Gap, Record, format_lsn, parse_lsn
+from ._common import JsonOption, UrlOption, console, fail, print_json
+
+
+def _lsn_or_time(client: Any, log: int, text: str, name: str) -> int:
+    try:
+        if looks_like_time(text):
+            return int(client.find_time(log, parse_time_ms(text)))
+        return parse_lsn(text)
+    except ValueError as exc:
+        fail(f"{name}: {exc}")
+
+
+def _text(data: bytes | None) -> str:
+    if data is None:
+        return "(tombstone)"
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        return "base64:" + base64.b64encode(data).decode()
+
+
+def _item_json(log: int, item: Record | Gap) -> dict[str, Any]:
+    if isinstance(item, Record):
+        return {
+            "log_id": log,
+            "lsn": item.lsn,
+            "timestamp": item.timestamp,
+            "key": None if item.key is None else _text(item.key),
+            "payload": None if item.payload is None else _text(item.payload),
+        }
+    return {"log_id": log, "gap": item.type.name, "lo": item.lo, "hi": item.hi}
+
+
+def read(
+    log: Annotated[int, typer.Argument(help="Log id.", min=1)],
+    start: Annotated[
+        str, typer.Option("--from", help="An LSN (123 or e1n5) or a time (ISO 8601, '10m ago').")
+    ] = "oldest",
+    until: Annotated[str, typer.Option(help="An LSN, or 'tail' (the tail now).")] = "tail",
+    follow: Annotated[bool, typer.Option(help="Keep reading new records as they come.")] = False,
+    limit: Annotated[int | None, typer.Option(help="Stop after this many records.", min=1)] = None,
+    gaps: Annotated[bool, typer.Option(help="Show gaps (trim, bridge, data loss).")] = True,
+    url: UrlOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Print a log's records (and gaps) in LSN order; one JSON object a line with --json."""
+    from ..client import connect
+
+    if not url:
+        fail("no cluster URL: pass --url or set LOGSTRAND_URL")
+    if follow and until != "tail":
+        fail("--follow and --until exclude each other")
+    with connect(url) as client:
+        first = LSN_OLDEST if start == "oldest" else _lsn_or_time(client, log, start, "--from")
+        if follow:
+            last: int | Any = None
+        elif until == "tail":
+            last = TAIL
+        else:
+            last = _lsn_or_time(client, log, until, "--until")
+        count = 0
+        try:
+            for item in client.read(log, first, last):
+                if isinstance(item, Gap) and not gaps:
+                    continue
+                if as_json:
+                    sys.stdout.write(json.dumps(_item_json(log, item)) + "\n")
+                elif isinstance(item, Record):
+                    console.print(
+                        f"{format_lsn(item.lsn)}\t{item.timestamp}\t{_text(item.payload)}",
+                        highlight=False,
+                        markup=False,
+                    )
+                else:
+                    lo, hi = format_lsn(item.lo), format_lsn(item.hi)
+                    console.print(f"[yellow]gap {item.type.name} {lo}..{hi}[/]")
+                if follow:
+                    sys.stdout.flush()
+                if isinstance(item, Record):
+                    count += 1
+                    if limit is not None and count >= limit:
+                        break
+        except KeyboardInterrupt:
+            pass
+
+
+def find_time(
+    log: Annotated[int, typer.Argument(help="Log id.", min=1)],
+    when: Annotated[str, typer.Argument(help="A time: ISO 8601, epoch ms, 'now', '10m ago'.")],
+    url: UrlOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The first LSN of the log with a timestamp at or after TIME."""
+    from ..client import connect
+
+    if not url:
+        fail("no cluster URL: pass --url or set LOGSTRAND_URL")
+    try:
+        ts = parse_time_ms(when)
+    except ValueError as exc:
+        fail(str(exc))
+    with connect(url) as client:
+        lsn = client.find_time(log, ts)
+    if as_json:
+        print_json({"log_id": log, "timestamp_ms": ts, "lsn": lsn})
+    else:
+        console.print(f"{lsn} ({format_lsn(lsn)})")

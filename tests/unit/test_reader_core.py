@@ -1,0 +1,270 @@
+"""The reader core against simulated storage nodes (no sockets, no trio)."""
+
+from __future__ import annotations
+
+import random
+
+import attrs
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from logstrand.client._reader_core import (
+    GapItem,
+    GrantCredit,
+    ReaderCore,
+    RecordRun,
+    StartStream,
+)
+from logstrand.types import LSN_MAX, GapType
+from logstrand.wire import RecordBatch
+
+E1 = 1 << 32
+E2 = 2 << 32
+HOLE, BRIDGE = 1, 2
+
+
+def lsn(epoch: int, esn: int) -> int:
+    return (epoch << 32) | esn
+
+
+@attrs.define
+class FakeNode:
+    """A node's read side: its copies, its release pointer, one stream."""
+
+    node_id: int
+    records: dict[int, tuple[tuple[int, ...], bytes, int]] = attrs.Factory(dict)
+    release: int = LSN_MAX - 1
+    trim: int = 0
+    stream: StartStream | None = None
+    pos: int = 0
+    credit: int = 0
+    reachable: bool = True
+
+    def pump(self, core: ReaderCore, now: float, batch_max: int = 7) -> bool:
+        """Send one message if there is anything to say.  True if it did."""
+        s = self.stream
+        if s is None or not self.reachable:
+            return False
+        limit = min(s.until_lsn, self.release)
+        if self.pos > limit:
+            return False
+        out, scanned_to = [], limit
+        for n in sorted(x for x in self.records if self.pos <= x <= limit and x > self.trim):
+            if len(out) >= min(self.credit, batch_max):
+                scanned_to = n - 1
+                break
+            copyset, payload, flags = self.records[n]
+            first = next((c for c in copyset if c not in s.known_down), None)
+            if not s.scd or first == self.node_id or first is None:
+                out.append((n, payload, flags))
+        if not out and self.credit <= 0 and scanned_to < limit:
+            return False
+        batch = RecordBatch(
+            tuple(n for n, _, _ in out),
+            tuple(100 for _ in out),
+            tuple(f for _, _, f in out),
+            tuple(None for _ in out),
+            tuple(p for _, p, _ in out),
+        )
+        self.credit -= len(out)
+        self.pos = scanned_to + 1
+        core.on_records(self.node_id, s.generation, self.pos, self.trim, batch, now)
+        return True
+
+
+def run(
+    core: ReaderCore, nodes: dict[int, FakeNode], rng: random.Random, steps: int = 5000
+) -> list:
+    items: list = []
+    now = 0.0
+    for _ in range(steps):
+        core.poll(now)
+        got, actions = core.take()
+        items += got
+        for a in actions:
+            node = nodes[a.node_id]
+            if isinstance(a, StartStream):
+                node.stream, node.pos, node.credit = a, a.start_lsn, a.credit
+            elif (
+                isinstance(a, GrantCredit)
+                and node.stream
+                and node.stream.generation == a.generation
+            ):
+                node.credit += a.records
+        if core.done:
+            break
+        order = list(nodes.values())
+        rng.shuffle(order)
+        if not any(n.pump(core, now) for n in order):
+            now += 1.0  # nothing to say: time passes (stall detection)
+    return items
+
+
+def records_of(items: list) -> list[tuple[int, bytes]]:
+    out = []
+    for it in items:
+        if isinstance(it, RecordRun):
+            out += list(zip(it.lsns, it.payloads, strict=True))
+    return out
+
+
+def gaps_of(items: list) -> list[tuple[GapType, int, int]]:
+    return [(g.type, g.lo, g.hi) for g in items if isinstance(g, GapItem)]
+
+
+def cluster(copies: dict[int, tuple[int, ...]], n: int = 3) -> dict[int, FakeNode]:
+    nodes = {i: FakeNode(i) for i in range(1, n + 1)}
+    for x, copyset in copies.items():
+        for c in copyset:
+            nodes[c].records[x] = (copyset, b"p%d" % x, 0)
+    return nodes
+
+
+def test_every_record_once_in_order_with_single_copy_delivery() -> None:
+    rng = random.Random(1)
+    copies = {lsn(1, i): tuple(rng.sample([1, 2, 3], 2)) for i in range(1, 201)}
+    nodes = cluster(copies)
+    core = ReaderCore(7, 1, lsn(1, 200), (1, 2, 3), 2, credit=16)
+    items = run(core, nodes, rng)
+    assert records_of(items) == [(x, b"p%d" % x) for x in sorted(copies)]
+    assert gaps_of(items) == []
+    assert core.done
+
+
+def test_an_epoch_change_is_one_bridge_gap() -> None:
+    copies = {lsn(1, i): (1, 2) for i in range(1, 11)} | {lsn(2, i): (2, 3) for i in range(1, 6)}
+    core = ReaderCore(7, 1, lsn(2, 5), (1, 2, 3), 2)
+    items = run(core, cluster(copies), random.Random(2))
+    assert [x for x, _ in records_of(items)] == sorted(copies)
+    assert gaps_of(items) == [(GapType.BRIDGE, lsn(1, 11), E2)]
+
+
+def test_unreachable_node_changes_nothing_delivered() -> None:
+    rng = random.Random(3)
+    copies = {lsn(1, i): tuple(rng.sample([1, 2, 3], 2)) for i in range(1, 101)}
+    nodes = cluster(copies)
+    core = ReaderCore(7, 1, lsn(1, 100), (1, 2, 3), 2, credit=8)
+    nodes[2].reachable = False
+    core.on_unreachable(2, 0.0)
+    items = run(core, nodes, rng)
+    assert [x for x, _ in records_of(items)] == sorted(copies)
+    assert gaps_of(items) == []
+
+
+def test_copies_gone_everywhere_are_dataloss_for_exactly_those_lsns() -> None:
+    copies = {lsn(1, i): (1, 2) for i in range(1, 21)}
+    nodes = cluster(copies)
+    for node in nodes.values():
+        node.records.pop(lsn(1, 7), None)
+        node.records.pop(lsn(1, 8), None)
+    core = ReaderCore(7, 1, lsn(1, 20), (1, 2, 3), 2)
+    items = run(core, nodes, random.Random(4))
+    assert gaps_of(items) == [(GapType.DATALOSS, lsn(1, 7), lsn(1, 8))]
+    assert len(records_of(items)) == 18
+
+
+def test_no_dataloss_while_a_holder_is_unreachable() -> None:
+    # LSN 5 lives only on node 3 (the other copy is gone), and node 3 is away:
+    # an f-majority (2 of 3) cannot be reached... nodes 1 and 2 are, and they
+    # do not have it.  With R=2, |nodeset| - R + 1 = 2 nodes suffice to decide;
+    # so take R=1 on 3 nodes, where all 3 must agree.
+    copies = {lsn(1, i): (1,) for i in range(1, 11)}
+    copies[lsn(1, 5)] = (3,)
+    nodes = cluster(copies)
+    nodes[3].reachable = False
+    core = ReaderCore(7, 1, lsn(1, 10), (1, 2, 3), 1)
+    core.on_unreachable(3, 0.0)
+    items = run(core, nodes, random.Random(5), steps=300)
+    assert [x for x, _ in records_of(items)] == [lsn(1, i) for i in range(1, 5)]
+    assert gaps_of(items) == []
+    assert not core.healthy
+    assert not core.done
+    # Node 3 comes back: the record arrives, no gap at all.
+    nodes[3].reachable = True
+    core.on_reachable(3, 10.0)
+    items += run(core, nodes, random.Random(5))
+    assert [x for x, _ in records_of(items)] == sorted(copies)
+    assert gaps_of(items) == []
+
+
+def test_trim_hole_and_bridge_records() -> None:
+    copies = {lsn(1, i): (1, 2) for i in range(1, 11)}
+    nodes = cluster(copies)
+    for node in nodes.values():
+        node.trim = lsn(1, 3)
+        if node.node_id in (1, 2):
+            node.records[lsn(1, 6)] = ((1, 2), b"", HOLE)
+            node.records[lsn(1, 11)] = ((1, 2), b"", BRIDGE)
+            node.records[lsn(2, 1)] = ((1, 2), b"e2", 0)
+    core = ReaderCore(7, 1, lsn(2, 1), (1, 2, 3), 2)
+    items = run(core, nodes, random.Random(6))
+    assert gaps_of(items) == [
+        (GapType.TRIM, E1 | 1, lsn(1, 3)),
+        (GapType.HOLE, lsn(1, 6), lsn(1, 6)),
+        (GapType.BRIDGE, lsn(1, 11), E2),
+    ]
+    assert [x for x, _ in records_of(items)][-1] == lsn(2, 1)
+
+
+def test_a_stalled_node_is_routed_around() -> None:
+    rng = random.Random(7)
+    copies = {lsn(1, i): tuple(rng.sample([1, 2, 3], 2)) for i in range(1, 51)}
+    nodes = cluster(copies)
+    nodes[1].release = lsn(1, 10)  # node 1 did not hear the later releases
+    core = ReaderCore(7, 1, lsn(1, 50), (1, 2, 3), 2, stall_s=2.0)
+    items = run(core, nodes, rng)
+    assert [x for x, _ in records_of(items)] == sorted(copies)
+    assert gaps_of(items) == []
+    assert 1 in core.known_down
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.integers(0, 2**32),
+    st.integers(3, 5),
+    st.integers(1, 3),
+    st.lists(st.tuples(st.integers(1, 3), st.integers(1, 25)), min_size=1, max_size=4),
+    st.sets(st.integers(1, 40), max_size=4),
+    st.integers(0, 5),
+)
+def test_random_clusters(
+    seed: int, n: int, r: int, epochs: list[tuple[int, int]], lost: set[int], away: int
+) -> None:
+    """Whatever the copysets, losses and unreachable node: records in order,
+    once each; DATALOSS only where every copy is gone; BRIDGE only between epochs."""
+    rng = random.Random(seed)
+    r = min(r, n)
+    nodeset = tuple(range(1, n + 1))
+    copies: dict[int, tuple[int, ...]] = {}
+    epoch = 0
+    for step, count in sorted(epochs):
+        epoch += step
+        for i in range(1, count + 1):
+            copies[lsn(epoch, i)] = tuple(rng.sample(nodeset, r))
+    nodes = cluster(copies, n)
+    all_lsns = sorted(copies)
+    gone = {all_lsns[i % len(all_lsns)] for i in lost}
+    for x in gone:
+        for node in nodes.values():
+            node.records.pop(x, None)
+    absent = 0
+    if away and r > 1:
+        absent = (away % n) + 1
+        nodes[absent].reachable = False
+    core = ReaderCore(9, 1, all_lsns[-1], nodeset, r, credit=rng.randint(2, 20))
+    if absent:
+        core.on_unreachable(absent, 0.0)
+    items = run(core, nodes, rng, steps=20_000)
+    assert core.done
+    got = [x for x, _ in records_of(items)]
+    assert got == sorted(set(got))
+    assert set(got) == set(all_lsns) - gone
+    covered = set()
+    for typ, lo, hi in gaps_of(items):
+        assert typ in (GapType.DATALOSS, GapType.BRIDGE)
+        inside = {x for x in all_lsns if lo <= x <= hi}
+        assert inside <= gone, (typ, lo, hi)
+        if typ == GapType.BRIDGE:
+            assert not any(x > lo and x >> 32 == lo >> 32 for x in got)
+        covered |= inside
+    assert covered == gone
