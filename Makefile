@@ -46,6 +46,7 @@ format: venv
 bench: venv
 	$(BIN)/python bench/logsdb.py
 	$(BIN)/python bench/append.py
+	$(BIN)/python bench/read.py
 
 clean:
 	rm -rf run-data .pytest_cache .mypy_cache .ruff_cache

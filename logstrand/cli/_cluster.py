@@ -13,7 +13,7 @@ import trio
 import typer
 
 from ..errors import InvalidArgumentError
-from ..types import format_lsn
+from ..types import Record, format_lsn
 from ._common import JsonOption, UrlOption, console, fail, print_json
 
 dev_app = typer.Typer(help="Run a local cluster for development.", no_args_is_help=True)
@@ -179,6 +179,21 @@ def dev_demo(
                 f"append_batch(3, 1000 x 100 B) x 100 -> {100_000 / took:,.0f} records/s "
                 f"with {replication} copies each"
             )
+            first = next(iter(client.read(1)))
+            console.print(f"read(1) first item -> {first}")
+            t0 = time.perf_counter()
+            items = list(client.read(3))
+            took = time.perf_counter() - t0
+            console.print(
+                f"read(3) from the start to the tail -> {len(items):,} records in {took:.2f} s "
+                f"({len(items) / took:,.0f} records/s), no gaps: "
+                f"{all(isinstance(x, Record) for x in items)}"
+            )
+            mid = items[len(items) // 2]
+            if isinstance(mid, Record):
+                found = format_lsn(client.find_time(3, mid.timestamp))
+                tail = format_lsn(client.tail_lsn(3))
+                console.print(f"find_time(3, {mid.timestamp}) -> {found}; tail_lsn(3) -> {tail}")
         for node_id, cfg in sorted(cluster.nodes.items()):
             url = f"http://127.0.0.1:{cfg.metrics_port}/metrics"
             with urllib.request.urlopen(url) as resp:

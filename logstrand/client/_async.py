@@ -492,8 +492,8 @@ class AsyncClient:
         """Read several logs at once: ``(log, item)`` pairs, each log in LSN order."""
         send, recv = trio.open_memory_channel[tuple[int, Any]](buffer)
 
-        async def pump(log_id: int, start: int) -> None:
-            async with send.clone() as out, self.read(log_id, start, until) as reader:
+        async def pump(out: trio.MemorySendChannel[Any], log_id: int, start: int) -> None:
+            async with out, self.read(log_id, start, until) as reader:
                 async for batch in reader.batches():
                     for item in _objects(batch):
                         await out.send((log_id, item))
@@ -501,7 +501,8 @@ class AsyncClient:
         async with trio.open_nursery() as nursery:
             async with send:
                 for log_id, start in starts.items():
-                    nursery.start_soon(pump, log_id, start)
+                    # Clone here, before ``send`` closes: each pump closes its own.
+                    nursery.start_soon(pump, send.clone(), log_id, start)
             async with recv:
                 async for pair in recv:
                     yield pair

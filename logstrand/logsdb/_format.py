@@ -281,10 +281,21 @@ def decode_into(
     # run in C, instead of a Python loop body per record.  The read path's cost
     # per record is then a few C calls and one slice.
     want = max_records - len(out.lsns)
-    pairs = list(itertools.islice(items, want))
+    # Pull in chunks, so that large records stop the read at max_bytes instead
+    # of fetching max_records of them from RocksDB only to drop most.
+    pairs: list[tuple[bytes, bytes]] = []
+    size = out.payload_bytes
+    while len(pairs) < want:
+        chunk = list(itertools.islice(items, min(want - len(pairs), 256)))
+        if not chunk:
+            break
+        pairs += chunk
+        size += sum(len(v) for _, v in chunk)
+        if size >= max_bytes:
+            break
     if not pairs:
         return False
-    stopped = len(pairs) == want
+    stopped = len(pairs) == want or size >= max_bytes
     ks, vs = zip(*pairs, strict=True)
     sizes = list(itertools.accumulate(map(len, vs), initial=out.payload_bytes))
     if sizes[-1] >= max_bytes:

@@ -73,7 +73,7 @@ class Connection:
                 while size < 4 * 1024 * 1024:
                     try:
                         frames.append(self._send_out.receive_nowait())
-                    except trio.WouldBlock:
+                    except (trio.WouldBlock, trio.EndOfChannel):
                         break
                     size += len(frames[-1])
                 await self.stream.send_all(b"".join(frames) if len(frames) > 1 else frame)

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("logstrand.reads")
 READ_BATCH_RECORDS = 2048
-READ_BATCH_BYTES = 1024 * 1024
+READ_BATCH_BYTES = 4 * 1024 * 1024
 _EMPTY = RecordBatch.trusted((), (), (), (), ())
 
 

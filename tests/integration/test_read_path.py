@@ -227,3 +227,14 @@ def test_reading_across_a_sequencer_failover_bridges_the_epochs(tmp_path: Path) 
     assert [r.lsn for r in records(got)] == before + after
     assert [g.type for g in gaps(got)] == [GapType.BRIDGE]
     assert time.time() > 0
+
+
+async def test_read_many_logs_at_once(cluster: LocalCluster) -> None:
+    async with logstrand.open_client(cluster.url) as client:
+        a = await client.append_batch(24, [b"a%d" % i for i in range(300)])
+        b = await client.append_batch(25, [b"b%d" % i for i in range(200)])
+        got: dict[int, list[int]] = {24: [], 25: []}
+        async for log, item in client.read_many({24: a[0], 25: b[0]}):
+            assert isinstance(item, Record)
+            got[log].append(item.lsn)
+    assert got == {24: a, 25: b}

@@ -1,0 +1,125 @@
+"""Backfill throughput and tail latency on a local 3-node cluster (R=2).
+
+    python bench/read.py [--records 1000000] [--repeat 3] [--json out.json]
+
+- backfill: append N x 100 B and N/10 x 10 KiB records (batched), then read
+  each log back from the start to the tail, single-copy delivery, in columns
+  (``ReadStream.batches()``) and as ``Record`` objects; records/s and MB/s;
+- tail: one task appends 100 B records one at a time at 1,000/s (each
+  acknowledged before the next), another follows the log; the time from an
+  append's acknowledgement to the record's delivery, p50/p99 (negative when the
+  record is delivered before the acknowledgement reaches the appender).
+
+Both run in one client process against real node processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from typing import Any
+
+import trio
+
+import logstrand
+from logstrand.client import RecordRun
+from logstrand.epochstore import LogAttributes, open_epoch_store
+from logstrand.testing import LocalCluster
+
+
+async def fill(client: logstrand.AsyncClient, log: int, n: int, size: int) -> None:
+    batch = 1000 if size <= 1024 else 100
+    payloads = [b"x" * size] * batch
+    for _ in range(n // batch):
+        await client.append_batch(log, payloads)
+
+
+async def backfill(client: logstrand.AsyncClient, log: int, objects: bool) -> tuple[int, float]:
+    t0 = time.perf_counter()
+    count = 0
+    async with client.read(log) as reader:
+        if objects:
+            async for item in reader:
+                count += isinstance(item, logstrand.Record)
+        else:
+            async for items in reader.batches():
+                count += sum(len(i.lsns) for i in items if isinstance(i, RecordRun))
+    return count, time.perf_counter() - t0
+
+
+async def tail(client: logstrand.AsyncClient, log: int, n: int, rate: float) -> list[float]:
+    acked: dict[int, float] = {}
+    delivered: dict[int, float] = {}
+    await client.append(log, b"start")
+
+    async def follow() -> None:
+        async with client.read(log, until=None) as reader:
+            async for item in reader:
+                if isinstance(item, logstrand.Record) and item.payload == b"t" * 100:
+                    delivered[item.lsn] = time.perf_counter()
+                    if len(delivered) >= n:
+                        return
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(follow)
+        await trio.sleep(0.5)
+        start = time.perf_counter()
+        for i in range(n):
+            lsn = await client.append(log, b"t" * 100)
+            acked[lsn] = time.perf_counter()
+            await trio.sleep(max(0.0, start + (i + 1) / rate - time.perf_counter()))
+    return sorted(delivered[lsn] - acked[lsn] for lsn in acked if lsn in delivered)
+
+
+async def run_all(url: str, records: int, repeat: int) -> dict[str, Any]:
+    out: dict[str, list[float]] = {}
+    async with logstrand.open_client(url) as client:
+        for r in range(repeat):
+            small, large = 10 + r * 3, 11 + r * 3
+            await fill(client, small, records, 100)
+            await fill(client, large, records // 10, 10 * 1024)
+            for log, size in ((small, 100), (large, 10 * 1024)):
+                for objects in (False, True):
+                    n, secs = await backfill(client, log, objects)
+                    key = f"backfill_{size}_{'objects' if objects else 'columns'}"
+                    out.setdefault(key, []).append(n / secs)
+            lat = await tail(client, 12 + r * 3, 2000, 1000.0)
+            out.setdefault("tail_p50_ms", []).append(lat[len(lat) // 2] * 1000)
+            out.setdefault("tail_p99_ms", []).append(lat[int(len(lat) * 0.99)] * 1000)
+    return {k: statistics.median(v) for k, v in out.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    with (
+        tempfile.TemporaryDirectory(prefix="logstrand-bench-") as d,
+        LocalCluster(d, nodes=3) as cluster,
+    ):
+        with open_epoch_store(cluster.url) as store:
+            store.create_logs(1, 1000, LogAttributes(replication_factor=2))
+        res = trio.run(run_all, cluster.url, args.records, args.repeat)
+    print(f"3 nodes, R=2, single-copy delivery, median of {args.repeat} runs")
+    print("| case | records/s | MB/s |")
+    print("|---|---|---|")
+    for size, label in ((100, "100 B"), (10 * 1024, "10 KiB")):
+        for kind in ("columns", "objects"):
+            v = res[f"backfill_{size}_{kind}"]
+            print(f"| backfill {label}, {kind} | {v:,.0f} | {v * size / 1e6:,.1f} |")
+    print(
+        f"| tail 100 B @1000/s, ack -> delivery | p50 {res['tail_p50_ms']:.2f} ms | "
+        f"p99 {res['tail_p99_ms']:.2f} ms |"
+    )
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(res, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()
