@@ -39,7 +39,7 @@ from ..errors import ClosedError, InvalidArgumentError
 from ..types import LSN_MAX, LSN_OLDEST
 from ..wire import RecordBatch
 from . import _format as fmt
-from ._engine import Engine, RocksEngine
+from ._engine import Batch, Engine, RocksEngine
 from ._format import DirEntry, StoredBatch, StoredRecord
 
 if TYPE_CHECKING:
@@ -339,13 +339,7 @@ class LogsDB:
                     touched.get(k) or self._dir.get(put.log_id, {}).get(part.id), entry
                 )
                 part_bytes[part.id] = part_bytes.get(part.id, 0) + batch_bytes
-        moved = {}
-        if releases:
-            store = self._meta["release"]
-            moved = {log: lsn for log, lsn in releases.items() if lsn > store.get(log, 0)}
-            for log_id, lsn in moved.items():
-                _check_log(log_id)
-                batch.put(META_CF, fmt.log_key("release", log_id), fmt.pack_u64(lsn))
+        moved = self._put_releases(batch, releases or {})
         if not touched and not moved:
             return
         for (log_id, pid), entry in touched.items():
@@ -522,21 +516,28 @@ class LogsDB:
         return self._meta["lce"].get(log_id, 0)
 
     def set_release(self, log_id: int, lsn: int, *, sync: bool = False) -> int:
-        return self._raise_meta("release", log_id, lsn, sync)
+        self.set_releases({log_id: lsn}, sync=sync)
+        return self.release_pointer(log_id)
 
     def set_releases(self, releases: Mapping[int, int], *, sync: bool = False) -> None:
         """Move the release pointers of many logs forward in one write."""
         self._check_open()
+        batch = self._engine.new_batch()
+        moved = self._put_releases(batch, releases)
+        if moved:
+            self._engine.write(batch, sync=sync)
+            self._meta["release"].update(moved)
+
+    def _put_releases(self, batch: Batch, releases: Mapping[int, int]) -> dict[int, int]:
+        """Add the release pointers that move forward to ``batch``; returns them."""
         store = self._meta["release"]
         moved = {log: lsn for log, lsn in releases.items() if lsn > store.get(log, 0)}
-        if not moved:
-            return
-        batch = self._engine.new_batch()
         for log_id, lsn in moved.items():
             _check_log(log_id)
+            if type(lsn) is not int or not 0 <= lsn <= _U64_MAX:
+                raise InvalidArgumentError(f"bad release LSN {lsn!r}")
             batch.put(META_CF, fmt.log_key("release", log_id), fmt.pack_u64(lsn))
-        self._engine.write(batch, sync=sync)
-        store.update(moved)
+        return moved
 
     def release_pointer(self, log_id: int) -> int:
         return self._meta["release"].get(log_id, 0)
