@@ -340,18 +340,25 @@ class AsyncClient:
     async def _try_append(
         self, node: int, log_id: int, batch: RecordBatch
     ) -> tuple[AppendReply | None, str]:
-        try:
-            link = await self._link(node)
-        except TransientError as exc:
-            return None, str(exc)
         rid = next(self._request_ids)
         waiter = _Waiter()
-        link.pending[rid] = waiter
+        link = None
         try:
-            await link.conn.send(Append(rid, log_id, batch))
-            await waiter.event.wait()
+            with trio.move_on_after(self.settings.append_attempt_timeout_s) as attempt:
+                try:
+                    link = await self._link(node)
+                except TransientError as exc:
+                    return None, str(exc)
+                link.pending[rid] = waiter
+                await link.conn.send(Append(rid, log_id, batch))
+                await waiter.event.wait()
         finally:
-            link.pending.pop(rid, None)
+            if link is not None:
+                link.pending.pop(rid, None)
+        if attempt.cancelled_caught:
+            # A stopped or overloaded node: try again, maybe on another node.  The
+            # first attempt may still succeed later (delivery is at least once).
+            return None, f"node {node} did not answer in time"
         if waiter.reply is None:
             return None, f"connection to node {node} lost"
         assert isinstance(waiter.reply, AppendReply)

@@ -18,6 +18,8 @@ class ClientSettings:
     """
 
     append_timeout_s: float = 10.0
+    #: One attempt waits this long for its node before trying again (maybe elsewhere).
+    append_attempt_timeout_s: float = 3.0
     linger_ms: float = 0.0
     batch_bytes_max: int = 1024 * 1024
     batch_records_max: int = 10_000

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 RECEIVE_BYTES = 256 * 1024
 SEND_QUEUE_FRAMES = 4096
-HANDSHAKE_TIMEOUT_S = 10.0
+HANDSHAKE_TIMEOUT_S = 3.0
 
 
 class Connection:
@@ -120,11 +120,13 @@ class Connection:
 
 
 async def connect(host: str, port: int, *, cluster: str, node_id: int | None = None) -> Connection:
-    """Open a connection and do the handshake.
+    """Open a connection and do the handshake (within ``HANDSHAKE_TIMEOUT_S``).
 
     Raises:
         TransientError: CONNFAILED when the peer cannot be reached or refuses us.
     """
+    stream: trio.SocketStream | None = None
+    done = False
     try:
         with trio.fail_after(HANDSHAKE_TIMEOUT_S):
             stream = await trio.open_tcp_stream(host, port)
@@ -134,6 +136,7 @@ async def connect(host: str, port: int, *, cluster: str, node_id: int | None = N
                 encode_frame(Hello(PROTOCOL_VERSION_MIN, PROTOCOL_VERSION_MAX, cluster, node_id))
             )
             ack = await conn.receive_one()
+            done = True
     except (
         OSError,
         trio.TooSlowError,
@@ -143,6 +146,10 @@ async def connect(host: str, port: int, *, cluster: str, node_id: int | None = N
         TransientError,
     ) as exc:
         raise TransientError(f"cannot connect to {host}:{port}: {exc}", Status.CONNFAILED) from None
+    finally:
+        # Failed, timed out or cancelled half-way: never leak the socket.
+        if not done and stream is not None:
+            stream.socket.close()
     if not isinstance(ack, HelloAck) or ack.status != Status.OK:
         await stream.aclose()
         status = Status(ack.status) if isinstance(ack, HelloAck) else Status.BADMSG

@@ -41,6 +41,9 @@ class NodeMetrics:
         self.sequencer_activations = Counter(
             "logstrand_sequencer_activations", "Sequencers activated on this node", registry=r
         )
+        self.seals = Counter(
+            "logstrand_seals", "Older epochs sealed by sequencers activated here", registry=r
+        )
         self.sequencers = Gauge(
             "logstrand_sequencers", "Sequencers running on this node", registry=r
         )

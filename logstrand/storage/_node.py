@@ -44,6 +44,8 @@ from ..wire import (
     Pong,
     ReadCredit,
     Release,
+    Seal,
+    SealReply,
     StartRead,
     StopRead,
     Store,
@@ -65,6 +67,8 @@ class NodeOptions:
     store_queue_max: int = 4096
     sequencer_appenders_max: int = 1024
     store_timeout_s: float = 2.0
+    #: How long a new sequencer waits for an f-majority to seal older epochs.
+    seal_timeout_s: float = 3.0
     tick_s: float = 0.05
     release_persist_s: float = 1.0
 
@@ -94,7 +98,7 @@ class Node:
         self._peers: dict[int, Connection] = {}
         self._request_ids = itertools.count(1)
         self._info_waiters: dict[int, trio.Event] = {}
-        self._info_replies: dict[int, LogInfoReply] = {}
+        self._info_replies: dict[int, Any] = {}
         self._peer_locks: dict[int, trio.Lock] = {}
         self._db_limiter = trio.CapacityLimiter(1)
         self._store_in, self._store_out = trio.open_memory_channel[tuple[Store, Any]](
@@ -208,6 +212,10 @@ class Node:
             self.reads.stop(conn, msg)
         elif isinstance(msg, LogInfo):
             await conn.send(self._log_info(msg))
+        elif isinstance(msg, Seal):
+            # Persisted (synced) before the reply: the seal must survive a crash.
+            sealed = self.db.seal(msg.log_id, msg.seal_epoch)
+            await conn.send(SealReply(msg.request_id, int(Status.OK), self.node_id, sealed))
         elif isinstance(msg, GetSeqState):
             await self.sequencers.handle_get_seq_state(conn, msg)
         elif isinstance(msg, FindTime):
@@ -340,7 +348,7 @@ class Node:
         async def handle(msg: Any) -> None:
             if isinstance(msg, StoreReply):
                 await self._replies_in.send(msg)
-            elif isinstance(msg, LogInfoReply):
+            elif isinstance(msg, LogInfoReply | SealReply):
                 waiter = self._info_waiters.get(msg.request_id)
                 if waiter is not None:
                     self._info_replies[msg.request_id] = msg
@@ -363,14 +371,27 @@ class Node:
         """One peer's LogInfo for a log (None if it did not answer in time)."""
         if node_id == self.node_id:
             return self._log_info(LogInfo(0, log_id))
+        reply = await self.ask_peer(node_id, lambda rid: LogInfo(rid, log_id))
+        return reply if isinstance(reply, LogInfoReply) else None
+
+    async def seal(self, node_id: int, log_id: int, epoch: int) -> bool:
+        """Seal a log up to ``epoch`` on one node (this one included); True once done."""
+        if node_id == self.node_id:
+            self.db.seal(log_id, epoch)
+            return True
+        reply = await self.ask_peer(node_id, lambda rid: Seal(rid, log_id, epoch))
+        return isinstance(reply, SealReply) and reply.status == Status.OK
+
+    async def ask_peer(self, node_id: int, make: Any, timeout_s: float = 2.0) -> Any:
+        """Send a request to a peer and wait for the reply with its request id."""
         conn = await self._peer(node_id)
         if conn is None:
             return None
         rid = next(self._request_ids)
         waiter = self._info_waiters[rid] = trio.Event()
         try:
-            with trio.move_on_after(2.0):
-                await conn.send(LogInfo(rid, log_id))
+            with trio.move_on_after(timeout_s):
+                await conn.send(make(rid))
                 await waiter.wait()
         except TransientError:
             return None

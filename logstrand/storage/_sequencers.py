@@ -151,8 +151,10 @@ class SequencerHost:
         placement = Placement(nodeset, attrs_.replication_factor, attrs_.replicate_across)
         try:
             epoch, meta = await view.astore.call(view.store.take_epoch, log_id, placement)
+            history = (await view.astore.call(view.store.log_epochs, log_id)).history
         except EpochStoreUnavailableError as exc:
             raise LogstrandError(str(exc), Status.NOSEQUENCER) from exc
+        await self._seal_earlier(log_id, epoch, [h for h in history if h.since < epoch])
         selector = CopysetSelector(
             meta.nodeset,
             meta.replication_factor,
@@ -178,6 +180,49 @@ class SequencerHost:
         node.metrics.sequencers.set(len(self.sequencers))
         _log.info("node %d: sequencer for log %d active in epoch %d", node.node_id, log_id, epoch)
         return seq
+
+    async def _seal_earlier(self, log_id: int, epoch: int, earlier: list[Any]) -> None:
+        """Seal every epoch below ``epoch`` on the nodesets that held them.
+
+        Done once an f-majority (|nodeset| − R + 1) of each of those nodesets
+        has persisted the seal: the nodes left unsealed are then fewer than R,
+        so no STORE wave of an older sequencer can gather R copies any more,
+        and no append can be acknowledged in an older epoch.
+
+        Raises:
+            LogstrandError: NOSEQUENCER when too few nodes answer in time.
+        """
+        if epoch <= 1 or not earlier:
+            return
+        node = self.node
+        targets = sorted({n for h in earlier for n in h.nodeset})
+        sealed: set[int] = set()
+        done = trio.Event()
+
+        def enough() -> bool:
+            return all(
+                len(sealed & set(h.nodeset)) >= len(h.nodeset) - h.replication_factor + 1
+                for h in earlier
+            )
+
+        async def seal_one(n: int) -> None:
+            if await node.seal(n, log_id, epoch - 1):
+                sealed.add(n)
+                if enough():
+                    done.set()
+
+        with trio.move_on_after(node.options.seal_timeout_s):
+            async with trio.open_nursery() as nursery:
+                for n in targets:
+                    nursery.start_soon(seal_one, n)
+                await done.wait()
+                nursery.cancel_scope.cancel()
+        if not enough():
+            raise LogstrandError(
+                f"log {log_id}: only nodes {sorted(sealed)} sealed epoch {epoch - 1}",
+                Status.NOSEQUENCER,
+            )
+        node.metrics.seals.inc()
 
     async def _rebroadcast_release(self, log_id: int, nodeset: tuple[int, ...]) -> None:
         """Bring every node of the nodeset to the highest release pointer any has.

@@ -68,12 +68,22 @@ class LocalCluster:
         with open_epoch_store(self.url) as store:
             self.cluster = store.cluster
             existing = store.nodes()
+            # Fresh ports, none used twice (the kernel may hand a just-freed
+            # port out again) and none still in the old configuration.
+            taken = {n.port for n in existing.values()}
+            taken |= {n.metrics_port for n in existing.values() if n.metrics_port}
+            ports: list[int] = []
+            while len(ports) < 2 * self.node_count:
+                port = free_port()
+                if port not in taken:
+                    taken.add(port)
+                    ports.append(port)
             for i in range(1, self.node_count + 1):
                 cfg = NodeConfig(
                     i,
-                    f"127.0.0.1:{free_port()}",
+                    f"127.0.0.1:{ports[2 * i - 2]}",
                     location=f"local.dc1.rack{i}",
-                    metrics_port=free_port(),
+                    metrics_port=ports[2 * i - 1],
                     data_dir=str(self.directory / f"node{i}"),
                 )
                 if i in existing:

@@ -321,6 +321,28 @@ class GetSeqState:
     log_id: int = attrs.field(validator=f.u64)
 
 
+@message(30)
+@attrs.frozen(slots=True)
+class Seal:
+    """New sequencer → node: refuse every STORE of ``log_id`` in an epoch at or
+    below ``seal_epoch`` from now on (persisted before the reply)."""
+
+    TYPE_ID: ClassVar[int]
+    request_id: int = attrs.field(validator=f.u64)
+    log_id: int = attrs.field(validator=f.u64)
+    seal_epoch: int = attrs.field(validator=f.u32)
+
+
+@message(31)
+@attrs.frozen(slots=True)
+class SealReply:
+    TYPE_ID: ClassVar[int]
+    request_id: int = attrs.field(validator=f.u64)
+    status: int = attrs.field(validator=_status)
+    node_id: int = attrs.field(validator=f.u32)
+    seal_epoch: int = attrs.field(validator=f.u32)
+
+
 def choose_version(peer_min: int, peer_max: int) -> int | None:
     """The highest version both ends speak, or None when the ranges do not overlap."""
     top = min(peer_max, PROTOCOL_VERSION_MAX)

@@ -246,3 +246,43 @@ def test_dev_up_prints_ready_and_stops_its_nodes(tmp_path: Path) -> None:
             proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def test_a_stopped_old_sequencer_gets_nothing_acknowledged_after_takeover(tmp_path: Path) -> None:
+    import os
+    import signal
+
+    with LocalCluster(tmp_path / "c", nodes=3) as c:
+        with open_epoch_store(c.url) as store:
+            store.create_logs(1, 1, LogAttributes(replication_factor=2))
+        acks: list[tuple[int, float]] = []
+        patient = logstrand.ClientSettings(append_timeout_s=30)
+        with (
+            logstrand.connect(c.url, settings=patient) as early,
+            logstrand.connect(c.url, settings=patient) as late,
+        ):
+            acks.append((early.append(1, b"before"), time.monotonic()))
+            owner = early.async_client.view.sequencer_node(1)
+            assert owner is not None
+            old = c.procs[owner]
+            os.kill(old.pid, signal.SIGSTOP)
+            try:
+                # An append that reaches the stopped sequencer and waits there.
+                stale = early.append_async(1, b"sent to the stopped sequencer")
+                # Another client gets through once the membership drops the node.
+                lsn = late.append(1, b"after takeover")
+                takeover = time.monotonic()
+                acks.append((lsn, takeover))
+                assert lsn_epoch(lsn) > 1
+            finally:
+                os.kill(old.pid, signal.SIGCONT)
+            # The old sequencer wakes up with a STORE wave in its stale epoch:
+            # the sealed nodes refuse it, so it can never gather two copies.
+            lsn_stale = stale.result(timeout=30)
+            acks.append((lsn_stale, time.monotonic()))
+            more = [late.append(1, b"more %d" % i) for i in range(20)]
+        for lsn, when in acks:
+            if lsn_epoch(lsn) == 1:
+                assert when < takeover, "acknowledged in the old epoch after the takeover"
+        assert lsn_epoch(lsn_stale) > 1
+        assert more == sorted(more)

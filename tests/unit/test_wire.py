@@ -26,6 +26,8 @@ from logstrand.wire import (
     RecordBatch,
     Records,
     Release,
+    Seal,
+    SealReply,
     StartRead,
     StopRead,
     Store,
@@ -105,6 +107,8 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     FindTime: st.builds(FindTime, u64, u64, u64),
     FindTimeReply: st.builds(FindTimeReply, u64, statuses, u64),
     GetSeqState: st.builds(GetSeqState, u64, u64),
+    Seal: st.builds(Seal, u64, u64, u32),
+    SealReply: st.builds(SealReply, u64, statuses, u32, u32),
 }
 any_message = st.one_of(*STRATEGIES.values())
 
