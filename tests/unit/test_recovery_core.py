@@ -1,0 +1,122 @@
+"""Recovery decisions from digests, by hand and at random."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from logstrand.sequencer._recovery import (
+    FLAG_HOLE,
+    FLAG_WRITTEN_BY_RECOVERY,
+    Decision,
+    DigestRecord,
+    EpochRecovery,
+)
+
+
+def rec(esn: int, payload: bytes = b"x", wave: int = 1, flags: int = 0) -> DigestRecord:
+    return DigestRecord(esn, flags, wave, 1000 + esn, None, payload)
+
+
+def test_records_holes_and_bridge() -> None:
+    r = EpochRecovery(7, 3, (1, 2, 3), 2, seal_epoch=4, lng_esn=2)
+    r.on_digest(1, [rec(1), rec(3, b"a"), rec(5, b"c")], complete=True)
+    assert not r.ready
+    r.on_digest(2, [rec(3, b"a"), rec(4, b"b")], complete=False)
+    assert not r.ready  # node 2 has more to send
+    r.on_digest(2, [], complete=True)
+    assert r.ready
+    plan = [(m.esn, m.decision, m.payload) for m in r.decide()]
+    assert plan == [
+        (3, Decision.RECORD, b"a"),
+        (4, Decision.RECORD, b"b"),
+        (5, Decision.RECORD, b"c"),
+        (6, Decision.BRIDGE, None),
+    ]
+
+
+def test_an_empty_epoch_gets_a_bridge_at_lng_plus_one() -> None:
+    r = EpochRecovery(7, 3, (1, 2, 3), 2, seal_epoch=4, lng_esn=10)
+    r.on_digest(1, [], complete=True)
+    r.on_digest(3, [], complete=True)
+    assert [(m.esn, m.decision) for m in r.decide()] == [(11, Decision.BRIDGE)]
+
+
+def test_missing_esn_between_records_is_a_hole() -> None:
+    r = EpochRecovery(7, 1, (1, 2, 3), 2, seal_epoch=2)
+    r.on_digest(1, [rec(1), rec(3)], complete=True)
+    r.on_digest(2, [rec(1), rec(3)], complete=True)
+    assert [m.decision for m in r.decide()] == [
+        Decision.RECORD,
+        Decision.HOLE,
+        Decision.RECORD,
+        Decision.BRIDGE,
+    ]
+
+
+def test_a_later_recovery_beats_the_epoch_sequencer_and_an_earlier_recovery() -> None:
+    r = EpochRecovery(7, 1, (1, 2, 3), 2, seal_epoch=9)
+    # ESN 1: an old copy (wave 5) and a hole plug written by recovery at seal 3.
+    r.on_digest(1, [rec(1, b"old", wave=5)], complete=True)
+    r.on_digest(2, [rec(1, b"", wave=3, flags=FLAG_HOLE | FLAG_WRITTEN_BY_RECOVERY)], complete=True)
+    # ESN 2: two recoveries wrote different things; the later one (seal 6) wins.
+    r.on_digest(3, [rec(2, b"r6", wave=6, flags=FLAG_WRITTEN_BY_RECOVERY)], complete=False)
+    r.on_digest(1, [rec(2, b"r4", wave=4, flags=FLAG_WRITTEN_BY_RECOVERY)], complete=True)
+    plan = r.decide()
+    assert plan[0].decision is Decision.HOLE
+    assert (plan[1].decision, plan[1].payload) == (Decision.RECORD, b"r6")
+    assert plan[1].flags & FLAG_WRITTEN_BY_RECOVERY
+
+
+def test_decide_refuses_before_an_f_majority() -> None:
+    r = EpochRecovery(7, 1, (1, 2, 3, 4, 5), 2, seal_epoch=2)
+    for n in (1, 2, 3):
+        r.on_digest(n, [], complete=True)
+    assert not r.ready  # 5 - 2 + 1 = 4 needed
+    with pytest.raises(AssertionError):
+        r.decide()
+
+
+@settings(max_examples=300)
+@given(
+    st.integers(0, 2**32),
+    st.integers(3, 6),
+    st.integers(1, 3),
+    st.integers(0, 30),
+    st.integers(0, 5),
+)
+def test_acknowledged_records_always_survive(
+    seed: int, n: int, r: int, esns: int, lng: int
+) -> None:
+    """Whatever f-majority answers: every acknowledged ESN (R copies) is kept
+    with its content; ESNs with no copy on the answering nodes become holes."""
+    rng = random.Random(seed)
+    r = min(r, n)
+    nodeset = tuple(range(1, n + 1))
+    holdings: dict[int, list[DigestRecord]] = {x: [] for x in nodeset}
+    acked = set()
+    for esn in range(lng + 1, lng + 1 + esns):
+        if rng.random() < 0.6:
+            acked.add(esn)
+            holders = rng.sample(nodeset, r)  # fully stored: acknowledged
+        else:
+            holders = rng.sample(nodeset, rng.randint(0, r - 1))  # partial: never acked
+        for h in holders:
+            holdings[h].append(rec(esn, b"p%d" % esn))
+    answering = rng.sample(nodeset, n - r + 1)
+    rc = EpochRecovery(1, 2, nodeset, r, seal_epoch=3, lng_esn=lng)
+    for node in answering:
+        rc.on_digest(node, holdings[node], complete=True)
+    plan = rc.decide()
+    assert [m.esn for m in plan] == list(range(lng + 1, lng + 1 + len(plan)))
+    assert plan[-1].decision is Decision.BRIDGE
+    decided = {m.esn: m for m in plan}
+    for esn in acked:
+        assert decided[esn].decision is Decision.RECORD
+        assert decided[esn].payload == b"p%d" % esn
+    seen = {x.esn for node in answering for x in holdings[node]}
+    for m in plan[:-1]:
+        assert (m.decision is Decision.RECORD) == (m.esn in seen)
