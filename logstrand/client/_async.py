@@ -431,15 +431,22 @@ class AsyncClient:
         Makes sure the log has a sequencer first (as LogDevice's GET_SEQ_STATE
         does): a newly activated one brings the nodes' release pointers up to date.
         """
-        await self.ensure_sequencer(log_id)
-        return max(r.release_lsn for r in await self.log_info(log_id))
+        acked = await self.ensure_sequencer(log_id)
+        return max([acked, *(r.release_lsn for r in await self.log_info(log_id))])
 
-    async def ensure_sequencer(self, log_id: int) -> None:
-        """Have the log's owner node activate its sequencer, if none runs."""
+    async def ensure_sequencer(self, log_id: int) -> int:
+        """Have the log's owner node activate its sequencer, if none runs.
+
+        Returns the sequencer's acknowledged tail (0 if it did not answer).
+        """
         await self._require_log(log_id)
         owner = self.view.sequencer_node(log_id)
-        if owner is not None:
-            await self._request(owner, lambda rid: GetSeqState(rid, log_id))
+        if owner is None:
+            return 0
+        reply = await self._request(owner, lambda rid: GetSeqState(rid, log_id))
+        if isinstance(reply, LogInfoReply) and reply.status == Status.OK:
+            return reply.release_lsn
+        return 0
 
     async def trim_point(self, log_id: int) -> int:
         """The log's trim point: records at or below it are gone (0: never trimmed)."""

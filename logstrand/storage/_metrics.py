@@ -44,6 +44,12 @@ class NodeMetrics:
         self.seals = Counter(
             "logstrand_seals", "Older epochs sealed by sequencers activated here", registry=r
         )
+        self.recovery_seconds = Histogram(
+            "logstrand_recovery_seconds",
+            "Time to recover the earlier epochs of a log after activation",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+            registry=r,
+        )
         self.sequencers = Gauge(
             "logstrand_sequencers", "Sequencers running on this node", registry=r
         )

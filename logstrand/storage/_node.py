@@ -35,14 +35,17 @@ from ..net import Connection, connect, serve_connection
 from ..view import ClusterView
 from ..wire import (
     Append,
+    Digest,
     FindTime,
     FindTimeReply,
+    GetDigest,
     GetSeqState,
     LogInfo,
     LogInfoReply,
     Ping,
     Pong,
     ReadCredit,
+    RecordBatch,
     Release,
     Seal,
     SealReply,
@@ -53,9 +56,12 @@ from ..wire import (
 )
 from ._metrics import NodeMetrics
 from ._reads import ReadStreams
+from ._recovery import Recoveries
 from ._sequencers import SequencerHost
 
 _log = logging.getLogger("logstrand.node")
+DIGEST_RECORDS_MAX = 20_000
+DIGEST_BYTES_MAX = 16 * 1024 * 1024
 
 
 @attrs.frozen
@@ -93,6 +99,7 @@ class Node:
         self.metrics = NodeMetrics(node_id)
         self.sequencers = SequencerHost(self)
         self.reads = ReadStreams(self)
+        self.recoveries = Recoveries(self)
         self.release: dict[int, int] = {}
         self._release_dirty: set[int] = set()
         self._peers: dict[int, Connection] = {}
@@ -216,6 +223,8 @@ class Node:
             # Persisted (synced) before the reply: the seal must survive a crash.
             sealed = self.db.seal(msg.log_id, msg.seal_epoch)
             await conn.send(SealReply(msg.request_id, int(Status.OK), self.node_id, sealed))
+        elif isinstance(msg, GetDigest):
+            await conn.send(self.digest(msg))
         elif isinstance(msg, GetSeqState):
             await self.sequencers.handle_get_seq_state(conn, msg)
         elif isinstance(msg, FindTime):
@@ -253,7 +262,9 @@ class Node:
         sync = False
         for msg, sink in items:
             lsns = msg.batch.lsns
-            if lsns and lsns[0] >> 32 <= db.seal_epoch(msg.log_id):
+            seal = db.seal_epoch(msg.log_id)
+            if lsns and lsns[0] >> 32 <= seal and msg.recovery_seal < max(seal, 1):
+                # Sealed: only a recovery with a seal at least as new may write.
                 refused.append((msg, sink))
                 continue
             if msg.last_known_good:
@@ -348,7 +359,7 @@ class Node:
         async def handle(msg: Any) -> None:
             if isinstance(msg, StoreReply):
                 await self._replies_in.send(msg)
-            elif isinstance(msg, LogInfoReply | SealReply):
+            elif isinstance(msg, LogInfoReply | SealReply | Digest):
                 waiter = self._info_waiters.get(msg.request_id)
                 if waiter is not None:
                     self._info_replies[msg.request_id] = msg
@@ -398,6 +409,28 @@ class Node:
         finally:
             self._info_waiters.pop(rid, None)
         return self._info_replies.pop(rid, None)
+
+    def digest(self, msg: GetDigest) -> Digest:
+        """This node's copies of one epoch from an ESN on, released or not."""
+        base = msg.epoch << 32
+        batch = self.db.read_batch(
+            msg.log_id,
+            base | max(msg.start_esn, 1),
+            base | 0xFFFFFFFF,
+            max_records=DIGEST_RECORDS_MAX,
+            max_bytes=DIGEST_BYTES_MAX,
+        )
+        complete = len(batch) < DIGEST_RECORDS_MAX and batch.payload_bytes < DIGEST_BYTES_MAX
+        records = RecordBatch.trusted(
+            tuple(batch.lsns),
+            tuple(batch.timestamps_ms),
+            tuple(batch.flags),
+            tuple(batch.keys),
+            tuple(batch.payloads),
+        )
+        return Digest(
+            msg.request_id, int(Status.OK), self.node_id, complete, tuple(batch.waves), records
+        )
 
     def _log_info(self, msg: LogInfo) -> LogInfoReply:
         db = self.db

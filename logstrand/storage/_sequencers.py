@@ -154,7 +154,8 @@ class SequencerHost:
             history = (await view.astore.call(view.store.log_epochs, log_id)).history
         except EpochStoreUnavailableError as exc:
             raise LogstrandError(str(exc), Status.NOSEQUENCER) from exc
-        await self._seal_earlier(log_id, epoch, [h for h in history if h.since < epoch])
+        earlier = [h for h in history if h.since < epoch]
+        await self._seal_earlier(log_id, epoch, earlier)
         selector = CopysetSelector(
             meta.nodeset,
             meta.replication_factor,
@@ -166,9 +167,9 @@ class SequencerHost:
             epoch,
             selector,
             sync=attrs_.durability == "fsync",
-            # Recovery of earlier epochs (sealing, digest, plugs) is not built
-            # yet: until it is, a new epoch releases its records at once.
-            recovered=True,
+            # Nothing of this epoch is released before the earlier ones are
+            # recovered (or when there are none).
+            recovered=epoch == 1,
             appenders_max=node.options.sequencer_appenders_max,
             store_timeout_s=node.options.store_timeout_s,
         )
@@ -176,10 +177,18 @@ class SequencerHost:
         seq = _Sequencer(core, trio.current_time())
         self.sequencers[log_id] = seq
         await self._rebroadcast_release(log_id, meta.nodeset)
+        if not core.recovered:
+            node.nursery.start_soon(self._recover_then_release, log_id, epoch, list(history), seq)
         node.metrics.sequencer_activations.inc()
         node.metrics.sequencers.set(len(self.sequencers))
         _log.info("node %d: sequencer for log %d active in epoch %d", node.node_id, log_id, epoch)
         return seq
+
+    async def _recover_then_release(
+        self, log_id: int, epoch: int, history: list[Any], seq: _Sequencer
+    ) -> None:
+        await self.node.recoveries.recover(log_id, epoch, list(history))
+        await self.execute(seq.core.set_recovered())
 
     async def _seal_earlier(self, log_id: int, epoch: int, earlier: list[Any]) -> None:
         """Seal every epoch below ``epoch`` on the nodesets that held them.
@@ -263,6 +272,11 @@ class SequencerHost:
             except LogstrandError as exc:
                 status = exc.status
         info = node._log_info(LogInfo(msg.request_id, msg.log_id))
+        seq = self.sequencers.get(msg.log_id)
+        if seq is not None:
+            # The tail is every acknowledged append, released yet or not.
+            tail = max(info.release_lsn, seq.core.last_known_good_lsn)
+            info = attrs.evolve(info, release_lsn=tail)
         with contextlib.suppress(LogstrandError):
             await conn.send(attrs.evolve(info, status=int(status)))
 
@@ -313,6 +327,8 @@ class SequencerHost:
                         await self.node.send_release(n, release)
 
     async def on_store_reply(self, reply: StoreReply) -> None:
+        if self.node.recoveries.on_store_reply(reply):
+            return
         seq = self.sequencers.get(reply.log_id)
         if seq is None:
             return

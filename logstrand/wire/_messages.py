@@ -175,6 +175,9 @@ class Store:
     last_known_good: int = attrs.field(validator=f.u64)
     sync: bool = attrs.field(validator=f.boolean)
     batch: RecordBatch = attrs.field(converter=_batch_from_wire, validator=_batch)
+    #: Non-zero for a recovery's writes: its seal epoch, which lets them into a
+    #: sealed epoch (a node takes them while this is at or above its seal).
+    recovery_seal: int = attrs.field(default=0, validator=f.u32)
 
     def __attrs_post_init__(self) -> None:
         if not self.copyset:
@@ -341,6 +344,38 @@ class SealReply:
     status: int = attrs.field(validator=_status)
     node_id: int = attrs.field(validator=f.u32)
     seal_epoch: int = attrs.field(validator=f.u32)
+
+
+@message(32)
+@attrs.frozen(slots=True)
+class GetDigest:
+    """Recovery → node: your copies of epoch ``epoch`` from ``start_esn`` on,
+    released or not."""
+
+    TYPE_ID: ClassVar[int]
+    request_id: int = attrs.field(validator=f.u64)
+    log_id: int = attrs.field(validator=f.u64)
+    epoch: int = attrs.field(validator=f.u32)
+    start_esn: int = attrs.field(validator=f.u32)
+
+
+@message(33)
+@attrs.frozen(slots=True)
+class Digest:
+    """A node's copies for a recovery, with each copy's wave (precedence).
+    ``complete``: nothing more in the epoch after these."""
+
+    TYPE_ID: ClassVar[int]
+    request_id: int = attrs.field(validator=f.u64)
+    status: int = attrs.field(validator=_status)
+    node_id: int = attrs.field(validator=f.u32)
+    complete: bool = attrs.field(validator=f.boolean)
+    waves: tuple[int, ...] = attrs.field(converter=f.to_tuple, validator=f.tuple_of(f.u32))
+    batch: RecordBatch = attrs.field(converter=_batch_from_wire, validator=_batch)
+
+    def __attrs_post_init__(self) -> None:
+        if len(self.waves) != len(self.batch):
+            raise ValueError("one wave per record")
 
 
 def choose_version(peer_min: int, peer_max: int) -> int | None:
