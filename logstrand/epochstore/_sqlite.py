@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import os
     from collections.abc import Callable, Iterator
 
-LEASE_S_DEFAULT = 3.0
+LEASE_S_DEFAULT = 1.5
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS kv (
     path TEXT PRIMARY KEY, value BLOB NOT NULL, version INTEGER NOT NULL
