@@ -1,0 +1,87 @@
+"""Micro-measurements behind the explanations in docs/performance.md.
+
+    python bench/micro.py
+
+- LogsDB value encoding and column-wise decoding of 100 B records (no RocksDB);
+- a Ping/Pong round trip through the project's connection code to a node process;
+- append latency with the node and the client in one trio loop (one process, R=1),
+  to tell Python work from cross-process wake-ups.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+
+import trio
+
+import logstrand
+from logstrand.epochstore import LogAttributes, NodeConfig, open_epoch_store
+from logstrand.logsdb import _format as fmt
+from logstrand.net import connect
+from logstrand.storage import Node
+from logstrand.testing import LocalCluster, free_port
+from logstrand.wire import Ping
+
+
+def codec() -> None:
+    n = 1000
+    ts, fl, keys, pays = (1,) * n, (0,) * n, (None,) * n, (b"p" * 100,) * n
+    cs = fmt.pack_copyset((1, 2))
+    t0 = time.perf_counter()
+    for _ in range(200):
+        values = fmt.encode_values(ts, fl, 0, cs, keys, pays)
+    enc = 200 * n / (time.perf_counter() - t0)
+    pairs = [(fmt.data_key(1, i + 1), v) for i, v in enumerate(values)]
+    t0 = time.perf_counter()
+    for _ in range(200):
+        fmt.decode_into(fmt.StoredBatch(1), iter(pairs), n, 1 << 40)
+    dec = 200 * n / (time.perf_counter() - t0)
+    print(f"LogsDB encode_values 100 B: {enc:,.0f} records/s; decode_into: {dec:,.0f} records/s")
+
+
+async def ping(cluster: LocalCluster) -> None:
+    cfg = cluster.nodes[1]
+    conn = await connect(cfg.host, cfg.port, cluster=cluster.cluster)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.writer)
+        lat = []
+        for i in range(3000):
+            t0 = time.perf_counter()
+            await conn.send(Ping(i))
+            await conn.receive_one()
+            lat.append(time.perf_counter() - t0)
+        nursery.cancel_scope.cancel()
+    lat.sort()
+    print(f"Ping/Pong to a node process: p50 {lat[1500] * 1e3:.3f} ms")
+
+
+async def in_process(url: str) -> None:
+    async with trio.open_nursery() as nursery:
+        await nursery.start(Node(url, 1).run)
+        async with logstrand.open_client(url) as client:
+            await client.append(1, b"w")
+            lat = []
+            for _ in range(3000):
+                t0 = time.perf_counter()
+                await client.append_batch(1, [b"z" * 100])
+                lat.append(time.perf_counter() - t0)
+        nursery.cancel_scope.cancel()
+    lat.sort()
+    print(f"append, node and client in one process (R=1): p50 {lat[1500] * 1e3:.3f} ms")
+
+
+def main() -> None:
+    codec()
+    with tempfile.TemporaryDirectory() as d, LocalCluster(d, nodes=1) as cluster:
+        trio.run(ping, cluster)
+    with tempfile.TemporaryDirectory() as d:
+        url = f"sqlite://{d}/c.db"
+        with open_epoch_store(url) as store:
+            store.add_node(NodeConfig(1, f"127.0.0.1:{free_port()}", data_dir=f"{d}/n1"))
+            store.create_logs(1, 1, LogAttributes(replication_factor=1))
+        trio.run(in_process, url)
+
+
+if __name__ == "__main__":
+    main()
