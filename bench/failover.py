@@ -41,8 +41,7 @@ def main() -> None:
         with logstrand.connect(c.url, settings=settings) as client:
             for _ in range(args.kills):
                 before = client.append(1, b"before")
-                owner = client.async_client.view.sequencer_node(1)
-                assert owner is not None
+                owner = c.sequencer_of(1, lsn_epoch(before))
                 t0 = time.monotonic()
                 c.kill_node(owner)
                 lsn = client.append(1, b"after")
@@ -54,6 +53,7 @@ def main() -> None:
                 to_ack.append(t_ack - t0)
                 to_release.append(t_rel - t0)
                 c.start_node(owner)
+
     res = {
         "kills": args.kills,
         "ack_p50_s": pct(to_ack, 0.5),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from typing import TYPE_CHECKING
 
 import trio
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("logstrand.view")
 REFRESH_S = 2.0
+SUSPECT_S = 2.0
 
 
 class ClusterView:
@@ -36,6 +38,11 @@ class ClusterView:
         self.alive: frozenset[int] = frozenset()
         self._watch: Watch | None = None
         self._listeners: list[Callable[[frozenset[int], frozenset[int]], None]] = []
+        # Nodes this process could not connect to lately: left out of routing
+        # until the entry runs out, so a dead sequencer node is routed around
+        # before its membership lease lapses.  Safe to be wrong: two sequencers
+        # of one log cannot both get appends acknowledged (sealing).
+        self._suspects: dict[int, float] = {}
         self.changed = trio.Event()
 
     async def refresh(self) -> None:
@@ -54,6 +61,8 @@ class ClusterView:
         if alive == self.alive:
             return
         old, self.alive = self.alive, alive
+        for n in alive - old:
+            self._suspects.pop(n, None)  # it (re)joined: no longer suspect
         for fn in self._listeners:
             fn(old, alive)
         self.changed.set()
@@ -89,11 +98,28 @@ class ClusterView:
                 return r.attributes
         return None
 
+    def suspect(self, node_id: int, ttl_s: float = SUSPECT_S) -> None:
+        """Leave ``node_id`` out of routing for a while (a connection to it failed)."""
+        self._suspects[node_id] = time.monotonic() + ttl_s
+
+    def trust(self, node_id: int) -> None:
+        """A connection to ``node_id`` worked: route to it again."""
+        self._suspects.pop(node_id, None)
+
+    def suspected(self, node_id: int) -> bool:
+        until = self._suspects.get(node_id)
+        if until is None:
+            return False
+        if until <= time.monotonic():
+            del self._suspects[node_id]
+            return False
+        return True
+
     def sequencer_weights(self) -> dict[int, float]:
         return {
             n.node_id: n.weight
             for n in self.nodes.values()
-            if n.node_id in self.alive and "sequencer" in n.roles
+            if n.node_id in self.alive and "sequencer" in n.roles and not self.suspected(n.node_id)
         }
 
     def sequencer_node(self, log_id: int) -> int | None:

@@ -288,6 +288,7 @@ class AsyncClient:
             if cfg is None:
                 raise TransientError(f"node {node_id} is not configured", Status.CONNFAILED)
             conn = await connect(cfg.host, cfg.port, cluster=self.cluster)
+            self.view.trust(node_id)
             link = self._links[node_id] = _NodeLink(conn, node_id)
             self.nursery.start_soon(conn.writer)
             self.nursery.start_soon(link.read)
@@ -348,6 +349,7 @@ class AsyncClient:
                 try:
                     link = await self._link(node)
                 except TransientError as exc:
+                    self.view.suspect(node)  # route around it until the lease tells
                     return None, str(exc)
                 link.pending[rid] = waiter
                 await link.conn.send(Append(rid, log_id, batch))

@@ -349,7 +349,9 @@ class Node:
             try:
                 conn = await connect(cfg.host, cfg.port, cluster=self.cluster, node_id=self.node_id)
             except TransientError:
+                self.view.suspect(node_id)
                 return None
+            self.view.trust(node_id)
             self._peers[node_id] = conn
             self.nursery.start_soon(conn.writer)
             self.nursery.start_soon(self._peer_reader, conn)

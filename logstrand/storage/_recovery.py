@@ -99,7 +99,14 @@ class Recoveries:
         async with trio.open_nursery() as nursery:
             for n in meta.nodeset:
                 nursery.start_soon(info, n)
-        released = max((i.release_lsn for i in infos), default=0)
+        f_majority = len(meta.nodeset) - meta.replication_factor + 1
+        if len(infos) < f_majority:
+            # Too few answers to trust the known-good point: try again.
+            raise LogstrandError(
+                f"epoch {e}: {len(infos)} release pointers, need {f_majority}",
+                Status.NOSEQUENCER,
+            )
+        released = max(i.release_lsn for i in infos)
         if released >> 32 > e:
             return  # released past its end already: nothing undecided in it
         lng = released & 0xFFFFFFFF if released >> 32 == e else 0

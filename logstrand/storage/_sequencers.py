@@ -56,6 +56,16 @@ class SequencerHost:
         log_id = msg.log_id
         token = (conn, msg.request_id)
         owner = node.view.sequencer_node(log_id)
+        # The client came here although the owner is alive in our view: it may
+        # have found the owner dead.  Check (a refused connection marks it
+        # suspect), then decide again.
+        if (
+            owner is not None
+            and owner != node.node_id
+            and owner not in self._reachable()
+            and await node._peer(owner) is None
+        ):
+            owner = node.view.sequencer_node(log_id)
         if owner != node.node_id:
             status = Status.REDIRECTED if owner is not None else Status.NOSEQUENCER
             await self._reply(token, status, redirect=owner, message="sequencer elsewhere")
@@ -83,6 +93,9 @@ class SequencerHost:
         node.metrics.append_bytes.inc(msg.batch.payload_bytes)
         now = trio.current_time()
         await self.execute(seq.core.append(msg.batch, token, now, node.now_ms()))
+
+    def _reachable(self) -> set[int]:
+        return {n for n, c in self.node._peers.items() if not c.closed}
 
     def _check_records(self, msg: Append, compacted: bool) -> tuple[Status, str] | None:
         limit = self.node.options.payload_bytes_max

@@ -169,6 +169,19 @@ class LocalCluster:
             with contextlib.suppress(OSError):
                 out.close()
 
+    def sequencer_of(self, log_id: int, epoch: int) -> int:
+        """The node that activated ``log_id``'s sequencer in ``epoch`` (from its log).
+
+        Clients and nodes may briefly disagree on routing; the node that took
+        the epoch is the one that holds the sequencer.
+        """
+        needle = f"sequencer for log {log_id} active in epoch {epoch}\n"
+        for node_id in self.nodes:
+            path = self.directory / "logs" / f"node{node_id}.log"
+            if path.exists() and needle in path.read_text(errors="replace"):
+                return node_id
+        raise LookupError(f"no node activated log {log_id} in epoch {epoch}")
+
     def alive(self, node_id: int) -> bool:
         proc = self.procs.get(node_id)
         return proc is not None and proc.poll() is None

@@ -189,8 +189,7 @@ def test_appends_go_on_with_a_storage_node_killed(tmp_path: Path) -> None:
         with open_epoch_store(c.url) as store:
             store.create_logs(1, 1, LogAttributes(replication_factor=2))
         with logstrand.connect(c.url) as client:
-            client.append(1, b"before")
-            owner = client.async_client.view.sequencer_node(1)
+            owner = c.sequencer_of(1, lsn_epoch(client.append(1, b"before")))
             victim = next(n for n in c.nodes if n != owner)
             c.kill_node(victim)
             lsns = [client.append(1, b"after %d" % i) for i in range(50)]
@@ -204,9 +203,7 @@ def test_sequencer_node_killed_appends_resume_in_a_higher_epoch(tmp_path: Path) 
             store.create_logs(1, 1, LogAttributes(replication_factor=2))
         with logstrand.connect(c.url) as client:
             first = client.append(1, b"before")
-            owner = client.async_client.view.sequencer_node(1)
-            assert owner is not None
-            c.kill_node(owner)
+            c.kill_node(c.sequencer_of(1, lsn_epoch(first)))
             t0 = time.monotonic()
             after = client.append(1, b"after")  # retried until a new sequencer takes over
             took = time.monotonic() - t0
@@ -262,9 +259,7 @@ def test_a_stopped_old_sequencer_gets_nothing_acknowledged_after_takeover(tmp_pa
             logstrand.connect(c.url, settings=patient) as late,
         ):
             acks.append((early.append(1, b"before"), time.monotonic()))
-            owner = early.async_client.view.sequencer_node(1)
-            assert owner is not None
-            old = c.procs[owner]
+            old = c.procs[c.sequencer_of(1, lsn_epoch(acks[0][0]))]
             os.kill(old.pid, signal.SIGSTOP)
             try:
                 # An append that reaches the stopped sequencer and waits there.
