@@ -30,6 +30,7 @@ from ..errors import (
     Status,
     TransientError,
 )
+from ..logsdb import KEY_BYTES_MAX
 from ..net import Connection, connect
 from ..types import LSN_OLDEST, TAIL, Gap, Record, _Tail, validate_log_id
 from ..view import ClusterView
@@ -271,6 +272,10 @@ class AsyncClient:
         for k in keys:
             if k is not None and type(k) is not bytes:
                 raise InvalidArgumentError(f"key must be bytes or None, not {type(k).__name__}")
+            if k is not None and len(k) > KEY_BYTES_MAX:
+                raise InvalidArgumentError(
+                    f"key of {len(k)} bytes exceeds the limit of {KEY_BYTES_MAX}", Status.TOOBIG
+                )
         if self.view.log_attributes(log_id) is None:
             await self.view.refresh()
             if self.view.log_attributes(log_id) is None:
@@ -299,7 +304,8 @@ class AsyncClient:
     ) -> int:
         """One APPEND, retried until it succeeds, fails for good, or times out."""
         n = len(payloads)
-        batch = RecordBatch((0,) * n, (0,) * n, (0,) * n, tuple(keys), tuple(payloads))
+        # ``_check`` has validated every key and payload: no second pass here.
+        batch = RecordBatch.trusted((0,) * n, (0,) * n, (0,) * n, tuple(keys), tuple(payloads))
         deadline = trio.current_time() + self.settings.append_timeout_s
         backoff = 0.01
         last = "no attempt"

@@ -26,6 +26,7 @@ import google_crc32c
 import numpy as np
 
 from ..errors import CorruptionError, InvalidArgumentError
+from ..wire import RecordBatch
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -218,6 +219,16 @@ class StoredBatch:
 
     def __len__(self) -> int:
         return len(self.lsns)
+
+    def to_record_batch(self) -> RecordBatch:
+        """The wire form (without copysets and waves), built without re-checking."""
+        return RecordBatch.trusted(
+            tuple(self.lsns),
+            tuple(self.timestamps_ms),
+            tuple(self.flags),
+            tuple(self.keys),
+            tuple(self.payloads),
+        )
 
     def records(self) -> Iterator[StoredRecord]:
         return map(

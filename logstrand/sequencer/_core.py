@@ -138,7 +138,7 @@ class SequencerCore:
         self._window: OrderedDict[int, _Appender] = OrderedDict()
         self._next_id = 1
         self._bytes = 0
-        self._waves_retried = 0
+        self.waves_retried = 0
 
     # -- input ------------------------------------------------------------
 
@@ -237,7 +237,7 @@ class SequencerCore:
             (self.epoch << 32) | self.released_esn if self.released_esn else 0,
             len(self._window),
             self._bytes,
-            self._waves_retried,
+            self.waves_retried,
         )
 
     # -- internals --------------------------------------------------------
@@ -245,7 +245,7 @@ class SequencerCore:
     def _start_wave(self, app: _Appender, now: float) -> list[Action]:
         app.wave += 1
         if app.wave > 1:
-            self._waves_retried += 1
+            self.waves_retried += 1
         app.acked.clear()
         exclude = app.excluded | self.down
         copyset = self.selector.select(exclude)

@@ -45,7 +45,6 @@ from ..wire import (
     Ping,
     Pong,
     ReadCredit,
-    RecordBatch,
     Release,
     Seal,
     SealReply,
@@ -104,8 +103,8 @@ class Node:
         self._release_dirty: set[int] = set()
         self._peers: dict[int, Connection] = {}
         self._request_ids = itertools.count(1)
-        self._info_waiters: dict[int, trio.Event] = {}
-        self._info_replies: dict[int, Any] = {}
+        self._peer_waiters: dict[int, trio.Event] = {}
+        self._peer_replies: dict[int, Any] = {}
         self._peer_locks: dict[int, trio.Lock] = {}
         self._db_limiter = trio.CapacityLimiter(1)
         self._store_in, self._store_out = trio.open_memory_channel[tuple[Store, Any]](
@@ -362,9 +361,9 @@ class Node:
             if isinstance(msg, StoreReply):
                 await self._replies_in.send(msg)
             elif isinstance(msg, LogInfoReply | SealReply | Digest):
-                waiter = self._info_waiters.get(msg.request_id)
+                waiter = self._peer_waiters.get(msg.request_id)
                 if waiter is not None:
-                    self._info_replies[msg.request_id] = msg
+                    self._peer_replies[msg.request_id] = msg
                     waiter.set()
 
         await conn.receive_messages(handle)
@@ -401,7 +400,7 @@ class Node:
         if conn is None:
             return None
         rid = next(self._request_ids)
-        waiter = self._info_waiters[rid] = trio.Event()
+        waiter = self._peer_waiters[rid] = trio.Event()
         try:
             with trio.move_on_after(timeout_s):
                 await conn.send(make(rid))
@@ -409,8 +408,8 @@ class Node:
         except TransientError:
             return None
         finally:
-            self._info_waiters.pop(rid, None)
-        return self._info_replies.pop(rid, None)
+            self._peer_waiters.pop(rid, None)
+        return self._peer_replies.pop(rid, None)
 
     def digest(self, msg: GetDigest) -> Digest:
         """This node's copies of one epoch from an ESN on, released or not."""
@@ -423,15 +422,13 @@ class Node:
             max_bytes=DIGEST_BYTES_MAX,
         )
         complete = len(batch) < DIGEST_RECORDS_MAX and batch.payload_bytes < DIGEST_BYTES_MAX
-        records = RecordBatch.trusted(
-            tuple(batch.lsns),
-            tuple(batch.timestamps_ms),
-            tuple(batch.flags),
-            tuple(batch.keys),
-            tuple(batch.payloads),
-        )
         return Digest(
-            msg.request_id, int(Status.OK), self.node_id, complete, tuple(batch.waves), records
+            msg.request_id,
+            int(Status.OK),
+            self.node_id,
+            complete,
+            tuple(batch.waves),
+            batch.to_record_batch(),
         )
 
     def _log_info(self, msg: LogInfo) -> LogInfoReply:

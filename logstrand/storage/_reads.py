@@ -24,6 +24,7 @@ from ..types import LSN_MAX
 from ..wire import ReadCredit, ReadRecords, RecordBatch, StartRead, StopRead
 
 if TYPE_CHECKING:
+    from ..logsdb import StoredBatch
     from ..net import Connection
     from ._node import Node
 
@@ -158,16 +159,13 @@ class ReadStreams:
             )
             full = len(batch) >= want or batch.payload_bytes >= READ_BATCH_BYTES
             next_lsn = batch.lsns[-1] + 1 if full and batch.lsns else limit + 1
-            out = self._filter(st, batch) if msg.scd else _to_wire(batch)
+            out = self._filter(st, batch) if msg.scd else batch.to_record_batch()
             st.credit -= len(out)
             st.next_lsn = next_lsn if next_lsn <= LSN_MAX else LSN_MAX
             await self._send(st, Status.OK, st.next_lsn, out)
 
-    def _filter(self, st: _Stream, batch: object) -> RecordBatch:
+    def _filter(self, st: _Stream, batch: StoredBatch) -> RecordBatch:
         """Keep the records this node must send under single-copy delivery."""
-        from ..logsdb import StoredBatch
-
-        assert isinstance(batch, StoredBatch)
         me = self.node.node_id
         owners = st.owners
         keep = []
@@ -180,7 +178,7 @@ class ReadStreams:
             if mine:
                 keep.append(i)
         if len(keep) == len(batch.lsns):
-            return _to_wire(batch)
+            return batch.to_record_batch()
         return RecordBatch.trusted(
             tuple(batch.lsns[i] for i in keep),
             tuple(batch.timestamps_ms[i] for i in keep),
@@ -188,19 +186,6 @@ class ReadStreams:
             tuple(batch.keys[i] for i in keep),
             tuple(batch.payloads[i] for i in keep),
         )
-
-
-def _to_wire(batch: object) -> RecordBatch:
-    from ..logsdb import StoredBatch
-
-    assert isinstance(batch, StoredBatch)
-    return RecordBatch.trusted(
-        tuple(batch.lsns),
-        tuple(batch.timestamps_ms),
-        tuple(batch.flags),
-        tuple(batch.keys),
-        tuple(batch.payloads),
-    )
 
 
 async def _wait_then_cancel(event: trio.Event, scope: trio.CancelScope) -> None:

@@ -19,6 +19,7 @@ import trio.lowlevel
 
 from ..epochstore import Placement
 from ..errors import EpochStoreUnavailableError, LogstrandError, Status
+from ..logsdb import KEY_BYTES_MAX
 from ..placement import CopysetSelector, select_nodeset
 from ..sequencer import ReplyAppend, SendRelease, SendStore, SequencerCore
 from ..wire import Append, AppendReply, GetSeqState, LogInfo, Release, StoreReply
@@ -107,6 +108,10 @@ class SequencerHost:
                 return Status.TOOBIG, f"payload of {len(p)} bytes exceeds the limit of {limit}"
         if compacted and None in msg.batch.keys:
             return Status.NOKEY, f"log {msg.log_id} is compacted: every record needs a key"
+        # Checked here, before any STORE: a key LogsDB cannot hold would fail the
+        # whole group commit it lands in, other clients' records with it.
+        if any(k is not None and len(k) > KEY_BYTES_MAX for k in msg.batch.keys):
+            return Status.TOOBIG, f"a key is longer than {KEY_BYTES_MAX} bytes"
         return None
 
     async def _reply(
@@ -345,11 +350,11 @@ class SequencerHost:
         seq = self.sequencers.get(reply.log_id)
         if seq is None:
             return
-        before = seq.core.stats().waves_retried
+        before = seq.core.waves_retried
         actions = seq.core.on_stored(
             reply.store_id, reply.node_id, reply.status, trio.current_time()
         )
-        retried = seq.core.stats().waves_retried - before
+        retried = seq.core.waves_retried - before
         if retried:
             self.node.metrics.store_waves_retried.inc(retried)
         await self.execute(actions)

@@ -70,6 +70,9 @@ def test_unknown_log_and_bad_payloads_fail_clearly(cluster: LocalCluster) -> Non
         with pytest.raises(InvalidArgumentError) as nokey:
             client.append(200, b"v")
         assert nokey.value.status is Status.NOKEY
+        with pytest.raises(InvalidArgumentError) as long_key:
+            client.append(200, b"v", key=b"k" * 70_000)
+        assert long_key.value.status is Status.TOOBIG
         assert client.append(200, b"v", key=b"k") > 0
         assert client.append(200, None, key=b"k") > 0  # a tombstone
 
@@ -81,6 +84,18 @@ async def test_node_refuses_oversized_payload_itself(cluster: LocalCluster) -> N
         with pytest.raises(InvalidArgumentError) as info:
             await client.append(1, b"x" * (2 * 1024 * 1024))
     assert info.value.status is Status.TOOBIG
+    # The node also refuses a key LogsDB cannot store, before any STORE: the
+    # rest of the group commit it would have landed in is unharmed.
+    async with logstrand.open_client(cluster.url) as client:
+        client._check = _no_check  # type: ignore[method-assign]
+        with pytest.raises(InvalidArgumentError) as key_info:
+            await client.append_batch(200, [b"a", b"b"], keys=[b"k", b"k" * 70_000])
+        assert key_info.value.status is Status.TOOBIG
+        assert await client.append(200, b"fine", key=b"k") > 0
+
+
+async def _no_check(*args: object) -> None:
+    return None
 
 
 def _send_raw(host: str, port: int, data: bytes) -> bytes:
