@@ -43,7 +43,6 @@ class ClusterView:
         # before its membership lease lapses.  Safe to be wrong: two sequencers
         # of one log cannot both get appends acknowledged (sealing).
         self._suspects: dict[int, float] = {}
-        self.changed = trio.Event()
 
     async def refresh(self) -> None:
         """Re-read nodes, log ranges and membership now."""
@@ -65,8 +64,6 @@ class ClusterView:
             self._suspects.pop(n, None)  # it (re)joined: no longer suspect
         for fn in self._listeners:
             fn(old, alive)
-        self.changed.set()
-        self.changed = trio.Event()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Keep the view current until cancelled."""

@@ -13,7 +13,7 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Mapping
 
 _TWO64 = float(2**64)
 
@@ -79,8 +79,3 @@ def select_nodeset(
         if n not in chosen:
             chosen.append(n)
     return tuple(sorted(chosen))
-
-
-def live_weights(nodes: Iterable[tuple[int, float]], alive: Iterable[int]) -> dict[int, float]:
-    alive_set = set(alive)
-    return {n: w for n, w in nodes if n in alive_set}

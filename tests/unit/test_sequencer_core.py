@@ -69,6 +69,9 @@ def test_release_waits_for_the_whole_prefix() -> None:
     out = ack_all(c, a1)
     assert [a.lsn for a in out if isinstance(a, SendRelease)] == [(EPOCH << 32) | 2]
     assert c.idle
+    stats = c.stats()
+    assert (stats.next_esn, stats.last_known_good, stats.appenders_in_flight) == (3, 2, 0)
+    assert stats.released_lsn == (EPOCH << 32) | 2
 
 
 def test_nothing_is_released_before_recovery() -> None:
