@@ -21,6 +21,7 @@ from ._async import AsyncClient, open_client
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
+    from ..wire import LogInfoReply
     from ._settings import ClientSettings
 
 
@@ -159,6 +160,10 @@ class Client:
 
     def data_size(self, log_id: int) -> int:
         return int(self._call(self.async_client.data_size, log_id))
+
+    def log_info(self, log_id: int) -> list[LogInfoReply]:
+        """What each answering node of the log's nodesets knows of it."""
+        return list(self._call(self.async_client.log_info, log_id))
 
     @property
     def async_client(self) -> AsyncClient:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from typing import TYPE_CHECKING
 
 import pytest
@@ -105,9 +106,18 @@ def test_copies_destroyed_on_every_holder_are_dataloss_exactly(tmp_path: Path) -
         with logstrand.connect(c.url) as client:
             lsns = client.append_batch(1, [b"r%d" % i for i in range(100)])
             lsns += client.append_batch(1, [b"s%d" % i for i in range(100)])
-            # Read it all once: every node has then heard the last RELEASE, so
-            # all 200 are known good, and recovery will not revisit them.
             assert len(list(client.read(1))) == 200
+            # Wait until every node has heard the last RELEASE (the sequencer
+            # broadcasts releases in batches, so a read that already saw all 200
+            # proves it only for the node that sent them): then all 200 are known
+            # good, and recovery after the restart will not revisit them.
+            for _ in range(200):
+                infos = client.log_info(1)
+                if len(infos) == 3 and min(i.release_lsn for i in infos) >= lsns[-1]:
+                    break
+                time.sleep(0.02)
+            else:
+                raise AssertionError(f"release pointers never reached {lsns[-1]}")
         c.stop()
         doomed = set(lsns[40:43]) | {lsns[150]}
         for node in (1, 2, 3):
