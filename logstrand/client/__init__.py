@@ -1,10 +1,33 @@
 """The client library: appends (single, batched, async) and readers."""
 
-from ._async import AsyncClient, open_client
-from ._reader import ReadStream
+from typing import TYPE_CHECKING
+
 from ._reader_core import GapItem, RecordRun
-from ._settings import ClientSettings
-from ._sync import Client, connect
+
+if TYPE_CHECKING:
+    from ._async import AsyncClient, open_client
+    from ._reader import ReadStream
+    from ._settings import ClientSettings
+    from ._sync import Client, connect
+
+_LAZY = {
+    "AsyncClient": "_async",
+    "open_client": "_async",
+    "ReadStream": "_reader",
+    "ClientSettings": "_settings",
+    "Client": "_sync",
+    "connect": "_sync",
+}
+
+
+def __getattr__(name: str) -> object:
+    # The shells pull in trio; the reader's pure core must not.
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "AsyncClient",

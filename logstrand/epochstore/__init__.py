@@ -5,7 +5,8 @@ Two stores share one contract: ``ZooKeeperEpochStore`` (production) and
 picks one from ``zk://host:port/cluster`` or ``sqlite:///path/cluster.db``.
 """
 
-from ._async import AsyncEpochStore
+from typing import TYPE_CHECKING
+
 from ._base import EpochStore, MemberSession, Placement, Watch
 from ._model import (
     CLEANUP_POLICIES,
@@ -21,6 +22,20 @@ from ._model import (
 from ._sqlite import SqliteEpochStore
 from ._url import open_epoch_store
 from ._zookeeper import ZooKeeperEpochStore
+
+if TYPE_CHECKING:
+    from ._async import AsyncEpochStore
+
+
+def __getattr__(name: str) -> object:
+    # AsyncEpochStore pulls in trio; the pure protocol code that uses this
+    # package's models (the sequencer's procedures) must stay free of it.
+    if name == "AsyncEpochStore":
+        from ._async import AsyncEpochStore
+
+        return AsyncEpochStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "CLEANUP_POLICIES",

@@ -226,6 +226,10 @@ class SequencerCore:
         return (self.epoch << 32) | self.lng_esn if self.lng_esn else 0
 
     @property
+    def released_lsn(self) -> int:
+        return (self.epoch << 32) | self.released_esn if self.released_esn else 0
+
+    @property
     def idle(self) -> bool:
         return not self._window
 
@@ -234,7 +238,7 @@ class SequencerCore:
             self.epoch,
             self.next_esn,
             self.lng_esn,
-            (self.epoch << 32) | self.released_esn if self.released_esn else 0,
+            self.released_lsn,
             len(self._window),
             self._bytes,
             self.waves_retried,
@@ -265,7 +269,9 @@ class SequencerCore:
             self.log_id,
             app.wave,
             copyset,
-            self.last_known_good_lsn,
+            # What nodes may take as released: the release pointer, never the
+            # LNG, which runs ahead of it until earlier epochs are recovered.
+            self.released_lsn,
             self.sync,
             app.batch,
         )

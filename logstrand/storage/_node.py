@@ -53,14 +53,13 @@ from ..wire import (
     Store,
     StoreReply,
 )
+from . import _core
 from ._metrics import NodeMetrics
+from ._procedures import ProcedureRunner
 from ._reads import ReadStreams
-from ._recovery import Recoveries
 from ._sequencers import SequencerHost
 
 _log = logging.getLogger("logstrand.node")
-DIGEST_RECORDS_MAX = 20_000
-DIGEST_BYTES_MAX = 16 * 1024 * 1024
 
 
 @attrs.frozen
@@ -98,7 +97,7 @@ class Node:
         self.metrics = NodeMetrics(node_id)
         self.sequencers = SequencerHost(self)
         self.reads = ReadStreams(self)
-        self.recoveries = Recoveries(self)
+        self.procedures = ProcedureRunner(self)
         self.release: dict[int, int] = {}
         self._release_dirty: set[int] = set()
         self._peers: dict[int, Connection] = {}
@@ -260,10 +259,8 @@ class Node:
         refused: list[tuple[Store, Any]] = []
         sync = False
         for msg, sink in items:
-            lsns = msg.batch.lsns
-            seal = db.seal_epoch(msg.log_id)
-            if lsns and lsns[0] >> 32 <= seal and msg.recovery_seal < max(seal, 1):
-                # Sealed: only a recovery with a seal at least as new may write.
+            if not _core.admit_store(db, msg):
+                # Sealed: only a recovery of a newer sequencer may write.
                 refused.append((msg, sink))
                 continue
             if msg.last_known_good:
@@ -413,41 +410,10 @@ class Node:
 
     def digest(self, msg: GetDigest) -> Digest:
         """This node's copies of one epoch from an ESN on, released or not."""
-        base = msg.epoch << 32
-        batch = self.db.read_batch(
-            msg.log_id,
-            base | max(msg.start_esn, 1),
-            base | 0xFFFFFFFF,
-            max_records=DIGEST_RECORDS_MAX,
-            max_bytes=DIGEST_BYTES_MAX,
-        )
-        complete = len(batch) < DIGEST_RECORDS_MAX and batch.payload_bytes < DIGEST_BYTES_MAX
-        return Digest(
-            msg.request_id,
-            int(Status.OK),
-            self.node_id,
-            complete,
-            tuple(batch.waves),
-            batch.to_record_batch(),
-        )
+        return _core.digest(self.db, self.node_id, msg)
 
     def _log_info(self, msg: LogInfo) -> LogInfoReply:
-        db = self.db
-        log = msg.log_id
-        entries = [e for _, e in db.directory(log)]
-        trim = db.trim_point(log)
-        live = [e for e in entries if e.last_lsn > trim]
-        return LogInfoReply(
-            msg.request_id,
-            int(Status.OK),
-            self.release_of(log),
-            trim,
-            db.last_lsn(log),
-            sum(e.bytes for e in live),
-            sum(e.records for e in live),
-            min((e.min_ts_ms for e in live), default=0),
-            max((e.max_ts_ms for e in live), default=0),
-        )
+        return _core.log_info(self.db, self.release_of(msg.log_id), msg)
 
     def _persist_releases_sync(self, releases: dict[int, int], sync: bool = False) -> None:
         if releases:

@@ -22,6 +22,7 @@ from ..errors import EpochStoreUnavailableError, LogstrandError, Status
 from ..logsdb import KEY_BYTES_MAX
 from ..placement import CopysetSelector, select_nodeset
 from ..sequencer import ReplyAppend, SendRelease, SendStore, SequencerCore
+from ..sequencer import _procedures as procs
 from ..wire import Append, AppendReply, GetSeqState, LogInfo, Release, StoreReply
 
 if TYPE_CHECKING:
@@ -205,76 +206,28 @@ class SequencerHost:
     async def _recover_then_release(
         self, log_id: int, epoch: int, history: list[Any], seq: _Sequencer
     ) -> None:
-        await self.node.recoveries.recover(log_id, epoch, list(history))
-        await self.execute(seq.core.set_recovered())
+        def cancelled() -> bool:
+            # Overtaken by a newer sequencer, or retired: the next one recovers.
+            return seq.core.preempted or self.sequencers.get(log_id) is not seq
+
+        if await self.node.procedures.recover(log_id, epoch, list(history), cancelled):
+            await self.execute(seq.core.set_recovered())
 
     async def _seal_earlier(self, log_id: int, epoch: int, earlier: list[Any]) -> None:
-        """Seal every epoch below ``epoch`` on the nodesets that held them.
-
-        Done once an f-majority (|nodeset| − R + 1) of each of those nodesets
-        has persisted the seal: the nodes left unsealed are then fewer than R,
-        so no STORE wave of an older sequencer can gather R copies any more,
-        and no append can be acknowledged in an older epoch.
+        """Seal every epoch below ``epoch`` on an f-majority of each earlier nodeset.
 
         Raises:
             LogstrandError: NOSEQUENCER when too few nodes answer in time.
         """
-        if epoch <= 1 or not earlier:
-            return
         node = self.node
-        targets = sorted({n for h in earlier for n in h.nodeset})
-        sealed: set[int] = set()
-        done = trio.Event()
-
-        def enough() -> bool:
-            return all(
-                len(sealed & set(h.nodeset)) >= len(h.nodeset) - h.replication_factor + 1
-                for h in earlier
-            )
-
-        async def seal_one(n: int) -> None:
-            if await node.seal(n, log_id, epoch - 1):
-                sealed.add(n)
-                if enough():
-                    done.set()
-
-        with trio.move_on_after(node.options.seal_timeout_s):
-            async with trio.open_nursery() as nursery:
-                for n in targets:
-                    nursery.start_soon(seal_one, n)
-                await done.wait()
-                nursery.cancel_scope.cancel()
-        if not enough():
-            raise LogstrandError(
-                f"log {log_id}: only nodes {sorted(sealed)} sealed epoch {epoch - 1}",
-                Status.NOSEQUENCER,
-            )
-        node.metrics.seals.inc()
+        await node.procedures.run(
+            procs.seal_earlier(log_id, epoch, earlier, node.options.seal_timeout_s)
+        )
+        if epoch > 1 and earlier:
+            node.metrics.seals.inc()
 
     async def _rebroadcast_release(self, log_id: int, nodeset: tuple[int, ...]) -> None:
-        """Bring every node of the nodeset to the highest release pointer any has.
-
-        RELEASEs are sent once and kept in memory; a node that restarted, or
-        that missed the last RELEASE, would hold readers back.  Full recovery
-        of earlier epochs (sealing, digest, plugs) is still to come; until
-        then this re-release is what a new sequencer does for them.
-        """
-        node = self.node
-        best = node.release_of(log_id)
-        infos = []
-
-        async def ask(n: int) -> None:
-            info = await node.ask_log_info(n, log_id)
-            if info is not None:
-                infos.append(info)
-
-        async with trio.open_nursery() as nursery:
-            for n in nodeset:
-                nursery.start_soon(ask, n)
-        best = max([best, *(i.release_lsn for i in infos)])
-        if best:
-            for n in nodeset:
-                await node.send_release(n, Release(log_id, best))
+        await self.node.procedures.run(procs.rebroadcast_release(log_id, nodeset, 2.0))
 
     async def handle_get_seq_state(self, conn: Connection, msg: GetSeqState) -> None:
         """Activate the log's sequencer here if this node owns it; answer its state."""
@@ -345,7 +298,7 @@ class SequencerHost:
                         await self.node.send_release(n, release)
 
     async def on_store_reply(self, reply: StoreReply) -> None:
-        if self.node.recoveries.on_store_reply(reply):
+        if self.node.procedures.on_store_reply(reply):
             return
         seq = self.sequencers.get(reply.log_id)
         if seq is None:

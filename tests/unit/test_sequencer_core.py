@@ -197,3 +197,17 @@ def test_random_schedules_keep_the_rules(seed: int, sizes: list[int]) -> None:
     spans = sorted(acked_ok.values())
     for (f1, n1), (f2, _) in itertools.pairwise(spans):
         assert f1 + n1 <= f2  # no LSN handed out twice
+
+
+def test_stores_never_carry_more_than_is_released() -> None:
+    """Nodes take a STORE's known-good LSN as released: before recovery of the
+    earlier epochs is done, that must stay 0 however far the LNG runs ahead."""
+    c = core(recovered=False)
+    ack_all(c, stores(c.append(batch(3), "t1", 0.0, 1000)))
+    assert c.last_known_good_lsn == (EPOCH << 32) | 3
+    later = stores(c.append(batch(1), "t2", 0.0, 1000))
+    assert {s.message.last_known_good for s in later} == {0}
+    c.set_recovered()
+    ack_all(c, later)
+    again = stores(c.append(batch(1), "t3", 0.0, 1000))
+    assert {s.message.last_known_good for s in again} == {(EPOCH << 32) | 4}

@@ -1,0 +1,339 @@
+"""Sealing and recovery as sans-I/O procedures: generators that yield commands.
+
+Theory of operation
+-------------------
+Activating a sequencer and recovering the epochs before it is a conversation
+with many nodes and the epoch store: seal, ask, gather digests, write plugs,
+retry.  The steps and their rules live here, once, as generator functions.
+They never do I/O themselves: each ``yield`` hands the driver a command
+(``Ask`` some nodes, ``Tell`` one, ``StoreCopies`` on a copyset, call the
+``EpochStore``, ``Sleep``) and the driver sends back the result (or throws
+the exception the call raised).
+
+Two drivers run them: the node's trio shell (``storage/_procedures.py``),
+over real connections, and the seeded simulation (``tests/sim``), over a
+simulated network that drops, delays, duplicates and reorders messages, with
+nodes that crash and restart.  So the simulation checks the very code that
+production runs.
+
+Rules the procedures keep:
+
+1. A sequencer of epoch E seals every earlier epoch on an f-majority of the
+   nodeset of each (``|nodeset| - R + 1`` nodes) before it takes appends:
+   the nodes left unsealed are fewer than R, so no older wave can be
+   acknowledged any more.
+2. Recovery of epoch e trusts as known good only what some node was told is
+   released (release pointers only ever cover fully stored records of
+   recovered epochs); everything above is decided from an f-majority of
+   complete digests (``EpochRecovery``).
+3. Every decision is written to R nodes as a recovery STORE carrying E
+   (``recovery_seal``); a node refuses it when a newer sequencer sealed it,
+   and the recovery then stops: the newer sequencer redoes it.
+4. Epoch e is marked clean in the epoch store only after all its decisions
+   are stored; the caller releases epoch E's own records only after every
+   earlier epoch is clean.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Container, Generator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ..epochstore import LogEpochs
+from ..errors import LogstrandError, PreemptedError, StaleError, Status
+from ..wire import Digest, GetDigest, LogInfo, LogInfoReply, RecordBatch, Release, Seal, SealReply
+from ..wire import Store as StoreMsg
+from ._recovery import DigestRecord, EpochRecovery, Mutation
+
+if TYPE_CHECKING:
+    from ..epochstore import EpochMetadata
+    from ..placement import CopysetSelector
+
+_log = logging.getLogger("logstrand.recovery")
+
+RECOVERY_STORE_BIT = 1 << 63
+CHUNK_RECORDS = 10_000
+DIGEST_ROUNDS_MAX = 1000
+
+
+# -- commands ------------------------------------------------------------------
+
+
+@attrs.frozen
+class Ask:
+    """Send each request (its ``request_id`` is filled in by the driver) and
+    resume with ``{node_id: reply}`` for the nodes that answered within
+    ``timeout_s``, or as soon as ``enough(replies)`` holds."""
+
+    requests: tuple[tuple[int, Any], ...]
+    timeout_s: float
+    enough: Callable[[Mapping[int, Any]], bool] | None = None
+
+
+@attrs.frozen
+class Tell:
+    """Send one message, expect nothing back (RELEASE)."""
+
+    node_id: int
+    message: Any
+
+
+@attrs.frozen
+class StoreCopies:
+    """Send a STORE to every node of its copyset, under a fresh store id with
+    ``RECOVERY_STORE_BIT`` set; resume with ``{node: status}`` (a node missing
+    from the result did not answer within ``timeout_s``)."""
+
+    message: StoreMsg
+    timeout_s: float
+
+
+@attrs.frozen
+class EpochStoreCall:
+    """Call ``EpochStore.<method>(*args)``; resume with its result (or its error)."""
+
+    method: str
+    args: tuple[Any, ...]
+
+
+@attrs.frozen
+class Sleep:
+    seconds: float
+
+
+Command = Ask | Tell | StoreCopies | EpochStoreCall | Sleep
+Procedure = Generator[Command, Any, Any]
+
+
+def f_majority(meta: EpochMetadata) -> int:
+    return len(meta.nodeset) - meta.replication_factor + 1
+
+
+# -- sealing -------------------------------------------------------------------
+
+
+def seal_earlier(
+    log_id: int, epoch: int, earlier: list[EpochMetadata], timeout_s: float
+) -> Procedure:
+    """Seal the log up to ``epoch - 1`` on an f-majority of every earlier nodeset.
+
+    Raises:
+        LogstrandError: NOSEQUENCER when too few nodes answered in time.
+    """
+    if epoch <= 1 or not earlier:
+        return
+    targets = sorted({n for h in earlier for n in h.nodeset})
+
+    def sealed(replies: Mapping[int, Any]) -> set[int]:
+        return {n for n, r in replies.items() if isinstance(r, SealReply) and r.status == Status.OK}
+
+    def enough(replies: Mapping[int, Any]) -> bool:
+        done = sealed(replies)
+        return all(len(done & set(h.nodeset)) >= f_majority(h) for h in earlier)
+
+    replies = yield Ask(tuple((n, Seal(0, log_id, epoch - 1)) for n in targets), timeout_s, enough)
+    if not enough(replies):
+        raise LogstrandError(
+            f"log {log_id}: only nodes {sorted(sealed(replies))} sealed epoch {epoch - 1}",
+            Status.NOSEQUENCER,
+        )
+
+
+def rebroadcast_release(log_id: int, nodeset: tuple[int, ...], timeout_s: float) -> Procedure:
+    """Bring every node of the nodeset to the highest release pointer any has.
+
+    RELEASEs are sent once and kept in memory; a node that restarted, or missed
+    the last one, would otherwise hold readers back.
+    """
+    replies = yield Ask(tuple((n, LogInfo(0, log_id)) for n in nodeset), timeout_s)
+    best = max((r.release_lsn for r in replies.values() if isinstance(r, LogInfoReply)), default=0)
+    if best:
+        for n in nodeset:
+            yield Tell(n, Release(log_id, best))
+
+
+# -- recovery ------------------------------------------------------------------
+
+
+def recover(
+    log_id: int,
+    epoch: int,
+    history: list[EpochMetadata],
+    make_selector: Callable[[EpochMetadata], CopysetSelector],
+    alive: Callable[[], Container[int]],
+    now_ms: Callable[[], int],
+    *,
+    ask_timeout_s: float = 2.0,
+    digest_timeout_s: float = 5.0,
+    store_timeout_s: float = 3.0,
+    cancelled: Callable[[], bool] = lambda: False,
+) -> Procedure:
+    """Recover every unclean epoch below ``epoch``; retries until done.
+
+    Returns True once every earlier epoch is clean, False if the recovery
+    was overtaken (a newer sequencer sealed the log) or ``cancelled()``.
+    """
+    state = LogEpochs(epoch + 1, tuple(history))
+    backoff = 0.1
+    while not cancelled():
+        try:
+            lce = yield EpochStoreCall("last_clean_epoch", (log_id,))
+            for e in range(lce + 1, epoch):
+                meta = state.metadata_for(e)
+                if meta is None:
+                    continue  # no sequencer ever had this epoch
+                yield from _recover_epoch(
+                    log_id,
+                    e,
+                    meta,
+                    epoch,
+                    make_selector(meta),
+                    alive,
+                    now_ms,
+                    ask_timeout_s,
+                    digest_timeout_s,
+                    store_timeout_s,
+                )
+                with contextlib.suppress(StaleError):  # a later sequencer got further
+                    yield EpochStoreCall("set_last_clean_epoch", (log_id, e))
+            return True
+        except PreemptedError as exc:
+            _log.info("log %d: recovery in epoch %d overtaken: %s", log_id, epoch, exc)
+            return False
+        except LogstrandError as exc:
+            _log.warning("log %d: recovery in epoch %d: %s (retrying)", log_id, epoch, exc)
+            yield Sleep(backoff)
+            backoff = min(backoff * 2, 2.0)
+    return False
+
+
+def _recover_epoch(
+    log_id: int,
+    e: int,
+    meta: EpochMetadata,
+    seal: int,
+    selector: CopysetSelector,
+    alive: Callable[[], Container[int]],
+    now_ms: Callable[[], int],
+    ask_timeout_s: float,
+    digest_timeout_s: float,
+    store_timeout_s: float,
+) -> Procedure:
+    infos = yield Ask(tuple((n, LogInfo(0, log_id)) for n in meta.nodeset), ask_timeout_s)
+    infos = [r for r in infos.values() if isinstance(r, LogInfoReply) and r.status == Status.OK]
+    if len(infos) < f_majority(meta):
+        raise LogstrandError(
+            f"epoch {e}: {len(infos)} release pointers, need {f_majority(meta)}",
+            Status.NOSEQUENCER,
+        )
+    released = max(i.release_lsn for i in infos)
+    if released >> 32 > e:
+        return  # released past its end already: nothing undecided in it
+    lng = released & 0xFFFFFFFF if released >> 32 == e else 0
+    rec = EpochRecovery(
+        log_id, e, meta.nodeset, meta.replication_factor, seal_epoch=seal, lng_esn=lng
+    )
+    # Digests, page by page, from every node of the nodeset at once.
+    start = dict.fromkeys(meta.nodeset, lng + 1)
+    for _ in range(DIGEST_ROUNDS_MAX):
+        pending = [n for n in meta.nodeset if n not in rec.complete and n in start]
+        if rec.ready or not pending:
+            break
+        replies = yield Ask(
+            tuple((n, GetDigest(0, log_id, e, start[n])) for n in pending), digest_timeout_s
+        )
+        for n in pending:
+            reply = replies.get(n)
+            if not isinstance(reply, Digest) or reply.status != Status.OK:
+                del start[n]  # this node is out of this round of recovery
+                continue
+            b = reply.batch
+            rec.on_digest(
+                n,
+                [
+                    DigestRecord(lsn & 0xFFFFFFFF, fl, wave, ts, key, payload)
+                    for lsn, fl, wave, ts, key, payload in zip(
+                        b.lsns,
+                        b.flags,
+                        reply.waves,
+                        b.timestamps_ms,
+                        b.keys,
+                        b.payloads,
+                        strict=True,
+                    )
+                ],
+                complete=reply.complete or not b.lsns,
+            )
+            if b.lsns:
+                start[n] = (b.lsns[-1] & 0xFFFFFFFF) + 1
+    if not rec.ready:
+        raise LogstrandError(
+            f"epoch {e}: {len(rec.complete)} digests, need {rec.f_majority}", Status.NOSEQUENCER
+        )
+    plan = rec.decide()
+    yield from _write(log_id, e, seal, plan, selector, alive, now_ms(), store_timeout_s)
+    # Let readers past the bridge at once, on every node that held the epoch.
+    end = (e << 32) | plan[-1].esn
+    for n in meta.nodeset:
+        yield Tell(n, Release(log_id, end))
+    _log.info(
+        "log %d epoch %d recovered: %d decisions up to ESN %d", log_id, e, len(plan), plan[-1].esn
+    )
+
+
+def _write(
+    log_id: int,
+    e: int,
+    seal: int,
+    plan: list[Mutation],
+    selector: CopysetSelector,
+    alive: Callable[[], Container[int]],
+    now_ms: int,
+    timeout_s: float,
+) -> Procedure:
+    for i in range(0, len(plan), CHUNK_RECORDS):
+        chunk = plan[i : i + CHUNK_RECORDS]
+        batch = RecordBatch.trusted(
+            tuple((e << 32) | m.esn for m in chunk),
+            tuple(m.timestamp_ms or now_ms for m in chunk),
+            tuple(m.flags for m in chunk),
+            tuple(m.key for m in chunk),
+            tuple(m.payload for m in chunk),
+        )
+        yield from _store_chunk(log_id, seal, selector, batch, alive, timeout_s)
+
+
+def _store_chunk(
+    log_id: int,
+    seal: int,
+    selector: CopysetSelector,
+    batch: RecordBatch,
+    alive: Callable[[], Container[int]],
+    timeout_s: float,
+) -> Procedure:
+    def dead() -> set[int]:
+        live = alive()
+        return {n for n in selector.nodeset if n not in live}
+
+    excluded = dead()
+    for _ in range(20):
+        copyset = selector.select(excluded)
+        if copyset is None:
+            excluded = dead()
+            copyset = selector.select(excluded)
+            if copyset is None:
+                raise LogstrandError("too few nodes for recovery", Status.NOSEQUENCER)
+        # The driver gives the STORE a store id of its own (RECOVERY_STORE_BIT set).
+        msg = StoreMsg(RECOVERY_STORE_BIT, log_id, seal, copyset, 0, True, batch, seal)
+        statuses = yield StoreCopies(msg, timeout_s)
+        if any(statuses.get(n) == Status.PREEMPTED for n in copyset):
+            raise PreemptedError(f"log {log_id}: a newer sequencer sealed it")
+        failed = {n for n in copyset if statuses.get(n) != Status.OK}
+        if not failed:
+            return
+        excluded |= failed
+    raise LogstrandError("recovery could not store its decisions", Status.NOSEQUENCER)
