@@ -50,7 +50,7 @@ from ..wire import Store as StoreMsg
 from ._recovery import DigestRecord, EpochRecovery, Mutation
 
 if TYPE_CHECKING:
-    from ..epochstore import EpochMetadata
+    from ..epochstore import EpochMetadata, Placement
     from ..placement import CopysetSelector
 
 _log = logging.getLogger("logstrand.recovery")
@@ -114,6 +114,19 @@ def f_majority(meta: EpochMetadata) -> int:
 
 
 # -- sealing -------------------------------------------------------------------
+
+
+def activate(log_id: int, placement: Placement, seal_timeout_s: float) -> Procedure:
+    """Take the log's next epoch and seal the earlier ones.
+
+    Returns ``(epoch, metadata, history)``: the new epoch, its placement, and
+    every placement the log ever had (recovery reads the older ones).
+    """
+    epoch, meta = yield EpochStoreCall("take_epoch", (log_id, placement))
+    state = yield EpochStoreCall("log_epochs", (log_id,))
+    history = list(state.history)
+    yield from seal_earlier(log_id, epoch, [h for h in history if h.since < epoch], seal_timeout_s)
+    return epoch, meta, history
 
 
 def seal_earlier(

@@ -169,12 +169,13 @@ class SequencerHost:
             raise LogstrandError("not enough storage nodes for the log", Status.NOSEQUENCER)
         placement = Placement(nodeset, attrs_.replication_factor, attrs_.replicate_across)
         try:
-            epoch, meta = await view.astore.call(view.store.take_epoch, log_id, placement)
-            history = (await view.astore.call(view.store.log_epochs, log_id)).history
+            epoch, meta, history = await node.procedures.run(
+                procs.activate(log_id, placement, node.options.seal_timeout_s)
+            )
         except EpochStoreUnavailableError as exc:
             raise LogstrandError(str(exc), Status.NOSEQUENCER) from exc
-        earlier = [h for h in history if h.since < epoch]
-        await self._seal_earlier(log_id, epoch, earlier)
+        if epoch > 1:  # earlier epochs were sealed
+            node.metrics.seals.inc()
         selector = CopysetSelector(
             meta.nodeset,
             meta.replication_factor,
@@ -212,19 +213,6 @@ class SequencerHost:
 
         if await self.node.procedures.recover(log_id, epoch, list(history), cancelled):
             await self.execute(seq.core.set_recovered())
-
-    async def _seal_earlier(self, log_id: int, epoch: int, earlier: list[Any]) -> None:
-        """Seal every epoch below ``epoch`` on an f-majority of each earlier nodeset.
-
-        Raises:
-            LogstrandError: NOSEQUENCER when too few nodes answer in time.
-        """
-        node = self.node
-        await node.procedures.run(
-            procs.seal_earlier(log_id, epoch, earlier, node.options.seal_timeout_s)
-        )
-        if epoch > 1 and earlier:
-            node.metrics.seals.inc()
 
     async def _rebroadcast_release(self, log_id: int, nodeset: tuple[int, ...]) -> None:
         await self.node.procedures.run(procs.rebroadcast_release(log_id, nodeset, 2.0))

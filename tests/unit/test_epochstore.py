@@ -32,9 +32,10 @@ from logstrand.errors import (
     StaleError,
     Status,
 )
+from logstrand.testing import MemoryEpochStore
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from pathlib import Path
 
 P3 = Placement((1, 2, 3), 2)
@@ -406,3 +407,20 @@ def _release_later(conn: object) -> None:
     time.sleep(0.3)
     conn.execute("COMMIT")  # type: ignore[attr-defined]
     conn.close()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "contract",
+    [
+        test_epochs_are_handed_out_in_order_with_placement_history,
+        test_take_epoch_with_expectation_is_a_compare_and_set,
+        test_last_clean_epoch_only_moves_forward,
+        test_nodes_configuration_round_trip,
+        test_logs_configuration_round_trip,
+        test_replication_must_fit_the_cluster,
+        test_membership_register_watch_and_close,
+    ],
+)
+def test_the_memory_store_keeps_the_contract(contract: Callable[[EpochStore], None]) -> None:
+    """The simulation's epoch store is held to the same contract as the real ones."""
+    contract(MemoryEpochStore())
