@@ -190,7 +190,9 @@ class ReadStream:
             core.on_unreachable(node, now)
             self._retry_at[node] = now + RECONNECT_S
             return
-        core.on_records(node, msg.generation, msg.next_lsn, msg.trim_point, msg.batch, now)
+        core.on_records(
+            node, msg.generation, msg.next_lsn, msg.trim_point, msg.batch, now, msg.waves
+        )
 
     # -- iteration -------------------------------------------------------------
 

@@ -45,6 +45,15 @@ if TYPE_CHECKING:
 FLAG_HOLE = 0x0001
 FLAG_BRIDGE = 0x0002
 FLAG_TOMBSTONE = 0x0004
+FLAG_WRITTEN_BY_RECOVERY = 0x0008
+_PLAIN = (0, 0)
+
+
+def _precedence(batch: RecordBatch, waves: tuple[int, ...], i: int) -> tuple[int, int]:
+    """Which of two differing copies of one LSN wins: as recovery decides it."""
+    if batch.flags[i] & FLAG_WRITTEN_BY_RECOVERY:
+        return (1, waves[i] if waves else 0)
+    return _PLAIN
 
 
 @attrs.frozen
@@ -95,7 +104,8 @@ Action = StartStream | GrantCredit
 class _Node:
     pos: int = 0  # everything below this was sent (0: nothing heard yet)
     trim: int = 0
-    queue: deque[tuple[RecordBatch, int]] = attrs.Factory(deque)  # (batch, offset)
+    # (batch, offset, waves): waves empty unless the batch has recovery copies
+    queue: deque[tuple[RecordBatch, int, tuple[int, ...]]] = attrs.Factory(deque)
     consumed: int = 0
     moved_at: float = 0.0
 
@@ -152,12 +162,13 @@ class ReaderCore:
         trim: int,
         batch: RecordBatch,
         now: float,
+        waves: tuple[int, ...] = (),
     ) -> None:
         st = self.nodes.get(node_id)
         if st is None or generation != self.generation:
             return  # a message from before the last rewind
         if batch.lsns:
-            st.queue.append((batch, 0))
+            st.queue.append((batch, 0, waves))
         if next_lsn > st.pos:
             st.pos = next_lsn
             st.moved_at = now
@@ -217,7 +228,7 @@ class ReaderCore:
 
     def _drop_below(self, st: _Node, lsn: int) -> None:
         while st.queue:
-            batch, off = st.queue[0]
+            batch, off, waves = st.queue[0]
             lsns = batch.lsns
             if lsns[-1] < lsn:
                 st.consumed += len(lsns) - off
@@ -226,7 +237,7 @@ class ReaderCore:
             if lsns[off] < lsn:
                 new = bisect.bisect_left(lsns, lsn, off)
                 st.consumed += new - off
-                st.queue[0] = (batch, new)
+                st.queue[0] = (batch, new, waves)
             return
 
     def _step(self, now: float) -> bool:
@@ -237,13 +248,18 @@ class ReaderCore:
             self.items.append(GapItem(GapType.TRIM, self.next_lsn, hi))
             self.next_lsn = hi + 1
             return True
-        head_node, head = None, LSN_MAX + 1
+        head_node, head, best = None, LSN_MAX + 1, _PLAIN
         for n, st in nodes.items():
             self._drop_below(st, self.next_lsn)
             if st.queue:
-                batch, off = st.queue[0]
-                if batch.lsns[off] < head:
-                    head_node, head = n, batch.lsns[off]
+                batch, off, waves = st.queue[0]
+                lsn = batch.lsns[off]
+                if lsn < head:
+                    head_node, head, best = n, lsn, _precedence(batch, waves, off)
+                elif lsn == head and (p := _precedence(batch, waves, off)) > best:
+                    # Differing copies (one left by a sequencer that died, one
+                    # by recovery): the highest precedence wins, for every reader.
+                    head_node, best = n, p
         counting = self._counting()
         frontier = min((nodes[n].pos for n in counting), default=0)
         if head_node is not None and head == self.next_lsn and head < frontier:
@@ -264,7 +280,7 @@ class ReaderCore:
 
     def _deliver(self, node_id: int, frontier: int, now: float) -> None:
         st = self.nodes[node_id]
-        batch, off = st.queue[0]
+        batch, off, waves = st.queue[0]
         lsns = batch.lsns
         # Every record below the frontier has arrived; another node's copies
         # of the same LSNs are duplicates, dropped on the next step.
@@ -279,17 +295,42 @@ class ReaderCore:
                 else:
                     hi = mid - 1
             end = lo + 1
+        end = self._cut_before_better_copies(node_id, batch, off, end, waves)
         after = self._emit(batch, off, end)
         st.consumed += end - off
         if end >= len(lsns):
             st.queue.popleft()
         else:
-            st.queue[0] = (batch, end)
+            st.queue[0] = (batch, end, waves)
         self.next_lsn = max(lsns[end - 1] + 1, after)
         if not self.scd and self.scd_default:
             # Past the suspect range: back to single-copy delivery.
             self.scd = True
             self._rewind(now)
+
+    def _cut_before_better_copies(
+        self, node_id: int, batch: RecordBatch, off: int, end: int, waves: tuple[int, ...]
+    ) -> int:
+        """End a run of consecutive records before an LSN another node has a
+        better copy of (only recovery copies can be better)."""
+        first, hi = batch.lsns[off], batch.lsns[end - 1]
+        for n, st in self.nodes.items():
+            if n == node_id:
+                continue
+            for other, o, other_waves in st.queue:
+                olsns = other.lsns
+                if olsns[o] > hi:
+                    break
+                for i in range(o, len(olsns)):
+                    x = olsns[i]
+                    if x > hi:
+                        break
+                    if other.flags[i] & FLAG_WRITTEN_BY_RECOVERY and x > first:
+                        mine = _precedence(batch, waves, off + (x - first))
+                        if _precedence(other, other_waves, i) > mine:
+                            hi = x - 1
+                            break
+        return off + (hi - first) + 1
 
     def _emit(self, batch: RecordBatch, off: int, end: int) -> int:
         """Deliver records [off, end) of a batch; returns the LSN reading goes on from."""
@@ -311,7 +352,9 @@ class ReaderCore:
                 epoch_end = min(((lsn >> 32) + 1) << 32, self.until)
                 self.items.append(GapItem(GapType.BRIDGE, lsn, epoch_end))
                 after = epoch_end + 1
-                # The rest of the batch is past the bridge (nothing follows one in its epoch).
+                # Whatever follows a bridge in its epoch is a copy left by a
+                # sequencer that died (recovery decided the epoch ends here).
+                break
             elif fl & FLAG_HOLE:
                 self.items.append(GapItem(GapType.HOLE, lsn, lsn))
             else:

@@ -35,7 +35,7 @@ from ..errors import (
     StaleError,
     TransientError,
 )
-from ._model import EpochMetadata, LogAttributes, LogEpochs, LogRange, NodeConfig
+from ._model import EpochEnd, EpochMetadata, LogAttributes, LogEpochs, LogRange, NodeConfig
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -227,6 +227,31 @@ class EpochStore(abc.ABC):
             return {"lce": epoch}
 
         return int(self._update(f"lce/{log_id}", change)["lce"])
+
+    def epoch_end(self, log_id: int, epoch: int) -> EpochEnd | None:
+        """How recovery ended ``epoch`` (None: not recovered, or nothing to recover)."""
+        _check_log(log_id)
+        doc = self._doc(f"ends/{log_id}/{epoch}")
+        return None if doc is None else EpochEnd.from_json(doc)
+
+    def record_epoch_end(self, log_id: int, epoch: int, end: EpochEnd) -> EpochEnd:
+        """Record how a recovery ended ``epoch``; a recovery with a higher seal wins.
+
+        Returns the end in force afterwards: ``end``, or one recorded by a
+        recovery with a seal at least as high (which then stands).
+        """
+        _check_log(log_id)
+        if epoch >= end.seal:
+            raise InvalidArgumentError(
+                f"log {log_id}: epoch {epoch} recovered with seal {end.seal}"
+            )
+
+        def change(doc: Any) -> Any:
+            if doc is not None and EpochEnd.from_json(doc).seal >= end.seal:
+                return doc
+            return end.to_json()
+
+        return EpochEnd.from_json(self._update(f"ends/{log_id}/{epoch}", change))
 
     # nodes
 

@@ -221,6 +221,38 @@ class EpochMetadata:
 
 
 @attrs.frozen
+class EpochEnd:
+    """How recovery ended an epoch, as storage nodes need it to serve the epoch.
+
+    ``lng_esn``: every ESN up to here was fully stored by the epoch's own
+    sequencer (any copy is good).  Above it, up to the bridge at
+    ``bridge_esn``, only the copies that recovery wrote with ``seal`` (the
+    epoch of the sequencer that ran it), or a later recovery wrote, are good:
+    any other copy there, or above the bridge, was left by a sequencer or an
+    earlier recovery that died, and a node must not hand it to readers.
+
+    A later recovery decides as this one did: it seals the nodes it reads
+    digests from, so this one could only finish its writes on nodes that
+    later recovery had not sealed yet, and so reads from.
+    """
+
+    lng_esn: int
+    bridge_esn: int
+    seal: int
+
+    def __attrs_post_init__(self) -> None:
+        if not 0 <= self.lng_esn < self.bridge_esn or self.seal < 1:
+            _fail(f"bad epoch end {self}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"lng_esn": self.lng_esn, "bridge_esn": self.bridge_esn, "seal": self.seal}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> EpochEnd:
+        return cls(int(d["lng_esn"]), int(d["bridge_esn"]), int(d["seal"]))
+
+
+@attrs.frozen
 class LogEpochs:
     """The epoch state of one log: the next epoch to hand out, and placement history."""
 

@@ -31,6 +31,7 @@ returns; ``next_deadline()`` says when to call ``tick``.
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,8 @@ from ..errors import Status
 from ..wire import RecordBatch, Store
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from ..placement import CopysetSelector
 
 ESN_MAX = 2**32 - 1
@@ -118,6 +121,7 @@ class SequencerCore:
         store_timeout_s: float = 2.0,
         store_timeout_max_s: float = 10.0,
         retry_wait_s: float = 0.2,
+        ids: Iterator[int] | None = None,
     ) -> None:
         assert 1 <= epoch < 2**32
         self.log_id = log_id
@@ -136,7 +140,11 @@ class SequencerCore:
         self.preempted = False
         self.down: set[int] = set()  # nodes known dead: never picked
         self._window: OrderedDict[int, _Appender] = OrderedDict()
-        self._next_id = 1
+        # Appender ids, and so STORE ids, come from ``ids``: a host running
+        # several cores (several logs, or one log's successive epochs) shares
+        # one counter, so that a late STORE reply meant for an earlier core can
+        # never be taken for one of a later core's.
+        self._ids = ids if ids is not None else itertools.count(1)
         self._bytes = 0
         self.waves_retried = 0
 
@@ -166,8 +174,7 @@ class SequencerCore:
             batch.keys,
             batch.payloads,
         )
-        app = _Appender(self._next_id, first, stamped, token, size)
-        self._next_id += 1
+        app = _Appender(next(self._ids), first, stamped, token, size)
         self._window[app.seq_id] = app
         self._bytes += size
         return self._start_wave(app, now)

@@ -29,9 +29,16 @@ Rules the procedures keep:
 3. Every decision is written to R nodes as a recovery STORE carrying E
    (``recovery_seal``); a node refuses it when a newer sequencer sealed it,
    and the recovery then stops: the newer sequencer redoes it.
-4. Epoch e is marked clean in the epoch store only after all its decisions
-   are stored; the caller releases epoch E's own records only after every
-   earlier epoch is clean.
+4. Every digest comes from a node sealed by this recovery first (GET_DIGEST
+   seals), so nothing older can land on a node after it answered.
+5. Once its decisions are stored, the recovery records the epoch's end in
+   the epoch store (``EpochEnd``: the LNG, the bridge, its seal; a higher seal
+   wins) and only then releases past the epoch.  Nodes hand readers only the
+   copies that end says are good: a node that missed the recovery keeps
+   copies left by the dead sequencer, or by an earlier recovery that died,
+   and must not serve them.
+6. Epoch e is marked clean (LCE) only after all that; the caller releases
+   epoch E's own records only after every earlier epoch is clean.
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ..epochstore import LogEpochs
+from ..epochstore import EpochEnd, LogEpochs
 from ..errors import LogstrandError, PreemptedError, StaleError, Status
 from ..wire import Digest, GetDigest, LogInfo, LogInfoReply, RecordBatch, Release, Seal, SealReply
 from ..wire import Store as StoreMsg
@@ -257,7 +264,8 @@ def _recover_epoch(
         if rec.ready or not pending:
             break
         replies = yield Ask(
-            tuple((n, GetDigest(0, log_id, e, start[n])) for n in pending), digest_timeout_s
+            tuple((n, GetDigest(0, log_id, e, start[n], seal - 1)) for n in pending),
+            digest_timeout_s,
         )
         for n in pending:
             reply = replies.get(n)
@@ -289,10 +297,15 @@ def _recover_epoch(
         )
     plan = rec.decide()
     yield from _write(log_id, e, seal, plan, selector, alive, now_ms(), store_timeout_s)
-    # Let readers past the bridge at once, on every node that held the epoch.
-    end = (e << 32) | plan[-1].esn
+    # Tell the nodes (through the epoch store) which copies of the epoch are
+    # good, before any of them may hand the epoch's end to readers.
+    yield EpochStoreCall("record_epoch_end", (log_id, e, EpochEnd(lng, plan[-1].esn, seal)))
+    # Let readers past the bridge at once, on every node that held the epoch:
+    # released up to ESN 0 of the next epoch, i.e. past this one's end, so a
+    # later recovery knows there is nothing left to decide in it (ESN 0 is
+    # never used, so nothing of the next epoch is released by this).
     for n in meta.nodeset:
-        yield Tell(n, Release(log_id, end))
+        yield Tell(n, Release(log_id, (e + 1) << 32))
     _log.info(
         "log %d epoch %d recovered: %d decisions up to ESN %d", log_id, e, len(plan), plan[-1].esn
     )

@@ -13,19 +13,31 @@ node runs:
 * ``digest``: this node's copies of one epoch from an ESN on, released or not,
   with the wave (precedence) of each copy.
 * ``log_info``: the node's release pointer, trim point, tail and sizes.
+* ``servable``: which copies a node may hand readers.  Up to its release
+  pointer, the copies of the epoch being released are all good.  An epoch
+  that ended before was ended by a recovery, whose ``EpochEnd`` says which
+  copies are good: any copy up to its LNG; above, only the copies that
+  recovery (or a later one) wrote; nothing past the bridge.  Anything else is a
+  leftover of a sequencer or recovery that died, on a node the final recovery
+  did not reach, and is withheld (as if absent).
 """
 
 from __future__ import annotations
 
+import bisect
 from typing import TYPE_CHECKING
 
 from ..errors import Status
 from ..wire import Digest, LogInfoReply
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from ..epochstore import EpochEnd
     from ..logsdb import LogsDB
     from ..wire import GetDigest, LogInfo, Store
 
+FLAG_WRITTEN_BY_RECOVERY = 0x0008
 DIGEST_RECORDS_MAX = 20_000
 DIGEST_BYTES_MAX = 16 * 1024 * 1024
 
@@ -50,7 +62,13 @@ def admit_store(db: LogsDB, msg: Store) -> bool:
 
 
 def digest(db: LogsDB, node_id: int, msg: GetDigest) -> Digest:
-    """This node's copies of one epoch from ``msg.start_esn`` on, released or not."""
+    """This node's copies of one epoch from ``msg.start_esn`` on, released or not.
+
+    Seals the log up to ``msg.seal_epoch`` first (persisted): a digest only
+    counts if no older sequencer or recovery can write here after it.
+    """
+    if msg.seal_epoch > db.seal_epoch(msg.log_id):
+        db.seal(msg.log_id, msg.seal_epoch)
     base = msg.epoch << 32
     batch = db.read_batch(
         msg.log_id,
@@ -87,3 +105,48 @@ def log_info(db: LogsDB, release_lsn: int, msg: LogInfo) -> LogInfoReply:
         min((e.min_ts_ms for e in live), default=0),
         max((e.max_ts_ms for e in live), default=0),
     )
+
+
+def servable(
+    lsns: Sequence[int],
+    flags: Sequence[int],
+    waves: Sequence[int],
+    release_lsn: int,
+    end_of: Callable[[int], EpochEnd | None],
+) -> list[int] | None:
+    """Indices of the copies (all at or below the release pointer, in LSN
+    order) that may go to readers; None when all of them may.
+
+    ``end_of(epoch)`` is the recorded end of an epoch before the release
+    pointer's (None: nothing was recovered in it, every copy is good).
+    """
+    current = release_lsn >> 32
+    n = len(lsns)
+    if not n or lsns[0] >> 32 >= current:
+        return None  # the epoch being released: every copy is good
+    keep: list[int] = []
+    dropped = False
+    i = 0
+    while i < n:
+        e = lsns[i] >> 32
+        if e >= current:
+            keep.extend(range(i, n))
+            break
+        j = bisect.bisect_left(lsns, (e + 1) << 32, i)
+        end = end_of(e)
+        if end is None:
+            keep.extend(range(i, j))
+        else:
+            good = bisect.bisect_right(lsns, (e << 32) | end.lng_esn, i, j)
+            keep.extend(range(i, good))
+            bridge = (e << 32) | end.bridge_esn
+            for k in range(good, j):
+                # A later recovery that got this far saw this one's copies and
+                # decided the same (see EpochEnd): its copies are good too.
+                by_recovery = flags[k] & FLAG_WRITTEN_BY_RECOVERY and waves[k] >= end.seal
+                if by_recovery and lsns[k] <= bridge:
+                    keep.append(k)
+                else:
+                    dropped = True
+        i = j
+    return keep if dropped else None

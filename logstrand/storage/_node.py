@@ -28,7 +28,7 @@ from typing import Any
 import attrs
 import trio
 
-from ..epochstore import open_epoch_store
+from ..epochstore import EpochEnd, open_epoch_store
 from ..errors import LogstrandError, NotFoundError, Status, TransientError
 from ..logsdb import LogsDB, LogsDBOptions, PutBatch
 from ..net import Connection, connect, serve_connection
@@ -99,6 +99,8 @@ class Node:
         self.reads = ReadStreams(self)
         self.procedures = ProcedureRunner(self)
         self.release: dict[int, int] = {}
+        # How recoveries ended past epochs, from the epoch store, per (log, epoch).
+        self.epoch_ends: dict[tuple[int, int], EpochEnd | None] = {}
         self._release_dirty: set[int] = set()
         self._peers: dict[int, Connection] = {}
         self._request_ids = itertools.count(1)

@@ -12,6 +12,7 @@ STORE carrying the new last-known-good LSN) arrives.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 from typing import TYPE_CHECKING
@@ -20,8 +21,10 @@ import attrs
 import trio
 
 from ..errors import LogstrandError, Status
+from ..sequencer._recovery import FLAG_WRITTEN_BY_RECOVERY
 from ..types import LSN_MAX
 from ..wire import ReadCredit, ReadRecords, RecordBatch, StartRead, StopRead
+from . import _core
 
 if TYPE_CHECKING:
     from ..logsdb import StoredBatch
@@ -115,7 +118,14 @@ class ReadStreams:
             if self.streams.get(key) is st:
                 del self.streams[key]
 
-    async def _send(self, st: _Stream, status: Status, next_lsn: int, batch: RecordBatch) -> None:
+    async def _send(
+        self,
+        st: _Stream,
+        status: Status,
+        next_lsn: int,
+        batch: RecordBatch,
+        waves: tuple[int, ...] = (),
+    ) -> None:
         db = self.node.db
         msg = st.msg
         await st.conn.send(
@@ -126,6 +136,7 @@ class ReadStreams:
                 next_lsn,
                 db.trim_point(msg.log_id),
                 batch,
+                waves,
             )
         )
         st.reported = next_lsn
@@ -159,17 +170,59 @@ class ReadStreams:
             )
             full = len(batch) >= want or batch.payload_bytes >= READ_BATCH_BYTES
             next_lsn = batch.lsns[-1] + 1 if full and batch.lsns else limit + 1
-            out = self._filter(st, batch) if msg.scd else batch.to_record_batch()
+            try:
+                keep = await self._good(log_id, batch, node.release_of(log_id))
+            except LogstrandError as exc:  # the epoch store is away: try again soon
+                _log.warning("node %d: read stream waits: %s", node.node_id, exc)
+                await trio.sleep(0.5)
+                continue
+            if msg.scd:
+                keep = self._keep(st, batch, keep)
+            if keep is None:
+                out = batch.to_record_batch()
+            else:
+                out = RecordBatch.trusted(
+                    tuple(batch.lsns[i] for i in keep),
+                    tuple(batch.timestamps_ms[i] for i in keep),
+                    tuple(batch.flags[i] for i in keep),
+                    tuple(batch.keys[i] for i in keep),
+                    tuple(batch.payloads[i] for i in keep),
+                )
+            waves: tuple[int, ...] = ()
+            if any(fl & FLAG_WRITTEN_BY_RECOVERY for fl in out.flags):
+                # Copies written by recoveries: the reader needs their precedence.
+                waves = tuple(batch.waves if keep is None else (batch.waves[i] for i in keep))
             st.credit -= len(out)
             st.next_lsn = next_lsn if next_lsn <= LSN_MAX else LSN_MAX
-            await self._send(st, Status.OK, st.next_lsn, out)
+            await self._send(st, Status.OK, st.next_lsn, out, waves)
 
-    def _filter(self, st: _Stream, batch: StoredBatch) -> RecordBatch:
-        """Keep the records this node must send under single-copy delivery."""
+    async def _good(self, log_id: int, batch: StoredBatch, release: int) -> list[int] | None:
+        """The copies this node may hand readers at all (None: every one)."""
+        lsns = batch.lsns
+        if not lsns or lsns[0] >> 32 >= release >> 32:
+            return None  # all in the epoch being released: the fast path
+        ends = self.node.epoch_ends
+        view = self.node.view
+        i = 0
+        while i < len(lsns):
+            e = lsns[i] >> 32
+            if e >= release >> 32:
+                break
+            if (log_id, e) not in ends:
+                # Fixed once the release pointer is past the epoch: cached for good.
+                ends[log_id, e] = await view.astore.call(view.store.epoch_end, log_id, e)
+            i = bisect.bisect_left(lsns, (e + 1) << 32, i)
+        return _core.servable(lsns, batch.flags, batch.waves, release, lambda e: ends[log_id, e])
+
+    def _keep(self, st: _Stream, batch: StoredBatch, good: list[int] | None) -> list[int] | None:
+        """Of the ``good`` copies (None: all), those this node must send under
+        single-copy delivery (None: all)."""
         me = self.node.node_id
         owners = st.owners
         keep = []
-        for i, cs in enumerate(batch.copysets):
+        copysets = batch.copysets
+        for i in range(len(copysets)) if good is None else good:
+            cs = copysets[i]
             mine = owners.get(cs)
             if mine is None:
                 first = next((n for n in cs if n not in st.down), None)
@@ -177,15 +230,7 @@ class ReadStreams:
                 mine = owners[cs] = first == me or first is None
             if mine:
                 keep.append(i)
-        if len(keep) == len(batch.lsns):
-            return batch.to_record_batch()
-        return RecordBatch.trusted(
-            tuple(batch.lsns[i] for i in keep),
-            tuple(batch.timestamps_ms[i] for i in keep),
-            tuple(batch.flags[i] for i in keep),
-            tuple(batch.keys[i] for i in keep),
-            tuple(batch.payloads[i] for i in keep),
-        )
+        return None if len(keep) == len(copysets) else keep
 
 
 async def _wait_then_cancel(event: trio.Event, scope: trio.CancelScope) -> None:

@@ -10,6 +10,7 @@ store queue, replies to clients, RELEASEs to the nodeset.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,8 @@ class SequencerHost:
         self._releases: dict[int, tuple[tuple[int, ...], int]] = {}
         self._release_wakeup = trio.Event()
         self._lng_sent: dict[tuple[int, int], int] = {}
+        # Shared by every core this node runs: STORE ids never repeat here.
+        self._store_ids = itertools.count(1)
 
     # -- appends ------------------------------------------------------------
 
@@ -192,6 +195,7 @@ class SequencerHost:
             recovered=epoch == 1,
             appenders_max=node.options.sequencer_appenders_max,
             store_timeout_s=node.options.store_timeout_s,
+            ids=self._store_ids,
         )
         core.down.update(n for n in meta.nodeset if n not in view.alive)
         seq = _Sequencer(core, trio.current_time())

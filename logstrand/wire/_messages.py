@@ -256,6 +256,11 @@ class ReadRecords:
     ``next_lsn``: the node has sent everything it will send below this LSN
     (up to its release pointer).  ``trim_point``: its trim point for the log.
     A ``status`` other than OK ends the stream (e.g. NOTFOUND).
+
+    ``waves``: empty when no record in the batch was written by a recovery
+    (the usual case), else one per record: the wave that stored the copy, for
+    a recovery's copy its seal epoch.  A reader that gets differing copies of
+    one LSN keeps the one with the highest precedence, as recovery does.
     """
 
     TYPE_ID: ClassVar[int]
@@ -265,6 +270,13 @@ class ReadRecords:
     next_lsn: int = attrs.field(validator=f.u64)
     trim_point: int = attrs.field(validator=f.u64)
     batch: RecordBatch = attrs.field(converter=_batch_from_wire, validator=_batch)
+    waves: tuple[int, ...] = attrs.field(
+        default=(), converter=f.to_tuple, validator=f.tuple_of(f.u32)
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if self.waves and len(self.waves) != len(self.batch):
+            raise ValueError("no waves, or one per record")
 
 
 @message(24)
@@ -350,13 +362,15 @@ class SealReply:
 @attrs.frozen(slots=True)
 class GetDigest:
     """Recovery → node: your copies of epoch ``epoch`` from ``start_esn`` on,
-    released or not."""
+    released or not.  The node first seals the log up to ``seal_epoch``, so
+    that nothing older lands on it after it answered."""
 
     TYPE_ID: ClassVar[int]
     request_id: int = attrs.field(validator=f.u64)
     log_id: int = attrs.field(validator=f.u64)
     epoch: int = attrs.field(validator=f.u32)
     start_esn: int = attrs.field(validator=f.u32)
+    seal_epoch: int = attrs.field(default=0, validator=f.u32)
 
 
 @message(33)

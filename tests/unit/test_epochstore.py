@@ -16,6 +16,7 @@ import trio
 
 from logstrand.epochstore import (
     AsyncEpochStore,
+    EpochEnd,
     EpochStore,
     LogAttributes,
     NodeConfig,
@@ -93,6 +94,22 @@ def test_last_clean_epoch_only_moves_forward(store: EpochStore) -> None:
         store.set_last_clean_epoch(3, 6)
     assert store.set_last_clean_epoch(3, 5) == 5
     assert store.last_clean_epoch(3) == 5
+
+
+def test_epoch_ends_are_kept_and_the_highest_seal_wins(store: EpochStore) -> None:
+    assert store.epoch_end(1, 3) is None
+    first = EpochEnd(lng_esn=10, bridge_esn=14, seal=5)
+    assert store.record_epoch_end(1, 3, first) == first
+    # An older recovery that finishes late does not overwrite a newer one...
+    assert store.record_epoch_end(1, 3, EpochEnd(10, 12, 4)) == first
+    # ...and a newer one does.
+    later = EpochEnd(lng_esn=10, bridge_esn=13, seal=7)
+    assert store.record_epoch_end(1, 3, later) == later
+    assert store.epoch_end(1, 3) == later
+    assert store.epoch_end(1, 4) is None
+    assert store.epoch_end(2, 3) is None
+    with pytest.raises(InvalidArgumentError):
+        store.record_epoch_end(1, 7, EpochEnd(0, 1, 7))  # a recovery runs in a later epoch
 
 
 def test_nodes_configuration_round_trip(store: EpochStore) -> None:
@@ -415,6 +432,7 @@ def _release_later(conn: object) -> None:
         test_epochs_are_handed_out_in_order_with_placement_history,
         test_take_epoch_with_expectation_is_a_compare_and_set,
         test_last_clean_epoch_only_moves_forward,
+        test_epoch_ends_are_kept_and_the_highest_seal_wins,
         test_nodes_configuration_round_trip,
         test_logs_configuration_round_trip,
         test_replication_must_fit_the_cluster,

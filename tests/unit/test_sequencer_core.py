@@ -211,3 +211,19 @@ def test_stores_never_carry_more_than_is_released() -> None:
     ack_all(c, later)
     again = stores(c.append(batch(1), "t3", 0.0, 1000))
     assert {s.message.last_known_good for s in again} == {(EPOCH << 32) | 4}
+
+
+def test_a_late_reply_to_an_earlier_core_is_not_taken_for_a_later_ones() -> None:
+    """Found by the simulation: a node that ran epoch 5 and then epoch 7 of a
+    log got epoch 5's late STORE replies routed to the epoch 7 core, whose
+    first STORE had the same id, and acknowledged an append with one copy."""
+    ids = itertools.count(1)
+    old = core(ids=ids)
+    old_sent = stores(old.append(batch(1), "old", 0.0, 1000))
+    new = core(ids=ids)
+    new_sent = stores(new.append(batch(1), "new", 0.0, 1000))
+    assert {s.message.store_id for s in old_sent}.isdisjoint(s.message.store_id for s in new_sent)
+    # Both of the old core's copies answer, and reach the new core.
+    late = [new.on_stored(s.message.store_id, s.node_id, Status.OK, 0.0) for s in old_sent]
+    assert late == [[], []]
+    assert not new.idle
