@@ -1,4 +1,4 @@
-# logstrand: make run | make test | make lint | make bench
+# logstrand: make run | make test | make lint | make bench | make soak
 #
 # Everything installs into .venv from pyproject.toml; `make test` also installs
 # the Debian `zookeeper` package when it is missing and we are root.
@@ -8,6 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
+SEEDS ?= 0:5000
 
 .PHONY: venv zookeeper run test lint format bench soak clean
 
@@ -47,6 +48,10 @@ bench: venv
 	$(BIN)/python bench/logsdb.py
 	$(BIN)/python bench/append.py
 	$(BIN)/python bench/read.py
+
+# The seeded simulation over many more seeds than CI runs (tests/sim).
+soak: venv
+	$(BIN)/python -m tests.sim --seeds $(SEEDS)
 
 clean:
 	rm -rf run-data .pytest_cache .mypy_cache .ruff_cache

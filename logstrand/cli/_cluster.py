@@ -28,9 +28,16 @@ def node(
     profile: Annotated[
         Path | None, typer.Option(help="Write a cProfile of the node's run to this file.")
     ] = None,
+    recovery_grace: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            help="Seconds a new sequencer waits before recovering earlier epochs (for tests).",
+        ),
+    ] = 0.0,
 ) -> None:
     """Run one storage node (serves until SIGINT or SIGTERM)."""
-    from ..storage import Node
+    from ..storage import Node, NodeOptions
 
     if not url:
         fail("no cluster URL: pass --url or set LOGSTRAND_URL")
@@ -42,7 +49,8 @@ def node(
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(Node(url, node_id, data_dir=data_dir).run)
+            options = NodeOptions(recovery_grace_s=recovery_grace)
+            nursery.start_soon(Node(url, node_id, data_dir=data_dir, options=options).run)
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async for _ in signals:
                     logging.getLogger("logstrand.node").info("node %d stopping", node_id)

@@ -75,6 +75,10 @@ class NodeOptions:
     seal_timeout_s: float = 3.0
     tick_s: float = 0.05
     release_persist_s: float = 1.0
+    #: A new sequencer waits this long before it recovers the earlier epochs
+    #: (it takes appends meanwhile, and releases them after).  Tests use it to
+    #: kill a sequencer in the middle of its recovery.
+    recovery_grace_s: float = 0.0
 
 
 class Node:

@@ -215,7 +215,16 @@ class SequencerHost:
             # Overtaken by a newer sequencer, or retired: the next one recovers.
             return seq.core.preempted or self.sequencers.get(log_id) is not seq
 
-        if await self.node.procedures.recover(log_id, epoch, list(history), cancelled):
+        node = self.node
+        if node.options.recovery_grace_s:
+            _log.info(
+                "node %d: log %d: recovery in %.1fs",
+                node.node_id,
+                log_id,
+                node.options.recovery_grace_s,
+            )
+            await trio.sleep(node.options.recovery_grace_s)
+        if await node.procedures.recover(log_id, epoch, list(history), cancelled):
             await self.execute(seq.core.set_recovered())
 
     async def _rebroadcast_release(self, log_id: int, nodeset: tuple[int, ...]) -> None:

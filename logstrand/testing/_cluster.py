@@ -151,9 +151,18 @@ class LocalCluster:
             proc.wait(timeout=30)
         self._reap(node_id)
 
+    def pause_node(self, node_id: int) -> None:
+        """SIGSTOP: the process stays, silent, with its state; ``resume_node`` goes on."""
+        self.procs[node_id].send_signal(signal.SIGSTOP)
+
+    def resume_node(self, node_id: int) -> None:
+        """SIGCONT a paused node."""
+        self.procs[node_id].send_signal(signal.SIGCONT)
+
     def stop_node(self, node_id: int, timeout_s: float = 20.0) -> None:
         proc = self.procs.get(node_id)
         if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)  # a paused node could not act on SIGTERM
             proc.send_signal(signal.SIGTERM)
             try:
                 proc.wait(timeout=timeout_s)
@@ -189,6 +198,7 @@ class LocalCluster:
     def stop(self) -> None:
         for proc in self.procs.values():
             if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
                 proc.send_signal(signal.SIGTERM)
         for node_id in list(self.procs):
             self.stop_node(node_id)

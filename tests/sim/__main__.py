@@ -7,6 +7,7 @@ python -m tests.sim --seed 1234 --trace    # replay one run, printing its events
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 
@@ -19,6 +20,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, help="run this one seed")
     parser.add_argument("--trace", action="store_true", help="print the run's events")
     args = parser.parse_args()
+    # Recovery retries log warnings by design; the run's own trace says more.
+    logging.getLogger("logstrand").setLevel(logging.ERROR)
     if args.seed is not None:
         seeds = range(args.seed, args.seed + 1)
     else:

@@ -99,8 +99,9 @@ class Config:
     append_every_s: float = 0.02
     in_flight_max: int = 4
     #: Bugs to plant on purpose, to show the checkers catch them.
-    break_sealing: bool = False
-    break_release: bool = False
+    break_sealing: bool = False  # nodes take every STORE, sealed or not
+    break_release: bool = False  # sequencers release before recovery is done
+    break_store_ids: bool = False  # each sequencer core numbers its STOREs from 1
 
     @classmethod
     def for_seed(cls, seed: int) -> Config:
@@ -635,7 +636,7 @@ class SimNode(Endpoint):
                 recovered=epoch == 1,
                 store_timeout_s=0.3,
                 retry_wait_s=0.1,
-                ids=self.ids,
+                ids=None if world.config.break_store_ids else self.ids,
             )
             if world.config.break_release:
                 core.recovered = True
