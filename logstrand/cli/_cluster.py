@@ -14,7 +14,7 @@ import typer
 
 from ..errors import InvalidArgumentError
 from ..types import Record, format_lsn
-from ._common import JsonOption, UrlOption, console, fail, print_json
+from ._common import JsonOption, UrlOption, console, duration_option, fail, print_json
 
 dev_app = typer.Typer(help="Run a local cluster for development.", no_args_is_help=True)
 
@@ -28,6 +28,18 @@ def node(
     profile: Annotated[
         Path | None, typer.Option(help="Write a cProfile of the node's run to this file.")
     ] = None,
+    partition_duration: Annotated[
+        str,
+        typer.Option(help="Start a new LogsDB partition when the newest is this old."),
+    ] = "15m",
+    maintenance_interval: Annotated[
+        float,
+        typer.Option(
+            min=0.05,
+            help="Seconds between applying missed trims and retention, and dropping "
+            "partitions whose records are all trimmed.",
+        ),
+    ] = 10.0,
     recovery_grace: Annotated[
         float,
         typer.Option(
@@ -37,7 +49,12 @@ def node(
     ] = 0.0,
 ) -> None:
     """Run one storage node (serves until SIGINT or SIGTERM)."""
+    from ..logsdb import LogsDBOptions
     from ..storage import Node, NodeOptions
+
+    partition_ms = duration_option(partition_duration, "--partition-duration")
+    if not partition_ms:
+        fail("--partition-duration must be more than 0")
 
     if not url:
         fail("no cluster URL: pass --url or set LOGSTRAND_URL")
@@ -49,8 +66,17 @@ def node(
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            options = NodeOptions(recovery_grace_s=recovery_grace)
-            nursery.start_soon(Node(url, node_id, data_dir=data_dir, options=options).run)
+            options = NodeOptions(
+                recovery_grace_s=recovery_grace, maintenance_s=maintenance_interval
+            )
+            node = Node(
+                url,
+                node_id,
+                data_dir=data_dir,
+                options=options,
+                logsdb_options=LogsDBOptions(partition_duration_ms=partition_ms),
+            )
+            nursery.start_soon(node.run)
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async for _ in signals:
                     logging.getLogger("logstrand.node").info("node %d stopping", node_id)

@@ -32,18 +32,21 @@ from ..errors import (
 )
 from ..logsdb import KEY_BYTES_MAX
 from ..net import Connection, connect
-from ..types import LSN_OLDEST, TAIL, Gap, Record, _Tail, validate_log_id
+from ..types import LSN_MAX, LSN_OLDEST, TAIL, Gap, Record, _Tail, format_lsn, validate_log_id
 from ..view import ClusterView
 from ..wire import (
     Append,
     AppendReply,
     FindTime,
     FindTimeReply,
+    GetNodeStatus,
     GetSeqState,
     LogInfo,
     LogInfoReply,
+    NodeStatus,
     ReadRecords,
     RecordBatch,
+    Trim,
 )
 from ._reader import ReadStream, _objects
 from ._settings import ClientSettings
@@ -459,6 +462,44 @@ class AsyncClient:
     async def trim_point(self, log_id: int) -> int:
         """The log's trim point: records at or below it are gone (0: never trimmed)."""
         return max(r.trim_point for r in await self.log_info(log_id))
+
+    async def trim(self, log_id: int, lsn: int) -> int:
+        """Trim the log up to ``lsn``: records at or below it go, readers see TRIM.
+
+        The trim point is recorded in the epoch store first (a node that is down
+        now applies it when it comes back), then sent to every node of all the
+        log's nodesets.  Returns the log's trim point afterwards.
+
+        Raises:
+            InvalidArgumentError: ``lsn`` is past the log's tail (nothing above
+                the tail exists to trim, and a later record must not be).
+            NotFoundError: the log does not exist.
+        """
+        await self._require_log(log_id)
+        if not 0 <= lsn <= LSN_MAX:
+            raise InvalidArgumentError(f"LSN {lsn} is out of range")
+        tail = await self.tail_lsn(log_id)
+        if lsn > tail:
+            raise InvalidArgumentError(
+                f"cannot trim log {log_id} to {format_lsn(lsn)}: its tail is {format_lsn(tail)}"
+            )
+        view = self.view
+        point = await view.astore.call(view.store.set_trim_point, log_id, lsn)
+        nodes = await self._read_nodes(log_id)
+
+        async def tell(node: int) -> None:
+            await self._request(node, lambda rid: Trim(rid, log_id, point))
+
+        async with trio.open_nursery() as nursery:
+            for n in nodes:
+                if n in view.alive:
+                    nursery.start_soon(tell, n)
+        return int(point)
+
+    async def node_status(self, node_id: int) -> NodeStatus | None:
+        """One node's state (None when it does not answer)."""
+        reply = await self._request(node_id, GetNodeStatus)
+        return reply if isinstance(reply, NodeStatus) and reply.status == Status.OK else None
 
     async def is_empty(self, log_id: int) -> bool:
         """True when no record is left above the trim point."""

@@ -21,7 +21,7 @@ from ._async import AsyncClient, open_client
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-    from ..wire import LogInfoReply
+    from ..wire import LogInfoReply, NodeStatus
     from ._settings import ClientSettings
 
 
@@ -160,6 +160,15 @@ class Client:
 
     def data_size(self, log_id: int) -> int:
         return int(self._call(self.async_client.data_size, log_id))
+
+    def trim(self, log_id: int, lsn: int) -> int:
+        """Trim the log up to ``lsn`` (see ``AsyncClient.trim``); returns the trim point."""
+        return int(self._call(self.async_client.trim, log_id, lsn))
+
+    def node_status(self, node_id: int) -> NodeStatus | None:
+        """One node's state (None when it does not answer)."""
+        status: NodeStatus | None = self._call(self.async_client.node_status, node_id)
+        return status
 
     def log_info(self, log_id: int) -> list[LogInfoReply]:
         """What each answering node of the log's nodesets knows of it."""

@@ -228,6 +228,26 @@ class EpochStore(abc.ABC):
 
         return int(self._update(f"lce/{log_id}", change)["lce"])
 
+    def trim_point(self, log_id: int) -> int:
+        """The log's trim point as last set by ``set_trim_point`` (0: never trimmed)."""
+        _check_log(log_id)
+        doc = self._doc(f"trims/{log_id}")
+        return 0 if doc is None else int(doc["lsn"])
+
+    def set_trim_point(self, log_id: int, lsn: int) -> int:
+        """Move the log's trim point up to ``lsn`` (never down); returns it.
+
+        The authoritative copy: nodes apply it when they hear of it, and a
+        node that was down when a log was trimmed catches up from here.
+        """
+        _check_log(log_id)
+
+        def change(doc: Any) -> Any:
+            cur = 0 if doc is None else int(doc["lsn"])
+            return {"lsn": max(cur, lsn)}
+
+        return int(self._update(f"trims/{log_id}", change)["lsn"])
+
     def epoch_end(self, log_id: int, epoch: int) -> EpochEnd | None:
         """How recovery ended ``epoch`` (None: not recovered, or nothing to recover)."""
         _check_log(log_id)

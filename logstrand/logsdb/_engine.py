@@ -37,6 +37,7 @@ class Engine(Protocol):
     def cf_file_count(self, cf: str) -> int: ...
     def disk_bytes(self) -> int: ...
     def flush(self) -> None: ...
+    def flush_cf(self, name: str) -> None: ...
     def close(self) -> None: ...
 
 
@@ -150,6 +151,9 @@ class RocksEngine:
         for cf in self._cfs.values():
             cf.flush()
         self._db.flush()
+
+    def flush_cf(self, name: str) -> None:
+        self._cfs[name].flush()
 
     def close(self) -> None:
         for cf in self._cfs.values():

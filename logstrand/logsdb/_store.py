@@ -222,6 +222,14 @@ class LogsDB:
         pid = self._partitions[-1].id + 1 if self._partitions else 1
         if self._partitions:
             start_ts_ms = max(start_ts_ms, self._partitions[-1].start_ts_ms)
+        if self._partitions:
+            # The previous partition takes no more new data (late records aside):
+            # flush its memtable, and the metadata's, so that the write-ahead
+            # logs written so far can go (RocksDB keeps a log while any column
+            # family has unflushed data in it) and a later drop of the
+            # partition gives its space back at once.
+            self._engine.flush_cf(self._partitions[-1].cf)
+            self._engine.flush_cf(META_CF)
         part = _Partition(pid, start_ts_ms, now)
         self._engine.create_cf(part.cf)
         batch = self._engine.new_batch()

@@ -56,6 +56,26 @@ class NodeMetrics:
         self.store_waves_retried = Counter(
             "logstrand_store_waves_retried", "STORE waves sent again after a failure", registry=r
         )
+        self.trims = Counter("logstrand_trims", "Trim points moved on this node", registry=r)
+        self.partitions_dropped = Counter(
+            "logstrand_partitions_dropped",
+            "LogsDB partitions dropped once all their records were trimmed",
+            registry=r,
+        )
+        self.read_streams = Gauge(
+            "logstrand_read_streams", "Read streams open on this node", registry=r
+        )
+        self.read_records = Counter("logstrand_read_records", "Records sent to readers", registry=r)
+        self.read_bytes = Counter(
+            "logstrand_read_bytes", "Payload bytes sent to readers", registry=r
+        )
+        self.read_gaps = Counter(
+            "logstrand_read_gaps",
+            "Gaps this node showed readers: hole and bridge records sent, and read "
+            "streams that started below the trim point",
+            ["type"],
+            registry=r,
+        )
         self.partitions = Gauge("logstrand_partitions", "LogsDB partitions", registry=r)
         self.disk_bytes = Gauge("logstrand_disk_bytes", "LogsDB directory size", registry=r)
         self.node_info = Gauge("logstrand_node_info", "Node id", list(label), registry=r)

@@ -39,9 +39,11 @@ from ..wire import (
     FindTime,
     FindTimeReply,
     GetDigest,
+    GetNodeStatus,
     GetSeqState,
     LogInfo,
     LogInfoReply,
+    NodeStatus,
     Ping,
     Pong,
     ReadCredit,
@@ -52,6 +54,8 @@ from ..wire import (
     StopRead,
     Store,
     StoreReply,
+    Trim,
+    TrimReply,
 )
 from . import _core
 from ._metrics import NodeMetrics
@@ -79,6 +83,9 @@ class NodeOptions:
     #: (it takes appends meanwhile, and releases them after).  Tests use it to
     #: kill a sequencer in the middle of its recovery.
     recovery_grace_s: float = 0.0
+    #: How often the node applies trims it missed, retention, and drops
+    #: partitions whose records are all trimmed.
+    maintenance_s: float = 10.0
 
 
 class Node:
@@ -103,6 +110,7 @@ class Node:
         self.reads = ReadStreams(self)
         self.procedures = ProcedureRunner(self)
         self.release: dict[int, int] = {}
+        self._started = time.monotonic()
         # How recoveries ended past epochs, from the epoch store, per (log, epoch).
         self.epoch_ends: dict[tuple[int, int], EpochEnd | None] = {}
         self._release_dirty: set[int] = set()
@@ -161,6 +169,7 @@ class Node:
                         nursery.start_soon(self._ticker)
                         nursery.start_soon(self.sequencers.release_flusher)
                         nursery.start_soon(self._release_persister)
+                        nursery.start_soon(self._maintenance)
                         nursery.start_soon(
                             functools.partial(
                                 trio.serve_listeners,
@@ -235,6 +244,10 @@ class Node:
             lsn = self.db.find_time(msg.log_id, msg.timestamp_ms)
             found = lsn if lsn <= self.db.last_lsn(msg.log_id) else 0
             await conn.send(FindTimeReply(msg.request_id, int(Status.OK), found))
+        elif isinstance(msg, Trim):
+            await conn.send(self._trim(msg))
+        elif isinstance(msg, GetNodeStatus):
+            await conn.send(self._status(msg))
         elif isinstance(msg, Ping):
             await conn.send(Pong(msg.request_id))
         # Anything else has no meaning on this side of a connection: ignore it.
@@ -434,6 +447,67 @@ class Node:
                 await trio.to_thread.run_sync(
                     self._persist_releases_sync, dirty, limiter=self._db_limiter
                 )
+
+    # -- trim, retention, status ---------------------------------------------
+
+    def _trim(self, msg: Trim) -> TrimReply:
+        # In the event loop's thread, like the group commit: LogsDB's partition
+        # bookkeeping is not shared across threads.
+        try:
+            point = self.db.trim(msg.log_id, msg.lsn)
+        except LogstrandError as exc:
+            return TrimReply(msg.request_id, int(exc.status), self.node_id)
+        self.metrics.trims.inc()
+        return TrimReply(msg.request_id, int(Status.OK), self.node_id, point)
+
+    def _status(self, msg: GetNodeStatus) -> NodeStatus:
+        db = self.db
+        return NodeStatus(
+            msg.request_id,
+            int(Status.OK),
+            self.node_id,
+            len(db.partitions()),
+            db.disk_bytes(),
+            len(db.logs()),
+            tuple(sorted(self.sequencers.sequencers)),
+            int(time.monotonic() - self._started),
+        )
+
+    async def _maintenance(self) -> None:
+        """Trims missed while down, retention, partition drops, space gauges."""
+        while True:
+            try:
+                await self._maintain()
+            except LogstrandError as exc:
+                _log.warning("node %d: maintenance: %s", self.node_id, exc)
+            await trio.sleep(self.options.maintenance_s)
+
+    async def _maintain(self) -> None:
+        db = self.db
+        view = self.view
+        logs = db.logs()
+        # Trims decided while this node was down (the epoch store has them all).
+        for log in logs:
+            point = await view.astore.call(view.store.trim_point, log)
+            if point > db.trim_point(log):
+                db.trim(log, point)
+                self.metrics.trims.inc()
+        # Retention: whole partitions' worth of old records, per log.
+        retention = {}
+        for log in logs:
+            attributes = view.log_attributes(log)
+            if attributes is not None and attributes.retention_ms is not None:
+                retention[log] = attributes.retention_ms
+        if retention:
+            moved = db.apply_retention(retention, now_ms=self.now_ms())
+            if moved:
+                _log.info("node %d: retention trimmed logs %s", self.node_id, sorted(moved))
+        dropped = db.drop_partitions()
+        if dropped:
+            _log.info("node %d: dropped partitions %s", self.node_id, dropped)
+            self.metrics.partitions_dropped.inc(len(dropped))
+        self.metrics.partitions.set(len(db.partitions()))
+        self.metrics.disk_bytes.set(db.disk_bytes())
 
     async def _ticker(self) -> None:
         while True:

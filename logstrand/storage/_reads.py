@@ -21,7 +21,7 @@ import attrs
 import trio
 
 from ..errors import LogstrandError, Status
-from ..sequencer._recovery import FLAG_WRITTEN_BY_RECOVERY
+from ..sequencer._recovery import FLAG_BRIDGE, FLAG_HOLE, FLAG_WRITTEN_BY_RECOVERY
 from ..types import LSN_MAX
 from ..wire import ReadCredit, ReadRecords, RecordBatch, StartRead, StopRead
 from . import _core
@@ -106,6 +106,10 @@ class ReadStreams:
     # -- the stream task -------------------------------------------------------
 
     async def _run(self, key: tuple[int, int], st: _Stream) -> None:
+        metrics = self.node.metrics
+        metrics.read_streams.inc()
+        if st.next_lsn <= self.node.db.trim_point(st.msg.log_id):
+            metrics.read_gaps.labels("trim").inc()
         try:
             await self._serve(st)
         except LogstrandError:
@@ -115,6 +119,7 @@ class ReadStreams:
             with contextlib.suppress(LogstrandError):
                 await self._send(st, Status.FAILED, st.next_lsn, _EMPTY)
         finally:
+            metrics.read_streams.dec()
             if self.streams.get(key) is st:
                 del self.streams[key]
 
@@ -192,6 +197,14 @@ class ReadStreams:
             if any(fl & FLAG_WRITTEN_BY_RECOVERY for fl in out.flags):
                 # Copies written by recoveries: the reader needs their precedence.
                 waves = tuple(batch.waves if keep is None else (batch.waves[i] for i in keep))
+            metrics = node.metrics
+            metrics.read_records.inc(len(out))
+            metrics.read_bytes.inc(out.payload_bytes)
+            if waves:  # recovery copies: holes and bridges are among them
+                bridges = sum(1 for fl in out.flags if fl & FLAG_BRIDGE)
+                holes = sum(1 for fl in out.flags if fl & FLAG_HOLE) - bridges
+                metrics.read_gaps.labels("hole").inc(holes)
+                metrics.read_gaps.labels("bridge").inc(bridges)
             st.credit -= len(out)
             st.next_lsn = next_lsn if next_lsn <= LSN_MAX else LSN_MAX
             await self._send(st, Status.OK, st.next_lsn, out, waves)

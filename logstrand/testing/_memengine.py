@@ -89,6 +89,9 @@ class MemoryEngine:
     def flush(self) -> None:
         self._make_durable()
 
+    def flush_cf(self, name: str) -> None:
+        """Nothing: only synced writes survive ``crash()`` here (the cautious view)."""
+
     def close(self) -> None:
         self.closed = True
 

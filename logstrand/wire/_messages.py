@@ -392,6 +392,56 @@ class Digest:
             raise ValueError("one wave per record")
 
 
+@message(34)
+@attrs.frozen(slots=True)
+class Trim:
+    """Client → node: move the log's trim point up to ``lsn`` (never down)."""
+
+    TYPE_ID: ClassVar[int]
+    request_id: int = attrs.field(validator=f.u64)
+    log_id: int = attrs.field(validator=f.u64)
+    lsn: int = attrs.field(validator=f.u64)
+
+
+@message(35)
+@attrs.frozen(slots=True)
+class TrimReply:
+    """The node's trim point for the log after the TRIM (persisted)."""
+
+    TYPE_ID: ClassVar[int]
+    request_id: int = attrs.field(validator=f.u64)
+    status: int = attrs.field(validator=_status)
+    node_id: int = attrs.field(validator=f.u32)
+    trim_point: int = attrs.field(default=0, validator=f.u64)
+
+
+@message(36)
+@attrs.frozen(slots=True)
+class GetNodeStatus:
+    """Client → node: how are you?"""
+
+    TYPE_ID: ClassVar[int]
+    request_id: int = attrs.field(validator=f.u64)
+
+
+@message(37)
+@attrs.frozen(slots=True)
+class NodeStatus:
+    """A node's state: LogsDB partitions and size, the logs it sequences."""
+
+    TYPE_ID: ClassVar[int]
+    request_id: int = attrs.field(validator=f.u64)
+    status: int = attrs.field(validator=_status)
+    node_id: int = attrs.field(validator=f.u32)
+    partitions: int = attrs.field(validator=f.u32)
+    disk_bytes: int = attrs.field(validator=f.u64)
+    logs: int = attrs.field(validator=f.u32)
+    sequencing: tuple[int, ...] = attrs.field(
+        converter=f.to_tuple, validator=f.tuple_of(f.u64, max_len=1 << 16)
+    )
+    uptime_s: int = attrs.field(default=0, validator=f.u32)
+
+
 def choose_version(peer_min: int, peer_max: int) -> int | None:
     """The highest version both ends speak, or None when the ranges do not overlap."""
     top = min(peer_max, PROTOCOL_VERSION_MAX)

@@ -96,6 +96,14 @@ def test_last_clean_epoch_only_moves_forward(store: EpochStore) -> None:
     assert store.last_clean_epoch(3) == 5
 
 
+def test_trim_points_only_move_up(store: EpochStore) -> None:
+    assert store.trim_point(1) == 0
+    assert store.set_trim_point(1, 500) == 500
+    assert store.set_trim_point(1, 200) == 500
+    assert store.trim_point(1) == 500
+    assert store.trim_point(2) == 0
+
+
 def test_epoch_ends_are_kept_and_the_highest_seal_wins(store: EpochStore) -> None:
     assert store.epoch_end(1, 3) is None
     first = EpochEnd(lng_esn=10, bridge_esn=14, seal=5)
@@ -433,6 +441,7 @@ def _release_later(conn: object) -> None:
         test_take_epoch_with_expectation_is_a_compare_and_set,
         test_last_clean_epoch_only_moves_forward,
         test_epoch_ends_are_kept_and_the_highest_seal_wins,
+        test_trim_points_only_move_up,
         test_nodes_configuration_round_trip,
         test_logs_configuration_round_trip,
         test_replication_must_fit_the_cluster,

@@ -19,10 +19,12 @@ from logstrand.wire import (
     FindTimeReply,
     FrameDecoder,
     GetDigest,
+    GetNodeStatus,
     GetSeqState,
     Hello,
     LogInfo,
     LogInfoReply,
+    NodeStatus,
     ReadCredit,
     ReadRecords,
     RecordBatch,
@@ -34,6 +36,8 @@ from logstrand.wire import (
     StopRead,
     Store,
     StoreReply,
+    Trim,
+    TrimReply,
     choose_version,
     decode_body,
     encode_body,
@@ -89,7 +93,7 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         record_batches().filter(lambda b: len({n >> 32 for n in b.lsns}) <= 1),
         u32,
     ),
-    GetDigest: st.builds(GetDigest, u64, u64, u32, u32),
+    GetDigest: st.builds(GetDigest, u64, u64, u32, u32, u32),
     Digest: record_batches().flatmap(
         lambda b: st.builds(
             Digest,
@@ -116,13 +120,30 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     ),
     ReadCredit: st.builds(ReadCredit, u64, u32, u32),
     StopRead: st.builds(StopRead, u64),
-    ReadRecords: st.builds(ReadRecords, u64, u32, statuses, u64, u64, record_batches()),
+    ReadRecords: record_batches().flatmap(
+        lambda b: st.builds(
+            ReadRecords,
+            u64,
+            u32,
+            statuses,
+            u64,
+            u64,
+            st.just(b),
+            st.one_of(st.just(()), st.lists(u32, min_size=len(b), max_size=len(b)).map(tuple)),
+        )
+    ),
     LogInfo: st.builds(LogInfo, u64, u64),
     LogInfoReply: st.builds(LogInfoReply, u64, statuses, u64, u64, u64, u64, u64, u64, u64),
     FindTime: st.builds(FindTime, u64, u64, u64),
     FindTimeReply: st.builds(FindTimeReply, u64, statuses, u64),
     GetSeqState: st.builds(GetSeqState, u64, u64),
     Seal: st.builds(Seal, u64, u64, u32),
+    Trim: st.builds(Trim, u64, u64, u64),
+    TrimReply: st.builds(TrimReply, u64, statuses, u32, u64),
+    GetNodeStatus: st.builds(GetNodeStatus, u64),
+    NodeStatus: st.builds(
+        NodeStatus, u64, statuses, u32, u32, u64, u32, st.lists(u64, max_size=5).map(tuple), u32
+    ),
     SealReply: st.builds(SealReply, u64, statuses, u32, u32),
 }
 any_message = st.one_of(*STRATEGIES.values())

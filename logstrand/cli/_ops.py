@@ -1,0 +1,254 @@
+"""Operator commands: ``logstrand trim``, ``logstrand info``, ``logstrand status``."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .._units import format_bytes, format_duration_ms
+from ..epochstore import parse_log_range
+from ..errors import InvalidArgumentError, LogstrandError
+from ..types import format_lsn, parse_lsn
+from ._common import (
+    EXIT_FAILED,
+    JsonOption,
+    UrlOption,
+    console,
+    duration_option,
+    err_console,
+    fail,
+    open_store,
+    print_json,
+)
+
+
+def _ts(ms: int) -> str:
+    if not ms:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}Z"
+
+
+def trim(
+    logs: Annotated[str, typer.Argument(help="A log id, or a range FIRST..LAST.")],
+    to: Annotated[
+        str | None, typer.Option("--to", help="Trim up to this LSN (123 or e1n5), included.")
+    ] = None,
+    older_than: Annotated[
+        str | None,
+        typer.Option("--older-than", help="Trim every record older than this (7d, 12h, 30m)."),
+    ] = None,
+    url: UrlOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Trim logs: records at or below the trim point are deleted, readers get a TRIM gap.
+
+    Give exactly one of --to and --older-than.  A trim past a log's tail is
+    refused.  Nodes that are down apply the trim when they come back.
+    """
+    from ..client import connect
+
+    if (to is None) == (older_than is None):
+        fail("give exactly one of --to and --older-than")
+    try:
+        first, last = parse_log_range(logs)
+    except InvalidArgumentError as exc:
+        fail(str(exc))
+    lsn = None
+    if to is not None:
+        try:
+            lsn = parse_lsn(to)
+        except ValueError as exc:
+            fail(f"--to: {exc}")
+    age_ms = duration_option(older_than, "--older-than")
+    results: list[dict[str, Any]] = []
+    failed = 0
+    with connect(_url(url)) as client:
+        ids = range(first, last + 1)
+        with Progress(
+            TextColumn("trimming"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err_console,
+            transient=True,
+            disable=len(ids) < 5 or as_json,
+        ) as progress:
+            task = progress.add_task("trim", total=len(ids))
+            for log in ids:
+                try:
+                    if age_ms is not None:
+                        cutoff = int(time.time() * 1000) - age_ms
+                        # The first record to keep (past the tail if none is that recent).
+                        target = client.find_time(log, cutoff) - 1
+                    else:
+                        assert lsn is not None
+                        target = lsn
+                    point = client.trim(log, target) if target else client.trim_point(log)
+                    results.append({"log_id": log, "trim_point": point})
+                except LogstrandError as exc:
+                    if len(ids) == 1:
+                        raise
+                    failed += 1
+                    results.append({"log_id": log, "error": str(exc.args[0])})
+                progress.advance(task)
+    if as_json:
+        print_json(results)
+    else:
+        for r in results:
+            if "error" in r:
+                err_console.print(f"[red]log {r['log_id']}:[/] {r['error']}", highlight=False)
+            else:
+                console.print(f"log {r['log_id']}: trimmed to {format_lsn(r['trim_point'])}")
+    if failed:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def info(
+    log: Annotated[int, typer.Argument(help="Log id.", min=1)],
+    url: UrlOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """A log at a glance: head and tail, epoch and sequencer, placement, size, times."""
+    from ..client import connect
+
+    with open_store(url) as store:
+        attributes = store.log_attributes(log)  # NotFoundError for an unknown log
+        epochs = store.log_epochs(log)
+        lce = store.last_clean_epoch(log)
+        alive = store.alive_nodes()
+    with connect(_url(url)) as client:
+        tail = client.tail_lsn(log)
+        infos = client.log_info(log)
+        sequencer = client.async_client.view.sequencer_node(log)
+    current = epochs.current
+    nodeset = list(current.nodeset) if current else []
+    copies = max(1, attributes.replication_factor)
+    head = max((i.trim_point for i in infos), default=0)
+    doc: dict[str, Any] = {
+        "log_id": log,
+        "head": head,
+        "tail": tail,
+        "epoch": epochs.next_epoch - 1,
+        "last_clean_epoch": lce,
+        "sequencer_node": sequencer,
+        "nodeset": nodeset,
+        "replication_factor": attributes.replication_factor,
+        "replicate_across": attributes.replicate_across,
+        "retention_ms": attributes.retention_ms,
+        "cleanup_policy": attributes.cleanup_policy,
+        # Every node counts its copies: divided by R, and approximate.
+        "records_approx": sum(i.records for i in infos) // copies,
+        "bytes_approx": sum(i.bytes for i in infos) // copies,
+        "oldest_timestamp_ms": min(
+            (i.first_timestamp_ms for i in infos if i.first_timestamp_ms), default=0
+        ),
+        "newest_timestamp_ms": max((i.last_timestamp_ms for i in infos), default=0),
+        "nodes_answered": len(infos),
+        "nodes_alive": [n for n in nodeset if n in alive],
+    }
+    if as_json:
+        print_json(doc)
+        return
+    table = Table(show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column()
+    retention = attributes.retention_ms
+    rows = [
+        ("head (trim point)", format_lsn(head)),
+        ("tail", format_lsn(tail)),
+        ("epoch", f"{doc['epoch']} (last clean {lce})"),
+        ("sequencer", "-" if sequencer is None else f"node {sequencer}"),
+        ("nodeset", " ".join(str(n) for n in doc["nodeset"]) or "-"),
+        ("replication", f"{attributes.replication_factor} across {attributes.replicate_across}"),
+        ("retention", "forever" if retention is None else format_duration_ms(retention)),
+        ("cleanup", attributes.cleanup_policy),
+        ("records", f"~{doc['records_approx']:,} (approximate)"),
+        ("bytes", f"~{format_bytes(doc['bytes_approx'])} (approximate)"),
+        ("oldest", _ts(doc["oldest_timestamp_ms"])),
+        ("newest", _ts(doc["newest_timestamp_ms"])),
+        ("nodes answering", f"{len(infos)} of {len(doc['nodeset'])}"),
+    ]
+    for k, v in rows:
+        table.add_row(k, v)
+    console.print(table)
+
+
+def status(url: UrlOption = None, as_json: JsonOption = False) -> None:
+    """Every node: address, alive or dead, the logs it sequences, partitions, disk used.
+
+    Exits with 1 when a node is not alive (dead, or alive in the membership but
+    not answering).
+    """
+    from ..client import connect
+
+    with open_store(url) as store:
+        nodes = store.nodes()
+        alive = store.alive_nodes()
+        store_url = store.url
+    rows: list[dict[str, Any]] = []
+    with connect(_url(url)) as client:
+        for node_id, cfg in sorted(nodes.items()):
+            st = client.node_status(node_id) if node_id in alive else None
+            rows.append(
+                {
+                    "node_id": node_id,
+                    "address": f"{cfg.host}:{cfg.port}",
+                    "location": cfg.location,
+                    "state": _state(st is not None, node_id in alive),
+                    "sequencing": list(st.sequencing) if st else [],
+                    "partitions": st.partitions if st else None,
+                    "disk_bytes": st.disk_bytes if st else None,
+                    "logs": st.logs if st else None,
+                    "uptime_s": st.uptime_s if st else None,
+                }
+            )
+    unhealthy = any(r["state"] != "alive" for r in rows)
+    if as_json:
+        print_json({"epoch_store": store_url, "nodes": rows})
+        if unhealthy:
+            raise typer.Exit(EXIT_FAILED)
+        return
+    console.print(f"epoch store: {store_url}", highlight=False)
+    table = Table()
+    for col in ("node", "address", "location", "state", "sequences logs", "partitions", "disk"):
+        table.add_column(col)
+    for r in rows:
+        state = r["state"]
+        colour = {"alive": "green", "dead": "red"}.get(state, "yellow")
+        table.add_row(
+            str(r["node_id"]),
+            r["address"],
+            r["location"] or "-",
+            f"[{colour}]{state}[/]",
+            _ids(r["sequencing"]),
+            "-" if r["partitions"] is None else str(r["partitions"]),
+            "-" if r["disk_bytes"] is None else format_bytes(r["disk_bytes"]),
+        )
+    console.print(table)
+    if unhealthy:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _state(answered: bool, member: bool) -> str:
+    if answered:
+        return "alive"
+    # In the membership but silent: stopped, overloaded, or just dying.
+    return "unreachable" if member else "dead"
+
+
+def _ids(ids: list[int]) -> str:
+    if not ids:
+        return "-"
+    if len(ids) > 8:
+        return " ".join(str(i) for i in ids[:8]) + f" … ({len(ids)})"
+    return " ".join(str(i) for i in ids)
+
+
+def _url(url: str | None) -> str:
+    if not url:
+        fail("no cluster URL: pass --url or set LOGSTRAND_URL")
+    return url

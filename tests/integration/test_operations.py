@@ -1,0 +1,178 @@
+"""Operating a cluster through the CLI, as a user types it: trim, info, status,
+retention that gives disk space back, and one-line errors with exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import TYPE_CHECKING
+
+from logstrand.testing import LocalCluster
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+FAST_MAINTENANCE = ("--partition-duration", "1s", "--maintenance-interval", "0.3")
+
+
+def cli(url: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "LOGSTRAND_URL": url, "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "logstrand", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+
+
+def ok(url: str, *args: str, stdin: str | None = None) -> str:
+    done = cli(url, *args, stdin=stdin)
+    assert done.returncode == 0, (args, done.stdout, done.stderr)
+    return done.stdout
+
+
+def error(url: str, code: int, *args: str) -> str:
+    done = cli(url, *args)
+    assert done.returncode == code, (args, done.returncode, done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: "), done.stderr
+    return lines[0]
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def test_trim_info_status_and_errors_from_the_cli(tmp_path: Path) -> None:
+    with LocalCluster(tmp_path / "c", nodes=3, node_args=FAST_MAINTENANCE) as c:
+        url = c.url
+        ok(url, "logs", "create", "1..10", "--replication", "2")
+        lines = "".join(f"record {i}\n" for i in range(100))
+        lsns = json.loads(ok(url, "append", "1", "--json", stdin=lines))["lsns"]
+        assert len(lsns) == 100
+
+        info = json.loads(ok(url, "info", "1", "--json"))
+        assert info["tail"] >= lsns[-1]
+        assert info["head"] == 0
+        assert info["records_approx"] == 100
+        assert info["replication_factor"] == 2
+        assert len(info["nodeset"]) == 3
+        assert info["sequencer_node"] in (1, 2, 3)
+        assert info["oldest_timestamp_ms"] <= info["newest_timestamp_ms"]
+        human = ok(url, "info", "1")
+        assert "(approximate)" in human
+        assert "head (trim point)" in human
+
+        out = ok(url, "trim", "1", "--to", str(lsns[49]))
+        assert "trimmed to" in out
+        items = [json.loads(x) for x in ok(url, "read", "1", "--json").splitlines()]
+        assert items[0]["gap"] == "TRIM"
+        assert items[0]["hi"] == lsns[49]
+        records = [x for x in items if "lsn" in x]
+        assert [x["lsn"] for x in records] == lsns[50:]
+        assert json.loads(ok(url, "info", "1", "--json"))["head"] == lsns[49]
+
+        status = json.loads(ok(url, "status", "--json"))
+        assert status["epoch_store"] == url
+        nodes = status["nodes"]
+        assert [n["node_id"] for n in nodes] == [1, 2, 3]
+        for n in nodes:
+            host, port = n["address"].split(":")
+            assert host == "127.0.0.1"
+            assert int(port) > 0
+            assert n["state"] == "alive"
+            assert n["partitions"] >= 1
+            assert n["disk_bytes"] > 0
+        assert [1] in [n["sequencing"] for n in nodes]
+        assert "epoch store" in ok(url, "status")
+
+        # Bad input: one line, the right exit code, nothing changed.
+        msg = error(url, 2, "trim", "1", "--to", str(lsns[-1] + 1000))
+        assert "tail" in msg
+        assert "--older-than" in error(url, 2, "trim", "1", "--older-than", "7x")
+        assert "log 999" in error(url, 1, "info", "999")
+        assert "log 999" in error(url, 1, "trim", "999", "--to", "5")
+        error(url, 2, "trim", "1")  # neither --to nor --older-than
+        error(url, 2, "trim", "1", "--to", "nonsense")
+        assert json.loads(ok(url, "info", "1", "--json"))["head"] == lsns[49]
+
+        # A node that is down when a log is trimmed gets the trim when it is back.
+        c.stop_node(3)
+        ok(url, "trim", "1", "--to", str(lsns[79]))
+        c.start_node(3)
+        deadline = time.monotonic() + 20
+        while True:
+            info = json.loads(ok(url, "info", "1", "--json"))
+            if info["nodes_answered"] == 3 and info["head"] == lsns[79]:
+                break
+            assert time.monotonic() < deadline, info
+            time.sleep(0.3)
+        status = json.loads(ok(url, "status", "--json"))
+        assert all(n["state"] == "alive" for n in status["nodes"])
+        items = [json.loads(x) for x in ok(url, "read", "1", "--json").splitlines()]
+        assert [x["lsn"] for x in items if "lsn" in x] == lsns[80:]
+
+        # --older-than: everything older than a moment ago goes.
+        time.sleep(1.0)
+        ok(url, "trim", "1", "--older-than", "500ms")
+        items = [json.loads(x) for x in ok(url, "read", "1", "--json").splitlines()]
+        assert [x for x in items if "lsn" in x] == []
+
+        # Status says when a node is dead, and exits 1.
+        c.kill_node(2)
+        deadline = time.monotonic() + 20
+        while True:
+            done = cli(url, "status", "--json")
+            states = {n["node_id"]: n["state"] for n in json.loads(done.stdout)["nodes"]}
+            if states[2] == "dead":
+                break
+            assert time.monotonic() < deadline, states
+            time.sleep(0.3)
+        assert done.returncode == 1
+
+
+def test_retention_trims_by_time_and_gives_disk_space_back(tmp_path: Path) -> None:
+    with LocalCluster(tmp_path / "c", nodes=3, node_args=FAST_MAINTENANCE) as c:
+        url = c.url
+        ok(url, "logs", "create", "1", "--replication", "3", "--retention", "5s")
+        batches = []
+        for i in range(4):  # four partitions' worth, 1.1 s apart
+            if i:
+                time.sleep(1.1)
+            # Incompressible: what is on disk is what was written.
+            text = "".join(f"{os.urandom(500).hex()}\n" for _ in range(2000))
+            batches.append(json.loads(ok(url, "append", "1", "--json", stdin=text))["lsns"])
+        nodes = [tmp_path / "c" / f"node{i}" for i in (1, 2, 3)]
+        before = sum(dir_bytes(n) for n in nodes)
+        partitions_before = sum(
+            n["partitions"] for n in json.loads(ok(url, "status", "--json"))["nodes"]
+        )
+        assert partitions_before >= 9  # three nodes, three or four partitions each
+        # Retention trims whole partitions' worth of records older than 5 s, and
+        # drops the partitions; the newest partition stays (it takes the writes).
+        deadline = time.monotonic() + 40
+        while True:
+            items = [json.loads(x) for x in ok(url, "read", "1", "--json").splitlines()]
+            status = json.loads(ok(url, "status", "--json"))
+            partitions = sum(n["partitions"] for n in status["nodes"])
+            kept = [x["lsn"] for x in items if "lsn" in x]
+            # Each node trims at its own partitions' boundaries; the newest
+            # partition (one per node) keeps the end of the last batch.
+            if partitions == 3 and kept == batches[-1][len(batches[-1]) - len(kept) :]:
+                break
+            assert time.monotonic() < deadline, (partitions_before, partitions, len(kept))
+            time.sleep(0.5)
+        gaps = [x for x in items if "gap" in x]
+        assert {g["gap"] for g in gaps} == {"TRIM"}, gaps
+        assert gaps[0]["lo"] <= batches[0][0]
+        assert gaps[-1]["hi"] >= batches[-2][-1]
+        after = sum(dir_bytes(n) for n in nodes)
+        # 24 MB of copies were written, three quarters of them are gone from
+        # disk (the newest partition and RocksDB's own files stay).
+        assert after < before * 0.5, (before, after)
