@@ -5,13 +5,22 @@ from __future__ import annotations
 import base64
 import json
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+)
 
-from .._units import looks_like_time, parse_time_ms
+from .._units import format_bytes, looks_like_time, parse_time_ms
+from ..client._reader_core import RecordRun
 from ..types import LSN_OLDEST, TAIL, Gap, Record, format_lsn, parse_lsn
-from ._common import JsonOption, UrlOption, console, fail, print_json
+from ._common import JsonOption, UrlOption, console, err_console, fail, print_json
 
 
 def _lsn_or_time(client: Any, log: int, text: str, name: str) -> int:
@@ -53,6 +62,15 @@ def read(
     follow: Annotated[bool, typer.Option(help="Keep reading new records as they come.")] = False,
     limit: Annotated[int | None, typer.Option(help="Stop after this many records.", min=1)] = None,
     gaps: Annotated[bool, typer.Option(help="Show gaps (trim, bridge, data loss).")] = True,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Write JSON lines to this file, with a progress bar.",
+            dir_okay=False,
+        ),
+    ] = None,
     url: UrlOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -63,6 +81,11 @@ def read(
         fail("no cluster URL: pass --url or set LOGSTRAND_URL")
     if follow and until != "tail":
         fail("--follow and --until exclude each other")
+    if output is not None:
+        if follow:
+            fail("--output and --follow exclude each other")
+        _read_to_file(url, log, start, until, limit, gaps, output)
+        return
     with connect(url) as client:
         first = LSN_OLDEST if start == "oldest" else _lsn_or_time(client, log, start, "--from")
         if follow:
@@ -95,6 +118,60 @@ def read(
                         break
         except KeyboardInterrupt:
             pass
+
+
+def _read_to_file(
+    url: str, log: int, start: str, until: str, limit: int | None, gaps: bool, output: Path
+) -> None:
+    from ..client import connect
+
+    try:
+        out = output.open("w", encoding="utf-8")
+    except OSError as exc:
+        fail(f"--output: {exc.strerror}: {output}")
+    records = size = 0
+    with out, connect(url) as client:
+        first = LSN_OLDEST if start == "oldest" else _lsn_or_time(client, log, start, "--from")
+        last = TAIL if until == "tail" else _lsn_or_time(client, log, until, "--until")
+        infos = client.log_info(log)
+        attributes = client.async_client.view.log_attributes(log)
+        copies = attributes.replication_factor if attributes is not None else 1
+        approx = sum(i.records for i in infos) // max(1, copies)
+        total = min(approx, limit) if limit is not None else approx
+        with Progress(
+            TextColumn(f"log {log}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[size]}"),
+            TimeRemainingColumn(),
+            console=err_console,
+            transient=True,
+        ) as progress:
+            task = progress.add_task("read", total=total or None, size="")
+            for batch in client.read_batches(log, first, last):
+                lines = []
+                for item in batch:
+                    if isinstance(item, RecordRun):
+                        take = len(item) if limit is None else min(len(item), limit - records)
+                        for i in range(take):
+                            rec = Record(
+                                item.lsns[i], item.timestamps_ms[i], item.payloads[i], item.keys[i]
+                            )
+                            size += len(rec.payload or b"")
+                            lines.append(json.dumps(_item_json(log, rec)))
+                        records += take
+                    elif gaps:
+                        gap = Gap(item.type, item.lo, item.hi)
+                        lines.append(json.dumps(_item_json(log, gap)))
+                    if limit is not None and records >= limit:
+                        break
+                out.write("\n".join(lines) + "\n" if lines else "")
+                progress.update(task, completed=records, size=format_bytes(size))
+                if limit is not None and records >= limit:
+                    break
+    err_console.print(
+        f"wrote {records:,} records ({format_bytes(size)} of payload) to {output}", highlight=False
+    )
 
 
 def find_time(

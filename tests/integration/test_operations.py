@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from typing import TYPE_CHECKING
 
 from logstrand.testing import LocalCluster
@@ -45,6 +46,20 @@ def error(url: str, code: int, *args: str) -> str:
     return lines[0]
 
 
+def scrape_all(c: LocalCluster) -> dict[str, float]:
+    """Every node's /metrics, samples summed over the nodes."""
+    total: dict[str, float] = {}
+    for cfg in c.nodes.values():
+        with urllib.request.urlopen(f"http://127.0.0.1:{cfg.metrics_port}/metrics") as r:
+            text = r.read().decode()
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                name = name.replace(f'node="{cfg.node_id}"', "").replace("{}", "")
+                total[name] = total.get(name, 0.0) + float(value)
+    return total
+
+
 def dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
@@ -77,6 +92,24 @@ def test_trim_info_status_and_errors_from_the_cli(tmp_path: Path) -> None:
         records = [x for x in items if "lsn" in x]
         assert [x["lsn"] for x in records] == lsns[50:]
         assert json.loads(ok(url, "info", "1", "--json"))["head"] == lsns[49]
+
+        # Into a file (with a progress bar on a terminal): the same items.
+        out = tmp_path / "log1.jsonl"
+        done = cli(url, "read", "1", "--output", str(out))
+        assert done.returncode == 0, done.stderr
+        assert "wrote 50 records" in done.stderr
+        assert [json.loads(x) for x in out.read_text().splitlines()] == items
+
+        # Every node's metrics, as Prometheus scrapes them.
+        metrics = scrape_all(c)
+        assert metrics["logstrand_read_records_total"] >= 50
+        assert metrics["logstrand_trims_total"] >= 3
+        assert metrics['logstrand_read_gaps_total{type="trim"}'] >= 1
+        assert metrics["logstrand_store_records_total"] >= 200  # 100 records, R=2
+        assert metrics["logstrand_sequencer_activations_total"] >= 1
+        assert metrics["logstrand_partitions"] >= 3
+        assert metrics["logstrand_disk_bytes"] > 0
+        assert "logstrand_recovery_seconds_count" in metrics
 
         status = json.loads(ok(url, "status", "--json"))
         assert status["epoch_store"] == url
