@@ -1,4 +1,4 @@
-# logstrand: make run | make test | make lint | make bench | make soak
+# logstrand: make run | make test | make lint | make bench | make bench-compare | make soak
 #
 # Everything installs into .venv from pyproject.toml; `make test` also installs
 # the Debian `zookeeper` package when it is missing and we are root.
@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 SEEDS ?= 0:5000
 
-.PHONY: venv zookeeper run test lint format bench soak clean
+.PHONY: venv zookeeper run test lint format bench bench-compare soak clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -48,6 +48,10 @@ bench: venv
 	$(BIN)/python bench/logsdb.py
 	$(BIN)/python bench/append.py
 	$(BIN)/python bench/read.py
+
+# logstrand and its peers (NATS JetStream, Redis Streams) on one workload, one table.
+bench-compare: venv
+	$(BIN)/python bench/compare.py --json bench/results/compare.json
 
 # The seeded simulation over many more seeds than CI runs (tests/sim).
 soak: venv
