@@ -240,8 +240,9 @@ def _ensure_peers() -> str | None:
             return None
         print(f"installing {' '.join(missing)} from Debian", file=sys.stderr)
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-        subprocess.run(["apt-get", "install", "-y", "-qq", *missing], check=True, env=env)
+        # apt's chatter goes to stderr: the table owns stdout.
+        for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *missing]):
+            subprocess.run(cmd, env=env, check=True, stdout=sys.stderr)
     python = PEER_VENV / "bin" / "python"
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
