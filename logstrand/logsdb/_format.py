@@ -29,7 +29,7 @@ from ..errors import CorruptionError, InvalidArgumentError
 from ..wire import RecordBatch
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
 # Public record flags (u16).  The low byte travels in RecordBatch.flags too.
 FLAG_HOLE: Final = 0x0001  # a hole plug written by recovery
@@ -216,6 +216,9 @@ class StoredBatch:
     payloads: list[bytes | None] = attrs.Factory(list)
     #: Sum of payload lengths.
     payload_bytes: int = 0
+    #: Every record up to this LSN was looked at (returned, or skipped by the
+    #: reader's ``skip``): the next read goes on from here + 1.
+    scanned_to: int = 0
 
     def __len__(self) -> int:
         return len(self.lsns)
@@ -278,12 +281,19 @@ def decode_into(
     items: Iterator[tuple[bytes, bytes]],
     max_records: int,
     max_bytes: int,
+    skip: Callable[[tuple[int, ...]], bool] | None = None,
 ) -> bool:
     """Decode (key, value) pairs into ``out`` until a limit is reached.
 
     Returns True when a limit may have stopped it (call again from the next
     LSN), False when ``items`` ran out.  ``max_bytes`` counts value bytes and
     is checked after each record, so at least one record always fits.
+
+    ``skip(copyset)``: runs of records stored under one copyset for which it
+    says True are passed over without decoding (a node under single-copy
+    delivery does not send the records another node of their copyset sends);
+    ``out.scanned_to`` still moves past them.  At most ``SKIP_FACTOR`` times
+    ``max_records`` records are passed over in one call.
 
     Raises:
         CorruptionError: a value is malformed or fails its checksum.
@@ -296,17 +306,40 @@ def decode_into(
     # of fetching max_records of them from RocksDB only to drop most.
     pairs: list[tuple[bytes, bytes]] = []
     size = out.payload_bytes
-    while len(pairs) < want:
-        chunk = list(itertools.islice(items, min(want - len(pairs), 256)))
-        if not chunk:
+    skipped = 0
+    buf: list[tuple[bytes, bytes]] = []
+    stopped = False
+    while True:
+        if len(pairs) >= want or size >= max_bytes:
+            stopped = True
             break
-        pairs += chunk
-        size += sum(len(v) for _, v in chunk)
-        if size >= max_bytes:
-            break
+        if not buf:
+            buf = list(itertools.islice(items, min(want - len(pairs), 256)))
+            if not buf:
+                break  # the source ran out
+        if skip is None:
+            run, buf = buf, []
+        else:
+            # The first run of records under one copyset: skipped whole, or kept.
+            end = _run_end(buf)
+            run, buf = buf[:end], buf[end:]
+            cs_end = _cs_end(run[0][1])
+            csb = run[0][1][HEADER_BYTES:cs_end]
+            # (A malformed value is kept: the decoder below reports it.)
+            if cs_end and len(csb) == cs_end - HEADER_BYTES and skip(_cs_decode(csb)):
+                out.scanned_to = max(out.scanned_to, _key_lsn(run[-1][0]))
+                skipped += len(run)
+                if skipped >= SKIP_FACTOR * max_records:
+                    stopped = True
+                    break
+                continue
+        pairs += run
+        size += sum(len(v) for _, v in run)
+    # Records pulled but not taken (``buf``) lie above scanned_to: the next
+    # call reads them again.
+    stopped = stopped or bool(buf)
     if not pairs:
-        return False
-    stopped = len(pairs) == want or size >= max_bytes
+        return stopped
     ks, vs = zip(*pairs, strict=True)
     sizes = list(itertools.accumulate(map(len, vs), initial=out.payload_bytes))
     if sizes[-1] >= max_bytes:
@@ -354,7 +387,35 @@ def decode_into(
     out.keys.extend(keys)
     out.payloads.extend(pays)
     out.payload_bytes = sizes[n]
+    out.scanned_to = max(out.scanned_to, lsns[-1])
     return stopped
+
+
+SKIP_FACTOR = 8
+
+
+def _key_lsn(key: bytes) -> int:
+    return int(_U64.unpack_from(key, 8)[0])
+
+
+def _cs_end(value: bytes) -> int:
+    """Where the copyset of a stored value ends (0 when the value is too short)."""
+    if len(value) < HEADER_BYTES:
+        return 0
+    return HEADER_BYTES + 4 * value[HEADER_BYTES - 1]
+
+
+def _run_end(pairs: list[tuple[bytes, bytes]]) -> int:
+    """The length of the leading run of values stored under one copyset."""
+    first = pairs[0][1]
+    end = _cs_end(first)
+    if not end:
+        return 1  # malformed: the decoder will say so
+    csb = first[HEADER_BYTES - 1 : end]
+    for i in range(1, len(pairs)):
+        if pairs[i][1][HEADER_BYTES - 1 : end] != csb:
+            return i
+    return len(pairs)
 
 
 def _cs_decode(csb: bytes) -> tuple[int, ...]:

@@ -409,12 +409,16 @@ class LogsDB:
         *,
         max_records: int = 4096,
         max_bytes: int = 1024 * 1024,
+        skip: Callable[[tuple[int, ...]], bool] | None = None,
     ) -> StoredBatch:
         """Records of ``log_id`` with start ≤ LSN ≤ until, above the trim point, in LSN order.
 
         Stops after ``max_records`` records or once ``max_bytes`` of payload are
         in; at least one record is returned when there is one, however large.
-        Continue from the last LSN + 1.
+        Continue from ``scanned_to + 1`` (without ``skip``: the last LSN + 1).
+
+        ``skip(copyset)``: pass over runs of records stored under a copyset it
+        says True for, without decoding them (see ``decode_into``).
 
         Raises:
             CorruptionError: a record failed its checksum.
@@ -426,11 +430,15 @@ class LogsDB:
             raise InvalidArgumentError("max_records and max_bytes must be positive")
         out = StoredBatch(log_id)
         start = max(start, self._meta["trim"].get(log_id, 0) + 1, LSN_OLDEST)
+        out.scanned_to = start - 1
         if start > until:
+            out.scanned_to = until
             return out
         for items in self._sources(log_id, start, until):
-            if fmt.decode_into(out, items, max_records, max_bytes):
+            if fmt.decode_into(out, items, max_records, max_bytes, skip):
                 break
+        else:
+            out.scanned_to = until  # everything up to ``until`` was looked at
         return out
 
     def read(

@@ -47,7 +47,18 @@ class _Stream:
     changed: trio.Event = attrs.Factory(trio.Event)
     stopped: bool = False
     reported: int = -1
-    owners: dict[tuple[int, ...], bool] = attrs.Factory(dict)
+    me: int = 0
+    #: copyset -> True when another node of it sends its records (cached).
+    others: dict[tuple[int, ...], bool] = attrs.Factory(dict)
+
+    def not_mine(self, copyset: tuple[int, ...]) -> bool:
+        """Under single-copy delivery, does another node send this copyset's records?"""
+        theirs = self.others.get(copyset)
+        if theirs is None:
+            first = next((n for n in copyset if n not in self.down), None)
+            # A copyset with every node down: whoever holds it sends it.
+            theirs = self.others[copyset] = first is not None and first != self.me
+        return theirs
 
     def poke(self) -> None:
         self.changed.set()
@@ -70,7 +81,14 @@ class ReadStreams:
                 return  # a late duplicate of an older start
             old.stopped = True
             old.poke()
-        st = _Stream(conn, msg, max(msg.start_lsn, 1), msg.credit, frozenset(msg.known_down))
+        st = _Stream(
+            conn,
+            msg,
+            max(msg.start_lsn, 1),
+            msg.credit,
+            frozenset(msg.known_down),
+            me=self.node.node_id,
+        )
         self.streams[key] = st
         self.node.nursery.start_soon(self._run, key, st)
 
@@ -171,10 +189,16 @@ class ReadStreams:
                 continue
             want = min(st.credit, READ_BATCH_RECORDS)
             batch = node.db.read_batch(
-                log_id, st.next_lsn, limit, max_records=want, max_bytes=READ_BATCH_BYTES
+                log_id,
+                st.next_lsn,
+                limit,
+                max_records=want,
+                max_bytes=READ_BATCH_BYTES,
+                # Single-copy delivery: runs of records another node sends are
+                # passed over without being decoded at all.
+                skip=st.not_mine if msg.scd else None,
             )
-            full = len(batch) >= want or batch.payload_bytes >= READ_BATCH_BYTES
-            next_lsn = batch.lsns[-1] + 1 if full and batch.lsns else limit + 1
+            next_lsn = batch.scanned_to + 1
             try:
                 keep = await self._good(log_id, batch, node.release_of(log_id))
             except LogstrandError as exc:  # the epoch store is away: try again soon
@@ -230,18 +254,10 @@ class ReadStreams:
     def _keep(self, st: _Stream, batch: StoredBatch, good: list[int] | None) -> list[int] | None:
         """Of the ``good`` copies (None: all), those this node must send under
         single-copy delivery (None: all)."""
-        me = self.node.node_id
-        owners = st.owners
         keep = []
         copysets = batch.copysets
         for i in range(len(copysets)) if good is None else good:
-            cs = copysets[i]
-            mine = owners.get(cs)
-            if mine is None:
-                first = next((n for n in cs if n not in st.down), None)
-                # A copyset with every node down: whoever holds it sends it.
-                mine = owners[cs] = first == me or first is None
-            if mine:
+            if not st.not_mine(copysets[i]):
                 keep.append(i)
         return None if len(keep) == len(copysets) else keep
 
