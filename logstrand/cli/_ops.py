@@ -44,10 +44,12 @@ def trim(
     url: UrlOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Trim logs: records at or below the trim point are deleted, readers get a TRIM gap.
+    """Trim logs: records at or below the trim point are gone, readers get a TRIM gap.
 
     Give exactly one of --to and --older-than.  A trim past a log's tail is
-    refused.  Nodes that are down apply the trim when they come back.
+    refused.  Nodes that are down apply the trim when they come back.  The
+    records disappear at once; their disk space returns when the partitions
+    holding them are dropped (every log in them trimmed past them).
     """
     from ..client import connect
 
