@@ -206,6 +206,7 @@ def test_retention_trims_by_time_and_gives_disk_space_back(tmp_path: Path) -> No
         assert gaps[0]["lo"] <= batches[0][0]
         assert gaps[-1]["hi"] >= batches[-2][-1]
         after = sum(dir_bytes(n) for n in nodes)
+        print(f"three nodes' LogsDB directories: {before:,} -> {after:,} bytes")
         # 24 MB of copies were written, three quarters of them are gone from
         # disk (the newest partition and RocksDB's own files stay).
         assert after < before * 0.5, (before, after)
