@@ -282,9 +282,9 @@ class Node:
                 # Sealed: only a recovery of a newer sequencer may write.
                 refused.append((msg, sink))
                 continue
-            if msg.last_known_good:
-                # Everything up to the sequencer's last known good is released.
-                self.on_release(Release(msg.log_id, msg.last_known_good))
+            if msg.released_lsn:
+                # The sequencer's release pointer rides along with its STOREs.
+                self.on_release(Release(msg.log_id, msg.released_lsn))
             puts.append(PutBatch(msg.log_id, msg.batch, msg.copyset, msg.wave))
             accepted.append((msg, sink))
             sync = sync or msg.sync

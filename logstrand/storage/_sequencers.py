@@ -47,10 +47,10 @@ class SequencerHost:
         self._activating: dict[int, trio.Event] = {}
         # RELEASEs wait for the end of the current burst of work, and only the
         # highest per log goes out; a node that already got a STORE whose
-        # last_known_good covers it gets none (it releases from the STORE).
+        # release pointer covers it gets none (it releases from the STORE).
         self._releases: dict[int, tuple[tuple[int, ...], int]] = {}
         self._release_wakeup = trio.Event()
-        self._lng_sent: dict[tuple[int, int], int] = {}
+        self._release_sent: dict[tuple[int, int], int] = {}
         # Shared by every core this node runs: STORE ids never repeat here.
         self._store_ids = itertools.count(1)
 
@@ -259,8 +259,8 @@ class SequencerHost:
         for action in actions:
             if isinstance(action, SendStore):
                 key = (action.message.log_id, action.node_id)
-                self._lng_sent[key] = max(
-                    self._lng_sent.get(key, 0), action.message.last_known_good
+                self._release_sent[key] = max(
+                    self._release_sent.get(key, 0), action.message.released_lsn
                 )
                 if not await node.send_store(action.node_id, action.message):
                     # Could not even send: answer for the node, so a new wave starts.
@@ -295,7 +295,7 @@ class SequencerHost:
             for log_id, (nodeset, lsn) in pending.items():
                 release = Release(log_id, lsn)
                 for n in nodeset:
-                    if self._lng_sent.get((log_id, n), 0) < lsn:
+                    if self._release_sent.get((log_id, n), 0) < lsn:
                         await self.node.send_release(n, release)
 
     async def on_store_reply(self, reply: StoreReply) -> None:

@@ -39,10 +39,18 @@ def free_port() -> int:
 
 
 def _ruok(port: int) -> bool:
+    """True once the server serves clients: ``srvr`` reports its mode.
+
+    (``ruok`` answers ``imok`` as soon as the process runs, before it takes
+    sessions; a client connecting then can time out.)
+    """
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
-            s.sendall(b"ruok")
-            return s.recv(16) == b"imok"
+            s.sendall(b"srvr")
+            reply = b""
+            while chunk := s.recv(4096):
+                reply += chunk
+            return b"Mode: " in reply
     except OSError:
         return False
 

@@ -161,8 +161,9 @@ class Store:
     """Sequencer → storage node: keep a copy of these records.
 
     ``wave`` counts the sequencer's attempts for these records (or carries the
-    recovery's seal epoch); ``last_known_good`` is the highest LSN of the
-    epoch that the sequencer knows is fully stored.
+    recovery's seal epoch); ``released_lsn`` is the sequencer's release
+    pointer (the node may take everything up to it as released; never more
+    than what is fully stored, and nothing before recovery is done).
     """
 
     TYPE_ID: ClassVar[int]
@@ -172,11 +173,11 @@ class Store:
     copyset: tuple[int, ...] = attrs.field(
         converter=f.to_tuple, validator=f.tuple_of(f.u32, max_len=255)
     )
-    last_known_good: int = attrs.field(validator=f.u64)
+    released_lsn: int = attrs.field(validator=f.u64)
     sync: bool = attrs.field(validator=f.boolean)
     batch: RecordBatch = attrs.field(converter=_batch_from_wire, validator=_batch)
     #: Non-zero for a recovery's writes: its seal epoch, which lets them into a
-    #: sealed epoch (a node takes them while this is at or above its seal).
+    #: sealed epoch (a node takes them while this is above its seal).
     recovery_seal: int = attrs.field(default=0, validator=f.u32)
 
     def __attrs_post_init__(self) -> None:

@@ -574,8 +574,8 @@ class SimNode(Endpoint):
         admitted = self.world.config.break_sealing or node_rules.admit_store(db, msg)
         status = Status.PREEMPTED
         if admitted:
-            if msg.last_known_good:
-                self.on_release(msg.log_id, msg.last_known_good)
+            if msg.released_lsn:
+                self.on_release(msg.log_id, msg.released_lsn)
             db.write(
                 [PutBatch(msg.log_id, msg.batch, msg.copyset, msg.wave)],
                 sync=msg.sync,

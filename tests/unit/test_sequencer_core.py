@@ -206,11 +206,11 @@ def test_stores_never_carry_more_than_is_released() -> None:
     ack_all(c, stores(c.append(batch(3), "t1", 0.0, 1000)))
     assert c.last_known_good_lsn == (EPOCH << 32) | 3
     later = stores(c.append(batch(1), "t2", 0.0, 1000))
-    assert {s.message.last_known_good for s in later} == {0}
+    assert {s.message.released_lsn for s in later} == {0}
     c.set_recovered()
     ack_all(c, later)
     again = stores(c.append(batch(1), "t3", 0.0, 1000))
-    assert {s.message.last_known_good for s in again} == {(EPOCH << 32) | 4}
+    assert {s.message.released_lsn for s in again} == {(EPOCH << 32) | 4}
 
 
 def test_a_late_reply_to_an_earlier_core_is_not_taken_for_a_later_ones() -> None:
