@@ -219,6 +219,9 @@ class StoredBatch:
     #: Every record up to this LSN was looked at (returned, or skipped by the
     #: reader's ``skip``): the next read goes on from here + 1.
     scanned_to: int = 0
+    #: Set by ``decode_into`` when it stopped inside a long skipped run: the
+    #: run's STORE identity and the last LSN seen in it.
+    skip_hint: tuple[bytes, int] | None = None
 
     def __len__(self) -> int:
         return len(self.lsns)
@@ -309,6 +312,7 @@ def decode_into(
     skipped = 0
     buf: list[tuple[bytes, bytes]] = []
     stopped = False
+    hint: tuple[bytes, int] | None = None
     while True:
         if len(pairs) >= want or size >= max_bytes:
             stopped = True
@@ -329,6 +333,13 @@ def decode_into(
             if cs_end and len(csb) == cs_end - HEADER_BYTES and skip(_cs_decode(csb)):
                 out.scanned_to = max(out.scanned_to, _key_lsn(run[-1][0]))
                 skipped += len(run)
+                if not buf and len(run) >= SEEK_RUN_MIN:
+                    # A whole chunk of one STORE's records, none ours: the run
+                    # likely goes on.  Let read_batch find its end by seeking
+                    # instead of reading every record of it.
+                    hint = (_store_identity(run[-1][1]), _key_lsn(run[-1][0]))
+                    stopped = True
+                    break
                 if skipped >= SKIP_FACTOR * max_records:
                     stopped = True
                     break
@@ -338,6 +349,7 @@ def decode_into(
     # Records pulled but not taken (``buf``) lie above scanned_to: the next
     # call reads them again.
     stopped = stopped or bool(buf)
+    out.skip_hint = hint
     if not pairs:
         return stopped
     ks, vs = zip(*pairs, strict=True)
@@ -392,6 +404,17 @@ def decode_into(
 
 
 SKIP_FACTOR = 8
+#: A skipped run this long ends a decode_into call with a hint to seek past it.
+SEEK_RUN_MIN = 128
+
+
+def store_identity(value: bytes) -> bytes:
+    """What the records of one STORE share: timestamp, wave and copyset bytes."""
+    return _store_identity(value)
+
+
+def _store_identity(value: bytes) -> bytes:
+    return value[0:8] + value[10:14] + value[HEADER_BYTES - 1 : _cs_end(value)]
 
 
 def _key_lsn(key: bytes) -> int:

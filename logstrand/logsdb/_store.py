@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 
 META_CF = "meta"
 _U64_MAX = 2**64 - 1
+#: read_batch seeks past at most this many long skipped runs per call.
+SEEKS_MAX = 64
 _FILE_CHECK_INTERVAL_MS = 1000
 
 
@@ -418,7 +420,12 @@ class LogsDB:
         Continue from ``scanned_to + 1`` (without ``skip``: the last LSN + 1).
 
         ``skip(copyset)``: pass over runs of records stored under a copyset it
-        says True for, without decoding them (see ``decode_into``).
+        says True for, without decoding them (see ``decode_into``); a long run
+        is passed over by point lookups on its STORE's identity (timestamp,
+        wave, copyset).  Should two STOREs with one identity sandwich another
+        (all within one millisecond), the one between may be passed over too:
+        ``skip`` is for single-copy delivery, whose reader notices LSNs that no
+        node sent and asks every node for them.
 
         Raises:
             CorruptionError: a record failed its checksum.
@@ -434,12 +441,68 @@ class LogsDB:
         if start > until:
             out.scanned_to = until
             return out
-        for items in self._sources(log_id, start, until):
-            if fmt.decode_into(out, items, max_records, max_bytes, skip):
-                break
-        else:
-            out.scanned_to = until  # everything up to ``until`` was looked at
+        for _ in range(SEEKS_MAX):
+            for items in self._sources(log_id, start, until):
+                if fmt.decode_into(out, items, max_records, max_bytes, skip):
+                    break
+            else:
+                out.scanned_to = until  # everything up to ``until`` was looked at
+                return out
+            if out.skip_hint is None:
+                return out
+            identity, last = out.skip_hint
+            out.skip_hint = None
+            end = self._run_end(log_id, identity, last, until)
+            out.scanned_to = max(out.scanned_to, end)
+            if end >= until:
+                out.scanned_to = until
+                return out
+            start = end + 1
         return out
+
+    def _run_end(self, log_id: int, identity: bytes, last: int, until: int) -> int:
+        """The last LSN of the STORE run ``last`` is in, found by point lookups.
+
+        Records of one STORE are consecutive LSNs that share ``identity``
+        (timestamp, wave, copyset): doubling steps, then bisection, over the
+        partition that holds ``last``.  A miss only ends the run early (the
+        caller then reads on record by record).
+        """
+        part = next(
+            (
+                (pid, e)
+                for pid, e in self._dir.get(log_id, {}).items()
+                if e.first_lsn <= last <= e.last_lsn
+            ),
+            None,
+        )
+        if part is None:
+            return last
+        cf = self._partition_by_id(part[0]).cf
+        hi = min(until, part[1].last_lsn)
+
+        def same(lsn: int) -> bool:
+            value = self._engine.get(cf, fmt.data_key(log_id, lsn))
+            return value is not None and fmt.store_identity(value) == identity
+
+        inside, step = last, 256
+        outside = hi + 1
+        while inside + step <= hi:
+            if not same(inside + step):
+                outside = inside + step
+                break
+            inside += step
+            step *= 2
+        else:
+            if inside < hi and same(hi):
+                return hi
+        while outside - inside > 1:
+            mid = (inside + outside) // 2
+            if same(mid):
+                inside = mid
+            else:
+                outside = mid
+        return inside
 
     def read(
         self,
