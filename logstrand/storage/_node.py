@@ -395,21 +395,6 @@ class Node:
     def release_of(self, log_id: int) -> int:
         return self.release.get(log_id, 0)
 
-    async def ask_log_info(self, node_id: int, log_id: int) -> LogInfoReply | None:
-        """One peer's LogInfo for a log (None if it did not answer in time)."""
-        if node_id == self.node_id:
-            return self._log_info(LogInfo(0, log_id))
-        reply = await self.ask_peer(node_id, lambda rid: LogInfo(rid, log_id))
-        return reply if isinstance(reply, LogInfoReply) else None
-
-    async def seal(self, node_id: int, log_id: int, epoch: int) -> bool:
-        """Seal a log up to ``epoch`` on one node (this one included); True once done."""
-        if node_id == self.node_id:
-            self.db.seal(log_id, epoch)
-            return True
-        reply = await self.ask_peer(node_id, lambda rid: Seal(rid, log_id, epoch))
-        return isinstance(reply, SealReply) and reply.status == Status.OK
-
     async def ask_peer(self, node_id: int, make: Any, timeout_s: float = 2.0) -> Any:
         """Send a request to a peer and wait for the reply with its request id."""
         conn = await self._peer(node_id)

@@ -34,16 +34,10 @@ if TYPE_CHECKING:
 _log = logging.getLogger("logstrand.sequencer")
 
 
-@attrs.define(eq=False)
-class _Sequencer:
-    core: SequencerCore
-    activated_at: float
-
-
 class SequencerHost:
     def __init__(self, node: Node) -> None:
         self.node = node
-        self.sequencers: dict[int, _Sequencer] = {}
+        self.sequencers: dict[int, SequencerCore] = {}
         self._activating: dict[int, trio.Event] = {}
         # RELEASEs wait for the end of the current burst of work, and only the
         # highest per log goes out; a node that already got a STORE whose
@@ -87,7 +81,7 @@ class SequencerHost:
             await self._reply(token, problem[0], message=problem[1])
             return
         seq = self.sequencers.get(log_id)
-        if seq is None or seq.core.preempted:
+        if seq is None or seq.preempted:
             try:
                 seq = await self._activate(log_id)
             except LogstrandError as exc:
@@ -97,7 +91,7 @@ class SequencerHost:
         node.metrics.append_records.inc(len(msg.batch))
         node.metrics.append_bytes.inc(msg.batch.payload_bytes)
         now = trio.current_time()
-        await self.execute(seq.core.append(msg.batch, token, now, node.now_ms()))
+        await self.execute(seq.append(msg.batch, token, now, node.now_ms()))
 
     def _reachable(self) -> set[int]:
         return {n for n, c in self.node._peers.items() if not c.closed}
@@ -139,12 +133,12 @@ class SequencerHost:
 
     # -- activation ---------------------------------------------------------
 
-    async def _activate(self, log_id: int) -> _Sequencer:
+    async def _activate(self, log_id: int) -> SequencerCore:
         """Activate (once, even under concurrent appends) a sequencer for the log."""
         while (pending := self._activating.get(log_id)) is not None:
             await pending.wait()
         seq = self.sequencers.get(log_id)
-        if seq is not None and not seq.core.preempted:
+        if seq is not None and not seq.preempted:
             return seq
         done = self._activating[log_id] = trio.Event()
         try:
@@ -153,7 +147,7 @@ class SequencerHost:
             del self._activating[log_id]
             done.set()
 
-    async def _do_activate(self, log_id: int) -> _Sequencer:
+    async def _do_activate(self, log_id: int) -> SequencerCore:
         node = self.node
         view = node.view
         attrs_ = view.log_attributes(log_id)
@@ -198,22 +192,21 @@ class SequencerHost:
             ids=self._store_ids,
         )
         core.down.update(n for n in meta.nodeset if n not in view.alive)
-        seq = _Sequencer(core, trio.current_time())
-        self.sequencers[log_id] = seq
+        self.sequencers[log_id] = core
         await self._rebroadcast_release(log_id, meta.nodeset)
         if not core.recovered:
-            node.nursery.start_soon(self._recover_then_release, log_id, epoch, list(history), seq)
+            node.nursery.start_soon(self._recover_then_release, log_id, epoch, list(history), core)
         node.metrics.sequencer_activations.inc()
         node.metrics.sequencers.set(len(self.sequencers))
         _log.info("node %d: sequencer for log %d active in epoch %d", node.node_id, log_id, epoch)
-        return seq
+        return core
 
     async def _recover_then_release(
-        self, log_id: int, epoch: int, history: list[Any], seq: _Sequencer
+        self, log_id: int, epoch: int, history: list[Any], seq: SequencerCore
     ) -> None:
         def cancelled() -> bool:
             # Overtaken by a newer sequencer, or retired: the next one recovers.
-            return seq.core.preempted or self.sequencers.get(log_id) is not seq
+            return seq.preempted or self.sequencers.get(log_id) is not seq
 
         node = self.node
         if node.options.recovery_grace_s:
@@ -225,7 +218,7 @@ class SequencerHost:
             )
             await trio.sleep(node.options.recovery_grace_s)
         if await node.procedures.recover(log_id, epoch, list(history), cancelled):
-            await self.execute(seq.core.set_recovered())
+            await self.execute(seq.set_recovered())
 
     async def _rebroadcast_release(self, log_id: int, nodeset: tuple[int, ...]) -> None:
         await self.node.procedures.run(procs.rebroadcast_release(log_id, nodeset, 2.0))
@@ -247,7 +240,7 @@ class SequencerHost:
         seq = self.sequencers.get(msg.log_id)
         if seq is not None:
             # The tail is every acknowledged append, released yet or not.
-            tail = max(info.release_lsn, seq.core.last_known_good_lsn)
+            tail = max(info.release_lsn, seq.last_known_good_lsn)
             info = attrs.evolve(info, release_lsn=tail)
         with contextlib.suppress(LogstrandError):
             await conn.send(attrs.evolve(info, status=int(status)))
@@ -304,24 +297,22 @@ class SequencerHost:
         seq = self.sequencers.get(reply.log_id)
         if seq is None:
             return
-        before = seq.core.waves_retried
-        actions = seq.core.on_stored(
-            reply.store_id, reply.node_id, reply.status, trio.current_time()
-        )
-        retried = seq.core.waves_retried - before
+        before = seq.waves_retried
+        actions = seq.on_stored(reply.store_id, reply.node_id, reply.status, trio.current_time())
+        retried = seq.waves_retried - before
         if retried:
             self.node.metrics.store_waves_retried.inc(retried)
         await self.execute(actions)
-        if seq.core.preempted and seq.core.idle:
+        if seq.preempted and seq.idle:
             self._retire(reply.log_id)
 
     async def tick(self) -> None:
         now = trio.current_time()
         for log_id, seq in list(self.sequencers.items()):
-            deadline = seq.core.next_deadline()
+            deadline = seq.next_deadline()
             if deadline is not None and deadline <= now:
-                await self.execute(seq.core.tick(now))
-            elif seq.core.idle and self.node.view.sequencer_node(log_id) != self.node.node_id:
+                await self.execute(seq.tick(now))
+            elif seq.idle and self.node.view.sequencer_node(log_id) != self.node.node_id:
                 self._retire(log_id)  # the log moved to another node
 
     def on_membership(self, old: frozenset[int], new: frozenset[int]) -> None:
@@ -330,10 +321,10 @@ class SequencerHost:
         now = trio.current_time()
         for seq in self.sequencers.values():
             for n in back:
-                seq.core.on_node_up(n)
+                seq.on_node_up(n)
             actions: list[Any] = []
             for n in gone:
-                actions += seq.core.on_node_down(n, now)
+                actions += seq.on_node_down(n, now)
             if actions:
                 with contextlib.suppress(RuntimeError):  # the node is shutting down
                     self.node.nursery.start_soon(self.execute, actions)

@@ -469,12 +469,6 @@ class Endpoint:
         self.world.send((self.id, self.incarnation), dst, msg)
 
 
-@attrs.define(eq=False)
-class _Seq:
-    core: SequencerCore
-    nodeset: tuple[int, ...]
-
-
 class SimNode(Endpoint):
     """A storage node: LogsDB, the node's rules, and a sequencer host."""
 
@@ -485,7 +479,7 @@ class SimNode(Endpoint):
         self.db: LogsDB | None = None
         self.incarnation = 0
         self.release: dict[int, int] = {}
-        self.sequencer: _Seq | None = None
+        self.sequencer: SequencerCore | None = None
         self.activating = False
         self.waiting_appends: list[tuple[Address, Append]] = []
         self.replies: dict[int, Callable[[Any], None]] = {}
@@ -530,7 +524,7 @@ class SimNode(Endpoint):
             return
         now = self.world.now
         if self.paused_until <= now and self.sequencer is not None:
-            self._execute(self.sequencer.core.tick(now))
+            self._execute(self.sequencer.tick(now))
         self.world.at(0.05, self._tick, incarnation)
 
     # messages
@@ -556,9 +550,7 @@ class SimNode(Endpoint):
                 self._reply_to(msg.store_id, msg)
             elif self.sequencer is not None and msg.log_id == LOG:
                 self._execute(
-                    self.sequencer.core.on_stored(
-                        msg.store_id, msg.node_id, msg.status, self.world.now
-                    )
+                    self.sequencer.on_stored(msg.store_id, msg.node_id, msg.status, self.world.now)
                 )
         elif isinstance(msg, LogInfoReply | SealReply | Digest):
             self._reply_to(msg.request_id, msg)
@@ -594,11 +586,9 @@ class SimNode(Endpoint):
 
     def _append(self, src: Address, msg: Append) -> None:
         seq = self.sequencer
-        if seq is not None and not seq.core.preempted:
+        if seq is not None and not seq.preempted:
             now = self.world.now
-            self._execute(
-                seq.core.append(msg.batch, (src, msg.request_id), now, self.world.clock_ms())
-            )
+            self._execute(seq.append(msg.batch, (src, msg.request_id), now, self.world.clock_ms()))
             return
         if len(self.waiting_appends) >= 64:
             self.send(src, AppendReply(msg.request_id, int(Status.OVERLOADED)))
@@ -641,7 +631,7 @@ class SimNode(Endpoint):
             if world.config.break_release:
                 core.recovered = True
             core.down.update(n for n in meta.nodeset if not world.nodes[n].up)
-            seq = self.sequencer = _Seq(core, meta.nodeset)
+            seq = self.sequencer = core
             waiting, self.waiting_appends = self.waiting_appends, []
             for src, msg in waiting:
                 self._append(src, msg)
@@ -661,19 +651,19 @@ class SimNode(Endpoint):
                         ask_timeout_s=0.5,
                         digest_timeout_s=0.5,
                         store_timeout_s=0.5,
-                        cancelled=lambda: seq.core.preempted or self.sequencer is not seq,
+                        cancelled=lambda: seq.preempted or self.sequencer is not seq,
                     ),
                     lambda done, err: self._recovered(seq, inc, done, err),
                 )
 
         self.run(procs.activate(LOG, placement, 0.5), activated)
 
-    def _recovered(self, seq: _Seq, incarnation: int, done: Any, error: Any) -> None:
+    def _recovered(self, seq: SequencerCore, incarnation: int, done: Any, error: Any) -> None:
         if error is not None:
             raise error
         if done and self.alive(incarnation) and self.sequencer is seq:
-            self.world.note(f"node {self.id} recovered before epoch {seq.core.epoch}")
-            self._execute(seq.core.set_recovered())
+            self.world.note(f"node {self.id} recovered before epoch {seq.epoch}")
+            self._execute(seq.set_recovered())
 
     def _execute(self, actions: list[Any]) -> None:
         for a in actions:
