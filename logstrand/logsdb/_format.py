@@ -222,6 +222,9 @@ class StoredBatch:
     #: Set by ``decode_into`` when it stopped inside a long skipped run: the
     #: run's STORE identity and the last LSN seen in it.
     skip_hint: tuple[bytes, int] | None = None
+    #: The public flags of every record here, OR-ed (a test for "any hole?",
+    #: "any recovery copy?" without a pass over the records).
+    flag_bits: int = 0
 
     def __len__(self) -> int:
         return len(self.lsns)
@@ -380,6 +383,8 @@ def decode_into(
         else:
             heads = np.frombuffer(b"".join([v[:HEADER_BYTES] for v in vs]), _head_dtype(0))
             fl_col = heads["flags"]
+            # The first view assumed one copyset size for all: read the flags again.
+            flag_bits = int(np.bitwise_or.reduce(fl_col))
             keys, pays, csbs = zip(*map(_decode_one, vs), strict=True)
             copysets = [_cs_decode(b) for b in csbs]
     except (struct.error, ValueError, TypeError, IndexError):
@@ -388,6 +393,7 @@ def decode_into(
     if list(map(crc32c, pays)) != crcs:
         bad = next(i for i, p in enumerate(pays) if crc32c(p) != crcs[i])
         raise CorruptionError(f"log {out.log_id} lsn {lsns[bad]}: payload checksum mismatch")
+    out.flag_bits |= flag_bits & FLAG_PUBLIC_MASK
     if flag_bits & FLAG_TOMBSTONE:
         tomb = (fl_col & FLAG_TOMBSTONE).tolist()
         pays = [None if t else p for t, p in zip(tomb, pays, strict=True)]

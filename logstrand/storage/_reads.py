@@ -218,7 +218,7 @@ class ReadStreams:
                     tuple(batch.payloads[i] for i in keep),
                 )
             waves: tuple[int, ...] = ()
-            if any(fl & FLAG_WRITTEN_BY_RECOVERY for fl in out.flags):
+            if batch.flag_bits & FLAG_WRITTEN_BY_RECOVERY:
                 # Copies written by recoveries: the reader needs their precedence.
                 waves = tuple(batch.waves if keep is None else (batch.waves[i] for i in keep))
             metrics = node.metrics

@@ -11,6 +11,7 @@ import pytest
 from logstrand.errors import ClosedError, CorruptionError, InvalidArgumentError
 from logstrand.logsdb import (
     FLAG_HOLE,
+    FLAG_TOMBSTONE,
     KEY_BYTES_MAX,
     META_PREFIXES,
     LogsDB,
@@ -400,3 +401,16 @@ def test_skip_with_seeking_returns_every_record_not_skipped(db: LogsDB, seed: in
             break
         start = batch.scanned_to + 1
     assert got == mine
+
+
+def test_mixed_copyset_sizes_decode_flags_and_tombstones(db: LogsDB) -> None:
+    """The decoder's fast path guesses one copyset size for a whole batch; with
+    two sizes (the replication factor changed) it must re-read the flags."""
+    db.write([put(9, range(1, 4), ts=1000, copyset=(1, 2))])
+    three = make_batch([4, 5, 6], [b"x", None, b"y"], timestamps_ms=1000)
+    db.write([PutBatch(9, three, (1, 2, 3))])
+    batch = db.read_batch(9)
+    assert batch.payloads == [b"p1", b"p2", b"p3", b"x", None, b"y"]
+    assert batch.copysets == [(1, 2)] * 3 + [(1, 2, 3)] * 3
+    assert batch.flag_bits & FLAG_TOMBSTONE
+    assert not db.read_batch(9, 1, 3).flag_bits & FLAG_TOMBSTONE
