@@ -14,7 +14,7 @@ import typer
 
 from ..errors import InvalidArgumentError
 from ..types import Record, format_lsn
-from ._common import JsonOption, UrlOption, console, duration_option, fail, print_json
+from ._common import JsonOption, UrlOption, console, duration_option, fail, print_json, require_url
 
 dev_app = typer.Typer(help="Run a local cluster for development.", no_args_is_help=True)
 
@@ -56,8 +56,7 @@ def node(
     if not partition_ms:
         fail("--partition-duration must be more than 0")
 
-    if not url:
-        fail("no cluster URL: pass --url or set LOGSTRAND_URL")
+    url = require_url(url)
     logging.basicConfig(
         level=logging.INFO,
         format=f"%(asctime)s node{node_id} %(levelname)s %(name)s: %(message)s",
@@ -142,8 +141,7 @@ def append(
     """Append a record (or one record per line of stdin) and print the LSNs."""
     from ..client import connect
 
-    if not url:
-        fail("no cluster URL: pass --url or set LOGSTRAND_URL")
+    url = require_url(url)
     if payload is None or payload == "-":
         payloads = [line.rstrip(b"\n") for line in sys.stdin.buffer]
     else:

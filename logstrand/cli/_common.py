@@ -37,10 +37,15 @@ def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     raise typer.Exit(code)
 
 
-def open_store(url: str | None) -> EpochStore:
+def require_url(url: str | None) -> str:
+    """The cluster URL from --url or LOGSTRAND_URL, or a usage error."""
     if not url:
         fail("no cluster URL: pass --url or set LOGSTRAND_URL")
-    return open_epoch_store(url)
+    return url
+
+
+def open_store(url: str | None) -> EpochStore:
+    return open_epoch_store(require_url(url))
 
 
 def duration_option(value: str | None, name: str) -> int | None:

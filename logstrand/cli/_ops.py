@@ -23,6 +23,7 @@ from ._common import (
     fail,
     open_store,
     print_json,
+    require_url,
 )
 
 
@@ -68,7 +69,7 @@ def trim(
     age_ms = duration_option(older_than, "--older-than")
     results: list[dict[str, Any]] = []
     failed = 0
-    with connect(_url(url)) as client:
+    with connect(require_url(url)) as client:
         ids = range(first, last + 1)
         with Progress(
             TextColumn("trimming"),
@@ -122,7 +123,7 @@ def info(
         epochs = store.log_epochs(log)
         lce = store.last_clean_epoch(log)
         alive = store.alive_nodes()
-    with connect(_url(url)) as client:
+    with connect(require_url(url)) as client:
         tail = client.tail_lsn(log)
         infos = client.log_info(log)
         sequencer = client.async_client.view.sequencer_node(log)
@@ -192,7 +193,7 @@ def status(url: UrlOption = None, as_json: JsonOption = False) -> None:
         alive = store.alive_nodes()
         store_url = store.url
     rows: list[dict[str, Any]] = []
-    with connect(_url(url)) as client:
+    with connect(require_url(url)) as client:
         for node_id, cfg in sorted(nodes.items()):
             st = client.node_status(node_id) if node_id in alive else None
             rows.append(
@@ -248,9 +249,3 @@ def _ids(ids: list[int]) -> str:
     if len(ids) > 8:
         return " ".join(str(i) for i in ids[:8]) + f" … ({len(ids)})"
     return " ".join(str(i) for i in ids)
-
-
-def _url(url: str | None) -> str:
-    if not url:
-        fail("no cluster URL: pass --url or set LOGSTRAND_URL")
-    return url

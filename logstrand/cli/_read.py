@@ -20,7 +20,7 @@ from rich.progress import (
 from .._units import format_bytes, looks_like_time, parse_time_ms
 from ..client._reader_core import RecordRun
 from ..types import LSN_OLDEST, TAIL, Gap, Record, format_lsn, parse_lsn
-from ._common import JsonOption, UrlOption, console, err_console, fail, print_json
+from ._common import JsonOption, UrlOption, console, err_console, fail, print_json, require_url
 
 
 def _lsn_or_time(client: Any, log: int, text: str, name: str) -> int:
@@ -77,8 +77,7 @@ def read(
     """Print a log's records (and gaps) in LSN order; one JSON object a line with --json."""
     from ..client import connect
 
-    if not url:
-        fail("no cluster URL: pass --url or set LOGSTRAND_URL")
+    url = require_url(url)
     if follow and until != "tail":
         fail("--follow and --until exclude each other")
     if output is not None:
@@ -183,8 +182,7 @@ def find_time(
     """The first LSN of the log with a timestamp at or after TIME."""
     from ..client import connect
 
-    if not url:
-        fail("no cluster URL: pass --url or set LOGSTRAND_URL")
+    url = require_url(url)
     try:
         ts = parse_time_ms(when)
     except ValueError as exc:
