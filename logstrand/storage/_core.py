@@ -28,14 +28,14 @@ import bisect
 from typing import TYPE_CHECKING
 
 from ..errors import Status
-from ..wire import Digest, LogInfoReply
+from ..wire import Digest, GetDigest, LogInfo, LogInfoReply, Seal, SealReply
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from ..epochstore import EpochEnd
     from ..logsdb import LogsDB
-    from ..wire import GetDigest, LogInfo, Store
+    from ..wire import Store
 
 FLAG_WRITTEN_BY_RECOVERY = 0x0008
 DIGEST_RECORDS_MAX = 20_000
@@ -150,3 +150,19 @@ def servable(
                     dropped = True
         i = j
     return keep if dropped else None
+
+
+def answer(
+    db: LogsDB, node_id: int, release_lsn: int, msg: LogInfo | Seal | GetDigest
+) -> LogInfoReply | SealReply | Digest:
+    """A node's answer to a sequencer's or a recovery's question.
+
+    ``release_lsn``: the node's release pointer for ``msg.log_id``.
+    """
+    if isinstance(msg, LogInfo):
+        return log_info(db, release_lsn, msg)
+    if isinstance(msg, Seal):
+        # Persisted (synced) before the reply: the seal must survive a crash.
+        sealed = db.seal(msg.log_id, msg.seal_epoch)
+        return SealReply(msg.request_id, int(Status.OK), node_id, sealed)
+    return digest(db, node_id, msg)

@@ -230,14 +230,8 @@ class Node:
             self.reads.credit(conn, msg)
         elif isinstance(msg, StopRead):
             self.reads.stop(conn, msg)
-        elif isinstance(msg, LogInfo):
-            await conn.send(self._log_info(msg))
-        elif isinstance(msg, Seal):
-            # Persisted (synced) before the reply: the seal must survive a crash.
-            sealed = self.db.seal(msg.log_id, msg.seal_epoch)
-            await conn.send(SealReply(msg.request_id, int(Status.OK), self.node_id, sealed))
-        elif isinstance(msg, GetDigest):
-            await conn.send(self.digest(msg))
+        elif isinstance(msg, LogInfo | Seal | GetDigest):
+            await conn.send(self.answer(msg))
         elif isinstance(msg, GetSeqState):
             await self.sequencers.handle_get_seq_state(conn, msg)
         elif isinstance(msg, FindTime):
@@ -412,9 +406,9 @@ class Node:
             self._peer_waiters.pop(rid, None)
         return self._peer_replies.pop(rid, None)
 
-    def digest(self, msg: GetDigest) -> Digest:
-        """This node's copies of one epoch from an ESN on, released or not."""
-        return _core.digest(self.db, self.node_id, msg)
+    def answer(self, msg: LogInfo | Seal | GetDigest) -> LogInfoReply | SealReply | Digest:
+        """This node's answer to a recovery's question (from a peer or itself)."""
+        return _core.answer(self.db, self.node_id, self.release_of(msg.log_id), msg)
 
     def _log_info(self, msg: LogInfo) -> LogInfoReply:
         return _core.log_info(self.db, self.release_of(msg.log_id), msg)

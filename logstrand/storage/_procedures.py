@@ -17,7 +17,7 @@ import trio
 from ..errors import LogstrandError, Status
 from ..placement import CopysetSelector
 from ..sequencer import _procedures as procs
-from ..wire import GetDigest, LogInfo, Release, Seal, SealReply, StoreReply
+from ..wire import Release, StoreReply
 
 if TYPE_CHECKING:
     from ..epochstore import EpochMetadata
@@ -129,14 +129,7 @@ class ProcedureRunner:
     async def _request(self, node_id: int, msg: Any, timeout_s: float) -> Any:
         node = self.node
         if node_id == node.node_id:  # this node: answer directly
-            if isinstance(msg, LogInfo):
-                return node._log_info(msg)
-            if isinstance(msg, GetDigest):
-                return node.digest(msg)
-            if isinstance(msg, Seal):
-                sealed = node.db.seal(msg.log_id, msg.seal_epoch)
-                return SealReply(msg.request_id, int(Status.OK), node.node_id, sealed)
-            raise AssertionError(f"no local answer to {type(msg).__name__}")
+            return node.answer(msg)
         return await node.ask_peer(
             node_id, lambda rid: attrs.evolve(msg, request_id=rid), timeout_s=timeout_s
         )

@@ -536,13 +536,9 @@ class SimNode(Endpoint):
             self._store(src, msg)
         elif isinstance(msg, Release):
             self.on_release(msg.log_id, msg.lsn)
-        elif isinstance(msg, Seal):
-            sealed = db.seal(msg.log_id, msg.seal_epoch)
-            self.send(src, SealReply(msg.request_id, int(Status.OK), self.id, sealed))
-        elif isinstance(msg, GetDigest):
-            self.send(src, node_rules.digest(db, self.id, msg))
-        elif isinstance(msg, LogInfo):
-            self.send(src, node_rules.log_info(db, self.release.get(msg.log_id, 0), msg))
+        elif isinstance(msg, Seal | GetDigest | LogInfo):
+            release = self.release.get(msg.log_id, 0)
+            self.send(src, node_rules.answer(db, self.id, release, msg))
         elif isinstance(msg, Append):
             self._append(src, msg)
         elif isinstance(msg, StoreReply):
