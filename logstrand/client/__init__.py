@@ -2,6 +2,7 @@
 
 from typing import TYPE_CHECKING
 
+from ._columns import ColumnBatch, LogSegment
 from ._reader_core import GapItem, RecordRun
 
 if TYPE_CHECKING:
@@ -33,7 +34,9 @@ __all__ = [
     "AsyncClient",
     "Client",
     "ClientSettings",
+    "ColumnBatch",
     "GapItem",
+    "LogSegment",
     "ReadStream",
     "RecordRun",
     "connect",

@@ -35,10 +35,12 @@ from ..net import Connection, connect
 from ..types import LSN_MAX, LSN_OLDEST, TAIL, Gap, Record, _Tail, format_lsn, validate_log_id
 from ..view import ClusterView
 from ..wire import (
+    DIRECTORY_FIELDS,
     Append,
     AppendReply,
     FindTime,
     FindTimeReply,
+    GetLogDirectory,
     GetNodeStatus,
     GetSeqState,
     LogInfo,
@@ -48,6 +50,7 @@ from ..wire import (
     RecordBatch,
     Trim,
 )
+from ._columns import LogSegment
 from ._reader import ReadStream, _objects
 from ._settings import ClientSettings
 
@@ -436,6 +439,27 @@ class AsyncClient:
         """What each answering node of the log knows of it."""
         return await self._ask_nodeset(log_id, lambda rid: LogInfo(rid, log_id))
 
+    async def log_directory(self, log_id: int) -> list[LogSegment]:
+        """The partition directories of the nodes that answered: what each of
+        their partitions holds of the log (LSN range, timestamps, bytes,
+        records), oldest first per node.  Every record is in R nodes' entries;
+        planners use this to cut a log into ranges of similar size."""
+        nodes = await self._read_nodes(log_id)
+        out: list[LogSegment] = []
+
+        async def ask(node: int) -> None:
+            reply = await self._request(node, lambda rid: GetLogDirectory(rid, log_id))
+            if reply is None or reply.status != Status.OK:
+                return
+            e = reply.entries
+            for i in range(0, len(e), DIRECTORY_FIELDS):
+                out.append(LogSegment(node, *e[i : i + DIRECTORY_FIELDS]))
+
+        async with trio.open_nursery() as nursery:
+            for n in nodes:
+                nursery.start_soon(ask, n)
+        return sorted(out, key=lambda s: (s.node_id, s.first_lsn))
+
     async def tail_lsn(self, log_id: int) -> int:
         """An LSN at or above every acknowledged and released append (0: none yet).
 
@@ -443,7 +467,12 @@ class AsyncClient:
         does): a newly activated one brings the nodes' release pointers up to date.
         """
         acked = await self.ensure_sequencer(log_id)
-        return max([acked, *(r.release_lsn for r in await self.log_info(log_id))])
+        infos = await self.log_info(log_id)
+        # Right after a restart the nodes' release pointers can lag behind what
+        # was acknowledged in earlier epochs (they are persisted lazily), and a
+        # new sequencer knows only its own epoch: every stored copy counts too
+        # (recovery releases or plugs each of them soon).
+        return max([acked, *(r.release_lsn for r in infos), *(r.last_lsn for r in infos)])
 
     async def ensure_sequencer(self, log_id: int) -> int:
         """Have the log's owner node activate its sequencer, if none runs.

@@ -18,6 +18,7 @@ import trio
 from ..errors import LogstrandError, Status, TransientError
 from ..types import LSN_MAX, TAIL, Gap, Record, _Tail
 from ..wire import ReadCredit, StartRead, StopRead
+from ._columns import ColumnBatch
 from ._reader_core import GapItem, GrantCredit, Item, ReaderCore, RecordRun, StartStream
 
 if TYPE_CHECKING:
@@ -228,6 +229,17 @@ class ReadStream:
         del self._pending[-limit:]
         out.reverse()
         return out
+
+    async def next_columns(self) -> ColumnBatch | None:
+        """What was delivered since the last call, as one ``ColumnBatch``
+        (records as columns, and the gaps); None at the end.  Waits only
+        until something is there.  Do not mix with item iteration."""
+        if self._closed:
+            return None
+        items = await self._next_items()
+        if not items:
+            return None
+        return ColumnBatch.of(self.log_id, items)
 
     async def aclose(self) -> None:
         if self._closed:

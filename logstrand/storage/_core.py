@@ -28,7 +28,16 @@ import bisect
 from typing import TYPE_CHECKING
 
 from ..errors import Status
-from ..wire import Digest, GetDigest, LogInfo, LogInfoReply, Seal, SealReply
+from ..wire import (
+    Digest,
+    GetDigest,
+    GetLogDirectory,
+    LogDirectory,
+    LogInfo,
+    LogInfoReply,
+    Seal,
+    SealReply,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -105,6 +114,18 @@ def log_info(db: LogsDB, release_lsn: int, msg: LogInfo) -> LogInfoReply:
         min((e.min_ts_ms for e in live), default=0),
         max((e.max_ts_ms for e in live), default=0),
     )
+
+
+def log_directory(db: LogsDB, msg: GetLogDirectory) -> LogDirectory:
+    """This node's partition directory entries of one log above its trim point
+    (what a planner uses to cut a log into ranges of similar size)."""
+    trim = db.trim_point(msg.log_id)
+    flat: list[int] = []
+    for _, e in db.directory(msg.log_id)[-65536:]:
+        if e.last_lsn > trim:
+            first = max(e.first_lsn, trim + 1)
+            flat += (first, e.last_lsn, e.min_ts_ms, e.max_ts_ms, e.bytes, e.records)
+    return LogDirectory(msg.request_id, int(Status.OK), tuple(flat))
 
 
 def servable(

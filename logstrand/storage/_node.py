@@ -39,6 +39,7 @@ from ..wire import (
     FindTime,
     FindTimeReply,
     GetDigest,
+    GetLogDirectory,
     GetNodeStatus,
     GetSeqState,
     LogInfo,
@@ -242,6 +243,8 @@ class Node:
             await conn.send(self._trim(msg))
         elif isinstance(msg, GetNodeStatus):
             await conn.send(self._status(msg))
+        elif isinstance(msg, GetLogDirectory):
+            await conn.send(_core.log_directory(self.db, msg))
         elif isinstance(msg, Ping):
             await conn.send(Pong(msg.request_id))
         # Anything else has no meaning on this side of a connection: ignore it.

@@ -9,6 +9,7 @@ from ._codec import (
     encode_frame,
 )
 from ._messages import (
+    DIRECTORY_FIELDS,
     MESSAGE_TYPES,
     PROTOCOL_VERSION_MAX,
     PROTOCOL_VERSION_MIN,
@@ -19,10 +20,12 @@ from ._messages import (
     FindTime,
     FindTimeReply,
     GetDigest,
+    GetLogDirectory,
     GetNodeStatus,
     GetSeqState,
     Hello,
     HelloAck,
+    LogDirectory,
     LogInfo,
     LogInfoReply,
     NodeStatus,
@@ -45,6 +48,7 @@ from ._messages import (
 from ._records import RecordBatch
 
 __all__ = [
+    "DIRECTORY_FIELDS",
     "FRAME_BYTES_MAX_DEFAULT",
     "HEADER_BYTES",
     "MESSAGE_TYPES",
@@ -58,10 +62,12 @@ __all__ = [
     "FindTimeReply",
     "FrameDecoder",
     "GetDigest",
+    "GetLogDirectory",
     "GetNodeStatus",
     "GetSeqState",
     "Hello",
     "HelloAck",
+    "LogDirectory",
     "LogInfo",
     "LogInfoReply",
     "NodeStatus",

@@ -443,6 +443,39 @@ class NodeStatus:
     uptime_s: int = attrs.field(default=0, validator=f.u32)
 
 
+@message(38)
+@attrs.frozen(slots=True)
+class GetLogDirectory:
+    """Ask a node for its partition directory entries of one log."""
+
+    TYPE_ID: ClassVar[int]
+    request_id: int = attrs.field(validator=f.u64)
+    log_id: int = attrs.field(validator=f.u64)
+
+
+#: Fields per entry of ``LogDirectory.entries``.
+DIRECTORY_FIELDS = 6
+
+
+def _entries(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    f.tuple_of(f.u64, max_len=DIRECTORY_FIELDS * 65536)(inst, attr, value)
+    if len(value) % DIRECTORY_FIELDS:
+        raise ValueError(f"{attr.name}: not a whole number of entries")
+
+
+@message(39)
+@attrs.frozen(slots=True)
+class LogDirectory:
+    """One node's directory entries of a log, oldest partition first: for each,
+    ``first_lsn, last_lsn, min_ts_ms, max_ts_ms, bytes, records`` in a flat tuple
+    (the copies it holds above the trim point)."""
+
+    TYPE_ID: ClassVar[int]
+    request_id: int = attrs.field(validator=f.u64)
+    status: int = attrs.field(validator=_status)
+    entries: tuple[int, ...] = attrs.field(default=(), converter=f.to_tuple, validator=_entries)
+
+
 def choose_version(peer_min: int, peer_max: int) -> int | None:
     """The highest version both ends speak, or None when the ranges do not overlap."""
     top = min(peer_max, PROTOCOL_VERSION_MAX)

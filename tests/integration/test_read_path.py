@@ -247,3 +247,20 @@ async def test_read_many_logs_at_once(cluster: LocalCluster) -> None:
             assert isinstance(item, Record)
             got[log].append(item.lsn)
     assert got == {24: a, 25: b}
+
+
+def test_tail_after_a_restart_covers_every_acknowledged_record(tmp_path: Path) -> None:
+    """Nodes persist release pointers lazily: right after a restart the tail
+    must still cover what earlier epochs acknowledged, so read(until=TAIL)
+    returns it all instead of nothing."""
+    with LocalCluster(tmp_path / "c", nodes=3) as c:
+        with open_epoch_store(c.url) as store:
+            store.create_logs(1, 2, LogAttributes(replication_factor=2))
+        with logstrand.connect(c.url) as client:
+            client.append_batch(1, [b"q%d" % i for i in range(1500)])
+            lsns = client.append_batch(2, [b"r%d" % i for i in range(300)])
+        c.stop()
+        c.start()
+        with logstrand.connect(c.url) as client:
+            assert client.tail_lsn(2) >= lsns[-1]
+            assert [r.lsn for r in records(list(client.read(2)))] == lsns

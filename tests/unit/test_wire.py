@@ -19,9 +19,11 @@ from logstrand.wire import (
     FindTimeReply,
     FrameDecoder,
     GetDigest,
+    GetLogDirectory,
     GetNodeStatus,
     GetSeqState,
     Hello,
+    LogDirectory,
     LogInfo,
     LogInfoReply,
     NodeStatus,
@@ -145,6 +147,10 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         NodeStatus, u64, statuses, u32, u32, u64, u32, st.lists(u64, max_size=5).map(tuple), u32
     ),
     SealReply: st.builds(SealReply, u64, statuses, u32, u32),
+    GetLogDirectory: st.builds(GetLogDirectory, u64, u64),
+    LogDirectory: st.builds(
+        LogDirectory, u64, statuses, st.lists(u64, max_size=3).map(lambda xs: tuple(xs * 6))
+    ),
 }
 any_message = st.one_of(*STRATEGIES.values())
 
@@ -257,6 +263,11 @@ def test_messages_validate_at_construction() -> None:
     with pytest.raises(ValueError, match="status"):
         ErrorReply(1, 999)
     assert attrs.has(Records)
+
+
+def test_directory_entries_come_whole() -> None:
+    with pytest.raises(ValueError, match="whole number"):
+        LogDirectory(1, 0, (1, 2, 3))
 
 
 def test_version_negotiation() -> None:

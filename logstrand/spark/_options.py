@@ -1,0 +1,215 @@
+"""The data source's options, parsed once on the driver (pure: no pyspark, no trio).
+
+Spark hands options as strings in a case-insensitive map.  Names follow the
+Spark-Kafka connector where one exists: ``startingOffsets`` → ``startingLSN``,
+``endingOffsets`` → ``endingLSN``, ``maxOffsetsPerTrigger`` →
+``maxRecordsPerTrigger``; ``minPartitions``, ``failOnDataLoss``,
+``startingTimestamp`` and ``endingTimestamp`` keep their names.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ..errors import InvalidArgumentError
+from ..types import parse_lsn, validate_log_id
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+#: How many LSNs ``logs`` may name in all (a range "1-1000000" is fine; more is a typo).
+LOGS_MAX = 100_000
+
+EARLIEST = "earliest"
+LATEST = "latest"
+
+
+def _get(options: Mapping[str, str], name: str) -> str | None:
+    # Spark's map is case-insensitive; a plain dict (unit tests, users) may not be.
+    if name in options:
+        return options[name]
+    low = name.lower()
+    for k, v in options.items():
+        if k.lower() == low:
+            return v
+    return None
+
+
+def parse_logs(text: str) -> tuple[int, ...]:
+    """``"1,5-9"`` → ``(1, 5, 6, 7, 8, 9)`` (sorted, without repeats)."""
+    logs: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            if "-" in part:
+                lo_text, _, hi_text = part.partition("-")
+                lo, hi = int(lo_text), int(hi_text)
+                if hi < lo:
+                    raise InvalidArgumentError(f"logs: range {part!r} runs backwards")
+                if hi - lo >= LOGS_MAX:
+                    raise InvalidArgumentError(f"logs: range {part!r} is over {LOGS_MAX} logs")
+                ids = range(lo, hi + 1)
+            else:
+                ids = range(int(part), int(part) + 1)
+            for log in ids:
+                validate_log_id(log)
+            logs.update(ids)
+        except ValueError as exc:
+            raise InvalidArgumentError(f"logs: {part!r} is not a log id or range: {exc}") from None
+        if len(logs) > LOGS_MAX:
+            raise InvalidArgumentError(f"logs: more than {LOGS_MAX} logs")
+    if not logs:
+        raise InvalidArgumentError("logs: no log named (e.g. '1,5-9')")
+    return tuple(sorted(logs))
+
+
+def _lsn_value(value: Any, what: str) -> int:
+    if isinstance(value, bool):
+        raise InvalidArgumentError(f"{what}: {value!r} is not an LSN")
+    if isinstance(value, int):
+        if value < 0:
+            raise InvalidArgumentError(f"{what}: {value} is not an LSN")
+        return value
+    if isinstance(value, str):
+        try:
+            return parse_lsn(value)
+        except ValueError:
+            pass
+    raise InvalidArgumentError(f"{what}: {value!r} is not an LSN (an integer or 'e5n123')")
+
+
+#: A position: "earliest", "latest", or an LSN per log.
+Position = str | dict[int, int]
+
+
+def parse_position(text: str, what: str, logs: tuple[int, ...]) -> Position:
+    """``earliest`` / ``latest`` / JSON ``{"1": 4294967297, "5": "e2n7"}``."""
+    t = text.strip()
+    if t.lower() in (EARLIEST, LATEST):
+        return t.lower()
+    try:
+        raw = json.loads(t)
+    except ValueError:
+        raw = None
+    if not isinstance(raw, dict):
+        raise InvalidArgumentError(
+            f"{what}: {text!r} is not 'earliest', 'latest' or a JSON object of log → LSN"
+        )
+    out: dict[int, int] = {}
+    for k, v in raw.items():
+        try:
+            log = int(k)
+        except ValueError:
+            raise InvalidArgumentError(f"{what}: {k!r} is not a log id") from None
+        if log not in logs:
+            raise InvalidArgumentError(f"{what}: log {log} is not among the logs read")
+        out[log] = _lsn_value(v, f"{what}[{log}]")
+    return out
+
+
+def _bool(text: str, what: str) -> bool:
+    t = text.strip().lower()
+    if t in ("true", "1", "yes"):
+        return True
+    if t in ("false", "0", "no"):
+        return False
+    raise InvalidArgumentError(f"{what}: {text!r} is not true or false")
+
+
+def _int(text: str, what: str, low: int) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise InvalidArgumentError(f"{what}: {text!r} is not an integer") from None
+    if value < low:
+        raise InvalidArgumentError(f"{what}: {value} is below {low}")
+    return value
+
+
+@attrs.frozen
+class ReadOptions:
+    """What a read (batch or streaming) was asked for."""
+
+    url: str
+    logs: tuple[int, ...]
+    starting: Position
+    ending: Position
+    starting_timestamp_ms: int | None = None
+    ending_timestamp_ms: int | None = None
+    min_partitions: int = 1
+    max_records_per_partition: int = 1_000_000
+    fail_on_data_loss: bool = True
+    max_records_per_trigger: int | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
+        url = _get(options, "url")
+        if not url:
+            raise InvalidArgumentError("option 'url' is required (the cluster's epoch store URL)")
+        logs_text = _get(options, "logs")
+        if not logs_text:
+            raise InvalidArgumentError("option 'logs' is required, e.g. '1,5-9'")
+        logs = parse_logs(logs_text)
+        # Kafka's defaults: a batch query reads from the start, a stream from now.
+        start_text = _get(options, "startingLSN") or (LATEST if streaming else EARLIEST)
+        starting = parse_position(start_text, "startingLSN", logs)
+        ending_text = _get(options, "endingLSN")
+        if streaming and ending_text is not None:
+            raise InvalidArgumentError("endingLSN is for batch queries, not streams")
+        ending = parse_position(ending_text or LATEST, "endingLSN", logs)
+        if starting == LATEST and not streaming:
+            raise InvalidArgumentError("startingLSN 'latest' would read nothing in a batch query")
+        if ending == EARLIEST:
+            raise InvalidArgumentError("endingLSN 'earliest' would read nothing")
+        ts: dict[str, int | None] = {}
+        for name in ("startingTimestamp", "endingTimestamp"):
+            text = _get(options, name)
+            ts[name] = None if text is None else _int(text, name, 0)
+        if streaming and ts["endingTimestamp"] is not None:
+            raise InvalidArgumentError("endingTimestamp is for batch queries, not streams")
+        if ts["startingTimestamp"] is not None and _get(options, "startingLSN") is not None:
+            raise InvalidArgumentError("give startingLSN or startingTimestamp, not both")
+        if ts["endingTimestamp"] is not None and ending_text is not None:
+            raise InvalidArgumentError("give endingLSN or endingTimestamp, not both")
+        mpt = _get(options, "maxRecordsPerTrigger")
+        if mpt is not None and not streaming:
+            raise InvalidArgumentError("maxRecordsPerTrigger is for streams")
+        return cls(
+            url=url,
+            logs=logs,
+            starting=starting,
+            ending=ending,
+            starting_timestamp_ms=ts["startingTimestamp"],
+            ending_timestamp_ms=ts["endingTimestamp"],
+            min_partitions=_int(_get(options, "minPartitions") or "1", "minPartitions", 1),
+            max_records_per_partition=_int(
+                _get(options, "maxRecordsPerPartition") or "1000000", "maxRecordsPerPartition", 1
+            ),
+            fail_on_data_loss=_bool(_get(options, "failOnDataLoss") or "true", "failOnDataLoss"),
+            max_records_per_trigger=None if mpt is None else _int(mpt, "maxRecordsPerTrigger", 1),
+        )
+
+
+@attrs.frozen
+class WriteOptions:
+    url: str
+    log: int | None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> WriteOptions:
+        url = _get(options, "url")
+        if not url:
+            raise InvalidArgumentError("option 'url' is required (the cluster's epoch store URL)")
+        log_text = _get(options, "log")
+        log = None
+        if log_text is not None:
+            try:
+                log = validate_log_id(int(log_text))
+            except ValueError:
+                raise InvalidArgumentError(f"log: {log_text!r} is not a log id") from None
+        return cls(url, log)

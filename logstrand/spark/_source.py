@@ -1,0 +1,376 @@
+"""The ``logstrand`` data source on PySpark's Python Data Source API.
+
+Where each part runs matters (Spark's own split): ``partitions()`` and the
+stream reader's offset calls run in a long-lived Python process on the
+driver; ``read()`` and the writer's ``write()`` run in Python workers on the
+executors, with a pickled copy of the reader or writer.  Everything
+``read()`` needs travels in the ``LsnRange`` partition.  Each task opens its
+own blocking client (the executors must reach the epoch store URL).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from ..client import connect
+from ..epochstore import open_epoch_store
+from ..errors import InvalidArgumentError, LogstrandError
+from ..types import LSN_OLDEST, GapType, format_lsn, lsn_epoch
+from . import _plan
+from ._arrow import record_batch, rows_for_append
+from ._options import LATEST, ReadOptions, WriteOptions
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, MutableMapping, Sequence
+
+    import pyarrow as pa
+
+    from ..client import Client
+
+_log = logging.getLogger("logstrand.spark")
+
+#: The rows of a read (``_arrow.ARROW_SCHEMA`` is the same, as Arrow).
+LOG_SCHEMA = StructType(
+    [
+        StructField("log_id", LongType(), nullable=False),
+        StructField("lsn", LongType(), nullable=False),
+        StructField("epoch", IntegerType(), nullable=False),
+        StructField("esn", LongType(), nullable=False),
+        StructField("timestamp", TimestampType(), nullable=False),
+        StructField("key", BinaryType(), nullable=True),
+        StructField("payload", BinaryType(), nullable=True),
+    ]
+)
+
+#: Rows per Arrow batch a read task yields.
+ROWS_PER_BATCH = 65_536
+#: Appends per ``append_batch`` call of a write task.
+WRITE_CHUNK = 10_000
+
+_LOSS = (GapType.DATALOSS, GapType.TRIM)
+
+
+@dataclass(frozen=True)
+class LsnRange(InputPartition):
+    """One Spark partition: LSNs ``lo`` (included) to ``hi`` (excluded) of a log."""
+
+    url: str
+    log_id: int
+    lo: int
+    hi: int
+    fail_on_data_loss: bool
+
+
+# -- planning (driver) ----------------------------------------------------------------
+
+
+def resolve_ranges(client: Client, opts: ReadOptions) -> dict[int, tuple[int, int]]:
+    """Each log's ``[start, end)`` as the options say, against the log as it is now."""
+    out: dict[int, tuple[int, int]] = {}
+    for log in opts.logs:
+        tail = client.tail_lsn(log)
+        out[log] = (start_of(client, opts, log, tail), end_of(client, opts, log, tail))
+    return out
+
+
+def start_of(client: Client, opts: ReadOptions, log: int, tail: int) -> int:
+    if opts.starting_timestamp_ms is not None:
+        return client.find_time(log, opts.starting_timestamp_ms)
+    if isinstance(opts.starting, dict) and log in opts.starting:
+        return max(LSN_OLDEST, opts.starting[log])
+    if opts.starting == LATEST:
+        return tail + 1
+    # earliest (also for a log the JSON leaves out)
+    return max(LSN_OLDEST, client.trim_point(log) + 1)
+
+
+def end_of(client: Client, opts: ReadOptions, log: int, tail: int) -> int:
+    if opts.ending_timestamp_ms is not None:
+        return min(client.find_time(log, opts.ending_timestamp_ms), tail + 1)
+    if isinstance(opts.ending, dict) and log in opts.ending:
+        return min(opts.ending[log], tail + 1)
+    return tail + 1
+
+
+def plan_partitions(client: Client, opts: ReadOptions) -> list[LsnRange]:
+    ranges = resolve_ranges(client, opts)
+    segments = {log: client.log_directory(log) for log, (lo, hi) in ranges.items() if hi > lo}
+    copies = {log: _copies(client, log) for log in segments}
+    with open_epoch_store(opts.url) as store:
+
+        def extents(log: int, lo: int, hi: int) -> dict[int, int]:
+            """Where recovery ended each epoch before the last (bridge ESN)."""
+            first, last = lsn_epoch(lo), lsn_epoch(hi - 1)
+            if last - first > _plan.EPOCHS_MAX:
+                return {}
+            out = {}
+            for e in range(first, last):
+                end = store.epoch_end(log, e)
+                if end is not None and end.bridge_esn > 0:
+                    out[e] = end.bridge_esn
+            return out
+
+        planned = _plan.plan(
+            ranges,
+            segments,
+            copies,
+            min_partitions=opts.min_partitions,
+            max_records=opts.max_records_per_partition,
+            extents=extents,
+        )
+    return [LsnRange(opts.url, r.log_id, r.lo, r.hi, opts.fail_on_data_loss) for r in planned]
+
+
+def _copies(client: Client, log: int) -> int:
+    attrs_ = client.async_client.view.log_attributes(log)
+    return attrs_.replication_factor if attrs_ is not None else 1
+
+
+# -- reading (executors) ----------------------------------------------------------------
+
+
+class DataLossError(LogstrandError):
+    """Records a query was to read are gone (failOnDataLoss=true)."""
+
+
+def read_range(client: Client, part: LsnRange) -> Iterator[pa.RecordBatch]:
+    """The records of one range as Arrow batches; gaps of lost records fail the
+    read (``failOnDataLoss``) or are skipped and logged with their count."""
+    if part.hi <= part.lo:
+        return
+    lost = 0
+    cols: tuple[list[int], list[int], list[bytes | None], list[bytes | None]] = ([], [], [], [])
+    for batch in client.read_columns(part.log_id, part.lo, part.hi - 1):
+        for gap in batch.gaps:
+            if gap.type not in _LOSS:
+                continue
+            what = (
+                f"log {part.log_id}: {gap.type.name} gap "
+                f"{format_lsn(gap.lo)}..{format_lsn(gap.hi)} in the range read"
+            )
+            if part.fail_on_data_loss:
+                raise DataLossError(
+                    f"{what} (records are gone; set failOnDataLoss=false to skip them)"
+                )
+            _log.warning("%s: skipped", what)
+            lost += 1
+        lsns, ts, keys, payloads = cols
+        lsns += batch.lsns
+        ts += batch.timestamps_ms
+        keys += batch.keys
+        payloads += batch.payloads
+        if len(lsns) >= ROWS_PER_BATCH:
+            yield record_batch(part.log_id, *cols)
+            cols = ([], [], [], [])
+    if cols[0]:
+        yield record_batch(part.log_id, *cols)
+    if lost:
+        _log.warning("log %d: %d gaps of lost records skipped", part.log_id, lost)
+
+
+def _read(part: InputPartition) -> Iterator[pa.RecordBatch]:
+    assert isinstance(part, LsnRange)
+    with connect(part.url) as client:
+        yield from read_range(client, part)
+
+
+class LogstrandReader(DataSourceReader):
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+
+    def partitions(self) -> Sequence[InputPartition]:
+        with connect(self.opts.url) as client:
+            return plan_partitions(client, self.opts)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(partition)
+
+
+# -- streaming -------------------------------------------------------------------------
+
+
+def take(client: Client, log: int, lo: int, hi: int, budget: int) -> tuple[int, int]:
+    """Where the first ``budget`` records from ``lo`` end (excluded, at most
+    ``hi``), and how many records that is at most."""
+    if hi <= lo or budget <= 0:
+        return lo, 0
+    if lsn_epoch(lo) == lsn_epoch(hi - 1):
+        # Dense ESNs: an LSN holds at most one record, so LSNs bound records.
+        end = min(hi, lo + budget)
+        return end, end - lo
+    # Across epochs LSNs jump by 2^32: count the records themselves.
+    seen = 0
+    for batch in client.read_columns(log, lo, hi - 1):
+        if seen + len(batch) >= budget:
+            return batch.lsns[budget - seen - 1] + 1, budget
+        seen += len(batch)
+    return hi, seen
+
+
+class LogstrandStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are ``{"<log id>": next LSN}``: the first LSN the next batch reads."""
+
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+        self._client: Client | None = None
+        self._frozen: dict[int, int] | None = None
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            self._client = connect(self.opts.url)
+        return self._client
+
+    def initialOffset(self) -> dict[str, int]:
+        c = self.client
+        return {str(log): start_of(c, self.opts, log, c.tail_lsn(log)) for log in self.opts.logs}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.opts.max_records_per_trigger
+        return ReadAllAvailable() if n is None else ReadMaxRows(n)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        c = self.client
+        self._frozen = {log: c.tail_lsn(log) + 1 for log in self.opts.logs}
+
+    def _ends(self) -> dict[int, int]:
+        if self._frozen is not None:
+            return self._frozen
+        return {log: self.client.tail_lsn(log) + 1 for log in self.opts.logs}
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        starts = {log: int(start.get(str(log), LSN_OLDEST)) for log in self.opts.logs}
+        ends = {log: max(starts[log], e) for log, e in self._ends().items()}
+        if not isinstance(limit, ReadMaxRows):
+            return {str(log): ends[log] for log in self.opts.logs}
+        # Records, not LSNs: an even share per log, then what the others left.
+        budget = limit.max_rows
+        out = dict(starts)
+        active = [log for log in self.opts.logs if ends[log] > starts[log]]
+        while budget > 0 and active:
+            each = max(1, budget // len(active))
+            still = []
+            for log in active:
+                if budget <= 0:
+                    break
+                out[log], taken = take(self.client, log, out[log], ends[log], min(each, budget))
+                budget -= taken
+                if out[log] < ends[log]:
+                    still.append(log)
+            active = still
+        return {str(log): out[log] for log in self.opts.logs}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
+        parts = []
+        for log in self.opts.logs:
+            lo, hi = int(start.get(str(log), LSN_OLDEST)), int(end.get(str(log), LSN_OLDEST))
+            if hi > lo:
+                parts.append(LsnRange(self.opts.url, log, lo, hi, self.opts.fail_on_data_loss))
+        return parts
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(partition)
+
+    def commit(self, end: dict[str, int]) -> None:
+        pass  # the log keeps everything; trimming is the operator's call
+
+    def stop(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+# -- writing ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Appended(WriterCommitMessage):
+    """What one write task appended: per log, (records, first LSN, last LSN)."""
+
+    logs: dict[int, tuple[int, int, int]]
+
+
+class LogstrandWriter(DataSourceArrowWriter):
+    """Appends every row; each append is durable (R copies) before the task
+    reports, so a retried task appends again: at-least-once, like Kafka's sink."""
+
+    def __init__(self, opts: WriteOptions) -> None:
+        self.opts = opts
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Appended:
+        done: dict[int, tuple[int, int, int]] = {}
+        with connect(self.opts.url) as client:
+            for batch in iterator:
+                for log, (payloads, keys) in rows_for_append(batch, self.opts.log).items():
+                    for i in range(0, len(payloads), WRITE_CHUNK):
+                        chunk_keys = None if keys is None else keys[i : i + WRITE_CHUNK]
+                        lsns = client.append_batch(
+                            log, payloads[i : i + WRITE_CHUNK], keys=chunk_keys
+                        )
+                        if not lsns:
+                            continue
+                        n, first, _ = done.get(log, (0, lsns[0], 0))
+                        done[log] = (n + len(lsns), first, lsns[-1])
+        return Appended(done)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        total = sum(n for m in messages if isinstance(m, Appended) for n, _, _ in m.logs.values())
+        _log.info("appended %d records", total)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        # What was appended stays appended (at-least-once); say how much.
+        total = sum(n for m in messages if isinstance(m, Appended) for n, _, _ in m.logs.values())
+        _log.warning("write aborted after %d records were appended (they stay)", total)
+
+
+# -- the source ------------------------------------------------------------------------
+
+
+class LogstrandDataSource(DataSource):
+    """``spark.read.format("logstrand")`` / ``df.write`` / ``spark.readStream``."""
+
+    def __init__(self, options: MutableMapping[str, str]) -> None:
+        super().__init__(options)
+
+    @classmethod
+    def name(cls) -> str:
+        return "logstrand"
+
+    def schema(self) -> StructType:
+        return LOG_SCHEMA
+
+    def reader(self, schema: StructType) -> LogstrandReader:
+        return LogstrandReader(ReadOptions.parse(self.options, streaming=False))
+
+    def streamReader(self, schema: StructType) -> LogstrandStreamReader:
+        return LogstrandStreamReader(ReadOptions.parse(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> LogstrandWriter:
+        if overwrite:
+            raise InvalidArgumentError("a log is append-only: use mode('append')")
+        return LogstrandWriter(WriteOptions.parse(self.options))
