@@ -373,9 +373,20 @@ def decode_into(
         heads = np.frombuffer(b"".join([v[:off] for v in vs]), _head_dtype(ncs0))
         fl_col = heads["flags"]
         flag_bits = int(np.bitwise_or.reduce(fl_col))
-        if not flag_bits & _HAS_KEY and (heads["ncs"] == ncs0).all():
-            keys = (None,) * n
-            pays = [v[off:] for v in vs]
+        uniform = bool((heads["ncs"] == ncs0).all())
+        has_key = fl_col & _HAS_KEY
+        if uniform and (not flag_bits & _HAS_KEY or has_key.all()):
+            if flag_bits & _HAS_KEY:
+                # Every record keyed: the key lengths in one view, then slices.
+                kls = np.frombuffer(b"".join([v[off : off + 2] for v in vs]), ">u2").tolist()
+                kb = [v[off + 2 : off + 2 + k] for v, k in zip(vs, kls, strict=True)]
+                if sum(map(len, kb)) != sum(kls):
+                    raise ValueError("truncated key")
+                keys = kb
+                pays = [v[off + 2 + k :] for v, k in zip(vs, kls, strict=True)]
+            else:
+                keys = (None,) * n
+                pays = [v[off:] for v in vs]
             if ncs0 == 0 or (heads["cs"] == heads["cs"][0]).all():
                 copysets = (_cs_decode(vs[0][HEADER_BYTES:off]),) * n
             else:

@@ -316,6 +316,27 @@ def test_corrupt_payload_is_an_error_not_data(tmp_path: Path) -> None:
     db.close()
 
 
+def test_keyed_records_decode_and_a_bad_key_length_is_corruption(tmp_path: Path) -> None:
+    db = LogsDB.open(tmp_path / "db")
+    keys: list[bytes | None] = [b"k%d" % n for n in range(1, 301)]
+    db.write([put(1, range(1, 301), ts=T0, keys=keys)], sync=True)
+    got = db.read(1)
+    assert [r.key for r in got] == keys
+    assert [r.payload for r in got] == [b"p%d" % n for n in range(1, 301)]
+    # Key length field raised past the end of the value.
+    cf = f"p{db.partitions()[-1].id:010d}"
+    key = (1).to_bytes(8, "big") + (7).to_bytes(8, "big")
+    value = bytearray(db._engine.get(cf, key) or b"")
+    off = value.index(b"k7") - 2
+    value[off : off + 2] = (60000).to_bytes(2, "big")
+    batch = db._engine.new_batch()
+    batch.put(cf, key, bytes(value))
+    db._engine.write(batch, sync=True)
+    with pytest.raises(CorruptionError):
+        db.read(1)
+    db.close()
+
+
 def _dir_size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 

@@ -268,3 +268,33 @@ def test_random_clusters(
             assert not any(x > lo and x >> 32 == lo >> 32 for x in got)
         covered |= inside
     assert covered == gone
+
+
+def _window_after(payload_size: int) -> int:
+    """One node's credit window after it sent (always within its credit) and
+    the reader delivered 10,000 records of ``payload_size`` bytes."""
+    core = ReaderCore(
+        1, E1 + 1, E1 + 10_000, (1,), 1, credit=1000, credit_max=8000, window_bytes=800_000
+    )
+    granted = 1000
+    sent = 0
+    while sent < 10_000:
+        core.take()
+        n = min(granted - sent, 500, 10_000 - sent)
+        assert n > 0, "the node ran out of credit"
+        lsns = tuple(range(E1 + 1 + sent, E1 + 1 + sent + n))
+        batch = RecordBatch.trusted(
+            lsns, (0,) * n, (0,) * n, (None,) * n, (b"x" * payload_size,) * n
+        )
+        sent += n
+        core.on_records(1, core.generation, E1 + 1 + sent, 0, batch, 0.0)
+        core.poll(0.0)
+        granted += sum(a.records for a in core.actions if isinstance(a, GrantCredit))
+    return core.nodes[1].window
+
+
+def test_credit_window_grows_for_small_records_only() -> None:
+    # 100 B records: 800 kB / 100 B = 8,000 records in flight at most.
+    assert _window_after(100) == 8000
+    # 10 KiB records: the byte budget keeps the starting window.
+    assert _window_after(10_240) == 1000
