@@ -20,13 +20,15 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# ZooKeeper for the epoch store tests; Java for them and for Spark (tests/spark).
 zookeeper:
-	@if [ -x /usr/share/zookeeper/bin/zkServer.sh ]; then :; \
+	@if [ -x /usr/share/zookeeper/bin/zkServer.sh ] && command -v java >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \
-	  echo "installing the Debian zookeeper package"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zookeeper >/dev/null; \
+	  echo "installing the Debian packages zookeeper and default-jre-headless"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -qq zookeeper default-jre-headless >/dev/null; \
 	else \
-	  echo "warning: ZooKeeper is missing and we are not root: install the Debian package 'zookeeper'"; \
+	  echo "warning: not root: install the Debian packages 'zookeeper' and 'default-jre-headless'"; \
 	fi
 
 run: venv

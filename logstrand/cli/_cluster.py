@@ -64,23 +64,33 @@ def node(
     logging.getLogger("kazoo").setLevel(logging.WARNING)
 
     async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            options = NodeOptions(
-                recovery_grace_s=recovery_grace, maintenance_s=maintenance_interval
-            )
-            node = Node(
-                url,
-                node_id,
-                data_dir=data_dir,
-                options=options,
-                logsdb_options=LogsDBOptions(partition_duration_ms=partition_ms),
-            )
-            nursery.start_soon(node.run)
-            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async for _ in signals:
-                    logging.getLogger("logstrand.node").info("node %d stopping", node_id)
+        options = NodeOptions(recovery_grace_s=recovery_grace, maintenance_s=maintenance_interval)
+        node = Node(
+            url,
+            node_id,
+            data_dir=data_dir,
+            options=options,
+            logsdb_options=LogsDBOptions(partition_duration_ms=partition_ms),
+        )
+        # The receiver stays open until the node has shut down: a second
+        # SIGTERM during shutdown (supervisors and impatient operators send
+        # them) would otherwise kill the process before it persists its
+        # release pointers, and the next recovery would plug acknowledged
+        # records as holes.
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with trio.open_nursery() as nursery:
+
+                async def stop_on_signal() -> None:
+                    async for _ in signals:
+                        logging.getLogger("logstrand.node").info("node %d stopping", node_id)
+                        nursery.cancel_scope.cancel()
+                        return
+
+                nursery.start_soon(stop_on_signal)
+                try:
+                    await node.run()
+                finally:
                     nursery.cancel_scope.cancel()
-                    break
 
     if profile is None:
         trio.run(main)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -239,6 +239,13 @@ class LogstrandStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.opts = opts
         self._client: Client | None = None
         self._frozen: dict[int, int] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark pickles the reader for the executors: the driver's client (a
+        # thread and sockets) stays behind; ``read`` opens its own.
+        state = dict(self.__dict__)
+        state["_client"] = None
+        return state
 
     @property
     def client(self) -> Client:

@@ -162,3 +162,33 @@ def test_a_paused_sequencer_gets_nothing_acknowledged_after_it_was_replaced(
             assert stale == [], f"acknowledged in the sealed epoch: {stale}"
             assert any(lsn_epoch(x) > old_epoch for x in load.acked)
             check_log(client, c.url, load.acked)
+
+
+def test_a_second_sigterm_does_not_cut_the_shutdown_short(tmp_path: Path) -> None:
+    """Found by the Spark DATALOSS test under load: LocalCluster.stop signals
+    every node, then each again; a second SIGTERM that landed during shutdown
+    killed the node before it persisted its release pointers, and recovery then
+    plugged acknowledged (here: destroyed) records as holes instead of DATALOSS."""
+    import signal
+
+    from logstrand.logsdb import LogsDB
+
+    with LocalCluster(tmp_path / "c", nodes=3) as c:
+        with open_epoch_store(c.url) as store:
+            store.create_logs(1, 1, LogAttributes(replication_factor=2))
+        with logstrand.connect(c.url) as client:
+            lsns = client.append_batch(1, [b"r%d" % i for i in range(50)])
+            for _ in range(300):
+                infos = client.log_info(1)
+                if len(infos) == 3 and min(i.release_lsn for i in infos) >= lsns[-1]:
+                    break
+                time.sleep(0.02)
+        for node in (1, 2, 3):
+            proc = c.procs[node]
+            proc.send_signal(signal.SIGTERM)
+            for _ in range(5):
+                time.sleep(0.002)
+                proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)  # (a signal after the shutdown may still end it)
+            with LogsDB.open(tmp_path / "c" / f"node{node}") as db:
+                assert db.release_pointer(1) >= lsns[-1], f"node {node}"

@@ -206,3 +206,13 @@ def test_partitions_pickle() -> None:
 
     r = LsnRange("sqlite:///x", 3, 10, 20, True)
     assert pickle.loads(pickle.dumps(r)) == r
+
+
+def test_a_stream_reader_pickles_without_its_driver_client() -> None:
+    from logstrand.spark import LogstrandStreamReader
+
+    reader = LogstrandStreamReader(ReadOptions.parse({"url": "u", "logs": "1"}, streaming=True))
+    reader._client = object()  # stands for a live client
+    copy = pickle.loads(pickle.dumps(reader))
+    assert copy._client is None
+    assert copy.opts == reader.opts
