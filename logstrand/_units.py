@@ -28,6 +28,34 @@ def parse_duration_ms(text: str) -> int:
     return int(float(m.group(1)) * _DURATION_UNITS_MS[m.group(2)])
 
 
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+}
+
+
+def parse_size(text: str) -> int:
+    """``64MiB``, ``500kb``, ``1024`` → bytes."""
+    t = text.strip().lower().replace(" ", "")
+    num = t.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = t[len(num) :]
+    if unit not in _SIZE_UNITS or not num:
+        raise ValueError(f"{text!r} is not a size (e.g. 64MiB, 500kB, 1024)")
+    try:
+        value = float(num)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a size (e.g. 64MiB, 500kB, 1024)") from None
+    if value < 0:
+        raise ValueError(f"{text!r} is negative")
+    return int(value * _SIZE_UNITS[unit])
+
+
 def format_duration_ms(ms: int) -> str:
     """The largest unit that divides ``ms`` exactly: 604800000 → ``"7d"``."""
     if ms == 0:

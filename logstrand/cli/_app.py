@@ -22,7 +22,7 @@ from ..types import format_lsn
 from ._cluster import append, dev_app, node
 from ._common import EXIT_FAILED, EXIT_USAGE, console, err_console
 from ._logs import logs_app, nodes_app
-from ._ops import info, status, trim
+from ._ops import compact, info, status, trim
 from ._read import find_time, read
 
 app = typer.Typer(
@@ -42,6 +42,7 @@ app.command("find-time")(find_time)
 app.command("trim")(trim)
 app.command("info")(info)
 app.command("status")(status)
+app.command("compact")(compact)
 app.add_typer(nodes_app, name="nodes")
 
 DirOption = Annotated[Path, typer.Option("--dir", help="LogsDB directory.")]

@@ -14,7 +14,16 @@ import typer
 
 from ..errors import InvalidArgumentError
 from ..types import Record, format_lsn
-from ._common import JsonOption, UrlOption, console, duration_option, fail, print_json, require_url
+from ._common import (
+    JsonOption,
+    UrlOption,
+    console,
+    duration_option,
+    fail,
+    print_json,
+    require_url,
+    size_option,
+)
 
 dev_app = typer.Typer(help="Run a local cluster for development.", no_args_is_help=True)
 
@@ -47,12 +56,32 @@ def node(
             help="Seconds a new sequencer waits before recovering earlier epochs (for tests).",
         ),
     ] = 0.0,
+    compaction_interval: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            help="Seconds between the cleaner's looks for a compacted log to clean "
+            "(0: only when asked, by `logstrand compact`).",
+        ),
+    ] = 15.0,
+    compaction_map: Annotated[
+        str,
+        typer.Option(help="Memory of the cleaner's offset map (24 bytes a key), e.g. 64MiB."),
+    ] = "64MiB",
+    compaction_io_rate: Annotated[
+        str,
+        typer.Option(help="Bytes a second a compaction pass reads and scans (0: no limit)."),
+    ] = "0",
 ) -> None:
     """Run one storage node (serves until SIGINT or SIGTERM)."""
     from ..logsdb import LogsDBOptions
     from ..storage import Node, NodeOptions
 
     partition_ms = duration_option(partition_duration, "--partition-duration")
+    map_bytes = size_option(compaction_map, "--compaction-map")
+    io_rate = size_option(compaction_io_rate, "--compaction-io-rate")
+    if map_bytes < 48:
+        fail("--compaction-map must hold at least two keys (48 bytes)")
     if not partition_ms:
         fail("--partition-duration must be more than 0")
 
@@ -64,7 +93,13 @@ def node(
     logging.getLogger("kazoo").setLevel(logging.WARNING)
 
     async def main() -> None:
-        options = NodeOptions(recovery_grace_s=recovery_grace, maintenance_s=maintenance_interval)
+        options = NodeOptions(
+            recovery_grace_s=recovery_grace,
+            maintenance_s=maintenance_interval,
+            compaction_interval_s=compaction_interval,
+            compaction_map_bytes=map_bytes,
+            compaction_io_bytes_s=io_rate,
+        )
         node = Node(
             url,
             node_id,

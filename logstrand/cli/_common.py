@@ -9,7 +9,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 
-from .._units import parse_duration_ms
+from .._units import parse_duration_ms, parse_size
 from ..epochstore import EpochStore, open_epoch_store
 
 console = Console()
@@ -53,6 +53,13 @@ def duration_option(value: str | None, name: str) -> int | None:
         return None
     try:
         return parse_duration_ms(value)
+    except ValueError as exc:
+        fail(f"{name}: {exc}")
+
+
+def size_option(value: str, name: str) -> int:
+    try:
+        return parse_size(value)
     except ValueError as exc:
         fail(f"{name}: {exc}")
 

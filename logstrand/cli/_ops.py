@@ -123,6 +123,7 @@ def info(
         epochs = store.log_epochs(log)
         lce = store.last_clean_epoch(log)
         alive = store.alive_nodes()
+        compaction = store.compaction(log) if attributes.compacted else None
     with connect(require_url(url)) as client:
         tail = client.tail_lsn(log)
         infos = client.log_info(log)
@@ -153,6 +154,17 @@ def info(
         "nodes_answered": len(infos),
         "nodes_alive": [n for n in nodeset if n in alive],
     }
+    if attributes.compacted:
+        state = compaction or {}
+        total = doc["bytes_approx"]
+        clean = int(state.get("clean_bytes", 0))
+        doc["compaction"] = {
+            "clean_point": int(state.get("clean_point", 0)),
+            "dirty_ratio": round(max(0, total - clean) / total, 3) if total else 0.0,
+            "min_cleanable_ratio": attributes.min_cleanable_ratio,
+            "passes": int(state.get("passes", 0)),
+            "last_pass": state.get("last_pass"),
+        }
     if as_json:
         print_json(doc)
         return
@@ -175,9 +187,48 @@ def info(
         ("newest", _ts(doc["newest_timestamp_ms"])),
         ("nodes answering", f"{len(infos)} of {len(doc['nodeset'])}"),
     ]
+    if "compaction" in doc:
+        c = doc["compaction"]
+        last = c["last_pass"]
+        rows += [
+            ("clean point", format_lsn(c["clean_point"])),
+            ("dirty ratio", f"{c['dirty_ratio']:.2f} (cleans above {c['min_cleanable_ratio']})"),
+            (
+                "last pass",
+                "never"
+                if not last
+                else f"{last['records_read']:,} read, {last['records_removed']:,} removed, "
+                f"{last['keys']:,} keys, {last['seconds']:.2f}s ({c['passes']} passes)",
+            ),
+        ]
     for k, v in rows:
         table.add_row(k, v)
     console.print(table)
+
+
+def compact(
+    log: Annotated[int, typer.Argument(help="Log id (a compacted log).", min=1)],
+    url: UrlOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Run a compaction pass of a compacted log now, wait for it, and print what it did."""
+    from ..client import connect
+
+    log_id = log
+    with connect(require_url(url)) as client:
+        stats = client.compact(log_id)
+    if as_json:
+        print_json(stats)
+        return
+    console.print(
+        f"log {log_id}: clean point {format_lsn(stats['clean_point_before'])} -> "
+        f"{format_lsn(stats['clean_point'])}; {stats['records_read']:,} records read, "
+        f"{stats['records_removed']:,} removed ({format_bytes(stats['bytes_removed'])}), "
+        f"{stats['keys']:,} keys in a {format_bytes(stats['map_bytes'])} map "
+        f"({stats['map_fill']:.0%} full{', partial pass' if stats['partial'] else ''}), "
+        f"{stats['seconds']:.2f}s",
+        highlight=False,
+    )
 
 
 def status(url: UrlOption = None, as_json: JsonOption = False) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import logging
 import random
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,7 @@ from ..wire import (
     DIRECTORY_FIELDS,
     Append,
     AppendReply,
+    Compact,
     FindTime,
     FindTimeReply,
     GetLogDirectory,
@@ -460,6 +462,33 @@ class AsyncClient:
                 nursery.start_soon(ask, n)
         return sorted(out, key=lambda s: (s.node_id, s.first_lsn))
 
+    async def compact(self, log_id: int, *, timeout_s: float = 900.0) -> dict[str, Any]:
+        """Run a compaction pass of a compacted log now, wait for it, and return
+        its stats (``compaction.PassStats`` as a dict: the clean point before and
+        after, records read and removed, keys, map size and fill, ...)."""
+        await self._require_log(log_id)
+        owner = self.view.sequencer_node(log_id)
+        if owner is None:
+            raise TransientError(f"no node can run log {log_id}'s cleaner", Status.NOSEQUENCER)
+        reply = await self._request(owner, lambda rid: Compact(rid, log_id), timeout_s=timeout_s)
+        if reply is None:
+            raise TransientError(f"log {log_id}: no answer to COMPACT", Status.TIMEDOUT)
+        stats: dict[str, Any] = json.loads(reply.stats_json)
+        if reply.status != Status.OK:
+            status = Status(reply.status)
+            if status == Status.NOTFOUND:
+                raise NotFoundError(stats.get("error", f"log {log_id} does not exist"))
+            raise LogstrandError(stats.get("error", status.name), status)
+        return stats
+
+    async def compaction_state(self, log_id: int) -> dict[str, Any] | None:
+        """The log's compaction state from the epoch store (None: never compacted)."""
+        await self._require_log(log_id)
+        state: dict[str, Any] | None = await self.view.astore.call(
+            self.view.store.compaction, log_id
+        )
+        return state
+
     async def tail_lsn(self, log_id: int) -> int:
         """An LSN at or above every acknowledged and released append (0: none yet).
 
@@ -561,6 +590,7 @@ class AsyncClient:
         until: int | _Tail | None = TAIL,
         *,
         single_copy: bool = True,
+        show_compacted: bool = False,
     ) -> ReadStream:
         """Read a log in LSN order: an async iterator of ``Record`` and ``Gap``.
 
@@ -572,7 +602,9 @@ class AsyncClient:
                 async for item in reader:
                     ...
         """
-        return ReadStream(self, log_id, start, until, single_copy=single_copy)
+        return ReadStream(
+            self, log_id, start, until, single_copy=single_copy, show_compacted=show_compacted
+        )
 
     async def read_many(
         self,

@@ -52,12 +52,14 @@ class ReadStream:
         *,
         single_copy: bool = True,
         credit: int = 8192,
+        show_compacted: bool = False,
     ) -> None:
         self.client = client
         self.log_id = log_id
         self.start = start
         self.until_arg = until
         self.single_copy = single_copy
+        self.show_compacted = show_compacted
         self.credit = credit
         self.stream_id = next(_stream_ids)
         self.core: ReaderCore | None = None
@@ -99,6 +101,7 @@ class ReadStream:
             scd=self.single_copy,
             credit=self.credit,
             now=trio.current_time(),
+            show_compacted=self.show_compacted,
         )
         self.core = core
         await self._act(core)
@@ -192,7 +195,14 @@ class ReadStream:
             self._retry_at[node] = now + RECONNECT_S
             return
         core.on_records(
-            node, msg.generation, msg.next_lsn, msg.trim_point, msg.batch, now, msg.waves
+            node,
+            msg.generation,
+            msg.next_lsn,
+            msg.trim_point,
+            msg.batch,
+            now,
+            msg.waves,
+            msg.clean_point,
         )
 
     # -- iteration -------------------------------------------------------------

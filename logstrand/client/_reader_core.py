@@ -104,6 +104,7 @@ Action = StartStream | GrantCredit
 class _Node:
     pos: int = 0  # everything below this was sent (0: nothing heard yet)
     trim: int = 0
+    clean: int = 0  # compaction's clean point: missing at or below it = COMPACTED
     # (batch, offset, waves): waves empty unless the batch has recovery copies
     queue: deque[tuple[RecordBatch, int, tuple[int, ...]]] = attrs.Factory(deque)
     consumed: int = 0
@@ -128,6 +129,7 @@ class ReaderCore:
         window_bytes: int = 8 * 1024 * 1024,
         stall_s: float = 2.0,
         now: float = 0.0,
+        show_compacted: bool = False,
     ) -> None:
         assert nodeset
         assert 1 <= replication <= len(nodeset)
@@ -137,6 +139,7 @@ class ReaderCore:
         self.until = until
         self.nodeset = nodeset
         self.f_majority = len(nodeset) - replication + 1
+        self.show_compacted = show_compacted
         self.scd_default = scd
         self.scd = scd
         # Each node's window (records it may send ahead of delivery) starts at
@@ -175,6 +178,7 @@ class ReaderCore:
         batch: RecordBatch,
         now: float,
         waves: tuple[int, ...] = (),
+        clean: int = 0,
     ) -> None:
         st = self.nodes.get(node_id)
         if st is None or generation != self.generation:
@@ -188,6 +192,7 @@ class ReaderCore:
             st.pos = next_lsn
             st.moved_at = now
         st.trim = max(st.trim, trim)
+        st.clean = max(st.clean, clean)
 
     def on_unreachable(self, node_id: int, now: float) -> None:
         if node_id not in self.nodes or node_id in self.unreachable:
@@ -286,6 +291,15 @@ class ReaderCore:
         if missing_hi < self.next_lsn:
             self._check_stall(now, frontier)
             return False
+        clean = max(st.clean for st in nodes.values())
+        if self.next_lsn <= clean:
+            # Below a compacted log's clean point, what no node has was
+            # removed by compaction: reading goes on from the next record.
+            hi = min(missing_hi, clean, self.until)
+            if self.show_compacted:
+                self.items.append(GapItem(GapType.COMPACTED, self.next_lsn, hi))
+            self.next_lsn = hi + 1
+            return True
         # LSNs [next_lsn, missing_hi] came from no node although every counting
         # node has passed them.
         if self.scd:

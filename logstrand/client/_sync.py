@@ -113,6 +113,7 @@ class Client:
         until: int | _Tail | None = TAIL,
         *,
         single_copy: bool = True,
+        show_compacted: bool = False,
     ) -> Iterator[Record | Gap]:
         """Read a log in LSN order: ``Record`` and ``Gap`` items (see ``AsyncClient.read``).
 
@@ -120,7 +121,9 @@ class Client:
         generator (or finish it) to stop the node streams.
         """
         client = self.async_client
-        stream = client.read(log_id, start, until, single_copy=single_copy)
+        stream = client.read(
+            log_id, start, until, single_copy=single_copy, show_compacted=show_compacted
+        )
         try:
             while True:
                 items = self._call(stream.next_objects)
@@ -167,6 +170,15 @@ class Client:
         finally:
             with contextlib.suppress(ClosedError):
                 self._call(stream.aclose)
+
+    def compact(self, log_id: int, *, timeout_s: float = 900.0) -> dict[str, Any]:
+        """Run a compaction pass now and return its stats (see ``AsyncClient.compact``)."""
+        client = self.async_client
+        return dict(self._call(lambda: client.compact(log_id, timeout_s=timeout_s)))
+
+    def compaction_state(self, log_id: int) -> dict[str, Any] | None:
+        state: dict[str, Any] | None = self._call(self.async_client.compaction_state, log_id)
+        return state
 
     def log_directory(self, log_id: int) -> list[LogSegment]:
         """The nodes' partition directory entries of the log (see ``AsyncClient``)."""

@@ -248,6 +248,34 @@ class EpochStore(abc.ABC):
 
         return int(self._update(f"trims/{log_id}", change)["lsn"])
 
+    def compaction(self, log_id: int) -> dict[str, Any] | None:
+        """The log's compaction state: ``clean_point``, ``clean_bytes`` (one copy
+        of what lies at or below it), ``passes`` and ``last_pass`` (its stats);
+        None before the first pass."""
+        _check_log(log_id)
+        doc = self._doc(f"compaction/{log_id}")
+        return None if doc is None else dict(doc)
+
+    def record_compaction(
+        self, log_id: int, clean_point: int, clean_bytes: int, last_pass: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Record a finished pass.  The clean point only moves up: a pass that
+        ended below a later one's point leaves it (and its byte count) alone."""
+        _check_log(log_id)
+
+        def change(doc: Any) -> Any:
+            cur = doc or {"clean_point": 0, "clean_bytes": 0, "passes": 0}
+            out = dict(cur)
+            out["passes"] = int(cur.get("passes", 0)) + 1
+            out["last_pass"] = last_pass
+            if clean_point >= int(cur.get("clean_point", 0)):
+                out["clean_point"] = clean_point
+                out["clean_bytes"] = clean_bytes
+            return out
+
+        result: dict[str, Any] = self._update(f"compaction/{log_id}", change)
+        return result
+
     def epoch_end(self, log_id: int, epoch: int) -> EpochEnd | None:
         """How recovery ended ``epoch`` (None: not recovered, or nothing to recover)."""
         _check_log(log_id)

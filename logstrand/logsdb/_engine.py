@@ -38,6 +38,7 @@ class Engine(Protocol):
     def disk_bytes(self) -> int: ...
     def flush(self) -> None: ...
     def flush_cf(self, name: str) -> None: ...
+    def compact_range(self, cf: str, lo: bytes, hi: bytes) -> None: ...
     def close(self) -> None: ...
 
 
@@ -154,6 +155,10 @@ class RocksEngine:
 
     def flush_cf(self, name: str) -> None:
         self._cfs[name].flush()
+
+    def compact_range(self, cf: str, lo: bytes, hi: bytes) -> None:
+        """Compact a key range now: deleted keys' space comes back."""
+        self._cfs[cf].compact_range(lo, hi)
 
     def close(self) -> None:
         for cf in self._cfs.values():

@@ -61,6 +61,7 @@ META_PREFIXES: Final = {
     "seal": b"S",  # S | log               -> sealed epoch
     "lce": b"C",  # C | log                -> last clean epoch
     "release": b"R",  # R | log            -> release pointer LSN
+    "clean": b"K",  # K | log              -> compaction clean point LSN
     "version": b"V",  # V                  -> format version
 }
 FORMAT_VERSION: Final = 1

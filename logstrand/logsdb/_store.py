@@ -142,7 +142,9 @@ class LogsDB:
         self._partitions: list[_Partition] = []
         self._dir: dict[int, dict[int, DirEntry]] = {}
         self._logs_in: dict[int, set[int]] = {}
-        self._meta: dict[str, dict[int, int]] = {k: {} for k in ("trim", "seal", "lce", "release")}
+        self._meta: dict[str, dict[int, int]] = {
+            k: {} for k in ("trim", "seal", "lce", "release", "clean")
+        }
         self._next_file_check_ms = 0
         self._load()
 
@@ -383,6 +385,23 @@ class LogsDB:
             self._engine.write(batch, sync=sync)
         return found
 
+    def reclaim(self, log_id: int) -> None:
+        """Make deletions of a log's copies durable and give their space back:
+        sync the WAL and compact the log's key range in each partition holding
+        it (for compaction; RocksDB would otherwise keep deleted values until
+        it compacts those files on its own)."""
+        self._check_open()
+        _check_log(log_id)
+        batch = self._engine.new_batch()
+        batch.put(META_CF, fmt.log_key("clean", log_id), fmt.pack_u64(self.clean_point(log_id)))
+        self._engine.write(batch, sync=True)
+        lo, hi = fmt.data_key(log_id, 0), fmt.data_key(log_id, LSN_MAX)
+        # Flush every column family first: the write-ahead log files that hold
+        # the removed values can go only once no memtable needs them.
+        self._engine.flush()
+        for pid in list(self._dir.get(log_id, {})):
+            self._engine.compact_range(self._partition_by_id(pid).cf, lo, hi)
+
     # -- reading ----------------------------------------------------------
 
     def _sources(self, log_id: int, start: int, until: int) -> list[Iterator[tuple[bytes, bytes]]]:
@@ -587,6 +606,14 @@ class LogsDB:
 
     def seal_epoch(self, log_id: int) -> int:
         return self._meta["seal"].get(log_id, 0)
+
+    def set_clean_point(self, log_id: int, lsn: int, *, sync: bool = True) -> int:
+        """Raise the log's compaction clean point (never down); returns it.
+        LSNs at or below it that no copy holds were removed by compaction."""
+        return self._raise_meta("clean", log_id, lsn, sync)
+
+    def clean_point(self, log_id: int) -> int:
+        return self._meta["clean"].get(log_id, 0)
 
     def set_last_clean_epoch(self, log_id: int, epoch: int, *, sync: bool = True) -> int:
         return self._raise_meta("lce", log_id, epoch, sync)

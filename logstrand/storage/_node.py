@@ -35,7 +35,10 @@ from ..net import Connection, connect, serve_connection
 from ..view import ClusterView
 from ..wire import (
     Append,
+    CleanPoint,
+    Compact,
     Digest,
+    DropCopies,
     FindTime,
     FindTimeReply,
     GetDigest,
@@ -59,6 +62,7 @@ from ..wire import (
     TrimReply,
 )
 from . import _core
+from ._cleaner import Cleaner
 from ._metrics import NodeMetrics
 from ._procedures import ProcedureRunner
 from ._reads import ReadStreams
@@ -87,6 +91,15 @@ class NodeOptions:
     #: How often the node applies trims it missed, retention, and drops
     #: partitions whose records are all trimmed.
     maintenance_s: float = 10.0
+    #: How often the cleaner looks for a compacted log to clean (0: never by
+    #: itself; ``client.compact`` still runs a pass).
+    compaction_interval_s: float = 15.0
+    #: The offset map's memory (24 bytes a key, filled to 90%).
+    compaction_map_bytes: int = 64 * 1024 * 1024
+    #: Bytes a second the cleaner reads and each node scans (0: no limit).
+    compaction_io_bytes_s: int = 0
+    #: How long the cleaner waits for the nodes to drop their copies.
+    compaction_drop_timeout_s: float = 600.0
 
 
 class Node:
@@ -110,6 +123,7 @@ class Node:
         self.sequencers = SequencerHost(self)
         self.reads = ReadStreams(self)
         self.procedures = ProcedureRunner(self)
+        self.cleaner = Cleaner(self)
         self.release: dict[int, int] = {}
         self._started = time.monotonic()
         # How recoveries ended past epochs, from the epoch store, per (log, epoch).
@@ -171,6 +185,7 @@ class Node:
                         nursery.start_soon(self.sequencers.release_flusher)
                         nursery.start_soon(self._release_persister)
                         nursery.start_soon(self._maintenance)
+                        nursery.start_soon(self.cleaner.run)
                         nursery.start_soon(
                             functools.partial(
                                 trio.serve_listeners,
@@ -245,6 +260,12 @@ class Node:
             await conn.send(self._status(msg))
         elif isinstance(msg, GetLogDirectory):
             await conn.send(_core.log_directory(self.db, msg))
+        elif isinstance(msg, DropCopies):
+            self.nursery.start_soon(self.cleaner.handle_drop, conn, msg)
+        elif isinstance(msg, CleanPoint):
+            self.cleaner.on_clean_point(msg)
+        elif isinstance(msg, Compact):
+            self.nursery.start_soon(self.cleaner.handle_compact, conn, msg)
         elif isinstance(msg, Ping):
             await conn.send(Pong(msg.request_id))
         # Anything else has no meaning on this side of a connection: ignore it.

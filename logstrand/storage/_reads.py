@@ -160,6 +160,7 @@ class ReadStreams:
                 db.trim_point(msg.log_id),
                 batch,
                 waves,
+                db.clean_point(msg.log_id),
             )
         )
         st.reported = next_lsn

@@ -92,6 +92,9 @@ class MemoryEngine:
     def flush_cf(self, name: str) -> None:
         """Nothing: only synced writes survive ``crash()`` here (the cautious view)."""
 
+    def compact_range(self, cf: str, lo: bytes, hi: bytes) -> None:
+        """Nothing: deleted keys take no space here."""
+
     def close(self) -> None:
         self.closed = True
 

@@ -274,6 +274,9 @@ class ReadRecords:
     waves: tuple[int, ...] = attrs.field(
         default=(), converter=f.to_tuple, validator=f.tuple_of(f.u32)
     )
+    #: The node's clean point for a compacted log: an LSN at or below it that
+    #: no node sends was removed by compaction (COMPACTED, not DATALOSS).
+    clean_point: int = attrs.field(default=0, validator=f.u64)
 
     def __attrs_post_init__(self) -> None:
         if self.waves and len(self.waves) != len(self.batch):
@@ -474,6 +477,73 @@ class LogDirectory:
     request_id: int = attrs.field(validator=f.u64)
     status: int = attrs.field(validator=_status)
     entries: tuple[int, ...] = attrs.field(default=(), converter=f.to_tuple, validator=_entries)
+
+
+@message(40)
+@attrs.frozen(slots=True)
+class Compact:
+    """Client → the log's sequencer node: run a compaction pass now."""
+
+    TYPE_ID: ClassVar[int]
+    request_id: int = attrs.field(validator=f.u64)
+    log_id: int = attrs.field(validator=f.u64)
+
+
+@message(41)
+@attrs.frozen(slots=True)
+class CompactReply:
+    """The pass's stats as a JSON object (``PassStats``), or why it failed."""
+
+    TYPE_ID: ClassVar[int]
+    request_id: int = attrs.field(validator=f.u64)
+    status: int = attrs.field(validator=_status)
+    stats_json: str = attrs.field(default="{}", validator=f.text(1 << 16))
+
+
+@message(42)
+@attrs.frozen(slots=True)
+class DropCopies:
+    """Cleaner → a node holding copies: remove, among the copies at or below
+    ``end_lsn``, what the offset map supersedes (see ``compaction.drops``).
+
+    ``offsets``: the map's entries, 24 bytes each.  The node first raises its
+    clean point to ``end_lsn``, then drops, at most ``rate_bytes_s`` a second
+    (0: no limit)."""
+
+    TYPE_ID: ClassVar[int]
+    request_id: int = attrs.field(validator=f.u64)
+    log_id: int = attrs.field(validator=f.u64)
+    end_lsn: int = attrs.field(validator=f.u64)
+    old_clean_point: int = attrs.field(validator=f.u64)
+    tombstone_horizon_ms: int = attrs.field(validator=f.i64)
+    rate_bytes_s: int = attrs.field(validator=f.u64)
+    offsets: bytes = attrs.field(validator=f.blob)
+
+
+@message(43)
+@attrs.frozen(slots=True)
+class DropReply:
+    """What one node did for a ``DropCopies``: copies scanned and removed, and
+    the bytes it still holds at or below the end."""
+
+    TYPE_ID: ClassVar[int]
+    request_id: int = attrs.field(validator=f.u64)
+    status: int = attrs.field(validator=_status)
+    node_id: int = attrs.field(validator=f.u32)
+    scanned: int = attrs.field(default=0, validator=f.u64)
+    removed: int = attrs.field(default=0, validator=f.u64)
+    removed_bytes: int = attrs.field(default=0, validator=f.u64)
+    kept_bytes: int = attrs.field(default=0, validator=f.u64)
+
+
+@message(44)
+@attrs.frozen(slots=True)
+class CleanPoint:
+    """Cleaner → nodeset: a pass finished everywhere; the log is clean up to ``lsn``."""
+
+    TYPE_ID: ClassVar[int]
+    log_id: int = attrs.field(validator=f.u64)
+    lsn: int = attrs.field(validator=f.u64)
 
 
 def choose_version(peer_min: int, peer_max: int) -> int | None:

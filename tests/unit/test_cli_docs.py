@@ -17,5 +17,5 @@ def test_docs_cli_md_is_current() -> None:
 
 def test_every_command_is_documented() -> None:
     text = render()
-    for command in ("trim", "info", "status", "read", "append", "logs create", "dev up"):
+    for command in ("trim", "info", "status", "read", "append", "logs create", "dev up", "compact"):
         assert f"`logstrand {command}`" in text, command

@@ -104,6 +104,20 @@ def test_trim_points_only_move_up(store: EpochStore) -> None:
     assert store.trim_point(2) == 0
 
 
+def test_compaction_state_counts_passes_and_its_clean_point_only_moves_up(
+    store: EpochStore,
+) -> None:
+    assert store.compaction(1) is None
+    store.record_compaction(1, 500, 4000, {"records_removed": 7})
+    late = store.record_compaction(1, 300, 9999, {"records_removed": 1})
+    assert late["clean_point"] == 500
+    assert late["clean_bytes"] == 4000
+    assert late["passes"] == 2
+    assert late["last_pass"] == {"records_removed": 1}
+    assert store.compaction(1) == late
+    assert store.compaction(2) is None
+
+
 def test_epoch_ends_are_kept_and_the_highest_seal_wins(store: EpochStore) -> None:
     assert store.epoch_end(1, 3) is None
     first = EpochEnd(lng_esn=10, bridge_esn=14, seal=5)
