@@ -365,21 +365,38 @@ class LogsDB:
         for p in self._partitions:
             p.bytes += part_bytes.get(p.id, 0)
 
-    def delete(self, log_id: int, lsns: Iterable[int], *, sync: bool = False) -> int:
+    def delete(
+        self, log_id: int, lsns: Iterable[int], *, sync: bool = False, present: bool = False
+    ) -> int:
         """Remove the copies of these LSNs of a log.  Returns how many were there.
 
         For compaction and for tests that destroy data; space comes back when
-        RocksDB compacts or the partition is dropped.  Directory entries keep
-        their ranges (their counts become approximate).
+        RocksDB compacts or the partition is dropped (``reclaim``).  Directory
+        entries keep their ranges (their counts become approximate).
+
+        ``present``: the caller just read these copies, so no lookup is needed
+        to find them where one partition alone covers the LSN (the count is
+        then the number asked for).
         """
         self._check_open()
         _check_log(log_id)
         batch = self._engine.new_batch()
         found = 0
+        ranges = sorted(
+            (e.first_lsn, e.last_lsn, pid) for pid, e in self._dir.get(log_id, {}).items()
+        )
+        cfs = {pid: self._partition_by_id(pid).cf for _, _, pid in ranges}
         for lsn in lsns:
-            part = self._existing_partition(log_id, lsn)
-            if part is not None:
-                batch.delete(part.cf, fmt.data_key(log_id, lsn))
+            part_cf: str | None = None
+            if present:
+                covering = [pid for lo, hi, pid in ranges if lo <= lsn <= hi]
+                if len(covering) == 1:
+                    part_cf = cfs[covering[0]]
+            if part_cf is None:
+                part = self._existing_partition(log_id, lsn)
+                part_cf = None if part is None else part.cf
+            if part_cf is not None:
+                batch.delete(part_cf, fmt.data_key(log_id, lsn))
                 found += 1
         if found:
             self._engine.write(batch, sync=sync)

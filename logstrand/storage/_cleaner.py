@@ -321,7 +321,7 @@ class Cleaner:
             )
             sizes = [len(p) if p is not None else 0 for p in batch.payloads]
             if gone:
-                db.delete(log, [batch.lsns[i] for i in gone], sync=False)
+                db.delete(log, [batch.lsns[i] for i in gone], sync=False, present=True)
             gone_bytes = sum(sizes[i] for i in gone)
             scanned += len(batch.lsns)
             removed += len(gone)
