@@ -509,12 +509,20 @@ class AsyncClient:
         Returns the sequencer's acknowledged tail (0 if it did not answer).
         """
         await self._require_log(log_id)
-        owner = self.view.sequencer_node(log_id)
-        if owner is None:
-            return 0
-        reply = await self._request(owner, lambda rid: GetSeqState(rid, log_id))
-        if isinstance(reply, LogInfoReply) and reply.status == Status.OK:
-            return reply.release_lsn
+        # A dead owner that the membership does not know of yet is routed
+        # around, as appends do: otherwise no sequencer would come up to
+        # release (or recover) what the dead one left, and a reader up to the
+        # tail would wait for it.
+        for _ in range(3):
+            owner = self.view.sequencer_node(log_id)
+            if owner is None:
+                return 0
+            reply = await self._request(owner, lambda rid: GetSeqState(rid, log_id))
+            if isinstance(reply, LogInfoReply) and reply.status == Status.OK:
+                return reply.release_lsn
+            if reply is not None:
+                return 0  # it answered (e.g. redirected): nothing more to do here
+            self.view.suspect(owner)
         return 0
 
     async def trim_point(self, log_id: int) -> int:

@@ -33,6 +33,7 @@ from ..wire import CleanPoint, Compact, CompactReply, DropCopies, DropReply
 
 if TYPE_CHECKING:
     from ..client import AsyncClient
+    from ..epochstore import LogAttributes
     from ..net import Connection
     from ._node import Node
 
@@ -103,6 +104,10 @@ class Cleaner:
                 await self._clean_one()
             except LogstrandError as exc:
                 _log.warning("node %d: cleaner: %s", self.node.node_id, exc)
+            except Exception:
+                # A bug in a pass must not take the node down: say so, go on.
+                self.node.metrics.compaction_uncleanable.labels("error").inc()
+                _log.exception("node %d: cleaner failed", self.node.node_id)
 
     async def _clean_one(self) -> None:
         node = self.node
@@ -162,11 +167,7 @@ class Cleaner:
     async def _pass(self, log: int) -> PassStats:
         node = self.node
         opts = node.options
-        attrs_ = node.view.log_attributes(log)
-        if attrs_ is None:
-            raise NotFoundError(f"log {log} does not exist")
-        if not attrs_.compacted:
-            raise LogstrandError(f"log {log} is not compacted", Status.NOTSUPPORTED)
+        attrs_ = await self._attributes(log)
         client = await self.client()
         store = node.view.store
         started = time.monotonic()
@@ -234,6 +235,9 @@ class Cleaner:
                 Status.AGAIN,
             )
         done = [replies[n] for n in nodes]
+        # A node whose release pointer lagged went less far: the clean point
+        # is where every node got to.
+        end = max(clean_before, min(r.done_to for r in done))
         copies = max(1, attrs_.replication_factor)
         stats = PassStats(
             log_id=log,
@@ -272,12 +276,31 @@ class Cleaner:
         )
         return stats
 
+    async def _attributes(self, log: int) -> LogAttributes:
+        """The log's attributes (the configuration read again if it is new here);
+        only compacted logs are cleaned."""
+        view = self.node.view
+        attrs_ = view.log_attributes(log)
+        if attrs_ is None:
+            await view.refresh()
+            attrs_ = view.log_attributes(log)
+        if attrs_ is None:
+            raise NotFoundError(f"log {log} does not exist")
+        if not attrs_.compacted:
+            raise LogstrandError(f"log {log} is not compacted", Status.NOTSUPPORTED)
+        return attrs_
+
     async def handle_compact(self, conn: Connection, msg: Compact) -> None:
         try:
             stats = await self.run_pass(msg.log_id)
             reply = CompactReply(msg.request_id, int(Status.OK), json.dumps(stats.to_json()))
         except LogstrandError as exc:
             reply = CompactReply(msg.request_id, int(exc.status), json.dumps({"error": str(exc)}))
+        except Exception as exc:
+            self.node.metrics.compaction_uncleanable.labels("error").inc()
+            _log.exception("node %d: compaction of log %d failed", self.node.node_id, msg.log_id)
+            error = json.dumps({"error": f"the pass failed: {exc!r}"[:1000]})
+            reply = CompactReply(msg.request_id, int(Status.FAILED), error)
         with contextlib.suppress(LogstrandError):
             await conn.send(reply)
 
@@ -286,8 +309,12 @@ class Cleaner:
     async def handle_drop(self, conn: Connection, msg: DropCopies) -> None:
         try:
             reply = await self.drop(msg)
-        except (LogstrandError, ValueError) as exc:
-            _log.warning("node %d: drop for log %d failed: %s", self.node.node_id, msg.log_id, exc)
+        except (LogstrandError, ValueError) as exc:  # e.g. not compacted, a malformed map
+            _log.warning("node %d: drop for log %d refused: %s", self.node.node_id, msg.log_id, exc)
+            status = exc.status if isinstance(exc, LogstrandError) else Status.INVALID_PARAM
+            reply = DropReply(msg.request_id, int(status), self.node.node_id)
+        except Exception:
+            _log.exception("node %d: drop for log %d failed", self.node.node_id, msg.log_id)
             reply = DropReply(msg.request_id, int(Status.FAILED), self.node.node_id)
         with contextlib.suppress(LogstrandError):
             await conn.send(reply)
@@ -297,15 +324,18 @@ class Cleaner:
         node = self.node
         db = node.db
         log = msg.log_id
+        await self._attributes(log)  # refuses a log that is not compacted
         offsets = OffsetMap.from_entries(msg.offsets)
+        # Only released records are ever cleaned, as this node knows them.
+        end = min(msg.end_lsn, node.release_of(log))
         # Readers may take LSNs missing up to here for compacted from now on:
         # only superseded copies go, never a key's latest record.
-        db.set_clean_point(log, msg.end_lsn)
+        db.set_clean_point(log, end)
         throttle = Throttle(msg.rate_bytes_s)
         scanned = removed = removed_bytes = kept_bytes = 0
         lsn = db.trim_point(log) + 1
-        while lsn <= msg.end_lsn:
-            batch = db.read_batch(log, lsn, msg.end_lsn, max_records=SCAN_RECORDS)
+        while lsn <= end:
+            batch = db.read_batch(log, lsn, end, max_records=SCAN_RECORDS)
             if not batch.lsns:
                 break
             tomb = [bool(f & FLAG_TOMBSTONE) for f in batch.flags]
@@ -315,7 +345,7 @@ class Cleaner:
                 batch.keys,
                 tomb,
                 offsets,
-                end=msg.end_lsn,
+                end=end,
                 old_clean_point=msg.old_clean_point,
                 tombstone_horizon_ms=msg.tombstone_horizon_ms,
             )
@@ -340,6 +370,7 @@ class Cleaner:
             removed,
             removed_bytes,
             kept_bytes,
+            end,
         )
 
     def on_clean_point(self, msg: CleanPoint) -> None:

@@ -534,6 +534,9 @@ class DropReply:
     removed: int = attrs.field(default=0, validator=f.u64)
     removed_bytes: int = attrs.field(default=0, validator=f.u64)
     kept_bytes: int = attrs.field(default=0, validator=f.u64)
+    #: How far the node went: ``end_lsn``, or less if its release pointer was
+    #: behind (it never touches what it has not seen released).
+    done_to: int = attrs.field(default=0, validator=f.u64)
 
 
 @message(44)

@@ -7,6 +7,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pytest
 
 import logstrand
@@ -36,6 +37,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
             store.create_logs(1, 49, compacted())
             store.create_logs(50, 50, compacted(delete_retention_ms=1))
             store.create_logs(51, 51, compacted(min_compaction_lag_ms=3_600_000))
+            store.create_logs(60, 60, LogAttributes(replication_factor=2))
         yield c
 
 
@@ -288,3 +290,31 @@ def test_the_cli_compacts_and_info_shows_the_clean_point(cluster: LocalCluster) 
     assert "999" in unknown.stderr
     bad = cli(cluster.url, "compact", "zero")
     assert bad.returncode == 2
+
+
+def test_a_node_refuses_to_drop_copies_of_a_log_that_is_not_compacted(
+    cluster: LocalCluster,
+) -> None:
+    """DROP_COPIES comes from the network: it must not delete a plain log's data."""
+    import trio
+
+    from logstrand.compaction import OffsetMap, hash_keys
+    from logstrand.errors import Status
+    from logstrand.wire import DropCopies, DropReply
+
+    with logstrand.connect(cluster.url) as client:
+        lsns = client.append_batch(60, [b"a", b"b"], keys=[b"k", b"k"])
+        m = OffsetMap(10 * 24)
+        m.put_many(hash_keys([b"k"]), np.array([lsns[1]], dtype=np.uint64))
+        ac = client.async_client
+
+        async def ask(node: int) -> object:
+            return await ac._request(
+                node, lambda rid: DropCopies(rid, 60, lsns[1], 0, 0, 0, m.entries())
+            )
+
+        for node in (1, 2, 3):
+            reply = trio.from_thread.run(ask, node, trio_token=client._token)
+            assert isinstance(reply, DropReply)
+            assert reply.status == Status.NOTSUPPORTED
+        assert [r.lsn for r in records(list(client.read(60)))] == lsns

@@ -166,7 +166,7 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         u64,
         st.binary(max_size=48),
     ),
-    DropReply: st.builds(DropReply, u64, statuses, u32, u64, u64, u64, u64),
+    DropReply: st.builds(DropReply, u64, statuses, u32, u64, u64, u64, u64, u64),
     CleanPoint: st.builds(CleanPoint, u64, u64),
     LogDirectory: st.builds(
         LogDirectory, u64, statuses, st.lists(u64, max_size=3).map(lambda xs: tuple(xs * 6))
