@@ -1,8 +1,10 @@
 """Backfill throughput and tail latency on a local 3-node cluster (R=2).
 
     python bench/read.py [--records 1000000] [--repeat 3] [--json out.json]
+                         [--batch 1000] [--keyed]
 
-- backfill: append N x 100 B and N/10 x 10 KiB records (batched), then read
+- backfill: append N x 100 B (in batches of ``--batch``, with one of 1,000
+  keys each when ``--keyed``) and N/10 x 10 KiB records, then read
   each log back from the start to the tail, single-copy delivery, in columns
   (``ReadStream.batches()``) and as ``Record`` objects; records/s and MB/s;
 - tail: one task appends 100 B records one at a time at 1,000/s (each
@@ -30,11 +32,19 @@ from logstrand.epochstore import LogAttributes, open_epoch_store
 from logstrand.testing import LocalCluster
 
 
-async def fill(client: logstrand.AsyncClient, log: int, n: int, size: int) -> None:
-    batch = 1000 if size <= 1024 else 100
+async def fill(
+    client: logstrand.AsyncClient,
+    log: int,
+    n: int,
+    size: int,
+    batch: int = 1000,
+    keyed: bool = False,
+) -> None:
+    batch = batch if size <= 1024 else 100
     payloads = [b"x" * size] * batch
+    keys = [b"key-%d" % (i % 1000) for i in range(batch)] if keyed else None
     for _ in range(n // batch):
-        await client.append_batch(log, payloads)
+        await client.append_batch(log, payloads, keys=keys)
 
 
 async def backfill(client: logstrand.AsyncClient, log: int, objects: bool) -> tuple[int, float]:
@@ -74,12 +84,12 @@ async def tail(client: logstrand.AsyncClient, log: int, n: int, rate: float) -> 
     return sorted(delivered[lsn] - acked[lsn] for lsn in acked if lsn in delivered)
 
 
-async def run_all(url: str, records: int, repeat: int) -> dict[str, Any]:
+async def run_all(url: str, records: int, repeat: int, batch: int, keyed: bool) -> dict[str, Any]:
     out: dict[str, list[float]] = {}
     async with logstrand.open_client(url) as client:
         for r in range(repeat):
             small, large = 10 + r * 3, 11 + r * 3
-            await fill(client, small, records, 100)
+            await fill(client, small, records, 100, batch, keyed)
             await fill(client, large, records // 10, 10 * 1024)
             for log, size in ((small, 100), (large, 10 * 1024)):
                 for objects in (False, True):
@@ -97,6 +107,8 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--batch", type=int, default=1000, help="records per append of 100 B")
+    ap.add_argument("--keyed", action="store_true", help="100 B records with keys")
     args = ap.parse_args()
     with (
         tempfile.TemporaryDirectory(prefix="logstrand-bench-") as d,
@@ -104,8 +116,12 @@ def main() -> None:
     ):
         with open_epoch_store(cluster.url) as store:
             store.create_logs(1, 1000, LogAttributes(replication_factor=2))
-        res = trio.run(run_all, cluster.url, args.records, args.repeat)
-    print(f"3 nodes, R=2, single-copy delivery, median of {args.repeat} runs")
+        res = trio.run(run_all, cluster.url, args.records, args.repeat, args.batch, args.keyed)
+    keyed = ", keyed" if args.keyed else ""
+    print(
+        f"3 nodes, R=2, single-copy delivery, 100 B appended {args.batch} a batch{keyed}, "
+        f"median of {args.repeat} runs"
+    )
     print("| case | records/s | MB/s |")
     print("|---|---|---|")
     for size, label in ((100, "100 B"), (10 * 1024, "10 KiB")):

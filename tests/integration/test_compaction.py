@@ -271,7 +271,7 @@ def test_disk_space_comes_back(cluster: LocalCluster) -> None:
 
 
 def test_the_cli_compacts_and_info_shows_the_clean_point(cluster: LocalCluster) -> None:
-    from tests.integration.test_operations import cli, ok
+    from tests.integration.test_operations import cli, ok, scrape_all
 
     with logstrand.connect(cluster.url) as client:
         appended = updates(client, 5, keys=4, rounds=10)
@@ -290,6 +290,15 @@ def test_the_cli_compacts_and_info_shows_the_clean_point(cluster: LocalCluster) 
     assert "999" in unknown.stderr
     bad = cli(cluster.url, "compact", "zero")
     assert bad.returncode == 2
+    plain = cli(cluster.url, "compact", "60")
+    assert plain.returncode == 1
+    assert "not compacted" in plain.stderr
+    metrics = scrape_all(cluster)
+    assert metrics["logstrand_compaction_passes_total"] >= 2
+    assert metrics["logstrand_compaction_records_removed_total"] >= 2 * 36  # R=2 copies
+    assert metrics["logstrand_compaction_bytes_removed_total"] > 0
+    assert 0 < metrics["logstrand_compaction_map_fill"] <= 3
+    assert metrics['logstrand_compaction_uncleanable_total{reason="notsupported"}'] >= 1
 
 
 def test_a_node_refuses_to_drop_copies_of_a_log_that_is_not_compacted(
