@@ -187,7 +187,8 @@ class Cleaner:
                 young = next((i for i, t in enumerate(batch.timestamps_ms) if t > lag_cut), n)
                 keyed = [i for i in range(young) if batch.keys[i] is not None]
                 h = hash_keys([batch.keys[i] for i in keyed])  # type: ignore[misc]
-                take = offsets.fits(h)
+                # Each record adds at most one key: probe for room only when short.
+                take = len(keyed) if offsets.room >= len(keyed) else offsets.fits(h)
                 if take < len(keyed):
                     # The map is full: this pass ends before the first key it
                     # has no room for; the next one goes on from there.
