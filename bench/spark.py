@@ -13,7 +13,9 @@ keys; then one local[2] SparkSession runs, ``--repeat`` times each:
 and the same three on a Parquet copy of the very same rows, written by the
 same session.  Rows/s are medians; the ratio is logstrand over Parquet.
 Parquet's ``count()`` reads only footers: its ratio says how far a log scan
-is from no scan at all.
+is from no scan at all.  For the logstrand ``count()`` it also prints where
+the machine's CPU went: the three nodes, and everything else (Spark's JVM,
+its Python workers, this driver), in cores busy, from /proc.
 """
 
 from __future__ import annotations
@@ -90,6 +92,21 @@ def _time(fn: Any) -> float:
     return time.perf_counter() - t0
 
 
+def _busy_s() -> float:
+    """CPU seconds the whole machine spent busy so far (all cores, /proc/stat)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_s(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--records", type=int, default=1_000_000)
@@ -130,6 +147,13 @@ def main() -> None:
                 "sum(length(payload))": lambda d: d.agg(F.sum(F.length("payload"))).collect(),
             }
             results: list[dict[str, Any]] = []
+            pids = [p.pid for p in cluster.procs.values()]
+            nodes0, busy0, t0 = _cpu_s(pids), _busy_s(), time.perf_counter()
+            for _ in range(args.repeat):
+                df.count()
+            wall = time.perf_counter() - t0
+            nodes_cores = (_cpu_s(pids) - nodes0) / wall
+            rest_cores = (_busy_s() - busy0) / wall - nodes_cores
             for name, q in queries.items():
                 ours = [n / _time(lambda q=q: q(df)) for _ in range(args.repeat)]
                 theirs = [n / _time(lambda q=q: q(pq)) for _ in range(args.repeat)]
@@ -155,6 +179,11 @@ def main() -> None:
             f"| {r['query']} | {r['logstrand_rows_s']:,.0f} | {r['parquet_rows_s']:,.0f} "
             f"| {ratio:.2f}x |"
         )
+    print(
+        f"\nduring logstrand count(): nodes {nodes_cores:.2f} cores, "
+        f"everything else (JVM, Python workers, driver) {rest_cores:.2f} cores, "
+        f"of {os.cpu_count()}"
+    )
     if args.json:
         args.json.write_text(
             json.dumps(
@@ -164,6 +193,7 @@ def main() -> None:
                     "partitions": args.partitions,
                     "repeat": args.repeat,
                     "fill_rec_s": fill,
+                    "count_cpu_cores": {"nodes": nodes_cores, "rest": rest_cores},
                     "results": results,
                     "cores": os.cpu_count(),
                 },

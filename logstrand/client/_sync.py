@@ -17,12 +17,13 @@ import trio
 from ..errors import ClosedError
 from ..types import LSN_OLDEST, TAIL, Gap, Record, _Tail
 from ._async import AsyncClient, open_client
+from ._columns import ColumnBatch
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
     from ..wire import LogInfoReply, NodeStatus
-    from ._columns import ColumnBatch, LogSegment
+    from ._columns import LogSegment
     from ._settings import ClientSettings
 
 
@@ -159,17 +160,8 @@ class Client:
         Far cheaper per record than ``read`` (no object per record); what
         bulk consumers such as the Spark data source use.
         """
-        client = self.async_client
-        stream = client.read(log_id, start, until)
-        try:
-            while True:
-                batch = self._call(stream.next_columns)
-                if batch is None:
-                    return
-                yield batch
-        finally:
-            with contextlib.suppress(ClosedError):
-                self._call(stream.aclose)
+        for items in self.read_batches(log_id, start, until):
+            yield ColumnBatch.of(log_id, items)
 
     def compact(self, log_id: int, *, timeout_s: float = 900.0) -> dict[str, Any]:
         """Run a compaction pass now and return its stats (see ``AsyncClient.compact``)."""

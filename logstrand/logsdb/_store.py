@@ -403,18 +403,17 @@ class LogsDB:
         return found
 
     def reclaim(self, log_id: int) -> None:
-        """Make deletions of a log's copies durable and give their space back:
-        sync the WAL and compact the log's key range in each partition holding
-        it (for compaction; RocksDB would otherwise keep deleted values until
-        it compacts those files on its own)."""
+        """Make deletions of a log's copies durable and give their space back
+        (for compaction; RocksDB would otherwise keep deleted values until it
+        compacts those files on its own).
+
+        Flushing every column family makes the deletions durable, and lets the
+        write-ahead log files that hold the removed values go; compacting the
+        log's key range in each partition then drops the values themselves.
+        """
         self._check_open()
         _check_log(log_id)
-        batch = self._engine.new_batch()
-        batch.put(META_CF, fmt.log_key("clean", log_id), fmt.pack_u64(self.clean_point(log_id)))
-        self._engine.write(batch, sync=True)
         lo, hi = fmt.data_key(log_id, 0), fmt.data_key(log_id, LSN_MAX)
-        # Flush every column family first: the write-ahead log files that hold
-        # the removed values can go only once no memtable needs them.
         self._engine.flush()
         for pid in list(self._dir.get(log_id, {})):
             self._engine.compact_range(self._partition_by_id(pid).cf, lo, hi)
