@@ -56,6 +56,15 @@ def node(
             help="Seconds a new sequencer waits before recovering earlier epochs (for tests).",
         ),
     ] = 0.0,
+    recovery_stall: Annotated[
+        float,
+        typer.Option(
+            min=0.1,
+            help="Seconds a new sequencer may take to recover earlier epochs before it "
+            "reports the log stalled (error log, metric, `logstrand info`) and refuses "
+            "appends until it has.",
+        ),
+    ] = 10.0,
     compaction_interval: Annotated[
         float,
         typer.Option(
@@ -95,6 +104,7 @@ def node(
     async def main() -> None:
         options = NodeOptions(
             recovery_grace_s=recovery_grace,
+            recovery_stall_s=recovery_stall,
             maintenance_s=maintenance_interval,
             compaction_interval_s=compaction_interval,
             compaction_map_bytes=map_bytes,

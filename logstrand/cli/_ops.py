@@ -11,8 +11,9 @@ from rich.table import Table
 
 from .._units import format_bytes, format_duration_ms
 from ..epochstore import parse_log_range
-from ..errors import InvalidArgumentError, LogstrandError
+from ..errors import InvalidArgumentError, LogstrandError, Status
 from ..types import format_lsn, parse_lsn
+from ..wire import SeqState
 from ._common import (
     EXIT_FAILED,
     JsonOption,
@@ -110,6 +111,35 @@ def trim(
         raise typer.Exit(EXIT_FAILED)
 
 
+def _sequencer_doc(state: SeqState | None) -> dict[str, Any] | None:
+    if state is None or state.status != Status.OK:
+        return None
+    return {
+        "epoch": state.epoch,
+        "recovered": state.recovered,
+        "recovering_s": round(state.recovering_ms / 1000, 3),
+        "stalled": state.stalled,
+        "recovery_attempts_failed": state.attempts_failed,
+        "recovery_error": state.error,
+    }
+
+
+def _recovery_text(seq: dict[str, Any] | None) -> str:
+    if seq is None:
+        return "- (the sequencer did not answer)"
+    if seq["recovered"]:
+        return f"done (epoch {seq['epoch']} releases its records)"
+    text = (
+        f"in progress for {seq['recovering_s']:.1f} s, "
+        f"{seq['recovery_attempts_failed']} attempts failed"
+    )
+    if seq["recovery_error"]:
+        text += f" (last: {seq['recovery_error']})"
+    if seq["stalled"]:
+        text = f"[red]STALLED[/]: {text}; appends are refused until it finishes"
+    return text
+
+
 def info(
     log: Annotated[int, typer.Argument(help="Log id.", min=1)],
     url: UrlOption = None,
@@ -128,6 +158,7 @@ def info(
         tail = client.tail_lsn(log)
         infos = client.log_info(log)
         sequencer = client.async_client.view.sequencer_node(log)
+        seq_state = client.sequencer_state(log)
     current = epochs.current
     nodeset = list(current.nodeset) if current else []
     copies = max(1, attributes.replication_factor)
@@ -139,6 +170,7 @@ def info(
         "epoch": epochs.next_epoch - 1,
         "last_clean_epoch": lce,
         "sequencer_node": sequencer,
+        "sequencer": _sequencer_doc(seq_state),
         "nodeset": nodeset,
         "replication_factor": attributes.replication_factor,
         "replicate_across": attributes.replicate_across,
@@ -177,6 +209,7 @@ def info(
         ("tail", format_lsn(tail)),
         ("epoch", f"{doc['epoch']} (last clean {lce})"),
         ("sequencer", "-" if sequencer is None else f"node {sequencer}"),
+        ("recovery", _recovery_text(doc["sequencer"])),
         ("nodeset", " ".join(str(n) for n in doc["nodeset"]) or "-"),
         ("replication", f"{attributes.replication_factor} across {attributes.replicate_across}"),
         ("retention", "forever" if retention is None else format_duration_ms(retention)),

@@ -50,6 +50,7 @@ from ..wire import (
     NodeStatus,
     ReadRecords,
     RecordBatch,
+    SeqState,
     Trim,
 )
 from ._columns import LogSegment
@@ -508,6 +509,14 @@ class AsyncClient:
 
         Returns the sequencer's acknowledged tail (0 if it did not answer).
         """
+        state = await self.sequencer_state(log_id)
+        return state.tail_lsn if state is not None and state.status == Status.OK else 0
+
+    async def sequencer_state(self, log_id: int) -> SeqState | None:
+        """The log's sequencer as its node sees it (activating one if none
+        runs): tail, epoch, and how the recovery of earlier epochs stands.
+        None when no node answered.
+        """
         await self._require_log(log_id)
         # A dead owner that the membership does not know of yet is routed
         # around, as appends do: otherwise no sequencer would come up to
@@ -516,14 +525,12 @@ class AsyncClient:
         for _ in range(3):
             owner = self.view.sequencer_node(log_id)
             if owner is None:
-                return 0
+                return None
             reply = await self._request(owner, lambda rid: GetSeqState(rid, log_id))
-            if isinstance(reply, LogInfoReply) and reply.status == Status.OK:
-                return reply.release_lsn
-            if reply is not None:
-                return 0  # it answered (e.g. redirected): nothing more to do here
+            if isinstance(reply, SeqState):
+                return reply  # OK, or e.g. REDIRECTED: it answered
             self.view.suspect(owner)
-        return 0
+        return None
 
     async def trim_point(self, log_id: int) -> int:
         """The log's trim point: records at or below it are gone (0: never trimmed)."""

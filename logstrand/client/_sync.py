@@ -22,7 +22,7 @@ from ._columns import ColumnBatch
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-    from ..wire import LogInfoReply, NodeStatus
+    from ..wire import LogInfoReply, NodeStatus, SeqState
     from ._columns import LogSegment
     from ._settings import ClientSettings
 
@@ -175,6 +175,11 @@ class Client:
     def log_directory(self, log_id: int) -> list[LogSegment]:
         """The nodes' partition directory entries of the log (see ``AsyncClient``)."""
         return list(self._call(self.async_client.log_directory, log_id))
+
+    def sequencer_state(self, log_id: int) -> SeqState | None:
+        """The log's sequencer as its node sees it (see ``AsyncClient.sequencer_state``)."""
+        state: SeqState | None = self._call(self.async_client.sequencer_state, log_id)
+        return state
 
     def tail_lsn(self, log_id: int) -> int:
         return int(self._call(self.async_client.tail_lsn, log_id))

@@ -63,6 +63,8 @@ class ReplyAppend:
     count: int = 0
     timestamp_ms: int = 0
     message: str = ""
+    #: With REDIRECTED: the node that runs the log's sequencer.
+    redirect: int | None = None
 
 
 @attrs.frozen
@@ -88,6 +90,9 @@ class _Appender:
     excluded: set[int] = attrs.Factory(set)
     deadline: float = 0.0
     done: bool = False
+    #: Waves that ended because their time ran out (not because a node
+    #: refused): each doubles the next wave's time, the cluster may be slow.
+    timed_out: int = 0
 
     @property
     def last_esn(self) -> int:
@@ -147,6 +152,7 @@ class SequencerCore:
         self._ids = ids if ids is not None else itertools.count(1)
         self._bytes = 0
         self.waves_retried = 0
+        self._waves_reported = 0
 
     # -- input ------------------------------------------------------------
 
@@ -214,13 +220,26 @@ class SequencerCore:
         for app in list(self._window.values()):
             if not app.done and app.deadline <= now:
                 # The nodes that did not answer in time are slow: try others.
+                if app.copyset:
+                    app.timed_out += 1
                 app.excluded.update(n for n in app.copyset if n not in app.acked)
                 actions += self._start_wave(app, now)
         return actions
 
     def set_recovered(self) -> list[Action]:
+        assert not self.preempted, "a preempted sequencer recovers nothing"
         self.recovered = True
         return self._maybe_release()
+
+    def preempt(self) -> list[Action]:
+        """A newer sequencer took over (its recovery overtook ours): fail every
+        pending append with PREEMPTED and take no more."""
+        return self._preempt()
+
+    def take_waves_retried(self) -> int:
+        """Waves started again since the last call (for a counter metric)."""
+        n, self._waves_reported = self.waves_retried - self._waves_reported, self.waves_retried
+        return n
 
     # -- queries ----------------------------------------------------------
 
@@ -258,18 +277,18 @@ class SequencerCore:
         if app.wave > 1:
             self.waves_retried += 1
         app.acked.clear()
-        exclude = app.excluded | self.down
-        copyset = self.selector.select(exclude)
-        if copyset is None and app.excluded:
-            # Everyone was excluded once: give them all another chance.
-            app.excluded.clear()
-            copyset = self.selector.select(self.down)
+        copyset = self.selector.select(app.excluded | self.down)
         if copyset is None:
+            # Every candidate failed once (or too few are alive): try them all
+            # again after a pause, never at once.  A node that refuses
+            # connections fails a STORE in no time, and an immediate new wave
+            # on it would spin (it once recursed until the node crashed).
+            app.excluded.clear()
             app.copyset = ()
             app.deadline = now + self.retry_wait_s
             return []
         app.copyset = copyset
-        timeout = min(self.store_timeout_s * 2 ** min(app.wave - 1, 8), self.store_timeout_max_s)
+        timeout = min(self.store_timeout_s * 2 ** min(app.timed_out, 8), self.store_timeout_max_s)
         app.deadline = now + timeout
         store = Store(
             (app.seq_id << _WAVE_BITS) | (app.wave & 0xFFFF),

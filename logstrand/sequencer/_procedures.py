@@ -39,6 +39,10 @@ Rules the procedures keep:
    and must not serve them.
 6. Epoch e is marked clean (LCE) only after all that; the caller releases
    epoch E's own records only after every earlier epoch is clean.
+7. A recovery never gives up while its sequencer stands: it completes as soon
+   as R nodes of the nodeset take its copies and an f-majority answers for
+   its digest.  A failed attempt is retried after a pause that starts well
+   under a second, and each attempt asks afresh which nodes are alive.
 """
 
 from __future__ import annotations
@@ -65,6 +69,11 @@ _log = logging.getLogger("logstrand.recovery")
 RECOVERY_STORE_BIT = 1 << 63
 CHUNK_RECORDS = 10_000
 DIGEST_ROUNDS_MAX = 1000
+#: A failed recovery attempt is tried again after this pause, doubling up to
+#: ``RETRY_MAX_S``: soon enough that a node that just came back (or a
+#: membership that just caught up) is used at once.
+RETRY_FIRST_S = 0.05
+RETRY_MAX_S = 1.0
 
 
 # -- commands ------------------------------------------------------------------
@@ -73,12 +82,14 @@ DIGEST_ROUNDS_MAX = 1000
 @attrs.frozen
 class Ask:
     """Send each request (its ``request_id`` is filled in by the driver) and
-    resume with ``{node_id: reply}`` for the nodes that answered within
-    ``timeout_s``, or as soon as ``enough(replies)`` holds."""
+    resume with ``{node_id: reply}`` for the nodes that answered: when all
+    did, or ``settle_s`` after ``enough(replies)`` first held (at once when
+    ``settle_s`` is 0), or at ``timeout_s``."""
 
     requests: tuple[tuple[int, Any], ...]
     timeout_s: float
     enough: Callable[[Mapping[int, Any]], bool] | None = None
+    settle_s: float = 0.0
 
 
 @attrs.frozen
@@ -169,7 +180,9 @@ def rebroadcast_release(log_id: int, nodeset: tuple[int, ...], timeout_s: float)
     RELEASEs are sent once and kept in memory; a node that restarted, or missed
     the last one, would otherwise hold readers back.
     """
-    replies = yield Ask(tuple((n, LogInfo(0, log_id)) for n in nodeset), timeout_s)
+    # Best effort: the nodes that answer soon enough.
+    asks = tuple((n, LogInfo(0, log_id)) for n in nodeset)
+    replies = yield Ask(asks, timeout_s, _answered(1), settle_s=0.1)
     best = max((r.release_lsn for r in replies.values() if isinstance(r, LogInfoReply)), default=0)
     if best:
         for n in nodeset:
@@ -190,15 +203,26 @@ def recover(
     ask_timeout_s: float = 2.0,
     digest_timeout_s: float = 5.0,
     store_timeout_s: float = 3.0,
+    settle_s: float = 0.1,
     cancelled: Callable[[], bool] = lambda: False,
+    on_error: Callable[[str], None] = lambda _: None,
 ) -> Procedure:
     """Recover every unclean epoch below ``epoch``; retries until done.
+
+    Questions to the nodeset resume ``settle_s`` after an f-majority answered
+    (or when all did): one lost or slow node does not cost a whole timeout in
+    every step of every epoch.
+
+    A failed attempt (too few nodes answered, or took the decisions) is
+    reported to ``on_error`` and tried again after a short, growing pause
+    (``RETRY_FIRST_S`` doubling up to ``RETRY_MAX_S``); every attempt asks
+    ``alive()`` afresh which nodes to use.
 
     Returns True once every earlier epoch is clean, False if the recovery
     was overtaken (a newer sequencer sealed the log) or ``cancelled()``.
     """
     state = LogEpochs(epoch + 1, tuple(history))
-    backoff = 0.1
+    backoff = RETRY_FIRST_S
     while not cancelled():
         try:
             lce = yield EpochStoreCall("last_clean_epoch", (log_id,))
@@ -214,9 +238,7 @@ def recover(
                     make_selector(meta),
                     alive,
                     now_ms,
-                    ask_timeout_s,
-                    digest_timeout_s,
-                    store_timeout_s,
+                    _Timeouts(ask_timeout_s, digest_timeout_s, store_timeout_s, settle_s),
                 )
                 with contextlib.suppress(StaleError):  # a later sequencer got further
                     yield EpochStoreCall("set_last_clean_epoch", (log_id, e))
@@ -225,10 +247,32 @@ def recover(
             _log.info("log %d: recovery in epoch %d overtaken: %s", log_id, epoch, exc)
             return False
         except LogstrandError as exc:
-            _log.warning("log %d: recovery in epoch %d: %s (retrying)", log_id, epoch, exc)
+            _log.warning(
+                "log %d: recovery in epoch %d: %s (again in %.2f s)", log_id, epoch, exc, backoff
+            )
+            on_error(str(exc))
             yield Sleep(backoff)
-            backoff = min(backoff * 2, 2.0)
+            backoff = min(backoff * 2, RETRY_MAX_S)
+    _log.info("log %d: recovery in epoch %d stops: the sequencer was replaced", log_id, epoch)
     return False
+
+
+@attrs.frozen
+class _Timeouts:
+    ask_s: float
+    digest_s: float
+    store_s: float
+    settle_s: float
+
+
+def _answered(need: int) -> Callable[[Mapping[int, Any]], bool]:
+    """``Ask.enough``: at least ``need`` nodes answered OK."""
+
+    def enough(replies: Mapping[int, Any]) -> bool:
+        ok = sum(getattr(r, "status", None) == Status.OK for r in replies.values())
+        return bool(ok >= need)
+
+    return enough
 
 
 def _recover_epoch(
@@ -239,15 +283,16 @@ def _recover_epoch(
     selector: CopysetSelector,
     alive: Callable[[], Container[int]],
     now_ms: Callable[[], int],
-    ask_timeout_s: float,
-    digest_timeout_s: float,
-    store_timeout_s: float,
+    t: _Timeouts,
 ) -> Procedure:
-    infos = yield Ask(tuple((n, LogInfo(0, log_id)) for n in meta.nodeset), ask_timeout_s)
+    fmaj = f_majority(meta)
+    infos = yield Ask(
+        tuple((n, LogInfo(0, log_id)) for n in meta.nodeset), t.ask_s, _answered(fmaj), t.settle_s
+    )
     infos = [r for r in infos.values() if isinstance(r, LogInfoReply) and r.status == Status.OK]
-    if len(infos) < f_majority(meta):
+    if len(infos) < fmaj:
         raise LogstrandError(
-            f"epoch {e}: {len(infos)} release pointers, need {f_majority(meta)}",
+            f"epoch {e}: {len(infos)} release pointers, need {fmaj}",
             Status.NOSEQUENCER,
         )
     released = max(i.release_lsn for i in infos)
@@ -263,9 +308,13 @@ def _recover_epoch(
         pending = [n for n in meta.nodeset if n not in rec.complete and n in start]
         if rec.ready or not pending:
             break
+        # Enough once an f-majority has complete digests with these pages.
+        missing = max(0, fmaj - len(rec.complete))
         replies = yield Ask(
             tuple((n, GetDigest(0, log_id, e, start[n], seal - 1)) for n in pending),
-            digest_timeout_s,
+            t.digest_s,
+            _answered(min(missing, len(pending))),
+            t.settle_s,
         )
         for n in pending:
             reply = replies.get(n)
@@ -296,7 +345,7 @@ def _recover_epoch(
             f"epoch {e}: {len(rec.complete)} digests, need {rec.f_majority}", Status.NOSEQUENCER
         )
     plan = rec.decide()
-    yield from _write(log_id, e, seal, plan, selector, alive, now_ms(), store_timeout_s)
+    yield from _write(log_id, e, seal, plan, selector, alive, now_ms(), t.store_s)
     # Tell the nodes (through the epoch store) which copies of the epoch are
     # good, before any of them may hand the epoch's end to readers.
     yield EpochStoreCall("record_epoch_end", (log_id, e, EpochEnd(lng, plan[-1].esn, seal)))
@@ -341,25 +390,29 @@ def _store_chunk(
     alive: Callable[[], Container[int]],
     timeout_s: float,
 ) -> Procedure:
-    def dead() -> set[int]:
-        live = alive()
-        return {n for n in selector.nodeset if n not in live}
+    """Store one chunk of decisions on R nodes.
 
-    excluded = dead()
-    for _ in range(20):
-        copyset = selector.select(excluded)
+    A node that fails is not picked again for this chunk; when no copyset is
+    left among the nodes believed alive, this attempt fails at once, and the
+    caller tries again after a pause, with a fresh view of who is alive.
+    """
+    live = alive()
+    failed: set[int] = {n for n in selector.nodeset if n not in live}
+    for _ in range(len(selector.nodeset)):  # each round rules out one node more
+        copyset = selector.select(failed)
         if copyset is None:
-            excluded = dead()
-            copyset = selector.select(excluded)
-            if copyset is None:
-                raise LogstrandError("too few nodes for recovery", Status.NOSEQUENCER)
+            break
         # The driver gives the STORE a store id of its own (RECOVERY_STORE_BIT set).
         msg = StoreMsg(RECOVERY_STORE_BIT, log_id, seal, copyset, 0, True, batch, seal)
         statuses = yield StoreCopies(msg, timeout_s)
         if any(statuses.get(n) == Status.PREEMPTED for n in copyset):
             raise PreemptedError(f"log {log_id}: a newer sequencer sealed it")
-        failed = {n for n in copyset if statuses.get(n) != Status.OK}
-        if not failed:
+        bad = {n for n in copyset if statuses.get(n) != Status.OK}
+        if not bad:
             return
-        excluded |= failed
-    raise LogstrandError("recovery could not store its decisions", Status.NOSEQUENCER)
+        failed |= bad
+    raise LogstrandError(
+        f"recovery could not store its decisions on {selector.replication} nodes "
+        f"(down or failing: {sorted(failed)})",
+        Status.NOSEQUENCER,
+    )

@@ -50,6 +50,28 @@ class NodeMetrics:
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
             registry=r,
         )
+        self.recovery_attempts_failed = Counter(
+            "logstrand_recovery_attempts_failed",
+            "Recovery attempts that failed and were tried again",
+            registry=r,
+        )
+        self.recovery_stalls = Counter(
+            "logstrand_recovery_stalls",
+            "Recoveries that did not finish within --recovery-stall",
+            registry=r,
+        )
+        self.recovery_stalled = Gauge(
+            "logstrand_recovery_stalled",
+            "Logs whose sequencer here is past --recovery-stall without having recovered "
+            "(their appends are refused)",
+            registry=r,
+        )
+        self.releases_overdue = Gauge(
+            "logstrand_releases_overdue",
+            "Logs with copies here that stay unreleased past the watch's bound "
+            "(their sequencer died or stalls; the node asks the log's owner)",
+            registry=r,
+        )
         self.sequencers = Gauge(
             "logstrand_sequencers", "Sequencers running on this node", registry=r
         )

@@ -54,6 +54,7 @@ from ..wire import (
     Release,
     Seal,
     SealReply,
+    SeqState,
     StartRead,
     StopRead,
     Store,
@@ -66,6 +67,7 @@ from ._cleaner import Cleaner
 from ._metrics import NodeMetrics
 from ._procedures import ProcedureRunner
 from ._reads import ReadStreams
+from ._release_watch import ReleaseWatch
 from ._sequencers import SequencerHost
 
 _log = logging.getLogger("logstrand.node")
@@ -88,6 +90,10 @@ class NodeOptions:
     #: (it takes appends meanwhile, and releases them after).  Tests use it to
     #: kill a sequencer in the middle of its recovery.
     recovery_grace_s: float = 0.0
+    #: A sequencer whose recovery of the earlier epochs has not finished this
+    #: long after activation is *stalled*: it logs an error, counts it, shows
+    #: it in ``logstrand info``, and refuses appends (NOTREADY) until done.
+    recovery_stall_s: float = 10.0
     #: How often the node applies trims it missed, retention, and drops
     #: partitions whose records are all trimmed.
     maintenance_s: float = 10.0
@@ -125,6 +131,7 @@ class Node:
         self.procedures = ProcedureRunner(self)
         self.cleaner = Cleaner(self)
         self.release: dict[int, int] = {}
+        self.release_watch = ReleaseWatch()
         self._started = time.monotonic()
         # How recoveries ended past epochs, from the epoch store, per (log, epoch).
         self.epoch_ends: dict[tuple[int, int], EpochEnd | None] = {}
@@ -168,6 +175,9 @@ class Node:
                 functools.partial(LogsDB.open, data_dir, self.logsdb_options)
             )
             self.release = {log: self.db.release_pointer(log) for log in self.db.logs()}
+            now = trio.current_time()
+            for log, release in self.release.items():
+                self.release_watch.stored(log, self.db.last_lsn(log), release, now)
             try:
                 listeners = await trio.open_tcp_listeners(cfg.port, host=cfg.host)
                 session = await trio.to_thread.run_sync(store.register_member, self.node_id)
@@ -325,6 +335,12 @@ class Node:
             except Exception:
                 _log.exception("node %d: store failed", self.node_id)
                 status = Status.FAILED
+            if status == Status.OK:
+                now = trio.current_time()
+                for p in puts:
+                    if p.records.lsns:
+                        release = self.release.get(p.log_id, 0)
+                        self.release_watch.stored(p.log_id, p.records.lsns[-1], release, now)
             m = self.metrics
             m.group_commit_seconds.observe(time.perf_counter() - t0)
             m.group_commits.inc()
@@ -394,7 +410,7 @@ class Node:
         async def handle(msg: Any) -> None:
             if isinstance(msg, StoreReply):
                 await self._replies_in.send(msg)
-            elif isinstance(msg, LogInfoReply | SealReply | Digest):
+            elif isinstance(msg, LogInfoReply | SealReply | Digest | SeqState):
                 waiter = self._peer_waiters.get(msg.request_id)
                 if waiter is not None:
                     self._peer_replies[msg.request_id] = msg
@@ -409,6 +425,24 @@ class Node:
             self.release[msg.log_id] = msg.lsn
             self._release_dirty.add(msg.log_id)
             self.reads.released(msg.log_id)
+            self.release_watch.released(msg.log_id, msg.lsn, trio.current_time())
+
+    async def _ask_for_release(self, log_id: int) -> None:
+        """Copies of the log stay unreleased here: have its owner run a
+        sequencer, and take what it has released (see ``ReleaseWatch``)."""
+        owner = self.view.sequencer_node(log_id)
+        if owner is None:
+            return
+        if owner == self.node_id:
+            await self.sequencers.poke(log_id)
+            return
+        reply = await self.ask_peer(owner, lambda rid: GetSeqState(rid, log_id))
+        if not isinstance(reply, SeqState):
+            return
+        if reply.status == Status.OK:
+            self.on_release(Release(log_id, reply.released_lsn))
+        elif reply.status == Status.NOTFOUND:
+            self.release_watch.forget(log_id)
 
     def release_of(self, log_id: int) -> int:
         return self.release.get(log_id, 0)
@@ -472,7 +506,7 @@ class Node:
             len(db.partitions()),
             db.disk_bytes(),
             len(db.logs()),
-            tuple(sorted(self.sequencers.sequencers)),
+            tuple(self.sequencers.sequencers),
             int(time.monotonic() - self._started),
         )
 
@@ -513,9 +547,17 @@ class Node:
         self.metrics.disk_bytes.set(db.disk_bytes())
 
     async def _ticker(self) -> None:
+        next_gauges = 0.0
         while True:
             await trio.sleep(self.options.tick_s)
             await self.sequencers.tick()
+            now = trio.current_time()
+            for log_id in self.release_watch.due(now):
+                self.nursery.start_soon(self._ask_for_release, log_id)
+            if now >= next_gauges:
+                next_gauges = now + 1.0
+                self.sequencers.gauges()
+                self.metrics.releases_overdue.set(len(self.release_watch.overdue(now)))
 
 
 async def _noop(conn: Connection) -> None:

@@ -20,6 +20,8 @@ from ..sequencer import _procedures as procs
 from ..wire import Release, StoreReply
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..epochstore import EpochMetadata
     from ._node import Node
 
@@ -61,7 +63,13 @@ class ProcedureRunner:
                 error = exc  # the procedure decides what an error means
 
     async def recover(
-        self, log_id: int, epoch: int, history: list[EpochMetadata], cancelled: Any
+        self,
+        log_id: int,
+        epoch: int,
+        history: list[EpochMetadata],
+        *,
+        cancelled: Callable[[], bool],
+        on_error: Callable[[str], None],
     ) -> bool:
         """Recover every unclean epoch below ``epoch`` (see ``procs.recover``)."""
         node = self.node
@@ -75,6 +83,11 @@ class ProcedureRunner:
                 domains=view.domains(meta.replicate_across),
             )
 
+        def alive() -> set[int]:
+            # Members the node could not reach lately are left out: a killed
+            # node stays a member until its lease or session runs out.
+            return {n for n in view.alive if not view.suspected(n)}
+
         t0 = time.monotonic()
         done = await self.run(
             procs.recover(
@@ -82,9 +95,10 @@ class ProcedureRunner:
                 epoch,
                 history,
                 selector,
-                lambda: view.alive,
+                alive,
                 node.now_ms,
                 cancelled=cancelled,
+                on_error=on_error,
             )
         )
         if done:
@@ -112,13 +126,20 @@ class ProcedureRunner:
 
     async def _ask(self, cmd: procs.Ask) -> dict[int, Any]:
         replies: dict[int, Any] = {}
+        settling = False
 
         async def one(node_id: int, msg: Any, scope: trio.CancelScope) -> None:
+            nonlocal settling
             reply = await self._request(node_id, msg, cmd.timeout_s)
-            if reply is not None:
-                replies[node_id] = reply
-                if cmd.enough is not None and cmd.enough(replies):
-                    scope.cancel()
+            if reply is None:
+                return
+            replies[node_id] = reply
+            if len(replies) == len(cmd.requests):
+                scope.cancel()
+            elif not settling and cmd.enough is not None and cmd.enough(replies):
+                # Enough answers: wait a little longer for the rest, no more.
+                settling = True
+                scope.deadline = min(scope.deadline, trio.current_time() + cmd.settle_s)
 
         with trio.move_on_after(cmd.timeout_s):
             async with trio.open_nursery() as nursery:

@@ -1,10 +1,11 @@
-"""The trio shell around sequencer cores: activation, appends, actions, timers.
+"""The trio shell around the node's sequencers.
 
-One ``SequencerHost`` per node.  It decides whether this node runs a log's
-sequencer (rendezvous hashing over live nodes; otherwise REDIRECTED),
-activates one on the first APPEND (a new epoch from the epoch store), and
-performs what the pure cores ask: STOREs to peers or to this node's own
-store queue, replies to clients, RELEASEs to the nodeset.
+The rules (routing, activation, recovery, stalls, retirement) live in the
+pure ``SequencerHostCore`` (``sequencer/_host.py``), which the seeded
+simulation drives too.  This shell feeds it what arrives and performs what
+it asks: STOREs to peers or to this node's own store queue, replies to
+clients, RELEASEs to the nodeset, activations and recoveries as background
+tasks.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
-import attrs
 import trio
 import trio.lowlevel
 
@@ -24,11 +25,20 @@ from ..logsdb import KEY_BYTES_MAX
 from ..placement import CopysetSelector, select_nodeset
 from ..sequencer import ReplyAppend, SendRelease, SendStore, SequencerCore
 from ..sequencer import _procedures as procs
-from ..wire import Append, AppendReply, GetSeqState, LogInfo, Release, StoreReply
+from ..sequencer._host import (
+    Activate,
+    HostAction,
+    HostOptions,
+    Recover,
+    RecoveryStalled,
+    ReplySeqState,
+    SequencerHostCore,
+)
+from ..wire import Append, AppendReply, GetSeqState, Release, SeqState, StoreReply
 
 if TYPE_CHECKING:
+    from ..epochstore import EpochMetadata
     from ..net import Connection
-    from ..sequencer import Action
     from ._node import Node
 
 _log = logging.getLogger("logstrand.sequencer")
@@ -37,8 +47,15 @@ _log = logging.getLogger("logstrand.sequencer")
 class SequencerHost:
     def __init__(self, node: Node) -> None:
         self.node = node
-        self.sequencers: dict[int, SequencerCore] = {}
-        self._activating: dict[int, trio.Event] = {}
+        opts = node.options
+        self.core = SequencerHostCore(
+            node.node_id,
+            HostOptions(
+                payload_bytes_max=opts.payload_bytes_max,
+                key_bytes_max=KEY_BYTES_MAX,
+                recovery_stall_s=opts.recovery_stall_s,
+            ),
+        )
         # RELEASEs wait for the end of the current burst of work, and only the
         # highest per log goes out; a node that already got a STORE whose
         # release pointer covers it gets none (it releases from the STORE).
@@ -48,12 +65,42 @@ class SequencerHost:
         # Shared by every core this node runs: STORE ids never repeat here.
         self._store_ids = itertools.count(1)
 
-    # -- appends ------------------------------------------------------------
+    @property
+    def sequencers(self) -> list[int]:
+        """The logs this node runs a sequencer of."""
+        return self.core.logs()
+
+    # -- from clients ---------------------------------------------------------
 
     async def handle_append(self, conn: Connection, msg: Append) -> None:
         node = self.node
-        log_id = msg.log_id
-        token = (conn, msg.request_id)
+        owner = await self._owner(msg.log_id)
+        attributes = await self._attributes(msg.log_id)
+        node.metrics.appends.inc()
+        node.metrics.append_records.inc(len(msg.batch))
+        node.metrics.append_bytes.inc(msg.batch.payload_bytes)
+        actions = self.core.on_append(
+            msg.log_id,
+            msg.batch,
+            (conn, msg.request_id),
+            trio.current_time(),
+            node.now_ms(),
+            owner=owner,
+            attributes=attributes,
+        )
+        await self.execute(actions)
+
+    async def handle_get_seq_state(self, conn: Connection, msg: GetSeqState) -> None:
+        """Activate the log's sequencer here if this node owns it; answer its state."""
+        owner = await self._owner(msg.log_id)
+        attributes = await self._attributes(msg.log_id)
+        token = (conn, msg.request_id, msg.log_id)
+        await self.execute(
+            self.core.on_seq_state(msg.log_id, token, owner=owner, attributes=attributes)
+        )
+
+    async def _owner(self, log_id: int) -> int | None:
+        node = self.node
         owner = node.view.sequencer_node(log_id)
         # The client came here although the owner is alive in our view: it may
         # have found the owner dead.  Check (a refused connection marks it
@@ -65,89 +112,140 @@ class SequencerHost:
             and await node._peer(owner) is None
         ):
             owner = node.view.sequencer_node(log_id)
-        if owner != node.node_id:
-            status = Status.REDIRECTED if owner is not None else Status.NOSEQUENCER
-            await self._reply(token, status, redirect=owner, message="sequencer elsewhere")
-            return
-        attrs_ = node.view.log_attributes(log_id)
-        if attrs_ is None:
-            await node.view.refresh()
-            attrs_ = node.view.log_attributes(log_id)
-            if attrs_ is None:
-                await self._reply(token, Status.NOTFOUND, message=f"log {log_id} does not exist")
-                return
-        problem = self._check_records(msg, attrs_.compacted)
-        if problem is not None:
-            await self._reply(token, problem[0], message=problem[1])
-            return
-        seq = self.sequencers.get(log_id)
-        if seq is None or seq.preempted:
-            try:
-                seq = await self._activate(log_id)
-            except LogstrandError as exc:
-                await self._reply(token, exc.status, message=f"cannot activate sequencer: {exc}")
-                return
-        node.metrics.appends.inc()
-        node.metrics.append_records.inc(len(msg.batch))
-        node.metrics.append_bytes.inc(msg.batch.payload_bytes)
-        now = trio.current_time()
-        await self.execute(seq.append(msg.batch, token, now, node.now_ms()))
+        return owner
+
+    async def _attributes(self, log_id: int) -> Any:
+        view = self.node.view
+        attributes = view.log_attributes(log_id)
+        if attributes is None:
+            with contextlib.suppress(LogstrandError):
+                await view.refresh()
+            attributes = view.log_attributes(log_id)
+        return attributes
 
     def _reachable(self) -> set[int]:
         return {n for n, c in self.node._peers.items() if not c.closed}
 
-    def _check_records(self, msg: Append, compacted: bool) -> tuple[Status, str] | None:
-        limit = self.node.options.payload_bytes_max
-        for p in msg.batch.payloads:
-            if p is None:
-                if not compacted:
-                    return Status.BADPAYLOAD, "a tombstone (payload None) needs a compacted log"
-            elif len(p) > limit:
-                return Status.TOOBIG, f"payload of {len(p)} bytes exceeds the limit of {limit}"
-        if compacted and None in msg.batch.keys:
-            return Status.NOKEY, f"log {msg.log_id} is compacted: every record needs a key"
-        # Checked here, before any STORE: a key LogsDB cannot hold would fail the
-        # whole group commit it lands in, other clients' records with it.
-        if any(k is not None and len(k) > KEY_BYTES_MAX for k in msg.batch.keys):
-            return Status.TOOBIG, f"a key is longer than {KEY_BYTES_MAX} bytes"
-        return None
+    # -- actions ----------------------------------------------------------------
 
-    async def _reply(
-        self,
-        token: tuple[Connection, int],
-        status: Status,
-        first_lsn: int = 0,
-        count: int = 0,
-        timestamp_ms: int = 0,
-        redirect: int | None = None,
-        message: str = "",
-    ) -> None:
-        conn, request_id = token
-        if status != Status.OK:
-            self.node.metrics.append_errors.labels(status.name).inc()
+    async def execute(self, actions: list[HostAction]) -> None:
+        """Perform the core's actions, and those their outcomes lead to, in order.
+
+        A queue, not recursion: a STORE that cannot be sent is answered for
+        its node at once, and the new wave that starts may fail at once too.
+        """
+        node = self.node
+        queue = deque(actions)
+        while queue:
+            action = queue.popleft()
+            if isinstance(action, SendStore):
+                key = (action.message.log_id, action.node_id)
+                self._release_sent[key] = max(
+                    self._release_sent.get(key, 0), action.message.released_lsn
+                )
+                if not await node.send_store(action.node_id, action.message):
+                    # Could not even send: answer for the node, so a new wave starts.
+                    fail = StoreReply(
+                        action.message.store_id,
+                        action.message.log_id,
+                        int(Status.CONNFAILED),
+                        action.node_id,
+                    )
+                    queue.extend(self._stored(fail))
+            elif isinstance(action, ReplyAppend):
+                await self._reply(action)
+            elif isinstance(action, SendRelease):
+                self._releases[action.log_id] = (action.nodeset, action.lsn)
+                self._release_wakeup.set()
+            elif isinstance(action, ReplySeqState):
+                await self._reply_seq_state(action)
+            elif isinstance(action, Activate):
+                node.nursery.start_soon(self._activate, action.log_id)
+            elif isinstance(action, Recover):
+                node.nursery.start_soon(self._recover, action)
+            else:
+                assert isinstance(action, RecoveryStalled)
+                node.metrics.recovery_stalls.inc()
+                _log.error(
+                    "node %d: log %d: the sequencer of epoch %d has not recovered the earlier "
+                    "epochs in %.1f s (%d attempts failed; last: %s); appends are refused "
+                    "until it has",
+                    node.node_id,
+                    action.log_id,
+                    action.epoch,
+                    action.seconds,
+                    action.attempts_failed,
+                    action.error or "none yet",
+                )
+
+    async def _reply(self, action: ReplyAppend) -> None:
+        conn, request_id = action.token
+        if action.status != Status.OK:
+            self.node.metrics.append_errors.labels(action.status.name).inc()
         reply = AppendReply(
-            request_id, int(status), first_lsn, count, timestamp_ms, redirect, message
+            request_id,
+            int(action.status),
+            action.first_lsn,
+            action.count,
+            action.timestamp_ms,
+            action.redirect,
+            action.message,
         )
         with contextlib.suppress(LogstrandError):  # the client went away; it retries
             await conn.send(reply)
 
-    # -- activation ---------------------------------------------------------
+    async def _reply_seq_state(self, action: ReplySeqState) -> None:
+        conn, request_id, log_id = action.token
+        node = self.node
+        reply = SeqState(request_id, int(action.status), message=action.message)
+        state = self.core.state(log_id, trio.current_time())
+        seq = self.core.sequencer(log_id)
+        if action.status == Status.OK and state is not None and seq is not None:
+            released = max(node.release_of(log_id), seq.released_lsn)
+            reply = SeqState(
+                request_id,
+                int(Status.OK),
+                # The tail is every acknowledged append, released yet or not.
+                max(released, seq.last_known_good_lsn),
+                state.epoch,
+                state.recovered,
+                int(state.recovering_s * 1000),
+                state.stalled,
+                state.attempts_failed,
+                state.error[:4096],
+                released_lsn=released,
+            )
+        if conn is None:
+            return  # this node asked itself (an overdue release): activation was the point
+        with contextlib.suppress(LogstrandError):
+            await conn.send(reply)
 
-    async def _activate(self, log_id: int) -> SequencerCore:
-        """Activate (once, even under concurrent appends) a sequencer for the log."""
-        while (pending := self._activating.get(log_id)) is not None:
-            await pending.wait()
-        seq = self.sequencers.get(log_id)
-        if seq is not None and not seq.preempted:
-            return seq
-        done = self._activating[log_id] = trio.Event()
+    async def poke(self, log_id: int) -> None:
+        """This node is the log's owner and holds overdue copies: make sure a
+        sequencer runs here (see ``ReleaseWatch``)."""
+        owner = self.node.node_id
+        attributes = self.node.view.log_attributes(log_id)
+        await self.execute(
+            self.core.on_seq_state(log_id, (None, 0, log_id), owner=owner, attributes=attributes)
+        )
+
+    # -- activation and recovery ------------------------------------------------
+
+    async def _activate(self, log_id: int) -> None:
         try:
-            return await self._do_activate(log_id)
-        finally:
-            del self._activating[log_id]
-            done.set()
+            core, history = await self._do_activate(log_id)
+        except LogstrandError as exc:
+            _log.warning("node %d: log %d: activation failed: %s", self.node.node_id, log_id, exc)
+            await self.execute(self.core.on_activation_failed(log_id, exc.status, str(exc)))
+            return
+        except Exception as exc:  # a bug: fail the waiting appends, keep the node
+            _log.exception("node %d: log %d: activation failed", self.node.node_id, log_id)
+            await self.execute(self.core.on_activation_failed(log_id, Status.FAILED, repr(exc)))
+            return
+        now, now_ms = trio.current_time(), self.node.now_ms()
+        await self.execute(self.core.on_activated(log_id, core, now, now_ms, history))
 
-    async def _do_activate(self, log_id: int) -> SequencerCore:
+    async def _do_activate(self, log_id: int) -> tuple[SequencerCore, tuple[EpochMetadata, ...]]:
         node = self.node
         view = node.view
         attrs_ = view.log_attributes(log_id)
@@ -192,23 +290,17 @@ class SequencerHost:
             ids=self._store_ids,
         )
         core.down.update(n for n in meta.nodeset if n not in view.alive)
-        self.sequencers[log_id] = core
-        await self._rebroadcast_release(log_id, meta.nodeset)
-        if not core.recovered:
-            node.nursery.start_soon(self._recover_then_release, log_id, epoch, list(history), core)
+        node.nursery.start_soon(
+            node.procedures.run, procs.rebroadcast_release(log_id, meta.nodeset, 2.0)
+        )
         node.metrics.sequencer_activations.inc()
-        node.metrics.sequencers.set(len(self.sequencers))
         _log.info("node %d: sequencer for log %d active in epoch %d", node.node_id, log_id, epoch)
-        return core
+        return core, tuple(history)
 
-    async def _recover_then_release(
-        self, log_id: int, epoch: int, history: list[Any], seq: SequencerCore
-    ) -> None:
-        def cancelled() -> bool:
-            # Overtaken by a newer sequencer, or retired: the next one recovers.
-            return seq.preempted or self.sequencers.get(log_id) is not seq
-
+    async def _recover(self, action: Recover) -> None:
         node = self.node
+        host = self.core
+        log_id, core = action.log_id, action.core
         if node.options.recovery_grace_s:
             _log.info(
                 "node %d: log %d: recovery in %.1fs",
@@ -217,65 +309,21 @@ class SequencerHost:
                 node.options.recovery_grace_s,
             )
             await trio.sleep(node.options.recovery_grace_s)
-        if await node.procedures.recover(log_id, epoch, list(history), cancelled):
-            await self.execute(seq.set_recovered())
 
-    async def _rebroadcast_release(self, log_id: int, nodeset: tuple[int, ...]) -> None:
-        await self.node.procedures.run(procs.rebroadcast_release(log_id, nodeset, 2.0))
+        def failed(error: str) -> None:
+            node.metrics.recovery_attempts_failed.inc()
+            host.on_recovery_error(log_id, core, error)
 
-    async def handle_get_seq_state(self, conn: Connection, msg: GetSeqState) -> None:
-        """Activate the log's sequencer here if this node owns it; answer its state."""
-        node = self.node
-        status = Status.OK
-        if node.view.sequencer_node(msg.log_id) != node.node_id:
-            status = Status.REDIRECTED
-        elif node.view.log_attributes(msg.log_id) is None:
-            status = Status.NOTFOUND
-        elif msg.log_id not in self.sequencers:
-            try:
-                await self._activate(msg.log_id)
-            except LogstrandError as exc:
-                status = exc.status
-        info = node._log_info(LogInfo(msg.request_id, msg.log_id))
-        seq = self.sequencers.get(msg.log_id)
-        if seq is not None:
-            # The tail is every acknowledged append, released yet or not.
-            tail = max(info.release_lsn, seq.last_known_good_lsn)
-            info = attrs.evolve(info, release_lsn=tail)
-        with contextlib.suppress(LogstrandError):
-            await conn.send(attrs.evolve(info, status=int(status)))
+        done = await node.procedures.recover(
+            log_id,
+            core.epoch,
+            list(action.history),
+            cancelled=lambda: not host.recovery_wanted(log_id, core),
+            on_error=failed,
+        )
+        await self.execute(host.on_recovery_done(log_id, core, done))
 
-    # -- actions, replies, timers -------------------------------------------
-
-    async def execute(self, actions: list[Action]) -> None:
-        node = self.node
-        for action in actions:
-            if isinstance(action, SendStore):
-                key = (action.message.log_id, action.node_id)
-                self._release_sent[key] = max(
-                    self._release_sent.get(key, 0), action.message.released_lsn
-                )
-                if not await node.send_store(action.node_id, action.message):
-                    # Could not even send: answer for the node, so a new wave starts.
-                    fail = StoreReply(
-                        action.message.store_id,
-                        action.message.log_id,
-                        int(Status.CONNFAILED),
-                        action.node_id,
-                    )
-                    await self.on_store_reply(fail)
-            elif isinstance(action, ReplyAppend):
-                await self._reply(
-                    action.token,
-                    action.status,
-                    action.first_lsn,
-                    action.count,
-                    action.timestamp_ms,
-                    message=action.message,
-                )
-            elif isinstance(action, SendRelease):
-                self._releases[action.log_id] = (action.nodeset, action.lsn)
-                self._release_wakeup.set()
+    # -- replies and timers -------------------------------------------------------
 
     async def release_flusher(self) -> None:
         """Send the RELEASEs gathered in a burst of work (see ``__init__``)."""
@@ -292,43 +340,44 @@ class SequencerHost:
                         await self.node.send_release(n, release)
 
     async def on_store_reply(self, reply: StoreReply) -> None:
+        await self.execute(self._stored(reply))
+
+    def _stored(self, reply: StoreReply) -> list[HostAction]:
         if self.node.procedures.on_store_reply(reply):
-            return
-        seq = self.sequencers.get(reply.log_id)
-        if seq is None:
-            return
-        before = seq.waves_retried
-        actions = seq.on_stored(reply.store_id, reply.node_id, reply.status, trio.current_time())
-        retried = seq.waves_retried - before
-        if retried:
-            self.node.metrics.store_waves_retried.inc(retried)
-        await self.execute(actions)
-        if seq.preempted and seq.idle:
-            self._retire(reply.log_id)
+            return []
+        before = self.core.waves_retried
+        actions = self.core.on_stored(
+            reply.log_id, reply.store_id, reply.node_id, reply.status, trio.current_time()
+        )
+        self._count_retries(before)
+        return actions
+
+    def gauges(self) -> None:
+        """Refresh the sequencer gauges (from the node's ticker, not per append)."""
+        metrics = self.node.metrics
+        metrics.sequencers.set(len(self.core.logs()))
+        metrics.recovery_stalled.set(len(self.core.stalled_logs(trio.current_time())))
 
     async def tick(self) -> None:
-        now = trio.current_time()
-        for log_id, seq in list(self.sequencers.items()):
-            deadline = seq.next_deadline()
-            if deadline is not None and deadline <= now:
-                await self.execute(seq.tick(now))
-            elif seq.idle and self.node.view.sequencer_node(log_id) != self.node.node_id:
-                self._retire(log_id)  # the log moved to another node
+        node = self.node
+        before = self.core.waves_retried
+        actions = self.core.tick(trio.current_time(), node.view.sequencer_node)
+        self._count_retries(before)
+        await self.execute(actions)
+
+    def _count_retries(self, before: int) -> None:
+        retried = self.core.waves_retried - before
+        if retried:
+            self.node.metrics.store_waves_retried.inc(retried)
 
     def on_membership(self, old: frozenset[int], new: frozenset[int]) -> None:
         """Tell the cores about nodes that died or came back (their waves move on at once)."""
-        gone, back = old - new, new - old
         now = trio.current_time()
-        for seq in self.sequencers.values():
-            for n in back:
-                seq.on_node_up(n)
-            actions: list[Any] = []
-            for n in gone:
-                actions += seq.on_node_down(n, now)
-            if actions:
-                with contextlib.suppress(RuntimeError):  # the node is shutting down
-                    self.node.nursery.start_soon(self.execute, actions)
-
-    def _retire(self, log_id: int) -> None:
-        self.sequencers.pop(log_id, None)
-        self.node.metrics.sequencers.set(len(self.sequencers))
+        for n in new - old:
+            self.core.on_node_up(n)
+        actions: list[HostAction] = []
+        for n in old - new:
+            actions += self.core.on_node_down(n, now)
+        if actions:
+            with contextlib.suppress(RuntimeError):  # the node is shutting down
+                self.node.nursery.start_soon(self.execute, actions)

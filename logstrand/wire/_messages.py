@@ -333,11 +333,37 @@ class FindTimeReply:
 @attrs.frozen(slots=True)
 class GetSeqState:
     """Client → the log's sequencer node: make sure a sequencer runs for the log
-    (activating one if needed) and answer with what it knows (a LogInfoReply)."""
+    (activating one if needed) and answer with its state (``SeqState``)."""
 
     TYPE_ID: ClassVar[int]
     request_id: int = attrs.field(validator=f.u64)
     log_id: int = attrs.field(validator=f.u64)
+
+
+@message(29)
+@attrs.frozen(slots=True)
+class SeqState:
+    """The answer to ``GetSeqState``: the log's tail as its sequencer knows it
+    (every acknowledged append, released or not), its epoch, and how the
+    recovery of the earlier epochs stands."""
+
+    TYPE_ID: ClassVar[int]
+    request_id: int = attrs.field(validator=f.u64)
+    status: int = attrs.field(validator=_status)
+    tail_lsn: int = attrs.field(default=0, validator=f.u64)
+    epoch: int = attrs.field(default=0, validator=f.u32)
+    recovered: bool = attrs.field(default=True, validator=f.boolean)
+    #: Milliseconds since activation while the recovery is not done (else 0).
+    recovering_ms: int = attrs.field(default=0, validator=f.u64)
+    #: The recovery is past the node's bound: appends are refused meanwhile.
+    stalled: bool = attrs.field(default=False, validator=f.boolean)
+    attempts_failed: int = attrs.field(default=0, validator=f.u32)
+    error: str = attrs.field(default="", validator=f.text(4096))
+    #: With a status other than OK: why.
+    message: str = attrs.field(default="", validator=f.text(4096))
+    #: What the sequencer's node has released: storage nodes that asked
+    #: because a release was overdue take it as their release pointer.
+    released_lsn: int = attrs.field(default=0, validator=f.u64)
 
 
 @message(30)

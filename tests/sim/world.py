@@ -49,10 +49,19 @@ from logstrand.client._reader_core import (
 from logstrand.epochstore import LogAttributes, NodeConfig, Placement
 from logstrand.errors import LogstrandError, Status
 from logstrand.logsdb import PutBatch
-from logstrand.placement import CopysetSelector
+from logstrand.placement import CopysetSelector, rendezvous_owner
 from logstrand.sequencer import ReplyAppend, SendRelease, SendStore, SequencerCore
 from logstrand.sequencer import _procedures as procs
+from logstrand.sequencer._host import (
+    Activate,
+    HostOptions,
+    Recover,
+    RecoveryStalled,
+    ReplySeqState,
+    SequencerHostCore,
+)
 from logstrand.storage import _core as node_rules
+from logstrand.storage._release_watch import ReleaseWatch
 from logstrand.testing import MemoryEngine, MemoryEpochStore, memory_logsdb
 from logstrand.types import GapType
 from logstrand.wire import (
@@ -60,12 +69,14 @@ from logstrand.wire import (
     AppendReply,
     Digest,
     GetDigest,
+    GetSeqState,
     LogInfo,
     LogInfoReply,
     RecordBatch,
     Release,
     Seal,
     SealReply,
+    SeqState,
     Store,
     StoreReply,
 )
@@ -77,6 +88,9 @@ if TYPE_CHECKING:
 
 LOG = 1
 CLIENT_BASE = 100
+#: More events than this at one instant of simulated time is a livelock
+#: (something retries at once, for ever).
+SAME_INSTANT_EVENTS_MAX = 100_000
 Address = tuple[int, int]  # (endpoint id, incarnation)
 
 
@@ -98,10 +112,26 @@ class Config:
     down_max: int = 1
     append_every_s: float = 0.02
     in_flight_max: int = 4
+    #: Membership: a crashed node stays a member until its lease runs out
+    #: (up to this long); a change reaches each node's view up to
+    #: ``watch_delay_s`` late.
+    lease_s: float = 1.5
+    watch_delay_s: float = 0.25
+    #: The sequencer host's bound on a recovery (``--recovery-stall``).
+    recovery_stall_s: float = 3.0
+    #: Liveness: an acknowledged record must be readable this long after its
+    #: acknowledgement, once enough nodes have been up (and none paused) for
+    #: as long (``check_liveness``).
+    liveness_s: float = 8.0
     #: Bugs to plant on purpose, to show the checkers catch them.
     break_sealing: bool = False  # nodes take every STORE, sealed or not
     break_release: bool = False  # sequencers release before recovery is done
     break_store_ids: bool = False  # each sequencer core numbers its STOREs from 1
+    #: Idle sequencers retire when the log's owner moves, recovered or not
+    #: (the failover stall: acknowledged records unreadable for minutes).
+    break_retire: bool = False
+    #: Nodes never ask for a release that is overdue (``ReleaseWatch``).
+    break_release_watch: bool = False
 
     @classmethod
     def for_seed(cls, seed: int) -> Config:
@@ -148,8 +178,18 @@ class World:
         # What readers were handed during the run, to hold the final log to it.
         self.snapshots: list[list[tuple[str, int, int, bytes | None]]] = []
         self.stats: dict[str, int] = dict.fromkeys(
-            ["sent", "dropped", "duplicated", "crashes", "pauses", "activations"], 0
+            ["sent", "dropped", "duplicated", "crashes", "pauses", "activations", "stalls"], 0
         )
+        self.stats["swaps"] = 0
+        self.attributes = LogAttributes(
+            replication_factor=self.config.replication, durability="fsync"
+        )
+        # Membership as the epoch store has it (leases), and its version.
+        self.members: frozenset[int] = frozenset()
+        self.members_version = 0
+        # Since when enough nodes are up, and none paused (None: not now).
+        self.serviceable_since: float | None = None
+        self.liveness_checks = 0
 
     # scheduling
 
@@ -157,8 +197,12 @@ class World:
         heapq.heappush(self._queue, (self.now + max(delay, 0.0), next(self._order), fn, args))
 
     def run_until(self, t: float) -> None:
+        same_instant = 0
         while self._queue and self._queue[0][0] <= t:
             when, _, fn, args = heapq.heappop(self._queue)
+            same_instant = same_instant + 1 if when == self.now else 0
+            if same_instant > SAME_INSTANT_EVENTS_MAX:
+                raise Violation(f"livelock: {same_instant} events at t={when:.4f} ({fn.__name__})")
             self.now = when
             fn(*args)
         self.now = max(self.now, t)
@@ -214,6 +258,49 @@ class World:
             return
         ep.receive(src, msg)
 
+    # membership
+
+    def _set_members(self, members: frozenset[int]) -> None:
+        if members == self.members:
+            return
+        self.members = members
+        self.members_version += 1
+        self.estore.set_alive(members)
+        version = self.members_version
+        for node in self.nodes.values():
+            # Each node's watch fires a little late, each at its own time.
+            self.at(
+                self.rng.uniform(0.005, self.config.watch_delay_s), node.set_view, members, version
+            )
+
+    def join(self, node_id: int) -> None:
+        self._set_members(self.members | {node_id})
+        self.check_service()
+
+    def leave(self, node_id: int, incarnation: int) -> None:
+        """A crashed node stays a member until its lease runs out (unless it
+        came back meanwhile)."""
+        self.check_service()
+
+        def expire() -> None:
+            if self.nodes[node_id].incarnation == incarnation and not self.nodes[node_id].up:
+                self._set_members(self.members - {node_id})
+
+        self.at(self.rng.uniform(0.5, 1.0) * self.config.lease_s, expire)
+
+    def check_service(self) -> None:
+        """Track whether the faults allow progress: at least R nodes and an
+        f-majority of the nodeset up, and none paused."""
+        cfg = self.config
+        need = max(cfg.replication, cfg.nodes - cfg.replication + 1)
+        up = [n for n in self.nodes.values() if n.up]
+        paused = any(n.paused_until > self.now for n in up)
+        ok = len(up) >= need and not paused
+        if not ok:
+            self.serviceable_since = None
+        elif self.serviceable_since is None:
+            self.serviceable_since = self.now
+
     # faults
 
     def _fault(self) -> None:
@@ -229,6 +316,18 @@ class World:
         # Prefer the nodes that run a sequencer: their death is what recovery is for.
         seqs = [n for n in up if n.sequencer is not None]
         victim = rng.choice(seqs) if seqs and rng.random() < 0.6 else rng.choice(up)
+        dead = [n for n in self.nodes.values() if not n.up]
+        if dead and seqs and rng.random() < 0.4:
+            # Back to back: a node that was down comes back, and at once the
+            # sequencer's node dies, while every view still has the dead one
+            # as a member and some do not have the returning one yet.
+            back = rng.choice(dead)
+            victim = rng.choice(seqs)
+            self.stats["swaps"] += 1
+            self.note(f"swap: node {back.id} back, node {victim.id} killed")
+            back.start()
+            self.at(rng.uniform(0.0, 0.08), self._crash_if, victim, victim.incarnation, True)
+            return
         if rng.random() < 0.7 and down < cfg.down_max:
             victim.crash()
             self.at(rng.uniform(0.1, 2.0), victim.start)
@@ -243,9 +342,9 @@ class World:
                 inc = node.incarnation
                 self.at(self.rng.uniform(0.0, 0.05), self._crash_if, node, inc)
 
-    def _crash_if(self, node: SimNode, incarnation: int) -> None:
+    def _crash_if(self, node: SimNode, incarnation: int, swap: bool = False) -> None:
         down = sum(not n.up for n in self.nodes.values())
-        if node.alive(incarnation) and self.faults and down < self.config.down_max:
+        if node.alive(incarnation) and self.faults and (swap or down < self.config.down_max):
             node.crash()
             self.at(self.rng.uniform(0.1, 1.0), node.start)
 
@@ -255,8 +354,7 @@ class World:
         cfg = self.config
         for n in self.nodes:
             self.estore.add_node(NodeConfig(n, f"127.0.0.1:{4000 + n}"))
-        attributes = LogAttributes(replication_factor=cfg.replication, durability="fsync")
-        self.estore.create_logs(LOG, LOG, attributes)
+        self.estore.create_logs(LOG, LOG, self.attributes)
         for node in self.nodes.values():
             node.start()
         for client in self.clients.values():
@@ -272,6 +370,7 @@ class World:
             if not node.up:
                 node.start()
             node.paused_until = min(node.paused_until, self.now)
+        self.check_service()
         # Let every request in flight end, then prove the log makes progress:
         # one more append, retried until acknowledged.
         self.run_until(self.now + 12.0)
@@ -294,17 +393,39 @@ class World:
 
     def _snapshot(self) -> None:
         """A reader now, of everything released, off the nodes that answer now."""
-        if not self.faults:
-            return
         answering = [
             n for n, node in self.nodes.items() if node.up and node.paused_until <= self.now
         ]
         until = max((self.nodes[n].release.get(LOG, 0) for n in answering), default=0)
+        flat: list[tuple[str, int, int, bytes | None]] = []
         if until:
             scd = self.rng.random() < 0.7
-            items = self.read(until, scd=scd, answering=answering, partial=True)
-            self.snapshots.append(_flatten(items))
-        self.at(self.rng.uniform(0.2, 1.0), self._snapshot)
+            flat = _flatten(self.read(until, scd=scd, answering=answering, partial=True))
+            self.snapshots.append(flat)
+        self.check_liveness(flat)
+        # Fewer once healed: the liveness bound is what they are for then.
+        self.at(self.rng.uniform(0.2, 1.0) * (1 if self.faults else 3), self._snapshot)
+
+    def check_liveness(self, read: list[tuple[str, int, int, bytes | None]]) -> None:
+        """Every acknowledged record is readable ``liveness_s`` after it was
+        acknowledged, once the faults allow it: enough nodes up, none paused,
+        for that long.  Faults may go on meanwhile (a node crashing while
+        enough others stay up, a node coming back, lost and late messages).
+        """
+        since = self.serviceable_since
+        if since is None:
+            return
+        bound = self.config.liveness_s
+        got = {payload for kind, _, _, payload in read if kind == "record"}
+        for client in self.clients.values():
+            for payload, acked_at in client.acked_at.items():
+                if self.now - max(acked_at, since) > bound and payload not in got:
+                    raise Violation(
+                        f"liveness: {payload!r}, acknowledged at {acked_at:.3f} as "
+                        f"{client.acked[payload]:#x}, is not readable at {self.now:.3f}, "
+                        f"with enough nodes up since {since:.3f}"
+                    )
+        self.liveness_checks += 1
 
     def read(
         self,
@@ -470,7 +591,8 @@ class Endpoint:
 
 
 class SimNode(Endpoint):
-    """A storage node: LogsDB, the node's rules, and a sequencer host."""
+    """A storage node: LogsDB, the node's rules, and the production sequencer
+    host core (``SequencerHostCore``), driven here instead of by trio."""
 
     def __init__(self, world: World, node_id: int) -> None:
         super().__init__(world, node_id)
@@ -479,24 +601,42 @@ class SimNode(Endpoint):
         self.db: LogsDB | None = None
         self.incarnation = 0
         self.release: dict[int, int] = {}
-        self.sequencer: SequencerCore | None = None
-        self.activating = False
-        self.waiting_appends: list[tuple[Address, Append]] = []
+        self.host = SequencerHostCore(node_id)
         self.replies: dict[int, Callable[[Any], None]] = {}
         self.ids = itertools.count(1)
+        self.watch = ReleaseWatch()
+        #: This node's view of the membership (it lags the epoch store's).
+        self.view: frozenset[int] = frozenset()
+        self._view_version = -1
+        #: Nodes a connection to failed lately: left out of routing (as
+        #: ``ClusterView.suspect``), until the time given.
+        self.suspects: dict[int, float] = {}
+
+    @property
+    def sequencer(self) -> SequencerCore | None:
+        return self.host.sequencer(LOG)
 
     # life
 
     def start(self) -> None:
         if self.up:
             return
+        world = self.world
         self.up = True
         self.incarnation += 1
-        self.db = memory_logsdb(self.engine, clock_ms=self.world.clock_ms)
+        self.db = memory_logsdb(self.engine, clock_ms=world.clock_ms)
         self.release = {log: self.db.release_pointer(log) for log in self.db.logs()}
-        self.world.note(f"node {self.id} starts (incarnation {self.incarnation})")
-        self.world.estore.set_alive(self.world.estore.alive_nodes() | {self.id})
-        self.world.at(0.05, self._tick, self.incarnation)
+        self.watch = ReleaseWatch()
+        for log, release in self.release.items():
+            self.watch.stored(log, self.db.last_lsn(log), release, world.now)
+        host_class = _RetireWhenIdle if world.config.break_retire else SequencerHostCore
+        self.host = host_class(self.id, HostOptions(recovery_stall_s=world.config.recovery_stall_s))
+        self.suspects.clear()
+        world.note(f"node {self.id} starts (incarnation {self.incarnation})")
+        world.join(self.id)
+        # A node reads the membership when it starts.
+        self.set_view(world.members, world.members_version)
+        world.at(0.05, self._tick, self.incarnation)
 
     def crash(self) -> None:
         self.world.note(f"node {self.id} crashes")
@@ -504,28 +644,85 @@ class SimNode(Endpoint):
         self.up = False
         self.engine.crash()  # unsynced writes are gone
         self.db = None
-        self.sequencer = None
-        self.activating = False
-        self.waiting_appends.clear()
+        self.host = SequencerHostCore(self.id)
         self.replies.clear()
         self.paused_until = 0.0
-        self.world.estore.set_alive(self.world.estore.alive_nodes() - {self.id})
+        self.world.leave(self.id, self.incarnation)
 
     def pause(self, seconds: float) -> None:
         self.world.note(f"node {self.id} paused for {seconds:.3f}s")
         self.world.stats["pauses"] += 1
         self.paused_until = self.world.now + seconds
+        self.world.check_service()
+        self.world.at(seconds, self.world.check_service)
 
     def alive(self, incarnation: int) -> bool:
         return self.up and self.incarnation == incarnation
+
+    def set_view(self, members: frozenset[int], version: int) -> None:
+        """The membership watch fired (late, and maybe out of order: keep the newest)."""
+        if not self.up or version <= self._view_version:
+            return
+        old, self.view, self._view_version = self.view, members, version
+        now = self.world.now
+        for n in members - old:
+            self.suspects.pop(n, None)
+            self.host.on_node_up(n)
+        actions: list[Any] = []
+        for n in old - members:
+            actions += self.host.on_node_down(n, now)
+        self._execute(actions)
+
+    def reachable(self) -> set[int]:
+        """Members not suspected: whom routing and recovery use."""
+        now = self.world.now
+        return {n for n in self.view if self.suspects.get(n, 0.0) <= now}
+
+    def owner(self) -> int | None:
+        return rendezvous_owner(LOG, dict.fromkeys(sorted(self.reachable() | {self.id}), 1.0))
 
     def _tick(self, incarnation: int) -> None:
         if not self.alive(incarnation):
             return
         now = self.world.now
-        if self.paused_until <= now and self.sequencer is not None:
-            self._execute(self.sequencer.tick(now))
+        if self.paused_until <= now:
+            self._execute(self.host.tick(now, lambda _log: self.owner()))
+            for log in self.watch.due(now):
+                if not self.world.config.break_release_watch:
+                    self._ask_for_release(log)
         self.world.at(0.05, self._tick, incarnation)
+
+    def _ask_for_release(self, log: int) -> None:
+        """Copies stay unreleased here: have the owner run a sequencer (``ReleaseWatch``)."""
+        owner = self.owner()
+        if owner is None:
+            return
+        rid = next(self.ids)
+
+        def on_reply(reply: SeqState) -> None:
+            self.replies.pop(rid, None)
+            if reply.status == Status.OK:
+                self.on_release(log, reply.released_lsn)
+
+        self.replies[rid] = on_reply
+        self.send(owner, GetSeqState(rid, log))
+
+    def send(self, dst: int | Address, msg: Any) -> None:
+        world = self.world
+        to = dst if isinstance(dst, int) else dst[0]
+        if to in world.nodes and not world.nodes[to].up and to != self.id:
+            # Connection refused: the sender finds out at once and suspects
+            # it, and a STORE fails at once (the node's shell answers for it).
+            self.suspects[to] = world.now + 2.0
+            if isinstance(msg, Store):
+                fail = StoreReply(msg.store_id, msg.log_id, int(Status.CONNFAILED), to)
+                world.at(0.0, self._deliver_local, self.incarnation, fail)
+                return
+        super().send(dst, msg)
+
+    def _deliver_local(self, incarnation: int, msg: Any) -> None:
+        if self.alive(incarnation):
+            self.world._deliver((self.id, incarnation), (self.id, incarnation), msg)
 
     # messages
 
@@ -544,11 +741,21 @@ class SimNode(Endpoint):
         elif isinstance(msg, StoreReply):
             if msg.store_id & procs.RECOVERY_STORE_BIT:
                 self._reply_to(msg.store_id, msg)
-            elif self.sequencer is not None and msg.log_id == LOG:
+            else:
+                now = self.world.now
                 self._execute(
-                    self.sequencer.on_stored(msg.store_id, msg.node_id, msg.status, self.world.now)
+                    self.host.on_stored(msg.log_id, msg.store_id, msg.node_id, msg.status, now)
                 )
-        elif isinstance(msg, LogInfoReply | SealReply | Digest):
+        elif isinstance(msg, GetSeqState):
+            self._execute(
+                self.host.on_seq_state(
+                    msg.log_id,
+                    (src, msg.request_id),
+                    owner=self.owner(),
+                    attributes=self.world.attributes,
+                )
+            )
+        elif isinstance(msg, LogInfoReply | SealReply | Digest | SeqState):
             self._reply_to(msg.request_id, msg)
 
     def _reply_to(self, request_id: int, msg: Any) -> None:
@@ -570,6 +777,9 @@ class SimNode(Endpoint):
                 releases={msg.log_id: self.release.get(msg.log_id, 0)},
             )
             status = Status.OK
+            if msg.batch.lsns:
+                release = self.release.get(msg.log_id, 0)
+                self.watch.stored(msg.log_id, msg.batch.lsns[-1], release, self.world.now)
         self.send(src, StoreReply(msg.store_id, msg.log_id, int(status), self.id))
 
     def on_release(self, log_id: int, lsn: int) -> None:
@@ -577,36 +787,36 @@ class SimNode(Endpoint):
         if lsn <= old:
             return
         self.release[log_id] = lsn
+        self.watch.released(log_id, lsn, self.world.now)
 
-    # sequencer host
+    # sequencer host: the production core decides, this performs
 
     def _append(self, src: Address, msg: Append) -> None:
-        seq = self.sequencer
-        if seq is not None and not seq.preempted:
-            now = self.world.now
-            self._execute(seq.append(msg.batch, (src, msg.request_id), now, self.world.clock_ms()))
-            return
-        if len(self.waiting_appends) >= 64:
-            self.send(src, AppendReply(msg.request_id, int(Status.OVERLOADED)))
-            return
-        self.waiting_appends.append((src, msg))
-        if not self.activating:
-            self.activating = True
-            self._activate()
+        world = self.world
+        actions = self.host.on_append(
+            LOG,
+            msg.batch,
+            (src, msg.request_id),
+            world.now,
+            world.clock_ms(),
+            owner=self.owner(),
+            attributes=world.attributes,
+        )
+        self._execute(actions)
 
     def _activate(self) -> None:
         world = self.world
         nodeset = tuple(sorted(world.nodes))
         placement = Placement(nodeset, world.config.replication)
-        inc = self.incarnation
+        host = self.host
 
         def activated(result: Any, error: BaseException | None) -> None:
-            self.activating = False
+            if host is not self.host:
+                return  # the node restarted meanwhile
             if error is not None:
                 world.note(f"node {self.id} activation failed: {error}")
-                for src, msg in self.waiting_appends:
-                    self.send(src, AppendReply(msg.request_id, int(Status.NOSEQUENCER)))
-                self.waiting_appends.clear()
+                assert isinstance(error, LogstrandError)
+                self._execute(host.on_activation_failed(LOG, error.status, str(error)))
                 return
             epoch, meta, history = result
             world.stats["activations"] += 1
@@ -620,46 +830,54 @@ class SimNode(Endpoint):
                 selector,
                 sync=True,
                 recovered=epoch == 1,
+                # Production's ratios, scaled down: 2 s doubling up to 10 s.
                 store_timeout_s=0.3,
+                store_timeout_max_s=1.5,
                 retry_wait_s=0.1,
                 ids=None if world.config.break_store_ids else self.ids,
             )
             if world.config.break_release:
                 core.recovered = True
-            core.down.update(n for n in meta.nodeset if not world.nodes[n].up)
-            seq = self.sequencer = core
-            waiting, self.waiting_appends = self.waiting_appends, []
-            for src, msg in waiting:
-                self._append(src, msg)
+            core.down.update(n for n in meta.nodeset if n not in self.view)
             self.run(procs.rebroadcast_release(LOG, meta.nodeset, 0.5), lambda *_: None)
-            if not core.recovered:
-                world.crash_during_recovery(self)
-                self.run(
-                    procs.recover(
-                        LOG,
-                        epoch,
-                        history,
-                        lambda m: CopysetSelector(
-                            m.nodeset, m.replication_factor, rng=random.Random(world.rng.random())
-                        ),
-                        lambda: {n for n, node in world.nodes.items() if node.up},
-                        world.clock_ms,
-                        ask_timeout_s=0.5,
-                        digest_timeout_s=0.5,
-                        store_timeout_s=0.5,
-                        cancelled=lambda: seq.preempted or self.sequencer is not seq,
-                    ),
-                    lambda done, err: self._recovered(seq, inc, done, err),
-                )
+            self._execute(host.on_activated(LOG, core, world.now, world.clock_ms(), tuple(history)))
 
         self.run(procs.activate(LOG, placement, 0.5), activated)
 
-    def _recovered(self, seq: SequencerCore, incarnation: int, done: Any, error: Any) -> None:
+    def _recover(self, core: SequencerCore, history: list[Any]) -> None:
+        world = self.world
+        host = self.host
+        world.crash_during_recovery(self)
+        self.run(
+            procs.recover(
+                LOG,
+                core.epoch,
+                history,
+                lambda m: CopysetSelector(
+                    m.nodeset, m.replication_factor, rng=random.Random(world.rng.random())
+                ),
+                self.reachable,
+                world.clock_ms,
+                ask_timeout_s=0.5,
+                digest_timeout_s=0.5,
+                store_timeout_s=0.5,
+                settle_s=0.05,
+                cancelled=lambda: not host.recovery_wanted(LOG, core),
+                on_error=lambda error: host.on_recovery_error(LOG, core, error),
+            ),
+            lambda done, err: self._recovered(host, core, done, err),
+        )
+
+    def _recovered(
+        self, host: SequencerHostCore, core: SequencerCore, done: Any, error: Any
+    ) -> None:
         if error is not None:
             raise error
-        if done and self.alive(incarnation) and self.sequencer is seq:
-            self.world.note(f"node {self.id} recovered before epoch {seq.epoch}")
-            self._execute(seq.set_recovered())
+        if host is not self.host:
+            return
+        if done:
+            self.world.note(f"node {self.id} recovered before epoch {core.epoch}")
+        self._execute(host.on_recovery_done(LOG, core, bool(done)))
 
     def _execute(self, actions: list[Any]) -> None:
         for a in actions:
@@ -669,11 +887,29 @@ class SimNode(Endpoint):
                 src, rid = a.token
                 self.send(
                     src,
-                    AppendReply(rid, int(a.status), a.first_lsn, a.count, a.timestamp_ms),
+                    AppendReply(
+                        rid, int(a.status), a.first_lsn, a.count, a.timestamp_ms, a.redirect
+                    ),
                 )
             elif isinstance(a, SendRelease):
                 for n in a.nodeset:
                     self.send(n, Release(a.log_id, a.lsn))
+            elif isinstance(a, Activate):
+                self._activate()
+            elif isinstance(a, Recover):
+                self._recover(a.core, list(a.history))
+            elif isinstance(a, ReplySeqState):
+                src, rid = a.token
+                seq = self.host.sequencer(LOG)
+                released = self.release.get(LOG, 0)
+                if seq is not None:
+                    released = max(released, seq.released_lsn)
+                self.send(src, SeqState(rid, int(a.status), released_lsn=released))
+            elif isinstance(a, RecoveryStalled):
+                self.world.note(f"node {self.id} recovery stalled in epoch {a.epoch}: {a.error}")
+                self.world.stats["stalls"] += 1
+            else:
+                raise AssertionError(f"unexpected action {a!r}")
 
     # the procedures' driver
 
@@ -731,6 +967,7 @@ class SimNode(Endpoint):
         replies: dict[int, Any] = {}
         ids: list[int] = []
         finished = [False]
+        settling = [False]
 
         def finish() -> None:
             if not finished[0]:
@@ -745,10 +982,11 @@ class SimNode(Endpoint):
 
             def on_reply(reply: Any, node_id: int = node_id) -> None:
                 replies.setdefault(node_id, reply)
-                if (cmd.enough is not None and cmd.enough(replies)) or len(replies) == len(
-                    cmd.requests
-                ):
+                if len(replies) == len(cmd.requests):
                     finish()
+                elif not settling[0] and cmd.enough is not None and cmd.enough(replies):
+                    settling[0] = True
+                    self.world.at(cmd.settle_s, finish)
 
             self.replies[rid] = on_reply
             self.send(node_id, attrs.evolve(msg, request_id=rid))
@@ -778,6 +1016,15 @@ class SimNode(Endpoint):
         self.world.at(cmd.timeout_s, finish)
 
 
+class _RetireWhenIdle(SequencerHostCore):
+    """``break_retire``: the rule before the failover-stall fix.  An idle
+    sequencer retired as soon as the log's owner moved, recovered or not, and
+    its recovery stopped with it."""
+
+    def _retirable(self, core: SequencerCore, owner: Callable[[], int | None]) -> bool:
+        return core.idle and (core.preempted or owner() != self.node_id)
+
+
 class SimClient(Endpoint):
     """Appends with unique payloads to the node it believes runs the sequencer."""
 
@@ -786,25 +1033,34 @@ class SimClient(Endpoint):
         self.appending = True
         self.in_flight: dict[int, tuple[list[bytes], float]] = {}
         self.acked: dict[bytes, int] = {}
+        self.acked_at: dict[bytes, float] = {}
         self.attempted: set[bytes] = set()
         self.history: list[tuple[float, float, int]] = []
         self.ids = itertools.count(1)
         self.counter = itertools.count(1)
         self.view: tuple[int, ...] = tuple(world.nodes)
+        self.hint: int | None = None
         self.fenced: int | None = None
         self._fencing = False
 
     def target(self) -> int:
+        """The log's owner by rendezvous over this client's view of the
+        membership (which lags), or where a node redirected it."""
         rng = self.world.rng
         if rng.random() < 0.05:
             return rng.choice(sorted(self.world.nodes))  # a stale or confused view
-        return min(self.view) if self.view else 1
+        if self.hint is not None:
+            return self.hint
+        return rendezvous_owner(LOG, dict.fromkeys(self.view, 1.0)) or 1
+
+    def refresh(self) -> None:
+        self.view = tuple(sorted(self.world.members))
 
     def tick(self) -> None:
         world = self.world
         if rng_hit(world, 0.2):
             # The client's view of which nodes are alive lags behind the truth.
-            self.view = tuple(n for n, node in world.nodes.items() if node.up)
+            self.refresh()
         if self.appending and len(self.in_flight) < world.config.in_flight_max:
             count = world.rng.randint(1, 4)
             self.append([b"c%d-%d" % (self.id, next(self.counter)) for _ in range(count)])
@@ -836,22 +1092,27 @@ class SimClient(Endpoint):
             assert msg.count == len(payloads)
             for i, p in enumerate(payloads):
                 self.acked[p] = msg.first_lsn + i
+                self.acked_at[p] = self.world.now
             self.history.append((sent, self.world.now, msg.first_lsn))
             self.world.note(f"client {self.id} acked {msg.first_lsn:#x}+{msg.count}")
             if self._fencing:
                 self._fencing = False
                 self.fenced = msg.first_lsn + msg.count - 1
         else:
-            self._after_failure()
+            if msg.status == Status.REDIRECTED and msg.redirect is not None:
+                self.hint = msg.redirect
+            self._after_failure(redirected=msg.status == Status.REDIRECTED)
 
-    def _after_failure(self) -> None:
-        self.view = tuple(n for n, node in self.world.nodes.items() if node.up)
+    def _after_failure(self, redirected: bool = False) -> None:
+        if not redirected:
+            self.hint = None
+        self.refresh()
         if self._fencing:
             self.world.at(0.1, self._fence_again)
 
     def fence(self) -> None:
         self._fencing = True
-        self.view = tuple(self.world.nodes)
+        self.refresh()
         self.append([b"fence-%d" % self.id])
 
     def _fence_again(self) -> None:
@@ -885,6 +1146,7 @@ class _ReadEndpoint:
             lambda e: estore.epoch_end(LOG, e),
         )
         self.records = records if good is None else [records[i] for i in good]
+        self.lsns = [r.lsn for r in self.records]
 
     def act(self, action: Any) -> None:
         if isinstance(action, StartStream):
@@ -905,9 +1167,9 @@ class _ReadEndpoint:
             return False
         out = []
         scanned_to = limit
-        for rec in self.records:
-            if rec.lsn < self.pos or rec.lsn > limit:
-                continue
+        for rec in itertools.islice(self.records, bisect.bisect_left(self.lsns, self.pos), None):
+            if rec.lsn > limit:
+                break
             if len(out) >= min(self.credit, 16):
                 scanned_to = rec.lsn - 1
                 break

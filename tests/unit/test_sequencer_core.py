@@ -159,7 +159,7 @@ def test_random_schedules_keep_the_rules(seed: int, sizes: list[int]) -> None:
     """Acks, failures and timeouts in random order: LSNs unique and in order,
     OK only after R copies of one wave, release never past an unstored LSN."""
     rng = random.Random(seed)
-    c = core(r=2, nodes=4, store_timeout_s=1.0)
+    c = core(r=2, nodes=5, store_timeout_s=1.0)
     now = 0.0
     inflight: list[SendStore] = []
     acked_ok: dict[str, tuple[int, int]] = {}
@@ -227,3 +227,29 @@ def test_a_late_reply_to_an_earlier_core_is_not_taken_for_a_later_ones() -> None
     late = [new.on_stored(s.message.store_id, s.node_id, Status.OK, 0.0) for s in old_sent]
     assert late == [[], []]
     assert not new.idle
+
+
+def test_nodes_that_refuse_at_once_never_make_waves_spin() -> None:
+    """A STORE to a node that refuses connections fails at once, and the shell
+    answers for it at once.  Once every candidate failed, the next wave waits
+    (a new wave on the same nodes at once recursed until the node crashed)."""
+    c = core(r=2, nodes=3, retry_wait_s=0.2)
+    queue = stores(c.append(batch(1), "t", 0.0, 0))
+    sent = 0
+    while queue:
+        s = queue.pop(0)
+        sent += 1
+        assert sent < 10, "waves spin on nodes that refuse"
+        queue += stores(c.on_stored(s.message.store_id, s.node_id, Status.CONNFAILED, 0.0))
+    assert c.next_deadline() == 0.2
+    assert stores(c.tick(0.2))  # then every node gets another chance
+
+
+def test_only_waves_that_timed_out_lengthen_the_next() -> None:
+    c = core(r=2, nodes=5, store_timeout_s=1.0)
+    first = stores(c.append(batch(1), "t", 0.0, 0))
+    refused = stores(c.on_stored(first[0].message.store_id, first[0].node_id, 5, 0.0))
+    assert refused
+    assert c.next_deadline() == 1.0  # a refusal is not slowness
+    assert stores(c.tick(1.0))  # timed out: the next wave gets twice as long
+    assert c.next_deadline() == 3.0

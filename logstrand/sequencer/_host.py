@@ -1,0 +1,437 @@
+"""The sequencers one node runs: routing, activation, recovery, retirement.  Pure: no trio.
+
+Theory of operation
+-------------------
+A node runs the sequencer of every log it owns (rendezvous hashing over the
+live sequencer nodes; the caller computes the owner from its view of the
+cluster and passes it in).  ``SequencerHostCore`` takes the APPENDs that
+reach the node and decides, per log:
+
+* this node is not the owner: REDIRECTED to it (NOSEQUENCER when none);
+* the log does not exist: NOTFOUND; records the log cannot take: their
+  error, before any STORE;
+* no sequencer (or only one a newer epoch sealed): the append waits in a
+  bounded queue and the driver is asked to ``Activate`` the log.  When the
+  driver reports the new core (``on_activated``), the waiting appends go to
+  it, and ``Recover`` is asked for when earlier epochs exist;
+* otherwise the log's ``SequencerCore`` takes the append.
+
+The driver (the node's trio shell, or the seeded simulation) performs the
+actions: STOREs, replies, RELEASEs, activations and recoveries, and reports
+their outcomes back.  Both run these rules, so the simulation checks them.
+
+Rules:
+
+1. One activation per log at a time.  Appends that arrive meanwhile wait, at
+   most ``waiting_appends_max`` of them (OVERLOADED past that), and get the
+   activation's error if it fails.
+2. A sequencer whose earlier epochs are not yet recovered keeps recovering
+   until it is done or a newer sequencer overtakes it, and it is never
+   retired before: what it acknowledged becomes readable only through its own
+   release.  (Retiring an idle sequencer because the log's owner had moved
+   abandoned its recovery and left acknowledged records unreadable until some
+   other node happened to activate the log: minutes.)
+3. A recovery overtaken by a newer sequencer preempts the core: its pending
+   appends fail with PREEMPTED (the newer sequencer recovers whatever they
+   stored), and it takes no more.
+4. A recovery not finished ``recovery_stall_s`` after activation makes the log
+   *stalled*: the host says so once (``RecoveryStalled``, which the driver
+   logs loudly and counts), and refuses appends with NOTREADY and the last
+   recovery error, rather than acknowledge records it cannot release.  The
+   recovery goes on; when it finishes, appends are taken again.
+5. A sequencer is retired when a newer one sealed it and nothing is in
+   flight, or when the log moved to another owner and everything it
+   acknowledged is released.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ..errors import Status
+from ._core import Action, ReplyAppend, SequencerCore
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..epochstore import EpochMetadata, LogAttributes
+    from ..wire import RecordBatch
+
+
+@attrs.frozen
+class Activate:
+    """Run the activation procedure for the log, then report ``on_activated``
+    (or ``on_activation_failed``)."""
+
+    log_id: int
+
+
+@attrs.frozen
+class Recover:
+    """Run the recovery of the epochs before ``core.epoch`` (``history``: every
+    placement the log had, as the activation read it); report each failed
+    attempt with ``on_recovery_error`` and the end with ``on_recovery_done``.
+    Stop when ``recovery_wanted(log_id, core)`` turns false."""
+
+    log_id: int
+    core: SequencerCore
+    history: tuple[EpochMetadata, ...] = ()
+
+
+@attrs.frozen
+class RecoveryStalled:
+    """A recovery has not finished within the bound: say so loudly."""
+
+    log_id: int
+    epoch: int
+    seconds: float
+    attempts_failed: int
+    error: str
+
+
+@attrs.frozen
+class ReplySeqState:
+    """The answer to a GET_SEQ_STATE (after activation when there was none)."""
+
+    token: Any
+    status: Status
+    message: str = ""
+
+
+HostAction = Action | Activate | Recover | RecoveryStalled | ReplySeqState
+
+
+@attrs.frozen
+class HostOptions:
+    payload_bytes_max: int = 1024 * 1024
+    key_bytes_max: int = 4096
+    waiting_appends_max: int = 4096
+    recovery_stall_s: float = 10.0
+
+
+@attrs.frozen
+class SequencerState:
+    """What a node says of one log's sequencer (``logstrand info`` shows it)."""
+
+    epoch: int
+    recovered: bool
+    recovering_s: float
+    stalled: bool
+    attempts_failed: int
+    error: str
+
+
+@attrs.define(eq=False)
+class _Slot:
+    core: SequencerCore | None = None
+    activating: bool = False
+    #: Appends (batch, token) and GET_SEQ_STATE tokens (batch None) waiting
+    #: for the activation.
+    waiting: deque[tuple[RecordBatch | None, Any]] = attrs.Factory(deque)
+    activated_at: float = 0.0
+    attempts_failed: int = 0
+    error: str = ""
+    stall_reported: bool = False
+
+
+def check_records(
+    batch: RecordBatch, attributes: LogAttributes, options: HostOptions
+) -> tuple[Status, str] | None:
+    """Why a log cannot take these records, or None.  Checked before any STORE:
+    a record LogsDB cannot hold would fail the whole group commit it lands in,
+    other clients' records with it."""
+    compacted = attributes.compacted
+    limit = options.payload_bytes_max
+    for p in batch.payloads:
+        if p is None:
+            if not compacted:
+                return Status.BADPAYLOAD, "a tombstone (payload None) needs a compacted log"
+        elif len(p) > limit:
+            return Status.TOOBIG, f"payload of {len(p)} bytes exceeds the limit of {limit}"
+    if compacted and None in batch.keys:
+        return Status.NOKEY, "the log is compacted: every record needs a key"
+    key_max = options.key_bytes_max
+    if any(k is not None and len(k) > key_max for k in batch.keys):
+        return Status.TOOBIG, f"a key is longer than {key_max} bytes"
+    return None
+
+
+class SequencerHostCore:
+    """The sequencers of one node (see the module docstring)."""
+
+    def __init__(self, node_id: int, options: HostOptions | None = None) -> None:
+        self.node_id = node_id
+        self.options = options or HostOptions()
+        self._slots: dict[int, _Slot] = {}
+        #: Store waves started again, over every core this host ran.
+        self.waves_retried = 0
+
+    # -- input from clients ---------------------------------------------------
+
+    def on_append(
+        self,
+        log_id: int,
+        batch: RecordBatch,
+        token: Any,
+        now: float,
+        now_ms: int,
+        *,
+        owner: int | None,
+        attributes: LogAttributes | None,
+    ) -> list[HostAction]:
+        refusal = self._route(log_id, token, owner, attributes)
+        if refusal is not None:
+            return [refusal]
+        assert attributes is not None
+        problem = check_records(batch, attributes, self.options)
+        if problem is not None:
+            return [ReplyAppend(token, problem[0], message=f"log {log_id}: {problem[1]}")]
+        slot = self._slots.setdefault(log_id, _Slot())
+        core = slot.core
+        if core is not None and not core.preempted:
+            if self._stalled(slot, core, now):
+                return [ReplyAppend(token, Status.NOTREADY, message=self._stall_text(slot, now))]
+            return self._appended(core, core.append(batch, token, now, now_ms))
+        return self._wait_for_activation(log_id, slot, batch, token)
+
+    def on_seq_state(
+        self,
+        log_id: int,
+        token: Any,
+        *,
+        owner: int | None,
+        attributes: LogAttributes | None,
+    ) -> list[HostAction]:
+        """GET_SEQ_STATE: activate the log's sequencer here if this node owns it."""
+        refusal = self._route(log_id, token, owner, attributes)
+        if refusal is not None:
+            assert isinstance(refusal, ReplyAppend)
+            return [ReplySeqState(token, refusal.status, refusal.message)]
+        slot = self._slots.setdefault(log_id, _Slot())
+        if slot.core is not None and not slot.core.preempted:
+            return [ReplySeqState(token, Status.OK)]
+        return self._wait_for_activation(log_id, slot, None, token)
+
+    def _route(
+        self, log_id: int, token: Any, owner: int | None, attributes: LogAttributes | None
+    ) -> HostAction | None:
+        if owner != self.node_id:
+            if owner is None:
+                return ReplyAppend(token, Status.NOSEQUENCER, message="no sequencer node is alive")
+            return ReplyAppend(
+                token, Status.REDIRECTED, message="sequencer elsewhere", redirect=owner
+            )
+        if attributes is None:
+            return ReplyAppend(token, Status.NOTFOUND, message=f"log {log_id} does not exist")
+        return None
+
+    def _wait_for_activation(
+        self, log_id: int, slot: _Slot, batch: RecordBatch | None, token: Any
+    ) -> list[HostAction]:
+        if len(slot.waiting) >= self.options.waiting_appends_max:
+            status, text = Status.OVERLOADED, "too many appends wait for the sequencer"
+            if batch is None:
+                return [ReplySeqState(token, status, text)]
+            return [ReplyAppend(token, status, message=text)]
+        slot.waiting.append((batch, token))
+        if slot.activating:
+            return []
+        slot.activating = True
+        return [Activate(log_id)]
+
+    # -- activation -----------------------------------------------------------
+
+    def on_activated(
+        self,
+        log_id: int,
+        core: SequencerCore,
+        now: float,
+        now_ms: int,
+        history: tuple[EpochMetadata, ...] = (),
+    ) -> list[HostAction]:
+        """The driver activated ``core`` (epoch taken, earlier epochs sealed;
+        ``history``: the log's placements, which its recovery reads)."""
+        slot = self._slots.setdefault(log_id, _Slot())
+        assert slot.core is None or slot.core.epoch < core.epoch, "epochs only increase"
+        slot.activating = False
+        slot.core = core
+        slot.activated_at = now
+        slot.attempts_failed = 0
+        slot.error = ""
+        slot.stall_reported = False
+        actions: list[HostAction] = []
+        if not core.recovered:
+            actions.append(Recover(log_id, core, history))
+        waiting, slot.waiting = slot.waiting, deque()
+        for batch, token in waiting:
+            if batch is None:
+                actions.append(ReplySeqState(token, Status.OK))
+            else:
+                actions += self._appended(core, core.append(batch, token, now, now_ms))
+        return actions
+
+    def on_activation_failed(self, log_id: int, status: Status, message: str) -> list[HostAction]:
+        slot = self._slots.get(log_id)
+        if slot is None:
+            return []
+        slot.activating = False
+        waiting, slot.waiting = slot.waiting, deque()
+        text = f"cannot activate a sequencer for log {log_id}: {message}"
+        if slot.core is None:
+            del self._slots[log_id]
+        return [
+            ReplySeqState(token, status, text)
+            if batch is None
+            else ReplyAppend(token, status, message=text)
+            for batch, token in waiting
+        ]
+
+    # -- recovery -------------------------------------------------------------
+
+    def recovery_wanted(self, log_id: int, core: SequencerCore) -> bool:
+        """Whether the recovery started for ``core`` should go on."""
+        slot = self._slots.get(log_id)
+        return slot is not None and slot.core is core and not core.preempted
+
+    def on_recovery_error(self, log_id: int, core: SequencerCore, error: str) -> None:
+        slot = self._slots.get(log_id)
+        if slot is not None and slot.core is core:
+            slot.attempts_failed += 1
+            slot.error = error
+
+    def on_recovery_done(
+        self, log_id: int, core: SequencerCore, recovered: bool
+    ) -> list[HostAction]:
+        """The recovery ended: every earlier epoch is clean (``recovered``), or
+        a newer sequencer overtook it."""
+        slot = self._slots.get(log_id)
+        if slot is None or slot.core is not core:
+            return []
+        if recovered and not core.preempted:
+            slot.error = ""
+            return list(core.set_recovered())
+        actions: list[HostAction] = list(core.preempt())
+        if core.idle:
+            del self._slots[log_id]
+        return actions
+
+    # -- storage replies, timers, membership ----------------------------------
+
+    def on_stored(
+        self, log_id: int, store_id: int, node_id: int, status: int, now: float
+    ) -> list[HostAction]:
+        slot = self._slots.get(log_id)
+        core = slot.core if slot is not None else None
+        if core is None:
+            return []
+        actions = self._appended(core, core.on_stored(store_id, node_id, status, now))
+        if core.preempted and core.idle and not (slot and slot.waiting):
+            del self._slots[log_id]
+        return actions
+
+    def tick(self, now: float, owner_of: Callable[[int], int | None]) -> list[HostAction]:
+        """Store timeouts, stalled recoveries, retirement."""
+        actions: list[HostAction] = []
+        for log_id, slot in list(self._slots.items()):
+            core = slot.core
+            if core is None:
+                if not slot.activating and not slot.waiting:
+                    del self._slots[log_id]
+                continue
+            deadline = core.next_deadline()
+            if deadline is not None and deadline <= now:
+                actions += self._appended(core, core.tick(now))
+            if self._stalled(slot, core, now) and not slot.stall_reported:
+                slot.stall_reported = True
+                actions.append(
+                    RecoveryStalled(
+                        log_id,
+                        core.epoch,
+                        now - slot.activated_at,
+                        slot.attempts_failed,
+                        slot.error,
+                    )
+                )
+            if not slot.activating and self._retirable(core, functools.partial(owner_of, log_id)):
+                del self._slots[log_id]
+        return actions
+
+    def on_node_down(self, node_id: int, now: float) -> list[HostAction]:
+        actions: list[HostAction] = []
+        for core in self.cores():
+            actions += self._appended(core, core.on_node_down(node_id, now))
+        return actions
+
+    def on_node_up(self, node_id: int) -> None:
+        for core in self.cores():
+            core.on_node_up(node_id)
+
+    # -- queries ----------------------------------------------------------------
+
+    def sequencer(self, log_id: int) -> SequencerCore | None:
+        slot = self._slots.get(log_id)
+        return slot.core if slot is not None else None
+
+    def cores(self) -> list[SequencerCore]:
+        return [s.core for s in self._slots.values() if s.core is not None]
+
+    def logs(self) -> list[int]:
+        """The logs this node runs a sequencer of."""
+        return sorted(log for log, s in self._slots.items() if s.core is not None)
+
+    def state(self, log_id: int, now: float) -> SequencerState | None:
+        slot = self._slots.get(log_id)
+        core = slot.core if slot is not None else None
+        if slot is None or core is None:
+            return None
+        return SequencerState(
+            core.epoch,
+            core.recovered,
+            0.0 if core.recovered else now - slot.activated_at,
+            self._stalled(slot, core, now),
+            slot.attempts_failed,
+            slot.error,
+        )
+
+    def stalled_logs(self, now: float) -> list[int]:
+        return sorted(
+            log
+            for log, s in self._slots.items()
+            if s.core is not None and self._stalled(s, s.core, now)
+        )
+
+    # -- internals --------------------------------------------------------------
+
+    def _appended(self, core: SequencerCore, actions: list[Action]) -> list[HostAction]:
+        self.waves_retried += core.take_waves_retried()
+        return list(actions)
+
+    def _stalled(self, slot: _Slot, core: SequencerCore, now: float) -> bool:
+        return (
+            not core.recovered
+            and not core.preempted
+            and now - slot.activated_at >= self.options.recovery_stall_s
+        )
+
+    def _stall_text(self, slot: _Slot, now: float) -> str:
+        core = slot.core
+        assert core is not None
+        return (
+            f"log {core.log_id}: the sequencer of epoch {core.epoch} has not recovered the "
+            f"earlier epochs in {now - slot.activated_at:.1f} s "
+            f"({slot.attempts_failed} attempts failed; last: {slot.error or 'none yet'}); "
+            "appends wait until it has"
+        )
+
+    def _retirable(self, core: SequencerCore, owner: Callable[[], int | None]) -> bool:
+        if not core.idle:
+            return False
+        if core.preempted:
+            return True
+        # Rule 2: never before everything it acknowledged is released.
+        done = core.recovered and core.released_lsn >= core.last_known_good_lsn
+        return done and owner() != self.node_id

@@ -1,0 +1,188 @@
+"""The sequencer host core (routing, activation, recovery, stalls, retirement),
+driven by hand with a fake clock."""
+
+from __future__ import annotations
+
+import random
+
+from logstrand.epochstore import LogAttributes
+from logstrand.errors import Status
+from logstrand.placement import CopysetSelector
+from logstrand.sequencer import ReplyAppend, SendRelease, SendStore, SequencerCore
+from logstrand.sequencer._host import (
+    Activate,
+    HostOptions,
+    Recover,
+    RecoveryStalled,
+    ReplySeqState,
+    SequencerHostCore,
+)
+from logstrand.wire import RecordBatch
+
+ME = 1
+LOG = 7
+PLAIN = LogAttributes(replication_factor=2)
+
+
+def batch(n: int = 1, payload: bytes | None = b"x", key: bytes | None = None) -> RecordBatch:
+    return RecordBatch((0,) * n, (0,) * n, (0,) * n, (key,) * n, (payload,) * n)
+
+
+def core(epoch: int, *, recovered: bool) -> SequencerCore:
+    sel = CopysetSelector((1, 2, 3), 2, rng=random.Random(1))
+    return SequencerCore(LOG, epoch, sel, recovered=recovered)
+
+
+def host(**options: object) -> SequencerHostCore:
+    return SequencerHostCore(ME, HostOptions(**options))  # type: ignore[arg-type]
+
+
+def append(h: SequencerHostCore, token: str, now: float = 0.0, **kw: object) -> list[object]:
+    args: dict[str, object] = {"owner": ME, "attributes": PLAIN, **kw}
+    return h.on_append(LOG, batch(), token, now, 1000, **args)  # type: ignore[arg-type]
+
+
+def replies(actions: list[object]) -> list[ReplyAppend]:
+    return [a for a in actions if isinstance(a, ReplyAppend)]
+
+
+def store_all(h: SequencerHostCore, actions: list[object], now: float = 0.0) -> list[object]:
+    out: list[object] = []
+    for a in actions:
+        if isinstance(a, SendStore):
+            out += h.on_stored(LOG, a.message.store_id, a.node_id, Status.OK, now)
+    return out
+
+
+def active(
+    h: SequencerHostCore, epoch: int, *, recovered: bool
+) -> tuple[SequencerCore, list[object]]:
+    """Take an append that activates the log, then report the activation."""
+    assert append(h, "first") == [Activate(LOG)]
+    c = core(epoch, recovered=recovered)
+    return c, h.on_activated(LOG, c, 0.0, 1000)
+
+
+def test_routing_and_refusals_before_any_store() -> None:
+    h = host(payload_bytes_max=4)
+    [r] = replies(append(h, "t", owner=2))
+    assert (r.status, r.redirect) == (Status.REDIRECTED, 2)
+    assert replies(append(h, "t", owner=None))[0].status == Status.NOSEQUENCER
+    assert replies(append(h, "t", attributes=None))[0].status == Status.NOTFOUND
+    big = h.on_append(LOG, batch(payload=b"12345"), "t", 0.0, 0, owner=ME, attributes=PLAIN)
+    assert replies(big)[0].status == Status.TOOBIG
+    tomb = h.on_append(LOG, batch(payload=None), "t", 0.0, 0, owner=ME, attributes=PLAIN)
+    assert replies(tomb)[0].status == Status.BADPAYLOAD
+    compacted = LogAttributes(replication_factor=2, cleanup_policy="compact")
+    keyless = h.on_append(LOG, batch(), "t", 0.0, 0, owner=ME, attributes=compacted)
+    assert replies(keyless)[0].status == Status.NOKEY
+    assert h.logs() == []
+
+
+def test_one_activation_and_the_waiting_appends_go_to_the_new_core() -> None:
+    h = host()
+    assert append(h, "a") == [Activate(LOG)]
+    assert append(h, "b") == []  # waits: one activation at a time
+    c = core(1, recovered=True)
+    actions = h.on_activated(LOG, c, 0.0, 1000)
+    assert not any(isinstance(a, Recover) for a in actions)  # epoch 1: nothing to recover
+    done = replies(store_all(h, actions))
+    assert [(r.token, r.status) for r in done] == [("a", Status.OK), ("b", Status.OK)]
+    assert h.logs() == [LOG]
+
+
+def test_waiting_appends_are_bounded_and_get_the_activation_error() -> None:
+    h = host(waiting_appends_max=2)
+    append(h, "a")
+    append(h, "b")
+    [over] = replies(append(h, "c"))
+    assert over.status == Status.OVERLOADED
+    failed = replies(h.on_activation_failed(LOG, Status.NOSEQUENCER, "too few nodes sealed"))
+    assert [(r.token, r.status) for r in failed] == [
+        ("a", Status.NOSEQUENCER),
+        ("b", Status.NOSEQUENCER),
+    ]
+    assert "too few nodes sealed" in failed[0].message
+    assert append(h, "d") == [Activate(LOG)]  # the next append tries again
+
+
+def test_a_sequencer_is_not_retired_before_its_recovery_released_what_it_acknowledged() -> None:
+    """The failover stall: the log's owner moved (a node came back) while the
+    new sequencer was still recovering, and retiring it lost the release."""
+    h = host()
+    c, actions = active(h, 2, recovered=False)
+    assert Recover(LOG, c) in actions
+    acked = replies(store_all(h, actions))
+    assert acked[0].status == Status.OK  # acknowledged, not yet released
+    assert c.idle
+    # The owner moved to node 3: keep it while its recovery runs.
+    assert h.tick(1.0, lambda _log: 3) == []
+    assert h.sequencer(LOG) is c
+    assert h.recovery_wanted(LOG, c)
+    released = h.on_recovery_done(LOG, c, True)
+    assert next(a for a in released if isinstance(a, SendRelease)).lsn == acked[0].first_lsn
+    # Now everything it acknowledged is released: it may go.
+    h.tick(2.0, lambda _log: 3)
+    assert h.sequencer(LOG) is None
+
+
+def test_a_recovered_sequencer_stays_while_this_node_owns_the_log() -> None:
+    h = host()
+    c, actions = active(h, 1, recovered=True)
+    store_all(h, actions)
+    h.tick(1.0, lambda _log: ME)
+    assert h.sequencer(LOG) is c
+
+
+def test_a_stalled_recovery_is_reported_once_and_appends_are_refused_until_done() -> None:
+    h = host(recovery_stall_s=5.0)
+    c, actions = active(h, 2, recovered=False)
+    store_all(h, actions)
+    h.on_recovery_error(LOG, c, "epoch 1: 1 release pointers, need 2")
+    assert h.tick(4.9, lambda _log: ME) == []
+    assert replies(store_all(h, append(h, "before", now=4.9)))[0].status == Status.OK
+    [stall] = h.tick(5.0, lambda _log: ME)
+    assert stall == RecoveryStalled(LOG, 2, 5.0, 1, "epoch 1: 1 release pointers, need 2")
+    assert h.tick(6.0, lambda _log: ME) == []  # once
+    [refused] = replies(append(h, "during", now=6.0))
+    assert refused.status == Status.NOTREADY
+    assert "need 2" in refused.message
+    assert "in 6.0 s" in refused.message
+    assert h.stalled_logs(6.0) == [LOG]
+    state = h.state(LOG, 6.0)
+    assert state is not None
+    assert state.stalled
+    assert state.attempts_failed == 1
+    h.on_recovery_done(LOG, c, True)
+    assert h.stalled_logs(7.0) == []
+    assert replies(store_all(h, append(h, "after", now=7.0)))[0].status == Status.OK
+
+
+def test_an_overtaken_recovery_fails_pending_appends_and_retires_the_core() -> None:
+    h = host()
+    c, actions = active(h, 2, recovered=False)
+    assert [type(a) for a in actions].count(SendStore) == 2  # the append is in flight
+    failed = replies(h.on_recovery_done(LOG, c, False))
+    assert [(r.token, r.status) for r in failed] == [("first", Status.PREEMPTED)]
+    assert c.preempted
+    assert h.sequencer(LOG) is None
+    assert append(h, "next") == [Activate(LOG)]
+
+
+def test_seq_state_activates_and_answers_once_active() -> None:
+    h = host()
+    assert h.on_seq_state(LOG, "q", owner=ME, attributes=PLAIN) == [Activate(LOG)]
+    c = core(3, recovered=False)
+    actions = h.on_activated(LOG, c, 0.0, 0)
+    assert ReplySeqState("q", Status.OK) in actions
+    assert h.on_seq_state(LOG, "q2", owner=ME, attributes=PLAIN) == [ReplySeqState("q2", Status.OK)]
+    [redirect] = h.on_seq_state(LOG, "q3", owner=2, attributes=PLAIN)
+    assert redirect.status == Status.REDIRECTED
+
+
+def test_store_waves_retried_are_counted_across_cores() -> None:
+    h = host()
+    _, actions = active(h, 1, recovered=True)
+    first = next(a for a in actions if isinstance(a, SendStore))
+    h.on_stored(LOG, first.message.store_id, first.node_id, Status.FAILED, 0.0)
+    assert h.waves_retried == 1
