@@ -13,18 +13,13 @@ from typing import Final, NewType
 
 import attrs
 
+from .records import EPOCH_MAX, ESN_MAX, check_log_id
+
 LogID = NewType("LogID", int)
 
 LSN_INVALID: Final = 0
 LSN_OLDEST: Final = 1
 LSN_MAX: Final = 2**64 - 1
-
-EPOCH_MAX: Final = 2**32 - 1
-ESN_MAX: Final = 2**32 - 1
-
-LOG_ID_MAX: Final = 2**64 - 1
-#: The top bit of a log id marks the internal logs (metadata logs and the like).
-LOG_ID_INTERNAL_BIT: Final = 1 << 63
 
 
 class _Tail:
@@ -91,13 +86,10 @@ def validate_log_id(log_id: int) -> LogID:
     """Check that ``log_id`` is a valid user log id and return it typed.
 
     Raises:
-        ValueError: zero, negative, too large, or an internal log id.
+        InvalidArgumentError (a ValueError): zero, negative, too large, or an
+            internal log id (``records.check_log_id``).
     """
-    if not isinstance(log_id, int) or isinstance(log_id, bool):
-        raise ValueError(f"log id must be an int, got {type(log_id).__name__}")
-    if not 0 < log_id < LOG_ID_INTERNAL_BIT:
-        raise ValueError(f"log id {log_id} out of range 1..{LOG_ID_INTERNAL_BIT - 1}")
-    return LogID(log_id)
+    return LogID(check_log_id(log_id))
 
 
 class GapType(enum.IntEnum):

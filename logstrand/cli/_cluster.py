@@ -83,6 +83,7 @@ def node(
     ] = "0",
 ) -> None:
     """Run one storage node (serves until SIGINT or SIGTERM)."""
+    from ..compaction._cleaner import Cleaner, CleanerOptions
     from ..logsdb import LogsDBOptions
     from ..storage import Node, NodeOptions
 
@@ -106,9 +107,9 @@ def node(
             recovery_grace_s=recovery_grace,
             recovery_stall_s=recovery_stall,
             maintenance_s=maintenance_interval,
-            compaction_interval_s=compaction_interval,
-            compaction_map_bytes=map_bytes,
-            compaction_io_bytes_s=io_rate,
+        )
+        cleaner = Cleaner(
+            CleanerOptions(interval_s=compaction_interval, map_bytes=map_bytes, io_bytes_s=io_rate)
         )
         node = Node(
             url,
@@ -116,6 +117,7 @@ def node(
             data_dir=data_dir,
             options=options,
             logsdb_options=LogsDBOptions(partition_duration_ms=partition_ms),
+            extensions=(cleaner,),
         )
         # The receiver stays open until the node has shut down: a second
         # SIGTERM during shutdown (supervisors and impatient operators send

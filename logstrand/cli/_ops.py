@@ -157,7 +157,7 @@ def info(
     with connect(require_url(url)) as client:
         tail = client.tail_lsn(log)
         infos = client.log_info(log)
-        sequencer = client.async_client.view.sequencer_node(log)
+        sequencer = client.sequencer_node(log)
         seq_state = client.sequencer_state(log)
     current = epochs.current
     nodeset = list(current.nodeset) if current else []

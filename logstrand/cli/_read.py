@@ -133,8 +133,7 @@ def _read_to_file(
         first = LSN_OLDEST if start == "oldest" else _lsn_or_time(client, log, start, "--from")
         last = TAIL if until == "tail" else _lsn_or_time(client, log, until, "--until")
         infos = client.log_info(log)
-        attributes = client.async_client.view.log_attributes(log)
-        copies = attributes.replication_factor if attributes is not None else 1
+        copies = client.log_attributes(log).replication_factor
         approx = sum(i.records for i in infos) // max(1, copies)
         total = min(approx, limit) if limit is not None else approx
         with Progress(

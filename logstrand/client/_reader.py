@@ -24,7 +24,8 @@ from ._reader_core import GapItem, GrantCredit, Item, ReaderCore, RecordRun, Sta
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    from ._async import AsyncClient
+    from ..rpc import Link, Links
+    from ._admin import Admin
 
 _stream_ids = itertools.count(1)
 RECONNECT_S = 1.0
@@ -45,7 +46,8 @@ class ReadStream:
 
     def __init__(
         self,
-        client: AsyncClient,
+        admin: Admin,
+        links: Links,
         log_id: int,
         start: int,
         until: int | _Tail | None,
@@ -54,7 +56,8 @@ class ReadStream:
         credit: int = 8192,
         show_compacted: bool = False,
     ) -> None:
-        self.client = client
+        self.admin = admin
+        self.links = links
         self.log_id = log_id
         self.start = start
         self.until_arg = until
@@ -64,7 +67,7 @@ class ReadStream:
         self.stream_id = next(_stream_ids)
         self.core: ReaderCore | None = None
         self._inbox_send, self._inbox = trio.open_memory_channel[Any](100_000)
-        self._links: dict[int, Any] = {}
+        self._links: dict[int, Link] = {}
         self._pending: list[Record | Gap] = []
         self._closed = False
         self._retry_at: dict[int, float] = {}
@@ -75,18 +78,14 @@ class ReadStream:
         return self.core is None or self.core.healthy
 
     async def _open(self) -> ReaderCore:
-        client = self.client
-        nodes = await client._read_nodes(self.log_id)
-        attrs_ = client.view.log_attributes(self.log_id)
-        assert attrs_ is not None
-        epochs = await client.view.astore.call(client.view.store.log_epochs, self.log_id)
-        r = max([h.replication_factor for h in epochs.history] or [attrs_.replication_factor])
-        r = min(r, len(nodes))
+        admin = self.admin
+        placement = await admin.placement(self.log_id)  # the one read of the epoch store
+        nodes = placement.nodes
         if self.until_arg is TAIL:
-            until = await client.tail_lsn(self.log_id)
+            until = await admin.tail_lsn(self.log_id, nodes)
         else:
             # A running sequencer keeps the nodes' release pointers current.
-            await client.ensure_sequencer(self.log_id)
+            await admin.ensure_sequencer(self.log_id)
             if self.until_arg is None:
                 until = LSN_MAX
             else:
@@ -97,7 +96,7 @@ class ReadStream:
             self.start,
             until,
             nodes,
-            r,
+            placement.replication,
             scd=self.single_copy,
             credit=self.credit,
             now=trio.current_time(),
@@ -107,11 +106,11 @@ class ReadStream:
         await self._act(core)
         return core
 
-    async def _link(self, node: int) -> Any:
+    async def _link(self, node: int) -> Link:
         link = self._links.get(node)
-        if link is not None and not link.conn.closed:
+        if link is not None and not link.closed:
             return link
-        link = await self.client._link(node)
+        link = await self.links.get(node)
         link.streams[self.stream_id] = self._inbox_send
         self._links[node] = link
         return link
@@ -136,7 +135,7 @@ class ReadStream:
                 else:
                     assert isinstance(a, GrantCredit)
                     msg = ReadCredit(self.stream_id, a.generation, a.records)
-                await link.conn.send(msg)
+                await link.send(msg)
             except TransientError:
                 self._retry_at[a.node_id] = now + RECONNECT_S
                 core.on_unreachable(a.node_id, now)
@@ -258,7 +257,7 @@ class ReadStream:
         for link in self._links.values():
             link.streams.pop(self.stream_id, None)
             with contextlib.suppress(LogstrandError):
-                link.conn.send_nowait(StopRead(self.stream_id))
+                link.send_nowait(StopRead(self.stream_id))
         self._links.clear()
 
     async def __aenter__(self) -> ReadStream:

@@ -37,23 +37,23 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from ..records import RecordFlags, precedence
 from ..types import LSN_MAX, GapType
 
 if TYPE_CHECKING:
     from ..wire import RecordBatch
 
-FLAG_HOLE = 0x0001
-FLAG_BRIDGE = 0x0002
-FLAG_TOMBSTONE = 0x0004
-FLAG_WRITTEN_BY_RECOVERY = 0x0008
+_HOLE = RecordFlags.HOLE
+_BRIDGE = RecordFlags.BRIDGE
+_BY_RECOVERY = RecordFlags.WRITTEN_BY_RECOVERY
 _PLAIN = (0, 0)
 
 
 def _precedence(batch: RecordBatch, waves: tuple[int, ...], i: int) -> tuple[int, int]:
-    """Which of two differing copies of one LSN wins: as recovery decides it."""
-    if batch.flags[i] & FLAG_WRITTEN_BY_RECOVERY:
-        return (1, waves[i] if waves else 0)
-    return _PLAIN
+    """Which of two differing copies of one LSN wins (``records.precedence``).
+    A node sends waves only with batches that hold recovery copies; the other
+    copies of one LSN are all the same record."""
+    return precedence(batch.flags[i], waves[i] if waves else 0)
 
 
 @attrs.frozen
@@ -355,7 +355,7 @@ class ReaderCore:
                     x = olsns[i]
                     if x > hi:
                         break
-                    if other.flags[i] & FLAG_WRITTEN_BY_RECOVERY and x > first:
+                    if other.flags[i] & _BY_RECOVERY and x > first:
                         mine = _precedence(batch, waves, off + (x - first))
                         if _precedence(other, other_waves, i) > mine:
                             hi = x - 1
@@ -366,7 +366,7 @@ class ReaderCore:
         """Deliver records [off, end) of a batch; returns the LSN reading goes on from."""
         flags = batch.flags[off:end]
         after = 0
-        if not any(f & (FLAG_HOLE | FLAG_BRIDGE) for f in flags):
+        if not any(f & (_HOLE | _BRIDGE) for f in flags):
             self.items.append(
                 RecordRun(
                     batch.lsns[off:end],
@@ -378,14 +378,14 @@ class ReaderCore:
             return after
         for i in range(off, end):
             lsn, fl = batch.lsns[i], batch.flags[i]
-            if fl & FLAG_BRIDGE:
+            if fl & _BRIDGE:
                 epoch_end = min(((lsn >> 32) + 1) << 32, self.until)
                 self.items.append(GapItem(GapType.BRIDGE, lsn, epoch_end))
                 after = epoch_end + 1
                 # Whatever follows a bridge in its epoch is a copy left by a
                 # sequencer that died (recovery decided the epoch ends here).
                 break
-            elif fl & FLAG_HOLE:
+            elif fl & _HOLE:
                 self.items.append(GapItem(GapType.HOLE, lsn, lsn))
             else:
                 self.items.append(

@@ -22,6 +22,7 @@ from ._columns import ColumnBatch
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
+    from ..epochstore import EpochEnd, LogAttributes
     from ..wire import LogInfoReply, NodeStatus, SeqState
     from ._columns import LogSegment
     from ._settings import ClientSettings
@@ -175,6 +176,20 @@ class Client:
     def log_directory(self, log_id: int) -> list[LogSegment]:
         """The nodes' partition directory entries of the log (see ``AsyncClient``)."""
         return list(self._call(self.async_client.log_directory, log_id))
+
+    def log_attributes(self, log_id: int) -> LogAttributes:
+        """The log's attributes (see ``AsyncClient.log_attributes``)."""
+        attributes: LogAttributes = self._call(self.async_client.log_attributes, log_id)
+        return attributes
+
+    def sequencer_node(self, log_id: int) -> int | None:
+        """The live node that runs the log's sequencer, as this client sees it."""
+        return self.async_client.sequencer_node(log_id)
+
+    def epoch_end(self, log_id: int, epoch: int) -> EpochEnd | None:
+        """How recovery ended an epoch of the log (None: it never did)."""
+        end: EpochEnd | None = self._call(self.async_client.epoch_end, log_id, epoch)
+        return end
 
     def sequencer_state(self, log_id: int) -> SeqState | None:
         """The log's sequencer as its node sees it (see ``AsyncClient.sequencer_state``)."""

@@ -1,6 +1,7 @@
 """Kafka-style compaction of keyed logs: the offset map and the cleaner's
-decisions (pure).  The cleaner's I/O lives on the node
-(``logstrand.storage._cleaner``).  See docs/compaction.md."""
+decisions (pure), and the cleaner itself (``_cleaner.py``, trio: a node
+extension that works through the client library).  Each node's part of a
+pass is ``logstrand.storage._drops``.  See docs/compaction.md."""
 
 from ._core import Candidate, PassStats, choose, drops
 from ._offset_map import ENTRY_BYTES, MapFullError, OffsetMap, hash_keys

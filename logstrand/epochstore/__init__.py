@@ -20,21 +20,28 @@ from ._model import (
     NodeConfig,
     parse_log_range,
 )
-from ._sqlite import SqliteEpochStore
 from ._url import open_epoch_store
-from ._zookeeper import ZooKeeperEpochStore
 
 if TYPE_CHECKING:
     from ._async import AsyncEpochStore
+    from ._sqlite import SqliteEpochStore
+    from ._zookeeper import ZooKeeperEpochStore
+
+# Loaded when asked for: the backends pull in sqlite3 and kazoo, and
+# AsyncEpochStore trio; code that only needs the models (the sequencer's pure
+# procedures, the client's vocabulary) must stay free of them.
+_LAZY = {
+    "AsyncEpochStore": "._async",
+    "SqliteEpochStore": "._sqlite",
+    "ZooKeeperEpochStore": "._zookeeper",
+}
 
 
 def __getattr__(name: str) -> object:
-    # AsyncEpochStore pulls in trio; the pure protocol code that uses this
-    # package's models (the sequencer's procedures) must stay free of it.
-    if name == "AsyncEpochStore":
-        from ._async import AsyncEpochStore
+    if name in _LAZY:
+        import importlib
 
-        return AsyncEpochStore
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

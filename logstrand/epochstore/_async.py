@@ -1,34 +1,97 @@
-"""The epoch store from trio: every call runs in a worker thread.
+"""The epoch store from trio: typed, and every call in a worker thread.
 
 Both stores block (kazoo waits on ZooKeeper, sqlite3 on the file lock), so
 trio code never calls them directly.  A capacity limiter bounds how many
-threads wait on the store at once.
+threads wait on the store at once.  Each method is the store's method of the
+same name (see ``EpochStore`` for what it does and raises).
 """
 
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ._base import EpochStore
+    from ._base import EpochStore, MemberSession, Placement, Watch
+    from ._model import EpochEnd, EpochMetadata, LogAttributes, LogEpochs, LogRange, NodeConfig
 
-P = ParamSpec("P")
 R = TypeVar("R")
 
 
 class AsyncEpochStore:
-    """``await astore.call(store.method, *args)`` for any method of the store."""
-
     def __init__(self, store: EpochStore, *, threads_max: int = 8) -> None:
         self.store = store
+        self.cluster = store.cluster
         self._limiter = trio.CapacityLimiter(threads_max)
 
-    async def call(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    async def run(self, fn: Callable[[EpochStore], R]) -> R:
+        """``fn(store)`` in a worker thread (the sequencer's procedures ask
+        the store this way: ``EpochStoreCall``)."""
         return await trio.to_thread.run_sync(
-            functools.partial(fn, *args, **kwargs), limiter=self._limiter, abandon_on_cancel=True
+            functools.partial(fn, self.store), limiter=self._limiter, abandon_on_cancel=True
         )
+
+    async def _call(self, fn: Callable[..., R], *args: Any) -> R:
+        return await trio.to_thread.run_sync(
+            functools.partial(fn, *args), limiter=self._limiter, abandon_on_cancel=True
+        )
+
+    # -- epochs ---------------------------------------------------------------
+
+    async def take_epoch(self, log_id: int, placement: Placement) -> tuple[int, EpochMetadata]:
+        return await self._call(self.store.take_epoch, log_id, placement)
+
+    async def log_epochs(self, log_id: int) -> LogEpochs:
+        return await self._call(self.store.log_epochs, log_id)
+
+    async def last_clean_epoch(self, log_id: int) -> int:
+        return await self._call(self.store.last_clean_epoch, log_id)
+
+    async def epoch_end(self, log_id: int, epoch: int) -> EpochEnd | None:
+        return await self._call(self.store.epoch_end, log_id, epoch)
+
+    # -- trim and compaction ------------------------------------------------------
+
+    async def trim_point(self, log_id: int) -> int:
+        return await self._call(self.store.trim_point, log_id)
+
+    async def set_trim_point(self, log_id: int, lsn: int) -> int:
+        return await self._call(self.store.set_trim_point, log_id, lsn)
+
+    async def compaction(self, log_id: int) -> dict[str, Any] | None:
+        return await self._call(self.store.compaction, log_id)
+
+    async def record_compaction(
+        self, log_id: int, clean_point: int, clean_bytes: int, last_pass: dict[str, Any]
+    ) -> dict[str, Any]:
+        return await self._call(
+            self.store.record_compaction, log_id, clean_point, clean_bytes, last_pass
+        )
+
+    # -- configuration and membership ---------------------------------------------
+
+    async def nodes(self) -> dict[int, NodeConfig]:
+        return await self._call(self.store.nodes)
+
+    async def log_ranges(self) -> list[LogRange]:
+        return await self._call(self.store.log_ranges)
+
+    async def log_attributes(self, log_id: int) -> LogAttributes:
+        return await self._call(self.store.log_attributes, log_id)
+
+    async def alive_nodes(self) -> frozenset[int]:
+        return await self._call(self.store.alive_nodes)
+
+    async def watch_members(self, callback: Callable[[frozenset[int]], None]) -> Watch:
+        return await self._call(self.store.watch_members, callback)
+
+    async def register_member(self, node_id: int) -> MemberSession:
+        return await self._call(self.store.register_member, node_id)
+
+    async def aclose(self) -> None:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(self.store.close)

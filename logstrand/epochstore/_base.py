@@ -35,6 +35,7 @@ from ..errors import (
     StaleError,
     TransientError,
 )
+from ..records import EPOCH_MAX, check_log_id
 from ._model import EpochEnd, EpochMetadata, LogAttributes, LogEpochs, LogRange, NodeConfig
 
 if TYPE_CHECKING:
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
 
 #: A read-modify-write gives up (AGAIN) after this many lost races in a row.
 CAS_ATTEMPTS_MAX = 10_000
-EPOCH_MAX = 2**32 - 1
 
 
 @attrs.frozen
@@ -436,8 +436,7 @@ class EpochStore(abc.ABC):
 
 
 def _check_log(log_id: int) -> None:
-    if type(log_id) is not int or not 0 < log_id < 2**64:
-        raise InvalidArgumentError(f"bad log id {log_id!r}")
+    check_log_id(log_id, internal=True)
 
 
 class PollingWatch:

@@ -13,13 +13,13 @@ from typing import Any
 import attrs
 
 from ..errors import InvalidArgumentError
+from ..records import LOG_ID_MAX
 
 #: Failure-domain scopes, narrowest first.  A location is "region.dc.rack".
 SCOPES = ("node", "rack", "dc", "region")
 CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
 DURABILITIES = ("async", "fsync")
 ROLES = ("storage", "sequencer")
-USER_LOG_ID_MAX = 2**63 - 1
 _CLUSTER_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _ADDRESS_RE = re.compile(r"^[A-Za-z0-9_.-]+:\d{1,5}$")
 
@@ -168,7 +168,7 @@ class LogRange:
     def __attrs_post_init__(self) -> None:
         if not (type(self.first) is int and type(self.last) is int):
             _fail("log range ends must be integers")
-        if not 1 <= self.first <= self.last <= USER_LOG_ID_MAX:
+        if not 1 <= self.first <= self.last <= LOG_ID_MAX:
             _fail(f"bad log range {self.first}..{self.last}: 1 <= first <= last < 2^63")
 
     def __contains__(self, log_id: object) -> bool:

@@ -1,25 +1,16 @@
 """LogsDB: a node's local log store on time-ordered RocksDB partitions."""
 
+from ..records import make_batch
 from ._engine import Engine, RocksEngine
 from ._format import (
-    FLAG_BRIDGE,
-    FLAG_HOLE,
-    FLAG_TOMBSTONE,
-    FLAG_WRITTEN_BY_RECOVERY,
-    KEY_BYTES_MAX,
     META_PREFIXES,
     DirEntry,
     StoredBatch,
     StoredRecord,
 )
-from ._store import LogsDB, LogsDBOptions, PartitionInfo, PutBatch, make_batch
+from ._store import LogsDB, LogsDBOptions, PartitionInfo, PutBatch
 
 __all__ = [
-    "FLAG_BRIDGE",
-    "FLAG_HOLE",
-    "FLAG_TOMBSTONE",
-    "FLAG_WRITTEN_BY_RECOVERY",
-    "KEY_BYTES_MAX",
     "META_PREFIXES",
     "DirEntry",
     "Engine",

@@ -11,7 +11,7 @@ Record value (big-endian)::
     u64 timestamp_ms | u16 flags | u32 wave | u32 crc32c(payload) | u8 copyset_len
     u32 node_id[copyset_len]
     [u16 key_len | key]          when flags has _HAS_KEY
-    payload                      (empty for a tombstone, which has FLAG_TOMBSTONE)
+    payload                      (empty for a tombstone, which has RecordFlags.TOMBSTONE)
 """
 
 from __future__ import annotations
@@ -26,22 +26,14 @@ import google_crc32c
 import numpy as np
 
 from ..errors import CorruptionError, InvalidArgumentError
-from ..wire import RecordBatch
+from ..records import COPYSET_SIZE_MAX, FLAGS_PUBLIC_MASK, KEY_BYTES_MAX, RecordBatch, RecordFlags
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
-# Public record flags (u16).  The low byte travels in RecordBatch.flags too.
-FLAG_HOLE: Final = 0x0001  # a hole plug written by recovery
-FLAG_BRIDGE: Final = 0x0002  # end of an epoch
-FLAG_TOMBSTONE: Final = 0x0004  # a keyed delete (payload None)
-FLAG_WRITTEN_BY_RECOVERY: Final = 0x0008
-FLAG_PUBLIC_MASK: Final = 0x00FF
-# Internal flags, only on disk.
+# Record flags are ``RecordFlags`` (the low byte); the high byte is LogsDB's own.
 _HAS_KEY: Final = 0x0100
-
-KEY_BYTES_MAX: Final = 0xFFFF
-COPYSET_SIZE_MAX: Final = 0xFF
+_TOMBSTONE: Final = int(RecordFlags.TOMBSTONE)
 
 DATA_KEY = struct.Struct(">QQ")
 _HEADER = struct.Struct(">QHIIB")
@@ -166,7 +158,7 @@ def encode_value(
 ) -> bytes:
     """The value of one record.  ``copyset_packed`` comes from ``pack_copyset``."""
     if payload is None:
-        flags |= FLAG_TOMBSTONE
+        flags |= _TOMBSTONE
         payload = b""
     if key is None:
         head = _HEAD.pack(timestamp_ms, flags & ~_HAS_KEY, wave, crc32c(payload))
@@ -405,13 +397,13 @@ def decode_into(
     if list(map(crc32c, pays)) != crcs:
         bad = next(i for i, p in enumerate(pays) if crc32c(p) != crcs[i])
         raise CorruptionError(f"log {out.log_id} lsn {lsns[bad]}: payload checksum mismatch")
-    out.flag_bits |= flag_bits & FLAG_PUBLIC_MASK
-    if flag_bits & FLAG_TOMBSTONE:
-        tomb = (fl_col & FLAG_TOMBSTONE).tolist()
+    out.flag_bits |= flag_bits & FLAGS_PUBLIC_MASK
+    if flag_bits & _TOMBSTONE:
+        tomb = (fl_col & _TOMBSTONE).tolist()
         pays = [None if t else p for t, p in zip(tomb, pays, strict=True)]
     out.lsns.extend(lsns)
     out.timestamps_ms.extend(heads["ts"].tolist())
-    out.flags.extend((fl_col & FLAG_PUBLIC_MASK).tolist())
+    out.flags.extend((fl_col & FLAGS_PUBLIC_MASK).tolist())
     out.waves.extend(heads["wave"].tolist())
     out.copysets.extend(copysets)
     out.keys.extend(keys)

@@ -38,14 +38,14 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..errors import Status
-from ..wire import RecordBatch, Store
+from ..records import ESN_MAX, RecordBatch
+from ..wire import Store
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from ..placement import CopysetSelector
 
-ESN_MAX = 2**32 - 1
 _WAVE_BITS = 16
 
 

@@ -50,6 +50,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Container, Generator, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -61,7 +62,7 @@ from ..wire import Store as StoreMsg
 from ._recovery import DigestRecord, EpochRecovery, Mutation
 
 if TYPE_CHECKING:
-    from ..epochstore import EpochMetadata, Placement
+    from ..epochstore import EpochMetadata, EpochStore, Placement
     from ..placement import CopysetSelector
 
 _log = logging.getLogger("logstrand.recovery")
@@ -112,10 +113,9 @@ class StoreCopies:
 
 @attrs.frozen
 class EpochStoreCall:
-    """Call ``EpochStore.<method>(*args)``; resume with its result (or its error)."""
+    """Ask the epoch store: resume with ``fn(store)``, or throw what it raised."""
 
-    method: str
-    args: tuple[Any, ...]
+    fn: Callable[[EpochStore], Any]
 
 
 @attrs.frozen
@@ -125,6 +125,10 @@ class Sleep:
 
 Command = Ask | Tell | StoreCopies | EpochStoreCall | Sleep
 Procedure = Generator[Command, Any, Any]
+
+
+def _set_lce(log_id: int, epoch: int, store: EpochStore) -> int:
+    return store.set_last_clean_epoch(log_id, epoch)
 
 
 def f_majority(meta: EpochMetadata) -> int:
@@ -140,8 +144,8 @@ def activate(log_id: int, placement: Placement, seal_timeout_s: float) -> Proced
     Returns ``(epoch, metadata, history)``: the new epoch, its placement, and
     every placement the log ever had (recovery reads the older ones).
     """
-    epoch, meta = yield EpochStoreCall("take_epoch", (log_id, placement))
-    state = yield EpochStoreCall("log_epochs", (log_id,))
+    epoch, meta = yield EpochStoreCall(lambda s: s.take_epoch(log_id, placement))
+    state = yield EpochStoreCall(lambda s: s.log_epochs(log_id))
     history = list(state.history)
     yield from seal_earlier(log_id, epoch, [h for h in history if h.since < epoch], seal_timeout_s)
     return epoch, meta, history
@@ -225,7 +229,7 @@ def recover(
     backoff = RETRY_FIRST_S
     while not cancelled():
         try:
-            lce = yield EpochStoreCall("last_clean_epoch", (log_id,))
+            lce = yield EpochStoreCall(lambda s: s.last_clean_epoch(log_id))
             for e in range(lce + 1, epoch):
                 meta = state.metadata_for(e)
                 if meta is None:
@@ -241,7 +245,7 @@ def recover(
                     _Timeouts(ask_timeout_s, digest_timeout_s, store_timeout_s, settle_s),
                 )
                 with contextlib.suppress(StaleError):  # a later sequencer got further
-                    yield EpochStoreCall("set_last_clean_epoch", (log_id, e))
+                    yield EpochStoreCall(partial(_set_lce, log_id, e))
             return True
         except PreemptedError as exc:
             _log.info("log %d: recovery in epoch %d overtaken: %s", log_id, epoch, exc)
@@ -348,7 +352,8 @@ def _recover_epoch(
     yield from _write(log_id, e, seal, plan, selector, alive, now_ms(), t.store_s)
     # Tell the nodes (through the epoch store) which copies of the epoch are
     # good, before any of them may hand the epoch's end to readers.
-    yield EpochStoreCall("record_epoch_end", (log_id, e, EpochEnd(lng, plan[-1].esn, seal)))
+    end = EpochEnd(lng, plan[-1].esn, seal)
+    yield EpochStoreCall(lambda s: s.record_epoch_end(log_id, e, end))
     # Let readers past the bridge at once, on every node that held the epoch:
     # released up to ESN 0 of the next epoch, i.e. past this one's end, so a
     # later recovery knows there is nothing left to decide in it (ESN 0 is

@@ -32,11 +32,12 @@ import enum
 
 import attrs
 
-FLAG_HOLE = 0x0001
-FLAG_BRIDGE = 0x0002
-FLAG_TOMBSTONE = 0x0004
-FLAG_WRITTEN_BY_RECOVERY = 0x0008
-ESN_MAX = 2**32 - 1
+from ..records import ESN_MAX, RecordFlags, precedence
+
+_HOLE = RecordFlags.HOLE
+_BRIDGE = RecordFlags.BRIDGE
+_TOMBSTONE = RecordFlags.TOMBSTONE
+_BY_RECOVERY = RecordFlags.WRITTEN_BY_RECOVERY
 
 
 class Decision(enum.Enum):
@@ -58,7 +59,7 @@ class DigestRecord:
 
     @property
     def precedence(self) -> tuple[int, int]:
-        return (1 if self.flags & FLAG_WRITTEN_BY_RECOVERY else 0, self.wave)
+        return precedence(self.flags, self.wave)
 
 
 @attrs.frozen
@@ -74,11 +75,11 @@ class Mutation:
     @property
     def flags(self) -> int:
         if self.decision is Decision.BRIDGE:
-            return FLAG_BRIDGE | FLAG_HOLE | FLAG_WRITTEN_BY_RECOVERY
+            return int(_BRIDGE | _HOLE | _BY_RECOVERY)
         if self.decision is Decision.HOLE:
-            return FLAG_HOLE | FLAG_WRITTEN_BY_RECOVERY
-        tomb = FLAG_TOMBSTONE if self.payload is None else 0
-        return tomb | FLAG_WRITTEN_BY_RECOVERY
+            return int(_HOLE | _BY_RECOVERY)
+        tomb = _TOMBSTONE if self.payload is None else 0
+        return int(tomb | _BY_RECOVERY)
 
 
 class EpochRecovery:
@@ -133,13 +134,13 @@ class EpochRecovery:
         bridge_at = self.lng_esn + 1
         for esn in sorted(self._best):
             rec = self._best[esn]
-            if rec.flags & FLAG_BRIDGE:
+            if rec.flags & _BRIDGE:
                 bridge_at = esn
                 break
             bridge_at = esn + 1
         for esn in range(self.lng_esn + 1, bridge_at):
             copy = self._best.get(esn)
-            if copy is None or copy.flags & FLAG_HOLE:
+            if copy is None or copy.flags & _HOLE:
                 out.append(Mutation(esn, Decision.HOLE))
             else:
                 out.append(

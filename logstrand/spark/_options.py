@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..errors import InvalidArgumentError
-from ..types import parse_lsn, validate_log_id
+from ..records import check_log_id
+from ..types import parse_lsn
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -57,7 +58,7 @@ def parse_logs(text: str) -> tuple[int, ...]:
             else:
                 ids = range(int(part), int(part) + 1)
             for log in ids:
-                validate_log_id(log)
+                check_log_id(log)
             logs.update(ids)
         except ValueError as exc:
             raise InvalidArgumentError(f"logs: {part!r} is not a log id or range: {exc}") from None
@@ -209,7 +210,7 @@ class WriteOptions:
         log = None
         if log_text is not None:
             try:
-                log = validate_log_id(int(log_text))
+                log = check_log_id(int(log_text))
             except ValueError:
                 raise InvalidArgumentError(f"log: {log_text!r} is not a log id") from None
         return cls(url, log)

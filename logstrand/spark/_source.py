@@ -38,7 +38,6 @@ from pyspark.sql.types import (
 )
 
 from ..client import connect
-from ..epochstore import open_epoch_store
 from ..errors import InvalidArgumentError, LogstrandError
 from ..types import LSN_OLDEST, GapType, format_lsn, lsn_epoch
 from . import _plan
@@ -121,34 +120,32 @@ def plan_partitions(client: Client, opts: ReadOptions) -> list[LsnRange]:
     ranges = resolve_ranges(client, opts)
     segments = {log: client.log_directory(log) for log, (lo, hi) in ranges.items() if hi > lo}
     copies = {log: _copies(client, log) for log in segments}
-    with open_epoch_store(opts.url) as store:
 
-        def extents(log: int, lo: int, hi: int) -> dict[int, int]:
-            """Where recovery ended each epoch before the last (bridge ESN)."""
-            first, last = lsn_epoch(lo), lsn_epoch(hi - 1)
-            if last - first > _plan.EPOCHS_MAX:
-                return {}
-            out = {}
-            for e in range(first, last):
-                end = store.epoch_end(log, e)
-                if end is not None and end.bridge_esn > 0:
-                    out[e] = end.bridge_esn
-            return out
+    def extents(log: int, lo: int, hi: int) -> dict[int, int]:
+        """Where recovery ended each epoch before the last (bridge ESN)."""
+        first, last = lsn_epoch(lo), lsn_epoch(hi - 1)
+        if last - first > _plan.EPOCHS_MAX:
+            return {}
+        out = {}
+        for e in range(first, last):
+            end = client.epoch_end(log, e)
+            if end is not None and end.bridge_esn > 0:
+                out[e] = end.bridge_esn
+        return out
 
-        planned = _plan.plan(
-            ranges,
-            segments,
-            copies,
-            min_partitions=opts.min_partitions,
-            max_records=opts.max_records_per_partition,
-            extents=extents,
-        )
+    planned = _plan.plan(
+        ranges,
+        segments,
+        copies,
+        min_partitions=opts.min_partitions,
+        max_records=opts.max_records_per_partition,
+        extents=extents,
+    )
     return [LsnRange(opts.url, r.log_id, r.lo, r.hi, opts.fail_on_data_loss) for r in planned]
 
 
 def _copies(client: Client, log: int) -> int:
-    attrs_ = client.async_client.view.log_attributes(log)
-    return attrs_.replication_factor if attrs_ is not None else 1
+    return client.log_attributes(log).replication_factor
 
 
 # -- reading (executors) ----------------------------------------------------------------

@@ -28,6 +28,7 @@ import bisect
 from typing import TYPE_CHECKING
 
 from ..errors import Status
+from ..records import RecordFlags
 from ..wire import (
     Digest,
     GetDigest,
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
     from ..logsdb import LogsDB
     from ..wire import Store
 
-FLAG_WRITTEN_BY_RECOVERY = 0x0008
 DIGEST_RECORDS_MAX = 20_000
 DIGEST_BYTES_MAX = 16 * 1024 * 1024
 
@@ -164,7 +164,7 @@ def servable(
             for k in range(good, j):
                 # A later recovery that got this far saw this one's copies and
                 # decided the same (see EpochEnd): its copies are good too.
-                by_recovery = flags[k] & FLAG_WRITTEN_BY_RECOVERY and waves[k] >= end.seal
+                by_recovery = flags[k] & RecordFlags.WRITTEN_BY_RECOVERY and waves[k] >= end.seal
                 if by_recovery and lsns[k] <= bridge:
                     keep.append(k)
                 else:

@@ -79,11 +79,6 @@ class NodeMetrics:
             "logstrand_store_waves_retried", "STORE waves sent again after a failure", registry=r
         )
         self.trims = Counter("logstrand_trims", "Trim points moved on this node", registry=r)
-        self.compaction_passes = Counter(
-            "logstrand_compaction_passes",
-            "Compaction passes this node's cleaner finished",
-            registry=r,
-        )
         self.compaction_records_removed = Counter(
             "logstrand_compaction_records_removed",
             "Record copies this node removed for compaction",
@@ -92,17 +87,6 @@ class NodeMetrics:
         self.compaction_bytes_removed = Counter(
             "logstrand_compaction_bytes_removed",
             "Payload bytes of the copies this node removed for compaction",
-            registry=r,
-        )
-        self.compaction_map_fill = Gauge(
-            "logstrand_compaction_map_fill",
-            "How full the offset map of the last pass was (0..1)",
-            registry=r,
-        )
-        self.compaction_uncleanable = Counter(
-            "logstrand_compaction_uncleanable",
-            "Passes that could not finish, by reason",
-            ["reason"],
             registry=r,
         )
         self.partitions_dropped = Counter(

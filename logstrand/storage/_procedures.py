@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import itertools
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import trio
 
 from ..errors import LogstrandError, Status
 from ..placement import CopysetSelector
+from ..rpc import Waiters
 from ..sequencer import _procedures as procs
 from ..wire import Release, StoreReply
 
@@ -23,28 +24,45 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ..epochstore import EpochMetadata
-    from ._node import Node
+    from ..rpc import ClusterView
+    from ..wire import Store
+    from ._metrics import NodeMetrics
+
+
+class PeerPort(Protocol):
+    """How procedures reach the nodes (``Peers``)."""
+
+    async def send_store(self, node_id: int, msg: Store) -> bool: ...
+    async def send_release(self, node_id: int, msg: Release) -> None: ...
+    async def request(self, node_id: int, make: Callable[[int], Any], timeout_s: float) -> Any: ...
 
 
 class ProcedureRunner:
     """Runs procedures for one node; routes the replies to their recovery STOREs."""
 
-    def __init__(self, node: Node) -> None:
-        self.node = node
+    def __init__(
+        self,
+        node_id: int,
+        view: ClusterView,
+        peers: PeerPort,
+        answer: Callable[[Any], Any],
+        metrics: NodeMetrics,
+    ) -> None:
+        self.node_id = node_id
+        self.view = view
+        self.peers = peers
+        #: This node's own answer to a LogInfo, Seal or GetDigest.
+        self.answer = answer
+        self.metrics = metrics
         self._store_ids = itertools.count(1)
-        self._waiting: dict[int, tuple[set[int], trio.Event, dict[int, int]]] = {}
+        #: (store id, node) -> that node's status for a recovery STORE.
+        self._stores: Waiters[tuple[int, int]] = Waiters()
 
     def on_store_reply(self, reply: StoreReply) -> bool:
         """Take a STORE reply if it belongs to a procedure; True if it did."""
         if not reply.store_id & procs.RECOVERY_STORE_BIT:
             return False
-        waiting = self._waiting.get(reply.store_id)
-        if waiting is not None:
-            copyset, done, statuses = waiting
-            if reply.node_id in copyset:
-                statuses[reply.node_id] = reply.status
-                if len(statuses) == len(copyset):
-                    done.set()
+        self._stores.resolve((reply.store_id, reply.node_id), reply.status)
         return True
 
     async def run(self, proc: procs.Procedure) -> Any:
@@ -72,8 +90,7 @@ class ProcedureRunner:
         on_error: Callable[[str], None],
     ) -> bool:
         """Recover every unclean epoch below ``epoch`` (see ``procs.recover``)."""
-        node = self.node
-        view = node.view
+        view = self.view
 
         def selector(meta: EpochMetadata) -> CopysetSelector:
             return CopysetSelector(
@@ -96,30 +113,28 @@ class ProcedureRunner:
                 history,
                 selector,
                 alive,
-                node.now_ms,
+                _now_ms,
                 cancelled=cancelled,
                 on_error=on_error,
             )
         )
         if done:
-            node.metrics.recovery_seconds.observe(time.monotonic() - t0)
+            self.metrics.recovery_seconds.observe(time.monotonic() - t0)
         return bool(done)
 
     # -- commands -----------------------------------------------------------------
 
     async def _execute(self, cmd: procs.Command) -> Any:
-        node = self.node
         if isinstance(cmd, procs.Ask):
             return await self._ask(cmd)
         if isinstance(cmd, procs.Tell):
             assert isinstance(cmd.message, Release)
-            await node.send_release(cmd.node_id, cmd.message)
+            await self.peers.send_release(cmd.node_id, cmd.message)
             return None
         if isinstance(cmd, procs.StoreCopies):
             return await self._store(cmd)
         if isinstance(cmd, procs.EpochStoreCall):
-            store = node.view.store
-            return await node.view.astore.call(getattr(store, cmd.method), *cmd.args)
+            return await self.view.astore.run(cmd.fn)
         assert isinstance(cmd, procs.Sleep)
         await trio.sleep(cmd.seconds)
         return None
@@ -130,7 +145,12 @@ class ProcedureRunner:
 
         async def one(node_id: int, msg: Any, scope: trio.CancelScope) -> None:
             nonlocal settling
-            reply = await self._request(node_id, msg, cmd.timeout_s)
+            if node_id == self.node_id:  # this node: answer directly
+                reply = self.answer(msg)
+            else:
+                reply = await self.peers.request(
+                    node_id, lambda rid: attrs.evolve(msg, request_id=rid), cmd.timeout_s
+                )
             if reply is None:
                 return
             replies[node_id] = reply
@@ -147,29 +167,29 @@ class ProcedureRunner:
                     nursery.start_soon(one, node_id, msg, nursery.cancel_scope)
         return replies
 
-    async def _request(self, node_id: int, msg: Any, timeout_s: float) -> Any:
-        node = self.node
-        if node_id == node.node_id:  # this node: answer directly
-            return node.answer(msg)
-        return await node.ask_peer(
-            node_id, lambda rid: attrs.evolve(msg, request_id=rid), timeout_s=timeout_s
-        )
-
     async def _store(self, cmd: procs.StoreCopies) -> dict[int, int]:
-        node = self.node
         store_id = procs.RECOVERY_STORE_BIT | next(self._store_ids)
         msg = attrs.evolve(cmd.message, store_id=store_id)
-        copyset = msg.copyset
         statuses: dict[int, int] = {}
-        done = trio.Event()
-        self._waiting[store_id] = (set(copyset), done, statuses)
-        try:
-            with trio.move_on_after(cmd.timeout_s):
-                for n in copyset:
-                    if not await node.send_store(n, msg):
-                        statuses[n] = int(Status.CONNFAILED)
-                if len(statuses) < len(copyset):
-                    await done.wait()
-        finally:
-            del self._waiting[store_id]
-        return dict(statuses)
+        slots = {n: self._stores.expect((store_id, n)) for n in msg.copyset}
+
+        async def one(n: int) -> None:
+            if not await self.peers.send_store(n, msg):
+                self._stores.resolve((store_id, n), None)
+                statuses[n] = int(Status.CONNFAILED)
+                return
+            status = await self._stores.wait((store_id, n), slots[n], cmd.timeout_s)
+            if status is not None:
+                statuses[n] = status
+
+        with trio.move_on_after(cmd.timeout_s):
+            async with trio.open_nursery() as nursery:
+                for n in msg.copyset:
+                    nursery.start_soon(one, n)
+        for n in msg.copyset:
+            self._stores.resolve((store_id, n), None)  # forget what did not come
+        return statuses
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -13,16 +13,17 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 import trio.lowlevel
 
 from ..epochstore import Placement
 from ..errors import EpochStoreUnavailableError, LogstrandError, Status
-from ..logsdb import KEY_BYTES_MAX
 from ..placement import CopysetSelector, select_nodeset
+from ..records import KEY_BYTES_MAX
 from ..sequencer import ReplyAppend, SendRelease, SendStore, SequencerCore
 from ..sequencer import _procedures as procs
 from ..sequencer._host import (
@@ -37,19 +38,54 @@ from ..sequencer._host import (
 from ..wire import Append, AppendReply, GetSeqState, Release, SeqState, StoreReply
 
 if TYPE_CHECKING:
-    from ..epochstore import EpochMetadata
+    from collections.abc import Callable
+
+    from ..epochstore import EpochMetadata, LogAttributes
     from ..net import Connection
-    from ._node import Node
+    from ..rpc import ClusterView, Link
+    from ..wire import Store
+    from ._metrics import NodeMetrics
+    from ._options import NodeOptions
+    from ._procedures import ProcedureRunner
 
 _log = logging.getLogger("logstrand.sequencer")
 
 
+class PeerPort(Protocol):
+    """How the sequencers reach the nodes (``Peers``)."""
+
+    async def send_store(self, node_id: int, msg: Store) -> bool: ...
+    async def send_release(self, node_id: int, msg: Release) -> None: ...
+    async def connected(self, node_id: int) -> Link | None: ...
+    async def request(self, node_id: int, make: Callable[[int], Any], timeout_s: float) -> Any: ...
+    def reachable(self) -> set[int]: ...
+
+
 class SequencerHost:
-    def __init__(self, node: Node) -> None:
-        self.node = node
-        opts = node.options
+    def __init__(
+        self,
+        node_id: int,
+        options: NodeOptions,
+        view: ClusterView,
+        peers: PeerPort,
+        procedures: ProcedureRunner,
+        release_of: Callable[[int], int],
+        on_release: Callable[[int, int], None],
+        metrics: NodeMetrics,
+        nursery: trio.Nursery,
+    ) -> None:
+        self.node_id = node_id
+        self.options = options
+        self.view = view
+        self.peers = peers
+        self.procedures = procedures
+        self.release_of = release_of
+        self.on_release = on_release
+        self.metrics = metrics
+        self.nursery = nursery
+        opts = options
         self.core = SequencerHostCore(
-            node.node_id,
+            node_id,
             HostOptions(
                 payload_bytes_max=opts.payload_bytes_max,
                 key_bytes_max=KEY_BYTES_MAX,
@@ -73,18 +109,18 @@ class SequencerHost:
     # -- from clients ---------------------------------------------------------
 
     async def handle_append(self, conn: Connection, msg: Append) -> None:
-        node = self.node
         owner = await self._owner(msg.log_id)
         attributes = await self._attributes(msg.log_id)
-        node.metrics.appends.inc()
-        node.metrics.append_records.inc(len(msg.batch))
-        node.metrics.append_bytes.inc(msg.batch.payload_bytes)
+        m = self.metrics
+        m.appends.inc()
+        m.append_records.inc(len(msg.batch))
+        m.append_bytes.inc(msg.batch.payload_bytes)
         actions = self.core.on_append(
             msg.log_id,
             msg.batch,
             (conn, msg.request_id),
             trio.current_time(),
-            node.now_ms(),
+            _now_ms(),
             owner=owner,
             attributes=attributes,
         )
@@ -100,31 +136,28 @@ class SequencerHost:
         )
 
     async def _owner(self, log_id: int) -> int | None:
-        node = self.node
-        owner = node.view.sequencer_node(log_id)
+        view = self.view
+        owner = view.sequencer_node(log_id)
         # The client came here although the owner is alive in our view: it may
         # have found the owner dead.  Check (a refused connection marks it
         # suspect), then decide again.
         if (
             owner is not None
-            and owner != node.node_id
-            and owner not in self._reachable()
-            and await node._peer(owner) is None
+            and owner != self.node_id
+            and owner not in self.peers.reachable()
+            and await self.peers.connected(owner) is None
         ):
-            owner = node.view.sequencer_node(log_id)
+            owner = view.sequencer_node(log_id)
         return owner
 
-    async def _attributes(self, log_id: int) -> Any:
-        view = self.node.view
+    async def _attributes(self, log_id: int) -> LogAttributes | None:
+        view = self.view
         attributes = view.log_attributes(log_id)
         if attributes is None:
             with contextlib.suppress(LogstrandError):
                 await view.refresh()
             attributes = view.log_attributes(log_id)
         return attributes
-
-    def _reachable(self) -> set[int]:
-        return {n for n, c in self.node._peers.items() if not c.closed}
 
     # -- actions ----------------------------------------------------------------
 
@@ -134,7 +167,6 @@ class SequencerHost:
         A queue, not recursion: a STORE that cannot be sent is answered for
         its node at once, and the new wave that starts may fail at once too.
         """
-        node = self.node
         queue = deque(actions)
         while queue:
             action = queue.popleft()
@@ -143,7 +175,7 @@ class SequencerHost:
                 self._release_sent[key] = max(
                     self._release_sent.get(key, 0), action.message.released_lsn
                 )
-                if not await node.send_store(action.node_id, action.message):
+                if not await self.peers.send_store(action.node_id, action.message):
                     # Could not even send: answer for the node, so a new wave starts.
                     fail = StoreReply(
                         action.message.store_id,
@@ -160,17 +192,17 @@ class SequencerHost:
             elif isinstance(action, ReplySeqState):
                 await self._reply_seq_state(action)
             elif isinstance(action, Activate):
-                node.nursery.start_soon(self._activate, action.log_id)
+                self.nursery.start_soon(self._activate, action.log_id)
             elif isinstance(action, Recover):
-                node.nursery.start_soon(self._recover, action)
+                self.nursery.start_soon(self._recover, action)
             else:
                 assert isinstance(action, RecoveryStalled)
-                node.metrics.recovery_stalls.inc()
+                self.metrics.recovery_stalls.inc()
                 _log.error(
                     "node %d: log %d: the sequencer of epoch %d has not recovered the earlier "
                     "epochs in %.1f s (%d attempts failed; last: %s); appends are refused "
                     "until it has",
-                    node.node_id,
+                    self.node_id,
                     action.log_id,
                     action.epoch,
                     action.seconds,
@@ -181,7 +213,7 @@ class SequencerHost:
     async def _reply(self, action: ReplyAppend) -> None:
         conn, request_id = action.token
         if action.status != Status.OK:
-            self.node.metrics.append_errors.labels(action.status.name).inc()
+            self.metrics.append_errors.labels(action.status.name).inc()
         reply = AppendReply(
             request_id,
             int(action.status),
@@ -196,12 +228,11 @@ class SequencerHost:
 
     async def _reply_seq_state(self, action: ReplySeqState) -> None:
         conn, request_id, log_id = action.token
-        node = self.node
         reply = SeqState(request_id, int(action.status), message=action.message)
         state = self.core.state(log_id, trio.current_time())
         seq = self.core.sequencer(log_id)
         if action.status == Status.OK and state is not None and seq is not None:
-            released = max(node.release_of(log_id), seq.released_lsn)
+            released = max(self.release_of(log_id), seq.released_lsn)
             reply = SeqState(
                 request_id,
                 int(Status.OK),
@@ -223,8 +254,8 @@ class SequencerHost:
     async def poke(self, log_id: int) -> None:
         """This node is the log's owner and holds overdue copies: make sure a
         sequencer runs here (see ``ReleaseWatch``)."""
-        owner = self.node.node_id
-        attributes = self.node.view.log_attributes(log_id)
+        owner = self.node_id
+        attributes = self.view.log_attributes(log_id)
         await self.execute(
             self.core.on_seq_state(log_id, (None, 0, log_id), owner=owner, attributes=attributes)
         )
@@ -235,19 +266,19 @@ class SequencerHost:
         try:
             core, history = await self._do_activate(log_id)
         except LogstrandError as exc:
-            _log.warning("node %d: log %d: activation failed: %s", self.node.node_id, log_id, exc)
+            _log.warning("node %d: log %d: activation failed: %s", self.node_id, log_id, exc)
             await self.execute(self.core.on_activation_failed(log_id, exc.status, str(exc)))
             return
         except Exception as exc:  # a bug: fail the waiting appends, keep the node
-            _log.exception("node %d: log %d: activation failed", self.node.node_id, log_id)
+            _log.exception("node %d: log %d: activation failed", self.node_id, log_id)
             await self.execute(self.core.on_activation_failed(log_id, Status.FAILED, repr(exc)))
             return
-        now, now_ms = trio.current_time(), self.node.now_ms()
+        now, now_ms = trio.current_time(), _now_ms()
         await self.execute(self.core.on_activated(log_id, core, now, now_ms, history))
 
     async def _do_activate(self, log_id: int) -> tuple[SequencerCore, tuple[EpochMetadata, ...]]:
-        node = self.node
-        view = node.view
+        view = self.view
+        opts = self.options
         attrs_ = view.log_attributes(log_id)
         if attrs_ is None:
             raise LogstrandError(f"log {log_id} does not exist", Status.NOTFOUND)
@@ -264,13 +295,13 @@ class SequencerHost:
             raise LogstrandError("not enough storage nodes for the log", Status.NOSEQUENCER)
         placement = Placement(nodeset, attrs_.replication_factor, attrs_.replicate_across)
         try:
-            epoch, meta, history = await node.procedures.run(
-                procs.activate(log_id, placement, node.options.seal_timeout_s)
+            epoch, meta, history = await self.procedures.run(
+                procs.activate(log_id, placement, opts.seal_timeout_s)
             )
         except EpochStoreUnavailableError as exc:
             raise LogstrandError(str(exc), Status.NOSEQUENCER) from exc
         if epoch > 1:  # earlier epochs were sealed
-            node.metrics.seals.inc()
+            self.metrics.seals.inc()
         selector = CopysetSelector(
             meta.nodeset,
             meta.replication_factor,
@@ -285,36 +316,31 @@ class SequencerHost:
             # Nothing of this epoch is released before the earlier ones are
             # recovered (or when there are none).
             recovered=epoch == 1,
-            appenders_max=node.options.sequencer_appenders_max,
-            store_timeout_s=node.options.store_timeout_s,
+            appenders_max=opts.sequencer_appenders_max,
+            store_timeout_s=opts.store_timeout_s,
             ids=self._store_ids,
         )
         core.down.update(n for n in meta.nodeset if n not in view.alive)
-        node.nursery.start_soon(
-            node.procedures.run, procs.rebroadcast_release(log_id, meta.nodeset, 2.0)
+        self.nursery.start_soon(
+            self.procedures.run, procs.rebroadcast_release(log_id, meta.nodeset, 2.0)
         )
-        node.metrics.sequencer_activations.inc()
-        _log.info("node %d: sequencer for log %d active in epoch %d", node.node_id, log_id, epoch)
+        self.metrics.sequencer_activations.inc()
+        _log.info("node %d: sequencer for log %d active in epoch %d", self.node_id, log_id, epoch)
         return core, tuple(history)
 
     async def _recover(self, action: Recover) -> None:
-        node = self.node
         host = self.core
         log_id, core = action.log_id, action.core
-        if node.options.recovery_grace_s:
-            _log.info(
-                "node %d: log %d: recovery in %.1fs",
-                node.node_id,
-                log_id,
-                node.options.recovery_grace_s,
-            )
-            await trio.sleep(node.options.recovery_grace_s)
+        grace = self.options.recovery_grace_s
+        if grace:
+            _log.info("node %d: log %d: recovery in %.1fs", self.node_id, log_id, grace)
+            await trio.sleep(grace)
 
         def failed(error: str) -> None:
-            node.metrics.recovery_attempts_failed.inc()
+            self.metrics.recovery_attempts_failed.inc()
             host.on_recovery_error(log_id, core, error)
 
-        done = await node.procedures.recover(
+        done = await self.procedures.recover(
             log_id,
             core.epoch,
             list(action.history),
@@ -337,13 +363,13 @@ class SequencerHost:
                 release = Release(log_id, lsn)
                 for n in nodeset:
                     if self._release_sent.get((log_id, n), 0) < lsn:
-                        await self.node.send_release(n, release)
+                        await self.peers.send_release(n, release)
 
     async def on_store_reply(self, reply: StoreReply) -> None:
         await self.execute(self._stored(reply))
 
     def _stored(self, reply: StoreReply) -> list[HostAction]:
-        if self.node.procedures.on_store_reply(reply):
+        if self.procedures.on_store_reply(reply):
             return []
         before = self.core.waves_retried
         actions = self.core.on_stored(
@@ -354,21 +380,20 @@ class SequencerHost:
 
     def gauges(self) -> None:
         """Refresh the sequencer gauges (from the node's ticker, not per append)."""
-        metrics = self.node.metrics
+        metrics = self.metrics
         metrics.sequencers.set(len(self.core.logs()))
         metrics.recovery_stalled.set(len(self.core.stalled_logs(trio.current_time())))
 
     async def tick(self) -> None:
-        node = self.node
         before = self.core.waves_retried
-        actions = self.core.tick(trio.current_time(), node.view.sequencer_node)
+        actions = self.core.tick(trio.current_time(), self.view.sequencer_node)
         self._count_retries(before)
         await self.execute(actions)
 
     def _count_retries(self, before: int) -> None:
         retried = self.core.waves_retried - before
         if retried:
-            self.node.metrics.store_waves_retried.inc(retried)
+            self.metrics.store_waves_retried.inc(retried)
 
     def on_membership(self, old: frozenset[int], new: frozenset[int]) -> None:
         """Tell the cores about nodes that died or came back (their waves move on at once)."""
@@ -380,4 +405,27 @@ class SequencerHost:
             actions += self.core.on_node_down(n, now)
         if actions:
             with contextlib.suppress(RuntimeError):  # the node is shutting down
-                self.node.nursery.start_soon(self.execute, actions)
+                self.nursery.start_soon(self.execute, actions)
+
+    # -- overdue releases ---------------------------------------------------------
+
+    async def ask_for_release(self, log_id: int, forget: Callable[[int], None]) -> None:
+        """Copies of the log stay unreleased on this node: have its owner run a
+        sequencer, and take what it has released (see ``ReleaseWatch``)."""
+        owner = self.view.sequencer_node(log_id)
+        if owner is None:
+            return
+        if owner == self.node_id:
+            await self.poke(log_id)
+            return
+        reply = await self.peers.request(owner, lambda rid: GetSeqState(rid, log_id), 2.0)
+        if not isinstance(reply, SeqState):
+            return
+        if reply.status == Status.OK:
+            self.on_release(log_id, reply.released_lsn)
+        elif reply.status == Status.NOTFOUND:
+            forget(log_id)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,5 +1,6 @@
 """The wire protocol: message types and the framed CBOR codec.  Pure: no I/O."""
 
+from ..records import RecordBatch
 from ._codec import (
     FRAME_BYTES_MAX_DEFAULT,
     HEADER_BYTES,
@@ -9,49 +10,54 @@ from ._codec import (
     encode_frame,
 )
 from ._messages import (
-    DIRECTORY_FIELDS,
-    MESSAGE_TYPES,
-    PROTOCOL_VERSION_MAX,
-    PROTOCOL_VERSION_MIN,
     Append,
     AppendReply,
-    CleanPoint,
-    Compact,
-    CompactReply,
     Digest,
-    DropCopies,
-    DropReply,
     ErrorReply,
-    FindTime,
-    FindTimeReply,
     GetDigest,
-    GetLogDirectory,
-    GetNodeStatus,
     GetSeqState,
     Hello,
     HelloAck,
-    LogDirectory,
-    LogInfo,
-    LogInfoReply,
-    NodeStatus,
     Ping,
     Pong,
-    ReadCredit,
-    ReadRecords,
     Records,
     Release,
     Seal,
     SealReply,
     SeqState,
-    StartRead,
-    StopRead,
     Store,
     StoreReply,
+)
+from ._messages_admin import (
+    DIRECTORY_FIELDS,
+    CleanPoint,
+    Compact,
+    CompactReply,
+    DropCopies,
+    DropReply,
+    GetLogDirectory,
+    GetNodeStatus,
+    LogDirectory,
+    NodeStatus,
     Trim,
     TrimReply,
+)
+from ._messages_read import (
+    FindTime,
+    FindTimeReply,
+    LogInfo,
+    LogInfoReply,
+    ReadCredit,
+    ReadRecords,
+    StartRead,
+    StopRead,
+)
+from ._registry import (
+    MESSAGE_TYPES,
+    PROTOCOL_VERSION_MAX,
+    PROTOCOL_VERSION_MIN,
     choose_version,
 )
-from ._records import RecordBatch
 
 __all__ = [
     "DIRECTORY_FIELDS",

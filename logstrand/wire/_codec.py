@@ -19,8 +19,8 @@ import attrs
 import cbor2
 
 from ..errors import InvalidArgumentError, ProtocolError
-from ._messages import MESSAGE_TYPES
-from ._records import RecordBatch
+from ..records import RecordBatch
+from ._registry import MESSAGE_TYPES
 
 FRAME_BYTES_MAX_DEFAULT = 32 * 1024 * 1024
 _LEN = struct.Struct(">I")

@@ -198,7 +198,7 @@ def test_a_node_killed_during_a_pass_leaves_nothing_wrong(tmp_path: Path) -> Non
             store.create_logs(1, 1, compacted())
         with logstrand.connect(c.url) as client:
             appended = updates(client, 1, keys=40, rounds=12, size=1000)
-            owner = client.async_client.view.sequencer_node(1)
+            owner = client.async_client.sequencer_node(1)
             victim = next(n for n in (1, 2, 3) if n != owner)
             failed: list[BaseException] = []
 
@@ -317,7 +317,7 @@ def test_a_node_refuses_to_drop_copies_of_a_log_that_is_not_compacted(
         ac = client.async_client
 
         async def ask(node: int) -> object:
-            return await ac._request(
+            return await ac.ask_node(
                 node, lambda rid: DropCopies(rid, 60, lsns[1], 0, 0, 0, m.entries())
             )
 

@@ -87,7 +87,7 @@ async def test_node_refuses_oversized_payload_itself(cluster: LocalCluster) -> N
     # The node also refuses a key LogsDB cannot store, before any STORE: the
     # rest of the group commit it would have landed in is unharmed.
     async with logstrand.open_client(cluster.url) as client:
-        client._check = _no_check  # type: ignore[method-assign]
+        client._appender.check = _no_check  # type: ignore[method-assign]
         with pytest.raises(InvalidArgumentError) as key_info:
             await client.append_batch(200, [b"a", b"b"], keys=[b"k", b"k" * 70_000])
         assert key_info.value.status is Status.TOOBIG
@@ -141,7 +141,7 @@ async def test_garbage_after_handshake_closes_only_that_connection(cluster: Loca
 async def test_append_to_a_non_sequencer_node_is_redirected(cluster: LocalCluster) -> None:
     async with logstrand.open_client(cluster.url) as client:
         await client.append(6, b"x")
-        owner = client.view.sequencer_node(6)
+        owner = client.sequencer_node(6)
         other = next(n for n in cluster.nodes if n != owner)
         cfg = cluster.nodes[other]
         conn = await connect(cfg.host, cfg.port, cluster=cluster.cluster)

@@ -61,6 +61,8 @@ from logstrand.sequencer._host import (
     SequencerHostCore,
 )
 from logstrand.storage import _core as node_rules
+from logstrand.storage._read_core import EMPTY as EMPTY_BATCH
+from logstrand.storage._read_core import ReadFrom, ReadStreamCore, Report
 from logstrand.storage._release_watch import ReleaseWatch
 from logstrand.testing import MemoryEngine, MemoryEpochStore, memory_logsdb
 from logstrand.types import GapType
@@ -954,7 +956,7 @@ class SimNode(Endpoint):
             self._store_copies(cmd, resume)
         elif isinstance(cmd, procs.EpochStoreCall):
             try:
-                result = getattr(world.estore, cmd.method)(*cmd.args)
+                result = cmd.fn(world.estore)
             except LogstrandError as exc:
                 world.at(world.rng.uniform(0.001, 0.01), resume, None, exc)
             else:
@@ -1125,70 +1127,67 @@ def rng_hit(world: World, p: float) -> bool:
 
 
 class _ReadEndpoint:
-    """A node's read stream, as the real node serves it: in LSN order, up to
-    its release pointer, filtered for single-copy delivery."""
+    """A node's read stream: the production ``ReadStreamCore`` over the node's
+    LogsDB and its serving rule, as the node's shell drives them."""
+
+    #: Records a node sends in one step at most (smaller than a real node's
+    #: batches, so that the streams of several nodes interleave).
+    STEP_RECORDS = 16
 
     def __init__(self, node: SimNode) -> None:
         self.node = node
         self.stream: StartStream | None = None
-        self.pos = 0
-        self.credit = 0
-        db = node.db
-        assert db is not None
-        self.release = release = node.release.get(LOG, 0)
-        records = list(db.iter_records(LOG, 0, release))
-        estore = node.world.estore
-        good = node_rules.servable(
-            [r.lsn for r in records],
-            [r.flags for r in records],
-            [r.wave for r in records],
-            release,
-            lambda e: estore.epoch_end(LOG, e),
-        )
-        self.records = records if good is None else [records[i] for i in good]
-        self.lsns = [r.lsn for r in self.records]
+        self.core: ReadStreamCore | None = None
+        self.release = node.release.get(LOG, 0)
 
     def act(self, action: Any) -> None:
         if isinstance(action, StartStream):
-            self.stream, self.pos, self.credit = action, action.start_lsn, action.credit
+            self.stream = action
+            self.core = ReadStreamCore(
+                self.node.id,
+                action.start_lsn,
+                action.until_lsn,
+                action.credit,
+                scd=action.scd,
+                known_down=action.known_down,
+            )
         elif (
             isinstance(action, GrantCredit)
             and self.stream is not None
+            and self.core is not None
             and self.stream.generation == action.generation
         ):
-            self.credit += action.records
+            self.core.add_credit(action.records)
 
-    def pump(self, core: ReaderCore, now: float) -> bool:
-        s = self.stream
-        if s is None:
+    def pump(self, reader: ReaderCore, now: float) -> bool:
+        s, core, db = self.stream, self.core, self.node.db
+        if s is None or core is None or db is None:
             return False
-        limit = min(s.until_lsn, self.release)
-        if self.pos > limit:
-            return False
-        out = []
-        scanned_to = limit
-        for rec in itertools.islice(self.records, bisect.bisect_left(self.lsns, self.pos), None):
-            if rec.lsn > limit:
-                break
-            if len(out) >= min(self.credit, 16):
-                scanned_to = rec.lsn - 1
-                break
-            first = next((c for c in rec.copyset if c not in s.known_down), None)
-            if not s.scd or first == self.node.id or first is None:
-                out.append(rec)
-        if not out and self.credit <= 0 and scanned_to < limit:
-            return False
-        batch = RecordBatch(
-            tuple(r.lsn for r in out),
-            tuple(r.timestamp_ms for r in out),
-            tuple(r.flags for r in out),
-            tuple(r.key for r in out),
-            tuple(r.payload for r in out),
+        step = core.step(self.release)
+        if isinstance(step, Report):
+            reader.on_records(self.node.id, s.generation, step.next_lsn, 0, EMPTY_BATCH, now)
+            core.sent(step.next_lsn)
+            return True
+        if not isinstance(step, ReadFrom):
+            return False  # idle, out of credit, or finished
+        batch = db.read_batch(
+            LOG,
+            step.start,
+            step.until,
+            max_records=min(step.max_records, self.STEP_RECORDS),
+            skip=core.not_mine if core.scd else None,
         )
-        self.credit -= len(out)
-        self.pos = scanned_to + 1
-        waves = tuple(r.wave for r in out) if any(r.flags & 0x8 for r in out) else ()
-        core.on_records(self.node.id, s.generation, self.pos, 0, batch, now, waves)
+        estore = self.node.world.estore
+        good = node_rules.servable(
+            batch.lsns,
+            batch.flags,
+            batch.waves,
+            self.release,
+            lambda e: estore.epoch_end(LOG, e),
+        )
+        out = core.on_batch(batch, good)
+        reader.on_records(self.node.id, s.generation, out.next_lsn, 0, out.batch, now, out.waves)
+        core.sent(out.next_lsn)
         return True
 
 

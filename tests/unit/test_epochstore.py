@@ -435,7 +435,7 @@ async def test_async_store_keeps_the_event_loop_running(tmp_path: Path) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ticker)
         nursery.start_soon(trio.to_thread.run_sync, _release_later, blocker)
-        epoch, _ = await astore.call(store.take_epoch, 1, P3)
+        epoch, _ = await astore.take_epoch(1, P3)
         nursery.cancel_scope.cancel()
     assert epoch == 1
     assert ticks >= 10

@@ -10,17 +10,18 @@ import pytest
 
 from logstrand.errors import ClosedError, CorruptionError, InvalidArgumentError
 from logstrand.logsdb import (
-    FLAG_HOLE,
-    FLAG_TOMBSTONE,
-    KEY_BYTES_MAX,
     META_PREFIXES,
     LogsDB,
     LogsDBOptions,
     PutBatch,
     make_batch,
 )
+from logstrand.records import KEY_BYTES_MAX, RecordFlags
 
 from .logsdb_helpers import Opener, put
+
+HOLE = int(RecordFlags.HOLE)
+TOMBSTONE = int(RecordFlags.TOMBSTONE)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -55,7 +56,7 @@ def test_write_and_read_back_every_field(db: LogsDB) -> None:
                     [b"a", b"", None, b"d"],
                     timestamps_ms=[T0, T0 + 1, T0 + 2, T0 + 3],
                     keys=[None, b"k1", b"k2", b""],
-                    flags=[0, 0, 0, FLAG_HOLE],
+                    flags=[0, 0, 0, HOLE],
                 ),
                 copyset=(3, 1, 2),
                 wave=7,
@@ -71,7 +72,7 @@ def test_write_and_read_back_every_field(db: LogsDB) -> None:
         (13, b"d", b"", T0 + 3),
     ]
     assert all(r.copyset == (3, 1, 2) and r.wave == 7 for r in recs)
-    assert [r.flags for r in recs] == [0, 0, 4, FLAG_HOLE]
+    assert [r.flags for r in recs] == [0, 0, 4, HOLE]
 
 
 def test_many_logs_in_one_write_stay_apart(db: LogsDB) -> None:
@@ -123,7 +124,7 @@ def test_rewriting_an_lsn_replaces_it_in_place(opener: Opener, db: LogsDB) -> No
     db.write([put(1, [1, 2, 3], ts=T0, payload=b"old")])
     opener.clock.advance(60_000)
     db.new_partition()
-    db.write([put(1, [2], ts=opener.clock.now_ms, payload=b"new", flags=FLAG_HOLE)])
+    db.write([put(1, [2], ts=opener.clock.now_ms, payload=b"new", flags=HOLE)])
     recs = db.read(1)
     assert [(r.lsn, r.payload) for r in recs] == [(1, b"old"), (2, b"new"), (3, b"old")]
     assert [pid for pid, _ in db.directory(1)] == [1]
@@ -433,5 +434,5 @@ def test_mixed_copyset_sizes_decode_flags_and_tombstones(db: LogsDB) -> None:
     batch = db.read_batch(9)
     assert batch.payloads == [b"p1", b"p2", b"p3", b"x", None, b"y"]
     assert batch.copysets == [(1, 2)] * 3 + [(1, 2, 3)] * 3
-    assert batch.flag_bits & FLAG_TOMBSTONE
-    assert not db.read_batch(9, 1, 3).flag_bits & FLAG_TOMBSTONE
+    assert batch.flag_bits & TOMBSTONE
+    assert not db.read_batch(9, 1, 3).flag_bits & TOMBSTONE

@@ -72,7 +72,7 @@ class Driver:
                 value = {n: int(Status.OK) for n in cmd.message.copyset if n in self.up}
             elif isinstance(cmd, procs.EpochStoreCall):
                 try:
-                    value = getattr(self.store, cmd.method)(*cmd.args)
+                    value = cmd.fn(self.store)
                 except LogstrandError as exc:
                     error = exc
             elif isinstance(cmd, procs.Sleep):

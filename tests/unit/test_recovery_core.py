@@ -8,9 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from logstrand.records import RecordFlags
 from logstrand.sequencer._recovery import (
-    FLAG_HOLE,
-    FLAG_WRITTEN_BY_RECOVERY,
     Decision,
     DigestRecord,
     EpochRecovery,
@@ -61,14 +60,18 @@ def test_a_later_recovery_beats_the_epoch_sequencer_and_an_earlier_recovery() ->
     r = EpochRecovery(7, 1, (1, 2, 3), 2, seal_epoch=9)
     # ESN 1: an old copy (wave 5) and a hole plug written by recovery at seal 3.
     r.on_digest(1, [rec(1, b"old", wave=5)], complete=True)
-    r.on_digest(2, [rec(1, b"", wave=3, flags=FLAG_HOLE | FLAG_WRITTEN_BY_RECOVERY)], complete=True)
+    r.on_digest(
+        2,
+        [rec(1, b"", wave=3, flags=RecordFlags.HOLE | RecordFlags.WRITTEN_BY_RECOVERY)],
+        complete=True,
+    )
     # ESN 2: two recoveries wrote different things; the later one (seal 6) wins.
-    r.on_digest(3, [rec(2, b"r6", wave=6, flags=FLAG_WRITTEN_BY_RECOVERY)], complete=False)
-    r.on_digest(1, [rec(2, b"r4", wave=4, flags=FLAG_WRITTEN_BY_RECOVERY)], complete=True)
+    r.on_digest(3, [rec(2, b"r6", wave=6, flags=RecordFlags.WRITTEN_BY_RECOVERY)], complete=False)
+    r.on_digest(1, [rec(2, b"r4", wave=4, flags=RecordFlags.WRITTEN_BY_RECOVERY)], complete=True)
     plan = r.decide()
     assert plan[0].decision is Decision.HOLE
     assert (plan[1].decision, plan[1].payload) == (Decision.RECORD, b"r6")
-    assert plan[1].flags & FLAG_WRITTEN_BY_RECOVERY
+    assert plan[1].flags & RecordFlags.WRITTEN_BY_RECOVERY
 
 
 def test_decide_refuses_before_an_f_majority() -> None:

@@ -1,11 +1,17 @@
-"""Compact packing of a batch of records for the wire.
+"""The record vocabulary: what a record is, wherever it is (pure, no I/O).
 
-A batch travels as one bytes value, not as one CBOR map per record: a fixed
-header, then columns of fixed-width numbers, then the keys and payloads
-concatenated.  Packing and unpacking cost a handful of ``struct`` calls per
-batch plus one slice per key and payload.
+One definition, imported by the wire, LogsDB, the sequencer, the nodes and the
+client:
 
-Layout (all integers big-endian)::
+* ``RecordBatch``: the columns of one batch of records of a log, and its packed
+  form (one bytes value, not one CBOR map per record);
+* ``RecordFlags``: what a copy is (a hole plug, a bridge, a tombstone, written by
+  recovery);
+* ``precedence``: which of two differing copies of one LSN wins, for recovery
+  and readers alike;
+* the limits: key and payload sizes, ESN and epoch bounds, log ids.
+
+Packed layout of a batch (all integers big-endian)::
 
     u32 count
     u64 lsn[count]
@@ -19,15 +25,73 @@ Layout (all integers big-endian)::
 
 from __future__ import annotations
 
+import enum
 import struct
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import attrs
 
-from ..errors import ProtocolError
+from .errors import InvalidArgumentError, ProtocolError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+
+class RecordFlags(enum.IntFlag):
+    """Flags of a record copy (u16; the low byte travels in ``RecordBatch.flags``)."""
+
+    #: A hole plug: recovery found no copy of a record that was never acknowledged.
+    HOLE = 0x0001
+    #: The end of an epoch (always with HOLE): the next record is in a later epoch.
+    BRIDGE = 0x0002
+    #: A keyed delete: the payload is None.
+    TOMBSTONE = 0x0004
+    #: Written by a recovery, whose seal epoch is the copy's wave.
+    WRITTEN_BY_RECOVERY = 0x0008
+
+
+#: The flags that travel with records (the high byte is LogsDB's own).
+FLAGS_PUBLIC_MASK: Final = 0x00FF
+
+#: A key is at most this long (LogsDB stores its length in a u16).
+KEY_BYTES_MAX: Final = 0xFFFF
+#: A node's default limit on one payload (``--payload-bytes-max``).
+PAYLOAD_BYTES_MAX: Final = 1024 * 1024
+#: ESNs of an epoch run 1..ESN_MAX (ESN 0 is never a record).
+ESN_MAX: Final = 2**32 - 1
+#: Epochs run 1..EPOCH_MAX.
+EPOCH_MAX: Final = 2**32 - 1
+#: User log ids run 1..LOG_ID_MAX; the top bit marks internal logs.
+LOG_ID_INTERNAL_BIT: Final = 1 << 63
+LOG_ID_MAX: Final = LOG_ID_INTERNAL_BIT - 1
+#: Nodes in one copyset, at most.
+COPYSET_SIZE_MAX: Final = 0xFF
+
+
+def precedence(flags: int, wave: int) -> tuple[int, int]:
+    """Which of two differing copies of one LSN wins: the higher value.
+
+    A copy written by a recovery beats every copy of the epoch's own sequencer,
+    and a later recovery (a higher seal epoch, its wave) an earlier one.  Copies
+    of the sequencer differ only by their store wave and carry the same record.
+    Recovery decides with this, and readers choose between copies with it.
+    """
+    return (1 if flags & RecordFlags.WRITTEN_BY_RECOVERY else 0, wave)
+
+
+def check_log_id(log_id: int, *, internal: bool = False) -> int:
+    """``log_id`` if it names a log (internal ones only with ``internal``).
+
+    Raises:
+        InvalidArgumentError: not an int, zero, negative, too large, or internal.
+    """
+    if type(log_id) is not int:
+        raise InvalidArgumentError(f"log id must be an int, got {type(log_id).__name__}")
+    top = 2**64 - 1 if internal else LOG_ID_MAX
+    if not 0 < log_id <= top:
+        raise InvalidArgumentError(f"log id {log_id} out of range 1..{top}")
+    return log_id
+
 
 _COUNT = struct.Struct(">I")
 _COUNT_MAX = 1 << 24
@@ -171,3 +235,22 @@ class RecordBatch:
             raise ProtocolError(f"{end - pos} trailing bytes after record batch")
         # The struct formats above bound every number: no need to check again.
         return cls.trusted(lsns, timestamps, flags, tuple(keys), tuple(payloads))
+
+
+def make_batch(
+    lsns: Sequence[int],
+    payloads: Sequence[bytes | None],
+    *,
+    timestamps_ms: Sequence[int] | int,
+    keys: Sequence[bytes | None] | None = None,
+    flags: Sequence[int] | int = 0,
+) -> RecordBatch:
+    """A RecordBatch from plain sequences; scalar timestamps and flags apply to all."""
+    n = len(lsns)
+    return RecordBatch(
+        tuple(lsns),
+        tuple(timestamps_ms) if not isinstance(timestamps_ms, int) else (timestamps_ms,) * n,
+        tuple(flags) if not isinstance(flags, int) else (flags,) * n,
+        tuple(keys) if keys is not None else (None,) * n,
+        tuple(payloads),
+    )

@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from .epochstore import AsyncEpochStore, EpochStore, LogAttributes, NodeConfig, Watch
-from .errors import EpochStoreUnavailableError
-from .placement import rendezvous_owner
+from ..epochstore._async import AsyncEpochStore
+from ..errors import EpochStoreUnavailableError
+from ..placement import rendezvous_owner
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from .epochstore import LogRange
+    from ..epochstore import EpochStore, LogAttributes, LogRange, NodeConfig, Watch
 
 _log = logging.getLogger("logstrand.view")
 REFRESH_S = 2.0
@@ -33,6 +33,7 @@ class ClusterView:
     def __init__(self, store: EpochStore) -> None:
         self.store = store
         self.astore = AsyncEpochStore(store)
+        self.cluster = store.cluster
         self.nodes: dict[int, NodeConfig] = {}
         self.ranges: list[LogRange] = []
         self.alive: frozenset[int] = frozenset()
@@ -46,9 +47,9 @@ class ClusterView:
 
     async def refresh(self) -> None:
         """Re-read nodes, log ranges and membership now."""
-        nodes = await self.astore.call(self.store.nodes)
-        ranges = await self.astore.call(self.store.log_ranges)
-        alive = await self.astore.call(self.store.alive_nodes)
+        nodes = await self.astore.nodes()
+        ranges = await self.astore.log_ranges()
+        alive = await self.astore.alive_nodes()
         self.nodes, self.ranges = nodes, ranges
         self._set_alive(alive)
 
@@ -74,7 +75,7 @@ class ClusterView:
             with contextlib.suppress(trio.RunFinishedError):
                 token.run_sync_soon(self._set_alive, alive)
 
-        self._watch = await self.astore.call(self.store.watch_members, from_watch)
+        self._watch = await self.astore.watch_members(from_watch)
         task_status.started()
         try:
             while True:

@@ -1,0 +1,276 @@
+"""The client's append path: coalescing, routing and retries.
+
+Routing: the client computes, like the nodes, which live node runs a log's
+sequencer (rendezvous hashing over the membership) and sends APPEND there.
+A REDIRECTED answer names the right node; connection loss, a sequencer that
+is moving (PREEMPTED, NOSEQUENCER, NOTREADY) or overload are retried with
+backoff until the append timeout.  What cannot succeed raises at once:
+NOTFOUND (unknown log), TOOBIG, BADPAYLOAD, NOKEY.
+
+Coalescing: concurrent appends to one log wait in a ``_LogBatcher`` while
+``inflight_batches_per_log`` APPENDs are out, then leave together in the next
+one (``linger_ms`` makes a lone append wait for company first).
+
+Delivery is at least once: an APPEND whose answer was lost to a dropped
+connection is sent again, and may then be stored twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+from typing import TYPE_CHECKING
+
+import trio
+
+from ..errors import (
+    ClosedError,
+    InvalidArgumentError,
+    LogstrandError,
+    NotFoundError,
+    Status,
+    TransientError,
+)
+from ..records import KEY_BYTES_MAX, RecordBatch, check_log_id
+from ..wire import Append, AppendReply
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ..rpc import ClusterView, Links
+    from ._settings import ClientSettings
+
+_FATAL = {
+    Status.TOOBIG: InvalidArgumentError,
+    Status.INVALID_PARAM: InvalidArgumentError,
+    Status.BADPAYLOAD: InvalidArgumentError,
+    Status.NOKEY: InvalidArgumentError,
+    Status.ACCESS: LogstrandError,
+}
+
+
+class _Pending:
+    __slots__ = ("error", "event", "lsn")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.lsn = 0
+        self.error: BaseException | None = None
+
+
+def _size(payload: bytes | None) -> int:
+    return len(payload) if payload else 0
+
+
+class _LogBatcher:
+    """Coalesces concurrent appends to one log into few APPENDs."""
+
+    def __init__(self, appender: Appender, log_id: int) -> None:
+        self.appender = appender
+        self.log_id = log_id
+        self.payloads: list[bytes | None] = []
+        self.keys: list[bytes | None] = []
+        self.waiters: list[_Pending] = []
+        self.bytes = 0
+        self.inflight = 0
+        self.lingering = False
+
+    async def add(self, payload: bytes | None, key: bytes | None) -> int:
+        w = _Pending()
+        self.payloads.append(payload)
+        self.keys.append(key)
+        self.waiters.append(w)
+        self.bytes += _size(payload)
+        s = self.appender.settings
+        if self.inflight < s.inflight_batches_per_log and not self.lingering:
+            if s.linger_ms > 0 and self.bytes < s.batch_bytes_max:
+                self.lingering = True
+                self.appender.nursery.start_soon(self._linger)
+            else:
+                self._launch()
+        await w.event.wait()
+        if w.error is not None:
+            raise w.error
+        return w.lsn
+
+    async def _linger(self) -> None:
+        await trio.sleep(self.appender.settings.linger_ms / 1000)
+        self.lingering = False
+        if self.waiters and self.inflight < self.appender.settings.inflight_batches_per_log:
+            self._launch()
+
+    def _launch(self) -> None:
+        n = self.appender.batch_end(self.payloads, 0)
+        size = sum(_size(p) for p in self.payloads[:n])
+        payloads, self.payloads = self.payloads[:n], self.payloads[n:]
+        keys, self.keys = self.keys[:n], self.keys[n:]
+        waiters, self.waiters = self.waiters[:n], self.waiters[n:]
+        self.bytes -= size
+        self.inflight += 1
+        try:
+            self.appender.nursery.start_soon(self._send, payloads, keys, waiters)
+        except RuntimeError:  # the client is closing: its nursery takes no new tasks
+            self.inflight -= 1
+            for w in waiters:
+                w.error = ClosedError("client is closed")
+                w.event.set()
+
+    async def _send(
+        self, payloads: list[bytes | None], keys: list[bytes | None], waiters: list[_Pending]
+    ) -> None:
+        try:
+            first = await self.appender.append_rpc(self.log_id, payloads, keys)
+            for i, w in enumerate(waiters):
+                w.lsn = first + i
+        except LogstrandError as exc:
+            for w in waiters:
+                w.error = exc
+        finally:
+            self.inflight -= 1
+            for w in waiters:
+                w.event.set()
+            if self.waiters and not self.lingering:
+                self._launch()
+
+
+class Appender:
+    """Appends of one client (see the module docstring)."""
+
+    def __init__(
+        self, view: ClusterView, links: Links, nursery: trio.Nursery, settings: ClientSettings
+    ) -> None:
+        self.view = view
+        self.links = links
+        self.nursery = nursery
+        self.settings = settings
+        self._batchers: dict[int, _LogBatcher] = {}
+        self._hint: dict[int, int] = {}
+
+    async def append(self, log_id: int, payload: bytes | None, key: bytes | None) -> int:
+        await self.check(log_id, [payload], [key])
+        batcher = self._batchers.get(log_id)
+        if batcher is None:
+            batcher = self._batchers[log_id] = _LogBatcher(self, log_id)
+        return await batcher.add(payload, key)
+
+    async def append_batch(
+        self,
+        log_id: int,
+        payloads: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None,
+    ) -> list[int]:
+        if keys is not None and len(keys) != len(payloads):
+            raise InvalidArgumentError("keys and payloads differ in length")
+        key_list = list(keys) if keys is not None else [None] * len(payloads)
+        await self.check(log_id, payloads, key_list)
+        lsns: list[int] = []
+        start = 0
+        while start < len(payloads):
+            end = self.batch_end(payloads, start)
+            first = await self.append_rpc(log_id, payloads[start:end], key_list[start:end])
+            lsns.extend(range(first, first + end - start))
+            start = end
+        return lsns
+
+    def batch_end(self, payloads: Sequence[bytes | None], start: int) -> int:
+        """Where the APPEND that starts at ``start`` ends (at least one record)."""
+        s = self.settings
+        end, size = start, 0
+        while end < len(payloads) and end - start < s.batch_records_max:
+            p = _size(payloads[end])
+            if end > start and size + p > s.batch_bytes_max:
+                break
+            size += p
+            end += 1
+        return end
+
+    async def check(
+        self, log_id: int, payloads: Sequence[bytes | None], keys: Sequence[bytes | None]
+    ) -> None:
+        """Refuse what no node would take, before anything is sent."""
+        check_log_id(log_id)
+        limit = self.settings.payload_bytes_max
+        for p in payloads:
+            if p is not None and type(p) is not bytes:
+                raise InvalidArgumentError(f"payload must be bytes or None, not {type(p).__name__}")
+            if p is not None and len(p) > limit:
+                raise InvalidArgumentError(
+                    f"payload of {len(p)} bytes exceeds the limit of {limit}", Status.TOOBIG
+                )
+        for k in keys:
+            if k is not None and type(k) is not bytes:
+                raise InvalidArgumentError(f"key must be bytes or None, not {type(k).__name__}")
+            if k is not None and len(k) > KEY_BYTES_MAX:
+                raise InvalidArgumentError(
+                    f"key of {len(k)} bytes exceeds the limit of {KEY_BYTES_MAX}", Status.TOOBIG
+                )
+        if self.view.log_attributes(log_id) is None:
+            await self.view.refresh()
+            if self.view.log_attributes(log_id) is None:
+                raise NotFoundError(f"log {log_id} does not exist")
+
+    async def append_rpc(
+        self, log_id: int, payloads: Sequence[bytes | None], keys: Sequence[bytes | None]
+    ) -> int:
+        """One APPEND, retried until it succeeds, fails for good, or times out."""
+        n = len(payloads)
+        # ``check`` has validated every key and payload: no second pass here.
+        batch = RecordBatch.trusted((0,) * n, (0,) * n, (0,) * n, tuple(keys), tuple(payloads))
+        deadline = trio.current_time() + self.settings.append_timeout_s
+        backoff = 0.01
+        last = "no attempt"
+        with trio.move_on_at(deadline):
+            while True:
+                node = self._hint.get(log_id)
+                if node is None or node not in self.view.alive:
+                    node = self.view.sequencer_node(log_id)
+                if node is None:
+                    last = "no live node can run the sequencer"
+                else:
+                    reply, last = await self._try(node, log_id, batch)
+                    if reply is not None:
+                        status = Status(reply.status)
+                        if status == Status.OK:
+                            return reply.first_lsn
+                        last = f"{status.name}: {reply.message}"
+                        if status == Status.REDIRECTED and reply.redirect is not None:
+                            if self._hint.get(log_id) != reply.redirect:
+                                self._hint[log_id] = reply.redirect
+                                continue
+                        elif status == Status.NOTFOUND:
+                            await self.view.refresh()
+                            if self.view.log_attributes(log_id) is None:
+                                raise NotFoundError(f"log {log_id} does not exist")
+                        elif status in _FATAL:
+                            raise _FATAL[status](reply.message, status)
+                    else:
+                        self._hint.pop(log_id, None)
+                with contextlib.suppress(LogstrandError):
+                    await self.view.refresh()
+                await trio.sleep(backoff * (0.5 + random.random()))
+                backoff = min(backoff * 2, 0.5)
+        raise TransientError(
+            f"append to log {log_id} timed out after {self.settings.append_timeout_s} s ({last})",
+            Status.TIMEDOUT,
+        )
+
+    async def _try(
+        self, node: int, log_id: int, batch: RecordBatch
+    ) -> tuple[AppendReply | None, str]:
+        timeout = self.settings.append_attempt_timeout_s
+        with trio.move_on_after(timeout) as attempt:
+            try:
+                link = await self.links.get(node)  # suspects the node when it fails
+            except TransientError as exc:
+                return None, str(exc)
+            rid = self.links.next_request_id()
+            # A stopped or overloaded node: try again, maybe on another node.
+            # The first attempt may still succeed later (delivery is at least once).
+            reply = await link.request(Append(rid, log_id, batch), rid, math.inf)
+        if attempt.cancelled_caught:
+            return None, f"node {node} did not answer in time"
+        if reply is None:
+            return None, f"connection to node {node} lost"
+        assert isinstance(reply, AppendReply)
+        return reply, ""

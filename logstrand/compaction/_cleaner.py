@@ -1,0 +1,345 @@
+"""The cleaner: compaction passes for the compacted logs a node sequences.
+
+It runs on a node as an extension (``logstrand node`` adds it) and speaks to
+the cluster only as a client does: it reads through the client library (the
+reader merges the nodes' copies and only ever sees released records), and
+sends the nodes of a log ``DropCopies`` and ``CleanPoint`` with
+``client.ask_nodes``/``tell_nodes``.  The decisions are pure (``_core``); each
+node's part, dropping its copies, is ``storage/_drops.py``.
+
+A pass only ever removes copies at or below its end, and only those the
+offset map says a newer record of the key supersedes (or tombstones past
+their horizon), so it can stop anywhere: a node or cleaner that dies in the
+middle leaves every key's latest record in place, and the clean point in the
+epoch store moves only when every node has done its part.  The next pass
+goes over the same ground again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any, Protocol
+
+import attrs
+import numpy as np
+import trio
+from prometheus_client import Counter, Gauge
+
+from ..errors import LogstrandError, Status
+from ..types import TAIL
+from ..wire import CleanPoint, Compact, CompactReply, DropCopies, DropReply
+from ._core import Candidate, PassStats, choose
+from ._offset_map import OffsetMap, hash_keys
+from ._shell import Throttle, compacted_attributes
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from prometheus_client import CollectorRegistry
+
+    from ..client import AsyncClient
+    from ..epochstore import AsyncEpochStore, LogAttributes
+    from ..net import Connection
+
+_log = logging.getLogger("logstrand.cleaner")
+
+
+@attrs.frozen
+class CleanerOptions:
+    #: How often the cleaner looks for a compacted log to clean (0: never by
+    #: itself; ``client.compact`` still runs a pass).
+    interval_s: float = 15.0
+    #: The offset map's memory (24 bytes a key, filled to 90%).
+    map_bytes: int = 64 * 1024 * 1024
+    #: Bytes a second the cleaner reads and each node scans (0: no limit).
+    io_bytes_s: int = 0
+    #: How long the cleaner waits for the nodes to drop their copies.
+    drop_timeout_s: float = 600.0
+
+
+class _View(Protocol):
+    @property
+    def astore(self) -> AsyncEpochStore: ...
+
+    def log_attributes(self, log_id: int) -> LogAttributes | None: ...
+    async def refresh(self) -> None: ...
+
+
+class CleanerHost(Protocol):
+    """What the cleaner needs of the node it runs on."""
+
+    @property
+    def url(self) -> str: ...
+    @property
+    def node_id(self) -> int: ...
+    @property
+    def view(self) -> _View: ...
+    @property
+    def registry(self) -> CollectorRegistry: ...
+    def sequenced_logs(self) -> list[int]: ...
+    def register(
+        self, message_type: type, handler: Callable[[Connection, Any], Awaitable[None]]
+    ) -> None: ...
+
+
+class _Metrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.passes = Counter(
+            "logstrand_compaction_passes",
+            "Compaction passes this node's cleaner finished",
+            registry=registry,
+        )
+        self.map_fill = Gauge(
+            "logstrand_compaction_map_fill",
+            "How full the offset map of the last pass was (0..1)",
+            registry=registry,
+        )
+        self.uncleanable = Counter(
+            "logstrand_compaction_uncleanable",
+            "Passes that could not finish, by reason",
+            ["reason"],
+            registry=registry,
+        )
+
+
+class Cleaner:
+    """The cleaner of one node (see the module docstring)."""
+
+    def __init__(self, options: CleanerOptions | None = None) -> None:
+        self.options = options or CleanerOptions()
+        self._locks: dict[int, trio.Lock] = {}
+        self._client: AsyncClient | None = None
+        self._client_lock = trio.Lock()
+        self._host: CleanerHost | None = None
+        self._metrics: _Metrics | None = None
+        self._nursery: trio.Nursery | None = None
+
+    @property
+    def host(self) -> CleanerHost:
+        assert self._host is not None, "the cleaner is not running"
+        return self._host
+
+    @property
+    def metrics(self) -> _Metrics:
+        assert self._metrics is not None, "the cleaner is not running"
+        return self._metrics
+
+    async def run(
+        self, host: CleanerHost, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Answer COMPACT, and clean in the background, until cancelled."""
+        self._host = host
+        self._metrics = _Metrics(host.registry)
+        host.register(Compact, self._handle_compact)
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            interval = self.options.interval_s
+            while interval > 0:
+                await trio.sleep(interval)
+                try:
+                    await self._clean_one()
+                except LogstrandError as exc:
+                    _log.warning("node %d: cleaner: %s", host.node_id, exc)
+                except Exception:
+                    # A bug in a pass must not take the node down: say so, go on.
+                    self.metrics.uncleanable.labels("error").inc()
+                    _log.exception("node %d: cleaner failed", host.node_id)
+            await trio.sleep_forever()
+
+    async def client(self) -> AsyncClient:
+        """The client the cleaner reads with (opened on first use)."""
+        async with self._client_lock:
+            if self._client is None:
+                assert self._nursery is not None
+                await self._nursery.start(self._run_client)
+        assert self._client is not None
+        return self._client
+
+    async def _run_client(self, task_status: trio.TaskStatus[None]) -> None:
+        from ..client import open_client
+
+        async with open_client(self.host.url) as client:
+            self._client = client
+            task_status.started()
+            await trio.sleep_forever()
+
+    # -- choosing and running passes -------------------------------------------
+
+    async def _clean_one(self) -> None:
+        host = self.host
+        logs = [
+            log
+            for log in host.sequenced_logs()
+            if (a := host.view.log_attributes(log)) is not None and a.compacted
+        ]
+        if not logs:
+            return
+        client = await self.client()
+        now = int(time.time() * 1000)
+        candidates = []
+        for log in logs:
+            attrs_ = await self._attributes(log)
+            state = await host.view.astore.compaction(log) or {}
+            candidates.append(
+                Candidate(
+                    log,
+                    await client.data_size(log),
+                    int(state.get("clean_bytes", 0)),
+                    attrs_.min_cleanable_ratio,
+                    oldest_dirty_ms=await self._oldest_dirty_ms(
+                        log, int(state.get("clean_point", 0))
+                    ),
+                    max_compaction_lag_ms=attrs_.max_compaction_lag_ms,
+                )
+            )
+        chosen = choose(candidates, now)
+        if chosen is not None:
+            _log.info(
+                "node %d: cleaning log %d (dirty ratio %.2f)",
+                host.node_id,
+                chosen.log_id,
+                chosen.dirty_ratio,
+            )
+            await self.run_pass(chosen.log_id)
+
+    async def _oldest_dirty_ms(self, log: int, clean_point: int) -> int | None:
+        client = await self.client()
+        entries = [s for s in await client.log_directory(log) if s.last_lsn > clean_point]
+        return min((s.min_ts_ms for s in entries), default=None)
+
+    async def run_pass(self, log: int) -> PassStats:
+        async with self._locks.setdefault(log, trio.Lock()):
+            try:
+                return await self._pass(log)
+            except LogstrandError as exc:
+                self.metrics.uncleanable.labels(exc.status.name.lower()).inc()
+                _log.warning("node %d: log %d not cleaned: %s", self.host.node_id, log, exc)
+                raise
+
+    async def _read_dirty(
+        self, log: int, start: int, map_: OffsetMap, lag_cut_ms: int, throttle: Throttle
+    ) -> tuple[int, int, int, bool]:
+        """Fill the offset map from released records above ``start``; returns
+        (end, records, bytes, partial): a pass covers up to ``end``."""
+        client = await self.client()
+        end, records, nbytes, partial = start, 0, 0, False
+        async with client.read(log, start + 1, TAIL) as reader:
+            while (batch := await reader.next_columns()) is not None:
+                n = len(batch)
+                # Only records older than min_compaction_lag: stop at the first younger.
+                young = next((i for i, t in enumerate(batch.timestamps_ms) if t > lag_cut_ms), n)
+                keyed = [i for i in range(young) if batch.keys[i] is not None]
+                h = hash_keys([batch.keys[i] for i in keyed])  # type: ignore[misc]
+                # Each record adds at most one key: probe for room only when short.
+                take = len(keyed) if map_.room >= len(keyed) else map_.fits(h)
+                if take < len(keyed):
+                    # The map is full: this pass ends before the first key it
+                    # has no room for; the next one goes on from there.
+                    young = keyed[take]
+                    partial = True
+                map_.put_many(h[:take], np.array([batch.lsns[i] for i in keyed[:take]]))
+                if young:
+                    end = batch.lsns[young - 1]
+                size = sum(len(p) for p in batch.payloads[:young] if p is not None)
+                records += young
+                nbytes += size
+                await throttle.spent(size)
+                if young < n:
+                    break
+        return max(end, start), records, nbytes, partial
+
+    async def _pass(self, log: int) -> PassStats:
+        opts = self.options
+        host = self.host
+        attrs_ = await self._attributes(log)
+        client = await self.client()
+        started = time.monotonic()
+        now_ms = int(time.time() * 1000)
+        state = await host.view.astore.compaction(log) or {}
+        clean_before = int(state.get("clean_point", 0))
+        offsets = OffsetMap(opts.map_bytes)
+        end, records, nbytes, partial = await self._read_dirty(
+            log,
+            clean_before,
+            offsets,
+            now_ms - attrs_.min_compaction_lag_ms,
+            Throttle(opts.io_bytes_s),
+        )
+        horizon = now_ms - attrs_.delete_retention_ms
+        entries = offsets.entries()
+        nodes = (await client.placement(log)).nodes
+        replies = await client.ask_nodes(
+            log,
+            lambda rid: DropCopies(rid, log, end, clean_before, horizon, opts.io_bytes_s, entries),
+            timeout_s=opts.drop_timeout_s,
+        )
+        failed = [
+            n for n in nodes if not isinstance(replies.get(n), DropReply) or replies[n].status
+        ]
+        if failed:
+            raise LogstrandError(
+                f"log {log}: nodes {failed} did not finish dropping; the next pass redoes it",
+                Status.AGAIN,
+            )
+        done = [replies[n] for n in nodes]
+        # A node whose release pointer lagged went less far: the clean point
+        # is where every node got to.
+        end = max(clean_before, min(r.done_to for r in done))
+        copies = max(1, attrs_.replication_factor)
+        stats = PassStats(
+            log_id=log,
+            clean_point_before=clean_before,
+            clean_point=end,
+            records_read=records,
+            bytes_read=nbytes,
+            keys=offsets.size,
+            map_bytes=offsets.nbytes,
+            map_fill=round(offsets.fill, 4),
+            partial=partial,
+            records_removed=sum(r.removed for r in done) // copies,
+            bytes_removed=sum(r.removed_bytes for r in done) // copies,
+            clean_bytes=sum(r.kept_bytes for r in done) // copies,
+            nodes=len(nodes),
+            seconds=round(time.monotonic() - started, 3),
+        )
+        await host.view.astore.record_compaction(log, end, stats.clean_bytes, stats.to_json())
+        with contextlib.suppress(LogstrandError):
+            await client.tell_nodes(log, CleanPoint(log, end))
+        self.metrics.passes.inc()
+        self.metrics.map_fill.set(offsets.fill)
+        _log.info(
+            "node %d: log %d compacted to %d: %d records read, %d removed, %.2fs",
+            host.node_id,
+            log,
+            end,
+            records,
+            stats.records_removed,
+            stats.seconds,
+        )
+        return stats
+
+    async def _attributes(self, log: int) -> LogAttributes:
+        return await compacted_attributes(self.host.view, log)
+
+    async def _handle_compact(self, conn: Connection, msg: Compact) -> None:
+        assert self._nursery is not None
+        # A pass can take minutes: never in the connection's receive loop.
+        self._nursery.start_soon(self._compact, conn, msg)
+
+    async def _compact(self, conn: Connection, msg: Compact) -> None:
+        try:
+            stats = await self.run_pass(msg.log_id)
+            reply = CompactReply(msg.request_id, int(Status.OK), json.dumps(stats.to_json()))
+        except LogstrandError as exc:
+            reply = CompactReply(msg.request_id, int(exc.status), json.dumps({"error": str(exc)}))
+        except Exception as exc:
+            self.metrics.uncleanable.labels("error").inc()
+            _log.exception("node %d: compaction of log %d failed", self.host.node_id, msg.log_id)
+            error = json.dumps({"error": f"the pass failed: {exc!r}"[:1000]})
+            reply = CompactReply(msg.request_id, int(Status.FAILED), error)
+        with contextlib.suppress(LogstrandError):
+            await conn.send(reply)

@@ -1,0 +1,329 @@
+"""The partitions of a LogsDB and their directory.
+
+A partition is one RocksDB column family of records, started when the newest
+is older than ``partition_duration_ms``, larger than ``partition_bytes_max``,
+or has more than ``partition_files_max`` files.  The directory says, per log
+and partition, which LSNs and timestamps the partition holds, with bytes and
+records: reads pick partitions by it, find-time searches it first, retention
+and trims drop whole partitions by it.  Every change of the directory is
+written in the same RocksDB write as the records it describes, so after a
+crash the directory never disagrees with the data.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+from typing import TYPE_CHECKING
+
+import attrs
+
+from ..errors import InvalidArgumentError
+from ..types import LSN_MAX
+from . import _format as fmt
+from ._format import DirEntry
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Mapping
+
+    from ..records import RecordBatch
+    from ._engine import Batch, Engine
+
+META_CF = "meta"
+_U64_MAX = 2**64 - 1
+_FILE_CHECK_INTERVAL_MS = 1000
+
+
+@attrs.frozen
+class PartitionInfo:
+    id: int
+    start_ts_ms: int
+    created_ms: int
+    bytes: int
+    logs: int
+
+
+@attrs.define
+class Partition:
+    id: int
+    start_ts_ms: int
+    created_ms: int
+    bytes: int = 0
+
+    @property
+    def cf(self) -> str:
+        return f"p{self.id:010d}"
+
+
+@attrs.frozen
+class LogsDBOptions:
+    """Partitioning settings.  Defaults follow LogDevice's."""
+
+    #: A new partition starts when the newest is older than this.
+    partition_duration_ms: int = 15 * 60 * 1000
+    #: ... or holds more than this many bytes of records.
+    partition_bytes_max: int = 2 * 1024**3
+    #: ... or has more than this many SST files.
+    partition_files_max: int = 200
+
+    def __attrs_post_init__(self) -> None:
+        if self.partition_duration_ms <= 0:
+            raise InvalidArgumentError("partition_duration_ms must be positive")
+        if self.partition_bytes_max <= 0:
+            raise InvalidArgumentError("partition_bytes_max must be positive")
+        if self.partition_files_max <= 0:
+            raise InvalidArgumentError("partition_files_max must be positive")
+
+
+@attrs.frozen
+class PutBatch:
+    """Records of one log stored under one copyset: what one STORE carries."""
+
+    log_id: int
+    records: RecordBatch
+    copyset: tuple[int, ...] = ()
+    wave: int = 0
+
+
+def merge_entry(old: DirEntry | None, new: DirEntry) -> DirEntry:
+    if old is None:
+        return new
+    return DirEntry(
+        min(old.first_lsn, new.first_lsn),
+        max(old.last_lsn, new.last_lsn),
+        min(old.min_ts_ms, new.min_ts_ms),
+        max(old.max_ts_ms, new.max_ts_ms),
+        old.bytes + new.bytes,
+        old.records + new.records,
+    )
+
+
+class Partitions:
+    """The partitions of one LogsDB, oldest first, and the per-log directory."""
+
+    def __init__(self, engine: Engine, options: LogsDBOptions, clock_ms: Callable[[], int]) -> None:
+        self._engine = engine
+        self.options = options
+        self._clock_ms = clock_ms
+        self.list: list[Partition] = []
+        self.dir: dict[int, dict[int, DirEntry]] = {}
+        self._logs_in: dict[int, set[int]] = {}
+        self._next_file_check_ms = 0
+
+    # -- opening ----------------------------------------------------------
+
+    def load(
+        self,
+        partitions: list[Partition],
+        dir_entries: list[tuple[int, int, DirEntry]],
+    ) -> None:
+        """Take what the metadata lists, repairing what a crash interrupted."""
+        self.list = sorted(partitions, key=lambda p: p.id)
+        self._repair(dir_entries)
+        known = {p.id for p in self.list}
+        for log_id, pid, entry in dir_entries:
+            if pid in known:
+                self.dir.setdefault(log_id, {})[pid] = entry
+                self._logs_in.setdefault(pid, set()).add(log_id)
+        for p in self.list:
+            p.bytes = sum(self.dir[log][p.id].bytes for log in self._logs_in.get(p.id, ()))
+        if not self.list:
+            # The first partition starts at time 0: it takes every older record.
+            self.new(0)
+
+    def _repair(self, dir_entries: list[tuple[int, int, DirEntry]]) -> None:
+        """Finish what a crash interrupted: a partition create or drop."""
+        eng = self._engine
+        cfs = {n for n in eng.column_families() if n != META_CF}
+        listed = {p.cf for p in self.list}
+        # Created but never listed: the crash came before its first record, so
+        # the column family is empty and can go.
+        for name in sorted(cfs - listed):
+            eng.drop_cf(name)
+        # Listed but its column family is gone: the crash came in a drop.
+        gone = [p for p in self.list if p.cf not in cfs]
+        if gone:
+            batch = eng.new_batch()
+            gone_ids = {p.id for p in gone}
+            for p in gone:
+                batch.delete(META_CF, fmt.partition_key(p.id))
+            for log_id, pid, _ in dir_entries:
+                if pid in gone_ids:
+                    batch.delete(META_CF, fmt.dir_key(log_id, pid))
+            eng.write(batch, sync=True)
+            self.list = [p for p in self.list if p.id not in gone_ids]
+
+    # -- new partitions -------------------------------------------------------------
+
+    def new(self, start_ts_ms: int) -> Partition:
+        now = self._clock_ms()
+        parts = self.list
+        pid = parts[-1].id + 1 if parts else 1
+        if parts:
+            start_ts_ms = max(start_ts_ms, parts[-1].start_ts_ms)
+            # The previous partition takes no more new data (late records aside):
+            # flush its memtable, and the metadata's, so that the write-ahead
+            # logs written so far can go (RocksDB keeps a log while any column
+            # family has unflushed data in it) and a later drop of the
+            # partition gives its space back at once.
+            self._engine.flush_cf(parts[-1].cf)
+            self._engine.flush_cf(META_CF)
+        part = Partition(pid, start_ts_ms, now)
+        self._engine.create_cf(part.cf)
+        batch = self._engine.new_batch()
+        batch.put(META_CF, fmt.partition_key(pid), fmt.pack_partition(start_ts_ms, now))
+        self._engine.write(batch, sync=True)
+        parts.append(part)
+        return part
+
+    def maybe_roll(self, now_ms: int) -> None:
+        newest = self.list[-1]
+        roll = (
+            now_ms - newest.created_ms >= self.options.partition_duration_ms
+            or newest.bytes >= self.options.partition_bytes_max
+        )
+        if not roll and now_ms >= self._next_file_check_ms:
+            self._next_file_check_ms = now_ms + _FILE_CHECK_INTERVAL_MS
+            roll = self._engine.cf_file_count(newest.cf) > self.options.partition_files_max
+        if roll:
+            self.new(now_ms)
+
+    # -- lookups ------------------------------------------------------------------------
+
+    def by_id(self, pid: int) -> Partition:
+        for p in self.list:
+            if p.id == pid:
+                return p
+        raise AssertionError(f"partition {pid} not found")
+
+    def existing(self, log_id: int, lsn: int) -> Partition | None:
+        """The partition already holding (log, lsn), if any.  Only for rewrites."""
+        for pid, entry in self.dir.get(log_id, {}).items():
+            if entry.first_lsn <= lsn <= entry.last_lsn:
+                part = self.by_id(pid)
+                if self._engine.get(part.cf, fmt.data_key(log_id, lsn)) is not None:
+                    return part
+        return None
+
+    def holding(self, log_id: int, lsn: int) -> tuple[Partition, DirEntry] | None:
+        """A partition whose directory entry covers ``lsn`` (no lookup)."""
+        for pid, e in self.dir.get(log_id, {}).items():
+            if e.first_lsn <= lsn <= e.last_lsn:
+                return self.by_id(pid), e
+        return None
+
+    def route(self, put: PutBatch) -> Iterator[tuple[Partition, list[int] | None]]:
+        """Group the records of a batch by the partition each goes to."""
+        rb = put.records
+        n = len(rb.lsns)
+        newest = self.list[-1]
+        entries = self.dir.get(put.log_id)
+        top_lsn = max((e.last_lsn for e in entries.values()), default=0) if entries else 0
+        if min(rb.timestamps_ms) >= newest.start_ts_ms and min(rb.lsns) > top_lsn:
+            yield newest, None  # the common case, all at the tail: no regrouping
+            return
+        starts = [p.start_ts_ms for p in self.list]
+        groups: dict[int, list[int]] = {}
+        for i in range(n):
+            part = None
+            if rb.lsns[i] <= top_lsn:
+                part = self.existing(put.log_id, rb.lsns[i])
+            if part is None:
+                part = self.list[max(0, bisect.bisect_right(starts, rb.timestamps_ms[i]) - 1)]
+            groups.setdefault(part.id, []).append(i)
+        for pid, idxs in groups.items():
+            yield self.by_id(pid), idxs
+
+    def sources(self, log_id: int, start: int, until: int) -> list[Iterator[tuple[bytes, bytes]]]:
+        """(key, value) iterators over the partitions holding [start, until], in LSN order."""
+        found = sorted(
+            (e.first_lsn, e.last_lsn, pid)
+            for pid, e in self.dir.get(log_id, {}).items()
+            if e.last_lsn >= start and e.first_lsn <= until
+        )
+        lo = fmt.data_key(log_id, start)
+        hi = fmt.data_key(log_id, until + 1) if until < LSN_MAX else None
+        if hi is None and log_id < _U64_MAX:
+            hi = fmt.data_key(log_id + 1, 0)
+        iters = [self._engine.items(self.by_id(pid).cf, lo, hi) for _, _, pid in found]
+        if any(a[1] >= b[0] for a, b in itertools.pairwise(found)):
+            # Late or rebuilt records made partitions overlap in LSNs: merge.
+            # A key is only ever in one partition, so no duplicates arise.
+            return [heapq.merge(*iters, key=lambda kv: kv[0])]
+        return iters
+
+    def entries(self, log_id: int) -> list[tuple[int, DirEntry]]:
+        """(partition id, entry) pairs of one log, oldest partition first."""
+        return sorted(self.dir.get(log_id, {}).items())
+
+    def last_lsn(self, log_id: int) -> int:
+        return max((e.last_lsn for e in self.dir.get(log_id, {}).values()), default=0)
+
+    def logs(self) -> list[int]:
+        return sorted(log for log, entries in self.dir.items() if entries)
+
+    def infos(self) -> list[PartitionInfo]:
+        return [
+            PartitionInfo(
+                p.id, p.start_ts_ms, p.created_ms, p.bytes, len(self._logs_in.get(p.id, ()))
+            )
+            for p in self.list
+        ]
+
+    # -- changes ----------------------------------------------------------------------
+
+    def put_entries(self, batch: Batch, touched: Mapping[tuple[int, int], DirEntry]) -> None:
+        """Add directory entries to ``batch`` (the write of their records)."""
+        for (log_id, pid), entry in touched.items():
+            batch.put(META_CF, fmt.dir_key(log_id, pid), fmt.pack_dir(entry))
+
+    def written(
+        self, touched: Mapping[tuple[int, int], DirEntry], part_bytes: Mapping[int, int]
+    ) -> None:
+        """The write is done: take its directory entries into memory."""
+        for (log_id, pid), entry in touched.items():
+            self.dir.setdefault(log_id, {})[pid] = entry
+            self._logs_in.setdefault(pid, set()).add(log_id)
+        for p in self.list:
+            p.bytes += part_bytes.get(p.id, 0)
+
+    def retention_target(self, log_id: int, cutoff_ms: int) -> int:
+        """The highest LSN a trim may reach for records older than ``cutoff_ms``:
+        whole directory entries only, the oldest in LSN order, never into an
+        entry that must be kept (entries may overlap: late records)."""
+        newest = self.list[-1].id
+        target = 0
+        for first, pid, entry in sorted(
+            (e.first_lsn, pid, e) for pid, e in self.dir.get(log_id, {}).items()
+        ):
+            if pid == newest or entry.max_ts_ms >= cutoff_ms:
+                target = min(target, first - 1)
+                break
+            target = max(target, entry.last_lsn)
+        return target
+
+    def drop_trimmed(self, trims: Mapping[int, int]) -> list[int]:
+        """Drop every partition (but the newest) whose records are all trimmed;
+        returns their ids."""
+        dropped: list[int] = []
+        for part in list(self.list[:-1]):
+            logs = self._logs_in.get(part.id, set())
+            if all(self.dir[log][part.id].last_lsn <= trims.get(log, 0) for log in logs):
+                self._drop(part, logs)
+                dropped.append(part.id)
+        return dropped
+
+    def _drop(self, part: Partition, logs: set[int]) -> None:
+        # Column family first, then the metadata: a crash between the two is
+        # repaired on open (listed partition, missing column family).
+        self._engine.drop_cf(part.cf)
+        batch = self._engine.new_batch()
+        batch.delete(META_CF, fmt.partition_key(part.id))
+        for log in logs:
+            batch.delete(META_CF, fmt.dir_key(log, part.id))
+        self._engine.write(batch, sync=True)
+        for log in logs:
+            del self.dir[log][part.id]
+        self._logs_in.pop(part.id, None)
+        self.list.remove(part)

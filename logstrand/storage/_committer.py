@@ -1,0 +1,285 @@
+"""The committer: the one owner of a node's LogsDB.
+
+Rules
+-----
+1. Every call into LogsDB is made here, on the event loop's thread (LogsDB
+   asserts it).  rocksdict holds the GIL for a write or a read, so a worker
+   thread would not keep the loop running anyway, and the hand-off costs more
+   than a small write.  The one exception is reclaiming space after
+   compaction: RocksDB's flush and range compaction release the GIL and touch
+   no state of LogsDB, so they run in a worker thread (``reclaim``).
+2. Group commit: STOREs from all connections and from this node's own
+   sequencers go into one bounded queue; the committer takes everything
+   waiting (up to ``group_commit_records_max`` records or
+   ``group_commit_bytes_max`` bytes), writes it in one RocksDB write, and
+   answers each STORE.  Under load one fsync covers hundreds of STOREs, and
+   the size limits bound the pause a write is for the loop.
+3. A STORE of a sealed epoch is refused (PREEMPTED) unless it is a newer
+   recovery's (``_core.admit_store``).
+4. Release pointers live in memory, move with RELEASEs and with the pointer
+   every STORE carries, ride along with the next group commit, and are
+   persisted at least every ``release_persist_s`` and at close.
+
+Everything else a node asks of its LogsDB goes through here too: the answers
+to recovery (log info, seals, digests), trims, find-time, the partition
+directory, reads for read streams, compaction's removals, retention.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ..errors import LogstrandError, Status
+from ..logsdb import LogsDB, PutBatch
+from ..wire import (
+    FindTime,
+    FindTimeReply,
+    GetLogDirectory,
+    LogDirectory,
+    Store,
+    StoreReply,
+    Trim,
+    TrimReply,
+)
+from . import _core
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Mapping
+
+    from ..logsdb import LogsDBOptions, StoredBatch
+    from ..wire import Digest, GetDigest, LogInfo, LogInfoReply, Seal, SealReply
+    from ._metrics import NodeMetrics
+
+    Sink = Callable[[StoreReply], Awaitable[None]]
+
+_log = logging.getLogger("logstrand.node")
+
+
+class Committer:
+    """The owner of one node's LogsDB (see the module docstring)."""
+
+    def __init__(
+        self,
+        node_id: int,
+        metrics: NodeMetrics,
+        *,
+        queue_max: int,
+        records_max: int,
+        bytes_max: int,
+        release_persist_s: float,
+        on_released: Callable[[int, int], None],
+        on_stored: Callable[[int, int, int], None],
+    ) -> None:
+        self.node_id = node_id
+        self.metrics = metrics
+        self.records_max = records_max
+        self.bytes_max = bytes_max
+        self.release_persist_s = release_persist_s
+        #: ``on_released(log, lsn)`` when a release pointer moves.
+        self._on_released = on_released
+        #: ``on_stored(log, last_lsn, release_lsn)`` after copies were written.
+        self._on_stored = on_stored
+        self.release: dict[int, int] = {}
+        self._release_dirty: set[int] = set()
+        self._in, self._out = trio.open_memory_channel[tuple[Store, Any]](queue_max)
+        self._db: LogsDB | None = None
+
+    @property
+    def db(self) -> LogsDB:
+        assert self._db is not None, "the committer has not opened its LogsDB"
+        return self._db
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    def open(self, data_dir: str, options: LogsDBOptions | None) -> None:
+        """Open the LogsDB on this (the event loop's) thread; it belongs to it."""
+        self._db = LogsDB.open(data_dir, options)
+        self.release = {log: self.db.release_pointer(log) for log in self.db.logs()}
+
+    def close(self) -> None:
+        if self._db is not None and not self._db.closed:
+            self._persist_releases(dict(self.release), sync=True)
+            self._db.close()
+
+    # -- storing -------------------------------------------------------------------
+
+    async def submit(self, msg: Store, sink: Sink) -> None:
+        """Queue a STORE; ``sink`` gets its reply.  Waits while the queue is full."""
+        await self._in.send((msg, sink))
+
+    async def run(self) -> None:
+        """Group commit, until cancelled."""
+        async for first in self._out:
+            items = [first]
+            records = len(first[0].batch)
+            size = first[0].batch.payload_bytes
+            while records < self.records_max and size < self.bytes_max:
+                try:
+                    item = self._out.receive_nowait()
+                except trio.WouldBlock:
+                    break
+                items.append(item)
+                records += len(item[0].batch)
+                size += item[0].batch.payload_bytes
+            await self._commit(items)
+
+    async def _commit(self, items: list[tuple[Store, Sink]]) -> None:
+        db = self.db
+        puts: list[PutBatch] = []
+        accepted: list[tuple[Store, Sink]] = []
+        refused: list[tuple[Store, Sink]] = []
+        sync = False
+        for msg, sink in items:
+            if not _core.admit_store(db, msg):
+                refused.append((msg, sink))  # sealed: only a newer recovery may write
+                continue
+            if msg.released_lsn:
+                # The sequencer's release pointer rides along with its STOREs.
+                self.on_release(msg.log_id, msg.released_lsn)
+            puts.append(PutBatch(msg.log_id, msg.batch, msg.copyset, msg.wave))
+            accepted.append((msg, sink))
+            sync = sync or msg.sync
+        status = Status.OK
+        if puts:
+            status = self._write(puts, sync)
+        for batch, result in ((accepted, status), (refused, Status.PREEMPTED)):
+            for msg, sink in batch:
+                # If the sequencer's connection is gone, it will retry elsewhere.
+                with contextlib.suppress(LogstrandError):
+                    await sink(StoreReply(msg.store_id, msg.log_id, int(result), self.node_id))
+
+    def _write(self, puts: list[PutBatch], sync: bool) -> Status:
+        t0 = time.perf_counter()
+        status = Status.OK
+        try:
+            # Release pointers ride along with the data (atomic, no extra write).
+            dirty = {log: self.release[log] for log in self._release_dirty}
+            self._release_dirty.clear()
+            self.db.write(puts, sync=sync, releases=dirty)
+        except LogstrandError as exc:
+            _log.error("node %d: store failed: %s", self.node_id, exc)
+            status = exc.status
+        except Exception:
+            _log.exception("node %d: store failed", self.node_id)
+            status = Status.FAILED
+        m = self.metrics
+        m.group_commit_seconds.observe(time.perf_counter() - t0)
+        m.group_commits.inc()
+        m.stores.inc(len(puts))
+        m.store_records.inc(sum(len(p.records) for p in puts))
+        m.store_bytes.inc(sum(p.records.payload_bytes for p in puts))
+        if status == Status.OK:
+            for p in puts:
+                if p.records.lsns:
+                    self._on_stored(p.log_id, p.records.lsns[-1], self.release.get(p.log_id, 0))
+        return status
+
+    # -- release pointers ---------------------------------------------------------
+
+    def on_release(self, log_id: int, lsn: int) -> None:
+        if lsn > self.release.get(log_id, 0):
+            self.release[log_id] = lsn
+            self._release_dirty.add(log_id)
+            self._on_released(log_id, lsn)
+
+    def release_of(self, log_id: int) -> int:
+        return self.release.get(log_id, 0)
+
+    def _persist_releases(self, releases: Mapping[int, int], sync: bool = False) -> None:
+        if releases:
+            self.db.set_releases(releases, sync=sync)
+
+    async def persist_releases(self) -> None:
+        """Persist moved release pointers now and then, until cancelled."""
+        while True:
+            await trio.sleep(self.release_persist_s)
+            if self._release_dirty:
+                dirty = {log: self.release[log] for log in self._release_dirty}
+                self._release_dirty.clear()
+                self._persist_releases(dirty)
+
+    # -- answers ---------------------------------------------------------------------
+
+    def answer(self, msg: LogInfo | Seal | GetDigest) -> LogInfoReply | SealReply | Digest:
+        """This node's answer to a recovery's question (from a peer or itself)."""
+        return _core.answer(self.db, self.node_id, self.release_of(msg.log_id), msg)
+
+    def trim(self, msg: Trim) -> TrimReply:
+        try:
+            point = self.db.trim(msg.log_id, msg.lsn)
+        except LogstrandError as exc:
+            return TrimReply(msg.request_id, int(exc.status), self.node_id)
+        self.metrics.trims.inc()
+        return TrimReply(msg.request_id, int(Status.OK), self.node_id, point)
+
+    def find_time(self, msg: FindTime) -> FindTimeReply:
+        db = self.db
+        lsn = db.find_time(msg.log_id, msg.timestamp_ms)
+        found = lsn if lsn <= db.last_lsn(msg.log_id) else 0
+        return FindTimeReply(msg.request_id, int(Status.OK), found)
+
+    def log_directory(self, msg: GetLogDirectory) -> LogDirectory:
+        return _core.log_directory(self.db, msg)
+
+    def counts(self) -> tuple[int, int, int]:
+        """Partitions, bytes on disk, and logs held."""
+        db = self.db
+        return len(db.partitions()), db.disk_bytes(), len(db.logs())
+
+    # -- reads (for read streams) ------------------------------------------------
+
+    def read_batch(self, log_id: int, start: int, until: int, **limits: Any) -> StoredBatch:
+        return self.db.read_batch(log_id, start, until, **limits)
+
+    def trim_point(self, log_id: int) -> int:
+        return self.db.trim_point(log_id)
+
+    def clean_point(self, log_id: int) -> int:
+        return self.db.clean_point(log_id)
+
+    def last_lsn(self, log_id: int) -> int:
+        return self.db.last_lsn(log_id)
+
+    def logs(self) -> list[int]:
+        return self.db.logs()
+
+    # -- compaction's removals ----------------------------------------------------
+
+    def set_clean_point(self, log_id: int, lsn: int) -> None:
+        self.db.set_clean_point(log_id, lsn)
+
+    def remove(self, log_id: int, lsns: list[int]) -> None:
+        """Remove copies just read (they exist), unsynced: ``reclaim`` syncs."""
+        self.db.delete(log_id, lsns, sync=False, present=True)
+
+    async def reclaim(self, log_id: int) -> None:
+        """Make removals durable and give their space back (rule 1's exception)."""
+        ranges = self.db.reclaim_ranges(log_id)
+        await trio.to_thread.run_sync(functools.partial(self.db.compact_ranges, ranges))
+
+    # -- maintenance -----------------------------------------------------------------
+
+    def maintain(self, trim_points: Mapping[int, int], retention_ms: Mapping[int, int]) -> None:
+        """Apply trims missed while down, time retention, and drop partitions
+        whose records are all trimmed."""
+        db = self.db
+        for log, point in trim_points.items():
+            if point > db.trim_point(log):
+                db.trim(log, point)
+                self.metrics.trims.inc()
+        if retention_ms:
+            moved = db.apply_retention(dict(retention_ms), now_ms=int(time.time() * 1000))
+            if moved:
+                _log.info("node %d: retention trimmed logs %s", self.node_id, sorted(moved))
+        dropped = db.drop_partitions()
+        if dropped:
+            _log.info("node %d: dropped partitions %s", self.node_id, dropped)
+            self.metrics.partitions_dropped.inc(len(dropped))
+        self.metrics.partitions.set(len(db.partitions()))
+        self.metrics.disk_bytes.set(db.disk_bytes())

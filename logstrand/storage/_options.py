@@ -1,0 +1,33 @@
+"""A storage node's options (``logstrand node`` sets them from its flags)."""
+
+from __future__ import annotations
+
+import attrs
+
+from ..records import PAYLOAD_BYTES_MAX
+
+
+@attrs.frozen
+class NodeOptions:
+    payload_bytes_max: int = PAYLOAD_BYTES_MAX
+    #: One group commit takes at most this much from the store queue.
+    group_commit_records_max: int = 50_000
+    group_commit_bytes_max: int = 32 * 1024 * 1024
+    store_queue_max: int = 4096
+    sequencer_appenders_max: int = 1024
+    store_timeout_s: float = 2.0
+    #: How long a new sequencer waits for an f-majority to seal older epochs.
+    seal_timeout_s: float = 3.0
+    tick_s: float = 0.05
+    release_persist_s: float = 1.0
+    #: A new sequencer waits this long before it recovers the earlier epochs
+    #: (it takes appends meanwhile, and releases them after).  Tests use it to
+    #: kill a sequencer in the middle of its recovery.
+    recovery_grace_s: float = 0.0
+    #: A sequencer whose recovery of the earlier epochs has not finished this
+    #: long after activation is *stalled*: it logs an error, counts it, shows
+    #: it in ``logstrand info``, and refuses appends (NOTREADY) until done.
+    recovery_stall_s: float = 10.0
+    #: How often the node applies trims it missed, retention, and drops
+    #: partitions whose records are all trimmed.
+    maintenance_s: float = 10.0

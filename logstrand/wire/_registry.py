@@ -1,0 +1,67 @@
+"""The registry of wire messages: fixed type numbers, field validators, and
+the protocol versions this build speaks.
+
+Each message type has a fixed number (``TYPE_ID``) that is never reused.  On
+the wire a message is the CBOR array ``[type_id, field, field, ...]`` in field
+order.  A field holding a ``RecordBatch`` travels as its packed bytes.  The
+messages themselves are in ``_messages`` (connections, the write path,
+sealing and recovery), ``_messages_read`` (read streams, log state) and
+``_messages_admin`` (trim, node status, directories, compaction).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..errors import Status
+from ..records import RecordBatch
+
+if TYPE_CHECKING:
+    import attrs
+
+#: The protocol versions this build speaks.  A connection uses the highest
+#: version both ends support.
+PROTOCOL_VERSION_MIN = 1
+PROTOCOL_VERSION_MAX = 1
+
+MESSAGE_TYPES: dict[int, type[Any]] = {}
+
+_M = TypeVar("_M")
+
+
+def message(type_id: int) -> Any:
+    """Register a message class under a fixed type number."""
+
+    def register(cls: type[_M]) -> type[_M]:
+        if type_id in MESSAGE_TYPES:
+            raise AssertionError(f"message type {type_id} used twice")
+        cls.TYPE_ID = type_id  # type: ignore[attr-defined]
+        MESSAGE_TYPES[type_id] = cls
+        return cls
+
+    return register
+
+
+def _status(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    if type(value) is not int or value not in Status._value2member_map_:
+        raise ValueError(f"{attr.name}: unknown status {value!r:.20}")
+
+
+def _batch(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, RecordBatch):
+        raise ValueError(f"{attr.name} must be a RecordBatch")
+
+
+def _batch_from_wire(value: Any) -> Any:
+    # The decoder hands packed bytes; code building messages hands a RecordBatch.
+    if type(value) is bytes:
+        return RecordBatch.unpack(value)
+    return value
+
+
+def choose_version(peer_min: int, peer_max: int) -> int | None:
+    """The highest version both ends speak, or None when the ranges do not overlap."""
+    top = min(peer_max, PROTOCOL_VERSION_MAX)
+    if top < max(peer_min, PROTOCOL_VERSION_MIN):
+        return None
+    return top
