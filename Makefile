@@ -41,6 +41,7 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 format: venv
 	$(BIN)/ruff check --fix --unsafe-fixes .

@@ -22,6 +22,7 @@ import math
 import random
 from typing import TYPE_CHECKING
 
+import attrs
 import trio
 
 from ..errors import (
@@ -134,18 +135,29 @@ class _LogBatcher:
                 self._launch()
 
 
+def _check_bytes(what: str, values: Sequence[bytes | None], limit: int) -> None:
+    for v in values:
+        if v is None:
+            continue
+        if type(v) is not bytes:
+            raise InvalidArgumentError(f"{what} must be bytes or None, not {type(v).__name__}")
+        if len(v) > limit:
+            raise InvalidArgumentError(
+                f"{what} of {len(v)} bytes exceeds the limit of {limit}", Status.TOOBIG
+            )
+
+
+@attrs.define(eq=False)
 class Appender:
     """Appends of one client (see the module docstring)."""
 
-    def __init__(
-        self, view: ClusterView, links: Links, nursery: trio.Nursery, settings: ClientSettings
-    ) -> None:
-        self.view = view
-        self.links = links
-        self.nursery = nursery
-        self.settings = settings
-        self._batchers: dict[int, _LogBatcher] = {}
-        self._hint: dict[int, int] = {}
+    view: ClusterView
+    links: Links
+    nursery: trio.Nursery
+    settings: ClientSettings
+    _batchers: dict[int, _LogBatcher] = attrs.field(init=False, factory=dict)
+    #: Where a node said a log's sequencer runs (REDIRECTED).
+    _hint: dict[int, int] = attrs.field(init=False, factory=dict)
 
     async def append(self, log_id: int, payload: bytes | None, key: bytes | None) -> int:
         await self.check(log_id, [payload], [key])
@@ -190,21 +202,8 @@ class Appender:
     ) -> None:
         """Refuse what no node would take, before anything is sent."""
         check_log_id(log_id)
-        limit = self.settings.payload_bytes_max
-        for p in payloads:
-            if p is not None and type(p) is not bytes:
-                raise InvalidArgumentError(f"payload must be bytes or None, not {type(p).__name__}")
-            if p is not None and len(p) > limit:
-                raise InvalidArgumentError(
-                    f"payload of {len(p)} bytes exceeds the limit of {limit}", Status.TOOBIG
-                )
-        for k in keys:
-            if k is not None and type(k) is not bytes:
-                raise InvalidArgumentError(f"key must be bytes or None, not {type(k).__name__}")
-            if k is not None and len(k) > KEY_BYTES_MAX:
-                raise InvalidArgumentError(
-                    f"key of {len(k)} bytes exceeds the limit of {KEY_BYTES_MAX}", Status.TOOBIG
-                )
+        _check_bytes("payload", payloads, self.settings.payload_bytes_max)
+        _check_bytes("key", keys, KEY_BYTES_MAX)
         if self.view.log_attributes(log_id) is None:
             await self.view.refresh()
             if self.view.log_attributes(log_id) is None:

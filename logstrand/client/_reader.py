@@ -13,6 +13,7 @@ import contextlib
 import itertools
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import trio
 
 from ..errors import LogstrandError, Status, TransientError
@@ -41,36 +42,29 @@ def _objects(items: list[Item]) -> list[Record | Gap]:
     return out
 
 
+@attrs.define(eq=False)
 class ReadStream:
     """An async iterator over one log's records and gaps (see ``AsyncClient.read``)."""
 
-    def __init__(
-        self,
-        admin: Admin,
-        links: Links,
-        log_id: int,
-        start: int,
-        until: int | _Tail | None,
-        *,
-        single_copy: bool = True,
-        credit: int = 8192,
-        show_compacted: bool = False,
-    ) -> None:
-        self.admin = admin
-        self.links = links
-        self.log_id = log_id
-        self.start = start
-        self.until_arg = until
-        self.single_copy = single_copy
-        self.show_compacted = show_compacted
-        self.credit = credit
-        self.stream_id = next(_stream_ids)
-        self.core: ReaderCore | None = None
+    admin: Admin
+    links: Links
+    log_id: int
+    start: int
+    until_arg: int | _Tail | None
+    single_copy: bool = attrs.field(default=True, kw_only=True)
+    credit: int = attrs.field(default=8192, kw_only=True)
+    show_compacted: bool = attrs.field(default=False, kw_only=True)
+    stream_id: int = attrs.field(init=False, factory=lambda: next(_stream_ids))
+    core: ReaderCore | None = attrs.field(init=False, default=None)
+    _links: dict[int, Link] = attrs.field(init=False, factory=dict)
+    _pending: list[Record | Gap] = attrs.field(init=False, factory=list)
+    _closed: bool = attrs.field(init=False, default=False)
+    _retry_at: dict[int, float] = attrs.field(init=False, factory=dict)
+    _inbox_send: trio.MemorySendChannel[Any] = attrs.field(init=False)
+    _inbox: trio.MemoryReceiveChannel[Any] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
         self._inbox_send, self._inbox = trio.open_memory_channel[Any](100_000)
-        self._links: dict[int, Link] = {}
-        self._pending: list[Record | Gap] = []
-        self._closed = False
-        self._retry_at: dict[int, float] = {}
 
     @property
     def healthy(self) -> bool:

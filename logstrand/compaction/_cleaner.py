@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 import numpy as np
 import trio
-from prometheus_client import Counter, Gauge
 
 from ..errors import LogstrandError, Status
 from ..types import TAIL
@@ -38,7 +37,7 @@ from ._shell import Throttle, compacted_attributes
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from prometheus_client import CollectorRegistry
+    from prometheus_client import Counter, Gauge
 
     from ..client import AsyncClient
     from ..epochstore import AsyncEpochStore, LogAttributes
@@ -78,31 +77,19 @@ class CleanerHost(Protocol):
     @property
     def view(self) -> _View: ...
     @property
-    def registry(self) -> CollectorRegistry: ...
+    def metrics(self) -> CleanerMetrics: ...
     def sequenced_logs(self) -> list[int]: ...
     def register(
         self, message_type: type, handler: Callable[[Connection, Any], Awaitable[None]]
     ) -> None: ...
 
 
-class _Metrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.passes = Counter(
-            "logstrand_compaction_passes",
-            "Compaction passes this node's cleaner finished",
-            registry=registry,
-        )
-        self.map_fill = Gauge(
-            "logstrand_compaction_map_fill",
-            "How full the offset map of the last pass was (0..1)",
-            registry=registry,
-        )
-        self.uncleanable = Counter(
-            "logstrand_compaction_uncleanable",
-            "Passes that could not finish, by reason",
-            ["reason"],
-            registry=registry,
-        )
+class CleanerMetrics(Protocol):
+    """The node's compaction metrics (``storage._metrics``)."""
+
+    compaction_passes: Counter
+    compaction_map_fill: Gauge
+    compaction_uncleanable: Counter
 
 
 class Cleaner:
@@ -114,7 +101,6 @@ class Cleaner:
         self._client: AsyncClient | None = None
         self._client_lock = trio.Lock()
         self._host: CleanerHost | None = None
-        self._metrics: _Metrics | None = None
         self._nursery: trio.Nursery | None = None
 
     @property
@@ -123,16 +109,14 @@ class Cleaner:
         return self._host
 
     @property
-    def metrics(self) -> _Metrics:
-        assert self._metrics is not None, "the cleaner is not running"
-        return self._metrics
+    def metrics(self) -> CleanerMetrics:
+        return self.host.metrics
 
     async def run(
         self, host: CleanerHost, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Answer COMPACT, and clean in the background, until cancelled."""
         self._host = host
-        self._metrics = _Metrics(host.registry)
         host.register(Compact, self._handle_compact)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
@@ -146,7 +130,7 @@ class Cleaner:
                     _log.warning("node %d: cleaner: %s", host.node_id, exc)
                 except Exception:
                     # A bug in a pass must not take the node down: say so, go on.
-                    self.metrics.uncleanable.labels("error").inc()
+                    self.metrics.compaction_uncleanable.labels("error").inc()
                     _log.exception("node %d: cleaner failed", host.node_id)
             await trio.sleep_forever()
 
@@ -216,7 +200,7 @@ class Cleaner:
             try:
                 return await self._pass(log)
             except LogstrandError as exc:
-                self.metrics.uncleanable.labels(exc.status.name.lower()).inc()
+                self.metrics.compaction_uncleanable.labels(exc.status.name.lower()).inc()
                 _log.warning("node %d: log %d not cleaned: %s", self.host.node_id, log, exc)
                 raise
 
@@ -309,8 +293,8 @@ class Cleaner:
         await host.view.astore.record_compaction(log, end, stats.clean_bytes, stats.to_json())
         with contextlib.suppress(LogstrandError):
             await client.tell_nodes(log, CleanPoint(log, end))
-        self.metrics.passes.inc()
-        self.metrics.map_fill.set(offsets.fill)
+        self.metrics.compaction_passes.inc()
+        self.metrics.compaction_map_fill.set(offsets.fill)
         _log.info(
             "node %d: log %d compacted to %d: %d records read, %d removed, %.2fs",
             host.node_id,
@@ -337,7 +321,7 @@ class Cleaner:
         except LogstrandError as exc:
             reply = CompactReply(msg.request_id, int(exc.status), json.dumps({"error": str(exc)}))
         except Exception as exc:
-            self.metrics.uncleanable.labels("error").inc()
+            self.metrics.compaction_uncleanable.labels("error").inc()
             _log.exception("node %d: compaction of log %d failed", self.host.node_id, msg.log_id)
             error = json.dumps({"error": f"the pass failed: {exc!r}"[:1000]})
             reply = CompactReply(msg.request_id, int(Status.FAILED), error)

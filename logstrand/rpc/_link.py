@@ -25,6 +25,7 @@ import contextlib
 import itertools
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+import attrs
 import trio
 
 from ..errors import Status, TransientError
@@ -32,7 +33,7 @@ from ..net import connect
 from ..wire import ReadRecords
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterable
+    from collections.abc import Awaitable, Callable, Iterable, Iterator
 
     from ..net import Connection
     from ._view import ClusterView
@@ -154,27 +155,22 @@ class Link:
                     inbox.send_nowait((self.node_id, None))
 
 
+@attrs.define(eq=False)
 class Links:
     """This process's links to the nodes of the cluster (see the module docstring).
 
     ``node_id``: this process's node id in the handshake (None for a client).
     """
 
-    def __init__(
-        self,
-        view: ClusterView,
-        nursery: trio.Nursery,
-        *,
-        node_id: int | None = None,
-        on_message: Callable[[Link, Any], Awaitable[None]] | None = None,
-    ) -> None:
-        self.view = view
-        self.nursery = nursery
-        self.node_id = node_id
-        self.on_message = on_message
-        self._links: dict[int, Link] = {}
-        self._locks: dict[int, trio.Lock] = {}
-        self._request_ids = itertools.count(1)
+    view: ClusterView
+    nursery: trio.Nursery
+    node_id: int | None = attrs.field(default=None, kw_only=True)
+    on_message: Callable[[Link, Any], Awaitable[None]] | None = attrs.field(
+        default=None, kw_only=True
+    )
+    _links: dict[int, Link] = attrs.field(init=False, factory=dict)
+    _locks: dict[int, trio.Lock] = attrs.field(init=False, factory=dict)
+    _request_ids: Iterator[int] = attrs.field(init=False, factory=lambda: itertools.count(1))
 
     def next_request_id(self) -> int:
         return next(self._request_ids)

@@ -58,7 +58,7 @@ from ._core import Action, ReplyAppend, SequencerCore
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ..epochstore import EpochMetadata, LogAttributes
+    from ..epochstore._model import EpochMetadata, LogAttributes
     from ..wire import RecordBatch
 
 

@@ -55,14 +55,15 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ..epochstore import EpochEnd, LogEpochs
+from ..epochstore._model import EpochEnd, LogEpochs
 from ..errors import LogstrandError, PreemptedError, StaleError, Status
 from ..wire import Digest, GetDigest, LogInfo, LogInfoReply, RecordBatch, Release, Seal, SealReply
 from ..wire import Store as StoreMsg
 from ._recovery import DigestRecord, EpochRecovery, Mutation
 
 if TYPE_CHECKING:
-    from ..epochstore import EpochMetadata, EpochStore, Placement
+    from ..epochstore._base import EpochStore, Placement
+    from ..epochstore._model import EpochMetadata
     from ..placement import CopysetSelector
 
 _log = logging.getLogger("logstrand.recovery")

@@ -33,6 +33,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import trio
 
 from ..errors import LogstrandError, Status
@@ -61,34 +62,28 @@ if TYPE_CHECKING:
 _log = logging.getLogger("logstrand.node")
 
 
+@attrs.define(eq=False)
 class Committer:
     """The owner of one node's LogsDB (see the module docstring)."""
 
-    def __init__(
-        self,
-        node_id: int,
-        metrics: NodeMetrics,
-        *,
-        queue_max: int,
-        records_max: int,
-        bytes_max: int,
-        release_persist_s: float,
-        on_released: Callable[[int, int], None],
-        on_stored: Callable[[int, int, int], None],
-    ) -> None:
-        self.node_id = node_id
-        self.metrics = metrics
-        self.records_max = records_max
-        self.bytes_max = bytes_max
-        self.release_persist_s = release_persist_s
-        #: ``on_released(log, lsn)`` when a release pointer moves.
-        self._on_released = on_released
-        #: ``on_stored(log, last_lsn, release_lsn)`` after copies were written.
-        self._on_stored = on_stored
-        self.release: dict[int, int] = {}
-        self._release_dirty: set[int] = set()
-        self._in, self._out = trio.open_memory_channel[tuple[Store, Any]](queue_max)
-        self._db: LogsDB | None = None
+    node_id: int
+    metrics: NodeMetrics
+    queue_max: int
+    records_max: int
+    bytes_max: int
+    release_persist_s: float
+    #: ``on_released(log, lsn)`` when a release pointer moves.
+    _on_released: Callable[[int, int], None]
+    #: ``on_stored(log, last_lsn, release_lsn)`` after copies were written.
+    _on_stored: Callable[[int, int, int], None]
+    release: dict[int, int] = attrs.field(init=False, factory=dict)
+    _release_dirty: set[int] = attrs.field(init=False, factory=set)
+    _db: LogsDB | None = attrs.field(init=False, default=None)
+    _in: trio.MemorySendChannel[tuple[Store, Any]] = attrs.field(init=False)
+    _out: trio.MemoryReceiveChannel[tuple[Store, Any]] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._in, self._out = trio.open_memory_channel[tuple[Store, Any]](self.queue_max)
 
     @property
     def db(self) -> LogsDB:

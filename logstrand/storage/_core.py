@@ -25,7 +25,7 @@ node runs:
 from __future__ import annotations
 
 import bisect
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import Status
 from ..records import RecordFlags
@@ -43,15 +43,35 @@ from ..wire import (
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from ..epochstore import EpochEnd
-    from ..logsdb import LogsDB
+    from ..epochstore._model import EpochEnd
+    from ..logsdb._format import DirEntry, StoredBatch
     from ..wire import Store
+
+
+class LogStore(Protocol):
+    """What these rules read and write of a node's LogsDB."""
+
+    def seal_epoch(self, log_id: int) -> int: ...
+    def seal(self, log_id: int, epoch: int, *, sync: bool = True) -> int: ...
+    def trim_point(self, log_id: int) -> int: ...
+    def last_lsn(self, log_id: int) -> int: ...
+    def directory(self, log_id: int) -> list[tuple[int, DirEntry]]: ...
+    def read_batch(
+        self,
+        log_id: int,
+        start: int = ...,
+        until: int = ...,
+        *,
+        max_records: int = ...,
+        max_bytes: int = ...,
+    ) -> StoredBatch: ...
+
 
 DIGEST_RECORDS_MAX = 20_000
 DIGEST_BYTES_MAX = 16 * 1024 * 1024
 
 
-def admit_store(db: LogsDB, msg: Store) -> bool:
+def admit_store(db: LogStore, msg: Store) -> bool:
     """True if the STORE may be written; raises the seal for recovery STOREs.
 
     The seal is persisted (synced) before this returns when it moves.
@@ -70,7 +90,7 @@ def admit_store(db: LogsDB, msg: Store) -> bool:
     return lsns[0] >> 32 > seal
 
 
-def digest(db: LogsDB, node_id: int, msg: GetDigest) -> Digest:
+def digest(db: LogStore, node_id: int, msg: GetDigest) -> Digest:
     """This node's copies of one epoch from ``msg.start_esn`` on, released or not.
 
     Seals the log up to ``msg.seal_epoch`` first (persisted): a digest only
@@ -97,7 +117,7 @@ def digest(db: LogsDB, node_id: int, msg: GetDigest) -> Digest:
     )
 
 
-def log_info(db: LogsDB, release_lsn: int, msg: LogInfo) -> LogInfoReply:
+def log_info(db: LogStore, release_lsn: int, msg: LogInfo) -> LogInfoReply:
     """What this node knows of one log."""
     log = msg.log_id
     entries = [e for _, e in db.directory(log)]
@@ -116,7 +136,7 @@ def log_info(db: LogsDB, release_lsn: int, msg: LogInfo) -> LogInfoReply:
     )
 
 
-def log_directory(db: LogsDB, msg: GetLogDirectory) -> LogDirectory:
+def log_directory(db: LogStore, msg: GetLogDirectory) -> LogDirectory:
     """This node's partition directory entries of one log above its trim point
     (what a planner uses to cut a log into ranges of similar size)."""
     trim = db.trim_point(msg.log_id)
@@ -174,7 +194,7 @@ def servable(
 
 
 def answer(
-    db: LogsDB, node_id: int, release_lsn: int, msg: LogInfo | Seal | GetDigest
+    db: LogStore, node_id: int, release_lsn: int, msg: LogInfo | Seal | GetDigest
 ) -> LogInfoReply | SealReply | Digest:
     """A node's answer to a sequencer's or a recovery's question.
 

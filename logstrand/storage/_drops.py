@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
+
+import attrs
 
 from ..compaction import OffsetMap, drops
 from ..compaction._shell import Throttle, compacted_attributes
 from ..errors import LogstrandError, Status
 from ..records import RecordFlags
 from ..wire import CleanPoint, DropCopies, DropReply
+from ._reads import ReadPort
 
 if TYPE_CHECKING:
-    from ..logsdb import StoredBatch
     from ..net import Connection
     from ..rpc import ClusterView
     from ._metrics import NodeMetrics
@@ -31,23 +33,20 @@ _log = logging.getLogger("logstrand.cleaner")
 SCAN_RECORDS = 4096
 
 
-class DropPort(Protocol):
+class DropPort(ReadPort, Protocol):
     """What dropping copies needs of the node's LogsDB (the committer)."""
 
-    def read_batch(self, log_id: int, start: int, until: int, **limits: Any) -> StoredBatch: ...
-    def trim_point(self, log_id: int) -> int: ...
-    def release_of(self, log_id: int) -> int: ...
     def set_clean_point(self, log_id: int, lsn: int) -> None: ...
     def remove(self, log_id: int, lsns: list[int]) -> None: ...
     async def reclaim(self, log_id: int) -> None: ...
 
 
+@attrs.define(eq=False)
 class Drops:
-    def __init__(self, node_id: int, db: DropPort, view: ClusterView, metrics: NodeMetrics) -> None:
-        self.node_id = node_id
-        self.db = db
-        self.view = view
-        self.metrics = metrics
+    node_id: int
+    db: DropPort
+    view: ClusterView
+    metrics: NodeMetrics
 
     async def handle_drop(self, conn: Connection, msg: DropCopies) -> None:
         try:

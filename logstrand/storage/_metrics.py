@@ -89,6 +89,22 @@ class NodeMetrics:
             "Payload bytes of the copies this node removed for compaction",
             registry=r,
         )
+        self.compaction_passes = Counter(
+            "logstrand_compaction_passes",
+            "Compaction passes this node's cleaner finished",
+            registry=r,
+        )
+        self.compaction_map_fill = Gauge(
+            "logstrand_compaction_map_fill",
+            "How full the offset map of the last pass was (0..1)",
+            registry=r,
+        )
+        self.compaction_uncleanable = Counter(
+            "logstrand_compaction_uncleanable",
+            "Passes that could not finish, by reason",
+            ["reason"],
+            registry=r,
+        )
         self.partitions_dropped = Counter(
             "logstrand_partitions_dropped",
             "LogsDB partitions dropped once all their records were trimmed",

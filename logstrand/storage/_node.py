@@ -62,8 +62,6 @@ from ._server import Server
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from prometheus_client import CollectorRegistry
-
     from ..epochstore import AsyncEpochStore
     from ..logsdb import LogsDBOptions
     from ..net import Connection
@@ -71,27 +69,11 @@ if TYPE_CHECKING:
 _log = logging.getLogger("logstrand.node")
 
 
-class NodeServices(Protocol):
-    """What an extension gets of the node it runs on."""
-
-    @property
-    def url(self) -> str: ...
-    @property
-    def node_id(self) -> int: ...
-    @property
-    def view(self) -> ClusterView: ...
-    @property
-    def registry(self) -> CollectorRegistry: ...
-    def sequenced_logs(self) -> list[int]: ...
-    def register(
-        self, message_type: type, handler: Callable[[Connection, Any], Awaitable[None]]
-    ) -> None: ...
-
-
 class NodeExtension(Protocol):
-    async def run(
-        self, node: NodeServices, *, task_status: trio.TaskStatus[None] = ...
-    ) -> None: ...
+    """Runs beside the node's parts (the cleaner): it gets the node, registers
+    handlers for the messages it answers, and says when it has started."""
+
+    async def run(self, node: Node, *, task_status: trio.TaskStatus[None] = ...) -> None: ...
 
 
 class Node:
@@ -123,11 +105,6 @@ class Node:
 
     def sequenced_logs(self) -> list[int]:
         return self.sequencers.sequencers
-
-    @property
-    def registry(self) -> CollectorRegistry:
-        """The node's metrics registry (extensions add theirs to it)."""
-        return self.metrics.registry
 
     def register(
         self, message_type: type, handler: Callable[[Connection, Any], Awaitable[None]]
@@ -176,8 +153,8 @@ class Node:
             watch.stored(log_id, last_lsn, release_lsn, trio.current_time())
 
         committer = self.committer = Committer(
-            self.node_id,
-            metrics,
+            node_id=self.node_id,
+            metrics=metrics,
             queue_max=opts.store_queue_max,
             records_max=opts.group_commit_records_max,
             bytes_max=opts.group_commit_bytes_max,

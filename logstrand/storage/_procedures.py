@@ -21,7 +21,7 @@ from ..sequencer import _procedures as procs
 from ..wire import Release, StoreReply
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     from ..epochstore import EpochMetadata
     from ..rpc import ClusterView
@@ -37,26 +37,19 @@ class PeerPort(Protocol):
     async def request(self, node_id: int, make: Callable[[int], Any], timeout_s: float) -> Any: ...
 
 
+@attrs.define(eq=False)
 class ProcedureRunner:
     """Runs procedures for one node; routes the replies to their recovery STOREs."""
 
-    def __init__(
-        self,
-        node_id: int,
-        view: ClusterView,
-        peers: PeerPort,
-        answer: Callable[[Any], Any],
-        metrics: NodeMetrics,
-    ) -> None:
-        self.node_id = node_id
-        self.view = view
-        self.peers = peers
-        #: This node's own answer to a LogInfo, Seal or GetDigest.
-        self.answer = answer
-        self.metrics = metrics
-        self._store_ids = itertools.count(1)
-        #: (store id, node) -> that node's status for a recovery STORE.
-        self._stores: Waiters[tuple[int, int]] = Waiters()
+    node_id: int
+    view: ClusterView
+    peers: PeerPort
+    #: This node's own answer to a LogInfo, Seal or GetDigest.
+    answer: Callable[[Any], Any]
+    metrics: NodeMetrics
+    _store_ids: Iterator[int] = attrs.field(init=False, factory=lambda: itertools.count(1))
+    #: (store id, node) -> that node's status for a recovery STORE.
+    _stores: Waiters[tuple[int, int]] = attrs.field(init=False, factory=Waiters)
 
     def on_store_reply(self, reply: StoreReply) -> bool:
         """Take a STORE reply if it belongs to a procedure; True if it did."""

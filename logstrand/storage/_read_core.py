@@ -49,7 +49,7 @@ from ..types import LSN_MAX
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-    from ..logsdb import StoredBatch
+    from ..logsdb._format import StoredBatch
 
 READ_BATCH_RECORDS = 2048
 READ_BATCH_BYTES = 4 * 1024 * 1024
@@ -82,13 +82,11 @@ class ReadFrom:
 
 @attrs.frozen
 class Out:
-    """What to send for one batch read."""
+    """What to send for one batch read (``waves``: with recovery copies only)."""
 
     batch: RecordBatch
     waves: tuple[int, ...]
     next_lsn: int
-    holes: int = 0
-    bridges: int = 0
 
 
 Step = Report | ReadFrom | Wait
@@ -166,14 +164,11 @@ class ReadStreamCore:
                 tuple(batch.payloads[i] for i in keep),
             )
         waves: tuple[int, ...] = ()
-        holes = bridges = 0
         if batch.flag_bits & RecordFlags.WRITTEN_BY_RECOVERY:
             waves = tuple(batch.waves if keep is None else (batch.waves[i] for i in keep))
-            bridges = sum(1 for fl in out.flags if fl & RecordFlags.BRIDGE)
-            holes = sum(1 for fl in out.flags if fl & RecordFlags.HOLE) - bridges
         self.credit -= len(out)
         self.next_lsn = min(batch.scanned_to + 1, LSN_MAX)
-        return Out(out, waves, self.next_lsn, holes, bridges)
+        return Out(out, waves, self.next_lsn)
 
     def _keep(self, batch: StoredBatch, good: Sequence[int] | None) -> list[int] | None:
         """Of the ``good`` copies (None: all), those this node sends (None: all)."""

@@ -18,6 +18,7 @@ import attrs
 import trio
 
 from ..errors import LogstrandError, Status
+from ..records import RecordFlags
 from ..wire import ReadCredit, ReadRecords, StartRead, StopRead
 from . import _core
 from ._read_core import EMPTY, Out, ReadFrom, ReadStreamCore, Report, Wait, epochs_to_check
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
     from ..epochstore import EpochEnd
     from ..logsdb import StoredBatch
     from ..net import Connection
-    from ..records import RecordBatch
     from ._metrics import NodeMetrics
 
 _log = logging.getLogger("logstrand.reads")
@@ -61,23 +61,17 @@ class _Stream:
         self.changed = trio.Event()
 
 
+@attrs.define(eq=False)
 class ReadStreams:
-    def __init__(
-        self,
-        node_id: int,
-        db: ReadPort,
-        ends: EpochEnds,
-        metrics: NodeMetrics,
-        nursery: trio.Nursery,
-    ) -> None:
-        self.node_id = node_id
-        self.db = db
-        self.ends = ends
-        self.metrics = metrics
-        self.nursery = nursery
-        self.streams: dict[tuple[int, int], _Stream] = {}
-        self._release_events: dict[int, trio.Event] = {}
-        self._epoch_ends: dict[tuple[int, int], EpochEnd | None] = {}
+    node_id: int
+    db: ReadPort
+    ends: EpochEnds
+    metrics: NodeMetrics
+    nursery: trio.Nursery
+    streams: dict[tuple[int, int], _Stream] = attrs.field(init=False, factory=dict)
+    _release_events: dict[int, trio.Event] = attrs.field(init=False, factory=dict)
+    #: How recovery ended past epochs, fetched once: fixed once released past.
+    _epoch_ends: dict[tuple[int, int], EpochEnd | None] = attrs.field(init=False, factory=dict)
 
     # -- messages -------------------------------------------------------------
 
@@ -200,7 +194,7 @@ class ReadStreams:
                     await trio.sleep(0.5)
                     continue
                 out = core.on_batch(batch, good)
-                self._count(out.batch, out)
+                self._count(out)
                 await self._send(st, Status.OK, out)
 
     async def _wait_idle(self, st: _Stream, log_id: int) -> None:
@@ -225,13 +219,17 @@ class ReadStreams:
             batch.lsns, batch.flags, batch.waves, release, lambda e: cache[log_id, e]
         )
 
-    def _count(self, batch: RecordBatch, out: Out) -> None:
+    def _count(self, out: Out) -> None:
         m = self.metrics
-        m.read_records.inc(len(batch))
-        m.read_bytes.inc(batch.payload_bytes)
+        m.read_records.inc(len(out.batch))
+        m.read_bytes.inc(out.batch.payload_bytes)
         if out.waves:  # recovery copies: holes and bridges are among them
-            m.read_gaps.labels("hole").inc(out.holes)
-            m.read_gaps.labels("bridge").inc(out.bridges)
+            flags = out.batch.flags
+            bridges = sum(1 for fl in flags if fl & RecordFlags.BRIDGE)
+            m.read_gaps.labels("hole").inc(
+                sum(1 for fl in flags if fl & RecordFlags.HOLE) - bridges
+            )
+            m.read_gaps.labels("bridge").inc(bridges)
 
 
 async def _wait_then_cancel(event: trio.Event, scope: trio.CancelScope) -> None:

@@ -17,6 +17,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Protocol
 
+import attrs
 import trio
 import trio.lowlevel
 
@@ -38,7 +39,7 @@ from ..sequencer._host import (
 from ..wire import Append, AppendReply, GetSeqState, Release, SeqState, StoreReply
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     from ..epochstore import EpochMetadata, LogAttributes
     from ..net import Connection
@@ -61,45 +62,37 @@ class PeerPort(Protocol):
     def reachable(self) -> set[int]: ...
 
 
+@attrs.define(eq=False)
 class SequencerHost:
-    def __init__(
-        self,
-        node_id: int,
-        options: NodeOptions,
-        view: ClusterView,
-        peers: PeerPort,
-        procedures: ProcedureRunner,
-        release_of: Callable[[int], int],
-        on_release: Callable[[int, int], None],
-        metrics: NodeMetrics,
-        nursery: trio.Nursery,
-    ) -> None:
-        self.node_id = node_id
-        self.options = options
-        self.view = view
-        self.peers = peers
-        self.procedures = procedures
-        self.release_of = release_of
-        self.on_release = on_release
-        self.metrics = metrics
-        self.nursery = nursery
-        opts = options
+    node_id: int
+    options: NodeOptions
+    view: ClusterView
+    peers: PeerPort
+    procedures: ProcedureRunner
+    release_of: Callable[[int], int]
+    on_release: Callable[[int, int], None]
+    metrics: NodeMetrics
+    nursery: trio.Nursery
+    core: SequencerHostCore = attrs.field(init=False)
+    # RELEASEs wait for the end of the current burst of work, and only the
+    # highest per log goes out; a node that already got a STORE whose
+    # release pointer covers it gets none (it releases from the STORE).
+    _releases: dict[int, tuple[tuple[int, ...], int]] = attrs.field(init=False, factory=dict)
+    _release_wakeup: trio.Event = attrs.field(init=False, factory=trio.Event)
+    _release_sent: dict[tuple[int, int], int] = attrs.field(init=False, factory=dict)
+    # Shared by every core this node runs: STORE ids never repeat here.
+    _store_ids: Iterator[int] = attrs.field(init=False, factory=lambda: itertools.count(1))
+
+    def __attrs_post_init__(self) -> None:
+        opts = self.options
         self.core = SequencerHostCore(
-            node_id,
+            self.node_id,
             HostOptions(
                 payload_bytes_max=opts.payload_bytes_max,
                 key_bytes_max=KEY_BYTES_MAX,
                 recovery_stall_s=opts.recovery_stall_s,
             ),
         )
-        # RELEASEs wait for the end of the current burst of work, and only the
-        # highest per log goes out; a node that already got a STORE whose
-        # release pointer covers it gets none (it releases from the STORE).
-        self._releases: dict[int, tuple[tuple[int, ...], int]] = {}
-        self._release_wakeup = trio.Event()
-        self._release_sent: dict[tuple[int, int], int] = {}
-        # Shared by every core this node runs: STORE ids never repeat here.
-        self._store_ids = itertools.count(1)
 
     @property
     def sequencers(self) -> list[int]:

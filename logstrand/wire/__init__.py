@@ -28,29 +28,27 @@ from ._messages import (
     Store,
     StoreReply,
 )
-from ._messages_admin import (
+from ._messages_ops import (
     DIRECTORY_FIELDS,
     CleanPoint,
     Compact,
     CompactReply,
     DropCopies,
     DropReply,
+    FindTime,
+    FindTimeReply,
     GetLogDirectory,
     GetNodeStatus,
     LogDirectory,
-    NodeStatus,
-    Trim,
-    TrimReply,
-)
-from ._messages_read import (
-    FindTime,
-    FindTimeReply,
     LogInfo,
     LogInfoReply,
+    NodeStatus,
     ReadCredit,
     ReadRecords,
     StartRead,
     StopRead,
+    Trim,
+    TrimReply,
 )
 from ._registry import (
     MESSAGE_TYPES,

@@ -1,0 +1,256 @@
+"""Reading the simulated cluster with the production reader and holding the
+outcome to the promises (``check``), and liveness during the run."""
+
+from __future__ import annotations
+
+import bisect
+import random
+from typing import TYPE_CHECKING, Any
+
+from logstrand.client._reader_core import (
+    GapItem,
+    GrantCredit,
+    ReaderCore,
+    RecordRun,
+    StartStream,
+)
+from logstrand.storage import _core as node_rules
+from logstrand.storage._read_core import EMPTY as EMPTY_BATCH
+from logstrand.storage._read_core import ReadFrom, ReadStreamCore, Report
+from logstrand.types import GapType
+
+from .config import LOG, Violation
+
+if TYPE_CHECKING:
+    from .node import SimNode
+    from .world import World
+
+
+def read(
+    world: World,
+    until: int,
+    *,
+    scd: bool,
+    down: tuple[int, ...] = (),
+    answering: list[int] | None = None,
+    partial: bool = False,
+) -> list[Any]:
+    """Read the log with the real ReaderCore off the nodes' LogsDBs.
+
+    ``down``: nodes the reader is told are down; nodes not ``answering``
+    never answer (the reader finds out).  ``partial``: return what was
+    delivered when the reader cannot go on (too few nodes to decide).
+    """
+    nodeset = tuple(sorted(world.nodes))
+    core = ReaderCore(LOG, 0, until, nodeset, world.config.replication, scd=scd, credit=64)
+    answering = list(nodeset) if answering is None else answering
+    streams = {n: _ReadEndpoint(world.nodes[n]) for n in answering}
+    for n in down:
+        core.on_unreachable(n, 0.0)
+    for n in nodeset:
+        if n not in streams:
+            core.on_unreachable(n, 0.0)
+    items: list[Any] = []
+    now = 0.0
+    rng = random.Random(world.seed * 7 + len(down))
+    for _ in range(200_000):
+        core.poll(now)
+        got, actions = core.take()
+        items += got
+        for a in actions:
+            if a.node_id in streams:
+                streams[a.node_id].act(a)
+        if core.done:
+            return items
+        order = list(streams.values())
+        rng.shuffle(order)
+        if not any(s.pump(core, now) for s in order):
+            if partial and now > 10.0:
+                return items
+            now += 1.0
+    if partial:
+        return items
+    raise Violation(f"reader made no progress (healthy={core.healthy})")
+
+
+def check(world: World) -> dict[str, Any]:
+    """Hold the run to the promises; raise Violation with the seed if one breaks."""
+    acked: dict[bytes, int] = {}
+    issued: list[tuple[float, float, int]] = []  # (sent, acked, lsn)
+    attempted: set[bytes] = set()
+    for client in world.clients.values():
+        acked.update(client.acked)
+        issued += client.history
+        attempted |= client.attempted
+    until = max(acked.values())
+    readers = [
+        read(world, until, scd=True),
+        read(world, until, scd=False),
+        read(world, until, scd=True, down=(world.rng.choice(sorted(world.nodes)),)),
+    ]
+    flat = [flatten(items) for items in readers]
+    for other in flat[1:]:
+        if other != flat[0]:
+            diff = next(i for i, (a, b) in enumerate(zip(flat[0], other, strict=False)) if a != b)
+            raise Violation(
+                f"readers disagree at item {diff}: {flat[0][diff : diff + 3]} vs "
+                f"{other[diff : diff + 3]}"
+            )
+    log = flat[0]
+    seen: dict[bytes, int] = {}
+    last = 0
+    for kind, lo, hi, payload in log:
+        if lo <= last:
+            raise Violation(f"LSN {lo:#x} delivered after {last:#x}")
+        last = hi
+        if kind == "record":
+            assert payload is not None
+            if payload in seen:
+                raise Violation(f"{payload!r} at {seen[payload]:#x} and again at {lo:#x}")
+            if payload not in attempted:
+                raise Violation(f"{payload!r} at {lo:#x} was never appended")
+            seen[payload] = lo
+        elif kind not in (GapType.HOLE.name, GapType.BRIDGE.name):
+            raise Violation(f"{kind} gap {lo:#x}..{hi:#x}")
+    for payload, lsn in acked.items():
+        if seen.get(payload) != lsn:
+            where = seen.get(payload)
+            raise Violation(
+                f"acknowledged {payload!r} at {lsn:#x} is "
+                + ("missing" if where is None else f"at {where:#x}")
+            )
+    # An append acknowledged before another was sent has the lower LSN.
+    issued.sort(key=lambda x: x[1])
+    acked_before = 0
+    by_sent = sorted(issued)
+    i = 0
+    for sent, _, lsn in by_sent:
+        while i < len(issued) and issued[i][1] < sent:
+            acked_before = max(acked_before, issued[i][2])
+            i += 1
+        if lsn <= acked_before:
+            raise Violation(f"append sent at {sent:.4f} got {lsn:#x} <= {acked_before:#x}")
+    # Whatever a reader was handed during the run is what the log says in the end.
+    final = {lo: payload for kind, lo, _, payload in log if kind == "record"}
+    records = sorted(final)
+    for k, snap in enumerate(world.snapshots):
+        for kind, lo, hi, payload in snap:
+            if lo > until:
+                break
+            if kind == "record":
+                if final.get(lo) != payload:
+                    raise Violation(
+                        f"reader {k} got {payload!r} at {lo:#x}; in the end it is {final.get(lo)!r}"
+                    )
+            else:
+                i = bisect.bisect_left(records, lo)
+                if i < len(records) and records[i] <= hi:
+                    raise Violation(
+                        f"reader {k} got a {kind} gap {lo:#x}..{hi:#x}; in the end "
+                        f"{records[i]:#x} is a record"
+                    )
+    return {
+        "acked": len(acked),
+        "records": len(seen),
+        "gaps": sum(1 for k, *_ in log if k != "record"),
+        "epochs": world.estore.log_epochs(LOG).next_epoch - 1,
+        "snapshots": len(world.snapshots),
+        **world.stats,
+    }
+
+
+def check_liveness(world: World, read: list[tuple[str, int, int, bytes | None]]) -> None:
+    """Every acknowledged record is readable ``liveness_s`` after it was
+    acknowledged, once the faults allow it: enough nodes up, none paused,
+    for that long.  Faults may go on meanwhile (a node crashing while
+    enough others stay up, a node coming back, lost and late messages).
+    """
+    since = world.serviceable_since
+    if since is None:
+        return
+    bound = world.config.liveness_s
+    got = {payload for kind, _, _, payload in read if kind == "record"}
+    for client in world.clients.values():
+        for payload, acked_at in client.acked_at.items():
+            if world.now - max(acked_at, since) > bound and payload not in got:
+                raise Violation(
+                    f"liveness: {payload!r}, acknowledged at {acked_at:.3f} as "
+                    f"{client.acked[payload]:#x}, is not readable at {world.now:.3f}, "
+                    f"with enough nodes up since {since:.3f}"
+                )
+    world.liveness_checks += 1
+
+
+def flatten(items: list[Any]) -> list[tuple[str, int, int, bytes | None]]:
+    out: list[tuple[str, int, int, bytes | None]] = []
+    for it in items:
+        if isinstance(it, RecordRun):
+            out += [("record", lsn, lsn, p) for lsn, p in zip(it.lsns, it.payloads, strict=True)]
+        elif isinstance(it, GapItem):
+            out.append((it.type.name, it.lo, it.hi, None))
+    return out
+
+
+class _ReadEndpoint:
+    """A node's read stream: the production ``ReadStreamCore`` over the node's
+    LogsDB and its serving rule, as the node's shell drives them."""
+
+    #: Records a node sends in one step at most (smaller than a real node's
+    #: batches, so that the streams of several nodes interleave).
+    STEP_RECORDS = 16
+
+    def __init__(self, node: SimNode) -> None:
+        self.node = node
+        self.stream: StartStream | None = None
+        self.core: ReadStreamCore | None = None
+        self.release = node.release.get(LOG, 0)
+
+    def act(self, action: Any) -> None:
+        if isinstance(action, StartStream):
+            self.stream = action
+            self.core = ReadStreamCore(
+                self.node.id,
+                action.start_lsn,
+                action.until_lsn,
+                action.credit,
+                scd=action.scd,
+                known_down=action.known_down,
+            )
+        elif (
+            isinstance(action, GrantCredit)
+            and self.stream is not None
+            and self.core is not None
+            and self.stream.generation == action.generation
+        ):
+            self.core.add_credit(action.records)
+
+    def pump(self, reader: ReaderCore, now: float) -> bool:
+        s, core, db = self.stream, self.core, self.node.db
+        if s is None or core is None or db is None:
+            return False
+        step = core.step(self.release)
+        if isinstance(step, Report):
+            reader.on_records(self.node.id, s.generation, step.next_lsn, 0, EMPTY_BATCH, now)
+            core.sent(step.next_lsn)
+            return True
+        if not isinstance(step, ReadFrom):
+            return False  # idle, out of credit, or finished
+        batch = db.read_batch(
+            LOG,
+            step.start,
+            step.until,
+            max_records=min(step.max_records, self.STEP_RECORDS),
+            skip=core.not_mine if core.scd else None,
+        )
+        estore = self.node.world.estore
+        good = node_rules.servable(
+            batch.lsns,
+            batch.flags,
+            batch.waves,
+            self.release,
+            lambda e: estore.epoch_end(LOG, e),
+        )
+        out = core.on_batch(batch, good)
+        reader.on_records(self.node.id, s.generation, out.next_lsn, 0, out.batch, now, out.waves)
+        core.sent(out.next_lsn)
+        return True

@@ -1,0 +1,74 @@
+"""The simulation's configuration, its constants, and the one exception it raises."""
+
+from __future__ import annotations
+
+import random
+
+import attrs
+
+LOG = 1
+CLIENT_BASE = 100
+#: More events than this at one instant of simulated time is a livelock
+#: (something retries at once, for ever).
+SAME_INSTANT_EVENTS_MAX = 100_000
+Address = tuple[int, int]  # (endpoint id, incarnation)
+
+
+@attrs.frozen
+class Config:
+    nodes: int = 4
+    replication: int = 2
+    clients: int = 3
+    #: Seconds of simulated time with appends and faults.
+    duration_s: float = 8.0
+    drop: float = 0.02
+    duplicate: float = 0.02
+    delay_mean_s: float = 0.002
+    #: Chance that a message is held back 50-500 ms (reordering it).
+    delay_tail: float = 0.03
+    #: Mean seconds between faults (crash, pause).
+    fault_every_s: float = 1.0
+    #: At most this many nodes down (crashed) at once.
+    down_max: int = 1
+    append_every_s: float = 0.02
+    in_flight_max: int = 4
+    #: Membership: a crashed node stays a member until its lease runs out
+    #: (up to this long); a change reaches each node's view up to
+    #: ``watch_delay_s`` late.
+    lease_s: float = 1.5
+    watch_delay_s: float = 0.25
+    #: The sequencer host's bound on a recovery (``--recovery-stall``).
+    recovery_stall_s: float = 3.0
+    #: Liveness: an acknowledged record must be readable this long after its
+    #: acknowledgement, once enough nodes have been up (and none paused) for
+    #: as long (``check_liveness``).
+    liveness_s: float = 8.0
+    #: Bugs to plant on purpose, to show the checkers catch them.
+    break_sealing: bool = False  # nodes take every STORE, sealed or not
+    break_release: bool = False  # sequencers release before recovery is done
+    break_store_ids: bool = False  # each sequencer core numbers its STOREs from 1
+    #: Idle sequencers retire when the log's owner moves, recovered or not
+    #: (the failover stall: acknowledged records unreadable for minutes).
+    break_retire: bool = False
+    #: Nodes never ask for a release that is overdue (``ReleaseWatch``).
+    break_release_watch: bool = False
+
+    @classmethod
+    def for_seed(cls, seed: int) -> Config:
+        """A configuration drawn from the seed: runs differ in shape, not just in luck."""
+        rng = random.Random(seed ^ 0x5EED)
+        nodes = rng.choice([3, 4, 5])
+        return cls(
+            nodes=nodes,
+            replication=rng.choice([2, 2, 3]) if nodes > 3 else 2,
+            clients=rng.randint(1, 4),
+            drop=rng.choice([0.0, 0.01, 0.05]),
+            duplicate=rng.choice([0.0, 0.02, 0.1]),
+            delay_tail=rng.choice([0.0, 0.03, 0.1]),
+            fault_every_s=rng.choice([0.3, 1.0, 3.0]),
+            down_max=rng.choice([1, 1, 2]),
+        )
+
+
+class Violation(AssertionError):
+    pass

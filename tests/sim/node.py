@@ -1,0 +1,484 @@
+"""A simulated storage node: LogsDB on an in-memory engine, the node's rules,
+the production sequencer host core and release watch, and the driver of the
+sequencer's procedures."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from logstrand import wire
+from logstrand.epochstore import Placement
+from logstrand.errors import LogstrandError, Status
+from logstrand.logsdb import PutBatch
+from logstrand.placement import CopysetSelector, rendezvous_owner
+from logstrand.sequencer import ReplyAppend, SendRelease, SendStore, SequencerCore
+from logstrand.sequencer import _host as host_core
+from logstrand.sequencer import _procedures as procs
+from logstrand.storage import _core as node_rules
+from logstrand.storage._release_watch import ReleaseWatch
+from logstrand.testing import MemoryEngine, memory_logsdb
+
+from .config import LOG, Address
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from logstrand.logsdb import LogsDB
+
+    from .world import World
+
+
+class Endpoint:
+    def __init__(self, world: World, endpoint_id: int) -> None:
+        self.world = world
+        self.id = endpoint_id
+        self.up = True
+        self.incarnation = 1
+        self.paused_until = 0.0
+
+    def receive(self, src: Address, msg: Any) -> None:
+        raise NotImplementedError
+
+    def send(self, dst: int | Address, msg: Any) -> None:
+        self.world.send((self.id, self.incarnation), dst, msg)
+
+
+class SimNode(Endpoint):
+    """A storage node: LogsDB, the node's rules, and the production sequencer
+    host core (``host_core.SequencerHostCore``), driven here instead of by trio."""
+
+    def __init__(self, world: World, node_id: int) -> None:
+        super().__init__(world, node_id)
+        self.up = False
+        self.engine = MemoryEngine()
+        self.db: LogsDB | None = None
+        self.incarnation = 0
+        self.release: dict[int, int] = {}
+        self.host = host_core.SequencerHostCore(node_id)
+        self.replies: dict[int, Callable[[Any], None]] = {}
+        self.ids = itertools.count(1)
+        self.watch = ReleaseWatch()
+        #: This node's view of the membership (it lags the epoch store's).
+        self.view: frozenset[int] = frozenset()
+        self._view_version = -1
+        #: Nodes a connection to failed lately: left out of routing (as
+        #: ``ClusterView.suspect``), until the time given.
+        self.suspects: dict[int, float] = {}
+
+    @property
+    def sequencer(self) -> SequencerCore | None:
+        return self.host.sequencer(LOG)
+
+    # life
+
+    def start(self) -> None:
+        if self.up:
+            return
+        world = self.world
+        self.up = True
+        self.incarnation += 1
+        self.db = memory_logsdb(self.engine, clock_ms=world.clock_ms)
+        self.release = {log: self.db.release_pointer(log) for log in self.db.logs()}
+        self.watch = ReleaseWatch()
+        for log, release in self.release.items():
+            self.watch.stored(log, self.db.last_lsn(log), release, world.now)
+        host_class = _RetireWhenIdle if world.config.break_retire else host_core.SequencerHostCore
+        self.host = host_class(
+            self.id, host_core.HostOptions(recovery_stall_s=world.config.recovery_stall_s)
+        )
+        self.suspects.clear()
+        world.note(f"node {self.id} starts (incarnation {self.incarnation})")
+        world.join(self.id)
+        # A node reads the membership when it starts.
+        self.set_view(world.members, world.members_version)
+        world.at(0.05, self._tick, self.incarnation)
+
+    def crash(self) -> None:
+        self.world.note(f"node {self.id} crashes")
+        self.world.stats["crashes"] += 1
+        self.up = False
+        self.engine.crash()  # unsynced writes are gone
+        self.db = None
+        self.host = host_core.SequencerHostCore(self.id)
+        self.replies.clear()
+        self.paused_until = 0.0
+        self.world.leave(self.id, self.incarnation)
+
+    def pause(self, seconds: float) -> None:
+        self.world.note(f"node {self.id} paused for {seconds:.3f}s")
+        self.world.stats["pauses"] += 1
+        self.paused_until = self.world.now + seconds
+        self.world.check_service()
+        self.world.at(seconds, self.world.check_service)
+
+    def alive(self, incarnation: int) -> bool:
+        return self.up and self.incarnation == incarnation
+
+    def set_view(self, members: frozenset[int], version: int) -> None:
+        """The membership watch fired (late, and maybe out of order: keep the newest)."""
+        if not self.up or version <= self._view_version:
+            return
+        old, self.view, self._view_version = self.view, members, version
+        now = self.world.now
+        for n in members - old:
+            self.suspects.pop(n, None)
+            self.host.on_node_up(n)
+        actions: list[Any] = []
+        for n in old - members:
+            actions += self.host.on_node_down(n, now)
+        self._execute(actions)
+
+    def reachable(self) -> set[int]:
+        """Members not suspected: whom routing and recovery use."""
+        now = self.world.now
+        return {n for n in self.view if self.suspects.get(n, 0.0) <= now}
+
+    def owner(self) -> int | None:
+        return rendezvous_owner(LOG, dict.fromkeys(sorted(self.reachable() | {self.id}), 1.0))
+
+    def _tick(self, incarnation: int) -> None:
+        if not self.alive(incarnation):
+            return
+        now = self.world.now
+        if self.paused_until <= now:
+            self._execute(self.host.tick(now, lambda _log: self.owner()))
+            for log in self.watch.due(now):
+                if not self.world.config.break_release_watch:
+                    self._ask_for_release(log)
+        self.world.at(0.05, self._tick, incarnation)
+
+    def _ask_for_release(self, log: int) -> None:
+        """Copies stay unreleased here: have the owner run a sequencer (``ReleaseWatch``)."""
+        owner = self.owner()
+        if owner is None:
+            return
+        rid = next(self.ids)
+
+        def on_reply(reply: wire.SeqState) -> None:
+            self.replies.pop(rid, None)
+            if reply.status == Status.OK:
+                self.on_release(log, reply.released_lsn)
+
+        self.replies[rid] = on_reply
+        self.send(owner, wire.GetSeqState(rid, log))
+
+    def send(self, dst: int | Address, msg: Any) -> None:
+        world = self.world
+        to = dst if isinstance(dst, int) else dst[0]
+        if to in world.nodes and not world.nodes[to].up and to != self.id:
+            # Connection refused: the sender finds out at once and suspects
+            # it, and a STORE fails at once (the node's shell answers for it).
+            self.suspects[to] = world.now + 2.0
+            if isinstance(msg, wire.Store):
+                fail = wire.StoreReply(msg.store_id, msg.log_id, int(Status.CONNFAILED), to)
+                world.at(0.0, self._deliver_local, self.incarnation, fail)
+                return
+        super().send(dst, msg)
+
+    def _deliver_local(self, incarnation: int, msg: Any) -> None:
+        if self.alive(incarnation):
+            self.world._deliver((self.id, incarnation), (self.id, incarnation), msg)
+
+    # messages
+
+    def receive(self, src: Address, msg: Any) -> None:
+        db = self.db
+        assert db is not None
+        if isinstance(msg, wire.Store):
+            self._store(src, msg)
+        elif isinstance(msg, wire.Release):
+            self.on_release(msg.log_id, msg.lsn)
+        elif isinstance(msg, wire.Seal | wire.GetDigest | wire.LogInfo):
+            release = self.release.get(msg.log_id, 0)
+            self.send(src, node_rules.answer(db, self.id, release, msg))
+        elif isinstance(msg, wire.Append):
+            self._append(src, msg)
+        elif isinstance(msg, wire.StoreReply):
+            if msg.store_id & procs.RECOVERY_STORE_BIT:
+                self._reply_to(msg.store_id, msg)
+            else:
+                now = self.world.now
+                self._execute(
+                    self.host.on_stored(msg.log_id, msg.store_id, msg.node_id, msg.status, now)
+                )
+        elif isinstance(msg, wire.GetSeqState):
+            self._execute(
+                self.host.on_seq_state(
+                    msg.log_id,
+                    (src, msg.request_id),
+                    owner=self.owner(),
+                    attributes=self.world.attributes,
+                )
+            )
+        elif isinstance(msg, wire.LogInfoReply | wire.SealReply | wire.Digest | wire.SeqState):
+            self._reply_to(msg.request_id, msg)
+
+    def _reply_to(self, request_id: int, msg: Any) -> None:
+        handler = self.replies.get(request_id)
+        if handler is not None:
+            handler(msg)
+
+    def _store(self, src: Address, msg: wire.Store) -> None:
+        db = self.db
+        assert db is not None
+        admitted = self.world.config.break_sealing or node_rules.admit_store(db, msg)
+        status = Status.PREEMPTED
+        if admitted:
+            if msg.released_lsn:
+                self.on_release(msg.log_id, msg.released_lsn)
+            db.write(
+                [PutBatch(msg.log_id, msg.batch, msg.copyset, msg.wave)],
+                sync=msg.sync,
+                releases={msg.log_id: self.release.get(msg.log_id, 0)},
+            )
+            status = Status.OK
+            if msg.batch.lsns:
+                release = self.release.get(msg.log_id, 0)
+                self.watch.stored(msg.log_id, msg.batch.lsns[-1], release, self.world.now)
+        self.send(src, wire.StoreReply(msg.store_id, msg.log_id, int(status), self.id))
+
+    def on_release(self, log_id: int, lsn: int) -> None:
+        old = self.release.get(log_id, 0)
+        if lsn <= old:
+            return
+        self.release[log_id] = lsn
+        self.watch.released(log_id, lsn, self.world.now)
+
+    # sequencer host: the production core decides, this performs
+
+    def _append(self, src: Address, msg: wire.Append) -> None:
+        world = self.world
+        actions = self.host.on_append(
+            LOG,
+            msg.batch,
+            (src, msg.request_id),
+            world.now,
+            world.clock_ms(),
+            owner=self.owner(),
+            attributes=world.attributes,
+        )
+        self._execute(actions)
+
+    def _activate(self) -> None:
+        world = self.world
+        nodeset = tuple(sorted(world.nodes))
+        placement = Placement(nodeset, world.config.replication)
+        host = self.host
+
+        def activated(result: Any, error: BaseException | None) -> None:
+            if host is not self.host:
+                return  # the node restarted meanwhile
+            if error is not None:
+                world.note(f"node {self.id} activation failed: {error}")
+                assert isinstance(error, LogstrandError)
+                self._execute(host.on_activation_failed(LOG, error.status, str(error)))
+                return
+            epoch, meta, history = result
+            world.stats["activations"] += 1
+            world.note(f"node {self.id} sequencer active in epoch {epoch}")
+            selector = CopysetSelector(
+                meta.nodeset, meta.replication_factor, rng=random.Random(world.rng.random())
+            )
+            core = SequencerCore(
+                LOG,
+                epoch,
+                selector,
+                sync=True,
+                recovered=epoch == 1,
+                # Production's ratios, scaled down: 2 s doubling up to 10 s.
+                store_timeout_s=0.3,
+                store_timeout_max_s=1.5,
+                retry_wait_s=0.1,
+                ids=None if world.config.break_store_ids else self.ids,
+            )
+            if world.config.break_release:
+                core.recovered = True
+            core.down.update(n for n in meta.nodeset if n not in self.view)
+            self.run(procs.rebroadcast_release(LOG, meta.nodeset, 0.5), lambda *_: None)
+            self._execute(host.on_activated(LOG, core, world.now, world.clock_ms(), tuple(history)))
+
+        self.run(procs.activate(LOG, placement, 0.5), activated)
+
+    def _recover(self, core: SequencerCore, history: list[Any]) -> None:
+        world = self.world
+        host = self.host
+        world.crash_during_recovery(self)
+        self.run(
+            procs.recover(
+                LOG,
+                core.epoch,
+                history,
+                lambda m: CopysetSelector(
+                    m.nodeset, m.replication_factor, rng=random.Random(world.rng.random())
+                ),
+                self.reachable,
+                world.clock_ms,
+                ask_timeout_s=0.5,
+                digest_timeout_s=0.5,
+                store_timeout_s=0.5,
+                settle_s=0.05,
+                cancelled=lambda: not host.recovery_wanted(LOG, core),
+                on_error=lambda error: host.on_recovery_error(LOG, core, error),
+            ),
+            lambda done, err: self._recovered(host, core, done, err),
+        )
+
+    def _recovered(
+        self, host: host_core.SequencerHostCore, core: SequencerCore, done: Any, error: Any
+    ) -> None:
+        if error is not None:
+            raise error
+        if host is not self.host:
+            return
+        if done:
+            self.world.note(f"node {self.id} recovered before epoch {core.epoch}")
+        self._execute(host.on_recovery_done(LOG, core, bool(done)))
+
+    def _execute(self, actions: list[Any]) -> None:
+        for a in actions:
+            if isinstance(a, SendStore):
+                self.send(a.node_id, a.message)
+            elif isinstance(a, ReplyAppend):
+                src, rid = a.token
+                self.send(
+                    src,
+                    wire.AppendReply(
+                        rid, int(a.status), a.first_lsn, a.count, a.timestamp_ms, a.redirect
+                    ),
+                )
+            elif isinstance(a, SendRelease):
+                for n in a.nodeset:
+                    self.send(n, wire.Release(a.log_id, a.lsn))
+            elif isinstance(a, host_core.Activate):
+                self._activate()
+            elif isinstance(a, host_core.Recover):
+                self._recover(a.core, list(a.history))
+            elif isinstance(a, host_core.ReplySeqState):
+                src, rid = a.token
+                seq = self.host.sequencer(LOG)
+                released = self.release.get(LOG, 0)
+                if seq is not None:
+                    released = max(released, seq.released_lsn)
+                self.send(src, wire.SeqState(rid, int(a.status), released_lsn=released))
+            elif isinstance(a, host_core.RecoveryStalled):
+                self.world.note(f"node {self.id} recovery stalled in epoch {a.epoch}: {a.error}")
+                self.world.stats["stalls"] += 1
+            else:
+                raise AssertionError(f"unexpected action {a!r}")
+
+    # the procedures' driver
+
+    def run(self, proc: procs.Procedure, done: Callable[[Any, BaseException | None], None]) -> None:
+        self._step(proc, self.incarnation, None, None, done)
+
+    def _step(
+        self,
+        proc: procs.Procedure,
+        incarnation: int,
+        value: Any,
+        error: BaseException | None,
+        done: Callable[[Any, BaseException | None], None],
+    ) -> None:
+        world = self.world
+        if not self.alive(incarnation):
+            proc.close()  # the node died: so did everything it was doing
+            return
+        if self.paused_until > world.now:
+            world.at(
+                self.paused_until - world.now, self._step, proc, incarnation, value, error, done
+            )
+            return
+        try:
+            cmd = proc.throw(error) if error is not None else proc.send(value)
+        except StopIteration as stop:
+            done(stop.value, None)
+            return
+        except LogstrandError as exc:
+            done(None, exc)
+            return
+
+        def resume(value: Any = None, error: BaseException | None = None) -> None:
+            self._step(proc, incarnation, value, error, done)
+
+        if isinstance(cmd, procs.Ask):
+            self._ask(cmd, resume)
+        elif isinstance(cmd, procs.Tell):
+            self.send(cmd.node_id, cmd.message)
+            world.at(0.0, resume)
+        elif isinstance(cmd, procs.StoreCopies):
+            self._store_copies(cmd, resume)
+        elif isinstance(cmd, procs.EpochStoreCall):
+            try:
+                result = cmd.fn(world.estore)
+            except LogstrandError as exc:
+                world.at(world.rng.uniform(0.001, 0.01), resume, None, exc)
+            else:
+                world.at(world.rng.uniform(0.001, 0.01), resume, result)
+        else:
+            assert isinstance(cmd, procs.Sleep)
+            world.at(cmd.seconds, resume)
+
+    def _ask(self, cmd: procs.Ask, resume: Callable[..., None]) -> None:
+        replies: dict[int, Any] = {}
+        ids: list[int] = []
+        finished = [False]
+        settling = [False]
+
+        def finish() -> None:
+            if not finished[0]:
+                finished[0] = True
+                for rid in ids:
+                    self.replies.pop(rid, None)
+                resume(dict(replies))
+
+        for node_id, msg in cmd.requests:
+            rid = next(self.ids)
+            ids.append(rid)
+
+            def on_reply(reply: Any, node_id: int = node_id) -> None:
+                replies.setdefault(node_id, reply)
+                if len(replies) == len(cmd.requests):
+                    finish()
+                elif not settling[0] and cmd.enough is not None and cmd.enough(replies):
+                    settling[0] = True
+                    self.world.at(cmd.settle_s, finish)
+
+            self.replies[rid] = on_reply
+            self.send(node_id, attrs.evolve(msg, request_id=rid))
+        self.world.at(cmd.timeout_s, finish)
+
+    def _store_copies(self, cmd: procs.StoreCopies, resume: Callable[..., None]) -> None:
+        store_id = procs.RECOVERY_STORE_BIT | next(self.ids)
+        msg = attrs.evolve(cmd.message, store_id=store_id)
+        statuses: dict[int, int] = {}
+        finished = [False]
+
+        def finish() -> None:
+            if not finished[0]:
+                finished[0] = True
+                self.replies.pop(store_id, None)
+                resume(dict(statuses))
+
+        def on_reply(reply: wire.StoreReply) -> None:
+            if reply.node_id in msg.copyset:
+                statuses.setdefault(reply.node_id, reply.status)
+                if len(statuses) == len(msg.copyset):
+                    finish()
+
+        self.replies[store_id] = on_reply
+        for n in msg.copyset:
+            self.send(n, msg)
+        self.world.at(cmd.timeout_s, finish)
+
+
+class _RetireWhenIdle(host_core.SequencerHostCore):
+    """``break_retire``: the rule before the failover-stall fix.  An idle
+    sequencer retired as soon as the log's owner moved, recovered or not, and
+    its recovery stopped with it."""
+
+    def _retirable(self, core: SequencerCore, owner: Callable[[], int | None]) -> bool:
+        return core.idle and (core.preempted or owner() != self.node_id)
