@@ -37,15 +37,12 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ..records import RecordFlags, precedence
+from ..records import BRIDGE, HOLE, WRITTEN_BY_RECOVERY, precedence
 from ..types import LSN_MAX, GapType
 
 if TYPE_CHECKING:
     from ..wire import RecordBatch
 
-_HOLE = RecordFlags.HOLE
-_BRIDGE = RecordFlags.BRIDGE
-_BY_RECOVERY = RecordFlags.WRITTEN_BY_RECOVERY
 _PLAIN = (0, 0)
 
 
@@ -355,7 +352,7 @@ class ReaderCore:
                     x = olsns[i]
                     if x > hi:
                         break
-                    if other.flags[i] & _BY_RECOVERY and x > first:
+                    if other.flags[i] & WRITTEN_BY_RECOVERY and x > first:
                         mine = _precedence(batch, waves, off + (x - first))
                         if _precedence(other, other_waves, i) > mine:
                             hi = x - 1
@@ -366,7 +363,7 @@ class ReaderCore:
         """Deliver records [off, end) of a batch; returns the LSN reading goes on from."""
         flags = batch.flags[off:end]
         after = 0
-        if not any(f & (_HOLE | _BRIDGE) for f in flags):
+        if not any(f & (HOLE | BRIDGE) for f in flags):
             self.items.append(
                 RecordRun(
                     batch.lsns[off:end],
@@ -378,14 +375,14 @@ class ReaderCore:
             return after
         for i in range(off, end):
             lsn, fl = batch.lsns[i], batch.flags[i]
-            if fl & _BRIDGE:
+            if fl & BRIDGE:
                 epoch_end = min(((lsn >> 32) + 1) << 32, self.until)
                 self.items.append(GapItem(GapType.BRIDGE, lsn, epoch_end))
                 after = epoch_end + 1
                 # Whatever follows a bridge in its epoch is a copy left by a
                 # sequencer that died (recovery decided the epoch ends here).
                 break
-            elif fl & _HOLE:
+            elif fl & HOLE:
                 self.items.append(GapItem(GapType.HOLE, lsn, lsn))
             else:
                 self.items.append(

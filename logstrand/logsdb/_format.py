@@ -26,14 +26,14 @@ import google_crc32c
 import numpy as np
 
 from ..errors import CorruptionError, InvalidArgumentError
-from ..records import COPYSET_SIZE_MAX, FLAGS_PUBLIC_MASK, KEY_BYTES_MAX, RecordBatch, RecordFlags
+from ..records import COPYSET_SIZE_MAX, FLAGS_PUBLIC_MASK, KEY_BYTES_MAX, RecordBatch
+from ..records import TOMBSTONE as _TOMBSTONE
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
 # Record flags are ``RecordFlags`` (the low byte); the high byte is LogsDB's own.
 _HAS_KEY: Final = 0x0100
-_TOMBSTONE: Final = int(RecordFlags.TOMBSTONE)
 
 DATA_KEY = struct.Struct(">QQ")
 _HEADER = struct.Struct(">QHIIB")

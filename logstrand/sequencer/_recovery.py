@@ -32,12 +32,7 @@ import enum
 
 import attrs
 
-from ..records import ESN_MAX, RecordFlags, precedence
-
-_HOLE = RecordFlags.HOLE
-_BRIDGE = RecordFlags.BRIDGE
-_TOMBSTONE = RecordFlags.TOMBSTONE
-_BY_RECOVERY = RecordFlags.WRITTEN_BY_RECOVERY
+from ..records import BRIDGE, ESN_MAX, HOLE, TOMBSTONE, WRITTEN_BY_RECOVERY, precedence
 
 
 class Decision(enum.Enum):
@@ -75,11 +70,11 @@ class Mutation:
     @property
     def flags(self) -> int:
         if self.decision is Decision.BRIDGE:
-            return int(_BRIDGE | _HOLE | _BY_RECOVERY)
+            return BRIDGE | HOLE | WRITTEN_BY_RECOVERY
         if self.decision is Decision.HOLE:
-            return int(_HOLE | _BY_RECOVERY)
-        tomb = _TOMBSTONE if self.payload is None else 0
-        return int(tomb | _BY_RECOVERY)
+            return HOLE | WRITTEN_BY_RECOVERY
+        tomb = TOMBSTONE if self.payload is None else 0
+        return tomb | WRITTEN_BY_RECOVERY
 
 
 class EpochRecovery:
@@ -134,13 +129,13 @@ class EpochRecovery:
         bridge_at = self.lng_esn + 1
         for esn in sorted(self._best):
             rec = self._best[esn]
-            if rec.flags & _BRIDGE:
+            if rec.flags & BRIDGE:
                 bridge_at = esn
                 break
             bridge_at = esn + 1
         for esn in range(self.lng_esn + 1, bridge_at):
             copy = self._best.get(esn)
-            if copy is None or copy.flags & _HOLE:
+            if copy is None or copy.flags & HOLE:
                 out.append(Mutation(esn, Decision.HOLE))
             else:
                 out.append(

@@ -28,7 +28,7 @@ import bisect
 from typing import TYPE_CHECKING, Protocol
 
 from ..errors import Status
-from ..records import RecordFlags
+from ..records import WRITTEN_BY_RECOVERY
 from ..wire import (
     Digest,
     GetDigest,
@@ -184,7 +184,7 @@ def servable(
             for k in range(good, j):
                 # A later recovery that got this far saw this one's copies and
                 # decided the same (see EpochEnd): its copies are good too.
-                by_recovery = flags[k] & RecordFlags.WRITTEN_BY_RECOVERY and waves[k] >= end.seal
+                by_recovery = flags[k] & WRITTEN_BY_RECOVERY and waves[k] >= end.seal
                 if by_recovery and lsns[k] <= bridge:
                     keep.append(k)
                 else:

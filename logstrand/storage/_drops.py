@@ -20,7 +20,7 @@ import attrs
 from ..compaction import OffsetMap, drops
 from ..compaction._shell import Throttle, compacted_attributes
 from ..errors import LogstrandError, Status
-from ..records import RecordFlags
+from ..records import TOMBSTONE
 from ..wire import CleanPoint, DropCopies, DropReply
 from ._reads import ReadPort
 
@@ -79,7 +79,7 @@ class Drops:
             batch = db.read_batch(log, lsn, end, max_records=SCAN_RECORDS)
             if not batch.lsns:
                 break
-            tomb = [bool(f & RecordFlags.TOMBSTONE) for f in batch.flags]
+            tomb = [bool(f & TOMBSTONE) for f in batch.flags]
             gone = drops(
                 batch.lsns,
                 batch.timestamps_ms,

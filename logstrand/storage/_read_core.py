@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ..records import RecordBatch, RecordFlags
+from ..records import WRITTEN_BY_RECOVERY, RecordBatch
 from ..types import LSN_MAX
 
 if TYPE_CHECKING:
@@ -164,7 +164,7 @@ class ReadStreamCore:
                 tuple(batch.payloads[i] for i in keep),
             )
         waves: tuple[int, ...] = ()
-        if batch.flag_bits & RecordFlags.WRITTEN_BY_RECOVERY:
+        if batch.flag_bits & WRITTEN_BY_RECOVERY:
             waves = tuple(batch.waves if keep is None else (batch.waves[i] for i in keep))
         self.credit -= len(out)
         self.next_lsn = min(batch.scanned_to + 1, LSN_MAX)

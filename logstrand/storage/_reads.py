@@ -18,7 +18,7 @@ import attrs
 import trio
 
 from ..errors import LogstrandError, Status
-from ..records import RecordFlags
+from ..records import BRIDGE, HOLE
 from ..wire import ReadCredit, ReadRecords, StartRead, StopRead
 from . import _core
 from ._read_core import EMPTY, Out, ReadFrom, ReadStreamCore, Report, Wait, epochs_to_check
@@ -225,10 +225,8 @@ class ReadStreams:
         m.read_bytes.inc(out.batch.payload_bytes)
         if out.waves:  # recovery copies: holes and bridges are among them
             flags = out.batch.flags
-            bridges = sum(1 for fl in flags if fl & RecordFlags.BRIDGE)
-            m.read_gaps.labels("hole").inc(
-                sum(1 for fl in flags if fl & RecordFlags.HOLE) - bridges
-            )
+            bridges = sum(1 for fl in flags if fl & BRIDGE)
+            m.read_gaps.labels("hole").inc(sum(1 for fl in flags if fl & HOLE) - bridges)
             m.read_gaps.labels("bridge").inc(bridges)
 
 
