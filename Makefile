@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 SEEDS ?= 0:5000
 
-.PHONY: venv zookeeper run test lint format bench bench-compare soak clean
+.PHONY: venv zookeeper run test lint format bench bench-compare soak fuzz clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -55,6 +55,14 @@ bench: venv
 # logstrand and its peers (NATS JetStream, Redis Streams) on one workload, one table.
 bench-compare: venv
 	$(BIN)/python bench/compare.py --json bench/results/compare.json
+
+# Coverage-guided fuzzing of the codec and of a node's dispatch (atheris);
+# FUZZ_S seconds each, corpora kept in fuzz-corpus/.  CI runs a short pass.
+FUZZ_S ?= 300
+fuzz: venv
+	@mkdir -p fuzz-corpus/codec fuzz-corpus/dispatch
+	$(BIN)/python tests/fuzz/fuzz_codec.py -max_total_time=$(FUZZ_S) fuzz-corpus/codec
+	$(BIN)/python tests/fuzz/fuzz_dispatch.py -max_total_time=$(FUZZ_S) fuzz-corpus/dispatch
 
 # The seeded simulation over many more seeds than CI runs (tests/sim).
 soak: venv

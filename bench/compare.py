@@ -18,7 +18,9 @@ The workload is the one ``../shared/bench/peers.py`` runs (every count times
   send -> delivery and append-ack -> delivery, p50/p99.
 
 logstrand runs on a local cluster of 3 node processes (SQLite epoch store),
-with R=2 and again with R=1 (the like-for-like row: the peers keep one copy).
+with R=2 and again with R=1 (the like-for-like row: the peers keep one copy),
+and with R=2 once more with TLS on every connection and a token (``--tls``;
+docs/security.md): its table gives the ratio to the same run without TLS.
 Then, in the same invocation, ``peers.py`` runs the peers (it starts and stops
 its own servers; ``nats-server`` and ``redis-server`` are installed from Debian
 when missing and we are root, the Python clients into ``.venv-peers``).  Each
@@ -48,6 +50,7 @@ import trio
 import logstrand
 from logstrand.client import RecordRun
 from logstrand.epochstore import LogAttributes, open_epoch_store
+from logstrand.security import Credentials
 from logstrand.testing import LocalCluster
 
 SMALL, LARGE = 100, 10 * 1024
@@ -116,9 +119,11 @@ def row(
 # -- the logstrand workload ----------------------------------------------------------
 
 
-async def _throughput(url: str, pids: list[int], system: str, scale: float) -> list[dict[str, Any]]:
+async def _throughput(
+    url: str, pids: list[int], system: str, scale: float, creds: dict[str, str]
+) -> list[dict[str, Any]]:
     rows = []
-    async with logstrand.open_client(url) as client:
+    async with logstrand.open_client(url, credentials=Credentials.build(**creds)) as client:
         await client.append(3, b"warm-up")
         for log, size, count in ((1, SMALL, 200_000), (2, LARGE, 20_000)):
             n = max(WINDOW, int(count * scale)) // WINDOW * WINDOW
@@ -152,9 +157,9 @@ async def _throughput(url: str, pids: list[int], system: str, scale: float) -> l
     return rows
 
 
-def _tail_follower(url: str, log: int, n: int, ready: Any, out: Any) -> None:
+def _tail_follower(url: str, log: int, n: int, ready: Any, out: Any, creds: dict[str, str]) -> None:
     delivered: dict[int, float] = {}
-    with logstrand.connect(url) as client:
+    with logstrand.connect(url, credentials=Credentials.build(**creds)) as client:
         start = client.tail_lsn(log) + 1
         ready.set()
         for item in client.read(log, start, None):
@@ -165,17 +170,17 @@ def _tail_follower(url: str, log: int, n: int, ready: Any, out: Any) -> None:
     out.put(delivered)
 
 
-def _tail(url: str, n: int, rate: int) -> tuple[list[float], list[float]]:
+def _tail(url: str, n: int, rate: int, creds: dict[str, str]) -> tuple[list[float], list[float]]:
     """send -> delivery and ack -> delivery, appender and follower in two processes
     (perf_counter is CLOCK_MONOTONIC: one clock for both)."""
     ctx = mp.get_context("spawn")
     ready, out = ctx.Event(), ctx.Queue()
-    follower = ctx.Process(target=_tail_follower, args=(url, 4, n, ready, out))
+    follower = ctx.Process(target=_tail_follower, args=(url, 4, n, ready, out, creds))
     follower.start()
     sent: dict[int, float] = {}
     acked: dict[int, float] = {}
     try:
-        with logstrand.connect(url) as client:
+        with logstrand.connect(url, credentials=Credentials.build(**creds)) as client:
             client.append(4, b"warm-up")
             if not ready.wait(60):
                 raise RuntimeError("the tail follower did not start")
@@ -198,18 +203,25 @@ def _tail(url: str, n: int, rate: int) -> tuple[list[float], list[float]]:
     return e2e, a2d
 
 
-def logstrand_round(replication: int, scale: float, tail_rate: int) -> list[dict[str, Any]]:
-    system = f"logstrand (3 nodes, R={replication})"
+def logstrand_round(
+    replication: int, scale: float, tail_rate: int, *, tls: bool = False
+) -> list[dict[str, Any]]:
+    """One run on a fresh cluster; with ``tls``, TLS on every connection and
+    the client authenticated by a token (``dev up --secure``)."""
+    system = f"logstrand (3 nodes, R={replication}{', TLS' if tls else ''})"
     with (
         tempfile.TemporaryDirectory(prefix="logstrand-compare-") as d,
-        LocalCluster(d, nodes=3) as cluster,
+        LocalCluster(d, nodes=3, secure=tls) as cluster,
     ):
         with open_epoch_store(cluster.url) as store:
             store.create_logs(1, 10, LogAttributes(replication_factor=replication))
+        if tls:
+            time.sleep(2.5)  # nodes re-read users and grants every 2 s
+        creds = cluster.client_options
         pids = [p.pid for p in cluster.procs.values()]
-        rows = trio.run(_throughput, cluster.url, pids, system, scale)
+        rows = trio.run(_throughput, cluster.url, pids, system, scale, creds)
         n = max(100, int(2000 * scale))
-        e2e, a2d = _tail(cluster.url, n, tail_rate)
+        e2e, a2d = _tail(cluster.url, n, tail_rate, creds)
         rows.append(
             row(system, f"tail 100B @{tail_rate}/s: append-ack -> delivery", n, SMALL, lat=a2d)
         )
@@ -355,8 +367,8 @@ def table(rows: list[dict[str, Any]]) -> str:
     systems = list(dict.fromkeys(r["peer"] for r in rows))
     ours = [s for s in systems if s.startswith("logstrand")]
     peers = [s for s in systems if not s.startswith("logstrand")]
-    r2 = next((s for s in ours if "R=2" in s), None)
-    r1 = next((s for s in ours if "R=1" in s), None)
+    r2 = next((s for s in ours if "R=2" in s and "TLS" not in s), None)
+    r1 = next((s for s in ours if "R=1" in s and "TLS" not in s), None)
     head = ["test", *systems]
     head += [f"R=2 vs {p.split(' (')[0]}{_mode(p)}" for p in peers]
     head += [f"R=1 vs {p.split(' (')[0]}{_mode(p)}" for p in peers]
@@ -367,6 +379,23 @@ def table(rows: list[dict[str, Any]]) -> str:
         cells += [_ratio(best.get(r2) if r2 else None, best[p], kind) for p in peers]
         cells += [_ratio(best.get(r1) if r1 else None, best[p], kind) for p in peers]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _tls_table(ours: list[dict[str, Any]]) -> str:
+    """Each TLS row against the same R without TLS (medians of the same invocation)."""
+    systems = list(dict.fromkeys(r["peer"] for r in ours))
+    lines: list[str] = []
+    for tls in (s for s in systems if "TLS" in s):
+        plain = tls.replace(", TLS", "")
+        if plain not in systems:
+            continue
+        if not lines:
+            lines = ["| test | without TLS | TLS and tokens | ratio |", "|---|---:|---:|---:|"]
+        for label, pattern, kind in TESTS:
+            a, b = _best(ours, plain, pattern, kind), _best(ours, tls, pattern, kind)
+            name = f"{label} ({plain.split('(')[1].rstrip(')')})"
+            lines.append(f"| {name} | {_cell(a, kind)} | {_cell(b, kind)} | {_ratio(b, a, kind)} |")
     return "\n".join(lines)
 
 
@@ -390,6 +419,9 @@ def main() -> None:
     ap.add_argument("--peers", default="jetstream,redis-everysec,redis-always")
     ap.add_argument("--no-peers", action="store_true", help="logstrand only")
     ap.add_argument("--replication", default="2,1", help="logstrand rows to run")
+    ap.add_argument(
+        "--tls", default="2", help="R values to run again with TLS and tokens ('' for none)"
+    )
     ap.add_argument("--json", help="write every number here")
     args = ap.parse_args()
     started = time.time()
@@ -398,6 +430,9 @@ def main() -> None:
         for r in (int(x) for x in args.replication.split(",")):
             print(f"logstrand R={r}, run {i + 1} of {args.repeat}", file=sys.stderr)
             runs.append(logstrand_round(r, args.scale, args.tail_rate))
+        for r in (int(x) for x in args.tls.split(",") if x):
+            print(f"logstrand R={r} with TLS, run {i + 1} of {args.repeat}", file=sys.stderr)
+            runs.append(logstrand_round(r, args.scale, args.tail_rate, tls=True))
     ours = _median_rows(runs)
     peers = (
         None if args.no_peers else run_peers(args.scale, args.repeat, args.tail_rate, args.peers)
@@ -410,6 +445,10 @@ def main() -> None:
     print()
     print(table(rows))
     print()
+    tls_table = _tls_table(ours)
+    if tls_table:
+        print(tls_table)
+        print()
     print("| system | test | rec/s | MB/s | p50 ms | p99 ms | client CPU | nodes' CPU |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for line in ours:

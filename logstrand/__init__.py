@@ -7,6 +7,7 @@ Layout: ``types`` and ``errors`` are the vocabulary; ``wire`` is the protocol
 from typing import TYPE_CHECKING
 
 from .errors import (
+    AccessDeniedError,
     ClosedError,
     CorruptionError,
     InvalidArgumentError,
@@ -57,6 +58,7 @@ __all__ = [
     "LSN_MAX",
     "LSN_OLDEST",
     "TAIL",
+    "AccessDeniedError",
     "AsyncClient",
     "Client",
     "ClientSettings",

@@ -131,6 +131,13 @@ class EpochStoreUnavailableError(TransientError):
     default_status = Status.UNAVAILABLE
 
 
+class AccessDeniedError(LogstrandError, PermissionError):
+    """The principal this client authenticated as may not do this (no grant for
+    the operation on the log), or the cluster did not accept its credentials."""
+
+    default_status = Status.ACCESS
+
+
 class ExistsError(LogstrandError):
     """The object to create already exists, or overlaps one that does."""
 

@@ -8,6 +8,7 @@ in a directory, and ``logstrand logsdb inspect`` shows what one holds.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Annotated
@@ -24,6 +25,7 @@ from ._common import EXIT_FAILED, EXIT_USAGE, console, err_console
 from ._logs import logs_app, nodes_app
 from ._ops import compact, info, status, trim
 from ._read import find_time, read
+from ._security import acl_app, users_app
 
 app = typer.Typer(
     name="logstrand",
@@ -44,6 +46,49 @@ app.command("info")(info)
 app.command("status")(status)
 app.command("compact")(compact)
 app.add_typer(nodes_app, name="nodes")
+app.add_typer(users_app, name="users")
+app.add_typer(acl_app, name="acl")
+
+
+@app.callback()
+def _credentials(
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token", help="A user's token (or set LOGSTRAND_TOKEN).", show_default=False
+        ),
+    ] = None,
+    ca: Annotated[
+        str | None,
+        typer.Option(
+            "--ca", help="The cluster's CA certificate (or set LOGSTRAND_CA).", show_default=False
+        ),
+    ] = None,
+    cert: Annotated[
+        str | None,
+        typer.Option(
+            "--cert", help="A client certificate (or LOGSTRAND_CERT).", show_default=False
+        ),
+    ] = None,
+    key: Annotated[
+        str | None,
+        typer.Option("--key", help="Its key (or LOGSTRAND_KEY).", show_default=False),
+    ] = None,
+) -> None:
+    """logstrand: a distributed log store in the style of LogDevice.
+
+    On a cluster with TLS, commands that talk to nodes take --ca and --token
+    (or --cert/--key) before the command, or LOGSTRAND_CA and LOGSTRAND_TOKEN.
+    """
+    for name, value in (
+        ("LOGSTRAND_TOKEN", token),
+        ("LOGSTRAND_CA", ca),
+        ("LOGSTRAND_CERT", cert),
+        ("LOGSTRAND_KEY", key),
+    ):
+        if value:
+            os.environ[name] = value
+
 
 DirOption = Annotated[Path, typer.Option("--dir", help="LogsDB directory.")]
 

@@ -17,6 +17,7 @@ from ..types import Record, format_lsn
 from ._common import (
     JsonOption,
     UrlOption,
+    connect_client,
     console,
     duration_option,
     fail,
@@ -81,6 +82,33 @@ def node(
         str,
         typer.Option(help="Bytes a second a compaction pass reads and scans (0: no limit)."),
     ] = "0",
+    tls_cert: Annotated[
+        str | None, typer.Option(help="This node's certificate (PEM): TLS on every connection.")
+    ] = None,
+    tls_key: Annotated[str | None, typer.Option(help="The key of --tls-cert (PEM).")] = None,
+    tls_ca: Annotated[
+        str | None, typer.Option(help="The cluster's CA certificate (PEM), for --tls-cert.")
+    ] = None,
+    max_connections: Annotated[
+        int, typer.Option(min=16, help="Connections open at once; more are closed at accept.")
+    ] = 4096,
+    max_connections_per_peer: Annotated[
+        int, typer.Option(min=4, help="Connections open at once from one address.")
+    ] = 2048,
+    idle_timeout: Annotated[
+        float,
+        typer.Option(min=1.0, help="Seconds a connection with no read stream may stay silent."),
+    ] = 600.0,
+    send_queue: Annotated[
+        str,
+        typer.Option(help="Bytes queued to send on one connection before its peer is throttled."),
+    ] = "64MiB",
+    read_streams_per_connection: Annotated[
+        int, typer.Option(min=1, help="Read streams one connection may have open.")
+    ] = 256,
+    background_passes: Annotated[
+        int, typer.Option(min=1, help="Compaction drop passes running at once on this node.")
+    ] = 4,
 ) -> None:
     """Run one storage node (serves until SIGINT or SIGTERM)."""
     from ..compaction._cleaner import Cleaner, CleanerOptions
@@ -95,6 +123,20 @@ def node(
     if not partition_ms:
         fail("--partition-duration must be more than 0")
 
+    send_queue_bytes = size_option(send_queue, "--send-queue")
+    tls = None
+    given = [x for x in (tls_cert, tls_key, tls_ca) if x]
+    if given and len(given) != 3:
+        fail("TLS needs all three of --tls-cert, --tls-key and --tls-ca")
+    if given:
+        from ..security import TlsFiles, server_context
+
+        assert tls_cert
+        assert tls_key
+        assert tls_ca
+        tls = TlsFiles(tls_cert, tls_key, tls_ca)
+        server_context(tls)  # unreadable or mismatched files: one line, exit 2
+
     url = require_url(url)
     logging.basicConfig(
         level=logging.INFO,
@@ -107,6 +149,13 @@ def node(
             recovery_grace_s=recovery_grace,
             recovery_stall_s=recovery_stall,
             maintenance_s=maintenance_interval,
+            tls=tls,
+            connections_max=max_connections,
+            connections_per_peer_max=max_connections_per_peer,
+            idle_s=idle_timeout,
+            send_queue_bytes=send_queue_bytes,
+            read_streams_per_connection=read_streams_per_connection,
+            background_passes_max=background_passes,
         )
         cleaner = Cleaner(
             CleanerOptions(interval_s=compaction_interval, map_bytes=map_bytes, io_bytes_s=io_rate)
@@ -159,11 +208,19 @@ def dev_up(
         str | None,
         typer.Option("--zookeeper", help="Use ZooKeeper at HOST:PORT instead of SQLite."),
     ] = None,
+    secure: Annotated[
+        bool,
+        typer.Option(
+            "--secure",
+            help="TLS with a CA and node certificates in DIR/tls, and an 'admin' user "
+            "whose token is written to DIR/admin.token.",
+        ),
+    ] = False,
 ) -> None:
     """Start a local cluster, print 'ready <url>', stop it on SIGINT/SIGTERM."""
     from ..testing import LocalCluster
 
-    cluster = LocalCluster(directory, nodes=nodes, zookeeper=zookeeper)
+    cluster = LocalCluster(directory, nodes=nodes, zookeeper=zookeeper, secure=secure)
     stop = False
 
     def on_signal(signum: int, frame: object) -> None:
@@ -174,6 +231,13 @@ def dev_up(
     signal.signal(signal.SIGINT, on_signal)
     try:
         cluster.start()
+        if secure:
+            tls = directory.absolute() / "tls"
+            console.print(
+                f"TLS on; clients: LOGSTRAND_CA={tls / 'ca.pem'} "
+                f"LOGSTRAND_TOKEN_FILE={directory.absolute() / 'admin.token'}",
+                highlight=False,
+            )
         print(f"ready {cluster.url}", flush=True)
         while not stop:
             for node_id in list(cluster.procs):
@@ -196,7 +260,6 @@ def append(
     as_json: JsonOption = False,
 ) -> None:
     """Append a record (or one record per line of stdin) and print the LSNs."""
-    from ..client import connect
 
     url = require_url(url)
     if payload is None or payload == "-":
@@ -206,7 +269,7 @@ def append(
     if not payloads:
         raise InvalidArgumentError("nothing to append")
     keys = [key.encode() if key is not None else None] * len(payloads)
-    with connect(url) as client:
+    with connect_client(url) as client:
         lsns = client.append_batch(log, payloads, keys=keys)
     if as_json:
         print_json({"log_id": log, "lsns": lsns})
@@ -229,7 +292,6 @@ def dev_demo(
     """Start a local cluster, create a log, append to it three ways, and stop."""
     import urllib.request
 
-    from ..client import connect
     from ..epochstore import LogAttributes, open_epoch_store
     from ..errors import ExistsError
     from ..testing import LocalCluster
@@ -237,13 +299,17 @@ def dev_demo(
     replication = min(2, nodes)
     with LocalCluster(directory, nodes=nodes) as cluster:
         console.print(f"started {nodes} nodes: ready {cluster.url}")
+        console.print(
+            "insecure mode (no TLS, every peer trusted) on 127.0.0.1 only; "
+            "`logstrand dev up --secure` runs one with TLS and tokens (docs/security.md)"
+        )
         with open_epoch_store(cluster.url) as store:
             try:
                 store.create_logs(1, 10, LogAttributes(replication_factor=replication))
                 console.print(f"created logs 1..10 with replication {replication}")
             except ExistsError:
                 console.print("logs 1..10 exist already")
-        with connect(cluster.url) as client:
+        with connect_client(cluster.url) as client:
             lsn = client.append(1, b"hello, logstrand")
             console.print(f"append(1, b'hello, logstrand') -> LSN {lsn} ({format_lsn(lsn)})")
             lsns = client.append_batch(1, [b"record %d" % i for i in range(1000)])

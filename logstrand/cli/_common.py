@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 
 from .._units import parse_duration_ms, parse_size
 from ..epochstore import EpochStore, open_epoch_store
+
+if TYPE_CHECKING:
+    from ..client import Client
 
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)
@@ -42,6 +45,15 @@ def require_url(url: str | None) -> str:
     if not url:
         fail("no cluster URL: pass --url or set LOGSTRAND_URL")
     return url
+
+
+def connect_client(url: str) -> Client:
+    """A client with the credentials of ``--token``/``--ca``/``--cert``/``--key``
+    or ``LOGSTRAND_TOKEN``/``LOGSTRAND_CA``/``LOGSTRAND_CERT``/``LOGSTRAND_KEY``."""
+    from ..client import connect
+    from ..security import credentials_from_env
+
+    return connect(url, credentials=credentials_from_env())
 
 
 def open_store(url: str | None) -> EpochStore:

@@ -18,6 +18,7 @@ from ._common import (
     EXIT_FAILED,
     JsonOption,
     UrlOption,
+    connect_client,
     console,
     duration_option,
     err_console,
@@ -53,7 +54,6 @@ def trim(
     records disappear at once; their disk space returns when the partitions
     holding them are dropped (every log in them trimmed past them).
     """
-    from ..client import connect
 
     if (to is None) == (older_than is None):
         fail("give exactly one of --to and --older-than")
@@ -70,7 +70,7 @@ def trim(
     age_ms = duration_option(older_than, "--older-than")
     results: list[dict[str, Any]] = []
     failed = 0
-    with connect(require_url(url)) as client:
+    with connect_client(require_url(url)) as client:
         ids = range(first, last + 1)
         with Progress(
             TextColumn("trimming"),
@@ -146,7 +146,6 @@ def info(
     as_json: JsonOption = False,
 ) -> None:
     """A log at a glance: head and tail, epoch and sequencer, placement, size, times."""
-    from ..client import connect
 
     with open_store(url) as store:
         attributes = store.log_attributes(log)  # NotFoundError for an unknown log
@@ -154,7 +153,7 @@ def info(
         lce = store.last_clean_epoch(log)
         alive = store.alive_nodes()
         compaction = store.compaction(log) if attributes.compacted else None
-    with connect(require_url(url)) as client:
+    with connect_client(require_url(url)) as client:
         tail = client.tail_lsn(log)
         infos = client.log_info(log)
         sequencer = client.sequencer_node(log)
@@ -245,10 +244,9 @@ def compact(
     as_json: JsonOption = False,
 ) -> None:
     """Run a compaction pass of a compacted log now, wait for it, and print what it did."""
-    from ..client import connect
 
     log_id = log
-    with connect(require_url(url)) as client:
+    with connect_client(require_url(url)) as client:
         stats = client.compact(log_id)
     if as_json:
         print_json(stats)
@@ -270,14 +268,13 @@ def status(url: UrlOption = None, as_json: JsonOption = False) -> None:
     Exits with 1 when a node is not alive (dead, or alive in the membership but
     not answering).
     """
-    from ..client import connect
 
     with open_store(url) as store:
         nodes = store.nodes()
         alive = store.alive_nodes()
         store_url = store.url
     rows: list[dict[str, Any]] = []
-    with connect(require_url(url)) as client:
+    with connect_client(require_url(url)) as client:
         for node_id, cfg in sorted(nodes.items()):
             st = client.node_status(node_id) if node_id in alive else None
             rows.append(

@@ -20,7 +20,16 @@ from rich.progress import (
 from .._units import format_bytes, looks_like_time, parse_time_ms
 from ..client._reader_core import RecordRun
 from ..types import LSN_OLDEST, TAIL, Gap, Record, format_lsn, parse_lsn
-from ._common import JsonOption, UrlOption, console, err_console, fail, print_json, require_url
+from ._common import (
+    JsonOption,
+    UrlOption,
+    connect_client,
+    console,
+    err_console,
+    fail,
+    print_json,
+    require_url,
+)
 
 
 def _lsn_or_time(client: Any, log: int, text: str, name: str) -> int:
@@ -75,7 +84,6 @@ def read(
     as_json: JsonOption = False,
 ) -> None:
     """Print a log's records (and gaps) in LSN order; one JSON object a line with --json."""
-    from ..client import connect
 
     url = require_url(url)
     if follow and until != "tail":
@@ -85,7 +93,7 @@ def read(
             fail("--output and --follow exclude each other")
         _read_to_file(url, log, start, until, limit, gaps, output)
         return
-    with connect(url) as client:
+    with connect_client(url) as client:
         first = LSN_OLDEST if start == "oldest" else _lsn_or_time(client, log, start, "--from")
         if follow:
             last: int | Any = None
@@ -122,14 +130,13 @@ def read(
 def _read_to_file(
     url: str, log: int, start: str, until: str, limit: int | None, gaps: bool, output: Path
 ) -> None:
-    from ..client import connect
 
     try:
         out = output.open("w", encoding="utf-8")
     except OSError as exc:
         fail(f"--output: {exc.strerror}: {output}")
     records = size = 0
-    with out, connect(url) as client:
+    with out, connect_client(url) as client:
         first = LSN_OLDEST if start == "oldest" else _lsn_or_time(client, log, start, "--from")
         last = TAIL if until == "tail" else _lsn_or_time(client, log, until, "--until")
         infos = client.log_info(log)
@@ -179,14 +186,13 @@ def find_time(
     as_json: JsonOption = False,
 ) -> None:
     """The first LSN of the log with a timestamp at or after TIME."""
-    from ..client import connect
 
     url = require_url(url)
     try:
         ts = parse_time_ms(when)
     except ValueError as exc:
         fail(str(exc))
-    with connect(url) as client:
+    with connect_client(url) as client:
         lsn = client.find_time(log, ts)
     if as_json:
         print_json({"log_id": log, "timestamp_ms": ts, "lsn": lsn})

@@ -19,6 +19,7 @@ from ..types import LSN_MAX, format_lsn
 from ..wire import (
     DIRECTORY_FIELDS,
     Compact,
+    ErrorReply,
     FindTime,
     FindTimeReply,
     GetLogDirectory,
@@ -28,7 +29,8 @@ from ..wire import (
     LogInfoReply,
     NodeStatus,
     SeqState,
-    Trim,
+    TrimLog,
+    TrimReply,
 )
 from ._columns import LogSegment
 
@@ -179,10 +181,17 @@ class Admin:
             raise InvalidArgumentError(
                 f"cannot trim log {log_id} to {format_lsn(lsn)}: its tail is {format_lsn(tail)}"
             )
-        point = await self.store.set_trim_point(log_id, lsn)
-        alive = [n for n in placement.nodes if n in self.view.alive]
-        await self.links.ask(alive, lambda rid: Trim(rid, log_id, point))
-        return point
+        # Through a node, which checks the permission, records the trim point
+        # in the epoch store and applies it on the log's nodes.
+        nodes = [n for n in placement.nodes if n in self.view.alive]
+        nodes += [n for n in sorted(self.view.alive) if n not in nodes]
+        for node in nodes:
+            reply = await self.links.request(node, lambda rid: TrimLog(rid, log_id, lsn))
+            if isinstance(reply, TrimReply) and reply.status == Status.OK:
+                return reply.trim_point
+            if isinstance(reply, ErrorReply) and reply.status != Status.OK:
+                raise LogstrandError(reply.message, Status(reply.status))
+        raise TransientError(f"no node could trim log {log_id}", Status.TIMEDOUT)
 
     async def find_time(self, log_id: int, timestamp_ms: int) -> int:
         if timestamp_ms < 0:

@@ -26,6 +26,7 @@ import attrs
 import trio
 
 from ..errors import (
+    AccessDeniedError,
     ClosedError,
     InvalidArgumentError,
     LogstrandError,
@@ -34,7 +35,7 @@ from ..errors import (
     TransientError,
 )
 from ..records import KEY_BYTES_MAX, RecordBatch, check_log_id
-from ..wire import Append, AppendReply
+from ..wire import Append, AppendReply, ErrorReply
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -47,7 +48,7 @@ _FATAL = {
     Status.INVALID_PARAM: InvalidArgumentError,
     Status.BADPAYLOAD: InvalidArgumentError,
     Status.NOKEY: InvalidArgumentError,
-    Status.ACCESS: LogstrandError,
+    Status.ACCESS: AccessDeniedError,
 }
 
 
@@ -271,5 +272,9 @@ class Appender:
             return None, f"node {node} did not answer in time"
         if reply is None:
             return None, f"connection to node {node} lost"
+        if isinstance(reply, ErrorReply):
+            # Refused at the node's door (no permission, unknown log): the
+            # same statuses an AppendReply carries.
+            reply = AppendReply(reply.request_id, reply.status, message=reply.message[:1024])
         assert isinstance(reply, AppendReply)
         return reply, ""

@@ -19,6 +19,7 @@ import trio
 
 from ..epochstore import open_epoch_store
 from ..rpc import ClusterView, Links
+from ..security import Credentials
 from ..types import LSN_OLDEST, TAIL, Gap, Record, _Tail
 from ._admin import Admin
 from ._appender import Appender
@@ -37,12 +38,19 @@ if TYPE_CHECKING:
 class AsyncClient:
     """A logstrand client for trio code.  Make one with ``open_client(url)``."""
 
-    def __init__(self, view: ClusterView, nursery: trio.Nursery, settings: ClientSettings) -> None:
+    def __init__(
+        self,
+        view: ClusterView,
+        nursery: trio.Nursery,
+        settings: ClientSettings,
+        credentials: Credentials | None = None,
+    ) -> None:
         self.view = view
         self.nursery = nursery
         self.settings = settings
         self.cluster = view.cluster
-        self.links = Links(view, nursery)
+        self.credentials = credentials
+        self.links = Links(view, nursery, credentials=credentials)
         self._appender = Appender(view, self.links, nursery, settings)
         self._admin = Admin(view, self.links)
 
@@ -255,19 +263,30 @@ class AsyncClient:
 
 @contextlib.asynccontextmanager
 async def open_client(
-    url: str, *, settings: ClientSettings | None = None
+    url: str,
+    *,
+    settings: ClientSettings | None = None,
+    token: str | None = None,
+    ca: str | None = None,
+    cert: str | None = None,
+    key: str | None = None,
+    credentials: Credentials | None = None,
 ) -> AsyncIterator[AsyncClient]:
     """A client for trio code::
 
-    async with logstrand.open_client("sqlite:///tmp/c/cluster.db") as client:
-        lsn = await client.append(1, b"hello")
+        async with logstrand.open_client("sqlite:///tmp/c/cluster.db") as client:
+            lsn = await client.append(1, b"hello")
+
+    ``token``, ``ca``, ``cert``, ``key``: as for ``logstrand.connect``.
     """
+    if credentials is None:
+        credentials = Credentials.build(token=token, ca=ca, cert=cert, key=key)
     store = await trio.to_thread.run_sync(open_epoch_store, url)
     try:
         view = ClusterView(store)
         async with trio.open_nursery() as nursery:
             await nursery.start(view.run)
-            client = AsyncClient(view, nursery, settings or ClientSettings())
+            client = AsyncClient(view, nursery, settings or ClientSettings(), credentials)
             try:
                 yield client
             finally:

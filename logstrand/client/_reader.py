@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from ..errors import LogstrandError, Status, TransientError
-from ..types import LSN_MAX, TAIL, Gap, Record, _Tail
+from ..errors import AccessDeniedError, LogstrandError, Status, TransientError
+from ..types import LSN_MAX, TAIL, Gap, GapType, Record, _Tail
 from ..wire import ReadCredit, StartRead, StopRead
 from ._columns import ColumnBatch
 from ._reader_core import GapItem, GrantCredit, Item, ReaderCore, RecordRun, StartStream
@@ -59,6 +59,8 @@ class ReadStream:
     _links: dict[int, Link] = attrs.field(init=False, factory=dict)
     _pending: list[Record | Gap] = attrs.field(init=False, factory=list)
     _closed: bool = attrs.field(init=False, default=False)
+    _denied: bool = attrs.field(init=False, default=False)
+    _access_gap_sent: bool = attrs.field(init=False, default=False)
     _retry_at: dict[int, float] = attrs.field(init=False, factory=dict)
     _inbox_send: trio.MemorySendChannel[Any] = attrs.field(init=False)
     _inbox: trio.MemoryReceiveChannel[Any] = attrs.field(init=False)
@@ -137,8 +139,13 @@ class ReadStream:
             await self._act(core)  # an unreachable node triggered a rewind
 
     async def _next_items(self) -> list[Item]:
-        core = self.core or await self._open()
+        try:
+            core = self.core or await self._open()
+        except AccessDeniedError:
+            return self._deny()
         while True:
+            if self._denied:  # a node said ACCESS (set by ``_absorb``)
+                return self._deny()
             now = trio.current_time()
             core.poll(now)
             items, core.items = core.items, []
@@ -148,6 +155,21 @@ class ReadStream:
             if core.done:
                 return []
             await self._wait(core, now)
+
+    def _deny(self) -> list[Item]:
+        """No permission to read the log: one ACCESS gap over the rest of the
+        range, and the stream ends (nothing of the log is delivered)."""
+        self._denied = True
+        if self._access_gap_sent:
+            return []
+        self._access_gap_sent = True
+        lo = self.core.next_lsn if self.core is not None else self.start
+        hi = (
+            self.core.until
+            if self.core is not None
+            else (self.until_arg if isinstance(self.until_arg, int) else LSN_MAX)
+        )
+        return [GapItem(GapType.ACCESS, lo, max(lo, hi))]
 
     async def _wait(self, core: ReaderCore, now: float) -> None:
         deadline = core.next_deadline(now)
@@ -182,6 +204,9 @@ class ReadStream:
             core.on_unreachable(node, now)
             return
         if msg.status != Status.OK:
+            if msg.status == Status.ACCESS:
+                self._denied = True
+                return
             if msg.status == Status.NOTFOUND:
                 raise LogstrandError(f"log {self.log_id} does not exist", Status.NOTFOUND)
             core.on_unreachable(node, now)

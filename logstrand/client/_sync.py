@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..errors import ClosedError
+from ..security import Credentials
 from ..types import LSN_OLDEST, TAIL, Gap, Record, _Tail
 from ._async import AsyncClient, open_client
 from ._columns import ColumnBatch
@@ -31,9 +32,16 @@ if TYPE_CHECKING:
 class Client:
     """A blocking logstrand client.  Make one with ``logstrand.connect(url)``."""
 
-    def __init__(self, url: str, *, settings: ClientSettings | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        settings: ClientSettings | None = None,
+        credentials: Credentials | None = None,
+    ) -> None:
         self.url = url
         self._settings = settings
+        self._credentials = credentials
         self._ready = threading.Event()
         self._errors: list[BaseException] = []  # set by the trio thread
         self._client: AsyncClient | None = None
@@ -55,7 +63,9 @@ class Client:
             self._ready.set()
 
     async def _main(self) -> None:
-        async with open_client(self.url, settings=self._settings) as client:
+        async with open_client(
+            self.url, settings=self._settings, credentials=self._credentials
+        ) as client:
             self._client = client
             self._token = trio.lowlevel.current_trio_token()
             self._stop = trio.Event()
@@ -246,10 +256,28 @@ class Client:
         self.close()
 
 
-def connect(url: str, *, settings: ClientSettings | None = None) -> Client:
+def connect(
+    url: str,
+    *,
+    settings: ClientSettings | None = None,
+    token: str | None = None,
+    ca: str | None = None,
+    cert: str | None = None,
+    key: str | None = None,
+    credentials: Credentials | None = None,
+) -> Client:
     """A blocking client::
 
-    with logstrand.connect("sqlite:///tmp/c/cluster.db") as client:
-        lsn = client.append(1, b"hello")
+        with logstrand.connect("sqlite:///tmp/c/cluster.db") as client:
+            lsn = client.append(1, b"hello")
+
+    For a cluster with TLS (docs/security.md): ``ca`` is the cluster's CA
+    certificate, and the client authenticates with ``token`` (from
+    ``logstrand users add``) or a client certificate (``cert`` and ``key``).
+
+    Raises:
+        AccessDeniedError: (on first use) the nodes do not accept the credentials.
     """
-    return Client(url, settings=settings)
+    if credentials is None:
+        credentials = Credentials.build(token=token, ca=ca, cert=cert, key=key)
+    return Client(url, settings=settings, credentials=credentials)

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from ..client import AsyncClient
     from ..epochstore import AsyncEpochStore, LogAttributes
     from ..net import Connection
+    from ..security import Credentials
 
 _log = logging.getLogger("logstrand.cleaner")
 
@@ -78,6 +79,8 @@ class CleanerHost(Protocol):
     def view(self) -> _View: ...
     @property
     def metrics(self) -> CleanerMetrics: ...
+    @property
+    def credentials(self) -> Credentials | None: ...
     def sequenced_logs(self) -> list[int]: ...
     def register(
         self, message_type: type, handler: Callable[[Connection, Any], Awaitable[None]]
@@ -146,7 +149,7 @@ class Cleaner:
     async def _run_client(self, task_status: trio.TaskStatus[None]) -> None:
         from ..client import open_client
 
-        async with open_client(self.host.url) as client:
+        async with open_client(self.host.url, credentials=self.host.credentials) as client:
             self._client = client
             task_status.started()
             await trio.sleep_forever()

@@ -83,6 +83,9 @@ class AsyncEpochStore:
     async def log_attributes(self, log_id: int) -> LogAttributes:
         return await self._call(self.store.log_attributes, log_id)
 
+    async def security(self) -> dict[str, Any]:
+        return await self._call(self.store.security)
+
     async def alive_nodes(self) -> frozenset[int]:
         return await self._call(self.store.alive_nodes)
 

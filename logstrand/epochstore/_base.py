@@ -9,6 +9,7 @@ version number:
     logs            [LogRange, ...]
     epochs/<log>    LogEpochs (next epoch, placement history)
     lce/<log>       last clean epoch
+    security        users (token hashes) and grants (``_security``)
 
 Every change is a read-modify-write closed by a compare-and-set on the
 version (``_cas``): two writers racing on one document never both succeed,
@@ -37,6 +38,7 @@ from ..errors import (
 )
 from ..records import EPOCH_MAX, check_log_id
 from ._model import EpochEnd, EpochMetadata, LogAttributes, LogEpochs, LogRange, NodeConfig
+from ._security import SecurityDocs
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -79,7 +81,7 @@ class Watch:
         self._cancel()
 
 
-class EpochStore(abc.ABC):
+class EpochStore(SecurityDocs, abc.ABC):
     """Per-log epochs, the cluster configuration and membership.
 
     Every method is blocking and thread-safe; trio code calls them through

@@ -2,10 +2,15 @@
 
 sqlite:///abs/path/cluster.db      (sqlite://relative/path.db also works)
 zk://host:port[,host:port]/cluster
+zk://user:password@host:port[,host:port]/cluster   (a digest ACL, see docs/security.md)
+
+For ZooKeeper, ``LOGSTRAND_ZK_AUTH=user:password`` gives the credentials when
+the URL has none (so that a password need not be on a command line).
 """
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from ..errors import InvalidArgumentError
@@ -32,6 +37,13 @@ def open_epoch_store(url: str, **options: float) -> EpochStore:
         from ._zookeeper import ZooKeeperEpochStore
 
         rest = url.removeprefix("zk://")
+        auth = None
+        userinfo, at, after = rest.partition("@")
+        if at and "/" not in userinfo:
+            rest = after
+            auth = _zk_auth(userinfo, url)
+        elif os.environ.get("LOGSTRAND_ZK_AUTH"):
+            auth = _zk_auth(os.environ["LOGSTRAND_ZK_AUTH"], "LOGSTRAND_ZK_AUTH")
         hosts, sep, cluster = rest.partition("/")
         if not sep or not hosts or not cluster or "/" in cluster:
             raise InvalidArgumentError(f"bad URL {url!r}: use zk://host:port[,host:port]/cluster")
@@ -39,7 +51,14 @@ def open_epoch_store(url: str, **options: float) -> EpochStore:
             host, _, port = hp.rpartition(":")
             if not host or not port.isdigit():
                 raise InvalidArgumentError(f"bad ZooKeeper address {hp!r} in {url!r}")
-        return ZooKeeperEpochStore(hosts, cluster, **options)
+        return ZooKeeperEpochStore(hosts, cluster, auth=auth, **options)
     raise InvalidArgumentError(
         f"unknown epoch store URL {url!r}: use sqlite:///path/cluster.db or zk://host:port/cluster"
     )
+
+
+def _zk_auth(text: str, where: str) -> tuple[str, str]:
+    user, colon, password = text.partition(":")
+    if not colon or not user or not password:
+        raise InvalidArgumentError(f"bad ZooKeeper credentials in {where}: use user:password")
+    return user, password

@@ -27,6 +27,7 @@ from kazoo.exceptions import (
     BadVersionError,
     ConnectionClosedError,
     ConnectionLoss,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     OperationTimeoutError,
@@ -36,8 +37,9 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch
 from kazoo.retry import KazooRetry
+from kazoo.security import make_acl, make_digest_acl
 
-from ..errors import EpochStoreUnavailableError, ExistsError
+from ..errors import AccessDeniedError, EpochStoreUnavailableError, ExistsError
 from ._base import EpochStore, MemberSession, Watch
 from ._model import check_cluster_name
 
@@ -85,10 +87,23 @@ class ZooKeeperEpochStore(EpochStore):
         session_timeout_s: float = 10.0,
         call_timeout_s: float = 5.0,
         connect_timeout_s: float = 5.0,
+        auth: tuple[str, str] | None = None,
     ) -> None:
         self.cluster = check_cluster_name(cluster)
         self.hosts = hosts
         self.url = f"zk://{hosts}/{cluster}"
+        # With ``auth`` (user, password), every znode this store creates
+        # gets a digest ACL: everything for that user, read for anyone (clients
+        # read the configuration; only logstrand processes write it).
+        auth_data = None
+        default_acl = None
+        if auth is not None:
+            user, password = auth
+            auth_data = [("digest", f"{user}:{password}")]
+            default_acl = [
+                make_digest_acl(user, password, all=True),
+                make_acl("world", "anyone", read=True),
+            ]
         self.root = f"/logstrand/{cluster}"
         self.call_timeout_s = call_timeout_s
         self._members: set[_ZkMember] = set()
@@ -99,11 +114,14 @@ class ZooKeeperEpochStore(EpochStore):
             # Reconnect forever, backing off to one try a second.
             connection_retry=KazooRetry(max_tries=-1, max_delay=1.0),
             logger=_log,
+            auth_data=auth_data,
+            default_acl=default_acl,
         )
         self._zk.add_listener(self._on_state)
         try:
             self._zk.start(timeout=connect_timeout_s)
-            self._zk.ensure_path(f"{self.root}/members")
+            if not self._zk.exists(f"{self.root}/members"):
+                self._zk.ensure_path(f"{self.root}/members")
         except _UNAVAILABLE as exc:
             self._zk.stop()
             self._zk.close()
@@ -114,6 +132,12 @@ class ZooKeeperEpochStore(EpochStore):
     def _call(self, async_result: Any) -> Any:
         try:
             return async_result.get(timeout=self.call_timeout_s)
+        except NoAuthError:
+            raise AccessDeniedError(
+                f"ZooKeeper at {self.hosts} refused a write to cluster {self.cluster!r}: it "
+                "has a digest ACL; give its credentials (zk://user:password@host:port/cluster "
+                "or LOGSTRAND_ZK_AUTH=user:password)"
+            ) from None
         except _UNAVAILABLE as exc:
             raise EpochStoreUnavailableError(
                 f"epoch store unavailable: ZooKeeper at {self.hosts}: {type(exc).__name__}"

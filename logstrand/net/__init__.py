@@ -1,5 +1,5 @@
 """Thin trio shells that move framed messages over TCP."""
 
-from ._conn import Connection, connect, handshake_sync, serve_connection
+from ._conn import Connection, ConnLimits, connect, handshake_sync, serve_connection
 
-__all__ = ["Connection", "connect", "handshake_sync", "serve_connection"]
+__all__ = ["ConnLimits", "Connection", "connect", "handshake_sync", "serve_connection"]

@@ -23,22 +23,25 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import attrs
 import trio
 
-from ..errors import Status, TransientError
+from ..errors import AccessDeniedError, Status, TransientError
 from ..net import connect
-from ..wire import ReadRecords
+from ..wire import ErrorReply, ReadRecords
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable, Iterator
 
     from ..net import Connection
+    from ..security import Credentials
     from ._view import ClusterView
 
 K = TypeVar("K")
+_log = logging.getLogger("logstrand.rpc")
 
 
 class _Slot:
@@ -168,6 +171,8 @@ class Links:
     on_message: Callable[[Link, Any], Awaitable[None]] | None = attrs.field(
         default=None, kw_only=True
     )
+    #: TLS and token (None: a cluster without TLS).
+    credentials: Credentials | None = attrs.field(default=None, kw_only=True)
     _links: dict[int, Link] = attrs.field(init=False, factory=dict)
     _locks: dict[int, trio.Lock] = attrs.field(init=False, factory=dict)
     _request_ids: Iterator[int] = attrs.field(init=False, factory=lambda: itertools.count(1))
@@ -197,11 +202,23 @@ class Links:
                 raise TransientError(f"node {node_id} is not configured", Status.CONNFAILED)
             try:
                 conn = await connect(
-                    cfg.host, cfg.port, cluster=self.view.cluster, node_id=self.node_id
+                    cfg.host,
+                    cfg.port,
+                    cluster=self.view.cluster,
+                    node_id=self.node_id,
+                    credentials=self.credentials,
                 )
             except TransientError:
                 self.view.suspect(node_id)
                 raise
+            except AccessDeniedError as exc:
+                self.view.suspect(node_id)
+                if self.node_id is None:
+                    raise  # a client: its credentials are wrong, say so
+                # A node refused by another (a certificate the other does not
+                # take yet): route around it, as if it were down.
+                _log.error("node %d: %s", self.node_id, exc)
+                raise TransientError(str(exc), Status.CONNFAILED) from None
             self.view.trust(node_id)
             link = self._links[node_id] = Link(conn, node_id, on_message=self.on_message)
             self.nursery.start_soon(conn.writer)
@@ -219,12 +236,25 @@ class Links:
         self, node_id: int, make: Callable[[int], Any], timeout_s: float = 5.0
     ) -> Any:
         """Send ``make(request_id)`` to a node and wait for the reply (None:
-        unreachable, no answer in time, or the link went)."""
+        unreachable, no answer in time, or the link went).
+
+        Raises:
+            AccessDeniedError: (a client) the node refused: no permission.
+        """
+        reply = await self._request(node_id, make, timeout_s)
+        self._check_access(reply)
+        return reply
+
+    async def _request(self, node_id: int, make: Callable[[int], Any], timeout_s: float) -> Any:
         link = await self.connected(node_id)
         if link is None:
             return None
         rid = self.next_request_id()
         return await link.request(make(rid), rid, timeout_s)
+
+    def _check_access(self, reply: Any) -> None:
+        if self.node_id is None and isinstance(reply, ErrorReply) and reply.status == Status.ACCESS:
+            raise AccessDeniedError(reply.message)
 
     async def ask(
         self, nodes: Iterable[int], make: Callable[[int], Any], timeout_s: float = 5.0
@@ -234,13 +264,15 @@ class Links:
         replies: dict[int, Any] = {}
 
         async def one(node_id: int) -> None:
-            reply = await self.request(node_id, make, timeout_s)
+            reply = await self._request(node_id, make, timeout_s)
             if reply is not None:
                 replies[node_id] = reply
 
         async with trio.open_nursery() as nursery:
             for n in nodes:
                 nursery.start_soon(one, n)
+        for reply in replies.values():
+            self._check_access(reply)
         return replies
 
     async def aclose(self) -> None:

@@ -10,12 +10,14 @@ Spark-Kafka connector where one exists: ``startingOffsets`` → ``startingLSN``,
 from __future__ import annotations
 
 import json
+import os
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from ..errors import InvalidArgumentError
 from ..records import check_log_id
+from ..security import Credentials
 from ..types import parse_lsn
 
 if TYPE_CHECKING:
@@ -133,6 +135,33 @@ def _int(text: str, what: str, low: int) -> int:
 
 
 @attrs.frozen
+class Auth:
+    """Credentials for a cluster with TLS: options ``token``, ``ca``, ``cert``,
+    ``key``, else ``LOGSTRAND_TOKEN``/``_CA``/``_CERT``/``_KEY`` in the
+    environment of the driver (the executors get them with the plan)."""
+
+    token: str | None = attrs.field(default=None, repr=False)
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> Auth:
+        env = os.environ
+        got = {
+            name: _get(options, name) or env.get(f"LOGSTRAND_{name.upper()}") or None
+            for name in ("token", "ca", "cert", "key")
+        }
+        return cls(**got)
+
+    def credentials(self) -> Credentials | None:
+        return Credentials.build(token=self.token, ca=self.ca, cert=self.cert, key=self.key)
+
+
+NO_AUTH = Auth()
+
+
+@attrs.frozen
 class ReadOptions:
     """What a read (batch or streaming) was asked for."""
 
@@ -146,6 +175,7 @@ class ReadOptions:
     max_records_per_partition: int = 1_000_000
     fail_on_data_loss: bool = True
     max_records_per_trigger: int | None = None
+    auth: Auth = NO_AUTH
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
@@ -193,6 +223,7 @@ class ReadOptions:
             ),
             fail_on_data_loss=_bool(_get(options, "failOnDataLoss") or "true", "failOnDataLoss"),
             max_records_per_trigger=None if mpt is None else _int(mpt, "maxRecordsPerTrigger", 1),
+            auth=Auth.parse(options),
         )
 
 
@@ -200,6 +231,7 @@ class ReadOptions:
 class WriteOptions:
     url: str
     log: int | None
+    auth: Auth = NO_AUTH
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -213,4 +245,4 @@ class WriteOptions:
                 log = check_log_id(int(log_text))
             except ValueError:
                 raise InvalidArgumentError(f"log: {log_text!r} is not a log id") from None
-        return cls(url, log)
+        return cls(url, log, Auth.parse(options))

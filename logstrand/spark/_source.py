@@ -42,7 +42,7 @@ from ..errors import InvalidArgumentError, LogstrandError
 from ..types import LSN_OLDEST, GapType, format_lsn, lsn_epoch
 from . import _plan
 from ._arrow import record_batch, rows_for_append
-from ._options import LATEST, ReadOptions, WriteOptions
+from ._options import LATEST, NO_AUTH, Auth, ReadOptions, WriteOptions
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, MutableMapping, Sequence
@@ -83,6 +83,7 @@ class LsnRange(InputPartition):
     lo: int
     hi: int
     fail_on_data_loss: bool
+    auth: Auth = NO_AUTH
 
 
 # -- planning (driver) ----------------------------------------------------------------
@@ -141,7 +142,9 @@ def plan_partitions(client: Client, opts: ReadOptions) -> list[LsnRange]:
         max_records=opts.max_records_per_partition,
         extents=extents,
     )
-    return [LsnRange(opts.url, r.log_id, r.lo, r.hi, opts.fail_on_data_loss) for r in planned]
+    return [
+        LsnRange(opts.url, r.log_id, r.lo, r.hi, opts.fail_on_data_loss, opts.auth) for r in planned
+    ]
 
 
 def _copies(client: Client, log: int) -> int:
@@ -192,7 +195,7 @@ def read_range(client: Client, part: LsnRange) -> Iterator[pa.RecordBatch]:
 
 def _read(part: InputPartition) -> Iterator[pa.RecordBatch]:
     assert isinstance(part, LsnRange)
-    with connect(part.url) as client:
+    with connect(part.url, credentials=part.auth.credentials()) as client:
         yield from read_range(client, part)
 
 
@@ -201,7 +204,7 @@ class LogstrandReader(DataSourceReader):
         self.opts = opts
 
     def partitions(self) -> Sequence[InputPartition]:
-        with connect(self.opts.url) as client:
+        with connect(self.opts.url, credentials=self.opts.auth.credentials()) as client:
             return plan_partitions(client, self.opts)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -247,7 +250,7 @@ class LogstrandStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     @property
     def client(self) -> Client:
         if self._client is None:
-            self._client = connect(self.opts.url)
+            self._client = connect(self.opts.url, credentials=self.opts.auth.credentials())
         return self._client
 
     def initialOffset(self) -> dict[str, int]:
@@ -294,7 +297,11 @@ class LogstrandStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         for log in self.opts.logs:
             lo, hi = int(start.get(str(log), LSN_OLDEST)), int(end.get(str(log), LSN_OLDEST))
             if hi > lo:
-                parts.append(LsnRange(self.opts.url, log, lo, hi, self.opts.fail_on_data_loss))
+                parts.append(
+                    LsnRange(
+                        self.opts.url, log, lo, hi, self.opts.fail_on_data_loss, self.opts.auth
+                    )
+                )
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -328,7 +335,7 @@ class LogstrandWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Appended:
         done: dict[int, tuple[int, int, int]] = {}
-        with connect(self.opts.url) as client:
+        with connect(self.opts.url, credentials=self.opts.auth.credentials()) as client:
             for batch in iterator:
                 for log, (payloads, keys) in rows_for_append(batch, self.opts.log).items():
                     for i in range(0, len(payloads), WRITE_CHUNK):

@@ -27,7 +27,6 @@ directory, reads for read streams, compaction's removals, retention.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import time
@@ -51,13 +50,15 @@ from ..wire import (
 from . import _core
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Mapping
+    from collections.abc import Callable, Mapping
 
     from ..logsdb import LogsDBOptions, StoredBatch
     from ..wire import Digest, GetDigest, LogInfo, LogInfoReply, Seal, SealReply
     from ._metrics import NodeMetrics
 
-    Sink = Callable[[StoreReply], Awaitable[None]]
+    #: Takes a STORE's reply without waiting (``Connection.offer``): a peer that
+    #: does not read its replies must never hold up the group commit.
+    Sink = Callable[[StoreReply], object]
 
 _log = logging.getLogger("logstrand.node")
 
@@ -146,8 +147,7 @@ class Committer:
         for batch, result in ((accepted, status), (refused, Status.PREEMPTED)):
             for msg, sink in batch:
                 # If the sequencer's connection is gone, it will retry elsewhere.
-                with contextlib.suppress(LogstrandError):
-                    await sink(StoreReply(msg.store_id, msg.log_id, int(result), self.node_id))
+                sink(StoreReply(msg.store_id, msg.log_id, int(result), self.node_id))
 
     def _write(self, puts: list[PutBatch], sync: bool) -> Status:
         t0 = time.perf_counter()

@@ -124,6 +124,31 @@ class NodeMetrics:
             ["type"],
             registry=r,
         )
+        self.connections = Gauge(
+            "logstrand_connections", "Connections accepted and open on this node", registry=r
+        )
+        self.connections_refused = Counter(
+            "logstrand_connections_refused",
+            "Connections closed at once, by reason (limit, per_peer_limit)",
+            ["reason"],
+            registry=r,
+        )
+        self.connections_cut = Counter(
+            "logstrand_connections_cut",
+            "Open connections this node ended: idle, slow reader, handler failure",
+            registry=r,
+        )
+        self.refused = Counter(
+            "logstrand_messages_refused",
+            "Messages refused at dispatch, by reason (access, nonsense, credentials, limit)",
+            ["reason"],
+            registry=r,
+        )
+        self.background_passes = Gauge(
+            "logstrand_background_passes",
+            "Background passes running (DropCopies), bounded by --background-passes",
+            registry=r,
+        )
         self.partitions = Gauge("logstrand_partitions", "LogsDB partitions", registry=r)
         self.disk_bytes = Gauge("logstrand_disk_bytes", "LogsDB directory size", registry=r)
         self.node_info = Gauge("logstrand_node_info", "Node id", list(label), registry=r)

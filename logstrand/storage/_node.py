@@ -18,7 +18,9 @@ node's ``NodeServices`` and registers handlers for the messages it answers.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import resource
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -27,6 +29,7 @@ import trio
 from ..epochstore import open_epoch_store
 from ..errors import LogstrandError, NotFoundError, Status
 from ..rpc import ClusterView
+from ..security import Credentials, client_context, server_context
 from ..wire import (
     Append,
     CleanPoint,
@@ -47,9 +50,11 @@ from ..wire import (
     StopRead,
     Store,
     Trim,
+    TrimLog,
 )
 from ._committer import Committer
 from ._drops import Drops
+from ._guard import Guard
 from ._metrics import NodeMetrics
 from ._options import NodeOptions
 from ._peers import Peers
@@ -58,8 +63,10 @@ from ._reads import ReadStreams
 from ._release_watch import ReleaseWatch
 from ._sequencers import SequencerHost
 from ._server import Server
+from ._trims import Trims
 
 if TYPE_CHECKING:
+    import ssl
     from collections.abc import Awaitable, Callable
 
     from ..epochstore import AsyncEpochStore
@@ -96,6 +103,13 @@ class Node:
         self.logsdb_options = logsdb_options
         self.extensions = extensions
         self.metrics = NodeMetrics(node_id)
+        tls = self.options.tls
+        #: How this node proves itself to other nodes (None: no TLS).
+        self.credentials: Credentials | None = None
+        self._server_ssl: ssl.SSLContext | None = None
+        if tls is not None:
+            self._server_ssl = server_context(tls)
+            self.credentials = Credentials(client_context(tls.ca, tls.cert, tls.key))
         self.release_watch = ReleaseWatch()
         self._started = time.monotonic()
         self._closing: list[Callable[[], Awaitable[None]]] = []
@@ -116,6 +130,8 @@ class Node:
     async def run(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
         store = await trio.to_thread.run_sync(open_epoch_store, self.url)
         self.view = view = ClusterView(store)
+        self.guard = Guard(self.node_id, view, self.metrics, secure=self.options.tls is not None)
+        _raise_fd_limit()
         try:
             await view.refresh()
             cfg = view.nodes.get(self.node_id)
@@ -167,7 +183,9 @@ class Node:
         now = trio.current_time()
         for log, release in committer.release.items():
             watch.stored(log, committer.last_lsn(log), release, now)
-        peers = Peers(self.node_id, view, nursery, committer, self._on_store_reply)
+        peers = self.peers = Peers(
+            self.node_id, view, nursery, committer, self._on_store_reply, self.credentials
+        )
         procedures = ProcedureRunner(self.node_id, view, peers, committer.answer, metrics)
         self.sequencers = SequencerHost(
             self.node_id,
@@ -180,9 +198,26 @@ class Node:
             metrics,
             nursery,
         )
-        reads = ReadStreams(self.node_id, committer, view.astore, metrics, nursery)
+        reads = ReadStreams(
+            self.node_id,
+            committer,
+            view.astore,
+            metrics,
+            nursery,
+            streams_per_connection=opts.read_streams_per_connection,
+            credit_max=opts.read_credit_max,
+        )
         drops = Drops(self.node_id, committer, view, metrics)
-        self.server = Server(self.node_id, view.cluster, on_closed=reads.connection_closed)
+        self.server = Server(
+            self.node_id,
+            view.cluster,
+            guard=self.guard,
+            options=opts,
+            metrics=metrics,
+            ssl_context=self._server_ssl,
+            on_closed=reads.connection_closed,
+            busy=reads.busy,
+        )
         self._register(committer, reads, drops, nursery)
         listeners = await trio.open_tcp_listeners(port, host=host)
         session = await view.astore.register_member(self.node_id)
@@ -191,6 +226,9 @@ class Node:
             server = metrics.serve(metrics_port)
             self._closing.append(_sync(server.shutdown))
         await nursery.start(view.run)
+        if self.guard.secure:
+            await self.guard.refresh_security(force=True)
+            nursery.start_soon(self.guard.run_security)
         view.on_membership(self.sequencers.on_membership)
         for task in (
             committer.run,
@@ -209,6 +247,7 @@ class Node:
         self, committer: Committer, reads: ReadStreams, drops: Drops, nursery: trio.Nursery
     ) -> None:
         seq = self.sequencers
+        trims = Trims(self.node_id, self.view, self.peers, committer, self.guard)
 
         def reply(fn: Callable[[Any], Any]) -> Callable[[Connection, Any], Awaitable[None]]:
             async def handle(conn: Connection, msg: Any) -> None:
@@ -216,16 +255,36 @@ class Node:
 
             return handle
 
+        passes_max = self.options.background_passes_max
+        gauge = self.metrics.background_passes
+        running = [0]
+
         def in_background(
             fn: Callable[[Connection, Any], Awaitable[None]],
         ) -> Callable[[Connection, Any], Awaitable[None]]:
+            async def run(conn: Connection, msg: Any) -> None:
+                try:
+                    await fn(conn, msg)
+                except Exception:
+                    _log.exception("node %d: %s failed", self.node_id, type(msg).__name__)
+                finally:
+                    running[0] -= 1
+                    gauge.set(running[0])
+
             async def handle(conn: Connection, msg: Any) -> None:
-                nursery.start_soon(fn, conn, msg)
+                if running[0] >= passes_max:
+                    raise LogstrandError(
+                        f"{passes_max} background passes are running (--background-passes)",
+                        Status.OVERLOADED,
+                    )
+                running[0] += 1
+                gauge.set(running[0])
+                nursery.start_soon(run, conn, msg)
 
             return handle
 
         async def store(conn: Connection, msg: Store) -> None:
-            await committer.submit(msg, conn.send)
+            await committer.submit(msg, conn.offer)
 
         async def release(conn: Connection, msg: Release) -> None:
             committer.on_release(msg.log_id, msg.lsn)
@@ -246,6 +305,7 @@ class Node:
             GetSeqState: seq.handle_get_seq_state,
             FindTime: reply(committer.find_time),
             Trim: reply(committer.trim),
+            TrimLog: trims.handle,
             GetNodeStatus: reply(self._status),
             GetLogDirectory: reply(committer.log_directory),
             DropCopies: in_background(drops.handle_drop),
@@ -308,6 +368,15 @@ class Node:
                 next_gauges = now + 1.0
                 self.sequencers.gauges()
                 self.metrics.releases_overdue.set(len(watch.overdue(now)))
+
+
+def _raise_fd_limit() -> None:
+    """Connections are bounded by ``connections_max``, not by a low default
+    limit on open files, which would also starve RocksDB and peer links."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def _sync(fn: Callable[[], None]) -> Callable[[], Awaitable[None]]:

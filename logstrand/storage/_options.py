@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import attrs
 
 from ..records import PAYLOAD_BYTES_MAX
+
+if TYPE_CHECKING:
+    from ..security import TlsFiles
 
 
 @attrs.frozen
@@ -31,3 +36,25 @@ class NodeOptions:
     #: How often the node applies trims it missed, retention, and drops
     #: partitions whose records are all trimmed.
     maintenance_s: float = 10.0
+    # -- the trust boundary (docs/security.md) ------------------------------------
+    #: TLS on every connection, node certificates, and permissions.  None: no
+    #: TLS, every peer trusted (a trusted network only).
+    tls: TlsFiles | None = None
+    #: Connections open at once; more are closed at accept.
+    connections_max: int = 4096
+    #: Connections open at once from one address.
+    connections_per_peer_max: int = 2048
+    #: A connection must finish TLS and ``Hello`` within this.
+    handshake_s: float = 3.0
+    #: A connection that sent nothing this long, with no read stream open, is closed.
+    idle_s: float = 600.0
+    #: Bytes queued to send on one connection; a peer that lets more pile up
+    #: is throttled (its requests are not read) and cut after ``send_stall_s``.
+    send_queue_bytes: int = 64 * 1024 * 1024
+    send_stall_s: float = 10.0
+    #: Read streams one connection may have open.
+    read_streams_per_connection: int = 256
+    #: Records of credit a reader may grant one stream (more is capped).
+    read_credit_max: int = 1 << 20
+    #: DropCopies passes running at once; more are refused (OVERLOADED).
+    background_passes_max: int = 4

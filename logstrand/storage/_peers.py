@@ -23,13 +23,14 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from ..rpc import ClusterView, Link
+    from ..security import Credentials
     from ..wire import Release, Store
 
 
 class LocalStore(Protocol):
     """This node's own committer, as its peers' side sees it."""
 
-    async def submit(self, msg: Store, sink: Callable[[StoreReply], Awaitable[None]]) -> None: ...
+    async def submit(self, msg: Store, sink: Callable[[StoreReply], object]) -> None: ...
     def on_release(self, log_id: int, lsn: int) -> None: ...
 
 
@@ -41,11 +42,14 @@ class Peers:
         nursery: trio.Nursery,
         local: LocalStore,
         on_store_reply: Callable[[StoreReply], Awaitable[None]],
+        credentials: Credentials | None = None,
     ) -> None:
         self.node_id = node_id
         self.local = local
         self.on_store_reply = on_store_reply
-        self.links = Links(view, nursery, node_id=node_id, on_message=self._unasked)
+        self.links = Links(
+            view, nursery, node_id=node_id, on_message=self._unasked, credentials=credentials
+        )
         # Replies to STOREs sent by this node's sequencers.  Never full: the
         # sequencers' windows bound the STOREs in flight far below this.
         self._replies_in, self._replies_out = trio.open_memory_channel[StoreReply](2**20)
@@ -59,7 +63,7 @@ class Peers:
     async def send_store(self, node_id: int, msg: Store) -> bool:
         """Send a STORE to a node (this one included).  False if it cannot be sent."""
         if node_id == self.node_id:
-            await self.local.submit(msg, self._replies_in.send)
+            await self.local.submit(msg, self._replies_in.send_nowait)
             return True
         link = await self.links.connected(node_id)
         if link is None:

@@ -68,7 +68,10 @@ class ReadStreams:
     ends: EpochEnds
     metrics: NodeMetrics
     nursery: trio.Nursery
+    streams_per_connection: int = 256
+    credit_max: int = 1 << 20
     streams: dict[tuple[int, int], _Stream] = attrs.field(init=False, factory=dict)
+    _per_conn: dict[int, int] = attrs.field(init=False, factory=dict)
     _release_events: dict[int, trio.Event] = attrs.field(init=False, factory=dict)
     #: How recovery ended past epochs, fetched once: fixed once released past.
     _epoch_ends: dict[tuple[int, int], EpochEnd | None] = attrs.field(init=False, factory=dict)
@@ -78,6 +81,11 @@ class ReadStreams:
     def start(self, conn: Connection, msg: StartRead) -> None:
         key = (id(conn), msg.stream_id)
         old = self.streams.get(key)
+        if old is None and self._open_on(conn) >= self.streams_per_connection:
+            raise LogstrandError(
+                f"{self.streams_per_connection} read streams are open on this connection",
+                Status.OVERLOADED,
+            )
         if old is not None:
             if msg.generation <= old.msg.generation:
                 return  # a late duplicate of an older start
@@ -87,30 +95,54 @@ class ReadStreams:
             self.node_id,
             msg.start_lsn,
             msg.until_lsn,
-            msg.credit,
+            min(msg.credit, self.credit_max),
             scd=msg.scd,
             known_down=msg.known_down,
         )
-        st = self.streams[key] = _Stream(conn, msg, core)
+        st = _Stream(conn, msg, core)
+        self._add(key, st)
         self.nursery.start_soon(self._run, key, st)
 
     def credit(self, conn: Connection, msg: ReadCredit) -> None:
         st = self.streams.get((id(conn), msg.stream_id))
         if st is not None and st.msg.generation == msg.generation:
-            st.core.add_credit(msg.records)
+            st.core.add_credit(min(msg.records, max(0, self.credit_max - st.core.credit)))
             st.poke()
 
     def stop(self, conn: Connection, msg: StopRead) -> None:
-        st = self.streams.pop((id(conn), msg.stream_id), None)
+        st = self._remove((id(conn), msg.stream_id))
         if st is not None:
             st.stopped = True
             st.poke()
 
+    def _add(self, key: tuple[int, int], st: _Stream) -> None:
+        if key not in self.streams:
+            self._per_conn[key[0]] = self._per_conn.get(key[0], 0) + 1
+        self.streams[key] = st
+
+    def _remove(self, key: tuple[int, int]) -> _Stream | None:
+        st = self.streams.pop(key, None)
+        if st is not None:
+            left = self._per_conn[key[0]] - 1
+            if left:
+                self._per_conn[key[0]] = left
+            else:
+                del self._per_conn[key[0]]
+        return st
+
+    def _open_on(self, conn: Connection) -> int:
+        return self._per_conn.get(id(conn), 0)
+
+    def busy(self, conn: Connection) -> bool:
+        """Has ``conn`` a read stream open (then it is not idle, only quiet)?"""
+        return self._open_on(conn) > 0
+
     def connection_closed(self, conn: Connection) -> None:
         for key in [k for k in self.streams if k[0] == id(conn)]:
-            st = self.streams.pop(key)
-            st.stopped = True
-            st.poke()
+            st = self._remove(key)
+            if st is not None:
+                st.stopped = True
+                st.poke()
 
     def released(self, log_id: int) -> None:
         ev = self._release_events.pop(log_id, None)
@@ -141,7 +173,7 @@ class ReadStreams:
         finally:
             metrics.read_streams.dec()
             if self.streams.get(key) is st:
-                del self.streams[key]
+                self._remove(key)
 
     async def _send(self, st: _Stream, status: Status, out: Out) -> None:
         msg = st.msg
@@ -177,25 +209,34 @@ class ReadStreams:
                 await st.changed.wait()
             else:
                 assert isinstance(step, ReadFrom)
-                batch = self.db.read_batch(
-                    log_id,
-                    step.start,
-                    step.until,
-                    max_records=step.max_records,
-                    max_bytes=step.max_bytes,
-                    # Single-copy delivery: runs of records another node sends
-                    # are passed over without being decoded at all.
-                    skip=core.not_mine if core.scd else None,
-                )
-                try:
-                    good = await self._servable(log_id, batch, release)
-                except LogstrandError as exc:  # the epoch store is away: try again soon
-                    _log.warning("node %d: read stream waits: %s", self.node_id, exc)
-                    await trio.sleep(0.5)
-                    continue
-                out = core.on_batch(batch, good)
-                self._count(out)
-                await self._send(st, Status.OK, out)
+                async with st.conn.bulk:
+                    await st.conn.wait_for_room()
+                    await self._read_and_send(st, step, release)
+
+    async def _read_and_send(self, st: _Stream, step: ReadFrom, release: int) -> None:
+        """One read of LogsDB for a stream, and its reply (the caller holds the
+        connection's ``bulk`` lock and there is room in its queue)."""
+        core = st.core
+        log_id = st.msg.log_id
+        batch = self.db.read_batch(
+            log_id,
+            step.start,
+            step.until,
+            max_records=step.max_records,
+            max_bytes=step.max_bytes,
+            # Single-copy delivery: runs of records another node sends
+            # are passed over without being decoded at all.
+            skip=core.not_mine if core.scd else None,
+        )
+        try:
+            good = await self._servable(log_id, batch, release)
+        except LogstrandError as exc:  # the epoch store is away: try again soon
+            _log.warning("node %d: read stream waits: %s", self.node_id, exc)
+            await trio.sleep(0.5)
+            return
+        out = core.on_batch(batch, good)
+        self._count(out)
+        await self._send(st, Status.OK, out)
 
     async def _wait_idle(self, st: _Stream, log_id: int) -> None:
         """Until a release, a change of the stream, or the heartbeat interval."""

@@ -1,4 +1,5 @@
-"""A node's server: accept, handshake, and one dispatch table.
+"""A node's server: accept (within the connection bounds), handshake (TLS and
+the peer's principal), and one dispatch table.
 
 Every accepted connection gets a writer task and a receive loop that hands
 each message, in order, to the handler registered for its type.  A message
@@ -8,7 +9,11 @@ Rules:
 
 1. Handlers are registered once, at start, by the parts of the node
    (``register``); the table is the whole of what a node answers.
-2. One place catches a handler's failure: an expected error (a
+2. Before a handler runs, the ``Guard`` checks the message: may the peer's
+   principal send it, and does it make sense (``_admission``)?  A refused
+   request is answered with ``ErrorReply`` (a read stream with a final
+   ``ReadRecords``) and the connection goes on.
+3. One place catches a handler's failure: an expected error (a
    ``LogstrandError``) is answered with ``ErrorReply`` when the message was a
    request, and the connection goes on; anything else is a bug: it is logged
    with its traceback, answered the same way, and ends that connection only.
@@ -17,20 +22,27 @@ Rules:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import socket
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from ..errors import LogstrandError, Status
-from ..net import serve_connection
-from ..wire import ErrorReply
+from ..net import ConnLimits, serve_connection
+from ..wire import ErrorReply, ReadRecords, StartRead, Store, StoreReply
+from ._read_core import EMPTY
 
 if TYPE_CHECKING:
+    import ssl
     from collections.abc import Awaitable, Callable
 
     from ..net import Connection
+    from ._guard import Guard
+    from ._metrics import NodeMetrics
+    from ._options import NodeOptions
 
     Handler = Callable[[Connection, Any], Awaitable[None]]
 
@@ -39,12 +51,34 @@ _log = logging.getLogger("logstrand.node")
 
 class Server:
     def __init__(
-        self, node_id: int, cluster: str, *, on_closed: Callable[[Connection], None]
+        self,
+        node_id: int,
+        cluster: str,
+        *,
+        guard: Guard,
+        options: NodeOptions,
+        metrics: NodeMetrics,
+        ssl_context: ssl.SSLContext | None = None,
+        on_closed: Callable[[Connection], None],
+        busy: Callable[[Connection], bool],
     ) -> None:
         self.node_id = node_id
         self.cluster = cluster
+        self.guard = guard
+        self.options = options
+        self.metrics = metrics
+        self.ssl_context = ssl_context
         self.on_closed = on_closed
+        self.busy = busy
+        self.limits = ConnLimits(
+            send_queue_bytes=options.send_queue_bytes,
+            send_stall_s=options.send_stall_s,
+            handshake_s=options.handshake_s,
+            idle_s=options.idle_s,
+        )
         self._handlers: dict[type, Handler] = {}
+        self._open = 0
+        self._per_peer: dict[str, int] = {}
 
     def register(self, message_type: type, handler: Handler) -> None:
         assert message_type not in self._handlers, f"{message_type.__name__} handled twice"
@@ -65,17 +99,57 @@ class Server:
             task_status.started()
 
     async def _handle_stream(self, stream: trio.SocketStream) -> None:
+        try:
+            address = stream.socket.getpeername()[0]
+        except OSError:
+            await stream.aclose()
+            return
+        opts = self.options
+        if self._open >= opts.connections_max:
+            self.metrics.connections_refused.labels("limit").inc()
+            return await _drop(stream)
+        if self._per_peer.get(address, 0) >= opts.connections_per_peer_max:
+            self.metrics.connections_refused.labels("per_peer_limit").inc()
+            return await _drop(stream)
+        self._open += 1
+        self._per_peer[address] = self._per_peer.get(address, 0) + 1
+        self.metrics.connections.set(self._open)
+        try:
+            await self._serve_stream(stream, address)
+        finally:
+            self._open -= 1
+            left = self._per_peer[address] - 1
+            if left:
+                self._per_peer[address] = left
+            else:
+                del self._per_peer[address]
+            self.metrics.connections.set(self._open)
+
+    async def _serve_stream(self, stream: trio.SocketStream, address: str) -> None:
         conn = await serve_connection(
-            stream, cluster=self.cluster, node_id=self.node_id, on_open=_noop
+            stream,
+            cluster=self.cluster,
+            node_id=self.node_id,
+            on_open=_noop,
+            ssl_context=self.ssl_context,
+            authenticate=self.guard.authenticate,
+            limits=self.limits,
+            peer=address,
         )
         if conn is None:
             return
         try:
             async with trio.open_nursery() as nursery:
+                conn.attach(nursery.cancel_scope)
                 nursery.start_soon(conn.writer)
-                await conn.receive_messages(functools.partial(self._dispatch, conn))
+                await conn.receive_messages(
+                    functools.partial(self._dispatch, conn),
+                    busy=functools.partial(self.busy, conn),
+                )
                 nursery.cancel_scope.cancel()
         finally:
+            if conn.cut_reason is not None:
+                self.metrics.connections_cut.inc()
             self.on_closed(conn)
             await conn.aclose()
 
@@ -84,6 +158,13 @@ class Server:
         if handler is None:
             return
         try:
+            refused = await self.guard.check(conn.principal, msg)
+            if refused is not None:
+                status, why = refused
+                name = type(msg).__name__
+                _log.info("node %d: refused %s from %s: %s", self.node_id, name, conn.peer, why)
+                await self._answer(conn, msg, status, why)
+                return
             await handler(conn, msg)
         except LogstrandError as exc:
             _log.warning(
@@ -95,13 +176,30 @@ class Server:
                 "node %d: %s from %s failed", self.node_id, type(msg).__name__, conn.peer
             )
             await self._answer(conn, msg, Status.FAILED, f"the node failed: {exc!r}")
-            await conn.aclose()
+            conn.cut("a handler failed")
 
     async def _answer(self, conn: Connection, msg: Any, status: Status, text: str) -> None:
+        if conn.closed:
+            return
+        if isinstance(msg, StartRead):
+            reply = ReadRecords(msg.stream_id, msg.generation, int(status), msg.start_lsn, 0, EMPTY)
+            conn.offer(reply)
+            return
+        if isinstance(msg, Store):
+            conn.offer(StoreReply(msg.store_id, msg.log_id, int(status), self.node_id))
+            return
         request_id = getattr(msg, "request_id", None)
-        if request_id is not None and not conn.closed:
-            reply = ErrorReply(request_id, int(status), text[:4096])
-            conn.send_nowait(reply)
+        if request_id is not None:
+            conn.offer(ErrorReply(request_id, int(status), text[:4096]))
+
+
+async def _drop(stream: trio.SocketStream) -> None:
+    # Reset at once: no handshake, no lingering in TIME_WAIT on our side.
+    with contextlib.suppress(OSError):
+        stream.socket.setsockopt(
+            socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+        )
+    await stream.aclose()
 
 
 async def _noop(conn: Connection) -> None:

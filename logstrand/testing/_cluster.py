@@ -13,6 +13,7 @@ process it starts it also stops (SIGTERM, then SIGKILL after a grace period).
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from ..net import handshake_sync
 from ._zookeeper import free_port
 
 if TYPE_CHECKING:
-    import os
+    from ..epochstore import EpochStore
 
 
 def _die_with_parent() -> None:
@@ -49,8 +50,14 @@ class LocalCluster:
         zookeeper: str | None = None,
         cluster: str = "dev",
         node_args: tuple[str, ...] = (),
+        secure: bool = False,
     ) -> None:
         self.directory = Path(directory).absolute()
+        #: TLS on every connection, node certificates, and an ``admin`` user
+        #: whose token is in ``DIR/admin.token`` (docs/security.md).
+        self.secure = secure
+        self.ca_path: str | None = None
+        self.admin_token: str | None = None
         self.node_count = nodes
         self.node_args = node_args
         if zookeeper:
@@ -91,6 +98,52 @@ class LocalCluster:
                 else:
                     store.add_node(cfg)
             self.nodes = store.nodes()
+            if self.secure:
+                self._secure(store)
+
+    def _secure(self, store: EpochStore) -> None:
+        """A CA and node certificates in ``DIR/tls``; an ``admin`` user with
+        every permission, its token in ``DIR/admin.token`` (mode 0600)."""
+        from ..records import LOG_ID_MAX
+        from ..security import OPS, hash_token, new_token
+        from ..security._certs import LocalCA
+
+        ca = LocalCA(str(self.directory / "tls"))
+        self.ca_path = ca.ca_path
+        for node_id, cfg in self.nodes.items():
+            ca.node(node_id, [cfg.host, "localhost"])
+        token_path = self.directory / "admin.token"
+        users = store.security()["users"]
+        if "admin" in users and token_path.exists():
+            self.admin_token = token_path.read_text().strip()
+            return
+        if "admin" in users:
+            store.remove_user("admin")
+        token = new_token()
+        store.add_user("admin", hash_token(token))
+        store.grant("admin", 1, LOG_ID_MAX, frozenset(OPS))
+        fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+        self.admin_token = token
+
+    @property
+    def client_options(self) -> dict[str, str]:
+        """What ``logstrand.connect(cluster.url, **cluster.client_options)`` needs."""
+        if not self.secure:
+            return {}
+        assert self.ca_path is not None
+        assert self.admin_token is not None
+        return {"ca": self.ca_path, "token": self.admin_token}
+
+    def client_env(self) -> dict[str, str]:
+        """The same for the CLI and Spark, as environment variables."""
+        opts = self.client_options
+        env = {"LOGSTRAND_URL": self.url}
+        if opts:
+            env["LOGSTRAND_CA"] = opts["ca"]
+            env["LOGSTRAND_TOKEN"] = opts["token"]
+        return env
 
     def start(self, timeout_s: float = 60.0) -> None:
         self.configure()
@@ -114,6 +167,7 @@ class LocalCluster:
                 self.url,
                 "--id",
                 str(node_id),
+                *self._tls_args(node_id),
                 *self.node_args,
             ],
             stdout=out,
@@ -122,11 +176,32 @@ class LocalCluster:
             preexec_fn=_die_with_parent,
         )
 
+    def _tls_args(self, node_id: int) -> list[str]:
+        if not self.secure:
+            return []
+        tls = self.directory / "tls"
+        return [
+            "--tls-cert",
+            str(tls / f"node{node_id}.pem"),
+            "--tls-key",
+            str(tls / f"node{node_id}.key"),
+            "--tls-ca",
+            str(tls / "ca.pem"),
+        ]
+
     def wait_ready(self, node_id: int, timeout_s: float = 60.0) -> None:
         cfg = self.nodes[node_id]
         deadline = time.monotonic() + timeout_s
         proc = self.procs[node_id]
-        while not handshake_sync(cfg.host, cfg.port, self.cluster, timeout_s=1.0):
+        ctx = None
+        if self.secure:
+            from ..security import client_context
+
+            assert self.ca_path is not None
+            ctx = client_context(self.ca_path)
+        while not handshake_sync(
+            cfg.host, cfg.port, self.cluster, timeout_s=1.0, ssl_context=ctx, token=self.admin_token
+        ):
             if proc.poll() is not None:
                 raise RuntimeError(
                     f"node {node_id} exited with {proc.returncode}; "

@@ -4,7 +4,9 @@ from ..records import RecordBatch
 from ._codec import (
     FRAME_BYTES_MAX_DEFAULT,
     HEADER_BYTES,
+    ITEMS_MAX_DEFAULT,
     FrameDecoder,
+    count_items,
     decode_body,
     encode_body,
     encode_frame,
@@ -48,6 +50,7 @@ from ._messages_ops import (
     StartRead,
     StopRead,
     Trim,
+    TrimLog,
     TrimReply,
 )
 from ._registry import (
@@ -61,6 +64,7 @@ __all__ = [
     "DIRECTORY_FIELDS",
     "FRAME_BYTES_MAX_DEFAULT",
     "HEADER_BYTES",
+    "ITEMS_MAX_DEFAULT",
     "MESSAGE_TYPES",
     "PROTOCOL_VERSION_MAX",
     "PROTOCOL_VERSION_MIN",
@@ -101,8 +105,10 @@ __all__ = [
     "Store",
     "StoreReply",
     "Trim",
+    "TrimLog",
     "TrimReply",
     "choose_version",
+    "count_items",
     "decode_body",
     "encode_body",
     "encode_frame",

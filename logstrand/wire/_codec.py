@@ -64,12 +64,74 @@ def _reject_tag(_decoder: Any, tag: Any) -> Any:
     raise ValueError(f"unexpected CBOR tag {tag.tag}")
 
 
-def decode_body(body: bytes) -> Any:
-    """Decode one message body.
+#: Items (array elements, numbers, strings) one body may hold by default.  A
+#: message is a short array of fields whose bulk travels as byte strings, so a
+#: request has a few dozen items; replies with many numbers (a directory, a
+#: digest's waves) stay far below this.  It bounds what decoding a frame costs:
+#: a frame of millions of one-byte items would otherwise cost seconds of CPU
+#: and hundreds of MB before any check could run.
+ITEMS_MAX_DEFAULT = 1 << 20
+_DEPTH_MAX = 3
+
+
+def count_items(body: bytes, items_max: int) -> int:
+    """Walk the CBOR item headers of ``body`` without building anything.
+
+    Byte and text strings are skipped by their length, so the cost is one
+    step per item, never per byte.  Returns the number of items.
+
+    Raises:
+        ProtocolError: more than ``items_max`` items, nesting deeper than a
+        message has, a map, a tag, an indefinite length, or a truncated body.
+    """
+    pos, end, count = 0, len(body), 0
+    # Stack of items still expected at each open array level.
+    pending = [1]
+    while pending:
+        if pending[-1] == 0:
+            pending.pop()
+            continue
+        pending[-1] -= 1
+        if pos >= end:
+            raise ProtocolError("truncated CBOR body")
+        count += 1
+        if count > items_max:
+            raise ProtocolError(f"message has more than {items_max} items")
+        head = body[pos]
+        major, info = head >> 5, head & 0x1F
+        pos += 1
+        if info < 24:
+            arg = info
+        elif info <= 27:
+            n = 1 << (info - 24)
+            if pos + n > end:
+                raise ProtocolError("truncated CBOR body")
+            arg = int.from_bytes(body[pos : pos + n], "big")
+            pos += n
+        else:
+            raise ProtocolError("indefinite or reserved CBOR length")
+        if major in (2, 3):
+            pos += arg
+            if pos > end:
+                raise ProtocolError("truncated CBOR body")
+        elif major == 4:
+            if len(pending) >= _DEPTH_MAX:
+                raise ProtocolError("CBOR nested too deep for a message")
+            pending.append(arg)
+        elif major in (5, 6):
+            raise ProtocolError("CBOR maps and tags are not part of any message")
+    if pos != end:
+        raise ProtocolError("bytes after the message")
+    return count
+
+
+def decode_body(body: bytes, *, items_max: int = ITEMS_MAX_DEFAULT) -> Any:
+    """Decode one message body (first checking its shape with ``count_items``).
 
     Raises:
         ProtocolError: anything that is not a valid message.
     """
+    count_items(body, items_max)
     try:
         raw = cbor2.loads(body, tag_hook=_reject_tag)
     except Exception as exc:  # cbor2 raises several types on garbage
@@ -99,10 +161,18 @@ class FrameDecoder:
     one ``feed`` call are buffered.
     """
 
-    def __init__(self, *, frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT) -> None:
+    def __init__(
+        self,
+        *,
+        frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT,
+        items_max: int = ITEMS_MAX_DEFAULT,
+    ) -> None:
         if frame_bytes_max <= 0:
             raise ValueError("frame_bytes_max must be positive")
         self.frame_bytes_max = frame_bytes_max
+        #: Both limits may be changed between frames (a server reads a small
+        #: first frame before the handshake, then the full size).
+        self.items_max = items_max
         self._buf = bytearray()
         self._pos = 0
 
@@ -134,7 +204,7 @@ class FrameDecoder:
         start = self._pos + HEADER_BYTES
         body = bytes(self._buf[start : start + size])
         self._pos = start + size
-        return decode_body(body)
+        return decode_body(body, items_max=self.items_max)
 
     def messages(self) -> list[Any]:
         """All complete messages buffered now."""

@@ -25,6 +25,8 @@ class Hello:
     cluster: str = attrs.field(validator=f.text(256))
     #: The connecting node's id, or None for a client.
     node_id: int | None = attrs.field(default=None, validator=f.optional(f.u32))
+    #: A user's token (``logstrand users add``); nodes take it over TLS only.
+    token: str | None = attrs.field(default=None, validator=f.optional(f.text(512)), repr=False)
 
     def __attrs_post_init__(self) -> None:
         if self.protocol_min > self.protocol_max:
@@ -40,6 +42,8 @@ class HelloAck:
     status: int = attrs.field(validator=_status)
     protocol: int = attrs.field(validator=f.u16)
     node_id: int | None = attrs.field(default=None, validator=f.optional(f.u32))
+    #: With a status other than OK: why.
+    message: str = attrs.field(default="", validator=f.text(1024))
 
 
 @message(3)

@@ -138,7 +138,22 @@ class FindTimeReply:
 @message(34)
 @attrs.frozen(slots=True)
 class Trim:
-    """Client → node: move the log's trim point up to ``lsn`` (never down)."""
+    """Node → node: move the log's trim point up to ``lsn`` (never down); the
+    epoch store already records it (see ``TrimLog``)."""
+
+    TYPE_ID: ClassVar[int]
+    request_id: int = attrs.field(validator=f.u64)
+    log_id: int = attrs.field(validator=f.u64)
+    lsn: int = attrs.field(validator=f.u64)
+
+
+@message(45)
+@attrs.frozen(slots=True)
+class TrimLog:
+    """Client → any node: record ``lsn`` as the log's trim point in the epoch
+    store (never down), and apply it on the log's nodes.  The answer is a
+    ``TrimReply`` with the trim point recorded.  Clients trim through a node
+    so that the node checks the client's permission first."""
 
     TYPE_ID: ClassVar[int]
     request_id: int = attrs.field(validator=f.u64)

@@ -308,7 +308,7 @@ def test_a_node_refuses_to_drop_copies_of_a_log_that_is_not_compacted(
 
     from logstrand.compaction import OffsetMap, hash_keys
     from logstrand.errors import Status
-    from logstrand.wire import DropCopies, DropReply
+    from logstrand.wire import DropCopies, ErrorReply
 
     with logstrand.connect(cluster.url) as client:
         lsns = client.append_batch(60, [b"a", b"b"], keys=[b"k", b"k"])
@@ -323,7 +323,9 @@ def test_a_node_refuses_to_drop_copies_of_a_log_that_is_not_compacted(
 
         for node in (1, 2, 3):
             reply = trio.from_thread.run(ask, node, trio_token=client._token)
-            assert isinstance(reply, DropReply)
-            assert reply.status == Status.NOTSUPPORTED
+            # Refused at the node's door (issue 16), before the handler's own check.
+            assert isinstance(reply, ErrorReply)
+            assert reply.status == Status.INVALID_PARAM
+            assert "not compacted" in reply.message
         kept = {r.lsn for r in records(list(client.read(60)))}
         assert set(lsns) <= kept  # nothing was dropped

@@ -45,6 +45,7 @@ from logstrand.wire import (
     Store,
     StoreReply,
     Trim,
+    TrimLog,
     TrimReply,
     choose_version,
     decode_body,
@@ -74,14 +75,20 @@ def record_batches(draw: st.DrawFn, max_size: int = 20) -> RecordBatch:
 def hellos(draw: st.DrawFn) -> Hello:
     lo = draw(u16)
     return Hello(
-        lo, draw(st.integers(lo, 2**16 - 1)), draw(st.text(max_size=50)), draw(st.none() | u32)
+        lo,
+        draw(st.integers(lo, 2**16 - 1)),
+        draw(st.text(max_size=50)),
+        draw(st.none() | u32),
+        draw(st.none() | st.text(max_size=60)),
     )
 
 
 # One strategy per message type; the test below fails when a type has none.
 STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     Hello: hellos(),
-    MESSAGE_TYPES[2]: st.builds(MESSAGE_TYPES[2], statuses, u16, st.none() | u32),
+    MESSAGE_TYPES[2]: st.builds(
+        MESSAGE_TYPES[2], statuses, u16, st.none() | u32, st.text(max_size=60)
+    ),
     MESSAGE_TYPES[3]: st.builds(MESSAGE_TYPES[3], u64),
     MESSAGE_TYPES[4]: st.builds(MESSAGE_TYPES[4], u64),
     ErrorReply: st.builds(ErrorReply, u64, statuses, st.text(max_size=100)),
@@ -162,6 +169,7 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     ),
     Seal: st.builds(Seal, u64, u64, u32),
     Trim: st.builds(Trim, u64, u64, u64),
+    TrimLog: st.builds(TrimLog, u64, u64, u64),
     TrimReply: st.builds(TrimReply, u64, statuses, u32, u64),
     GetNodeStatus: st.builds(GetNodeStatus, u64),
     NodeStatus: st.builds(

@@ -1,0 +1,122 @@
+"""``logstrand users`` and ``logstrand acl``: principals and their grants.
+
+These write the epoch store directly (as ``logs`` and ``nodes`` do): whoever
+runs them needs write access to it (with ZooKeeper, its digest credentials;
+see docs/security.md).  Nodes pick changes up within seconds.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from ..records import LOG_ID_MAX
+from ..security import check_name, hash_token, new_token, parse_log_range, parse_ops
+from ._common import JsonOption, UrlOption, console, open_store, print_json
+
+users_app = typer.Typer(
+    help="Users (principals) that clients authenticate as.", no_args_is_help=True
+)
+acl_app = typer.Typer(help="What each user may do, per log.", no_args_is_help=True)
+
+LogsOption = Annotated[
+    str, typer.Option("--logs", help="Logs: N, FIRST..LAST or all.", show_default=False)
+]
+OpsOption = Annotated[
+    str,
+    typer.Option("--ops", help="Operations: read,append,trim,admin or all.", show_default=False),
+]
+
+
+@users_app.command("add")
+def users_add(
+    name: Annotated[str, typer.Argument(help="The user's name.")],
+    url: UrlOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Create a user and print its token, once (only its hash is kept)."""
+    check_name(name)
+    token = new_token()
+    with open_store(url) as store:
+        store.add_user(name, hash_token(token))
+    if as_json:
+        print_json({"user": name, "token": token})
+    else:
+        print(token)
+
+
+@users_app.command("remove")
+def users_remove(
+    name: Annotated[str, typer.Argument(help="The user's name.")],
+    url: UrlOption = None,
+) -> None:
+    """Remove a user and its grants (its connections are refused from the next one on)."""
+    with open_store(url) as store:
+        store.remove_user(check_name(name))
+    console.print(f"removed user {name}")
+
+
+@users_app.command("list")
+def users_list(url: UrlOption = None, as_json: JsonOption = False) -> None:
+    """The users, with when each was created."""
+    with open_store(url) as store:
+        users = store.security()["users"]
+    if as_json:
+        print_json([{"user": n, "created_ms": u["created_ms"]} for n, u in sorted(users.items())])
+        return
+    table = Table("user", "created (ms since epoch)")
+    for name, user in sorted(users.items()):
+        table.add_row(name, str(user["created_ms"]))
+    console.print(table)
+
+
+def _logs_text(first: int, last: int) -> str:
+    if (first, last) == (1, LOG_ID_MAX):
+        return "all"
+    return str(first) if first == last else f"{first}..{last}"
+
+
+@acl_app.command("grant")
+def acl_grant(
+    name: Annotated[str, typer.Argument(help="The user.")],
+    logs: LogsOption,
+    ops: OpsOption,
+    url: UrlOption = None,
+) -> None:
+    """Let a user do OPS on LOGS."""
+    first, last = parse_log_range(logs)
+    op_set = parse_ops(ops)
+    with open_store(url) as store:
+        store.grant(check_name(name), first, last, op_set)
+    console.print(f"{name} may {','.join(sorted(op_set))} on logs {_logs_text(first, last)}")
+
+
+@acl_app.command("revoke")
+def acl_revoke(
+    name: Annotated[str, typer.Argument(help="The user.")],
+    logs: LogsOption,
+    ops: OpsOption,
+    url: UrlOption = None,
+) -> None:
+    """Take OPS on LOGS away from a user (parts of wider grants stay)."""
+    first, last = parse_log_range(logs)
+    op_set = parse_ops(ops)
+    with open_store(url) as store:
+        changed = store.revoke(check_name(name), first, last, op_set)
+    console.print(f"{changed} grant(s) of {name} changed")
+
+
+@acl_app.command("list")
+def acl_list(url: UrlOption = None, as_json: JsonOption = False) -> None:
+    """Every grant."""
+    with open_store(url) as store:
+        grants = store.security()["grants"]
+    if as_json:
+        print_json(grants)
+        return
+    table = Table("user", "logs", "operations")
+    for g in grants:
+        table.add_row(g["user"], _logs_text(g["first"], g["last"]), ",".join(g["ops"]))
+    console.print(table)

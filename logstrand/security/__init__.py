@@ -1,0 +1,55 @@
+"""Who may do what: principals, grants, tokens, TLS contexts (docs/security.md).
+
+``LocalCA`` (certificates for ``dev up --secure``) needs ``cryptography`` and
+is imported from ``logstrand.security._certs`` where it is used.
+"""
+
+from ._model import (
+    NODE_ONLY,
+    OPS,
+    TRUSTED,
+    Grant,
+    Principal,
+    allowed,
+    check_name,
+    hash_token,
+    new_token,
+    node_principal,
+    parse_log_range,
+    parse_ops,
+    refusal,
+    token_matches,
+    user_principal,
+)
+from ._tls import (
+    Credentials,
+    TlsFiles,
+    client_context,
+    credentials_from_env,
+    peer_identity,
+    server_context,
+)
+
+__all__ = [
+    "NODE_ONLY",
+    "OPS",
+    "TRUSTED",
+    "Credentials",
+    "Grant",
+    "Principal",
+    "TlsFiles",
+    "allowed",
+    "check_name",
+    "client_context",
+    "credentials_from_env",
+    "hash_token",
+    "new_token",
+    "node_principal",
+    "parse_log_range",
+    "parse_ops",
+    "peer_identity",
+    "refusal",
+    "server_context",
+    "token_matches",
+    "user_principal",
+]

@@ -1,0 +1,219 @@
+"""Principals, grants and what each message needs: pure, no I/O.
+
+A connection to a node acts for one principal, fixed at the handshake:
+
+* ``node``: another node of the cluster, authenticated by its certificate
+  (the node id is in the certificate).  Only nodes may send the messages
+  that carry copies and seals between nodes (``NODE_ONLY``).
+* ``user``: a client that presented a token (over TLS) or a client
+  certificate; it may do what its grants allow, per log and operation.
+* ``trusted``: everyone, on a node that runs without TLS.  Such a cluster
+  trusts its network (see docs/security.md).
+
+Operations: ``read`` (read streams, find-time, log state, the sequencer's
+state), ``append``, ``trim`` and ``admin`` (compaction, node status).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import re
+import secrets
+from typing import Any
+
+import attrs
+
+from ..errors import InvalidArgumentError
+from ..records import LOG_ID_MAX
+from ..wire import (
+    Append,
+    CleanPoint,
+    Compact,
+    DropCopies,
+    FindTime,
+    GetDigest,
+    GetLogDirectory,
+    GetNodeStatus,
+    GetSeqState,
+    LogInfo,
+    Ping,
+    ReadCredit,
+    Release,
+    Seal,
+    StartRead,
+    StopRead,
+    Store,
+    Trim,
+    TrimLog,
+)
+
+OPS = ("read", "append", "trim", "admin")
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
+TOKEN_PREFIX = "lst_"
+
+#: Messages that only a node of the cluster may send: they carry copies,
+#: seals and release pointers between nodes.
+NODE_ONLY: frozenset[type] = frozenset(
+    {Store, Release, Seal, GetDigest, Trim, DropCopies, CleanPoint}
+)
+
+#: For each message a client may send: the operation it needs.  Messages of a
+#: read stream after its start (credit, stop) need nothing more: the stream
+#: was checked when it started.
+_OPS: dict[type, str | None] = {
+    Append: "append",
+    StartRead: "read",
+    FindTime: "read",
+    LogInfo: "read",
+    GetLogDirectory: "read",
+    GetSeqState: "read",
+    TrimLog: "trim",
+    Compact: "admin",
+    GetNodeStatus: "admin",
+    ReadCredit: None,
+    StopRead: None,
+    Ping: None,
+}
+
+
+@attrs.frozen
+class Grant:
+    """``user`` may do ``ops`` on logs ``first..last``."""
+
+    user: str
+    first: int
+    last: int
+    ops: frozenset[str]
+
+    def covers(self, op: str, log_id: int | None) -> bool:
+        if op not in self.ops:
+            return False
+        return log_id is None or self.first <= log_id <= self.last
+
+    def to_json(self) -> dict[str, Any]:
+        return {"user": self.user, "first": self.first, "last": self.last, "ops": sorted(self.ops)}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Grant:
+        return cls(doc["user"], int(doc["first"]), int(doc["last"]), frozenset(doc["ops"]))
+
+
+@attrs.frozen
+class Principal:
+    kind: str  # "node", "user" or "trusted"
+    name: str
+    node_id: int | None = None
+
+    @property
+    def is_node(self) -> bool:
+        return self.kind in ("node", "trusted")
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name}"
+
+
+TRUSTED = Principal("trusted", "anyone")
+
+
+def node_principal(node_id: int) -> Principal:
+    return Principal("node", f"node{node_id}", node_id)
+
+
+def user_principal(name: str) -> Principal:
+    return Principal("user", name)
+
+
+def required(msg: Any) -> tuple[str, int | None] | None:
+    """The operation ``msg`` needs and the log it is on; None when it needs none.
+
+    Raises:
+        KeyError: the message is not one a client may send (node-only or a reply).
+    """
+    op = _OPS[type(msg)]
+    if op is None:
+        return None
+    return op, getattr(msg, "log_id", None)
+
+
+def refusal(principal: Principal, grants: tuple[Grant, ...], msg: Any) -> str | None:
+    """Why ``principal`` may not send ``msg`` (None: it may)."""
+    if principal.is_node:
+        return None
+    kind = type(msg)
+    if kind in NODE_ONLY:
+        return f"{kind.__name__} is accepted only from a node of the cluster"
+    if kind not in _OPS:
+        return f"{kind.__name__} is not a request"
+    need = required(msg)
+    if need is None:
+        return None
+    op, log_id = need
+    if any(g.user == principal.name and g.covers(op, log_id) for g in grants):
+        return None
+    where = f" on log {log_id}" if log_id is not None else ""
+    return f"{principal} may not {op}{where}"
+
+
+def allowed(principal: Principal, grants: tuple[Grant, ...], op: str, log_id: int) -> bool:
+    if principal.is_node:
+        return True
+    return any(g.user == principal.name and g.covers(op, log_id) for g in grants)
+
+
+# -- tokens ---------------------------------------------------------------------
+
+
+def new_token() -> str:
+    """A fresh random token (256 bits), shown once to whoever creates a user."""
+    return TOKEN_PREFIX + base64.urlsafe_b64encode(secrets.token_bytes(32)).decode().rstrip("=")
+
+
+def hash_token(token: str) -> str:
+    """What the epoch store keeps of a token: its SHA-256, hex.  The token has
+    256 random bits, so a hash without salt or stretching is enough."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def token_matches(token: str, digest: str) -> bool:
+    return hmac.compare_digest(hash_token(token), digest)
+
+
+# -- parsing what operators type ---------------------------------------------------
+
+
+def check_name(name: str) -> str:
+    if not NAME_RE.fullmatch(name):
+        raise InvalidArgumentError(
+            f"bad user name {name!r}: 1-64 of letters, digits and _.@- (not first)"
+        )
+    return name
+
+
+def parse_ops(text: str) -> frozenset[str]:
+    """``read,append`` or ``all`` → the set of operations."""
+    if text.strip() == "all":
+        return frozenset(OPS)
+    ops = frozenset(p.strip() for p in text.split(",") if p.strip())
+    unknown = ops - set(OPS)
+    if not ops or unknown:
+        bad = ", ".join(sorted(unknown)) or "none"
+        raise InvalidArgumentError(f"unknown operations {bad}; known: {', '.join(OPS)}, all")
+    return ops
+
+
+def parse_log_range(text: str) -> tuple[int, int]:
+    """``5``, ``1..100`` or ``all`` → (first, last)."""
+    text = text.strip()
+    if text == "all":
+        return 1, LOG_ID_MAX
+    first_s, sep, last_s = text.partition("..")
+    try:
+        first = int(first_s)
+        last = int(last_s) if sep else first
+    except ValueError:
+        raise InvalidArgumentError(f"bad log range {text!r}: use N, FIRST..LAST or all") from None
+    if not 1 <= first <= last <= LOG_ID_MAX:
+        raise InvalidArgumentError(f"bad log range {text!r}: need 1 <= FIRST <= LAST")
+    return first, last

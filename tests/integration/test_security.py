@@ -1,0 +1,222 @@
+"""A cluster with TLS, node certificates, tokens and grants (``dev up --secure``).
+
+Shows what each principal is refused: a client without credentials, a
+plain-text client, a read-only user, a user that sends node-to-node
+messages, and a user that claims to be a node.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+import logstrand
+from logstrand.epochstore import LogAttributes, open_epoch_store
+from logstrand.errors import Status
+from logstrand.records import make_batch
+from logstrand.security import hash_token, new_token
+from logstrand.testing import LocalCluster
+from logstrand.types import Gap, GapType
+from logstrand.wire import (
+    PROTOCOL_VERSION_MAX,
+    PROTOCOL_VERSION_MIN,
+    Hello,
+    HelloAck,
+    Release,
+    Store,
+    StoreReply,
+    decode_body,
+    encode_frame,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+
+@pytest.fixture(scope="module")
+def secure(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[LocalCluster, dict[str, str]]]:
+    """A secure 3-node cluster; logs 1..10 (R=2); users ``reader`` (read on
+    1..5) and ``writer`` (append and read on 1..5); their tokens."""
+    with LocalCluster(tmp_path_factory.mktemp("secure"), nodes=3, secure=True) as c:
+        tokens = {}
+        with open_epoch_store(c.url) as store:
+            store.create_logs(1, 10, LogAttributes(replication_factor=2))
+            for name, ops in (("reader", {"read"}), ("writer", {"read", "append"})):
+                tokens[name] = new_token()
+                store.add_user(name, hash_token(tokens[name]))
+                store.grant(name, 1, 5, frozenset(ops))
+        time.sleep(2.5)  # the nodes re-read users and grants every 2 s
+        yield c, tokens
+
+
+def _client(cluster: LocalCluster, **creds: Any) -> logstrand.Client:
+    return logstrand.connect(
+        cluster.url,
+        settings=logstrand.ClientSettings(append_timeout_s=5.0),
+        **creds,
+    )
+
+
+def test_admin_appends_and_reads_over_tls(secure: tuple[LocalCluster, dict[str, str]]) -> None:
+    cluster, _ = secure
+    with _client(cluster, **cluster.client_options) as client:
+        lsns = client.append_batch(1, [b"a", b"b", b"c"])
+        got = [r.payload for r in client.read(1, lsns[0], lsns[-1])]
+    assert got == [b"a", b"b", b"c"]
+    assert oct(os.stat(cluster.directory / "admin.token").st_mode & 0o777) == "0o600"
+
+
+def test_client_without_credentials_is_refused(secure: tuple[LocalCluster, dict[str, str]]) -> None:
+    cluster, _ = secure
+    assert cluster.ca_path is not None
+    t0 = time.monotonic()
+    with _client(cluster, ca=cluster.ca_path) as client, pytest.raises(logstrand.AccessDeniedError):
+        client.append(1, b"x")
+    bad_token = {"ca": cluster.ca_path, "token": "lst_not-a-token"}
+    with (
+        _client(cluster, **bad_token) as client,
+        pytest.raises(logstrand.AccessDeniedError, match="unknown token"),
+    ):
+        client.append(1, b"x")
+    assert time.monotonic() - t0 < 5.0
+
+
+def test_plain_text_connection_to_a_tls_node_is_closed_at_once(
+    secure: tuple[LocalCluster, dict[str, str]],
+) -> None:
+    cluster, _ = secure
+    cfg = cluster.nodes[1]
+    with socket.create_connection((cfg.host, cfg.port), timeout=5) as s:
+        s.sendall(encode_frame(Hello(PROTOCOL_VERSION_MIN, PROTOCOL_VERSION_MAX, cluster.cluster)))
+        t0 = time.monotonic()
+        try:
+            data = s.recv(4096)
+        except ConnectionResetError:
+            data = b""
+        assert time.monotonic() - t0 < 1.0
+        # A TLS alert at most; never a HelloAck.
+        assert not data.startswith(b"\x00\x00")
+
+
+def test_read_only_user_reads_and_is_refused_the_rest(
+    secure: tuple[LocalCluster, dict[str, str]],
+) -> None:
+    cluster, tokens = secure
+    assert cluster.ca_path is not None
+    with _client(cluster, **cluster.client_options) as admin:
+        lsn = admin.append(2, b"for the reader")
+        admin.append(7, b"not for the reader")
+    with _client(cluster, ca=cluster.ca_path, token=tokens["reader"]) as client:
+        assert [r.payload for r in client.read(2, lsn, lsn)] == [b"for the reader"]
+        with pytest.raises(logstrand.AccessDeniedError, match="may not append on log 2"):
+            client.append(2, b"x")
+        with pytest.raises(logstrand.AccessDeniedError, match="may not trim on log 2"):
+            client.trim(2, lsn)
+        items = list(client.read(7, 1, 100))
+        assert len(items) == 1
+        assert isinstance(items[0], Gap)
+        assert items[0].type == GapType.ACCESS
+    with _client(cluster, ca=cluster.ca_path, token=tokens["writer"]) as client:
+        assert client.append(3, b"w") > 0
+        with pytest.raises(logstrand.AccessDeniedError, match="may not append on log 6"):
+            client.append(6, b"w")
+
+
+def _tls_raw(cluster: LocalCluster, token: str | None, node_id: int | None = None) -> Any:
+    assert cluster.ca_path is not None
+    ctx = ssl.create_default_context(cafile=cluster.ca_path)
+    cfg = cluster.nodes[1]
+    s = ctx.wrap_socket(
+        socket.create_connection((cfg.host, cfg.port), timeout=5), server_hostname=cfg.host
+    )
+    s.sendall(
+        encode_frame(
+            Hello(PROTOCOL_VERSION_MIN, PROTOCOL_VERSION_MAX, cluster.cluster, node_id, token)
+        )
+    )
+    return s
+
+
+def _recv(s: Any) -> Any:
+    buf = b""
+    while len(buf) < 4 or len(buf) < 4 + int.from_bytes(buf[:4], "big"):
+        chunk = s.recv(65536)
+        if not chunk:
+            return None
+        buf += chunk
+    return decode_body(buf[4 : 4 + int.from_bytes(buf[:4], "big")])
+
+
+def test_node_messages_from_a_user_are_refused(
+    secure: tuple[LocalCluster, dict[str, str]],
+) -> None:
+    cluster, tokens = secure
+    s = _tls_raw(cluster, tokens["writer"])
+    ack = _recv(s)
+    assert isinstance(ack, HelloAck)
+    assert ack.status == Status.OK
+    batch = make_batch([(1 << 32) | 999], [b"forged"], timestamps_ms=1)
+    s.sendall(encode_frame(Store(1, 2, 1, (1,), 0, True, batch)))
+    reply = _recv(s)
+    assert isinstance(reply, StoreReply)
+    assert reply.status == Status.ACCESS
+    s.sendall(encode_frame(Release(2, (1 << 32) | 999)))
+    s.close()
+    # A user may not claim to be a node.
+    s = _tls_raw(cluster, tokens["writer"], node_id=2)
+    ack = _recv(s)
+    assert isinstance(ack, HelloAck)
+    assert ack.status == Status.ACCESS
+    assert "node certificate" in ack.message
+    s.close()
+
+
+def test_cli_users_and_acl(secure: tuple[LocalCluster, dict[str, str]]) -> None:
+    cluster, _ = secure
+    env = {**os.environ, **cluster.client_env()}
+
+    def cli(
+        *args: str, extra_env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "logstrand", *args],
+            env={**env, **(extra_env or {})},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    made = cli("users", "add", "carol")
+    assert made.returncode == 0, made.stderr
+    token = made.stdout.strip()
+    assert token.startswith("lst_")
+    assert cli("acl", "grant", "carol", "--logs", "4..5", "--ops", "append").returncode == 0
+    listed = cli("acl", "list", "--json")
+    assert '"carol"' in listed.stdout
+    time.sleep(2.5)
+    as_carol = {"LOGSTRAND_TOKEN": token}
+    ok = cli("append", "4", "hello", extra_env=as_carol)
+    assert ok.returncode == 0, ok.stderr
+    refused = cli("append", "1", "hello", extra_env=as_carol)
+    assert refused.returncode == 1
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert "ACCESS" in refused.stderr
+    bad = cli("acl", "grant", "carol", "--logs", "4..5", "--ops", "fly")
+    assert bad.returncode == 2
+    assert "unknown operations" in bad.stderr
+    assert cli("acl", "revoke", "carol", "--logs", "4", "--ops", "append").returncode == 0
+    time.sleep(2.5)
+    assert cli("append", "4", "again", extra_env=as_carol).returncode == 1
+    assert cli("append", "5", "still", extra_env=as_carol).returncode == 0
+    assert cli("users", "remove", "carol").returncode == 0
+    time.sleep(2.5)
+    assert cli("append", "5", "gone", extra_env=as_carol).returncode == 1

@@ -1,0 +1,26 @@
+"""A short pass of each coverage-guided fuzz target (``make fuzz`` runs them longer)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FUZZ = Path(__file__).resolve().parents[1] / "fuzz"
+
+
+@pytest.mark.parametrize(
+    ("target", "runs"), [("fuzz_codec.py", 20_000), ("fuzz_dispatch.py", 2_000)]
+)
+def test_fuzz_target_short_run(target: str, runs: int, tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(FUZZ / target), f"-runs={runs}", "-seed=1", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"Done {runs} runs" in done.stderr
