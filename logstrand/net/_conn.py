@@ -48,6 +48,7 @@ from ..wire import (
     decode_body,
     encode_frame,
 )
+from ._tls import TlsStream
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -271,14 +272,7 @@ class Connection:
 
 
 async def _close(stream: trio.abc.Stream) -> None:
-    if isinstance(stream, trio.SSLStream):
-        # A TLS close sends close_notify, which can block on a peer that does
-        # not read: give it a moment, then drop the socket.
-        with trio.move_on_after(0.5):
-            await stream.aclose()
-            return
-        await stream.transport_stream.aclose()
-        return
+    # A TLS close sends close_notify for at most 0.2 s (``TlsStream.aclose``).
     await stream.aclose()
 
 
@@ -311,8 +305,9 @@ async def connect(
             _tcp(tcp)
             stream: trio.abc.Stream = tcp
             if ctx is not None:
-                stream = trio.SSLStream(tcp, ctx, server_hostname=host)
-                await stream.do_handshake()
+                tls = TlsStream(tcp, ctx, server_side=False, server_hostname=host)
+                await tls.do_handshake()
+                stream = tls
             # Replies can be large (a directory, a digest): the full item budget.
             conn = Connection(stream, peer=f"{host}:{port}", limits=limits)
             hello = Hello(PROTOCOL_VERSION_MIN, PROTOCOL_VERSION_MAX, cluster, node_id, token)
@@ -372,7 +367,7 @@ async def serve_connection(
             wrapped: trio.abc.Stream = stream
             identity = None
             if ssl_context is not None:
-                tls = trio.SSLStream(stream, ssl_context, server_side=True)
+                tls = TlsStream(stream, ssl_context, server_side=True)
                 await tls.do_handshake()
                 identity = peer_identity(tls.getpeercert())
                 wrapped = tls
