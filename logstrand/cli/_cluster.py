@@ -103,6 +103,13 @@ def node(
         str,
         typer.Option(help="Bytes queued to send on one connection before its peer is throttled."),
     ] = "64MiB",
+    send_budget: Annotated[
+        str,
+        typer.Option(help="Bytes queued to send on all connections of the node together."),
+    ] = "256MiB",
+    handshake_timeout: Annotated[
+        float, typer.Option(min=0.1, help="Seconds a new connection has for TLS and Hello.")
+    ] = 3.0,
     read_streams_per_connection: Annotated[
         int, typer.Option(min=1, help="Read streams one connection may have open.")
     ] = 256,
@@ -124,6 +131,7 @@ def node(
         fail("--partition-duration must be more than 0")
 
     send_queue_bytes = size_option(send_queue, "--send-queue")
+    send_budget_bytes = size_option(send_budget, "--send-budget")
     tls = None
     given = [x for x in (tls_cert, tls_key, tls_ca) if x]
     if given and len(given) != 3:
@@ -154,6 +162,8 @@ def node(
             connections_per_peer_max=max_connections_per_peer,
             idle_s=idle_timeout,
             send_queue_bytes=send_queue_bytes,
+            send_budget_bytes=send_budget_bytes,
+            handshake_s=handshake_timeout,
             read_streams_per_connection=read_streams_per_connection,
             background_passes_max=background_passes,
         )

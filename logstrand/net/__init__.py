@@ -1,5 +1,21 @@
-"""Thin trio shells that move framed messages over TCP."""
+"""Thin trio shells that move framed messages over TCP or TLS."""
 
-from ._conn import Connection, ConnLimits, connect, handshake_sync, serve_connection
+from ._conn import (
+    Connection,
+    ConnLimits,
+    SendBudget,
+    connect,
+    handshake_sync,
+    serve_connection,
+)
+from ._tls import TlsStream
 
-__all__ = ["ConnLimits", "Connection", "connect", "handshake_sync", "serve_connection"]
+__all__ = [
+    "ConnLimits",
+    "Connection",
+    "SendBudget",
+    "TlsStream",
+    "connect",
+    "handshake_sync",
+    "serve_connection",
+]

@@ -14,7 +14,8 @@ Bounds, each one of ``ConnLimits``:
 
 * before ``Hello`` is accepted, a server reads one small frame
   (``hello_bytes_max``, few items) within ``handshake_s``;
-* the send queue holds at most ``send_queue_bytes``.  ``send`` waits for room
+* the send queue holds at most ``send_queue_bytes``, and all of a node's
+  connections together at most their ``SendBudget``.  ``send`` waits for room
   (the peer is slow: its requests are no longer read either, so TCP pushes
   back on it), and cuts the connection when no room came within
   ``send_stall_s``; ``offer``, for code that must never wait (the group
@@ -66,6 +67,16 @@ WRITE_BYTES_MAX = 4 * 1024 * 1024
 REQUEST_ITEMS_MAX = 16_384
 
 
+class SendBudget:
+    """Bytes queued to send on all of a node's connections together.  A
+    connection over its share waits (``send``) until its own queue drains;
+    one with nothing queued may always send, so none starves."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+
 @attrs.frozen
 class ConnLimits:
     send_queue_bytes: int = 64 * 1024 * 1024
@@ -89,8 +100,10 @@ class Connection:
         peer: str = "",
         limits: ConnLimits = DEFAULT_LIMITS,
         decoder: FrameDecoder | None = None,
+        budget: SendBudget | None = None,
     ) -> None:
         self.stream = stream
+        self.budget = budget
         self.peer = peer
         self.limits = limits
         self.decoder = decoder or FrameDecoder()
@@ -118,10 +131,17 @@ class Connection:
     def _put(self, frame: bytes) -> None:
         self._queue.append(frame)
         self.queued_bytes += len(frame)
+        if self.budget is not None:
+            self.budget.used += len(frame)
         self._wake.set()
 
-    def _full(self, size: int) -> bool:
-        return self.queued_bytes > 0 and self.queued_bytes + size > self.limits.send_queue_bytes
+    def _full(self, size: int, *, node_wide: bool = True) -> bool:
+        if self.queued_bytes == 0:
+            return False
+        if self.queued_bytes + size > self.limits.send_queue_bytes:
+            return True
+        budget = self.budget
+        return node_wide and budget is not None and budget.used + size > budget.limit
 
     async def send(self, msg: Any) -> None:
         """Queue a message, waiting (bounded) for room.
@@ -142,10 +162,10 @@ class Connection:
 
     async def wait_for_room(self) -> None:
         """Wait (bounded by ``send_stall_s``, then cut) until the queue is below its limit."""
-        if self.queued_bytes < self.limits.send_queue_bytes or self.closed:
+        if not self._full(1) or self.closed:
             return
         with trio.move_on_after(self.limits.send_stall_s) as scope:
-            while self.queued_bytes >= self.limits.send_queue_bytes and not self.closed:
+            while self._full(1) and not self.closed:
                 await self._room.wait()
         if scope.cancelled_caught:
             self.cut(f"its peer read nothing for {self.limits.send_stall_s:g} s")
@@ -166,7 +186,7 @@ class Connection:
         frame = encode_frame(msg)
         if self.closed:
             return False
-        if self._full(len(frame)):
+        if self._full(len(frame), node_wide=False):
             self.cut(f"its peer let {self.queued_bytes} bytes of replies pile up")
             return False
         self._put(frame)
@@ -175,6 +195,12 @@ class Connection:
     def attach(self, scope: trio.CancelScope) -> None:
         """The scope of the tasks serving this connection: ``cut`` cancels it."""
         self._scope = scope
+
+    def _release_queue(self) -> None:
+        if self.budget is not None:
+            self.budget.used -= self.queued_bytes
+        self.queued_bytes = 0
+        self._queue.clear()
 
     def cut(self, reason: str) -> None:
         """End the connection from any code, without waiting."""
@@ -203,6 +229,8 @@ class Connection:
                     frames.append(self._queue.popleft())
                     size += len(frames[-1])
                 self.queued_bytes -= size
+                if self.budget is not None:
+                    self.budget.used -= size
                 room, self._room = self._room, trio.Event()
                 room.set()
                 await self.stream.send_all(b"".join(frames) if len(frames) > 1 else frames[0])
@@ -265,6 +293,7 @@ class Connection:
         if self._stream_closed:
             return
         self._stream_closed = self.closed = True
+        self._release_queue()
         self._wake.set()
         self._room.set()
         with trio.CancelScope(shield=True):
@@ -350,6 +379,7 @@ async def serve_connection(
     authenticate: Callable[[Hello, tuple[str, str] | None], Awaitable[Any]] | None = None,
     limits: ConnLimits = DEFAULT_LIMITS,
     peer: str = "client",
+    budget: SendBudget | None = None,
 ) -> Connection | None:
     """Server side of the handshake.  Returns the connection, or None if it failed.
 
@@ -371,7 +401,7 @@ async def serve_connection(
                 await tls.do_handshake()
                 identity = peer_identity(tls.getpeercert())
                 wrapped = tls
-            conn = Connection(wrapped, peer=peer, limits=limits, decoder=decoder)
+            conn = Connection(wrapped, peer=peer, limits=limits, decoder=decoder, budget=budget)
             hello = await conn.receive_one()
             if not isinstance(hello, Hello):
                 raise ProtocolError("first message must be Hello")

@@ -51,6 +51,9 @@ class NodeOptions:
     #: Bytes queued to send on one connection; a peer that lets more pile up
     #: is throttled (its requests are not read) and cut after ``send_stall_s``.
     send_queue_bytes: int = 64 * 1024 * 1024
+    #: Bytes queued on all connections together (past it, connections with
+    #: something queued wait for their queue to drain).
+    send_budget_bytes: int = 256 * 1024 * 1024
     send_stall_s: float = 10.0
     #: Read streams one connection may have open.
     read_streams_per_connection: int = 256

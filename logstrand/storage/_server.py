@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..errors import LogstrandError, Status
-from ..net import ConnLimits, serve_connection
+from ..net import ConnLimits, SendBudget, serve_connection
 from ..wire import ErrorReply, ReadRecords, StartRead, Store, StoreReply
 from ._read_core import EMPTY
 
@@ -76,6 +76,7 @@ class Server:
             handshake_s=options.handshake_s,
             idle_s=options.idle_s,
         )
+        self.budget = SendBudget(options.send_budget_bytes)
         self._handlers: dict[type, Handler] = {}
         self._open = 0
         self._per_peer: dict[str, int] = {}
@@ -135,6 +136,7 @@ class Server:
             authenticate=self.guard.authenticate,
             limits=self.limits,
             peer=address,
+            budget=self.budget,
         )
         if conn is None:
             return
