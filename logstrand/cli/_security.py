@@ -78,6 +78,11 @@ def _logs_text(first: int, last: int) -> str:
     return str(first) if first == last else f"{first}..{last}"
 
 
+def _grant_args(name: str, logs: str, ops: str) -> tuple[str, int, int, frozenset[str]]:
+    first, last = parse_log_range(logs)
+    return check_name(name), first, last, parse_ops(ops)
+
+
 @acl_app.command("grant")
 def acl_grant(
     name: Annotated[str, typer.Argument(help="The user.")],
@@ -86,10 +91,9 @@ def acl_grant(
     url: UrlOption = None,
 ) -> None:
     """Let a user do OPS on LOGS."""
-    first, last = parse_log_range(logs)
-    op_set = parse_ops(ops)
+    name, first, last, op_set = _grant_args(name, logs, ops)
     with open_store(url) as store:
-        store.grant(check_name(name), first, last, op_set)
+        store.grant(name, first, last, op_set)
     console.print(f"{name} may {','.join(sorted(op_set))} on logs {_logs_text(first, last)}")
 
 
@@ -101,10 +105,9 @@ def acl_revoke(
     url: UrlOption = None,
 ) -> None:
     """Take OPS on LOGS away from a user (parts of wider grants stay)."""
-    first, last = parse_log_range(logs)
-    op_set = parse_ops(ops)
+    name, first, last, op_set = _grant_args(name, logs, ops)
     with open_store(url) as store:
-        changed = store.revoke(check_name(name), first, last, op_set)
+        changed = store.revoke(name, first, last, op_set)
     console.print(f"{changed} grant(s) of {name} changed")
 
 

@@ -87,6 +87,8 @@ class TlsStream(trio.abc.Stream):
         await self.transport_stream.wait_send_all_might_not_block()
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        """Every byte decrypted so far, however many: ``max_bytes`` is not a
+        limit here (the frame decoder takes any amount)."""
         while True:
             chunks = []
             try:

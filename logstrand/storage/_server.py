@@ -146,7 +146,7 @@ class Server:
                 nursery.start_soon(conn.writer)
                 await conn.receive_messages(
                     functools.partial(self._dispatch, conn),
-                    busy=functools.partial(self.busy, conn),
+                    busy=functools.partial(self._busy, conn),
                 )
                 nursery.cancel_scope.cancel()
         finally:
@@ -154,6 +154,11 @@ class Server:
                 self.metrics.connections_cut.inc()
             self.on_closed(conn)
             await conn.aclose()
+
+    def _busy(self, conn: Connection) -> bool:
+        """Not idle, only quiet: another node (they are few, and a cut link
+        could lose a STORE in flight), or a connection with a read stream."""
+        return conn.peer_node_id is not None or self.busy(conn)
 
     async def _dispatch(self, conn: Connection, msg: Any) -> None:
         handler = self._handlers.get(type(msg))

@@ -167,3 +167,29 @@ def test_floods_do_not_slow_other_clients(flood_cluster: LocalCluster, tmp_path:
         # Still serving: a fresh client appends and reads back.
         lsn = client.append(VICTIM_LOG, b"after the floods")
         assert [r.payload for r in client.read(VICTIM_LOG, lsn, lsn)] == [b"after the floods"]
+
+
+def test_idle_connections_are_closed_but_streams_and_nodes_stay(tmp_path: Path) -> None:
+    with LocalCluster(tmp_path, nodes=1, node_args=("--idle-timeout", "1")) as cluster:
+        with open_epoch_store(cluster.url) as store:
+            store.create_logs(1, 1, LogAttributes(replication_factor=1))
+        cfg = cluster.nodes[1]
+
+        def opened(node_id: int | None = None) -> socket.socket:
+            s = socket.create_connection((cfg.host, cfg.port), timeout=10)
+            hello = Hello(PROTOCOL_VERSION_MIN, PROTOCOL_VERSION_MAX, cluster.cluster, node_id)
+            s.sendall(encode_frame(hello))
+            assert s.recv(4096)  # HelloAck
+            return s
+
+        idle, reader, peer = opened(), opened(), opened(node_id=1)
+        reader.sendall(encode_frame(StartRead(1, 1, 1, 1, 2**64 - 1, 100, False, ())))
+        time.sleep(3.0)
+        idle.settimeout(0.5)
+        assert idle.recv(4096) == b""  # closed by the node
+        for s in (reader, peer):
+            s.settimeout(0.2)
+            with contextlib.suppress(TimeoutError):
+                assert s.recv(65536) != b""  # heartbeats, or nothing yet: still open
+        for s in (idle, reader, peer):
+            s.close()
