@@ -6,12 +6,14 @@ from ._columns import ColumnBatch, LogSegment
 from ._reader_core import GapItem, RecordRun
 
 if TYPE_CHECKING:
+    from ._arrow import ARROW_SCHEMA
     from ._async import AsyncClient, open_client
     from ._reader import ReadStream
     from ._settings import ClientSettings
     from ._sync import Client, connect
 
 _LAZY = {
+    "ARROW_SCHEMA": "_arrow",
     "AsyncClient": "_async",
     "open_client": "_async",
     "ReadStream": "_reader",
@@ -22,7 +24,7 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> object:
-    # The shells pull in trio; the reader's pure core must not.
+    # The shells pull in trio (and _arrow pyarrow); the reader's pure core must not.
     if name in _LAZY:
         import importlib
 
@@ -31,6 +33,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "ARROW_SCHEMA",
     "AsyncClient",
     "Client",
     "ClientSettings",

@@ -21,7 +21,9 @@ from ._async import AsyncClient, open_client
 from ._columns import ColumnBatch
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Callable, Iterator, Sequence
+
+    import pyarrow as pa
 
     from ..epochstore import EpochEnd, LogAttributes
     from ..wire import LogInfoReply, NodeStatus, SeqState
@@ -173,6 +175,22 @@ class Client:
         """
         for items in self.read_batches(log_id, start, until):
             yield ColumnBatch.of(log_id, items)
+
+    def read_arrow(
+        self,
+        log_id: int,
+        start: int = LSN_OLDEST,
+        until: int | _Tail | None = TAIL,
+        *,
+        on_gap: Callable[[Gap], None] | None = None,
+    ) -> Iterator[pa.RecordBatch]:
+        """Read a log as ``pyarrow.RecordBatch``es (``client.ARROW_SCHEMA``:
+        log_id, lsn, epoch, esn, timestamp, key, payload), about 65,536 rows
+        each.  Gaps are not rows: each one goes to ``on_gap`` as it is met.
+        Needs pyarrow (``logstrand[arrow]``)."""
+        from ._arrow import arrow_batches
+
+        return arrow_batches(self.read_columns(log_id, start, until), on_gap=on_gap)
 
     def compact(self, log_id: int, *, timeout_s: float = 900.0) -> dict[str, Any]:
         """Run a compaction pass now and return its stats (see ``AsyncClient.compact``)."""

@@ -1,63 +1,18 @@
-"""Records as Arrow: the read path's columns → ``pyarrow.RecordBatch`` in the
-data source's schema, and the writer's Arrow batches → payloads and keys."""
+"""The writer's Arrow batches → payloads and keys per log.  (Reads come as
+Arrow from the client: ``client.read_arrow``.)"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from ..client import _arrow as _client_arrow
 from ..errors import InvalidArgumentError
 
-if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-#: The rows a read yields, as Arrow sees them.  Spark insists that the batches
-#: match its schema exactly (nullability and time zone included):
-#: ``LOG_SCHEMA`` in ``_source`` is this, field for field.
-ARROW_SCHEMA = pa.schema(
-    [
-        pa.field("log_id", pa.int64(), nullable=False),
-        pa.field("lsn", pa.int64(), nullable=False),
-        pa.field("epoch", pa.int32(), nullable=False),
-        pa.field("esn", pa.int64(), nullable=False),
-        pa.field("timestamp", pa.timestamp("us", tz="UTC"), nullable=False),
-        pa.field("key", pa.binary(), nullable=True),
-        pa.field("payload", pa.binary(), nullable=True),
-    ]
-)
-
-#: LSNs travel as signed BIGINT: an epoch must stay below 2^31.
-LSN_SIGNED_MAX = (1 << 63) - 1
-
-
-def record_batch(
-    log_id: int,
-    lsns: Sequence[int],
-    timestamps_ms: Sequence[int],
-    keys: Sequence[bytes | None],
-    payloads: Sequence[bytes | None],
-) -> pa.RecordBatch:
-    """One Arrow batch of a log's records (columns of equal length)."""
-    n = len(lsns)
-    lsn = np.array(lsns, dtype=np.uint64)
-    if n and int(lsn.max()) > LSN_SIGNED_MAX:
-        raise InvalidArgumentError("an LSN above 2^63 does not fit Spark's BIGINT")
-    lsn = lsn.astype(np.int64)
-    ts = np.array(timestamps_ms, dtype=np.int64) * 1000
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(np.full(n, log_id, dtype=np.int64)),
-            pa.array(lsn),
-            pa.array((lsn >> 32).astype(np.int32)),
-            pa.array(lsn & 0xFFFFFFFF),
-            pa.array(ts, type=pa.timestamp("us", tz="UTC")),
-            pa.array(keys, type=pa.binary()),
-            pa.array(payloads, type=pa.binary()),
-        ],
-        schema=ARROW_SCHEMA,
-    )
+#: The rows a read yields (the client builds them: ``client.read_arrow``).
+ARROW_SCHEMA = _client_arrow.ARROW_SCHEMA
 
 
 def _binary_column(batch: pa.RecordBatch, name: str) -> list[bytes | None] | None:

@@ -39,9 +39,9 @@ from pyspark.sql.types import (
 
 from ..client import connect
 from ..errors import InvalidArgumentError, LogstrandError
-from ..types import LSN_OLDEST, GapType, format_lsn, lsn_epoch
+from ..types import LSN_OLDEST, Gap, GapType, format_lsn, lsn_epoch
 from . import _plan
-from ._arrow import record_batch, rows_for_append
+from ._arrow import rows_for_append
 from ._options import LATEST, NO_AUTH, Auth, ReadOptions, WriteOptions
 
 if TYPE_CHECKING:
@@ -66,8 +66,6 @@ LOG_SCHEMA = StructType(
     ]
 )
 
-#: Rows per Arrow batch a read task yields.
-ROWS_PER_BATCH = 65_536
 #: Appends per ``append_batch`` call of a write task.
 WRITE_CHUNK = 10_000
 
@@ -159,36 +157,27 @@ class DataLossError(LogstrandError):
 
 
 def read_range(client: Client, part: LsnRange) -> Iterator[pa.RecordBatch]:
-    """The records of one range as Arrow batches; gaps of lost records fail the
-    read (``failOnDataLoss``) or are skipped and logged with their count."""
+    """The records of one range as Arrow batches (``client.read_arrow``); gaps
+    of lost records fail the read (``failOnDataLoss``) or are skipped and
+    logged with their count."""
     if part.hi <= part.lo:
         return
     lost = 0
-    cols: tuple[list[int], list[int], list[bytes | None], list[bytes | None]] = ([], [], [], [])
-    for batch in client.read_columns(part.log_id, part.lo, part.hi - 1):
-        for gap in batch.gaps:
-            if gap.type not in _LOSS:
-                continue
-            what = (
-                f"log {part.log_id}: {gap.type.name} gap "
-                f"{format_lsn(gap.lo)}..{format_lsn(gap.hi)} in the range read"
-            )
-            if part.fail_on_data_loss:
-                raise DataLossError(
-                    f"{what} (records are gone; set failOnDataLoss=false to skip them)"
-                )
-            _log.warning("%s: skipped", what)
-            lost += 1
-        lsns, ts, keys, payloads = cols
-        lsns += batch.lsns
-        ts += batch.timestamps_ms
-        keys += batch.keys
-        payloads += batch.payloads
-        if len(lsns) >= ROWS_PER_BATCH:
-            yield record_batch(part.log_id, *cols)
-            cols = ([], [], [], [])
-    if cols[0]:
-        yield record_batch(part.log_id, *cols)
+
+    def on_gap(gap: Gap) -> None:
+        nonlocal lost
+        if gap.type not in _LOSS:
+            return
+        what = (
+            f"log {part.log_id}: {gap.type.name} gap "
+            f"{format_lsn(gap.lo)}..{format_lsn(gap.hi)} in the range read"
+        )
+        if part.fail_on_data_loss:
+            raise DataLossError(f"{what} (records are gone; set failOnDataLoss=false to skip them)")
+        _log.warning("%s: skipped", what)
+        lost += 1
+
+    yield from client.read_arrow(part.log_id, part.lo, part.hi - 1, on_gap=on_gap)
     if lost:
         _log.warning("log %d: %d gaps of lost records skipped", part.log_id, lost)
 

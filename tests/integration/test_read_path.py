@@ -126,11 +126,23 @@ def test_copies_destroyed_on_every_holder_are_dataloss_exactly(tmp_path: Path) -
         c.start()
         with logstrand.connect(c.url) as client:
             got = list(client.read(1, until=lsns[-1]))
+            arrow_gaps: list[Gap] = []
+            arrow = list(client.read_arrow(1, until=lsns[-1], on_gap=arrow_gaps.append))
     assert [(g.type, g.lo, g.hi) for g in gaps(got)] == [
         (GapType.DATALOSS, lsns[40], lsns[42]),
         (GapType.DATALOSS, lsns[150], lsns[150]),
     ]
     assert [r.lsn for r in records(got)] == [x for x in lsns if x not in doomed]
+    # The same read as Arrow: the same records, row for row, and the same gaps.
+    rows = [row for batch in arrow for row in batch.to_pylist()]
+    assert [(r["lsn"], r["payload"], r["key"]) for r in rows] == [
+        (r.lsn, r.payload, r.key) for r in records(got)
+    ]
+    assert all(r["log_id"] == 1 and r["lsn"] == (r["epoch"] << 32) | r["esn"] for r in rows)
+    assert [int(r["timestamp"].timestamp() * 1000) for r in rows] == [
+        r.timestamp for r in records(got)
+    ]
+    assert arrow_gaps == gaps(got)
 
 
 async def test_a_tailing_reader_gets_records_within_milliseconds(cluster: LocalCluster) -> None:
