@@ -53,6 +53,18 @@ def _options() -> rocksdict.Options:
     return opts
 
 
+def _cf_options(blob_min_bytes: int | None) -> rocksdict.Options:
+    """A partition's options.  With ``blob_min_bytes``, values at least that
+    large go to blob files (RocksDB's BlobDB): compactions then move only
+    keys and blob references, not the values themselves."""
+    opts = rocksdict.Options(raw_mode=True)
+    if blob_min_bytes is not None:
+        opts.set_enable_blob_files(True)
+        opts.set_min_blob_size(blob_min_bytes)
+        opts.set_enable_blob_gc(True)
+    return opts
+
+
 class _RocksBatch:
     __slots__ = ("_engine", "wb")
 
@@ -76,15 +88,16 @@ class _RocksBatch:
 class RocksEngine:
     """One RocksDB instance in a directory."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, blob_min_bytes: int | None = None) -> None:
         self.path = os.fspath(path)
+        self._blob_min_bytes = blob_min_bytes
         existing: list[str] = []
         if os.path.exists(os.path.join(self.path, "CURRENT")):
             existing = [n for n in rocksdict.Rdict.list_cf(self.path, _options()) if n != "default"]
         self._db = rocksdict.Rdict(
             self.path,
             _options(),
-            column_families={n: rocksdict.Options(raw_mode=True) for n in existing},
+            column_families={n: _cf_options(blob_min_bytes) for n in existing},
         )
         self._cfs: dict[str, rocksdict.Rdict] = {}
         self._handles: dict[str, rocksdict.ColumnFamily] = {}
@@ -105,7 +118,7 @@ class RocksEngine:
         return list(self._cfs)
 
     def create_cf(self, name: str) -> None:
-        self._db.create_column_family(name, rocksdict.Options(raw_mode=True))
+        self._db.create_column_family(name, _cf_options(self._blob_min_bytes))
         self._attach(name)
 
     def drop_cf(self, name: str) -> None:

@@ -66,6 +66,9 @@ class LogsDBOptions:
     partition_bytes_max: int = 2 * 1024**3
     #: ... or has more than this many SST files.
     partition_files_max: int = 200
+    #: Values of at least this many bytes go to RocksDB blob files (None:
+    #: none do).  Measured in docs/logsdb.md (``bench/blobs.py``).
+    blob_min_bytes: int | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.partition_duration_ms <= 0:
@@ -74,6 +77,8 @@ class LogsDBOptions:
             raise InvalidArgumentError("partition_bytes_max must be positive")
         if self.partition_files_max <= 0:
             raise InvalidArgumentError("partition_files_max must be positive")
+        if self.blob_min_bytes is not None and self.blob_min_bytes <= 0:
+            raise InvalidArgumentError("blob_min_bytes must be positive")
 
 
 @attrs.frozen

@@ -93,7 +93,8 @@ class LogsDB:
     ) -> LogsDB:
         """Open (creating if needed) the LogsDB in directory ``path``."""
         os.makedirs(path, exist_ok=True)
-        return cls(RocksEngine(path), options, clock_ms=clock_ms)
+        blob_min = options.blob_min_bytes if options is not None else None
+        return cls(RocksEngine(path, blob_min_bytes=blob_min), options, clock_ms=clock_ms)
 
     # -- opening ----------------------------------------------------------
 

@@ -436,3 +436,18 @@ def test_mixed_copyset_sizes_decode_flags_and_tombstones(db: LogsDB) -> None:
     assert batch.copysets == [(1, 2)] * 3 + [(1, 2, 3)] * 3
     assert batch.flag_bits & TOMBSTONE
     assert not db.read_batch(9, 1, 3).flag_bits & TOMBSTONE
+
+
+def test_blob_files_hold_large_values_and_read_back(tmp_path: Path) -> None:
+    """``blob_min_bytes`` (off by default, see docs/logsdb.md): large values go
+    to RocksDB blob files and read back the same, across a reopen."""
+    opts = LogsDBOptions(blob_min_bytes=1024)
+    big, small = os.urandom(5000), b"s"
+    with LogsDB.open(tmp_path, opts) as db:
+        db.write([PutBatch(3, make_batch([1, 2], [big, small], timestamps_ms=T0), (1,))], sync=True)
+        db.flush()
+    assert any(name.endswith(".blob") for name in os.listdir(tmp_path))
+    with LogsDB.open(tmp_path, opts) as db:
+        assert [r.payload for r in db.iter_records(3)] == [big, small]
+    with pytest.raises(InvalidArgumentError):
+        LogsDBOptions(blob_min_bytes=0)
