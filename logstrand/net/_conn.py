@@ -38,6 +38,7 @@ import attrs
 import trio
 
 from ..errors import AccessDeniedError, ProtocolError, Status, TransientError
+from ..security import peer_identity
 from ..wire import (
     FRAME_BYTES_MAX_DEFAULT,
     PROTOCOL_VERSION_MAX,
@@ -119,8 +120,6 @@ class Connection:
         self.peer_node_id: int | None = None
         #: Who the peer is (``security.Principal``), fixed at the handshake.
         self.principal: Any = None
-        #: Time of the last message received (trio clock).
-        self.last_heard = 0.0
         #: Held by whoever reads a large reply before queueing it (read
         #: streams): with ``wait_for_room`` first, a connection holds at most
         #: its queue and one reply being built, however many streams it has.
@@ -269,7 +268,6 @@ class Connection:
                         return
                 if not data:
                     return
-                self.last_heard = trio.current_time()
                 self.decoder.feed(bytes(data))
                 while (msg := self.decoder.next_message()) is not None:
                     await handle(msg)
@@ -374,7 +372,6 @@ async def serve_connection(
     *,
     cluster: str,
     node_id: int,
-    on_open: Callable[[Connection], Awaitable[None]],
     ssl_context: ssl.SSLContext | None = None,
     authenticate: Callable[[Hello, tuple[str, str] | None], Awaitable[Any]] | None = None,
     limits: ConnLimits = DEFAULT_LIMITS,
@@ -386,8 +383,6 @@ async def serve_connection(
     ``authenticate`` returns the peer's principal, or a ``(Status, reason)``
     pair to refuse it.
     """
-    from ..security import peer_identity
-
     _tcp(stream)
     # Until Hello is accepted, only one small frame of few items is read.
     decoder = FrameDecoder(frame_bytes_max=limits.hello_bytes_max, items_max=64)
@@ -443,8 +438,6 @@ async def serve_connection(
         return None
     decoder.frame_bytes_max = FRAME_BYTES_MAX_DEFAULT
     decoder.items_max = limits.items_max
-    conn.last_heard = trio.current_time()
-    await on_open(conn)
     return conn
 
 

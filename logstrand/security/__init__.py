@@ -10,7 +10,6 @@ from ._model import (
     TRUSTED,
     Grant,
     Principal,
-    allowed,
     check_name,
     hash_token,
     new_token,
@@ -18,7 +17,6 @@ from ._model import (
     parse_log_range,
     parse_ops,
     refusal,
-    token_matches,
     user_principal,
 )
 from ._tls import (
@@ -38,7 +36,6 @@ __all__ = [
     "Grant",
     "Principal",
     "TlsFiles",
-    "allowed",
     "check_name",
     "client_context",
     "credentials_from_env",
@@ -50,6 +47,5 @@ __all__ = [
     "peer_identity",
     "refusal",
     "server_context",
-    "token_matches",
     "user_principal",
 ]

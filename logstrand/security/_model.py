@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import hmac
 import re
 import secrets
 from typing import Any
@@ -156,12 +155,6 @@ def refusal(principal: Principal, grants: tuple[Grant, ...], msg: Any) -> str | 
     return f"{principal} may not {op}{where}"
 
 
-def allowed(principal: Principal, grants: tuple[Grant, ...], op: str, log_id: int) -> bool:
-    if principal.is_node:
-        return True
-    return any(g.user == principal.name and g.covers(op, log_id) for g in grants)
-
-
 # -- tokens ---------------------------------------------------------------------
 
 
@@ -174,10 +167,6 @@ def hash_token(token: str) -> str:
     """What the epoch store keeps of a token: its SHA-256, hex.  The token has
     256 random bits, so a hash without salt or stretching is enough."""
     return hashlib.sha256(token.encode()).hexdigest()
-
-
-def token_matches(token: str, digest: str) -> bool:
-    return hmac.compare_digest(hash_token(token), digest)
 
 
 # -- parsing what operators type ---------------------------------------------------

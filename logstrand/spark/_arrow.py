@@ -8,11 +8,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..client import _arrow as _client_arrow
 from ..errors import InvalidArgumentError
-
-#: The rows a read yields (the client builds them: ``client.read_arrow``).
-ARROW_SCHEMA = _client_arrow.ARROW_SCHEMA
 
 
 def _binary_column(batch: pa.RecordBatch, name: str) -> list[bytes | None] | None:

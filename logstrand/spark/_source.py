@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("logstrand.spark")
 
-#: The rows of a read (``_arrow.ARROW_SCHEMA`` is the same, as Arrow).
+#: The rows of a read (``client.ARROW_SCHEMA`` is the same, as Arrow).
 LOG_SCHEMA = StructType(
     [
         StructField("log_id", LongType(), nullable=False),

@@ -131,7 +131,6 @@ class Server:
             stream,
             cluster=self.cluster,
             node_id=self.node_id,
-            on_open=_noop,
             ssl_context=self.ssl_context,
             authenticate=self.guard.authenticate,
             limits=self.limits,
@@ -207,7 +206,3 @@ async def _drop(stream: trio.SocketStream) -> None:
             socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
         )
     await stream.aclose()
-
-
-async def _noop(conn: Connection) -> None:
-    return None
