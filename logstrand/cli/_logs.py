@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from .._units import format_duration_ms
-from ..epochstore import DURABILITIES, SCOPES, LogAttributes, LogRange, NodeConfig
+from ..epochstore import COMPRESSIONS, DURABILITIES, SCOPES, LogAttributes, LogRange, NodeConfig
 from ..epochstore import parse_log_range as _parse_range
 from ..errors import InvalidArgumentError
 from ._common import JsonOption, UrlOption, console, duration_option, fail, open_store, print_json
@@ -48,6 +48,7 @@ def _attributes_row(r: LogRange) -> list[str]:
         _dur(a.retention_ms),
         cleanup,
         a.durability,
+        a.compression,
     ]
 
 
@@ -80,6 +81,13 @@ RatioOpt = Annotated[
 DurabilityOpt = Annotated[
     str | None, typer.Option("--durability", help=f"Store writes: {', '.join(DURABILITIES)}.")
 ]
+CompressionOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--compression",
+        help=f"How clients compress batches: {', '.join(COMPRESSIONS)} (default none).",
+    ),
+]
 
 
 def _changes(
@@ -93,6 +101,7 @@ def _changes(
     max_compaction_lag: str | None,
     min_cleanable_ratio: float | None,
     durability: str | None,
+    compression: str | None = None,
 ) -> dict[str, Any]:
     changes: dict[str, Any] = {
         "replication_factor": replication,
@@ -104,6 +113,7 @@ def _changes(
         "max_compaction_lag_ms": duration_option(max_compaction_lag, "--max-compaction-lag"),
         "min_cleanable_ratio": min_cleanable_ratio,
         "durability": _choice(durability, DURABILITIES, "--durability"),
+        "compression": _choice(compression, COMPRESSIONS, "--compression"),
     }
     if compact is not None:
         policy = "compact,delete" if compact and retention else "compact" if compact else "delete"
@@ -124,6 +134,7 @@ def create(
     max_compaction_lag: MaxLagOpt = None,
     min_cleanable_ratio: RatioOpt = None,
     durability: DurabilityOpt = None,
+    compression: CompressionOpt = None,
     url: UrlOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -142,6 +153,7 @@ def create(
         max_compaction_lag,
         min_cleanable_ratio,
         durability,
+        compression,
     )
     attributes = LogAttributes.from_json({**LogAttributes().to_json(), **changes})
     with open_store(url) as store:
@@ -167,6 +179,7 @@ def update(
     max_compaction_lag: MaxLagOpt = None,
     min_cleanable_ratio: RatioOpt = None,
     durability: DurabilityOpt = None,
+    compression: CompressionOpt = None,
     url: UrlOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -183,6 +196,7 @@ def update(
         max_compaction_lag,
         min_cleanable_ratio,
         durability,
+        compression,
     )
     if not changes:
         fail("nothing to change: give at least one attribute option")
@@ -219,7 +233,7 @@ def list_logs(url: UrlOption = None, as_json: JsonOption = False) -> None:
         print_json([r.to_json() for r in ranges])
         return
     table = Table()
-    for col in ("logs", "R", "across", "nodeset", "retention", "cleanup", "durability"):
+    for col in ("logs", "R", "across", "nodeset", "retention", "cleanup", "durability", "codec"):
         table.add_column(col)
     for r in ranges:
         table.add_row(*_attributes_row(r))
@@ -252,7 +266,15 @@ def show(
     row = _attributes_row(rng)
     console.print(f"log {log} (range {row[0]})")
     for label, value in zip(
-        ("replication", "across", "nodeset size", "retention", "cleanup", "durability"),
+        (
+            "replication",
+            "across",
+            "nodeset size",
+            "retention",
+            "cleanup",
+            "durability",
+            "compression",
+        ),
         row[1:],
         strict=True,
     ):

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
+from ..compression import Codec
 from ..errors import (
     AccessDeniedError,
     ClosedError,
@@ -34,7 +35,8 @@ from ..errors import (
     Status,
     TransientError,
 )
-from ..records import KEY_BYTES_MAX, RecordBatch, check_log_id
+from ..packed import PackedBatch, encode_body
+from ..records import KEY_BYTES_MAX, check_log_id
 from ..wire import Append, AppendReply, ErrorReply
 
 if TYPE_CHECKING:
@@ -216,7 +218,12 @@ class Appender:
         """One APPEND, retried until it succeeds, fails for good, or times out."""
         n = len(payloads)
         # ``check`` has validated every key and payload: no second pass here.
-        batch = RecordBatch.trusted((0,) * n, (0,) * n, (0,) * n, tuple(keys), tuple(payloads))
+        # The body is packed (and compressed) once, with its checksum, and
+        # travels unchanged to every node that stores it and every reader.
+        attributes = self.view.log_attributes(log_id)
+        codec = Codec.parse(attributes.compression) if attributes is not None else Codec.NONE
+        body, raw_len, crc, used = encode_body(keys, payloads, codec)
+        batch = PackedBatch.assemble(body, raw_len, crc, used, n, first_lsn=0, timestamps_ms=0)
         deadline = trio.current_time() + self.settings.append_timeout_s
         backoff = 0.01
         last = "no attempt"
@@ -256,7 +263,7 @@ class Appender:
         )
 
     async def _try(
-        self, node: int, log_id: int, batch: RecordBatch
+        self, node: int, log_id: int, batch: PackedBatch
     ) -> tuple[AppendReply | None, str]:
         timeout = self.settings.append_attempt_timeout_s
         with trio.move_on_after(timeout) as attempt:

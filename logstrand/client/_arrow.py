@@ -7,8 +7,9 @@ it (``pip install logstrand[arrow]``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -67,30 +68,69 @@ def arrow_batch(
     )
 
 
+def _binary_array(offsets: Any, data: Any, valid: Any) -> pa.Array:
+    """An Arrow binary column straight from offsets, bytes and validity."""
+    n = len(valid)
+    if offsets[-1] > 2**31 - 1:
+        raise InvalidArgumentError("over 2 GiB of bytes in one Arrow batch")
+    nulls = int(n - np.count_nonzero(valid))
+    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+    return pa.Array.from_buffers(
+        pa.binary(),
+        n,
+        [bitmap, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)],
+        null_count=nulls,
+    )
+
+
+def columns_batch(batch: ColumnBatch) -> pa.RecordBatch:
+    """One Arrow batch of a ``ColumnBatch``, column by column, no per-record objects."""
+    n = len(batch)
+    if n and int(batch.lsn.max()) > LSN_SIGNED_MAX:
+        raise InvalidArgumentError("an LSN at or above 2^63 does not fit a signed 64-bit column")
+    lsn = pa.array(batch.lsn.astype(np.int64))
+    ts_us = pa.array(batch.timestamp_ms.astype(np.int64) * 1000)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.repeat(pa.scalar(batch.log_id, pa.int64()), n),
+            lsn,
+            pc.shift_right(lsn, 32).cast(pa.int32()),
+            pc.bit_wise_and(lsn, 0xFFFFFFFF),
+            ts_us.cast(pa.timestamp("us", tz="UTC")),
+            _binary_array(batch.key_offsets, batch.key_data, batch.key_valid),
+            _binary_array(batch.payload_offsets, batch.payload_data, batch.payload_valid),
+        ],
+        schema=ARROW_SCHEMA,
+    )
+
+
 def arrow_batches(
     columns: Iterator[ColumnBatch],
     *,
     rows: int = ROWS_PER_BATCH,
     on_gap: Callable[[Gap], None] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Join the reader's column batches into Arrow batches of about ``rows``
-    records; each gap met goes to ``on_gap`` (before the records after it)."""
-    lsns: list[int] = []
-    ts: list[int] = []
-    keys: list[bytes | None] = []
-    payloads: list[bytes | None] = []
-    log_id = 0
+    """The reader's column batches as Arrow batches of about ``rows`` records
+    (several joined when small); each gap met goes to ``on_gap`` (before the
+    records after it)."""
+    held: list[pa.RecordBatch] = []
+    count = 0
     for batch in columns:
-        log_id = batch.log_id
         if batch.gaps and on_gap is not None:
             for gap in batch.gaps:
                 on_gap(gap)
-        lsns += batch.lsns
-        ts += batch.timestamps_ms
-        keys += batch.keys
-        payloads += batch.payloads
-        if len(lsns) >= rows:
-            yield arrow_batch(log_id, lsns, ts, keys, payloads)
-            lsns, ts, keys, payloads = [], [], [], []
-    if lsns:
-        yield arrow_batch(log_id, lsns, ts, keys, payloads)
+        if not len(batch):
+            continue
+        held.append(columns_batch(batch))
+        count += len(batch)
+        if count >= rows:
+            yield _joined(held)
+            held, count = [], 0
+    if held:
+        yield _joined(held)
+
+
+def _joined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    if len(batches) == 1:
+        return batches[0]
+    return pa.Table.from_batches(batches, schema=ARROW_SCHEMA).combine_chunks().to_batches()[0]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -21,6 +22,7 @@ from ..types import LSN_MAX, TAIL, Gap, GapType, Record, _Tail
 from ..wire import ReadCredit, StartRead, StopRead
 from ._columns import ColumnBatch
 from ._reader_core import GapItem, GrantCredit, Item, ReaderCore, RecordRun, StartStream
+from ._views import BatchView
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
     from ..rpc import Link, Links
     from ._admin import Admin
 
+_log = logging.getLogger("logstrand.client")
 _stream_ids = itertools.count(1)
 RECONNECT_S = 1.0
 
@@ -212,15 +215,25 @@ class ReadStream:
             core.on_unreachable(node, now)
             self._retry_at[node] = now + RECONNECT_S
             return
+        views = []
+        w = msg.windows
+        for i, pb in enumerate(msg.batches):
+            if not pb.body_ok():
+                # Changed on its way here (or on the node's disk): never
+                # delivered.  The node counts as down, so that another
+                # holder of these records sends them.
+                _log.warning(
+                    "log %d: node %d sent a batch at %#x that fails its checksum",
+                    self.log_id,
+                    node,
+                    pb.first_lsn,
+                )
+                core.on_unreachable(node, now)
+                self._retry_at[node] = now + RECONNECT_S
+                return
+            views.append(BatchView(pb, w[2 * i], w[2 * i + 1]))
         core.on_records(
-            node,
-            msg.generation,
-            msg.next_lsn,
-            msg.trim_point,
-            msg.batch,
-            now,
-            msg.waves,
-            msg.clean_point,
+            node, msg.generation, msg.next_lsn, msg.trim_point, views, now, msg.clean_point
         )
 
     # -- iteration -------------------------------------------------------------

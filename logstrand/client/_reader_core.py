@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -41,29 +41,52 @@ from ..records import BRIDGE, HOLE, WRITTEN_BY_RECOVERY, precedence
 from ..types import LSN_MAX, GapType
 
 if TYPE_CHECKING:
-    from ..wire import RecordBatch
+    from collections.abc import Sequence
+
+    from ._views import BatchView
 
 _PLAIN = (0, 0)
 
 
-def _precedence(batch: RecordBatch, waves: tuple[int, ...], i: int) -> tuple[int, int]:
-    """Which of two differing copies of one LSN wins (``records.precedence``).
-    A node sends waves only with batches that hold recovery copies; the other
-    copies of one LSN are all the same record."""
-    return precedence(batch.flags[i], waves[i] if waves else 0)
+def _precedence(batch: BatchView, i: int) -> tuple[int, int]:
+    """Which of two differing copies of one LSN wins (``records.precedence``)."""
+    return precedence(batch.flags[i], batch.wave)
 
 
-@attrs.frozen
 class RecordRun:
-    """Consecutive delivered records as columns (payload None: tombstone)."""
+    """Consecutive delivered records: records [off, end) of a batch view
+    (payload None: a tombstone).  Columns are cut from the view on demand."""
 
-    lsns: tuple[int, ...]
-    timestamps_ms: tuple[int, ...]
-    keys: tuple[bytes | None, ...]
-    payloads: tuple[bytes | None, ...]
+    __slots__ = ("end", "off", "view")
+
+    def __init__(self, view: BatchView, off: int, end: int) -> None:
+        self.view = view
+        self.off = off
+        self.end = end
 
     def __len__(self) -> int:
-        return len(self.lsns)
+        return self.end - self.off
+
+    def _cut(self, col: list[Any]) -> list[Any]:
+        if self.off == 0 and self.end == len(col):
+            return col
+        return col[self.off : self.end]
+
+    @property
+    def lsns(self) -> list[int]:
+        return self._cut(self.view.lsns)
+
+    @property
+    def timestamps_ms(self) -> list[int]:
+        return self._cut(self.view.timestamps_ms)
+
+    @property
+    def keys(self) -> list[bytes | None]:
+        return self._cut(self.view.keys)
+
+    @property
+    def payloads(self) -> list[bytes | None]:
+        return self._cut(self.view.payloads)
 
 
 @attrs.frozen
@@ -102,8 +125,8 @@ class _Node:
     pos: int = 0  # everything below this was sent (0: nothing heard yet)
     trim: int = 0
     clean: int = 0  # compaction's clean point: missing at or below it = COMPACTED
-    # (batch, offset, waves): waves empty unless the batch has recovery copies
-    queue: deque[tuple[RecordBatch, int, tuple[int, ...]]] = attrs.Factory(deque)
+    # (batch, offset of its next record)
+    queue: deque[tuple[BatchView, int]] = attrs.Factory(deque)
     consumed: int = 0
     moved_at: float = 0.0
     window: int = 0  # credit granted since the stream started, less what came back
@@ -172,16 +195,17 @@ class ReaderCore:
         generation: int,
         next_lsn: int,
         trim: int,
-        batch: RecordBatch,
+        batches: Sequence[BatchView],
         now: float,
-        waves: tuple[int, ...] = (),
         clean: int = 0,
     ) -> None:
         st = self.nodes.get(node_id)
         if st is None or generation != self.generation:
             return  # a message from before the last rewind
-        if batch.lsns:
-            st.queue.append((batch, 0, waves))
+        for batch in batches:
+            if not batch.lsns:
+                continue
+            st.queue.append((batch, 0))
             if self._seen_records < 1 << 20:  # the record size, from a sample
                 self._seen_records += len(batch.lsns)
                 self._seen_bytes += batch.payload_bytes
@@ -246,7 +270,7 @@ class ReaderCore:
 
     def _drop_below(self, st: _Node, lsn: int) -> None:
         while st.queue:
-            batch, off, waves = st.queue[0]
+            batch, off = st.queue[0]
             lsns = batch.lsns
             if lsns[-1] < lsn:
                 st.consumed += len(lsns) - off
@@ -255,7 +279,7 @@ class ReaderCore:
             if lsns[off] < lsn:
                 new = bisect.bisect_left(lsns, lsn, off)
                 st.consumed += new - off
-                st.queue[0] = (batch, new, waves)
+                st.queue[0] = (batch, new)
             return
 
     def _step(self, now: float) -> bool:
@@ -270,11 +294,11 @@ class ReaderCore:
         for n, st in nodes.items():
             self._drop_below(st, self.next_lsn)
             if st.queue:
-                batch, off, waves = st.queue[0]
+                batch, off = st.queue[0]
                 lsn = batch.lsns[off]
                 if lsn < head:
-                    head_node, head, best = n, lsn, _precedence(batch, waves, off)
-                elif lsn == head and (p := _precedence(batch, waves, off)) > best:
+                    head_node, head, best = n, lsn, _precedence(batch, off)
+                elif lsn == head and (p := _precedence(batch, off)) > best:
                     # Differing copies (one left by a sequencer that died, one
                     # by recovery): the highest precedence wins, for every reader.
                     head_node, best = n, p
@@ -307,7 +331,7 @@ class ReaderCore:
 
     def _deliver(self, node_id: int, frontier: int, now: float) -> None:
         st = self.nodes[node_id]
-        batch, off, waves = st.queue[0]
+        batch, off = st.queue[0]
         lsns = batch.lsns
         # Every record below the frontier has arrived; another node's copies
         # of the same LSNs are duplicates, dropped on the next step.
@@ -322,74 +346,67 @@ class ReaderCore:
                 else:
                     hi = mid - 1
             end = lo + 1
-        end = self._cut_before_better_copies(node_id, batch, off, end, waves)
+        end = self._cut_before_better_copies(node_id, batch, off, end)
         after = self._emit(batch, off, end)
         st.consumed += end - off
         if end >= len(lsns):
             st.queue.popleft()
         else:
-            st.queue[0] = (batch, end, waves)
+            st.queue[0] = (batch, end)
         self.next_lsn = max(lsns[end - 1] + 1, after)
         if not self.scd and self.scd_default:
             # Past the suspect range: back to single-copy delivery.
             self.scd = True
             self._rewind(now)
 
-    def _cut_before_better_copies(
-        self, node_id: int, batch: RecordBatch, off: int, end: int, waves: tuple[int, ...]
-    ) -> int:
+    def _cut_before_better_copies(self, node_id: int, batch: BatchView, off: int, end: int) -> int:
         """End a run of consecutive records before an LSN another node has a
         better copy of (only recovery copies can be better)."""
         first, hi = batch.lsns[off], batch.lsns[end - 1]
         for n, st in self.nodes.items():
             if n == node_id:
                 continue
-            for other, o, other_waves in st.queue:
+            for other, o in st.queue:
                 olsns = other.lsns
                 if olsns[o] > hi:
                     break
+                if not other.packed.flag_bits & WRITTEN_BY_RECOVERY:
+                    continue
                 for i in range(o, len(olsns)):
                     x = olsns[i]
                     if x > hi:
                         break
                     if other.flags[i] & WRITTEN_BY_RECOVERY and x > first:
-                        mine = _precedence(batch, waves, off + (x - first))
-                        if _precedence(other, other_waves, i) > mine:
+                        mine = _precedence(batch, off + (x - first))
+                        if _precedence(other, i) > mine:
                             hi = x - 1
                             break
         return off + (hi - first) + 1
 
-    def _emit(self, batch: RecordBatch, off: int, end: int) -> int:
+    def _emit(self, batch: BatchView, off: int, end: int) -> int:
         """Deliver records [off, end) of a batch; returns the LSN reading goes on from."""
-        flags = batch.flags[off:end]
         after = 0
-        if not any(f & (HOLE | BRIDGE) for f in flags):
-            self.items.append(
-                RecordRun(
-                    batch.lsns[off:end],
-                    batch.timestamps_ms[off:end],
-                    batch.keys[off:end],
-                    batch.payloads[off:end],
-                )
-            )
+        if not batch.packed.flag_bits & (HOLE | BRIDGE):
+            self.items.append(RecordRun(batch, off, end))
             return after
+        run = off
         for i in range(off, end):
             lsn, fl = batch.lsns[i], batch.flags[i]
+            if not fl & (HOLE | BRIDGE):
+                continue
+            if run < i:
+                self.items.append(RecordRun(batch, run, i))
+            run = i + 1
             if fl & BRIDGE:
                 epoch_end = min(((lsn >> 32) + 1) << 32, self.until)
                 self.items.append(GapItem(GapType.BRIDGE, lsn, epoch_end))
                 after = epoch_end + 1
                 # Whatever follows a bridge in its epoch is a copy left by a
                 # sequencer that died (recovery decided the epoch ends here).
-                break
-            elif fl & HOLE:
-                self.items.append(GapItem(GapType.HOLE, lsn, lsn))
-            else:
-                self.items.append(
-                    RecordRun(
-                        (lsn,), (batch.timestamps_ms[i],), (batch.keys[i],), (batch.payloads[i],)
-                    )
-                )
+                return after
+            self.items.append(GapItem(GapType.HOLE, lsn, lsn))
+        if run < end:
+            self.items.append(RecordRun(batch, run, end))
         return after
 
     def _decide_gap(self, head: int, now: float) -> bool:

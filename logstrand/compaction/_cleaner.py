@@ -217,10 +217,11 @@ class Cleaner:
         async with client.read(log, start + 1, TAIL) as reader:
             while (batch := await reader.next_columns()) is not None:
                 n = len(batch)
+                lsns, keys, payloads = batch.lsns, batch.keys, batch.payloads
                 # Only records older than min_compaction_lag: stop at the first younger.
                 young = next((i for i, t in enumerate(batch.timestamps_ms) if t > lag_cut_ms), n)
-                keyed = [i for i in range(young) if batch.keys[i] is not None]
-                h = hash_keys([batch.keys[i] for i in keyed])  # type: ignore[misc]
+                keyed = [i for i in range(young) if keys[i] is not None]
+                h = hash_keys([keys[i] for i in keyed])  # type: ignore[misc]
                 # Each record adds at most one key: probe for room only when short.
                 take = len(keyed) if map_.room >= len(keyed) else map_.fits(h)
                 if take < len(keyed):
@@ -228,10 +229,10 @@ class Cleaner:
                     # has no room for; the next one goes on from there.
                     young = keyed[take]
                     partial = True
-                map_.put_many(h[:take], np.array([batch.lsns[i] for i in keyed[:take]]))
+                map_.put_many(h[:take], np.array([lsns[i] for i in keyed[:take]]))
                 if young:
-                    end = batch.lsns[young - 1]
-                size = sum(len(p) for p in batch.payloads[:young] if p is not None)
+                    end = lsns[young - 1]
+                size = sum(len(p) for p in payloads[:young] if p is not None)
                 records += young
                 nbytes += size
                 await throttle.spent(size)

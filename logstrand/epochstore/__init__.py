@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from ._base import EpochStore, MemberSession, Placement, Watch
 from ._model import (
     CLEANUP_POLICIES,
+    COMPRESSIONS,
     DURABILITIES,
     SCOPES,
     EpochEnd,
@@ -47,6 +48,7 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "CLEANUP_POLICIES",
+    "COMPRESSIONS",
     "DURABILITIES",
     "SCOPES",
     "AsyncEpochStore",

@@ -18,6 +18,7 @@ from ..records import LOG_ID_MAX
 #: Failure-domain scopes, narrowest first.  A location is "region.dc.rack".
 SCOPES = ("node", "rack", "dc", "region")
 CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
+COMPRESSIONS = ("none", "lz4", "zstd")
 DURABILITIES = ("async", "fsync")
 ROLES = ("storage", "sequencer")
 _CLUSTER_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -116,6 +117,8 @@ class LogAttributes:
     max_compaction_lag_ms: int | None = None
     min_cleanable_ratio: float = 0.5
     durability: str = "async"
+    #: How clients compress the bodies of their batches: none, lz4 or zstd.
+    compression: str = "none"
 
     def __attrs_post_init__(self) -> None:
         if type(self.replication_factor) is not int or not 1 <= self.replication_factor <= 15:
@@ -140,6 +143,8 @@ class LogAttributes:
             _fail(f"bad min cleanable ratio {self.min_cleanable_ratio!r}: 0 to 1")
         if self.durability not in DURABILITIES:
             _fail(f"bad durability {self.durability!r}: {', '.join(DURABILITIES)}")
+        if self.compression not in COMPRESSIONS:
+            _fail(f"bad compression {self.compression!r}: {', '.join(COMPRESSIONS)}")
 
     @property
     def compacted(self) -> bool:

@@ -8,6 +8,7 @@ from ._format import (
     StoredBatch,
     StoredRecord,
 )
+from ._scan import PackedRead
 from ._store import LogsDB, LogsDBOptions, PartitionInfo, PutBatch
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "Engine",
     "LogsDB",
     "LogsDBOptions",
+    "PackedRead",
     "PartitionInfo",
     "PutBatch",
     "RocksEngine",

@@ -34,6 +34,7 @@ class Engine(Protocol):
     def write(self, batch: Batch, *, sync: bool) -> None: ...
     def get(self, cf: str, key: bytes) -> bytes | None: ...
     def items(self, cf: str, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]: ...
+    def last_before(self, cf: str, key: bytes, lo: bytes) -> tuple[bytes, bytes] | None: ...
     def cf_file_count(self, cf: str) -> int: ...
     def disk_bytes(self) -> int: ...
     def flush(self) -> None: ...
@@ -149,6 +150,17 @@ class RocksEngine:
         ro = rocksdict.ReadOptions()
         ro.set_iterate_upper_bound(hi if hi is not None else _KEY_MAX)
         yield from self._cfs[cf].items(from_key=lo, read_opt=ro)
+
+    def last_before(self, cf: str, key: bytes, lo: bytes) -> tuple[bytes, bytes] | None:
+        """The last item with lo ≤ its key ≤ key (RocksDB's seek-for-prev)."""
+        it = self._cfs[cf].iter()
+        it.seek_for_prev(key)
+        if not it.valid():
+            return None
+        k = it.key()
+        if k < lo:
+            return None
+        return k, it.value()
 
     def cf_file_count(self, cf: str) -> int:
         value = self._cfs[cf].property_int_value("rocksdb.num-files-at-level0")

@@ -13,21 +13,21 @@ crash the directory never disagrees with the data.
 from __future__ import annotations
 
 import bisect
-import heapq
 import itertools
+import struct
 from typing import TYPE_CHECKING
 
 import attrs
 
-from ..errors import InvalidArgumentError
-from ..types import LSN_MAX
+from ..errors import InvalidArgumentError, ProtocolError
+from ..records import RecordBatch
 from . import _format as fmt
 from ._format import DirEntry
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping
+    from collections.abc import Callable, Mapping
 
-    from ..records import RecordBatch
+    from ..packed import PackedBatch
     from ._engine import Batch, Engine
 
 META_CF = "meta"
@@ -83,12 +83,42 @@ class LogsDBOptions:
 
 @attrs.frozen
 class PutBatch:
-    """Records of one log stored under one copyset: what one STORE carries."""
+    """Records of one log stored under one copyset: what one STORE carries.
+
+    ``records`` is a ``PackedBatch`` as a STORE brings it (its header has the
+    wave and copyset), or a ``RecordBatch`` that ``packed()`` packs with
+    ``copyset`` and ``wave`` (recovery's and the tests' writes).
+    """
 
     log_id: int
-    records: RecordBatch
+    records: RecordBatch | PackedBatch
     copyset: tuple[int, ...] = ()
     wave: int = 0
+
+    def packed(self) -> PackedBatch | None:
+        """The batch to store (None for an empty RecordBatch)."""
+        from ..packed import PackedBatch
+
+        if isinstance(self.records, PackedBatch):
+            return self.records
+        rb = self.records
+        if not rb.lsns:
+            return None
+        if any(a >= b for a, b in itertools.pairwise(rb.lsns)):
+            # Any order in, LSN order stored; of two records at one LSN the later wins.
+            last = {lsn: i for i, lsn in enumerate(rb.lsns)}
+            idx = [last[lsn] for lsn in sorted(last)]
+            rb = RecordBatch.trusted(
+                tuple(rb.lsns[i] for i in idx),
+                tuple(rb.timestamps_ms[i] for i in idx),
+                tuple(rb.flags[i] for i in idx),
+                tuple(rb.keys[i] for i in idx),
+                tuple(rb.payloads[i] for i in idx),
+            )
+        try:
+            return PackedBatch.of_records(rb, wave=self.wave, copyset=self.copyset)
+        except (ProtocolError, struct.error) as exc:
+            raise InvalidArgumentError(f"log {self.log_id}: bad batch: {exc}") from None
 
 
 def merge_entry(old: DirEntry | None, new: DirEntry) -> DirEntry:
@@ -202,61 +232,13 @@ class Partitions:
                 return p
         raise AssertionError(f"partition {pid} not found")
 
-    def existing(self, log_id: int, lsn: int) -> Partition | None:
-        """The partition already holding (log, lsn), if any.  Only for rewrites."""
-        for pid, entry in self.dir.get(log_id, {}).items():
-            if entry.first_lsn <= lsn <= entry.last_lsn:
-                part = self.by_id(pid)
-                if self._engine.get(part.cf, fmt.data_key(log_id, lsn)) is not None:
-                    return part
-        return None
-
-    def holding(self, log_id: int, lsn: int) -> tuple[Partition, DirEntry] | None:
-        """A partition whose directory entry covers ``lsn`` (no lookup)."""
-        for pid, e in self.dir.get(log_id, {}).items():
-            if e.first_lsn <= lsn <= e.last_lsn:
-                return self.by_id(pid), e
-        return None
-
-    def route(self, put: PutBatch) -> Iterator[tuple[Partition, list[int] | None]]:
-        """Group the records of a batch by the partition each goes to."""
-        rb = put.records
-        n = len(rb.lsns)
+    def partition_for(self, timestamp_ms: int) -> Partition:
+        """The partition a new batch stamped ``timestamp_ms`` goes to."""
         newest = self.list[-1]
-        entries = self.dir.get(put.log_id)
-        top_lsn = max((e.last_lsn for e in entries.values()), default=0) if entries else 0
-        if min(rb.timestamps_ms) >= newest.start_ts_ms and min(rb.lsns) > top_lsn:
-            yield newest, None  # the common case, all at the tail: no regrouping
-            return
+        if timestamp_ms >= newest.start_ts_ms:
+            return newest
         starts = [p.start_ts_ms for p in self.list]
-        groups: dict[int, list[int]] = {}
-        for i in range(n):
-            part = None
-            if rb.lsns[i] <= top_lsn:
-                part = self.existing(put.log_id, rb.lsns[i])
-            if part is None:
-                part = self.list[max(0, bisect.bisect_right(starts, rb.timestamps_ms[i]) - 1)]
-            groups.setdefault(part.id, []).append(i)
-        for pid, idxs in groups.items():
-            yield self.by_id(pid), idxs
-
-    def sources(self, log_id: int, start: int, until: int) -> list[Iterator[tuple[bytes, bytes]]]:
-        """(key, value) iterators over the partitions holding [start, until], in LSN order."""
-        found = sorted(
-            (e.first_lsn, e.last_lsn, pid)
-            for pid, e in self.dir.get(log_id, {}).items()
-            if e.last_lsn >= start and e.first_lsn <= until
-        )
-        lo = fmt.data_key(log_id, start)
-        hi = fmt.data_key(log_id, until + 1) if until < LSN_MAX else None
-        if hi is None and log_id < _U64_MAX:
-            hi = fmt.data_key(log_id + 1, 0)
-        iters = [self._engine.items(self.by_id(pid).cf, lo, hi) for _, _, pid in found]
-        if any(a[1] >= b[0] for a, b in itertools.pairwise(found)):
-            # Late or rebuilt records made partitions overlap in LSNs: merge.
-            # A key is only ever in one partition, so no duplicates arise.
-            return [heapq.merge(*iters, key=lambda kv: kv[0])]
-        return iters
+        return self.list[max(0, bisect.bisect_right(starts, timestamp_ms) - 1)]
 
     def entries(self, log_id: int) -> list[tuple[int, DirEntry]]:
         """(partition id, entry) pairs of one log, oldest partition first."""

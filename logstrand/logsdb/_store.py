@@ -24,6 +24,7 @@ without RocksDB.
 
 from __future__ import annotations
 
+import bisect
 import os
 import threading
 import time
@@ -43,13 +44,16 @@ from ._partitions import (
     PartitionInfo,
     Partitions,
     PutBatch,
-    merge_entry,
 )
 
 __all__ = ["LogsDB", "LogsDBOptions", "PartitionInfo", "PutBatch"]
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping
+
+    from ..packed import PackedBatch
+    from ._scan import PackedRead
+from ._write import Write
 
 _U64_MAX = 2**64 - 1
 
@@ -146,87 +150,79 @@ class LogsDB:
     ) -> None:
         """Store batches of records of any logs in one atomic RocksDB write.
 
-        A record at an LSN already stored replaces it.  With ``sync=True`` the
-        write is on disk when this returns.
+        Each batch is one value.  A batch whose LSNs lie above everything
+        stored for its log (the usual case) is put as it is.  Otherwise the
+        stored batches it overlaps are split around it in the same write: a
+        copy at an LSN already stored replaces it, the others stay, and
+        stored batches of one log still never overlap.  (Two batches of one
+        call that overlap each other go in two writes, in order.)  With
+        ``sync=True`` the write is on disk when this returns.
 
         Raises:
-            InvalidArgumentError: a bad log id, key or copyset; nothing is written.
+            InvalidArgumentError: a bad log id or copyset; nothing is written.
         """
         self._check_open()
         parts = self._parts
         parts.maybe_roll(self._clock_ms())
-        batch = self._engine.new_batch()
-        touched: dict[tuple[int, int], DirEntry] = {}
-        part_bytes: dict[int, int] = {}
+        packed: list[tuple[int, PackedBatch]] = []
         for put in puts:
             _check_log(put.log_id)
-            rb = put.records
-            if not rb.lsns:
-                continue
-            cs = fmt.pack_copyset(put.copyset)
-            prefix = put.log_id.to_bytes(8, "big")
-            for part, idxs in parts.route(put):
-                if idxs is None:
-                    lsns, tss, fls = rb.lsns, rb.timestamps_ms, rb.flags
-                    keys, pays = rb.keys, rb.payloads
-                else:
-                    lsns = tuple(rb.lsns[i] for i in idxs)
-                    tss = tuple(rb.timestamps_ms[i] for i in idxs)
-                    fls = tuple(rb.flags[i] for i in idxs)
-                    keys = tuple(rb.keys[i] for i in idxs)
-                    pays = tuple(rb.payloads[i] for i in idxs)
-                values = fmt.encode_values(tss, fls, put.wave, cs, keys, pays)
-                batch_bytes = sum(map(len, values)) + 16 * len(values)
-                batch.put_many(part.cf, [prefix + n.to_bytes(8, "big") for n in lsns], values)
-                entry = DirEntry(min(lsns), max(lsns), min(tss), max(tss), batch_bytes, len(lsns))
-                k = (put.log_id, part.id)
-                touched[k] = merge_entry(
-                    touched.get(k) or parts.dir.get(put.log_id, {}).get(part.id), entry
-                )
-                part_bytes[part.id] = part_bytes.get(part.id, 0) + batch_bytes
-        moved = self._put_releases(batch, releases or {})
-        if not touched and not moved:
+            pb = put.packed()
+            if pb is not None:
+                packed.append((put.log_id, pb))
+        w = Write(self._parts, self._engine)
+        for log_id, pb in packed:
+            if w.overlaps_pending(log_id, pb):
+                self._commit(w, {}, sync=False)
+                w = Write(self._parts, self._engine)
+            if pb.first_lsn > max(parts.last_lsn(log_id), w.top.get(log_id, 0)):
+                w.put(log_id, parts.partition_for(pb.timestamp_ms).id, pb)
+            else:
+                w.replace(log_id, pb)
+        self._commit(w, releases or {}, sync=sync)
+
+    def _commit(self, w: Write, releases: Mapping[int, int], *, sync: bool) -> None:
+        moved = self._put_releases(w.batch, releases)
+        if not w.touched and not moved and not w.deleted:
             return
-        parts.put_entries(batch, touched)
-        self._engine.write(batch, sync=sync)
+        self._parts.put_entries(w.batch, w.touched)
+        self._engine.write(w.batch, sync=sync)
         self._meta["release"].update(moved)
         # Only now, with the write done, does the in-memory view change.
-        parts.written(touched, part_bytes)
+        self._parts.written(w.touched, w.part_bytes)
 
-    def delete(
-        self, log_id: int, lsns: Iterable[int], *, sync: bool = False, present: bool = False
-    ) -> int:
+    def delete(self, log_id: int, lsns: Iterable[int], *, sync: bool = False) -> int:
         """Remove the copies of these LSNs of a log.  Returns how many were there.
 
-        For compaction and for tests that destroy data; space comes back when
-        RocksDB compacts or the partition is dropped (``reclaim``).  Directory
-        entries keep their ranges (their counts become approximate).
-
-        ``present``: the caller just read these copies, so no lookup is needed
-        to find them where one partition alone covers the LSN (the count is
-        then the number asked for).
+        For compaction (and tests that destroy data): each stored batch that
+        holds one is rewritten without it, keeping the others' LSNs, in one
+        write; space comes back when RocksDB compacts or the partition is
+        dropped (``reclaim``).  Directory entries keep their ranges (their
+        counts become approximate).
         """
         self._check_open()
         _check_log(log_id)
-        batch = self._engine.new_batch()
+        gone = sorted(set(lsns))
+        if not gone:
+            return 0
+        w = Write(self._parts, self._engine)
         found = 0
-        parts = self._parts
-        ranges = sorted((e.first_lsn, e.last_lsn, pid) for pid, e in parts.entries(log_id))
-        cfs = {pid: parts.by_id(pid).cf for _, _, pid in ranges}
-        for lsn in lsns:
-            part_cf: str | None = None
-            if present:
-                covering = [pid for lo, hi, pid in ranges if lo <= lsn <= hi]
-                if len(covering) == 1:
-                    part_cf = cfs[covering[0]]
-            if part_cf is None:
-                part = parts.existing(log_id, lsn)
-                part_cf = None if part is None else part.cf
-            if part_cf is not None:
-                batch.delete(part_cf, fmt.data_key(log_id, lsn))
-                found += 1
+        for pid, pb in _scan.batches(self._parts, self._engine, log_id, gone[0], gone[-1]):
+            if pb.first_lsn > gone[-1]:
+                break
+            have = pb.lsns()
+            lo = bisect.bisect_left(gone, pb.first_lsn)
+            hi = bisect.bisect_right(gone, pb.last_lsn)
+            drop = set(gone[lo:hi]).intersection(have)
+            if not drop:
+                continue
+            found += len(drop)
+            w.delete(pid, fmt.data_key(log_id, pb.first_lsn))
+            keep = [i for i, x in enumerate(have) if x not in drop]
+            if keep:
+                w.put(log_id, pid, pb.select(keep), account=False)
         if found:
-            self._engine.write(batch, sync=sync)
+            self._engine.write(w.batch, sync=sync)
         return found
 
     def reclaim(self, log_id: int) -> None:
@@ -259,7 +255,7 @@ class LogsDB:
 
     # -- reading ----------------------------------------------------------
 
-    def read_batch(
+    def read_packed(
         self,
         log_id: int,
         start: int = LSN_OLDEST,
@@ -268,23 +264,19 @@ class LogsDB:
         max_records: int = 4096,
         max_bytes: int = 1024 * 1024,
         skip: Callable[[tuple[int, ...]], bool] | None = None,
-    ) -> StoredBatch:
-        """Records of ``log_id`` with start ≤ LSN ≤ until, above the trim point, in LSN order.
+    ) -> PackedRead:
+        """The stored batches of ``log_id`` overlapping [start, until] above the
+        trim point, in LSN order, checked but not decoded: what read streams
+        send.  A batch may reach below ``start`` (or the trim point) and above
+        ``until``; whoever takes its records takes only those in range.
 
-        Stops after ``max_records`` records or once ``max_bytes`` of payload are
-        in; at least one record is returned when there is one, however large.
-        Continue from ``scanned_to + 1`` (without ``skip``: the last LSN + 1).
-
-        ``skip(copyset)``: pass over runs of records stored under a copyset it
-        says True for, without decoding them (see ``decode_into``); a long run
-        is passed over by point lookups on its STORE's identity (timestamp,
-        wave, copyset).  Should two STOREs with one identity sandwich another
-        (all within one millisecond), the one between may be passed over too:
-        ``skip`` is for single-copy delivery, whose reader notices LSNs that no
-        node sent and asks every node for them.
+        Stops once ``max_records`` records or ``max_bytes`` bytes of batches
+        are in (at least one batch).  ``skip(copyset)``: batches it says True
+        for are passed over (single-copy delivery: another node sends them).
+        Continue from ``scanned_to + 1``.
 
         Raises:
-            CorruptionError: a record failed its checksum.
+            CorruptionError: a stored batch is malformed or fails a checksum.
             InvalidArgumentError: bad log id or limits.
         """
         self._check_open()
@@ -295,6 +287,37 @@ class LogsDB:
         return _scan.scan(
             self._parts, self._engine, log_id, start, until, max_records, max_bytes, skip
         )
+
+    def read_batch(
+        self,
+        log_id: int,
+        start: int = LSN_OLDEST,
+        until: int = LSN_MAX,
+        *,
+        max_records: int = 4096,
+        max_bytes: int = 1024 * 1024,
+        skip: Callable[[tuple[int, ...]], bool] | None = None,
+    ) -> StoredBatch:
+        """Records of ``log_id`` with start ≤ LSN ≤ until, above the trim point,
+        in LSN order, decoded into columns (``read_packed``, then each batch's
+        records in range).  Limits as ``read_packed``'s, by whole batches.
+
+        Raises:
+            CorruptionError: a record failed its checksum.
+            InvalidArgumentError: bad log id or limits.
+        """
+        got = self.read_packed(
+            log_id, start, until, max_records=max_records, max_bytes=max_bytes, skip=skip
+        )
+        lo = max(start, self._meta["trim"].get(log_id, 0) + 1)
+        out = StoredBatch(log_id)
+        out.scanned_to = got.scanned_to
+        for pb in got.batches:
+            out.add(pb, lo, until)
+            if len(out) >= max_records or out.payload_bytes >= max_bytes:
+                out.cut(max_records, max_bytes)
+                break
+        return out
 
     def read(
         self,
@@ -315,12 +338,10 @@ class LogsDB:
         """Every record in [start, until] above the trim point, in LSN order, lazily."""
         while start <= until:
             batch = self.read_batch(log_id, start, until)
-            if not batch.lsns:
-                return
             yield from batch.records()
-            if batch.lsns[-1] >= until:
+            if batch.scanned_to >= until:
                 return
-            start = batch.lsns[-1] + 1
+            start = batch.scanned_to + 1
 
     def find_time(self, log_id: int, ts_ms: int) -> int:
         """The first LSN above the trim point with timestamp ≥ ``ts_ms``.

@@ -38,12 +38,13 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..errors import Status
-from ..records import ESN_MAX, RecordBatch
+from ..records import ESN_MAX
 from ..wire import Store
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from ..packed import PackedBatch
     from ..placement import CopysetSelector
 
 _WAVE_BITS = 16
@@ -81,7 +82,10 @@ Action = SendStore | ReplyAppend | SendRelease
 class _Appender:
     seq_id: int
     first_esn: int
-    batch: RecordBatch
+    #: The client's batch (its body is passed on as it came).
+    batch: PackedBatch
+    first_lsn: int
+    timestamp_ms: int
     token: Any
     bytes: int
     wave: int = 0
@@ -156,7 +160,7 @@ class SequencerCore:
 
     # -- input ------------------------------------------------------------
 
-    def append(self, batch: RecordBatch, token: Any, now: float, now_ms: int) -> list[Action]:
+    def append(self, batch: PackedBatch, token: Any, now: float, now_ms: int) -> list[Action]:
         """Take a batch of records (their LSNs/timestamps are assigned here)."""
         n = len(batch)
         if self.preempted:
@@ -173,14 +177,7 @@ class SequencerCore:
         first = self.next_esn
         self.next_esn += n
         base = (self.epoch << 32) | first
-        stamped = RecordBatch.trusted(
-            tuple(range(base, base + n)),
-            (now_ms,) * n,
-            batch.flags,
-            batch.keys,
-            batch.payloads,
-        )
-        app = _Appender(next(self._ids), first, stamped, token, size)
+        app = _Appender(next(self._ids), first, batch, base, now_ms, token, size)
         self._window[app.seq_id] = app
         self._bytes += size
         return self._start_wave(app, now)
@@ -299,7 +296,12 @@ class SequencerCore:
             # LNG, which runs ahead of it until earlier epochs are recovered.
             self.released_lsn,
             self.sync,
-            app.batch,
+            app.batch.restamp(
+                first_lsn=app.first_lsn,
+                timestamp_ms=app.timestamp_ms,
+                wave=app.wave,
+                copyset=copyset,
+            ),
         )
         return [SendStore(node, store) for node in copyset]
 
@@ -307,7 +309,7 @@ class SequencerCore:
         app.done = True
         first_lsn = (self.epoch << 32) | app.first_esn
         actions: list[Action] = [
-            ReplyAppend(app.token, Status.OK, first_lsn, len(app.batch), app.batch.timestamps_ms[0])
+            ReplyAppend(app.token, Status.OK, first_lsn, len(app.batch), app.timestamp_ms)
         ]
         # Slide the window over the finished prefix.
         while self._window:

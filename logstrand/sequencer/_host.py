@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ..epochstore._model import EpochMetadata, LogAttributes
-    from ..wire import RecordBatch
+    from ..packed import PackedBatch
 
 
 @attrs.frozen
@@ -131,7 +131,7 @@ class _Slot:
     activating: bool = False
     #: Appends (batch, token) and GET_SEQ_STATE tokens (batch None) waiting
     #: for the activation.
-    waiting: deque[tuple[RecordBatch | None, Any]] = attrs.Factory(deque)
+    waiting: deque[tuple[PackedBatch | None, Any]] = attrs.Factory(deque)
     activated_at: float = 0.0
     attempts_failed: int = 0
     error: str = ""
@@ -139,23 +139,27 @@ class _Slot:
 
 
 def check_records(
-    batch: RecordBatch, attributes: LogAttributes, options: HostOptions
+    batch: PackedBatch, attributes: LogAttributes, options: HostOptions
 ) -> tuple[Status, str] | None:
-    """Why a log cannot take these records, or None.  Checked before any STORE:
-    a record LogsDB cannot hold would fail the whole group commit it lands in,
-    other clients' records with it."""
+    """Why a log cannot take these records, or None.  Checked before any STORE
+    (a record LogsDB cannot hold would fail the whole group commit it lands
+    in, other clients' records with it), from the lengths in the batch's
+    body: nothing is decompressed.  The body must match the checksum the
+    client computed."""
+    if not batch.body_ok():
+        return Status.CHECKSUM_MISMATCH, "the batch's body does not match its checksum"
     compacted = attributes.compacted
     limit = options.payload_bytes_max
-    for p in batch.payloads:
-        if p is None:
-            if not compacted:
-                return Status.BADPAYLOAD, "a tombstone (payload None) needs a compacted log"
-        elif len(p) > limit:
-            return Status.TOOBIG, f"payload of {len(p)} bytes exceeds the limit of {limit}"
-    if compacted and None in batch.keys:
+    lens = batch.payload_lens()
+    if -1 in lens and not compacted:
+        return Status.BADPAYLOAD, "a tombstone (payload None) needs a compacted log"
+    if max(lens) > limit:
+        return Status.TOOBIG, f"payload of {max(lens)} bytes exceeds the limit of {limit}"
+    keys = batch.key_lens()
+    if compacted and -1 in keys:
         return Status.NOKEY, "the log is compacted: every record needs a key"
     key_max = options.key_bytes_max
-    if any(k is not None and len(k) > key_max for k in batch.keys):
+    if max(keys) > key_max:
         return Status.TOOBIG, f"a key is longer than {key_max} bytes"
     return None
 
@@ -175,7 +179,7 @@ class SequencerHostCore:
     def on_append(
         self,
         log_id: int,
-        batch: RecordBatch,
+        batch: PackedBatch,
         token: Any,
         now: float,
         now_ms: int,
@@ -230,7 +234,7 @@ class SequencerHostCore:
         return None
 
     def _wait_for_activation(
-        self, log_id: int, slot: _Slot, batch: RecordBatch | None, token: Any
+        self, log_id: int, slot: _Slot, batch: PackedBatch | None, token: Any
     ) -> list[HostAction]:
         if len(slot.waiting) >= self.options.waiting_appends_max:
             status, text = Status.OVERLOADED, "too many appends wait for the sequencer"

@@ -126,12 +126,10 @@ def _store(msg: Store, facts: Facts) -> Refusal | None:
             return Refusal(
                 Status.INVALID_PARAM, f"STORE's copyset names node {node}, not a member", "config"
             )
-    lsns = msg.batch.lsns
-    if not lsns:
-        return None
-    if lsns[0] & ESN_MASK == 0:
+    first = msg.batch.first_lsn
+    if first & ESN_MASK == 0:
         return Refusal(Status.INVALID_PARAM, f"log {log_id}: ESN 0 is never a record")
-    epoch = lsns[0] >> 32
+    epoch = first >> 32
     refused = _epoch_refusal(facts, log_id, epoch, "STORE")
     if refused is not None or not msg.recovery_seal:
         return refused

@@ -52,7 +52,7 @@ from . import _core
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from ..logsdb import LogsDBOptions, StoredBatch
+    from ..logsdb import LogsDBOptions, PackedRead, StoredBatch
     from ..wire import Digest, GetDigest, LogInfo, LogInfoReply, Seal, SealReply
     from ._metrics import NodeMetrics
 
@@ -130,8 +130,19 @@ class Committer:
         puts: list[PutBatch] = []
         accepted: list[tuple[Store, Sink]] = []
         refused: list[tuple[Store, Sink]] = []
+        corrupt: list[tuple[Store, Sink]] = []
         sync = False
         for msg, sink in items:
+            if not msg.batch.body_ok():
+                # Changed on its way here: the sequencer stores it elsewhere.
+                _log.warning(
+                    "node %d: STORE of log %d at %#x failed its checksum",
+                    self.node_id,
+                    msg.log_id,
+                    msg.batch.first_lsn,
+                )
+                corrupt.append((msg, sink))
+                continue
             if not _core.admit_store(db, msg):
                 refused.append((msg, sink))  # sealed: only a newer recovery may write
                 continue
@@ -144,7 +155,12 @@ class Committer:
         status = Status.OK
         if puts:
             status = self._write(puts, sync)
-        for batch, result in ((accepted, status), (refused, Status.PREEMPTED)):
+        replies = (
+            (accepted, status),
+            (refused, Status.PREEMPTED),
+            (corrupt, Status.CHECKSUM_MISMATCH),
+        )
+        for batch, result in replies:
             for msg, sink in batch:
                 # If the sequencer's connection is gone, it will retry elsewhere.
                 sink(StoreReply(msg.store_id, msg.log_id, int(result), self.node_id))
@@ -171,8 +187,9 @@ class Committer:
         m.store_bytes.inc(sum(p.records.payload_bytes for p in puts))
         if status == Status.OK:
             for p in puts:
-                if p.records.lsns:
-                    self._on_stored(p.log_id, p.records.lsns[-1], self.release.get(p.log_id, 0))
+                pb = p.packed()
+                if pb is not None:
+                    self._on_stored(p.log_id, pb.last_lsn, self.release.get(p.log_id, 0))
         return status
 
     # -- release pointers ---------------------------------------------------------
@@ -229,6 +246,9 @@ class Committer:
 
     # -- reads (for read streams) ------------------------------------------------
 
+    def read_packed(self, log_id: int, start: int, until: int, **limits: Any) -> PackedRead:
+        return self.db.read_packed(log_id, start, until, **limits)
+
     def read_batch(self, log_id: int, start: int, until: int, **limits: Any) -> StoredBatch:
         return self.db.read_batch(log_id, start, until, **limits)
 
@@ -250,8 +270,9 @@ class Committer:
         self.db.set_clean_point(log_id, lsn)
 
     def remove(self, log_id: int, lsns: list[int]) -> None:
-        """Remove copies just read (they exist), unsynced: ``reclaim`` syncs."""
-        self.db.delete(log_id, lsns, sync=False, present=True)
+        """Remove copies (stored batches rewritten without them), unsynced:
+        ``reclaim`` syncs."""
+        self.db.delete(log_id, lsns, sync=False)
 
     async def reclaim(self, log_id: int) -> None:
         """Make removals durable and give their space back (rule 1's exception)."""

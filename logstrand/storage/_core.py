@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
     from ..epochstore._model import EpochEnd
     from ..logsdb._format import DirEntry, StoredBatch
+    from ..packed import PackedBatch
     from ..wire import Store
 
 
@@ -76,9 +77,7 @@ def admit_store(db: LogStore, msg: Store) -> bool:
 
     The seal is persisted (synced) before this returns when it moves.
     """
-    lsns = msg.batch.lsns
-    if not lsns:
-        return True
+    first = msg.batch.first_lsn
     seal = db.seal_epoch(msg.log_id)
     if msg.recovery_seal:
         # Written by the recovery of a sequencer in epoch ``recovery_seal``.
@@ -87,7 +86,7 @@ def admit_store(db: LogStore, msg: Store) -> bool:
         if msg.recovery_seal - 1 > seal:
             db.seal(msg.log_id, msg.recovery_seal - 1)
         return True
-    return lsns[0] >> 32 > seal
+    return first >> 32 > seal
 
 
 def digest(db: LogStore, node_id: int, msg: GetDigest) -> Digest:
@@ -191,6 +190,43 @@ def servable(
                     dropped = True
         i = j
     return keep if dropped else None
+
+
+def servable_windows(
+    items: Sequence[tuple[PackedBatch, int, int]],
+    release_lsn: int,
+    end_of: Callable[[int], EpochEnd | None],
+) -> list[tuple[PackedBatch, int, int]]:
+    """``servable`` per stored batch: each (batch, first, last) window cut to
+    the copies that may go to readers, batches with none left out.
+
+    A batch holds one wave and one kind of copy, so what a recovery allows of
+    it is a run of LSNs: its window shrinks.  Should that ever not be one
+    run, the batch is rewritten with only the copies allowed (decoded: rare).
+    """
+    current = release_lsn >> 32
+    out: list[tuple[PackedBatch, int, int]] = []
+    for b, lo, hi in items:
+        if b.first_lsn >> 32 >= current:
+            out.append((b, lo, hi))
+            continue
+        all_lsns = b.lsns()
+        a = bisect.bisect_left(all_lsns, lo)
+        z = bisect.bisect_right(all_lsns, hi)
+        lsns = all_lsns[a:z]
+        if not lsns:
+            continue
+        keep = servable(lsns, b.flags()[a:z], [b.wave] * len(lsns), release_lsn, end_of)
+        if keep is None:
+            out.append((b, lo, hi))
+        elif not keep:
+            continue
+        elif keep[-1] - keep[0] == len(keep) - 1:
+            out.append((b, lsns[keep[0]], lsns[keep[-1]]))
+        else:
+            sub = b.select([a + i for i in keep])
+            out.append((sub, sub.first_lsn, sub.last_lsn))
+    return out
 
 
 def answer(

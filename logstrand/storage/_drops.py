@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
@@ -25,6 +25,7 @@ from ..wire import CleanPoint, DropCopies, DropReply
 from ._reads import ReadPort
 
 if TYPE_CHECKING:
+    from ..logsdb import StoredBatch
     from ..net import Connection
     from ..rpc import ClusterView
     from ._metrics import NodeMetrics
@@ -36,6 +37,7 @@ SCAN_RECORDS = 4096
 class DropPort(ReadPort, Protocol):
     """What dropping copies needs of the node's LogsDB (the committer)."""
 
+    def read_batch(self, log_id: int, start: int, until: int, **limits: Any) -> StoredBatch: ...
     def set_clean_point(self, log_id: int, lsn: int) -> None: ...
     def remove(self, log_id: int, lsns: list[int]) -> None: ...
     async def reclaim(self, log_id: int) -> None: ...

@@ -13,8 +13,9 @@ every message, also when it sends nothing, so that the reader can tell
 the node's release pointer, the next step:
 
 * ``Report(next_lsn)``: say where the stream is (an empty message);
-* ``ReadFrom(start, until, max_records)``: read that much of LogsDB, then hand
-  the batch to ``on_batch``, which picks what to send;
+* ``ReadFrom(start, until, max_records)``: read that many records' stored
+  batches from LogsDB, then hand them to ``on_read`` with the window of each
+  that may be sent;
 * ``IDLE``: caught up; wait for a release, more credit, or a heartbeat;
 * ``NO_CREDIT``: wait for more credit;
 * ``FINISHED``: everything up to ``until`` was sent.
@@ -26,13 +27,18 @@ Rules:
    (``servable``, decided before ``on_batch``).
 2. Single-copy delivery: a copy is sent by the first node of its copyset that
    the reader does not report down; a copyset with every node down is sent by
-   whoever holds it.  Runs another node sends are passed over unread (the
-   ``not_mine`` test, given to LogsDB's read as ``skip``).
+   whoever holds it.  A stored batch has one copyset: batches another node
+   sends are passed over unread (the ``not_mine`` test, given to LogsDB's
+   read as ``skip``).
+5. Stored batches go out as they are stored, never decoded here.  Each goes
+   with a window (first, last LSN) of what the reader may take of it: the
+   read's range, the trim point, and a recovery's decisions cut it where a
+   batch straddles them.
 3. The position reported only grows; after a heartbeat interval with no
    change the stream reports it again (``waited``), so a reader can tell a
    node that is there from one that is gone.
-4. Copies written by recovery travel with their waves (their precedence);
-   readers need them to choose between differing copies.
+4. Every batch carries its wave (its precedence) in its header; readers
+   need it to choose between differing copies.
 """
 
 from __future__ import annotations
@@ -43,17 +49,15 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ..records import WRITTEN_BY_RECOVERY, RecordBatch
 from ..types import LSN_MAX
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-    from ..logsdb._format import StoredBatch
+    from ..packed import PackedBatch
 
 READ_BATCH_RECORDS = 2048
 READ_BATCH_BYTES = 4 * 1024 * 1024
-EMPTY = RecordBatch.trusted((), (), (), (), ())
 
 
 class Wait(enum.Enum):
@@ -82,11 +86,12 @@ class ReadFrom:
 
 @attrs.frozen
 class Out:
-    """What to send for one batch read (``waves``: with recovery copies only)."""
+    """What to send for one read: batches, a (first, last) window per batch."""
 
-    batch: RecordBatch
-    waves: tuple[int, ...]
+    batches: tuple[PackedBatch, ...]
+    windows: tuple[int, ...]
     next_lsn: int
+    records: int = 0
 
 
 Step = Report | ReadFrom | Wait
@@ -149,36 +154,17 @@ class ReadStreamCore:
             theirs = self._theirs[copyset] = first is not None and first != self.node_id
         return theirs
 
-    def on_batch(self, batch: StoredBatch, good: Sequence[int] | None) -> Out:
-        """What to send of a batch read for ``ReadFrom`` (``good``: the copies
-        that may be served at all, None for every one)."""
-        keep = self._keep(batch, good) if self.scd else good
-        if keep is None:
-            out = batch.to_record_batch()
-        else:
-            out = RecordBatch.trusted(
-                tuple(batch.lsns[i] for i in keep),
-                tuple(batch.timestamps_ms[i] for i in keep),
-                tuple(batch.flags[i] for i in keep),
-                tuple(batch.keys[i] for i in keep),
-                tuple(batch.payloads[i] for i in keep),
-            )
-        waves: tuple[int, ...] = ()
-        if batch.flag_bits & WRITTEN_BY_RECOVERY:
-            waves = tuple(batch.waves if keep is None else (batch.waves[i] for i in keep))
-        self.credit -= len(out)
-        self.next_lsn = min(batch.scanned_to + 1, LSN_MAX)
-        return Out(out, waves, self.next_lsn)
-
-    def _keep(self, batch: StoredBatch, good: Sequence[int] | None) -> list[int] | None:
-        """Of the ``good`` copies (None: all), those this node sends (None: all)."""
-        copysets = batch.copysets
-        keep = [
-            i
-            for i in (range(len(copysets)) if good is None else good)
-            if not self.not_mine(copysets[i])
-        ]
-        return None if len(keep) == len(copysets) else keep
+    def on_read(self, items: Sequence[tuple[PackedBatch, int, int]], scanned_to: int) -> Out:
+        """What to send of a read for ``ReadFrom``: ``items`` are the batches
+        that may be served, each with its window (first, last LSN)."""
+        windows: list[int] = []
+        records = 0
+        for b, lo, hi in items:
+            windows += (lo, hi)
+            records += min(b.count, hi - lo + 1)
+        self.credit -= records
+        self.next_lsn = min(scanned_to + 1, LSN_MAX)
+        return Out(tuple(b for b, _, _ in items), tuple(windows), self.next_lsn, records)
 
 
 def epochs_to_check(lsns: Sequence[int], release_lsn: int) -> list[int]:

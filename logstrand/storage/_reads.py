@@ -21,12 +21,13 @@ from ..errors import LogstrandError, Status
 from ..records import BRIDGE, HOLE
 from ..wire import ReadCredit, ReadRecords, StartRead, StopRead
 from . import _core
-from ._read_core import EMPTY, Out, ReadFrom, ReadStreamCore, Report, Wait, epochs_to_check
+from ._read_core import Out, ReadFrom, ReadStreamCore, Report, Wait
 
 if TYPE_CHECKING:
     from ..epochstore import EpochEnd
-    from ..logsdb import StoredBatch
+    from ..logsdb import PackedRead
     from ..net import Connection
+    from ..packed import PackedBatch
     from ._metrics import NodeMetrics
 
 _log = logging.getLogger("logstrand.reads")
@@ -36,7 +37,7 @@ HEARTBEAT_S = 1.0
 class ReadPort(Protocol):
     """What read streams need of the node's LogsDB (the committer)."""
 
-    def read_batch(self, log_id: int, start: int, until: int, **limits: Any) -> StoredBatch: ...
+    def read_packed(self, log_id: int, start: int, until: int, **limits: Any) -> PackedRead: ...
     def trim_point(self, log_id: int) -> int: ...
     def clean_point(self, log_id: int) -> int: ...
     def release_of(self, log_id: int) -> int: ...
@@ -169,7 +170,7 @@ class ReadStreams:
         except Exception:
             _log.exception("node %d: read stream failed", self.node_id)
             with contextlib.suppress(LogstrandError):
-                await self._send(st, Status.FAILED, Out(EMPTY, (), st.core.next_lsn))
+                await self._send(st, Status.FAILED, Out((), (), st.core.next_lsn))
         finally:
             metrics.read_streams.dec()
             if self.streams.get(key) is st:
@@ -185,8 +186,8 @@ class ReadStreams:
                 int(status),
                 out.next_lsn,
                 self.db.trim_point(log_id),
-                out.batch,
-                out.waves,
+                out.batches,
+                out.windows,
                 self.db.clean_point(log_id),
             )
         )
@@ -199,7 +200,7 @@ class ReadStreams:
             release = self.db.release_of(log_id)
             step = core.step(release)
             if isinstance(step, Report):
-                await self._send(st, Status.OK, Out(EMPTY, (), step.next_lsn))
+                await self._send(st, Status.OK, Out((), (), step.next_lsn))
             elif step is Wait.FINISHED:
                 return
             elif step is Wait.IDLE:
@@ -218,23 +219,25 @@ class ReadStreams:
         connection's ``bulk`` lock and there is room in its queue)."""
         core = st.core
         log_id = st.msg.log_id
-        batch = self.db.read_batch(
+        got = self.db.read_packed(
             log_id,
             step.start,
             step.until,
             max_records=step.max_records,
             max_bytes=step.max_bytes,
-            # Single-copy delivery: runs of records another node sends
-            # are passed over without being decoded at all.
+            # Single-copy delivery: batches another node sends are passed
+            # over without being sent or decoded.
             skip=core.not_mine if core.scd else None,
         )
+        lo = max(step.start, self.db.trim_point(log_id) + 1)
+        items = [(b, max(b.first_lsn, lo), min(b.last_lsn, step.until)) for b in got.batches]
         try:
-            good = await self._servable(log_id, batch, release)
+            items = await self._servable(log_id, items, release)
         except LogstrandError as exc:  # the epoch store is away: try again soon
             _log.warning("node %d: read stream waits: %s", self.node_id, exc)
             await trio.sleep(0.5)
             return
-        out = core.on_batch(batch, good)
+        out = core.on_read(items, got.scanned_to)
         self._count(out)
         await self._send(st, Status.OK, out)
 
@@ -246,29 +249,34 @@ class ReadStreams:
                 waiters.start_soon(_wait_then_cancel, released, waiters.cancel_scope)
                 waiters.start_soon(_wait_then_cancel, st.changed, waiters.cancel_scope)
 
-    async def _servable(self, log_id: int, batch: StoredBatch, release: int) -> list[int] | None:
-        """The copies this node may hand readers at all (None: every one)."""
-        epochs = epochs_to_check(batch.lsns, release)
+    async def _servable(
+        self, log_id: int, items: list[tuple[PackedBatch, int, int]], release: int
+    ) -> list[tuple[PackedBatch, int, int]]:
+        """The windows of copies this node may hand readers at all."""
+        current = release >> 32
+        epochs = sorted(
+            {e for b, _, _ in items for e in range(b.first_lsn >> 32, (b.last_lsn >> 32) + 1)}
+        )
+        epochs = [e for e in epochs if e < current]
         if not epochs:
-            return None  # all in the epoch being released: the fast path
+            return items  # all in the epoch being released: the fast path
         cache = self._epoch_ends
         for e in epochs:
             if (log_id, e) not in cache:
                 # Fixed once the release pointer is past the epoch: cached for good.
                 cache[log_id, e] = await self.ends.epoch_end(log_id, e)
-        return _core.servable(
-            batch.lsns, batch.flags, batch.waves, release, lambda e: cache[log_id, e]
-        )
+        return _core.servable_windows(items, release, lambda e: cache[log_id, e])
 
     def _count(self, out: Out) -> None:
         m = self.metrics
-        m.read_records.inc(len(out.batch))
-        m.read_bytes.inc(out.batch.payload_bytes)
-        if out.waves:  # recovery copies: holes and bridges are among them
-            flags = out.batch.flags
-            bridges = sum(1 for fl in flags if fl & BRIDGE)
-            m.read_gaps.labels("hole").inc(sum(1 for fl in flags if fl & HOLE) - bridges)
-            m.read_gaps.labels("bridge").inc(bridges)
+        m.read_records.inc(out.records)
+        m.read_bytes.inc(sum(b.payload_bytes for b in out.batches))
+        for b in out.batches:
+            if b.flag_bits & (HOLE | BRIDGE):  # recovery copies: holes and bridges
+                flags = b.flags()
+                bridges = sum(1 for fl in flags if fl & BRIDGE)
+                m.read_gaps.labels("hole").inc(sum(1 for fl in flags if fl & HOLE) - bridges)
+                m.read_gaps.labels("bridge").inc(bridges)
 
 
 async def _wait_then_cancel(event: trio.Event, scope: trio.CancelScope) -> None:

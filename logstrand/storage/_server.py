@@ -33,7 +33,6 @@ import trio
 from ..errors import LogstrandError, Status
 from ..net import ConnLimits, SendBudget, serve_connection
 from ..wire import ErrorReply, ReadRecords, StartRead, Store, StoreReply
-from ._read_core import EMPTY
 
 if TYPE_CHECKING:
     import ssl
@@ -188,7 +187,7 @@ class Server:
         if conn.closed:
             return
         if isinstance(msg, StartRead):
-            reply = ReadRecords(msg.stream_id, msg.generation, int(status), msg.start_lsn, 0, EMPTY)
+            reply = ReadRecords(msg.stream_id, msg.generation, int(status), msg.start_lsn, 0)
             conn.offer(reply)
             return
         if isinstance(msg, Store):

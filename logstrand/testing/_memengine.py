@@ -80,6 +80,12 @@ class MemoryEngine:
         keys = list(sd.irange(lo, hi, inclusive=(True, False)))
         return ((k, sd[k]) for k in keys if k in sd)
 
+    def last_before(self, cf: str, key: bytes, lo: bytes) -> tuple[bytes, bytes] | None:
+        sd = self._cfs[cf]
+        for k in sd.irange(lo, key, reverse=True):
+            return k, bytes(sd[k])
+        return None
+
     def cf_file_count(self, cf: str) -> int:
         return 0
 

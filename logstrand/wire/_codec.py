@@ -19,6 +19,7 @@ import attrs
 import cbor2
 
 from ..errors import InvalidArgumentError, ProtocolError
+from ..packed import PackedBatch
 from ..records import RecordBatch
 from ._registry import MESSAGE_TYPES
 
@@ -28,8 +29,12 @@ HEADER_BYTES = _LEN.size
 
 
 def _field_to_wire(value: Any) -> Any:
+    if isinstance(value, PackedBatch):
+        return value.data
     if isinstance(value, RecordBatch):
         return value.pack()
+    if type(value) is tuple and value and isinstance(value[0], PackedBatch):
+        return [v.data for v in value]
     return value
 
 

@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, ClassVar
 import attrs
 
 from . import _fields as f
-from ._registry import _batch, _batch_from_wire, _status, message
+from ._registry import _batch, _batch_from_wire, _packed, _packed_from_wire, _status, message
 
 if TYPE_CHECKING:
+    from ..packed import PackedBatch
     from ..records import RecordBatch
 
 
@@ -86,14 +87,15 @@ class Records:
 class Append:
     """Client → sequencer node: append a batch of records to one log.
 
-    The batch's LSNs, timestamps and flags are ignored: the sequencer assigns
-    consecutive LSNs and stamps the time.
+    The batch's header (LSNs, timestamp, wave, copyset) is ignored: the
+    sequencer stamps its own in front of the body, which it passes on as the
+    client packed it (compressed, with the client's checksum).
     """
 
     TYPE_ID: ClassVar[int]
     request_id: int = attrs.field(validator=f.u64)
     log_id: int = attrs.field(validator=f.u64)
-    batch: RecordBatch = attrs.field(converter=_batch_from_wire, validator=_batch)
+    batch: PackedBatch = attrs.field(converter=_packed_from_wire, validator=_packed)
 
 
 @message(11)
@@ -135,7 +137,9 @@ class Store:
     )
     released_lsn: int = attrs.field(validator=f.u64)
     sync: bool = attrs.field(validator=f.boolean)
-    batch: RecordBatch = attrs.field(converter=_batch_from_wire, validator=_batch)
+    #: The packed batch as the node stores it: its header repeats the wave
+    #: and the copyset (the node checks that they agree).
+    batch: PackedBatch = attrs.field(converter=_packed_from_wire, validator=_packed)
     #: Non-zero for a recovery's writes: its seal epoch, which lets them into a
     #: sealed epoch (a node takes them while this is above its seal).
     recovery_seal: int = attrs.field(default=0, validator=f.u32)
@@ -143,9 +147,14 @@ class Store:
     def __attrs_post_init__(self) -> None:
         if not self.copyset:
             raise ValueError("empty copyset")
-        lsns = self.batch.lsns
-        if lsns and lsns[0] >> 32 != lsns[-1] >> 32:
+        b = self.batch
+        if b.loose and (b.wave != self.wave or b.copyset != self.copyset):
+            b = b.rewave(self.wave, self.copyset)
+            object.__setattr__(self, "batch", b)
+        if b.first_lsn >> 32 != b.last_lsn >> 32:
             raise ValueError("a STORE carries records of one epoch")
+        if b.wave != self.wave or b.copyset != self.copyset:
+            raise ValueError("the batch's wave or copyset differs from the STORE's")
 
 
 @message(13)

@@ -8,10 +8,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import attrs
 
 from . import _fields as f
-from ._registry import _batch, _batch_from_wire, _status, message
+from ._registry import (
+    PACKED_MAX,
+    _packed_tuple,
+    _packed_tuple_from_wire,
+    _status,
+    message,
+)
 
 if TYPE_CHECKING:
-    from ..records import RecordBatch
+    from ..packed import PackedBatch
 
 
 @message(20)
@@ -58,16 +64,19 @@ class StopRead:
 @message(23)
 @attrs.frozen(slots=True)
 class ReadRecords:
-    """Node → reader: records (maybe none) and the node's position.
+    """Node → reader: stored batches (maybe none) and the node's position.
 
     ``next_lsn``: the node has sent everything it will send below this LSN
     (up to its release pointer).  ``trim_point``: its trim point for the log.
     A ``status`` other than OK ends the stream (e.g. NOTFOUND).
 
-    ``waves``: empty when no record in the batch was written by a recovery
-    (the usual case), else one per record: the wave that stored the copy, for
-    a recovery's copy its seal epoch.  A reader that gets differing copies of
-    one LSN keeps the one with the highest precedence, as recovery does.
+    ``batches`` are the packed batches as the node stored them, undecoded;
+    ``windows`` holds a (first, last) LSN pair per batch: the reader takes
+    only that batch's records within it (a batch may reach below the
+    stream's start or above the release pointer, or hold copies that a
+    recovery decided against).  Each batch's header has its wave: a reader
+    that gets differing copies of one LSN keeps the one with the highest
+    precedence, as recovery does.
     """
 
     TYPE_ID: ClassVar[int]
@@ -76,17 +85,19 @@ class ReadRecords:
     status: int = attrs.field(validator=_status)
     next_lsn: int = attrs.field(validator=f.u64)
     trim_point: int = attrs.field(validator=f.u64)
-    batch: RecordBatch = attrs.field(converter=_batch_from_wire, validator=_batch)
-    waves: tuple[int, ...] = attrs.field(
-        default=(), converter=f.to_tuple, validator=f.tuple_of(f.u32)
+    batches: tuple[PackedBatch, ...] = attrs.field(
+        default=(), converter=_packed_tuple_from_wire, validator=_packed_tuple
+    )
+    windows: tuple[int, ...] = attrs.field(
+        default=(), converter=f.to_tuple, validator=f.tuple_of(f.u64, max_len=2 * PACKED_MAX)
     )
     #: The node's clean point for a compacted log: an LSN at or below it that
     #: no node sends was removed by compaction (COMPACTED, not DATALOSS).
     clean_point: int = attrs.field(default=0, validator=f.u64)
 
     def __attrs_post_init__(self) -> None:
-        if self.waves and len(self.waves) != len(self.batch):
-            raise ValueError("no waves, or one per record")
+        if len(self.windows) != 2 * len(self.batches):
+            raise ValueError("one window (first, last) per batch")
 
 
 @message(24)

@@ -11,9 +11,11 @@ node status, directories, compaction).
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import Status
+from ..packed import PackedBatch
 from ..records import RecordBatch
 
 if TYPE_CHECKING:
@@ -21,8 +23,8 @@ if TYPE_CHECKING:
 
 #: The protocol versions this build speaks.  A connection uses the highest
 #: version both ends support.
-PROTOCOL_VERSION_MIN = 1
-PROTOCOL_VERSION_MAX = 1
+PROTOCOL_VERSION_MIN = 2
+PROTOCOL_VERSION_MAX = 2
 
 MESSAGE_TYPES: dict[int, type[Any]] = {}
 
@@ -65,3 +67,51 @@ def choose_version(peer_min: int, peer_max: int) -> int | None:
     if top < max(peer_min, PROTOCOL_VERSION_MIN):
         return None
     return top
+
+
+def _packed(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, PackedBatch):
+        raise ValueError(f"{attr.name} must be a PackedBatch")
+
+
+def _packed_from_wire(value: Any) -> Any:
+    # Parsing checks the structure and the header checksum (not the body's:
+    # the receiver checks that, where it has the status to answer with).
+    if type(value) is bytes:
+        return PackedBatch.parse(value)
+    if isinstance(value, RecordBatch):
+        # Code building a message may hand records: packed here, uncompressed.
+        # (An append's LSNs mean nothing: they may all be 0.)
+        lsns = value.lsns
+        if any(a >= b for a, b in itertools.pairwise(lsns)):
+            value = RecordBatch.trusted(
+                tuple(range(len(lsns))),
+                value.timestamps_ms,
+                value.flags,
+                value.keys,
+                value.payloads,
+            )
+        packed = PackedBatch.of_records(value)
+        packed.loose = True
+        return packed
+    return value
+
+
+#: At most this many batches in one message.
+PACKED_MAX = 4096
+
+
+def _packed_tuple(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    if type(value) is not tuple or len(value) > PACKED_MAX:
+        raise ValueError(f"{attr.name} must be a tuple of at most {PACKED_MAX} PackedBatches")
+    for v in value:
+        if not isinstance(v, PackedBatch):
+            raise ValueError(f"{attr.name} must hold PackedBatches")
+
+
+def _packed_tuple_from_wire(value: Any) -> Any:
+    if type(value) is list and len(value) <= PACKED_MAX:
+        return tuple(PackedBatch.parse(v) if type(v) is bytes else v for v in value)
+    if type(value) is list:
+        raise ValueError(f"more than {PACKED_MAX} batches")
+    return value

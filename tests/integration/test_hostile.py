@@ -20,6 +20,7 @@ import pytest
 
 import logstrand
 from logstrand.errors import Status
+from logstrand.packed import PackedBatch
 from logstrand.records import WRITTEN_BY_RECOVERY, make_batch
 from logstrand.wire import (
     PROTOCOL_VERSION_MAX,
@@ -271,4 +272,22 @@ def test_cbor_bomb_before_and_after_hello_costs_the_node_nothing(
         t0 = time.monotonic()
         client.append(LOG, b"quick")
         assert time.monotonic() - t0 < 1.0
+    _check_intact(cluster, acked)
+
+
+def test_a_store_whose_body_changed_on_its_way_is_refused(
+    cluster: LocalCluster, acked: dict[int, bytes]
+) -> None:
+    lsn = max(acked)
+    target, other = sorted(cluster.nodes)[:2]
+    cfg = cluster.nodes[target]
+    raw = Raw(cfg.host, cfg.port, cluster.cluster, node_id=other)
+    good = PackedBatch.of_records(
+        make_batch([lsn + 1000], [b"x" * 50], timestamps_ms=1), wave=1, copyset=(target, other)
+    )
+    bad = bytearray(good.data)
+    bad[-2] ^= 0x01  # a payload bit: the body no longer matches the client's checksum
+    store = Store(1, LOG, 1, (target, other), 0, True, PackedBatch.parse(bytes(bad)))
+    raw.ask(store, StoreReply, Status.CHECKSUM_MISMATCH)
+    raw.close()
     _check_intact(cluster, acked)

@@ -15,10 +15,13 @@ import trio
 
 import logstrand
 from logstrand import InvalidArgumentError, NotFoundError, Status, lsn_epoch
+from logstrand.compression import Codec
 from logstrand.epochstore import LogAttributes, open_epoch_store
 from logstrand.logsdb import LogsDB
 from logstrand.net import connect, handshake_sync
+from logstrand.packed import PackedBatch
 from logstrand.testing import LocalCluster
+from logstrand.types import Record
 from logstrand.wire import Append, AppendReply, RecordBatch
 
 if TYPE_CHECKING:
@@ -258,3 +261,47 @@ def test_dev_up_prints_ready_and_stops_its_nodes(tmp_path: Path) -> None:
             proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+def test_compressed_logs_round_trip_and_nodes_store_the_client_bytes(
+    tmp_path: Path, codec: str
+) -> None:
+    with LocalCluster(tmp_path / "c", nodes=3) as c:
+        with open_epoch_store(c.url) as store:
+            store.create_logs(1, 1, LogAttributes(replication_factor=2, compression=codec))
+            store.create_logs(2, 2, LogAttributes(replication_factor=2))
+        payloads = [b'{"user": %d, "event": "click", "page": "/home"}' % i for i in range(2000)]
+        with logstrand.connect(c.url) as client:
+            lsns = client.append_batch(1, payloads)
+            client.append_batch(2, payloads)
+            got = [r.payload for r in client.read(1, until=lsns[-1]) if isinstance(r, Record)]
+            arrow = list(client.read_arrow(1, until=lsns[-1]))
+        assert got == payloads
+        assert [p for b in arrow for p in b.column("payload").to_pylist()] == payloads
+    # Every node keeps the client's compressed bytes: its batches are smaller.
+    for node in (1, 2, 3):
+        with LogsDB.open(tmp_path / "c" / f"node{node}") as db:
+            sizes = {log: sum(len(b.data) for b in db.read_packed(log).batches) for log in (1, 2)}
+            codecs = {b.codec for b in db.read_packed(1).batches}
+        if sizes[1]:
+            assert codecs == {Codec.parse(codec)}
+            assert sizes[1] < sizes[2] / 2, sizes
+
+
+async def test_a_batch_changed_between_client_and_sequencer_is_refused(
+    cluster: LocalCluster,
+) -> None:
+    async with logstrand.open_client(cluster.url) as client:
+        await client.append(1, b"warm up")
+        owner = client.sequencer_node(1)
+        assert owner is not None
+        good = PackedBatch.of_records(RecordBatch((0,), (0,), (0,), (None,), (b"payload",)))
+        bad = bytearray(good.data)
+        bad[-2] ^= 0x01  # a payload byte: the client's checksum no longer matches
+        reply = await client.ask_node(
+            owner, lambda rid: Append(rid, 1, PackedBatch.parse(bytes(bad)))
+        )
+        assert isinstance(reply, AppendReply)
+        assert reply.status == Status.CHECKSUM_MISMATCH
+        assert await client.append(1, b"next") > 0

@@ -14,8 +14,8 @@ from logstrand.client._reader_core import (
     RecordRun,
     StartStream,
 )
+from logstrand.client._views import BatchView
 from logstrand.storage import _core as node_rules
-from logstrand.storage._read_core import EMPTY as EMPTY_BATCH
 from logstrand.storage._read_core import ReadFrom, ReadStreamCore, Report
 from logstrand.types import GapType
 
@@ -230,12 +230,12 @@ class _ReadEndpoint:
             return False
         step = core.step(self.release)
         if isinstance(step, Report):
-            reader.on_records(self.node.id, s.generation, step.next_lsn, 0, EMPTY_BATCH, now)
+            reader.on_records(self.node.id, s.generation, step.next_lsn, 0, [], now)
             core.sent(step.next_lsn)
             return True
         if not isinstance(step, ReadFrom):
             return False  # idle, out of credit, or finished
-        batch = db.read_batch(
+        got = db.read_packed(
             LOG,
             step.start,
             step.until,
@@ -243,14 +243,12 @@ class _ReadEndpoint:
             skip=core.not_mine if core.scd else None,
         )
         estore = self.node.world.estore
-        good = node_rules.servable(
-            batch.lsns,
-            batch.flags,
-            batch.waves,
-            self.release,
-            lambda e: estore.epoch_end(LOG, e),
-        )
-        out = core.on_batch(batch, good)
-        reader.on_records(self.node.id, s.generation, out.next_lsn, 0, out.batch, now, out.waves)
+        lo = max(step.start, db.trim_point(LOG) + 1)
+        items = [(b, max(b.first_lsn, lo), min(b.last_lsn, step.until)) for b in got.batches]
+        items = node_rules.servable_windows(items, self.release, lambda e: estore.epoch_end(LOG, e))
+        out = core.on_read(items, got.scanned_to)
+        w = out.windows
+        views = [BatchView(b, w[2 * i], w[2 * i + 1]) for i, b in enumerate(out.batches)]
+        reader.on_records(self.node.id, s.generation, out.next_lsn, 0, views, now)
         core.sent(out.next_lsn)
         return True

@@ -236,9 +236,9 @@ class SimNode(Endpoint):
                 releases={msg.log_id: self.release.get(msg.log_id, 0)},
             )
             status = Status.OK
-            if msg.batch.lsns:
+            if msg.batch.count:
                 release = self.release.get(msg.log_id, 0)
-                self.watch.stored(msg.log_id, msg.batch.lsns[-1], release, self.world.now)
+                self.watch.stored(msg.log_id, msg.batch.last_lsn, release, self.world.now)
         self.send(src, wire.StoreReply(msg.store_id, msg.log_id, int(status), self.id))
 
     def on_release(self, log_id: int, lsn: int) -> None:

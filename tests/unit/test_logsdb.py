@@ -112,8 +112,9 @@ def test_late_records_go_to_older_partitions_and_still_read_in_order(
     db.write([put(1, [1, 2], ts=opener.clock.now_ms)])
     opener.clock.advance(60_000)
     db.new_partition()
-    db.write([put(1, [3, 5], ts=opener.clock.now_ms)])
-    # A record with an old timestamp (LSN 4, say rebuilt) lands in partition 1.
+    db.write([put(1, [3], ts=opener.clock.now_ms), put(1, [5], ts=opener.clock.now_ms)])
+    # A record with an old timestamp (LSN 4, say rebuilt) lands in partition 1
+    # (it falls between two stored batches: no batch needs splitting).
     db.write([put(1, [4], ts=T0 - 5)])
     assert [pid for pid, _ in db.directory(1)] == [1, 2]
     assert db.directory(1)[0][1].last_lsn == 4
@@ -294,10 +295,11 @@ def test_meta_prefixes_are_unique() -> None:
 
 def test_corrupt_payload_is_an_error_not_data(tmp_path: Path) -> None:
     db = LogsDB.open(tmp_path / "db")
-    db.write([put(1, range(1, 4), ts=T0, payload=b"hello")], sync=True)
+    db.write([put(1, [1], ts=T0, payload=b"hello")], sync=True)
+    db.write([put(1, [2, 3], ts=T0, payload=b"hello")], sync=True)
     cf = db.partitions()[-1].id
     engine = db._engine
-    key = (1).to_bytes(8, "big") + (2).to_bytes(8, "big")
+    key = (1).to_bytes(8, "big") + (2).to_bytes(8, "big")  # the batch of LSNs 2..3
     value = bytearray(engine.get(f"p{cf:010d}", key) or b"")
     value[-1] ^= 0xFF
     batch = engine.new_batch()
@@ -307,7 +309,7 @@ def test_corrupt_payload_is_an_error_not_data(tmp_path: Path) -> None:
     with pytest.raises(CorruptionError, match="checksum"):
         db.read(1)
     with pytest.raises(CorruptionError):
-        db.read(1, 2, 2)
+        db.read(1, 3, 3)
     # A value cut short is reported the same way.
     batch = engine.new_batch()
     batch.put(f"p{cf:010d}", key, b"\x00\x01")
@@ -317,24 +319,25 @@ def test_corrupt_payload_is_an_error_not_data(tmp_path: Path) -> None:
     db.close()
 
 
-def test_keyed_records_decode_and_a_bad_key_length_is_corruption(tmp_path: Path) -> None:
+def test_header_fields_carry_their_own_checksum(tmp_path: Path) -> None:
     db = LogsDB.open(tmp_path / "db")
     keys: list[bytes | None] = [b"k%d" % n for n in range(1, 301)]
     db.write([put(1, range(1, 301), ts=T0, keys=keys)], sync=True)
     got = db.read(1)
     assert [r.key for r in got] == keys
     assert [r.payload for r in got] == [b"p%d" % n for n in range(1, 301)]
-    # Key length field raised past the end of the value.
     cf = f"p{db.partitions()[-1].id:010d}"
-    key = (1).to_bytes(8, "big") + (7).to_bytes(8, "big")
-    value = bytearray(db._engine.get(cf, key) or b"")
-    off = value.index(b"k7") - 2
-    value[off : off + 2] = (60000).to_bytes(2, "big")
-    batch = db._engine.new_batch()
-    batch.put(cf, key, bytes(value))
-    db._engine.write(batch, sync=True)
-    with pytest.raises(CorruptionError):
-        db.read(1)
+    key = (1).to_bytes(8, "big") + (1).to_bytes(8, "big")
+    good = db._engine.get(cf, key) or b""
+    # A timestamp bit, a copyset node, and a key length (in the body) flipped.
+    for at in (16, 48, good.index(b"k1") - 8 * 300 - 4 * 300 - 4):
+        value = bytearray(good)
+        value[at] ^= 0x01
+        batch = db._engine.new_batch()
+        batch.put(cf, key, bytes(value))
+        db._engine.write(batch, sync=True)
+        with pytest.raises(CorruptionError, match=r"checksum|length"):
+            db.read(1)
     db.close()
 
 
@@ -345,9 +348,10 @@ def _dir_size(path: Path) -> int:
 def test_dropping_partitions_gives_disk_space_back(tmp_path: Path) -> None:
     clock = [T0]
     db = LogsDB.open(tmp_path / "db", clock_ms=lambda: clock[0])
-    payload = os.urandom(4000)  # incompressible
     for i in range(4):
-        db.write([put(1, range(i * 1000 + 1, i * 1000 + 1001), ts=clock[0], payload=payload)])
+        lsns = list(range(i * 1000 + 1, i * 1000 + 1001))
+        payloads = [os.urandom(4000) for _ in lsns]  # incompressible
+        db.write([PutBatch(1, make_batch(lsns, payloads, timestamps_ms=clock[0]), (1, 2))])
         db.flush()
         clock[0] += 1000
         db.new_partition()

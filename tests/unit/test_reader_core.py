@@ -15,12 +15,21 @@ from logstrand.client._reader_core import (
     RecordRun,
     StartStream,
 )
+from logstrand.client._views import BatchView
+from logstrand.packed import PackedBatch
 from logstrand.types import LSN_MAX, GapType
 from logstrand.wire import RecordBatch
 
 E1 = 1 << 32
 E2 = 2 << 32
 HOLE, BRIDGE = 1, 2
+
+
+def views(batch: RecordBatch, wave: int = 0) -> list[BatchView]:
+    """What a node's stored batches become at a reader: one packed batch."""
+    if not batch.lsns:
+        return []
+    return [BatchView(PackedBatch.of_records(batch, wave=wave), 0, 2**64 - 1)]
 
 
 def lsn(epoch: int, esn: int) -> int:
@@ -68,7 +77,7 @@ class FakeNode:
         )
         self.credit -= len(out)
         self.pos = scanned_to + 1
-        core.on_records(self.node_id, s.generation, self.pos, self.trim, batch, now)
+        core.on_records(self.node_id, s.generation, self.pos, self.trim, views(batch), now)
         return True
 
 
@@ -287,7 +296,7 @@ def _window_after(payload_size: int) -> int:
             lsns, (0,) * n, (0,) * n, (None,) * n, (b"x" * payload_size,) * n
         )
         sent += n
-        core.on_records(1, core.generation, E1 + 1 + sent, 0, batch, 0.0)
+        core.on_records(1, core.generation, E1 + 1 + sent, 0, views(batch), 0.0)
         core.poll(0.0)
         granted += sum(a.records for a in core.actions if isinstance(a, GrantCredit))
     return core.nodes[1].window

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
     from logstrand.testing import ZooKeeperServer
 
-EMPTY = make_batch([], [], timestamps_ms=0)
+EMPTY = make_batch([(1 << 32) | 1], [b"x"], timestamps_ms=0)
 
 
 # -- principals and grants ---------------------------------------------------------

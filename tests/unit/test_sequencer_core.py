@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from logstrand.errors import Status
+from logstrand.packed import PackedBatch
 from logstrand.placement import CopysetSelector
 from logstrand.sequencer import ReplyAppend, SendRelease, SendStore, SequencerCore
 from logstrand.wire import RecordBatch
@@ -16,8 +17,9 @@ from logstrand.wire import RecordBatch
 EPOCH = 3
 
 
-def batch(n: int, size: int = 10) -> RecordBatch:
-    return RecordBatch((0,) * n, (0,) * n, (0,) * n, (None,) * n, (b"x" * size,) * n)
+def batch(n: int, size: int = 10) -> PackedBatch:
+    rb = RecordBatch(tuple(range(n)), (0,) * n, (0,) * n, (None,) * n, (b"x" * size,) * n)
+    return PackedBatch.of_records(rb)
 
 
 def core(r: int = 2, nodes: int = 4, **kw: object) -> SequencerCore:
@@ -42,9 +44,9 @@ def test_append_gets_consecutive_lsns_after_r_copies() -> None:
     a2 = stores(c.append(batch(2), "t2", 0.0, 1000))
     assert len(a1) == 2
     assert len({s.node_id for s in a1}) == 2
-    assert a1[0].message.batch.lsns == ((EPOCH << 32) | 1, (EPOCH << 32) | 2, (EPOCH << 32) | 3)
-    assert a2[0].message.batch.lsns[0] == (EPOCH << 32) | 4
-    assert a1[0].message.batch.timestamps_ms == (1000,) * 3
+    assert a1[0].message.batch.lsns() == [(EPOCH << 32) | 1, (EPOCH << 32) | 2, (EPOCH << 32) | 3]
+    assert a2[0].message.batch.lsns()[0] == (EPOCH << 32) | 4
+    assert a1[0].message.batch.timestamps() == [1000] * 3
     # One copy is not enough.
     assert c.on_stored(a1[0].message.store_id, a1[0].node_id, Status.OK, 0.0) == []
     out = c.on_stored(a1[1].message.store_id, a1[1].node_id, Status.OK, 0.0)
@@ -175,7 +177,7 @@ def test_random_schedules_keep_the_rules(seed: int, sizes: list[int]) -> None:
             s = inflight.pop(rng.randrange(len(inflight)))
             status = Status.OK if rng.random() < 0.85 else Status.FAILED
             if status == Status.OK:
-                for lsn in s.message.batch.lsns:
+                for lsn in s.message.batch.lsns():
                     stored_copies.setdefault(lsn, set()).add(s.node_id)
             out = c.on_stored(s.message.store_id, s.node_id, status, now)
         else:

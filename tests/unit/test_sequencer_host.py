@@ -7,6 +7,7 @@ import random
 
 from logstrand.epochstore import LogAttributes
 from logstrand.errors import Status
+from logstrand.packed import PackedBatch
 from logstrand.placement import CopysetSelector
 from logstrand.sequencer import ReplyAppend, SendRelease, SendStore, SequencerCore
 from logstrand.sequencer._host import (
@@ -24,8 +25,9 @@ LOG = 7
 PLAIN = LogAttributes(replication_factor=2)
 
 
-def batch(n: int = 1, payload: bytes | None = b"x", key: bytes | None = None) -> RecordBatch:
-    return RecordBatch((0,) * n, (0,) * n, (0,) * n, (key,) * n, (payload,) * n)
+def batch(n: int = 1, payload: bytes | None = b"x", key: bytes | None = None) -> PackedBatch:
+    rb = RecordBatch(tuple(range(n)), (0,) * n, (0,) * n, (key,) * n, (payload,) * n)
+    return PackedBatch.of_records(rb)
 
 
 def core(epoch: int, *, recovered: bool) -> SequencerCore:

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from logstrand.errors import InvalidArgumentError, ProtocolError, Status
+from logstrand.packed import Codec, PackedBatch
 from logstrand.wire import (
     MESSAGE_TYPES,
     Append,
@@ -72,6 +73,27 @@ def record_batches(draw: st.DrawFn, max_size: int = 20) -> RecordBatch:
 
 
 @st.composite
+def packed_batches(draw: st.DrawFn, max_size: int = 20) -> PackedBatch:
+    """Stored batches: increasing LSNs in one epoch, any codec."""
+    epoch = draw(st.integers(1, 2**32 - 1))
+    esns = sorted(draw(st.sets(st.integers(1, 2**32 - 1), min_size=1, max_size=max_size)))
+    n = len(esns)
+    rb = RecordBatch(
+        tuple((epoch << 32) | e for e in esns),
+        tuple(draw(st.lists(u64, min_size=n, max_size=n))),
+        tuple(draw(st.lists(st.integers(0, 255), min_size=n, max_size=n))),
+        tuple(draw(st.lists(st.none() | st.binary(max_size=40), min_size=n, max_size=n))),
+        tuple(draw(st.lists(st.none() | st.binary(max_size=200), min_size=n, max_size=n))),
+    )
+    return PackedBatch.of_records(
+        rb,
+        wave=draw(u32),
+        copyset=tuple(draw(st.lists(u32, min_size=1, max_size=5))),
+        codec=draw(st.sampled_from(list(Codec))),
+    )
+
+
+@st.composite
 def hellos(draw: st.DrawFn) -> Hello:
     lo = draw(u16)
     return Hello(
@@ -93,20 +115,22 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     MESSAGE_TYPES[4]: st.builds(MESSAGE_TYPES[4], u64),
     ErrorReply: st.builds(ErrorReply, u64, statuses, st.text(max_size=100)),
     Records: st.builds(Records, u64, record_batches()),
-    Append: st.builds(Append, u64, u64, record_batches()),
+    Append: st.builds(Append, u64, u64, packed_batches()),
     AppendReply: st.builds(
         AppendReply, u64, statuses, u64, u32, u64, st.none() | u32, st.text(max_size=30)
     ),
-    Store: st.builds(
-        Store,
-        u64,
-        u64,
-        u32,
-        st.lists(u32, min_size=1, max_size=5).map(tuple),
-        u64,
-        st.booleans(),
-        record_batches().filter(lambda b: len({n >> 32 for n in b.lsns}) <= 1),
-        u32,
+    Store: packed_batches().flatmap(
+        lambda b: st.builds(
+            Store,
+            u64,
+            u64,
+            st.just(b.wave),
+            st.just(b.copyset),
+            u64,
+            st.booleans(),
+            st.just(b),
+            u32,
+        )
     ),
     GetDigest: st.builds(GetDigest, u64, u64, u32, u32, u32),
     Digest: record_batches().flatmap(
@@ -135,16 +159,16 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     ),
     ReadCredit: st.builds(ReadCredit, u64, u32, u32),
     StopRead: st.builds(StopRead, u64),
-    ReadRecords: record_batches().flatmap(
-        lambda b: st.builds(
+    ReadRecords: st.lists(packed_batches(max_size=5), max_size=3).flatmap(
+        lambda bs: st.builds(
             ReadRecords,
             u64,
             u32,
             statuses,
             u64,
             u64,
-            st.just(b),
-            st.one_of(st.just(()), st.lists(u32, min_size=len(b), max_size=len(b)).map(tuple)),
+            st.just(tuple(bs)),
+            st.lists(u64, min_size=2 * len(bs), max_size=2 * len(bs)).map(tuple),
             u64,
         )
     ),
@@ -314,5 +338,6 @@ def test_directory_entries_come_whole() -> None:
 
 
 def test_version_negotiation() -> None:
-    assert choose_version(1, 5) == 1
-    assert choose_version(2, 5) is None
+    assert choose_version(1, 5) == 2
+    assert choose_version(3, 5) is None
+    assert choose_version(1, 1) is None

@@ -1,0 +1,68 @@
+"""What a reader makes of the stored batches a node sends: a ``BatchView`` is
+one packed batch cut to its window, with the LSN and flag columns the merge
+needs, and keys, payloads and timestamps decoded only when asked for.  Pure.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..packed import PackedBatch
+
+
+class BatchView:
+    """The records of ``packed`` with lo ≤ LSN ≤ hi, as columns."""
+
+    __slots__ = ("_a", "_kp", "_ts", "flags", "lsns", "packed", "wave")
+
+    def __init__(self, packed: PackedBatch, lo: int, hi: int) -> None:
+        self.packed = packed
+        self.wave = packed.wave
+        lsns = packed.lsns()
+        a = 0 if lo <= packed.first_lsn else bisect.bisect_left(lsns, lo)
+        z = len(lsns) if hi >= packed.last_lsn else bisect.bisect_right(lsns, hi)
+        self._a = a
+        self.lsns = lsns[a:z] if (a or z < len(lsns)) else lsns
+        self.flags = packed.flags()[a:z]
+        self._ts: list[int] | None = None
+        self._kp: tuple[list[bytes | None], list[bytes | None]] | None = None
+
+    def __len__(self) -> int:
+        return len(self.lsns)
+
+    @property
+    def start(self) -> int:
+        """The index in ``packed`` of this view's first record."""
+        return self._a
+
+    @property
+    def timestamps_ms(self) -> list[int]:
+        if self._ts is None:
+            self._ts = self.packed.timestamps()[self._a : self._a + len(self.lsns)]
+        return self._ts
+
+    def _keys_payloads(self) -> tuple[list[bytes | None], list[bytes | None]]:
+        if self._kp is None:
+            keys, payloads = self.packed.keys_payloads()
+            a, z = self._a, self._a + len(self.lsns)
+            if a or z < len(keys):
+                keys, payloads = keys[a:z], payloads[a:z]
+            self._kp = keys, payloads
+        return self._kp
+
+    @property
+    def keys(self) -> list[bytes | None]:
+        return self._keys_payloads()[0]
+
+    @property
+    def payloads(self) -> list[bytes | None]:
+        return self._keys_payloads()[1]
+
+    @property
+    def payload_bytes(self) -> int:
+        if len(self.lsns) == self.packed.count:
+            return self.packed.payload_bytes
+        lens = self.packed.payload_lens()[self._a : self._a + len(self.lsns)]
+        return sum(lens) + lens.count(-1)

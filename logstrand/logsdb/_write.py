@@ -1,0 +1,82 @@
+"""One write of LogsDB being built: stored batches put as they are, or split
+around a batch that overlaps them, with the directory entries they change.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING
+
+from ..packed import TIMESTAMPS
+from . import _format as fmt
+from . import _scan
+from ._format import DirEntry
+from ._partitions import merge_entry
+
+if TYPE_CHECKING:
+    from ..packed import PackedBatch
+    from ._engine import Engine
+    from ._partitions import Partitions
+
+
+class Write:
+    """One RocksDB write of LogsDB being built: the batch, the directory
+    entries it changes, and the bytes it adds per partition."""
+
+    def __init__(self, parts: Partitions, engine: Engine) -> None:
+        self.parts = parts
+        self.engine = engine
+        self.batch = engine.new_batch()
+        self.touched: dict[tuple[int, int], DirEntry] = {}
+        self.part_bytes: dict[int, int] = {}
+        self.deleted = False
+        #: Per log, the highest LSN put in this write, and the ranges put.
+        self.top: dict[int, int] = {}
+        self._ranges: dict[int, list[tuple[int, int]]] = {}
+
+    def overlaps_pending(self, log_id: int, pb: PackedBatch) -> bool:
+        return any(a <= pb.last_lsn and pb.first_lsn <= b for a, b in self._ranges.get(log_id, ()))
+
+    def put(self, log_id: int, pid: int, pb: PackedBatch, *, account: bool = True) -> None:
+        """Put a batch; ``account``: its records are new to the directory."""
+        parts = self.parts
+        self.batch.put(parts.by_id(pid).cf, fmt.data_key(log_id, pb.first_lsn), pb.data)
+        self._ranges.setdefault(log_id, []).append((pb.first_lsn, pb.last_lsn))
+        self.top[log_id] = max(self.top.get(log_id, 0), pb.last_lsn)
+        if not account:
+            return
+        size = len(pb.data) + 16
+        ts = pb.timestamps() if pb.layout & TIMESTAMPS else (pb.timestamp_ms,)
+        entry = DirEntry(pb.first_lsn, pb.last_lsn, min(ts), max(ts), size, pb.count)
+        k = (log_id, pid)
+        old = self.touched.get(k) or parts.dir.get(log_id, {}).get(pid)
+        self.touched[k] = merge_entry(old, entry)
+        self.part_bytes[pid] = self.part_bytes.get(pid, 0) + size
+
+    def delete(self, pid: int, key: bytes) -> None:
+        self.batch.delete(self.parts.by_id(pid).cf, key)
+        self.deleted = True
+
+    def replace(self, log_id: int, pb: PackedBatch) -> None:
+        """Put ``pb`` over stored batches it overlaps: split them around it."""
+        found = _scan.batches(self.parts, self.engine, log_id, pb.first_lsn, pb.last_lsn)
+        olds = [(pid, o) for pid, o in found if o.first_lsn <= pb.last_lsn]
+        if not olds:
+            self.put(log_id, self.parts.partition_for(pb.timestamp_ms).id, pb)
+            return
+        new_lsns = pb.lsns()
+        taken = set(new_lsns)
+        # (lsn, source, index): source 0 is the new batch, k > 0 the k-th old one.
+        merged = [(lsn, 0, i) for i, lsn in enumerate(new_lsns)]
+        for k, (pid, old) in enumerate(olds, 1):
+            self.delete(pid, fmt.data_key(log_id, old.first_lsn))
+            merged += [(x, k, i) for i, x in enumerate(old.lsns()) if x not in taken]
+        merged.sort()
+        # A rewrite goes where the copies it replaces are.
+        new_pid = olds[0][0]
+        for source, group in itertools.groupby(merged, key=lambda t: t[1]):
+            idxs = [i for _, _, i in group]
+            src = pb if source == 0 else olds[source - 1][1]
+            pid = new_pid if source == 0 else olds[source - 1][0]
+            piece = src if len(idxs) == src.count else src.select(idxs)
+            self.put(log_id, pid, piece, account=source == 0)

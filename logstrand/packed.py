@@ -1,0 +1,475 @@
+"""The packed batch: one run of records of a log as one value, the unit that
+the client appends, a STORE carries, LogsDB keeps and a read stream sends.
+Pure: no I/O, no numpy (``memoryview`` casts read the columns).
+
+A client packs the keys and payloads of an append into a *body* and computes
+its crc32c (after compression, when the log compresses).  The sequencer
+stamps a *header* in front of it (first LSN, timestamp, wave, copyset) without
+looking inside the body; a storage node checks both checksums and stores the
+bytes as they came; a read stream sends them as they are stored; the reader
+checks both checksums again and only then decompresses.  A copy whose bytes
+changed anywhere on that way fails a check and is never delivered as data.
+
+Layout (little-endian, columns 8-byte aligned so that numpy can view them)::
+
+    0  u16 format (2)        2  u8 codec        3  u8 layout bits
+    4  u32 count             8  u64 first_lsn   16 u64 timestamp_ms
+    24 u32 wave              28 u16 flags       30 u8 copyset_len  31 u8 0
+    32 u32 body_len          36 u32 raw_len     40 u32 body_crc    44 u32 header_crc
+    48 u32 copyset[copyset_len], zero-padded to 8
+       u64 lsn[count]            (layout bit LSNS; else first_lsn + i)
+       u64 timestamp_ms[count]   (bit TIMESTAMPS; else all timestamp_ms)
+       u16 flags[count], padded  (bit FLAGS; else all ``flags``)
+    body (body_len bytes, covered by body_crc):
+       i32 key_len[count]        (-1: no key)
+       i32 payload_len[count]    (-1: tombstone)
+       blob: keys then payloads, concatenated; compressed with ``codec``
+             (raw_len bytes once decompressed)
+
+``header_crc`` covers bytes 0..44 and everything from 48 up to the body.  The
+lengths stay outside the compressed blob: sequencers and nodes check record
+sizes without decompressing anything.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+import sys
+from typing import TYPE_CHECKING, Final
+
+import google_crc32c
+
+from .compression import Codec, compress, decompress
+from .errors import InvalidArgumentError, ProtocolError
+from .records import COPYSET_SIZE_MAX, KEY_BYTES_MAX, TOMBSTONE, RecordBatch
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+if sys.byteorder != "little":  # pragma: no cover - every supported platform is
+    raise ImportError("logstrand's packed batches need a little-endian machine")
+
+FORMAT: Final = 2
+LSNS: Final = 0x01
+TIMESTAMPS: Final = 0x02
+FLAGS: Final = 0x04
+_LAYOUT_ALL: Final = LSNS | TIMESTAMPS | FLAGS
+
+_HEAD = struct.Struct("<HBBIQQIHBxIIII")
+HEAD_BYTES: Final = _HEAD.size  # 48
+_CRC_AT: Final = 44
+COUNT_MAX: Final = 1 << 24
+#: A body decompresses to at most this many bytes (a bigger claim is refused
+#: before anything is decompressed).
+RAW_BYTES_MAX: Final = 256 * 1024 * 1024
+
+crc32c = google_crc32c.value
+_crc_extend = google_crc32c.extend
+
+
+def _slices(blob: bytes, lens: list[int], at: int) -> tuple[list[bytes | None], int]:
+    """Consecutive pieces of ``blob`` from ``at`` (length -1: None), and where
+    they end; without a Python loop when no piece is None."""
+    if lens.count(-1) == len(lens):
+        return [None] * len(lens), at
+    if -1 not in lens:
+        pos = list(itertools.accumulate(lens, initial=at))
+        return list(map(blob.__getitem__, map(slice, pos[:-1], pos[1:]))), pos[-1]
+    out: list[bytes | None] = []
+    for n in lens:
+        if n < 0:
+            out.append(None)
+        else:
+            out.append(blob[at : at + n])
+            at += n
+    return out, at
+
+
+def _pad8(n: int) -> int:
+    return (n + 7) & ~7
+
+
+def encode_body(
+    keys: Sequence[bytes | None], payloads: Sequence[bytes | None], codec: int = Codec.NONE
+) -> tuple[bytes, int, int, int]:
+    """(body, raw_len, crc32c, codec used) of records' keys and payloads.
+
+    A compressed blob that is not smaller than the raw one is kept raw (codec
+    NONE): incompressible payloads cost no decompression on reads.
+    """
+    if len(keys) != len(payloads):
+        raise InvalidArgumentError("keys and payloads differ in length")
+    lens = [-1 if k is None else len(k) for k in keys]
+    lens += [-1 if p is None else len(p) for p in payloads]
+    parts = [k for k in keys if k]
+    parts += [p for p in payloads if p]
+    raw = b"".join(parts)
+    blob = raw
+    if codec != Codec.NONE and raw:
+        blob = compress(codec, raw)
+        if len(blob) >= len(raw):
+            blob, codec = raw, Codec.NONE
+    elif not raw:
+        codec = Codec.NONE
+    body = struct.pack(f"<{len(lens)}i", *lens) + blob
+    return body, len(raw), crc32c(body), int(codec)
+
+
+class PackedBatch:
+    """One packed batch (see the module docstring), parsed and checked.
+
+    ``parse`` checks the structure and the header checksum; ``body_ok`` the
+    body checksum.  Columns are read on demand and cached.
+    """
+
+    __slots__ = (
+        "_blob",
+        "_lens",
+        "body_crc",
+        "body_start",
+        "codec",
+        "copyset",
+        "count",
+        "data",
+        "first_lsn",
+        "flags0",
+        "last_lsn",
+        "layout",
+        "loose",
+        "payload_bytes",
+        "raw_len",
+        "timestamp_ms",
+        "wave",
+    )
+
+    data: bytes
+    count: int
+    first_lsn: int
+    last_lsn: int
+    timestamp_ms: int
+    wave: int
+    flags0: int
+    codec: int
+    layout: int
+    copyset: tuple[int, ...]
+    body_start: int
+    raw_len: int
+    body_crc: int
+    payload_bytes: int
+    #: Packed here from a RecordBatch for a message whose own fields (wave,
+    #: copyset) the header is to take (see ``wire.Store``).
+    loose: bool
+    _lens: list[int] | None
+    _blob: bytes | None
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __repr__(self) -> str:
+        return (
+            f"PackedBatch({self.count} records, lsn {self.first_lsn:#x}..{self.last_lsn:#x},"
+            f" wave {self.wave}, copyset {self.copyset}, codec {self.codec})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PackedBatch) and other.data == self.data
+
+    def __hash__(self) -> int:
+        return hash(self.data)
+
+    # -- reading --------------------------------------------------------------
+
+    @classmethod
+    def parse(cls, data: bytes) -> PackedBatch:
+        """Check and parse packed bytes (everything but the body checksum).
+
+        Raises:
+            ProtocolError: truncated, inconsistent, an unknown format or codec,
+                or the header checksum fails.
+        """
+        if type(data) is not bytes:
+            data = bytes(data)
+        if len(data) < HEAD_BYTES:
+            raise ProtocolError("packed batch shorter than its header")
+        (fmt, codec, layout, count, first, ts, wave, flags0, ncs, body_len, raw_len, bcrc, hcrc) = (
+            _HEAD.unpack_from(data, 0)
+        )
+        if fmt != FORMAT:
+            raise ProtocolError(f"packed batch format {fmt} is not {FORMAT}")
+        if codec not in Codec._value2member_map_:
+            raise ProtocolError(f"packed batch codec {codec} unknown")
+        if layout & ~_LAYOUT_ALL:
+            raise ProtocolError(f"packed batch layout bits {layout:#x} unknown")
+        if count == 0 or count > COUNT_MAX:
+            raise ProtocolError(f"packed batch of {count} records")
+        if raw_len > RAW_BYTES_MAX:
+            raise ProtocolError(f"packed batch body claims {raw_len} bytes")
+        body_start = HEAD_BYTES + _pad8(4 * ncs)
+        if layout & LSNS:
+            body_start += 8 * count
+        if layout & TIMESTAMPS:
+            body_start += 8 * count
+        if layout & FLAGS:
+            body_start += _pad8(2 * count)
+        if len(data) != body_start + body_len or body_len < 8 * count:
+            raise ProtocolError("packed batch length disagrees with its header")
+        crc = _crc_extend(crc32c(data[:_CRC_AT]), data[HEAD_BYTES:body_start])
+        if crc != hcrc:
+            raise ProtocolError(f"packed batch header checksum mismatch at lsn {first:#x}")
+        b = cls.__new__(cls)
+        b.data = data
+        b.count = count
+        b.first_lsn = first
+        b.timestamp_ms = ts
+        b.wave = wave
+        b.flags0 = flags0
+        b.codec = codec
+        b.layout = layout
+        b.copyset = tuple(memoryview(data)[HEAD_BYTES : HEAD_BYTES + 4 * ncs].cast("I").tolist())
+        b.body_start = body_start
+        b.raw_len = raw_len
+        b.body_crc = bcrc
+        b._blob = None
+        b.loose = False
+        lens = b._lens = memoryview(data)[body_start : body_start + 8 * count].cast("i").tolist()
+        if min(lens) < -1 or max(lens[:count]) > KEY_BYTES_MAX:
+            raise ProtocolError("packed batch has a bad key or payload length")
+        total = sum(lens) + lens.count(-1)
+        if total != raw_len:
+            raise ProtocolError("packed batch lengths disagree with its body")
+        b.payload_bytes = total - sum(lens[:count]) - lens[:count].count(-1)
+        if layout & LSNS:
+            lsns = b.lsns()
+            if any(x >= y for x, y in itertools.pairwise(lsns)) or lsns[0] != first:
+                raise ProtocolError("packed batch LSNs are not increasing")
+            b.last_lsn = lsns[-1]
+        else:
+            b.last_lsn = first + count - 1
+        if b.last_lsn >= 1 << 64:
+            raise ProtocolError("packed batch LSNs overflow")
+        return b
+
+    def body_ok(self) -> bool:
+        """Does the body match the checksum its writer computed?"""
+        return bool(crc32c(self.data[self.body_start :]) == self.body_crc)
+
+    def column_at(self, bit: int) -> int:
+        """Where the column of ``bit`` starts."""
+        off = HEAD_BYTES + _pad8(4 * len(self.copyset))
+        for b, width in ((LSNS, 8), (TIMESTAMPS, 8)):
+            if b == bit:
+                return off
+            if self.layout & b:
+                off += width * self.count
+        return off
+
+    def lsns(self) -> list[int]:
+        if not self.layout & LSNS:
+            return list(range(self.first_lsn, self.first_lsn + self.count))
+        at = self.column_at(LSNS)
+        return memoryview(self.data)[at : at + 8 * self.count].cast("Q").tolist()
+
+    def timestamps(self) -> list[int]:
+        if not self.layout & TIMESTAMPS:
+            return [self.timestamp_ms] * self.count
+        at = self.column_at(TIMESTAMPS)
+        return memoryview(self.data)[at : at + 8 * self.count].cast("Q").tolist()
+
+    def flags(self) -> list[int]:
+        if not self.layout & FLAGS:
+            return [self.flags0] * self.count
+        at = self.column_at(FLAGS)
+        return memoryview(self.data)[at : at + 2 * self.count].cast("H").tolist()
+
+    @property
+    def flag_bits(self) -> int:
+        """Every record's flags, OR-ed."""
+        if not self.layout & FLAGS:
+            return self.flags0
+        out = 0
+        for f in set(self.flags()):
+            out |= f
+        return out
+
+    def key_lens(self) -> list[int]:
+        assert self._lens is not None
+        return self._lens[: self.count]
+
+    def payload_lens(self) -> list[int]:
+        assert self._lens is not None
+        return self._lens[self.count :]
+
+    def blob(self) -> bytes:
+        """The keys and payloads, concatenated and decompressed."""
+        if self._blob is None:
+            at = self.body_start + 8 * self.count
+            self._blob = decompress(self.codec, self.data[at:], self.raw_len)
+        return self._blob
+
+    def keys_payloads(self) -> tuple[list[bytes | None], list[bytes | None]]:
+        """Every record's key and payload (None: no key, a tombstone)."""
+        blob = self.blob()
+        n = self.count
+        assert self._lens is not None
+        keys, at = _slices(blob, self._lens[:n], 0)
+        payloads, _ = _slices(blob, self._lens[n:], at)
+        return keys, payloads
+
+    def to_records(self) -> RecordBatch:
+        keys, payloads = self.keys_payloads()
+        return RecordBatch.trusted(
+            tuple(self.lsns()),
+            tuple(self.timestamps()),
+            tuple(self.flags()),
+            tuple(keys),
+            tuple(payloads),
+        )
+
+    # -- building -------------------------------------------------------------
+
+    @classmethod
+    def assemble(
+        cls,
+        body: bytes,
+        raw_len: int,
+        body_crc: int,
+        codec: int,
+        count: int,
+        *,
+        first_lsn: int,
+        timestamps_ms: Sequence[int] | int,
+        flags: Sequence[int] | int = 0,
+        lsns: Sequence[int] | None = None,
+        wave: int = 0,
+        copyset: tuple[int, ...] = (),
+    ) -> PackedBatch:
+        """A batch from a body and the header fields (no checks of the body)."""
+        if len(copyset) > COPYSET_SIZE_MAX:
+            raise InvalidArgumentError(f"copyset of {len(copyset)} nodes is too large")
+        layout = 0
+        cols: list[bytes] = [struct.pack(f"<{len(copyset)}I", *copyset)]
+        if len(copyset) % 2:
+            cols.append(b"\0" * 4)
+        if lsns is not None and (lsns[0] != first_lsn or lsns[-1] - lsns[0] != count - 1):
+            layout |= LSNS
+            cols.append(struct.pack(f"<{count}Q", *lsns))
+        ts0 = timestamps_ms if isinstance(timestamps_ms, int) else timestamps_ms[0]
+        if not isinstance(timestamps_ms, int) and timestamps_ms.count(ts0) != count:
+            layout |= TIMESTAMPS
+            cols.append(struct.pack(f"<{count}Q", *timestamps_ms))
+        fl0 = flags if isinstance(flags, int) else flags[0]
+        if not isinstance(flags, int) and flags.count(fl0) != count:
+            layout |= FLAGS
+            col = struct.pack(f"<{count}H", *flags)
+            cols.append(col + b"\0" * (_pad8(len(col)) - len(col)))
+        tail = b"".join(cols)
+        head = _HEAD.pack(
+            FORMAT,
+            codec,
+            layout,
+            count,
+            first_lsn,
+            ts0,
+            wave,
+            fl0,
+            len(copyset),
+            len(body),
+            raw_len,
+            body_crc,
+            0,
+        )
+        hcrc = _crc_extend(crc32c(head[:_CRC_AT]), tail)
+        data = b"".join((head[:_CRC_AT], hcrc.to_bytes(4, "little"), tail, body))
+        return cls.parse(data)
+
+    @classmethod
+    def of_records(
+        cls,
+        records: RecordBatch,
+        *,
+        wave: int = 0,
+        copyset: tuple[int, ...] = (),
+        codec: int = Codec.NONE,
+    ) -> PackedBatch:
+        """Pack a RecordBatch (whose LSNs, timestamps and flags are kept)."""
+        if not records.lsns:
+            raise InvalidArgumentError("an empty batch cannot be packed")
+        payloads = records.payloads
+        flags = [
+            f | TOMBSTONE if p is None else f & ~TOMBSTONE
+            for f, p in zip(records.flags, payloads, strict=True)
+        ]
+        body, raw_len, crc, used = encode_body(records.keys, payloads, codec)
+        return cls.assemble(
+            body,
+            raw_len,
+            crc,
+            used,
+            len(records),
+            first_lsn=records.lsns[0],
+            lsns=records.lsns,
+            timestamps_ms=records.timestamps_ms,
+            flags=flags,
+            wave=wave,
+            copyset=copyset,
+        )
+
+    def restamp(
+        self,
+        *,
+        first_lsn: int,
+        timestamp_ms: int,
+        wave: int,
+        copyset: tuple[int, ...],
+        flags: int | None = None,
+    ) -> PackedBatch:
+        """The same body under a new header: consecutive LSNs from ``first_lsn``,
+        one timestamp, the given wave and copyset (what a sequencer does)."""
+        if flags is None:
+            tomb = [n < 0 for n in self.payload_lens()]
+            fl: Sequence[int] | int = [TOMBSTONE if t else 0 for t in tomb] if any(tomb) else 0
+        else:
+            fl = flags
+        return PackedBatch.assemble(
+            self.data[self.body_start :],
+            self.raw_len,
+            self.body_crc,
+            self.codec,
+            self.count,
+            first_lsn=first_lsn,
+            timestamps_ms=timestamp_ms,
+            flags=fl,
+            wave=wave,
+            copyset=copyset,
+        )
+
+    def rewave(self, wave: int, copyset: tuple[int, ...]) -> PackedBatch:
+        """The same records (LSNs, timestamps, flags, body) under another wave
+        and copyset."""
+        return PackedBatch.assemble(
+            self.data[self.body_start :],
+            self.raw_len,
+            self.body_crc,
+            self.codec,
+            self.count,
+            first_lsn=self.first_lsn,
+            lsns=self.lsns() if self.layout & LSNS else None,
+            timestamps_ms=self.timestamps(),
+            flags=self.flags(),
+            wave=wave,
+            copyset=copyset,
+        )
+
+    def select(self, keep: Sequence[int]) -> PackedBatch:
+        """A batch of the records at indices ``keep`` (increasing), same codec,
+        wave and copyset.  Decompresses: for splits and compaction only."""
+        rb = self.to_records()
+        sub = RecordBatch.trusted(
+            tuple(rb.lsns[i] for i in keep),
+            tuple(rb.timestamps_ms[i] for i in keep),
+            tuple(rb.flags[i] for i in keep),
+            tuple(rb.keys[i] for i in keep),
+            tuple(rb.payloads[i] for i in keep),
+        )
+        return PackedBatch.of_records(sub, wave=self.wave, copyset=self.copyset, codec=self.codec)

@@ -1,0 +1,198 @@
+"""Packed batches: the format, its checksums, compression, and LogsDB's
+stored batches where trims, compaction and recovery cut through them."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from logstrand.client._columns import ColumnBatch
+from logstrand.client._reader_core import RecordRun
+from logstrand.client._views import BatchView
+from logstrand.compression import Codec
+from logstrand.epochstore import LogAttributes
+from logstrand.errors import CorruptionError, InvalidArgumentError, ProtocolError, Status
+from logstrand.logsdb import LogsDB, PutBatch, make_batch
+from logstrand.packed import PackedBatch, encode_body
+from logstrand.records import HOLE, RecordBatch
+from logstrand.sequencer._host import HostOptions, check_records
+from logstrand.storage._core import servable_windows
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+E1 = 1 << 32
+
+
+def records(lsns: list[int], *, keyed: bool = False, ts: int = 1000) -> RecordBatch:
+    keys = [b"k%d" % (n % 7) for n in lsns] if keyed else None
+    payloads = [b'{"n": %d, "name": "record", "tags": ["a", "b"]}' % n for n in lsns]
+    return make_batch(lsns, payloads, timestamps_ms=ts, keys=keys)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.none() | st.binary(max_size=300), min_size=1, max_size=40),
+    st.booleans(),
+    st.sampled_from(list(Codec)),
+)
+def test_every_codec_round_trips(payloads: list[bytes | None], keyed: bool, codec: Codec) -> None:
+    n = len(payloads)
+    keys = [None if i % 3 == 0 else b"key%d" % i for i in range(n)] if keyed else None
+    rb = make_batch([E1 + 1 + i for i in range(n)], payloads, timestamps_ms=5, keys=keys)
+    pb = PackedBatch.of_records(rb, wave=2, copyset=(1, 2), codec=codec)
+    again = PackedBatch.parse(pb.data)
+    assert again.body_ok()
+    assert again.to_records().payloads == rb.payloads
+    assert again.to_records().keys == rb.keys
+    assert again.payload_bytes == sum(len(p) for p in payloads if p is not None)
+
+
+def test_compression_shrinks_json_and_is_skipped_when_it_does_not_help() -> None:
+    rb = records(list(range(E1 + 1, E1 + 501)))
+    plain = PackedBatch.of_records(rb)
+    for codec in (Codec.LZ4, Codec.ZSTD):
+        packed = PackedBatch.of_records(rb, codec=codec)
+        assert packed.codec == codec
+        assert len(packed.data) < 0.5 * len(plain.data)
+        assert packed.to_records() == plain.to_records()
+    noise = make_batch([E1 + 1], [os.urandom(2000)], timestamps_ms=1)
+    assert PackedBatch.of_records(noise, codec=Codec.ZSTD).codec == Codec.NONE
+    with pytest.raises(InvalidArgumentError, match=r"lz4|zstd"):
+        Codec.parse("gzip")
+
+
+def test_every_byte_of_a_batch_is_covered_by_a_checksum() -> None:
+    pb = PackedBatch.of_records(records([E1 + 1, E1 + 2, E1 + 5], keyed=True), wave=3, copyset=(4,))
+    for at in range(len(pb.data)):
+        bad = bytearray(pb.data)
+        bad[at] ^= 0x10
+        try:
+            got = PackedBatch.parse(bytes(bad))
+        except ProtocolError:
+            continue
+        assert not got.body_ok(), f"a flipped bit at byte {at} went unnoticed"
+
+
+def test_a_decompression_bomb_is_refused_before_decompressing() -> None:
+    body, raw_len, crc, codec = encode_body([None], [b"a" * 100_000], Codec.ZSTD)
+    pb = PackedBatch.assemble(body, raw_len, crc, codec, 1, first_lsn=E1 + 1, timestamps_ms=1)
+    data = bytearray(pb.data)
+    data[36:40] = (2**31).to_bytes(4, "little")  # raw_len claimed
+    with pytest.raises(ProtocolError):
+        PackedBatch.parse(bytes(data))
+
+
+def test_sequencer_refuses_a_body_that_fails_its_checksum() -> None:
+    pb = PackedBatch.of_records(records([0, 1, 2]))
+    bad = bytearray(pb.data)
+    bad[-1] ^= 1
+    problem = check_records(PackedBatch.parse(bytes(bad)), LogAttributes(), HostOptions())
+    assert problem is not None
+    assert problem[0] == Status.CHECKSUM_MISMATCH
+    assert check_records(pb, LogAttributes(), HostOptions()) is None
+
+
+def test_columns_and_objects_agree_across_straddling_windows() -> None:
+    rb = records(list(range(E1 + 1, E1 + 101)), keyed=True)
+    pb = PackedBatch.of_records(rb, codec=Codec.LZ4)
+    view = BatchView(pb, E1 + 11, E1 + 90)  # a trim below, a read's end above
+    runs = [RecordRun(view, 0, 30), RecordRun(view, 30, len(view))]
+    cols = ColumnBatch.of(7, runs)
+    assert cols.lsns == list(range(E1 + 11, E1 + 91))
+    assert cols.keys == list(rb.keys[10:90])
+    assert cols.payloads == list(rb.payloads[10:90])
+    assert isinstance(cols.payload_data, np.ndarray)
+    assert [p for r in runs for p in r.payloads] == list(rb.payloads[10:90])
+
+
+# -- LogsDB: stored batches and what cuts through them ---------------------------
+
+
+def _db(tmp_path: Path) -> LogsDB:
+    return LogsDB.open(tmp_path / "db")
+
+
+def test_a_store_run_is_one_value_and_trims_cut_reads_not_batches(tmp_path: Path) -> None:
+    db = _db(tmp_path)
+    db.write([PutBatch(1, records(list(range(E1 + 1, E1 + 101))), (1, 2), 1)])
+    got = db.read_packed(1)
+    assert len(got.batches) == 1
+    assert got.batches[0].count == 100
+    db.trim(1, E1 + 40)
+    # The stored batch straddles the trim point: sent whole, records read above it.
+    assert len(db.read_packed(1).batches) == 1
+    assert [r.lsn for r in db.read(1)] == list(range(E1 + 41, E1 + 101))
+    assert db.find_time(1, 0) == E1 + 41
+    db.close()
+
+
+def test_a_recovery_write_splits_the_batch_it_overlaps(tmp_path: Path) -> None:
+    db = _db(tmp_path)
+    db.write([PutBatch(1, records(list(range(E1 + 1, E1 + 11))), (1, 2), 1)])
+    plug = make_batch([E1 + 4, E1 + 5], [None, None], timestamps_ms=1000, flags=HOLE)
+    db.write([PutBatch(1, plug, (2, 3), 9)])
+    got = db.read_packed(1).batches
+    assert [(b.first_lsn - E1, b.last_lsn - E1, b.wave) for b in got] == [
+        (1, 3, 1),
+        (4, 5, 9),
+        (6, 10, 1),
+    ]
+    stored = db.read(1)
+    assert [r.lsn - E1 for r in stored] == list(range(1, 11))
+    assert [r.flags & HOLE for r in stored][3:5] == [HOLE, HOLE]
+    assert stored[5].payload == records([E1 + 6]).payloads[0]
+    db.close()
+
+
+def test_compaction_rewrites_batches_keeping_the_other_lsns(tmp_path: Path) -> None:
+    db = _db(tmp_path)
+    rb = records(list(range(E1 + 1, E1 + 21)), keyed=True)
+    db.write([PutBatch(1, rb, (1,), 1)])
+    assert db.delete(1, [E1 + 2, E1 + 3, E1 + 20, E1 + 99]) == 3
+    left = db.read(1)
+    assert [r.lsn - E1 for r in left] == [1, *range(4, 20)]
+    assert [r.payload for r in left] == [rb.payloads[0], *rb.payloads[3:19]]
+    (batch,) = db.read_packed(1).batches
+    assert batch.count == 17
+    assert batch.body_ok()
+    db.close()
+
+
+def test_servable_windows_cut_a_batch_where_recovery_ended_its_epoch() -> None:
+    from logstrand.epochstore import EpochEnd
+
+    pb = PackedBatch.of_records(records(list(range(E1 + 1, E1 + 11))), wave=1)
+    end = EpochEnd(lng_esn=6, bridge_esn=7, seal=2)
+    out = servable_windows([(pb, E1 + 1, E1 + 10)], (3 << 32) | 1, lambda e: end)
+    assert [(lo - E1, hi - E1) for _, lo, hi in out] == [(1, 6)]
+
+
+def test_an_old_format_directory_is_refused_at_open(tmp_path: Path) -> None:
+    db = _db(tmp_path)
+    batch = db._engine.new_batch()
+    batch.put("meta", b"V", (1).to_bytes(8, "big"))
+    db._engine.write(batch, sync=True)
+    db.close()
+    with pytest.raises(InvalidArgumentError, match="format 1"):
+        _db(tmp_path)
+
+
+def test_a_corrupt_stored_batch_is_never_data(tmp_path: Path) -> None:
+    db = _db(tmp_path)
+    db.write([PutBatch(1, records([E1 + 1, E1 + 2]), (1,), 1)], sync=True)
+    cf = f"p{db.partitions()[-1].id:010d}"
+    key = (1).to_bytes(8, "big") + (E1 + 1).to_bytes(8, "big")
+    value = bytearray(db._engine.get(cf, key) or b"")
+    value[-3] ^= 0x40
+    batch = db._engine.new_batch()
+    batch.put(cf, key, bytes(value))
+    db._engine.write(batch, sync=True)
+    with pytest.raises(CorruptionError, match="checksum"):
+        db.read_packed(1)
+    db.close()
