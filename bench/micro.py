@@ -2,7 +2,7 @@
 
     python bench/micro.py
 
-- LogsDB value encoding and column-wise decoding of 100 B records (no RocksDB);
+- packing, checking and decoding a batch of 100 B records (no RocksDB);
 - a Ping/Pong round trip through the project's connection code to a node process;
 - append latency with the node and the client in one trio loop (one process, R=1),
   to tell Python work from cross-process wake-ups.
@@ -17,8 +17,9 @@ import trio
 
 import logstrand
 from logstrand.epochstore import LogAttributes, NodeConfig, open_epoch_store
-from logstrand.logsdb import _format as fmt
 from logstrand.net import connect
+from logstrand.packed import PackedBatch
+from logstrand.records import make_batch
 from logstrand.storage import Node
 from logstrand.testing import LocalCluster, free_port
 from logstrand.wire import Ping
@@ -26,18 +27,18 @@ from logstrand.wire import Ping
 
 def codec() -> None:
     n = 1000
-    ts, fl, keys, pays = (1,) * n, (0,) * n, (None,) * n, (b"p" * 100,) * n
-    cs = fmt.pack_copyset((1, 2))
+    rb = make_batch(list(range(1, n + 1)), [b"p" * 100] * n, timestamps_ms=1)
     t0 = time.perf_counter()
     for _ in range(200):
-        values = fmt.encode_values(ts, fl, 0, cs, keys, pays)
+        pb = PackedBatch.of_records(rb, wave=1, copyset=(1, 2))
     enc = 200 * n / (time.perf_counter() - t0)
-    pairs = [(fmt.data_key(1, i + 1), v) for i, v in enumerate(values)]
     t0 = time.perf_counter()
     for _ in range(200):
-        fmt.decode_into(fmt.StoredBatch(1), iter(pairs), n, 1 << 40)
+        got = PackedBatch.parse(pb.data)
+        assert got.body_ok()
+        got.keys_payloads()
     dec = 200 * n / (time.perf_counter() - t0)
-    print(f"LogsDB encode_values 100 B: {enc:,.0f} records/s; decode_into: {dec:,.0f} records/s")
+    print(f"packed batch of 100 B records: pack {enc:,.0f} records/s; check+decode {dec:,.0f}")
 
 
 async def ping(cluster: LocalCluster) -> None:

@@ -42,7 +42,7 @@ import google_crc32c
 
 from .compression import Codec, compress, decompress
 from .errors import InvalidArgumentError, ProtocolError
-from .records import COPYSET_SIZE_MAX, KEY_BYTES_MAX, TOMBSTONE, RecordBatch
+from .records import COPYSET_SIZE_MAX, TOMBSTONE, RecordBatch
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -233,7 +233,7 @@ class PackedBatch:
         b._blob = None
         b.loose = False
         lens = b._lens = memoryview(data)[body_start : body_start + 8 * count].cast("i").tolist()
-        if min(lens) < -1 or max(lens[:count]) > KEY_BYTES_MAX:
+        if min(lens) < -1:
             raise ProtocolError("packed batch has a bad key or payload length")
         total = sum(lens) + lens.count(-1)
         if total != raw_len:

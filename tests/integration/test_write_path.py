@@ -280,13 +280,15 @@ def test_compressed_logs_round_trip_and_nodes_store_the_client_bytes(
         assert got == payloads
         assert [p for b in arrow for p in b.column("payload").to_pylist()] == payloads
     # Every node keeps the client's compressed bytes: its batches are smaller.
+    sizes = {1: 0, 2: 0}
     for node in (1, 2, 3):
         with LogsDB.open(tmp_path / "c" / f"node{node}") as db:
-            sizes = {log: sum(len(b.data) for b in db.read_packed(log).batches) for log in (1, 2)}
-            codecs = {b.codec for b in db.read_packed(1).batches}
-        if sizes[1]:
-            assert codecs == {Codec.parse(codec)}
-            assert sizes[1] < sizes[2] / 2, sizes
+            for log in (1, 2):
+                batches = db.read_packed(log).batches
+                sizes[log] += sum(len(b.data) for b in batches)
+                if log == 1:
+                    assert {b.codec for b in batches} <= {Codec.parse(codec)}
+    assert 0 < sizes[1] < sizes[2] / 2, sizes
 
 
 async def test_a_batch_changed_between_client_and_sequencer_is_refused(
