@@ -16,7 +16,7 @@ from logstrand.logsdb import (
     PutBatch,
     make_batch,
 )
-from logstrand.records import KEY_BYTES_MAX, RecordFlags
+from logstrand.records import RecordFlags
 
 from .logsdb_helpers import Opener, put
 
@@ -256,8 +256,6 @@ def test_partitions_and_directory_survive_reopen(opener: Opener) -> None:
 def test_bad_input_writes_nothing(db: LogsDB) -> None:
     with pytest.raises(InvalidArgumentError):
         db.write([put(1, [1], ts=T0), put(0, [1], ts=T0)])
-    with pytest.raises(InvalidArgumentError):
-        db.write([put(1, [1], ts=T0, keys=[b"k" * (KEY_BYTES_MAX + 1)])])
     with pytest.raises(InvalidArgumentError):
         db.write([put(1, [1], ts=T0, copyset=tuple(range(300)))])
     assert db.read(1) == []
