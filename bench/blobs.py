@@ -48,7 +48,7 @@ def one_run(n: int, size: int, blob_min: int | None) -> dict[str, float]:
         ]
         t0 = time.perf_counter()
         for rb in batches:
-            db.write([PutBatch(7, rb, (1, 2))], sync=False)
+            db.write([PutBatch.of(7, rb, (1, 2))], sync=False)
         write_s = time.perf_counter() - t0
         db.flush()
         t0 = time.perf_counter()

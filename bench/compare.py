@@ -51,7 +51,7 @@ import logstrand
 from logstrand.client import RecordRun
 from logstrand.epochstore import LogAttributes, open_epoch_store
 from logstrand.security import Credentials
-from logstrand.testing import LocalCluster
+from logstrand.testing import LocalCluster, cpu_s
 
 SMALL, LARGE = 100, 10 * 1024
 WINDOW = 1000
@@ -61,19 +61,6 @@ PEER_VENV = ROOT / ".venv-peers"
 PEER_PACKAGES = ("nats-py==2.16.0", "redis==8.1.0", "hiredis==3.5.0")
 
 # -- measuring ---------------------------------------------------------------------
-
-
-def _cpu_s(pids: list[int]) -> float:
-    """User + system CPU seconds of processes so far (from /proc)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / tick
-    return total
 
 
 class Block:
@@ -86,13 +73,13 @@ class Block:
         os.sync()  # dirty pages of an earlier block are not flushed inside this one
         self.t0 = time.perf_counter()
         self.c0 = time.process_time()
-        self.n0 = _cpu_s(self.node_pids)
+        self.n0 = cpu_s(self.node_pids)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.wall = time.perf_counter() - self.t0
         self.client_cpu = (time.process_time() - self.c0) / self.wall
-        self.server_cpu = (_cpu_s(self.node_pids) - self.n0) / self.wall
+        self.server_cpu = (cpu_s(self.node_pids) - self.n0) / self.wall
 
 
 def row(

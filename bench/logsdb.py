@@ -81,7 +81,7 @@ def _logsdb(path: str, n: int, size: int, sync: bool) -> tuple[float, float]:
     ]
     t0 = time.perf_counter()
     for rb in batches:
-        db.write([PutBatch(7, rb, (1, 2))], sync=sync)
+        db.write([PutBatch.of(7, rb, (1, 2))], sync=sync)
     write_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     count = 0

@@ -1,6 +1,8 @@
 """Micro-measurements behind the explanations in docs/performance.md.
 
-    python bench/micro.py
+    python bench/micro.py [--packed]
+
+(``--packed``: only the packed-batch measurements, no servers)
 
 - packing, checking and decoding a batch of 100 B records (no RocksDB);
 - a Ping/Pong round trip through the project's connection code to a node process;
@@ -10,8 +12,11 @@
 
 from __future__ import annotations
 
+import statistics
+import sys
 import tempfile
 import time
+import timeit
 
 import trio
 
@@ -39,6 +44,20 @@ def codec() -> None:
         got.keys_payloads()
     dec = 200 * n / (time.perf_counter() - t0)
     print(f"packed batch of 100 B records: pack {enc:,.0f} records/s; check+decode {dec:,.0f}")
+    restamp()
+
+
+def restamp() -> None:
+    """A sequencer's work per STORE wave: a new header in front of the client's body."""
+    for n, size in ((1000, 100), (100, 10 * 1024)):
+        rb = make_batch(list(range(n)), [b"p" * size] * n, timestamps_ms=0)
+        pb = PackedBatch.of_records(rb)
+
+        def one(pb: PackedBatch = pb) -> object:
+            return pb.restamp(first_lsn=(1 << 32) | 1, timestamp_ms=5, wave=1, copyset=(1, 2))
+
+        runs = [min(timeit.repeat(one, number=200, repeat=3)) / 200 * 1e6 for _ in range(5)]
+        print(f"restamp {n} x {size} B: {statistics.median(runs):.1f} us (median of 5)")
 
 
 async def ping(cluster: LocalCluster) -> None:
@@ -73,6 +92,9 @@ async def in_process(url: str) -> None:
 
 
 def main() -> None:
+    if sys.argv[1:] == ["--packed"]:
+        codec()
+        return
     codec()
     with tempfile.TemporaryDirectory() as d, LocalCluster(d, nodes=1) as cluster:
         trio.run(ping, cluster)

@@ -34,7 +34,7 @@ import trio
 
 from logstrand.client import open_client
 from logstrand.epochstore import LogAttributes, open_epoch_store
-from logstrand.testing import LocalCluster
+from logstrand.testing import LocalCluster, cpu_s
 
 LOG = 1
 KEYS = 1000
@@ -99,14 +99,6 @@ def _busy_s() -> float:
     return (sum(fields) - idle) / os.sysconf("SC_CLK_TCK")
 
 
-def _cpu_s(pids: list[int]) -> float:
-    total = 0.0
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--records", type=int, default=1_000_000)
@@ -148,11 +140,11 @@ def main() -> None:
             }
             results: list[dict[str, Any]] = []
             pids = [p.pid for p in cluster.procs.values()]
-            nodes0, busy0, t0 = _cpu_s(pids), _busy_s(), time.perf_counter()
+            nodes0, busy0, t0 = cpu_s(pids), _busy_s(), time.perf_counter()
             for _ in range(args.repeat):
                 df.count()
             wall = time.perf_counter() - t0
-            nodes_cores = (_cpu_s(pids) - nodes0) / wall
+            nodes_cores = (cpu_s(pids) - nodes0) / wall
             rest_cores = (_busy_s() - busy0) / wall - nodes_cores
             for name, q in queries.items():
                 ours = [n / _time(lambda q=q: q(df)) for _ in range(args.repeat)]

@@ -1,14 +1,23 @@
-"""Compression of batch bodies: the codecs a log may use (``logs create
---compression``).  Clients compress when they append and readers decompress;
-sequencers and storage nodes never do (the body checksum covers the
-compressed bytes).  Pure; the codec libraries load on first use.
+"""Batch bodies: the keys and payloads of a packed batch, their lengths, and
+the codecs a log may compress them with (``logs create --compression``).
+Clients compress when they append and readers decompress; sequencers and
+storage nodes never do (the body checksum covers the compressed bytes).
+Pure; the codec libraries load on first use.
 """
 
 from __future__ import annotations
 
 import enum
+import itertools
+import struct
+from typing import TYPE_CHECKING
+
+import google_crc32c
 
 from .errors import InvalidArgumentError, ProtocolError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 class Codec(enum.IntEnum):
@@ -56,3 +65,47 @@ def decompress(codec: int, blob: bytes, raw_len: int) -> bytes:
     if len(raw) != raw_len:
         raise ProtocolError(f"batch body decompressed to {len(raw)} bytes, not {raw_len}")
     return bytes(raw)
+
+
+def pack_body(
+    keys: Sequence[bytes | None], payloads: Sequence[bytes | None], codec: int = Codec.NONE
+) -> tuple[bytes, int, int, int]:
+    """(body, raw_len, crc32c, codec used) of records' keys and payloads.
+
+    A compressed blob that is not smaller than the raw one is kept raw (codec
+    NONE): incompressible payloads cost no decompression on reads.
+    """
+    if len(keys) != len(payloads):
+        raise InvalidArgumentError("keys and payloads differ in length")
+    lens = [-1 if k is None else len(k) for k in keys]
+    lens += [-1 if p is None else len(p) for p in payloads]
+    parts = [k for k in keys if k]
+    parts += [p for p in payloads if p]
+    raw = b"".join(parts)
+    blob = raw
+    if codec != Codec.NONE and raw:
+        blob = compress(codec, raw)
+        if len(blob) >= len(raw):
+            blob, codec = raw, Codec.NONE
+    elif not raw:
+        codec = Codec.NONE
+    body = struct.pack(f"<{len(lens)}i", *lens) + blob
+    return body, len(raw), google_crc32c.value(body), int(codec)
+
+
+def slices(blob: bytes, lens: list[int], at: int) -> tuple[list[bytes | None], int]:
+    """Consecutive pieces of ``blob`` from ``at`` (length -1: None), and where
+    they end; without a Python loop when no piece is None."""
+    if lens.count(-1) == len(lens):
+        return [None] * len(lens), at
+    if -1 not in lens:
+        pos = list(itertools.accumulate(lens, initial=at))
+        return list(map(blob.__getitem__, map(slice, pos[:-1], pos[1:]))), pos[-1]
+    out: list[bytes | None] = []
+    for n in lens:
+        if n < 0:
+            out.append(None)
+        else:
+            out.append(blob[at : at + n])
+            at += n
+    return out, at

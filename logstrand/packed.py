@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Final
 
 import google_crc32c
 
-from .compression import Codec, compress, decompress
+from .compression import Codec, decompress, pack_body, slices
 from .errors import InvalidArgumentError, ProtocolError
 from .records import COPYSET_SIZE_MAX, TOMBSTONE, RecordBatch
 
@@ -68,52 +68,8 @@ crc32c = google_crc32c.value
 _crc_extend = google_crc32c.extend
 
 
-def _slices(blob: bytes, lens: list[int], at: int) -> tuple[list[bytes | None], int]:
-    """Consecutive pieces of ``blob`` from ``at`` (length -1: None), and where
-    they end; without a Python loop when no piece is None."""
-    if lens.count(-1) == len(lens):
-        return [None] * len(lens), at
-    if -1 not in lens:
-        pos = list(itertools.accumulate(lens, initial=at))
-        return list(map(blob.__getitem__, map(slice, pos[:-1], pos[1:]))), pos[-1]
-    out: list[bytes | None] = []
-    for n in lens:
-        if n < 0:
-            out.append(None)
-        else:
-            out.append(blob[at : at + n])
-            at += n
-    return out, at
-
-
 def _pad8(n: int) -> int:
     return (n + 7) & ~7
-
-
-def encode_body(
-    keys: Sequence[bytes | None], payloads: Sequence[bytes | None], codec: int = Codec.NONE
-) -> tuple[bytes, int, int, int]:
-    """(body, raw_len, crc32c, codec used) of records' keys and payloads.
-
-    A compressed blob that is not smaller than the raw one is kept raw (codec
-    NONE): incompressible payloads cost no decompression on reads.
-    """
-    if len(keys) != len(payloads):
-        raise InvalidArgumentError("keys and payloads differ in length")
-    lens = [-1 if k is None else len(k) for k in keys]
-    lens += [-1 if p is None else len(p) for p in payloads]
-    parts = [k for k in keys if k]
-    parts += [p for p in payloads if p]
-    raw = b"".join(parts)
-    blob = raw
-    if codec != Codec.NONE and raw:
-        blob = compress(codec, raw)
-        if len(blob) >= len(raw):
-            blob, codec = raw, Codec.NONE
-    elif not raw:
-        codec = Codec.NONE
-    body = struct.pack(f"<{len(lens)}i", *lens) + blob
-    return body, len(raw), crc32c(body), int(codec)
 
 
 class PackedBatch:
@@ -136,7 +92,6 @@ class PackedBatch:
         "flags0",
         "last_lsn",
         "layout",
-        "loose",
         "payload_bytes",
         "raw_len",
         "timestamp_ms",
@@ -157,9 +112,6 @@ class PackedBatch:
     raw_len: int
     body_crc: int
     payload_bytes: int
-    #: Packed here from a RecordBatch for a message whose own fields (wave,
-    #: copyset) the header is to take (see ``wire.Store``).
-    loose: bool
     _lens: list[int] | None
     _blob: bytes | None
 
@@ -231,7 +183,6 @@ class PackedBatch:
         b.raw_len = raw_len
         b.body_crc = bcrc
         b._blob = None
-        b.loose = False
         lens = b._lens = memoryview(data)[body_start : body_start + 8 * count].cast("i").tolist()
         if min(lens) < -1:
             raise ProtocolError("packed batch has a bad key or payload length")
@@ -312,8 +263,8 @@ class PackedBatch:
         blob = self.blob()
         n = self.count
         assert self._lens is not None
-        keys, at = _slices(blob, self._lens[:n], 0)
-        payloads, _ = _slices(blob, self._lens[n:], at)
+        keys, at = slices(blob, self._lens[:n], 0)
+        payloads, _ = slices(blob, self._lens[n:], at)
         return keys, payloads
 
     def to_records(self) -> RecordBatch:
@@ -344,44 +295,30 @@ class PackedBatch:
         wave: int = 0,
         copyset: tuple[int, ...] = (),
     ) -> PackedBatch:
-        """A batch from a body and the header fields (no checks of the body)."""
-        if len(copyset) > COPYSET_SIZE_MAX:
-            raise InvalidArgumentError(f"copyset of {len(copyset)} nodes is too large")
-        layout = 0
-        cols: list[bytes] = [struct.pack(f"<{len(copyset)}I", *copyset)]
-        if len(copyset) % 2:
-            cols.append(b"\0" * 4)
-        if lsns is not None and (lsns[0] != first_lsn or lsns[-1] - lsns[0] != count - 1):
-            layout |= LSNS
-            cols.append(struct.pack(f"<{count}Q", *lsns))
-        ts0 = timestamps_ms if isinstance(timestamps_ms, int) else timestamps_ms[0]
-        if not isinstance(timestamps_ms, int) and timestamps_ms.count(ts0) != count:
-            layout |= TIMESTAMPS
-            cols.append(struct.pack(f"<{count}Q", *timestamps_ms))
-        fl0 = flags if isinstance(flags, int) else flags[0]
-        if not isinstance(flags, int) and flags.count(fl0) != count:
-            layout |= FLAGS
-            col = struct.pack(f"<{count}H", *flags)
-            cols.append(col + b"\0" * (_pad8(len(col)) - len(col)))
-        tail = b"".join(cols)
-        head = _HEAD.pack(
-            FORMAT,
-            codec,
-            layout,
-            count,
-            first_lsn,
-            ts0,
-            wave,
-            fl0,
-            len(copyset),
+        """A batch from a body and the header fields, checked as ``parse`` does."""
+        head = _header(
             len(body),
             raw_len,
             body_crc,
-            0,
+            codec,
+            count,
+            first_lsn,
+            timestamps_ms,
+            flags,
+            lsns,
+            wave,
+            copyset,
         )
-        hcrc = _crc_extend(crc32c(head[:_CRC_AT]), tail)
-        data = b"".join((head[:_CRC_AT], hcrc.to_bytes(4, "little"), tail, body))
-        return cls.parse(data)
+        return cls.parse(head + body)
+
+    @classmethod
+    def for_append(
+        cls, keys: Sequence[bytes | None], payloads: Sequence[bytes | None], codec: int = 0
+    ) -> PackedBatch:
+        """What a client appends: the records' body (compressed with ``codec``
+        when that helps) under a header the sequencer replaces."""
+        body, raw_len, crc, used = pack_body(keys, payloads, codec)
+        return cls.assemble(body, raw_len, crc, used, len(payloads), first_lsn=0, timestamps_ms=0)
 
     @classmethod
     def of_records(
@@ -400,7 +337,7 @@ class PackedBatch:
             f | TOMBSTONE if p is None else f & ~TOMBSTONE
             for f, p in zip(records.flags, payloads, strict=True)
         ]
-        body, raw_len, crc, used = encode_body(records.keys, payloads, codec)
+        body, raw_len, crc, used = pack_body(records.keys, payloads, codec)
         return cls.assemble(
             body,
             raw_len,
@@ -416,60 +353,109 @@ class PackedBatch:
         )
 
     def restamp(
-        self,
-        *,
-        first_lsn: int,
-        timestamp_ms: int,
-        wave: int,
-        copyset: tuple[int, ...],
-        flags: int | None = None,
+        self, *, first_lsn: int, timestamp_ms: int, wave: int, copyset: tuple[int, ...]
     ) -> PackedBatch:
         """The same body under a new header: consecutive LSNs from ``first_lsn``,
-        one timestamp, the given wave and copyset (what a sequencer does)."""
-        if flags is None:
-            tomb = [n < 0 for n in self.payload_lens()]
-            fl: Sequence[int] | int = [TOMBSTONE if t else 0 for t in tomb] if any(tomb) else 0
-        else:
-            fl = flags
-        return PackedBatch.assemble(
-            self.data[self.body_start :],
+        one timestamp, the given wave and copyset (what a sequencer does, once
+        per wave).  The body is copied once and not checked again."""
+        lens = self.payload_lens()
+        flags: list[int] | int = [TOMBSTONE if n < 0 else 0 for n in lens] if -1 in lens else 0
+        body = memoryview(self.data)[self.body_start :]
+        head = _header(
+            len(body),
             self.raw_len,
             self.body_crc,
             self.codec,
             self.count,
-            first_lsn=first_lsn,
-            timestamps_ms=timestamp_ms,
-            flags=fl,
-            wave=wave,
-            copyset=copyset,
+            first_lsn,
+            timestamp_ms,
+            flags,
+            None,
+            wave,
+            copyset,
         )
-
-    def rewave(self, wave: int, copyset: tuple[int, ...]) -> PackedBatch:
-        """The same records (LSNs, timestamps, flags, body) under another wave
-        and copyset."""
-        return PackedBatch.assemble(
-            self.data[self.body_start :],
-            self.raw_len,
-            self.body_crc,
-            self.codec,
-            self.count,
-            first_lsn=self.first_lsn,
-            lsns=self.lsns() if self.layout & LSNS else None,
-            timestamps_ms=self.timestamps(),
-            flags=self.flags(),
-            wave=wave,
-            copyset=copyset,
-        )
+        b = PackedBatch.__new__(PackedBatch)
+        for name in ("count", "codec", "raw_len", "body_crc", "payload_bytes", "_lens", "_blob"):
+            setattr(b, name, getattr(self, name))
+        b.data = b"".join((head, body))
+        b.first_lsn = first_lsn
+        b.last_lsn = first_lsn + self.count - 1
+        b.timestamp_ms = timestamp_ms
+        b.wave = wave
+        b.copyset = copyset
+        b.layout = FLAGS if isinstance(flags, list) else 0
+        b.flags0 = flags[0] if isinstance(flags, list) else flags
+        b.body_start = len(head)
+        return b
 
     def select(self, keep: Sequence[int]) -> PackedBatch:
         """A batch of the records at indices ``keep`` (increasing), same codec,
         wave and copyset.  Decompresses: for splits and compaction only."""
-        rb = self.to_records()
-        sub = RecordBatch.trusted(
-            tuple(rb.lsns[i] for i in keep),
-            tuple(rb.timestamps_ms[i] for i in keep),
-            tuple(rb.flags[i] for i in keep),
-            tuple(rb.keys[i] for i in keep),
-            tuple(rb.payloads[i] for i in keep),
-        )
+        sub = self.to_records().take(keep)
         return PackedBatch.of_records(sub, wave=self.wave, copyset=self.copyset, codec=self.codec)
+
+
+def last_lsn_of(data: bytes) -> int:
+    """The last LSN a packed batch claims, from its header alone (unchecked:
+    to pass over a batch without parsing it)."""
+    if len(data) < HEAD_BYTES:
+        return 0
+    layout, count = data[3], int.from_bytes(data[4:8], "little")
+    first = int.from_bytes(data[8:16], "little")
+    if not layout & LSNS or count == 0:
+        return first + count - 1
+    at = HEAD_BYTES + _pad8(4 * data[30]) + 8 * (count - 1)
+    return int.from_bytes(data[at : at + 8], "little")
+
+
+def _header(
+    body_len: int,
+    raw_len: int,
+    body_crc: int,
+    codec: int,
+    count: int,
+    first_lsn: int,
+    timestamps_ms: Sequence[int] | int,
+    flags: Sequence[int] | int,
+    lsns: Sequence[int] | None,
+    wave: int,
+    copyset: tuple[int, ...],
+) -> bytes:
+    """Everything before the body: the fixed header with its checksum, the
+    copyset, and the columns that are not constant."""
+    if len(copyset) > COPYSET_SIZE_MAX:
+        raise InvalidArgumentError(f"copyset of {len(copyset)} nodes is too large")
+    layout = 0
+    cols: list[bytes] = [struct.pack(f"<{len(copyset)}I", *copyset)]
+    if len(copyset) % 2:
+        cols.append(b"\0" * 4)
+    if lsns is not None and (lsns[0] != first_lsn or lsns[-1] - lsns[0] != count - 1):
+        layout |= LSNS
+        cols.append(struct.pack(f"<{count}Q", *lsns))
+    ts0 = timestamps_ms if isinstance(timestamps_ms, int) else timestamps_ms[0]
+    if not isinstance(timestamps_ms, int) and timestamps_ms.count(ts0) != count:
+        layout |= TIMESTAMPS
+        cols.append(struct.pack(f"<{count}Q", *timestamps_ms))
+    fl0 = flags if isinstance(flags, int) else flags[0]
+    if not isinstance(flags, int) and flags.count(fl0) != count:
+        layout |= FLAGS
+        col = struct.pack(f"<{count}H", *flags)
+        cols.append(col + b"\0" * (_pad8(len(col)) - len(col)))
+    tail = b"".join(cols)
+    head = _HEAD.pack(
+        FORMAT,
+        codec,
+        layout,
+        count,
+        first_lsn,
+        ts0,
+        wave,
+        fl0,
+        len(copyset),
+        body_len,
+        raw_len,
+        body_crc,
+        0,
+    )[:_CRC_AT]
+    hcrc = _crc_extend(crc32c(head), tail)
+    return b"".join((head, hcrc.to_bytes(4, "little"), tail))

@@ -171,6 +171,16 @@ class RecordBatch:
         object.__setattr__(batch, "payloads", payloads)
         return batch
 
+    def take(self, indices: Sequence[int]) -> RecordBatch:
+        """The records at ``indices``, in that order."""
+        return RecordBatch.trusted(
+            tuple(self.lsns[i] for i in indices),
+            tuple(self.timestamps_ms[i] for i in indices),
+            tuple(self.flags[i] for i in indices),
+            tuple(self.keys[i] for i in indices),
+            tuple(self.payloads[i] for i in indices),
+        )
+
     @property
     def payload_bytes(self) -> int:
         return sum(len(p) for p in self.payloads if p is not None)

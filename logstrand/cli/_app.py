@@ -127,7 +127,7 @@ def demo(
         while done < records:
             n = min(1000, records - done)
             puts = [
-                PutBatch(
+                PutBatch.of(
                     log,
                     make_batch(
                         range(first[log] + done, first[log] + done + n),

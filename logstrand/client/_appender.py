@@ -35,7 +35,7 @@ from ..errors import (
     Status,
     TransientError,
 )
-from ..packed import PackedBatch, encode_body
+from ..packed import PackedBatch
 from ..records import KEY_BYTES_MAX, check_log_id
 from ..wire import Append, AppendReply, ErrorReply
 
@@ -216,14 +216,12 @@ class Appender:
         self, log_id: int, payloads: Sequence[bytes | None], keys: Sequence[bytes | None]
     ) -> int:
         """One APPEND, retried until it succeeds, fails for good, or times out."""
-        n = len(payloads)
         # ``check`` has validated every key and payload: no second pass here.
         # The body is packed (and compressed) once, with its checksum, and
         # travels unchanged to every node that stores it and every reader.
         attributes = self.view.log_attributes(log_id)
         codec = Codec.parse(attributes.compression) if attributes is not None else Codec.NONE
-        body, raw_len, crc, used = encode_body(keys, payloads, codec)
-        batch = PackedBatch.assemble(body, raw_len, crc, used, n, first_lsn=0, timestamps_ms=0)
+        batch = PackedBatch.for_append(keys, payloads, codec)
         deadline = trio.current_time() + self.settings.append_timeout_s
         backoff = 0.01
         last = "no attempt"

@@ -3,6 +3,7 @@ and what the nodes' partition directories say of a log.  Pure (no trio)."""
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -59,7 +60,7 @@ class ColumnBatch:
     is ``payload_data[payload_offsets[i]:payload_offsets[i + 1]]`` where
     ``payload_valid[i]`` (False: a tombstone); keys likewise.  ``lsns``,
     ``timestamps_ms``, ``keys`` and ``payloads`` give them as lists (objects
-    made on demand).
+    made on first use, then kept).
     """
 
     log_id: int
@@ -76,19 +77,19 @@ class ColumnBatch:
     def __len__(self) -> int:
         return len(self.lsn)
 
-    @property
+    @functools.cached_property
     def lsns(self) -> list[int]:
         return self.lsn.tolist()  # type: ignore[no-any-return]
 
-    @property
+    @functools.cached_property
     def timestamps_ms(self) -> list[int]:
         return self.timestamp_ms.tolist()  # type: ignore[no-any-return]
 
-    @property
+    @functools.cached_property
     def keys(self) -> list[bytes | None]:
         return _pieces(self.key_offsets, self.key_data, self.key_valid)
 
-    @property
+    @functools.cached_property
     def payloads(self) -> list[bytes | None]:
         return _pieces(self.payload_offsets, self.payload_data, self.payload_valid)
 

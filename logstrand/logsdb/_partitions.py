@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ..errors import InvalidArgumentError, ProtocolError
-from ..records import RecordBatch
+from ..packed import PackedBatch
 from . import _format as fmt
 from ._format import DirEntry
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from ..packed import PackedBatch
+    from ..records import RecordBatch
     from ._engine import Batch, Engine
 
 META_CF = "meta"
@@ -83,42 +83,31 @@ class LogsDBOptions:
 
 @attrs.frozen
 class PutBatch:
-    """Records of one log stored under one copyset: what one STORE carries.
-
-    ``records`` is a ``PackedBatch`` as a STORE brings it (its header has the
-    wave and copyset), or a ``RecordBatch`` that ``packed()`` packs with
-    ``copyset`` and ``wave`` (recovery's and the tests' writes).
-    """
+    """One stored batch of one log: what one STORE carries (its header has
+    the wave and copyset)."""
 
     log_id: int
-    records: RecordBatch | PackedBatch
-    copyset: tuple[int, ...] = ()
-    wave: int = 0
+    batch: PackedBatch
 
-    def packed(self) -> PackedBatch | None:
-        """The batch to store (None for an empty RecordBatch)."""
-        from ..packed import PackedBatch
+    @classmethod
+    def of(
+        cls, log_id: int, records: RecordBatch, copyset: tuple[int, ...] = (), wave: int = 0
+    ) -> PutBatch:
+        """Records in any LSN order packed into one batch (of two records at
+        one LSN the later wins), for recovery-like writes and tests.
 
-        if isinstance(self.records, PackedBatch):
-            return self.records
-        rb = self.records
-        if not rb.lsns:
-            return None
-        if any(a >= b for a, b in itertools.pairwise(rb.lsns)):
-            # Any order in, LSN order stored; of two records at one LSN the later wins.
-            last = {lsn: i for i, lsn in enumerate(rb.lsns)}
-            idx = [last[lsn] for lsn in sorted(last)]
-            rb = RecordBatch.trusted(
-                tuple(rb.lsns[i] for i in idx),
-                tuple(rb.timestamps_ms[i] for i in idx),
-                tuple(rb.flags[i] for i in idx),
-                tuple(rb.keys[i] for i in idx),
-                tuple(rb.payloads[i] for i in idx),
-            )
+        Raises:
+            InvalidArgumentError: no records, a bad copyset or a bad field.
+        """
+        lsns = records.lsns
+        if any(a >= b for a, b in itertools.pairwise(lsns)):
+            last = {lsn: i for i, lsn in enumerate(lsns)}
+            records = records.take([last[lsn] for lsn in sorted(last)])
         try:
-            return PackedBatch.of_records(rb, wave=self.wave, copyset=self.copyset)
+            packed = PackedBatch.of_records(records, wave=wave, copyset=copyset)
         except (ProtocolError, struct.error) as exc:
-            raise InvalidArgumentError(f"log {self.log_id}: bad batch: {exc}") from None
+            raise InvalidArgumentError(f"log {log_id}: bad batch: {exc}") from None
+        return cls(log_id, packed)
 
 
 def merge_entry(old: DirEntry | None, new: DirEntry) -> DirEntry:

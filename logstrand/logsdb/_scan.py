@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ..errors import CorruptionError, ProtocolError
-from ..packed import LSNS, TIMESTAMPS, PackedBatch
+from ..packed import LSNS, TIMESTAMPS, PackedBatch, last_lsn_of
 from ..types import LSN_MAX, LSN_OLDEST
 from . import _format as fmt
 
@@ -70,7 +70,12 @@ def batches(
     for _, _, pid in found:
         cf = parts.by_id(pid).cf
         prior = engine.last_before(cf, lo, floor) if start > 0 else None
-        head = [(pid, prior[0], prior[1])] if prior is not None and prior[0] != lo else []
+        head = []
+        # The batch before ``start`` counts only when it reaches ``start``; a
+        # read that goes on where the last one ended is passed the one before
+        # by its header alone, not parsed and checked again.
+        if prior is not None and prior[0] != lo and last_lsn_of(prior[1]) >= start:
+            head = [(pid, prior[0], prior[1])]
         iters.append(itertools.chain(head, _tagged(pid, engine.items(cf, lo, hi))))
     if any(a[1] >= b[0] for a, b in itertools.pairwise(found)):
         # Late or rebuilt records made partitions overlap in LSNs: merge.

@@ -51,7 +51,6 @@ __all__ = ["LogsDB", "LogsDBOptions", "PartitionInfo", "PutBatch"]
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping
 
-    from ..packed import PackedBatch
     from ._scan import PackedRead
 from ._write import Write
 
@@ -164,14 +163,12 @@ class LogsDB:
         self._check_open()
         parts = self._parts
         parts.maybe_roll(self._clock_ms())
-        packed: list[tuple[int, PackedBatch]] = []
+        puts = list(puts)
         for put in puts:
             _check_log(put.log_id)
-            pb = put.packed()
-            if pb is not None:
-                packed.append((put.log_id, pb))
         w = Write(self._parts, self._engine)
-        for log_id, pb in packed:
+        for put in puts:
+            log_id, pb = put.log_id, put.batch
             if w.overlaps_pending(log_id, pb):
                 self._commit(w, {}, sync=False)
                 w = Write(self._parts, self._engine)

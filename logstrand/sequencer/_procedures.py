@@ -57,7 +57,6 @@ import attrs
 
 from ..epochstore._model import EpochEnd, LogEpochs
 from ..errors import LogstrandError, PreemptedError, StaleError, Status
-from ..packed import PackedBatch
 from ..wire import Digest, GetDigest, LogInfo, LogInfoReply, RecordBatch, Release, Seal, SealReply
 from ..wire import Store as StoreMsg
 from ._recovery import DigestRecord, EpochRecovery, Mutation
@@ -410,8 +409,7 @@ def _store_chunk(
         if copyset is None:
             break
         # The driver gives the STORE a store id of its own (RECOVERY_STORE_BIT set).
-        packed = PackedBatch.of_records(batch, wave=seal, copyset=copyset)
-        msg = StoreMsg(RECOVERY_STORE_BIT, log_id, seal, copyset, 0, True, packed, seal)
+        msg = StoreMsg.of(RECOVERY_STORE_BIT, log_id, seal, copyset, 0, True, batch, seal)
         statuses = yield StoreCopies(msg, timeout_s)
         if any(statuses.get(n) == Status.PREEMPTED for n in copyset):
             raise PreemptedError(f"log {log_id}: a newer sequencer sealed it")

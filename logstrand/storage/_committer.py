@@ -149,7 +149,7 @@ class Committer:
             if msg.released_lsn:
                 # The sequencer's release pointer rides along with its STOREs.
                 self.on_release(msg.log_id, msg.released_lsn)
-            puts.append(PutBatch(msg.log_id, msg.batch, msg.copyset, msg.wave))
+            puts.append(PutBatch(msg.log_id, msg.batch))
             accepted.append((msg, sink))
             sync = sync or msg.sync
         status = Status.OK
@@ -183,13 +183,11 @@ class Committer:
         m.group_commit_seconds.observe(time.perf_counter() - t0)
         m.group_commits.inc()
         m.stores.inc(len(puts))
-        m.store_records.inc(sum(len(p.records) for p in puts))
-        m.store_bytes.inc(sum(p.records.payload_bytes for p in puts))
+        m.store_records.inc(sum(p.batch.count for p in puts))
+        m.store_bytes.inc(sum(p.batch.payload_bytes for p in puts))
         if status == Status.OK:
             for p in puts:
-                pb = p.packed()
-                if pb is not None:
-                    self._on_stored(p.log_id, pb.last_lsn, self.release.get(p.log_id, 0))
+                self._on_stored(p.log_id, p.batch.last_lsn, self.release.get(p.log_id, 0))
         return status
 
     # -- release pointers ---------------------------------------------------------

@@ -43,7 +43,6 @@ Rules:
 
 from __future__ import annotations
 
-import bisect
 import enum
 from typing import TYPE_CHECKING
 
@@ -165,17 +164,3 @@ class ReadStreamCore:
         self.credit -= records
         self.next_lsn = min(scanned_to + 1, LSN_MAX)
         return Out(tuple(b for b, _, _ in items), tuple(windows), self.next_lsn, records)
-
-
-def epochs_to_check(lsns: Sequence[int], release_lsn: int) -> list[int]:
-    """The epochs before the release pointer's among ``lsns`` (sorted): whose
-    recorded ends ``servable`` needs."""
-    current = release_lsn >> 32
-    if not lsns or lsns[0] >> 32 >= current:
-        return []
-    epochs: list[int] = []
-    i = 0
-    while i < len(lsns) and (e := lsns[i] >> 32) < current:
-        epochs.append(e)
-        i = bisect.bisect_left(lsns, (e + 1) << 32, i)
-    return epochs

@@ -3,6 +3,7 @@
 from ._cluster import LocalCluster
 from ._memengine import MemoryEngine, memory_logsdb
 from ._memstore import MemoryEpochStore
+from ._procs import cpu_s, rss_mb
 from ._zookeeper import ZooKeeperServer, free_port, zookeeper_available
 
 __all__ = [
@@ -10,7 +11,9 @@ __all__ = [
     "MemoryEngine",
     "MemoryEpochStore",
     "ZooKeeperServer",
+    "cpu_s",
     "free_port",
     "memory_logsdb",
+    "rss_mb",
     "zookeeper_available",
 ]

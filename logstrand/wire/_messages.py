@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, ClassVar
 
 import attrs
 
+from ..packed import PackedBatch
 from . import _fields as f
 from ._registry import _batch, _batch_from_wire, _packed, _packed_from_wire, _status, message
 
 if TYPE_CHECKING:
-    from ..packed import PackedBatch
     from ..records import RecordBatch
 
 
@@ -144,13 +144,26 @@ class Store:
     #: sealed epoch (a node takes them while this is above its seal).
     recovery_seal: int = attrs.field(default=0, validator=f.u32)
 
+    @classmethod
+    def of(
+        cls,
+        store_id: int,
+        log_id: int,
+        wave: int,
+        copyset: tuple[int, ...],
+        released_lsn: int,
+        sync: bool,
+        records: RecordBatch,
+        recovery_seal: int = 0,
+    ) -> Store:
+        """A STORE of records packed here, uncompressed, under its wave and copyset."""
+        packed = PackedBatch.of_records(records, wave=wave, copyset=copyset)
+        return cls(store_id, log_id, wave, copyset, released_lsn, sync, packed, recovery_seal)
+
     def __attrs_post_init__(self) -> None:
         if not self.copyset:
             raise ValueError("empty copyset")
         b = self.batch
-        if b.loose and (b.wave != self.wave or b.copyset != self.copyset):
-            b = b.rewave(self.wave, self.copyset)
-            object.__setattr__(self, "batch", b)
         if b.first_lsn >> 32 != b.last_lsn >> 32:
             raise ValueError("a STORE carries records of one epoch")
         if b.wave != self.wave or b.copyset != self.copyset:

@@ -11,7 +11,6 @@ node status, directories, compaction).
 
 from __future__ import annotations
 
-import itertools
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import Status
@@ -79,21 +78,6 @@ def _packed_from_wire(value: Any) -> Any:
     # the receiver checks that, where it has the status to answer with).
     if type(value) is bytes:
         return PackedBatch.parse(value)
-    if isinstance(value, RecordBatch):
-        # Code building a message may hand records: packed here, uncompressed.
-        # (An append's LSNs mean nothing: they may all be 0.)
-        lsns = value.lsns
-        if any(a >= b for a, b in itertools.pairwise(lsns)):
-            value = RecordBatch.trusted(
-                tuple(range(len(lsns))),
-                value.timestamps_ms,
-                value.flags,
-                value.keys,
-                value.payloads,
-            )
-        packed = PackedBatch.of_records(value)
-        packed.loose = True
-        return packed
     return value
 
 

@@ -85,7 +85,7 @@ class Harness:
             lsns = [(epoch << 32) | esn for esn in range(1, 6)]
             payloads = [b"e%d-%d" % (epoch, i) for i in range(5)]
             batch = make_batch(lsns, payloads, timestamps_ms=1000 * epoch)
-            c.db.write([PutBatch(LOG, batch, (1, 2), 1)], sync=False)
+            c.db.write([PutBatch.of(LOG, batch, (1, 2), 1)], sync=False)
             self.acked.update(zip(lsns, payloads, strict=True))
         c.db.seal(LOG, 2)
         c.on_release(LOG, (3 << 32) | 5)
@@ -100,7 +100,7 @@ class Harness:
                 if _core.admit_store(c.db, msg):
                     if msg.released_lsn:
                         c.on_release(msg.log_id, msg.released_lsn)
-                    c._write([PutBatch(msg.log_id, msg.batch, msg.copyset, msg.wave)], msg.sync)
+                    c._write([PutBatch(msg.log_id, msg.batch)], msg.sync)
             elif isinstance(msg, Release):
                 c.on_release(msg.log_id, msg.lsn)
             elif isinstance(msg, (LogInfo, Seal, GetDigest)):

@@ -21,7 +21,7 @@ import pytest
 import logstrand
 from logstrand.epochstore import LogAttributes, open_epoch_store
 from logstrand.records import make_batch
-from logstrand.testing import LocalCluster
+from logstrand.testing import LocalCluster, rss_mb
 from logstrand.wire import (
     PROTOCOL_VERSION_MAX,
     PROTOCOL_VERSION_MIN,
@@ -37,14 +37,6 @@ if TYPE_CHECKING:
 
 VICTIM_LOG = 1
 FLOOD_LOG = 2
-
-
-def _rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def _hello(cluster: LocalCluster) -> bytes:
@@ -78,7 +70,7 @@ def _stores(cluster: LocalCluster, epoch: int, stop: threading.Event) -> None:
                 return
             lsn = (epoch << 32) | (1_000_000 + i)
             batch = make_batch([lsn], [b"f" * 100], timestamps_ms=1)
-            chunk.append(encode_frame(Store(i + 1, FLOOD_LOG, 1, (1,), 0, False, batch)))
+            chunk.append(encode_frame(Store.of(i + 1, FLOOD_LOG, 1, (1,), 0, False, batch)))
             if len(chunk) == 1000:
                 s.sendall(b"".join(chunk))
                 chunk = []
@@ -124,7 +116,7 @@ def test_floods_do_not_slow_other_clients(flood_cluster: LocalCluster, tmp_path:
         # Records for the greedy readers to read, and the flood log's epoch.
         lsns = client.append_batch(FLOOD_LOG, [b"r" * 1000] * 20_000)
         client.append(VICTIM_LOG, b"warm up")
-        rss0 = {n: _rss_mb(p) for n, p in pids.items()}
+        rss0 = {n: rss_mb(p) for n, p in pids.items()}
         peak = dict(rss0)
         stop = threading.Event()
         sockets: list[socket.socket] = []
@@ -145,7 +137,7 @@ def test_floods_do_not_slow_other_clients(flood_cluster: LocalCluster, tmp_path:
                 client.append(VICTIM_LOG, b"victim")
                 latencies.append(time.monotonic() - t0)
                 for n, p in pids.items():
-                    peak[n] = max(peak[n], _rss_mb(p))
+                    peak[n] = max(peak[n], rss_mb(p))
                 time.sleep(0.01)
         finally:
             stop.set()

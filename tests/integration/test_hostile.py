@@ -9,7 +9,6 @@ working, and every acknowledged record intact.
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import struct
 import time
@@ -22,6 +21,7 @@ import logstrand
 from logstrand.errors import Status
 from logstrand.packed import PackedBatch
 from logstrand.records import WRITTEN_BY_RECOVERY, make_batch
+from logstrand.testing import cpu_s, rss_mb
 from logstrand.wire import (
     PROTOCOL_VERSION_MAX,
     PROTOCOL_VERSION_MIN,
@@ -129,7 +129,7 @@ def test_messages_for_log_zero_leave_every_node_alive(
     for node_id in cluster.nodes:
         raw = _raw(cluster, node_id)
         raw.send(Release(0, 5))
-        raw.ask(Store(1, 0, 1, (node_id,), 0, True, bad, 5), StoreReply, Status.INVALID_PARAM)
+        raw.ask(Store.of(1, 0, 1, (node_id,), 0, True, bad, 5), StoreReply, Status.INVALID_PARAM)
         raw.close()
     time.sleep(1.5)  # the release persister runs every second: it must not choke
     _check_intact(cluster, acked)
@@ -170,7 +170,7 @@ def test_forged_recovery_store_cannot_replace_an_acknowledged_record(
         # A seal far above anything handed out, and the log's own current
         # epoch (whose recovery finished long ago).
         for seal in (2**32 - 2, epoch + 1, epoch):
-            store = Store(20 + seal % 7, LOG, seal, (node_id,), 0, True, forged, seal)
+            store = Store.of(20 + seal % 7, LOG, seal, (node_id,), 0, True, forged, seal)
             reply = raw.ask(store, StoreReply)
             assert reply.status != Status.OK, f"recovery seal {seal} accepted"
         raw.close()
@@ -184,7 +184,9 @@ def test_store_and_release_beyond_any_epoch_make_nothing_readable(
     made_up = make_batch([lsn], [b"nobody appended this"], timestamps_ms=1)
     for node_id in cluster.nodes:
         raw = _raw(cluster, node_id)
-        raw.ask(Store(30, LOG, 1, (node_id,), 0, True, made_up), StoreReply, Status.INVALID_PARAM)
+        raw.ask(
+            Store.of(30, LOG, 1, (node_id,), 0, True, made_up), StoreReply, Status.INVALID_PARAM
+        )
         raw.send(Release(LOG, 2**64 - 1))
         raw.ask(LogInfo(31, LOG), LogInfoReply)  # the Release was handled before this
         raw.close()
@@ -232,20 +234,6 @@ def _closed_within(sock: socket.socket, timeout_s: float) -> float:
     return time.monotonic() - t0
 
 
-def _cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def test_cbor_bomb_before_and_after_hello_costs_the_node_nothing(
     cluster: LocalCluster, acked: dict[int, bytes]
 ) -> None:
@@ -255,7 +243,7 @@ def test_cbor_bomb_before_and_after_hello_costs_the_node_nothing(
     for node_id in cluster.nodes:
         cfg = cluster.nodes[node_id]
         pid = cluster.procs[node_id].pid
-        cpu0, rss0 = _cpu_s(pid), _rss_mb(pid)
+        cpu0, rss0 = cpu_s([pid]), rss_mb(pid)
         with socket.create_connection((cfg.host, cfg.port), timeout=5) as s:
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 s.sendall(bomb)  # closed on the frame's header already
@@ -265,9 +253,9 @@ def test_cbor_bomb_before_and_after_hello_costs_the_node_nothing(
             raw.sock.sendall(bomb)
         assert _closed_within(raw.sock, 5.0) < 1.0
         raw.close()
-        cpu = _cpu_s(pid) - cpu0
+        cpu = cpu_s([pid]) - cpu0
         assert cpu < 1.0, f"node {node_id} spent {cpu:.2f} s of CPU on two frames"
-        assert _rss_mb(pid) - rss0 < 200
+        assert rss_mb(pid) - rss0 < 200
     with logstrand.connect(cluster.url) as client:
         t0 = time.monotonic()
         client.append(LOG, b"quick")

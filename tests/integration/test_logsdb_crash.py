@@ -29,7 +29,7 @@ WRITER = textwrap.dedent(
             lsns = range(lsn, lsn + n)
             payloads = [b"r%d" % i for i in lsns]
             batch = make_batch(lsns, payloads, timestamps_ms=int(time.time() * 1000))
-            db.write([PutBatch(log, batch, (1, 2))], sync=(log == 1))
+            db.write([PutBatch.of(log, batch, (1, 2))], sync=(log == 1))
         # Log 1 was written with sync=True: acknowledge it.
         print(lsn + n - 1, flush=True)
         lsn += n

@@ -184,7 +184,7 @@ def test_find_time_on_records_minutes_apart(tmp_path: Path) -> None:
     stamps = [t0 + i * 3 * minute for i in range(10)]  # one record every three minutes
     for node, copyset in ((1, (1, 2)), (2, (1, 2))):
         with LogsDB.open(tmp_path / "c" / f"node{node}") as db:
-            db.write([PutBatch(1, make_batch(lsns, [b"m"] * 10, timestamps_ms=stamps), copyset)])
+            db.write([PutBatch.of(1, make_batch(lsns, [b"m"] * 10, timestamps_ms=stamps), copyset)])
             db.set_releases({1: lsns[-1]}, sync=True)
     with c, logstrand.connect(c.url) as client:
         assert client.find_time(1, 0) == lsns[0]

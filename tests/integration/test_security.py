@@ -165,7 +165,7 @@ def test_node_messages_from_a_user_are_refused(
     assert isinstance(ack, HelloAck)
     assert ack.status == Status.OK
     batch = make_batch([(1 << 32) | 999], [b"forged"], timestamps_ms=1)
-    s.sendall(encode_frame(Store(1, 2, 1, (1,), 0, True, batch)))
+    s.sendall(encode_frame(Store.of(1, 2, 1, (1,), 0, True, batch)))
     reply = _recv(s)
     assert isinstance(reply, StoreReply)
     assert reply.status == Status.ACCESS

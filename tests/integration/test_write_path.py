@@ -22,7 +22,7 @@ from logstrand.net import connect, handshake_sync
 from logstrand.packed import PackedBatch
 from logstrand.testing import LocalCluster
 from logstrand.types import Record
-from logstrand.wire import Append, AppendReply, RecordBatch
+from logstrand.wire import Append, AppendReply
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -94,7 +94,7 @@ async def test_node_refuses_oversized_payload_itself(cluster: LocalCluster) -> N
         await client.append(200, b"first", key=b"k")
         owner = client.sequencer_node(200)
         assert owner is not None
-        batch = RecordBatch((0, 0), (0, 0), (0, 0), (b"k", b"k" * 70_000), (b"a", b"b"))
+        batch = PackedBatch.for_append([b"k", b"k" * 70_000], [b"a", b"b"])
         reply = await client.ask_node(owner, lambda rid: Append(rid, 200, batch))
         assert isinstance(reply, AppendReply)
         assert reply.status == Status.TOOBIG
@@ -150,8 +150,7 @@ async def test_append_to_a_non_sequencer_node_is_redirected(cluster: LocalCluste
         conn = await connect(cfg.host, cfg.port, cluster=cluster.cluster)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(conn.writer)
-            batch = RecordBatch((0,), (0,), (0,), (None,), (b"x",))
-            await conn.send(Append(77, 6, batch))
+            await conn.send(Append(77, 6, PackedBatch.for_append([None], [b"x"])))
             reply = await conn.receive_one()
             nursery.cancel_scope.cancel()
         await conn.aclose()
@@ -298,7 +297,7 @@ async def test_a_batch_changed_between_client_and_sequencer_is_refused(
         await client.append(1, b"warm up")
         owner = client.sequencer_node(1)
         assert owner is not None
-        good = PackedBatch.of_records(RecordBatch((0,), (0,), (0,), (None,), (b"payload",)))
+        good = PackedBatch.for_append([None], [b"payload"])
         bad = bytearray(good.data)
         bad[-2] ^= 0x01  # a payload byte: the client's checksum no longer matches
         reply = await client.ask_node(

@@ -7,11 +7,11 @@ import itertools
 from typing import TYPE_CHECKING, Any
 
 from logstrand.errors import Status
+from logstrand.packed import PackedBatch
 from logstrand.placement import rendezvous_owner
 from logstrand.wire import (
     Append,
     AppendReply,
-    RecordBatch,
 )
 
 from .config import LOG, Address
@@ -67,7 +67,7 @@ class SimClient(Endpoint):
         rid = next(self.ids)
         self.attempted.update(payloads)
         n = len(payloads)
-        batch = RecordBatch((0,) * n, (0,) * n, (0,) * n, (None,) * n, tuple(payloads))
+        batch = PackedBatch.for_append([None] * n, payloads)
         self.in_flight[rid] = (payloads, self.world.now)
         self.send(self.target(), Append(rid, LOG, batch))
         self.world.at(1.5, self._timeout, rid)

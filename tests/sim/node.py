@@ -231,7 +231,7 @@ class SimNode(Endpoint):
             if msg.released_lsn:
                 self.on_release(msg.log_id, msg.released_lsn)
             db.write(
-                [PutBatch(msg.log_id, msg.batch, msg.copyset, msg.wave)],
+                [PutBatch(msg.log_id, msg.batch)],
                 sync=msg.sync,
                 releases={msg.log_id: self.release.get(msg.log_id, 0)},
             )

@@ -50,6 +50,6 @@ def put(
     flags: int = 0,
 ) -> PutBatch:
     payloads = [payload if payload is not None else b"p%d" % n for n in lsns]
-    return PutBatch(
+    return PutBatch.of(
         log, make_batch(list(lsns), payloads, timestamps_ms=ts, keys=keys, flags=flags), copyset
     )

@@ -35,7 +35,7 @@ def stores(draw: st.DrawFn) -> Store:
     n = draw(st.integers(1, 3))
     batch_lsns = [first + i for i in range(n) if (first + i) >> 32 == first >> 32]
     batch = make_batch(batch_lsns, [b"forged"] * len(batch_lsns), timestamps_ms=draw(u32))
-    return Store(
+    return Store.of(
         draw(u32),
         draw(logs),
         draw(st.integers(0, 5)),

@@ -49,7 +49,7 @@ def lsns_of(db: LogsDB, log: int, start: int = 1, until: int = 2**64 - 1) -> lis
 def test_write_and_read_back_every_field(db: LogsDB) -> None:
     db.write(
         [
-            PutBatch(
+            PutBatch.of(
                 5,
                 make_batch(
                     [10, 11, 12, 13],
@@ -349,7 +349,7 @@ def test_dropping_partitions_gives_disk_space_back(tmp_path: Path) -> None:
     for i in range(4):
         lsns = list(range(i * 1000 + 1, i * 1000 + 1001))
         payloads = [os.urandom(4000) for _ in lsns]  # incompressible
-        db.write([PutBatch(1, make_batch(lsns, payloads, timestamps_ms=clock[0]), (1, 2))])
+        db.write([PutBatch.of(1, make_batch(lsns, payloads, timestamps_ms=clock[0]), (1, 2))])
         db.flush()
         clock[0] += 1000
         db.new_partition()
@@ -432,7 +432,7 @@ def test_mixed_copyset_sizes_decode_flags_and_tombstones(db: LogsDB) -> None:
     two sizes (the replication factor changed) it must re-read the flags."""
     db.write([put(9, range(1, 4), ts=1000, copyset=(1, 2))])
     three = make_batch([4, 5, 6], [b"x", None, b"y"], timestamps_ms=1000)
-    db.write([PutBatch(9, three, (1, 2, 3))])
+    db.write([PutBatch.of(9, three, (1, 2, 3))])
     batch = db.read_batch(9)
     assert batch.payloads == [b"p1", b"p2", b"p3", b"x", None, b"y"]
     assert batch.copysets == [(1, 2)] * 3 + [(1, 2, 3)] * 3
@@ -446,7 +446,9 @@ def test_blob_files_hold_large_values_and_read_back(tmp_path: Path) -> None:
     opts = LogsDBOptions(blob_min_bytes=1024)
     big, small = os.urandom(5000), b"s"
     with LogsDB.open(tmp_path, opts) as db:
-        db.write([PutBatch(3, make_batch([1, 2], [big, small], timestamps_ms=T0), (1,))], sync=True)
+        db.write(
+            [PutBatch.of(3, make_batch([1, 2], [big, small], timestamps_ms=T0), (1,))], sync=True
+        )
         db.flush()
     assert any(name.endswith(".blob") for name in os.listdir(tmp_path))
     with LogsDB.open(tmp_path, opts) as db:

@@ -12,9 +12,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from logstrand.logsdb import LogsDB, LogsDBOptions
+from logstrand.logsdb import LogsDB, LogsDBOptions, PutBatch, make_batch
 
-from .logsdb_helpers import Opener, put
+from .logsdb_helpers import Opener
 
 LOGS = st.sampled_from([1, 2, 3])
 Model = dict[int, dict[int, tuple[int, bytes | None, bytes | None]]]
@@ -67,13 +67,8 @@ class LogsDBMachine(RuleBasedStateMachine):
             for i in range(len(lsns))
         ]
         keys: list[bytes | None] = [b"k%d" % (n % 5) if keyed else None for n in lsns]
-        batch = put(log, lsns, ts=ts, keys=keys)
-        batch = type(batch)(
-            log, type(batch.records)(batch.records.lsns, batch.records.timestamps_ms,
-                                     batch.records.flags, tuple(keys), tuple(payloads)),
-            batch.copyset,
-        )  # fmt: skip
-        self.db.write([batch], sync=sync)
+        batch = make_batch(lsns, payloads, timestamps_ms=ts, keys=keys)
+        self.db.write([PutBatch.of(log, batch, (1, 2))], sync=sync)
         for n, p, k in zip(lsns, payloads, keys, strict=True):
             self.records[log][n] = (ts, p, k)
         if sync:

@@ -11,7 +11,7 @@ from logstrand.wire import GetDigest, LogInfo, RecordBatch, Store
 def store(epoch: int, esn: int, *, recovery_seal: int = 0, log: int = 1) -> Store:
     lsn = (epoch << 32) | esn
     batch = RecordBatch((lsn,), (1000,), (0,), (None,), (b"x",))
-    return Store(1, log, 1, (1, 2), 0, False, batch, recovery_seal)
+    return Store.of(1, log, 1, (1, 2), 0, False, batch, recovery_seal)
 
 
 def test_seal_refuses_old_epochs_but_not_newer_ones() -> None:
@@ -42,7 +42,7 @@ def test_digest_and_log_info_report_copies_with_their_waves() -> None:
     recs = [(2 << 32) | i for i in (1, 2, 5)] + [(3 << 32) | 1]
     for wave, lsn in enumerate(recs, start=1):
         batch = RecordBatch((lsn,), (1000 + wave,), (0,), (None,), (b"p%d" % wave,))
-        db.write([PutBatch(1, batch, (1, 2), wave)])
+        db.write([PutBatch.of(1, batch, (1, 2), wave)])
     d = digest(db, 7, GetDigest(4, 1, 2, 2))
     assert d.complete
     assert d.node_id == 7

@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 from logstrand.client._columns import ColumnBatch
 from logstrand.client._reader_core import RecordRun
 from logstrand.client._views import BatchView
-from logstrand.compression import Codec
+from logstrand.compression import Codec, pack_body
 from logstrand.epochstore import LogAttributes
 from logstrand.errors import CorruptionError, InvalidArgumentError, ProtocolError, Status
 from logstrand.logsdb import LogsDB, PutBatch, make_batch
-from logstrand.packed import PackedBatch, encode_body
+from logstrand.packed import PackedBatch
 from logstrand.records import HOLE, RecordBatch
 from logstrand.sequencer._host import HostOptions, check_records
 from logstrand.storage._core import servable_windows
@@ -80,7 +80,7 @@ def test_every_byte_of_a_batch_is_covered_by_a_checksum() -> None:
 
 
 def test_a_decompression_bomb_is_refused_before_decompressing() -> None:
-    body, raw_len, crc, codec = encode_body([None], [b"a" * 100_000], Codec.ZSTD)
+    body, raw_len, crc, codec = pack_body([None], [b"a" * 100_000], Codec.ZSTD)
     pb = PackedBatch.assemble(body, raw_len, crc, codec, 1, first_lsn=E1 + 1, timestamps_ms=1)
     data = bytearray(pb.data)
     data[36:40] = (2**31).to_bytes(4, "little")  # raw_len claimed
@@ -120,7 +120,7 @@ def _db(tmp_path: Path) -> LogsDB:
 
 def test_a_store_run_is_one_value_and_trims_cut_reads_not_batches(tmp_path: Path) -> None:
     db = _db(tmp_path)
-    db.write([PutBatch(1, records(list(range(E1 + 1, E1 + 101))), (1, 2), 1)])
+    db.write([PutBatch.of(1, records(list(range(E1 + 1, E1 + 101))), (1, 2), 1)])
     got = db.read_packed(1)
     assert len(got.batches) == 1
     assert got.batches[0].count == 100
@@ -134,9 +134,9 @@ def test_a_store_run_is_one_value_and_trims_cut_reads_not_batches(tmp_path: Path
 
 def test_a_recovery_write_splits_the_batch_it_overlaps(tmp_path: Path) -> None:
     db = _db(tmp_path)
-    db.write([PutBatch(1, records(list(range(E1 + 1, E1 + 11))), (1, 2), 1)])
+    db.write([PutBatch.of(1, records(list(range(E1 + 1, E1 + 11))), (1, 2), 1)])
     plug = make_batch([E1 + 4, E1 + 5], [None, None], timestamps_ms=1000, flags=HOLE)
-    db.write([PutBatch(1, plug, (2, 3), 9)])
+    db.write([PutBatch.of(1, plug, (2, 3), 9)])
     got = db.read_packed(1).batches
     assert [(b.first_lsn - E1, b.last_lsn - E1, b.wave) for b in got] == [
         (1, 3, 1),
@@ -153,7 +153,7 @@ def test_a_recovery_write_splits_the_batch_it_overlaps(tmp_path: Path) -> None:
 def test_compaction_rewrites_batches_keeping_the_other_lsns(tmp_path: Path) -> None:
     db = _db(tmp_path)
     rb = records(list(range(E1 + 1, E1 + 21)), keyed=True)
-    db.write([PutBatch(1, rb, (1,), 1)])
+    db.write([PutBatch.of(1, rb, (1,), 1)])
     assert db.delete(1, [E1 + 2, E1 + 3, E1 + 20, E1 + 99]) == 3
     left = db.read(1)
     assert [r.lsn - E1 for r in left] == [1, *range(4, 20)]
@@ -185,7 +185,7 @@ def test_an_old_format_directory_is_refused_at_open(tmp_path: Path) -> None:
 
 def test_a_corrupt_stored_batch_is_never_data(tmp_path: Path) -> None:
     db = _db(tmp_path)
-    db.write([PutBatch(1, records([E1 + 1, E1 + 2]), (1,), 1)], sync=True)
+    db.write([PutBatch.of(1, records([E1 + 1, E1 + 2]), (1,), 1)], sync=True)
     cf = f"p{db.partitions()[-1].id:010d}"
     key = (1).to_bytes(8, "big") + (E1 + 1).to_bytes(8, "big")
     value = bytearray(db._engine.get(cf, key) or b"")

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from logstrand.epochstore import open_epoch_store
 from logstrand.errors import AccessDeniedError, InvalidArgumentError, ProtocolError, Status
+from logstrand.packed import PackedBatch
 from logstrand.records import LOG_ID_MAX, make_batch
 from logstrand.security import (
     TRUSTED,
@@ -50,7 +51,8 @@ if TYPE_CHECKING:
 
     from logstrand.testing import ZooKeeperServer
 
-EMPTY = make_batch([(1 << 32) | 1], [b"x"], timestamps_ms=0)
+ONE = make_batch([(1 << 32) | 1], [b"x"], timestamps_ms=0)
+APPEND = PackedBatch.for_append([None], [b"x"])
 
 
 # -- principals and grants ---------------------------------------------------------
@@ -60,8 +62,8 @@ def test_grants_cover_ops_per_log_range() -> None:
     grants = (Grant("ann", 1, 10, frozenset({"read"})), Grant("ann", 5, 5, frozenset({"append"})))
     ann = user_principal("ann")
     assert refusal(ann, grants, StartRead(1, 1, 3, 1, 10, 100, False, ())) is None
-    assert refusal(ann, grants, Append(1, 5, EMPTY)) is None
-    assert refusal(ann, grants, Append(1, 6, EMPTY)) == "user ann may not append on log 6"
+    assert refusal(ann, grants, Append(1, 5, APPEND)) is None
+    assert refusal(ann, grants, Append(1, 6, APPEND)) == "user ann may not append on log 6"
     assert refusal(ann, grants, TrimLog(1, 3, 1)) == "user ann may not trim on log 3"
     assert refusal(ann, grants, GetNodeStatus(1)) == "user ann may not admin"
     assert refusal(ann, grants, Ping(1)) is None
@@ -78,7 +80,7 @@ def test_node_messages_only_from_nodes() -> None:
         GetDigest(1, 1, 1, 1, 0),
         Trim(1, 1, 1),
         CleanPoint(1, 1),
-        Store(1, 1, 1, (1,), 0, True, EMPTY),
+        Store.of(1, 1, 1, (1,), 0, True, ONE),
     ):
         why = refusal(ann, grants, msg)
         assert why is not None
@@ -169,7 +171,7 @@ class Facts:
 
 
 def _store(lsn: int, *, seal: int = 0, copyset: tuple[int, ...] = (1, 2)) -> Store:
-    return Store(1, 1, 1, copyset, 0, True, make_batch([lsn], [b"x"], timestamps_ms=1), seal)
+    return Store.of(1, 1, 1, copyset, 0, True, make_batch([lsn], [b"x"], timestamps_ms=1), seal)
 
 
 def _why(msg: Any, facts: Facts | None = None) -> tuple[Status, str | None] | None:
