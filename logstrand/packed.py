@@ -251,19 +251,23 @@ class PackedBatch:
         assert self._lens is not None
         return self._lens[self.count :]
 
-    def blob(self) -> bytes:
-        """The keys and payloads, concatenated and decompressed."""
+    def blob(self) -> tuple[bytes, int]:
+        """Where the keys and payloads lie, concatenated and decompressed: a
+        buffer and the offset of the first byte.  Uncompressed, that is the
+        batch's own bytes (no copy); else the decompressed blob (kept)."""
+        at = self.body_start + 8 * self.count
+        if self.codec == Codec.NONE:
+            return self.data, at
         if self._blob is None:
-            at = self.body_start + 8 * self.count
             self._blob = decompress(self.codec, self.data[at:], self.raw_len)
-        return self._blob
+        return self._blob, 0
 
     def keys_payloads(self) -> tuple[list[bytes | None], list[bytes | None]]:
         """Every record's key and payload (None: no key, a tombstone)."""
-        blob = self.blob()
+        blob, at = self.blob()
         n = self.count
         assert self._lens is not None
-        keys, at = slices(blob, self._lens[:n], 0)
+        keys, at = slices(blob, self._lens[:n], at)
         payloads, _ = slices(blob, self._lens[n:], at)
         return keys, payloads
 

@@ -120,7 +120,8 @@ class ColumnBatch:
             else:
                 stamps.append(np.full(z - a, pb.timestamp_ms, np.uint64))
             lens = np.frombuffer(pb.data, "<i4", 2 * n, pb.body_start)
-            blob = np.frombuffer(pb.blob(), np.uint8)
+            buf, base = pb.blob()
+            blob = np.frombuffer(buf, np.uint8, pb.raw_len, base)
             ksize = np.maximum(lens[:n], 0)
             psize = np.maximum(lens[n:], 0)
             key_at = int(ksize[:a].sum())

@@ -15,6 +15,7 @@ superset of it.
 from __future__ import annotations
 
 import bisect
+import itertools
 import struct
 from typing import TYPE_CHECKING, Final, NamedTuple
 
@@ -150,27 +151,27 @@ class StoredBatch:
         if a >= b:
             return
         keys, pays = pb.keys_payloads()
-        flags = pb.flags()
+        flags = pb.flags()[a:b]
+        bits = pb.flag_bits
+        if bits & ~FLAGS_PUBLIC_MASK:
+            flags = [f & FLAGS_PUBLIC_MASK for f in flags]
         self.lsns += lsns[a:b]
         self.timestamps_ms += pb.timestamps()[a:b]
-        self.flags += [f & FLAGS_PUBLIC_MASK for f in flags[a:b]]
+        self.flags += flags
         self.waves += [pb.wave] * (b - a)
         self.copysets += [pb.copyset] * (b - a)
         self.keys += keys[a:b]
         self.payloads += pays[a:b]
-        self.payload_bytes += sum(len(p) for p in pays[a:b] if p is not None)
-        for f in set(flags[a:b]):
-            self.flag_bits |= f & FLAGS_PUBLIC_MASK
+        self.payload_bytes += sum(map(len, filter(None, pays[a:b])))
+        self.flag_bits |= bits & FLAGS_PUBLIC_MASK
 
     def cut(self, max_records: int, max_bytes: int) -> None:
         """Keep the records within the limits (at least one); ``scanned_to``
         then ends at the last one kept."""
-        n, size = 0, 0
-        for p in self.payloads[:max_records]:
-            n += 1
-            size += len(p) if p is not None else 0
-            if size >= max_bytes:
-                break
+        n = min(max_records, len(self.lsns))
+        if self.payload_bytes >= max_bytes:
+            sizes = itertools.accumulate(len(p) if p else 0 for p in self.payloads[:n])
+            n = next((i + 1 for i, size in enumerate(sizes) if size >= max_bytes), n)
         if n < len(self.lsns):
             for col in (
                 self.lsns,
@@ -182,7 +183,7 @@ class StoredBatch:
                 self.payloads,
             ):
                 del col[n:]
-            self.payload_bytes = sum(len(p) for p in self.payloads if p is not None)
+            self.payload_bytes = sum(map(len, filter(None, self.payloads)))
         if self.lsns:
             self.scanned_to = self.lsns[-1]
 

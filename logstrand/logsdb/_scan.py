@@ -69,14 +69,17 @@ def batches(
     iters = []
     for _, _, pid in found:
         cf = parts.by_id(pid).cf
-        prior = engine.last_before(cf, lo, floor) if start > 0 else None
-        head = []
-        # The batch before ``start`` counts only when it reaches ``start``; a
-        # read that goes on where the last one ended is passed the one before
-        # by its header alone, not parsed and checked again.
-        if prior is not None and prior[0] != lo and last_lsn_of(prior[1]) >= start:
-            head = [(pid, prior[0], prior[1])]
-        iters.append(itertools.chain(head, _tagged(pid, engine.items(cf, lo, hi))))
+        items = engine.items(cf, lo, hi)
+        first = next(items, None)
+        head = [first] if first is not None else []
+        # Batches never overlap: unless a batch starts at ``start`` (a read
+        # that goes on where the last one ended), the one before may reach
+        # it.  Passed over by its header alone when it does not.
+        if first is None or first[0] != lo:
+            prior = engine.last_before(cf, lo, floor)
+            if prior is not None and last_lsn_of(prior[1]) >= start:
+                head.insert(0, prior)
+        iters.append(_tagged(pid, itertools.chain(head, items)))
     if any(a[1] >= b[0] for a, b in itertools.pairwise(found)):
         # Late or rebuilt records made partitions overlap in LSNs: merge.
         merged: Iterator[tuple[int, bytes, bytes]] = heapq.merge(*iters, key=lambda t: t[1])
