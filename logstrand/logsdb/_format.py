@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import struct
-from typing import TYPE_CHECKING, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import attrs
 
@@ -173,15 +173,7 @@ class StoredBatch:
             sizes = itertools.accumulate(len(p) if p else 0 for p in self.payloads[:n])
             n = next((i + 1 for i, size in enumerate(sizes) if size >= max_bytes), n)
         if n < len(self.lsns):
-            for col in (
-                self.lsns,
-                self.timestamps_ms,
-                self.flags,
-                self.waves,
-                self.copysets,
-                self.keys,
-                self.payloads,
-            ):
+            for col in self._columns():
                 del col[n:]
             self.payload_bytes = sum(map(len, filter(None, self.payloads)))
         if self.lsns:
@@ -197,9 +189,9 @@ class StoredBatch:
             tuple(self.payloads),
         )
 
-    def records(self) -> Iterator[StoredRecord]:
-        return map(
-            StoredRecord,
+    def _columns(self) -> tuple[list[Any], ...]:
+        """The columns, in ``StoredRecord``'s field order."""
+        return (
             self.lsns,
             self.timestamps_ms,
             self.flags,
@@ -208,3 +200,6 @@ class StoredBatch:
             self.keys,
             self.payloads,
         )
+
+    def records(self) -> Iterator[StoredRecord]:
+        return map(StoredRecord, *self._columns())
