@@ -10,17 +10,21 @@ The workload is the one ``../shared/bench/peers.py`` runs (every count times
   (logstrand: ``append_batch`` of 1,000, one window in flight, as the peers'
   pipelines of 1,000);
 - latency: 5,000 sequential acknowledged appends of 100 B, p50/p99;
-- backfill: each append stream read back from the start (logstrand: the
-  columnar reader, ``ReadStream.batches()``, and the one-``Record``-per-item
-  iterator);
+- backfill: each append stream read back from the start (logstrand three
+  ways: numpy columns as ``read_columns`` builds them, the lazy column views of
+  ``ReadStream.batches()``, and the one-``Record``-per-item iterator), with
+  the nodes' CPU seconds per million records served and their peak RSS;
 - tail: 2,000 x 100 B appended by one process at ``--tail-rate`` records/s,
   each acknowledged before the next, while another process follows the log;
   send -> delivery and append-ack -> delivery, p50/p99.
 
 logstrand runs on a local cluster of 3 node processes (SQLite epoch store),
 with R=2 and again with R=1 (the like-for-like row: the peers keep one copy),
-and with R=2 once more with TLS on every connection and a token (``--tls``;
-docs/security.md): its table gives the ratio to the same run without TLS.
+with R=2 once more on JSON-like payloads in a log without compression and in
+one with zstd (the bytes the nodes store, and backfill as numpy columns, which
+decompresses every payload), and with R=2 once more with TLS on every
+connection and a token (``--tls``; docs/security.md): its table gives the
+ratio to the same run without TLS.
 Then, in the same invocation, ``peers.py`` runs the peers (it starts and stops
 its own servers; ``nats-server`` and ``redis-server`` are installed from Debian
 when missing and we are root, the Python clients into ``.venv-peers``).  Each
@@ -36,11 +40,13 @@ import json
 import multiprocessing as mp
 import os
 import platform
+import random
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -48,10 +54,10 @@ from typing import Any
 import trio
 
 import logstrand
-from logstrand.client import RecordRun
+from logstrand.client import ColumnBatch, RecordRun
 from logstrand.epochstore import LogAttributes, open_epoch_store
 from logstrand.security import Credentials
-from logstrand.testing import LocalCluster, cpu_s
+from logstrand.testing import LocalCluster, cpu_s, rss_mb
 
 SMALL, LARGE = 100, 10 * 1024
 WINDOW = 1000
@@ -64,13 +70,22 @@ PEER_PACKAGES = ("nats-py==2.16.0", "redis==8.1.0", "hiredis==3.5.0")
 
 
 class Block:
-    """Wall time and CPU (this process, the nodes) of one measured block."""
+    """Wall time, CPU (this process, the nodes) and the nodes' peak RSS (sampled
+    every 20 ms by a thread) of one measured block."""
 
     def __init__(self, node_pids: list[int]) -> None:
         self.node_pids = node_pids
+        self.peak_rss = 0.0
+        self._done = threading.Event()
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.02):
+            self.peak_rss = max(self.peak_rss, *(rss_mb(p) for p in self.node_pids))
 
     def __enter__(self) -> Block:
         os.sync()  # dirty pages of an earlier block are not flushed inside this one
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+        self._sampler.start()
         self.t0 = time.perf_counter()
         self.c0 = time.process_time()
         self.n0 = cpu_s(self.node_pids)
@@ -80,6 +95,8 @@ class Block:
         self.wall = time.perf_counter() - self.t0
         self.client_cpu = (time.process_time() - self.c0) / self.wall
         self.server_cpu = (cpu_s(self.node_pids) - self.n0) / self.wall
+        self._done.set()
+        self._sampler.join()
 
 
 def row(
@@ -96,6 +113,7 @@ def row(
         r["MB_s"] = n * size / block.wall / 1e6
         r["client_cpu"] = block.client_cpu
         r["server_cpu"] = block.server_cpu
+        r["node_rss_peak_mb"] = block.peak_rss
     if lat:
         lat = sorted(lat)
         r["p50_ms"] = lat[len(lat) // 2] * 1000
@@ -129,18 +147,78 @@ async def _throughput(
         rows.append(row(system, "append latency 100B: sequential append", len(lat), SMALL, lat=lat))
         for log, size in ((1, SMALL), (2, LARGE)):
             tag = "100B" if size == SMALL else "10KiB"
-            for objects in (False, True):
-                count = 0
+            for how in BACKFILLS:
                 with Block(pids) as b:
-                    async with client.read(log) as reader:
-                        if objects:
-                            async for item in reader:
-                                count += isinstance(item, logstrand.Record)
-                        else:
-                            async for items in reader.batches():
-                                count += sum(len(i) for i in items if isinstance(i, RecordRun))
-                how = "Record objects" if objects else "columnar batches"
+                    count = await _backfill(client, log, how)
                 rows.append(row(system, f"backfill {tag}: {how}", count, size, b))
+    return rows
+
+
+#: the three ways ``_backfill`` reads a log
+BACKFILLS = ("numpy columns", "column views", "Record objects")
+
+
+async def _backfill(client: logstrand.AsyncClient, log: int, how: str) -> int:
+    """Read ``log`` from the start to its tail; the records read."""
+    count = 0
+    async with client.read(log) as reader:
+        if how == "Record objects":
+            async for item in reader:
+                count += isinstance(item, logstrand.Record)
+        elif how == "column views":
+            async for items in reader.batches():
+                count += sum(len(i) for i in items if isinstance(i, RecordRun))
+        else:  # what read_columns does: every key and payload into numpy buffers
+            async for items in reader.batches():
+                count += len(ColumnBatch.of(log, items).lsn)
+    return count
+
+
+def json_like(n: int, seed: int = 7) -> list[bytes]:
+    """``n`` JSON documents shaped like service events (about 330 B each): the
+    same field names in every record, values from small vocabularies, ids and
+    numbers random."""
+    rnd = random.Random(seed)
+    actions = ["view", "click", "add_to_cart", "checkout", "login", "logout", "search"]
+    paths = [f"/api/v2/{a}/{b}" for a in ("items", "users", "carts", "orders") for b in "abcdef"]
+    agents = ["Mozilla/5.0 (X11; Linux x86_64)", "Mozilla/5.0 (Macintosh)", "okhttp/4.12.0"]
+    out = []
+    for i in range(n):
+        doc = {
+            "event_id": f"{rnd.getrandbits(128):032x}",
+            "ts": f"2026-11-23T10:{i // 60000 % 60:02d}:{i // 1000 % 60:02d}.{i % 1000:03d}Z",
+            "user": {"id": rnd.randrange(1_000_000), "country": rnd.choice(["DE", "FR", "US"])},
+            "action": rnd.choice(actions),
+            "path": rnd.choice(paths),
+            "status": rnd.choice([200, 200, 200, 201, 204, 404, 500]),
+            "latency_ms": round(rnd.expovariate(1 / 40), 2),
+            "user_agent": rnd.choice(agents),
+            "session": {"id": f"{rnd.getrandbits(64):016x}", "page_views": rnd.randrange(50)},
+        }
+        out.append(json.dumps(doc).encode())
+    return out
+
+
+async def _compression(
+    url: str, pids: list[int], system: str, scale: float, creds: dict[str, str]
+) -> list[dict[str, Any]]:
+    """The same JSON-like records in log 11 (no compression) and 12 (zstd)."""
+    rows = []
+    n = max(WINDOW, int(100_000 * scale)) // WINDOW * WINDOW
+    docs = json_like(n)
+    size = sum(map(len, docs)) // n
+    async with logstrand.open_client(url, credentials=Credentials.build(**creds)) as client:
+        for log, codec in ((11, "none"), (12, "zstd")):
+            with Block(pids) as b:
+                for lo in range(0, n, WINDOW):
+                    await client.append_batch(log, docs[lo : lo + WINDOW])
+            rows.append(row(system, f"json {codec}: append_batch of {WINDOW}", n, size, b))
+            stored = await client.data_size(log)
+            with Block(pids) as b:
+                count = await _backfill(client, log, "numpy columns")
+            r = row(system, f"json {codec}: backfill, numpy columns", count, size, b)
+            r["stored_bytes"] = stored
+            rows.append(r)
     return rows
 
 
@@ -202,11 +280,16 @@ def logstrand_round(
     ):
         with open_epoch_store(cluster.url) as store:
             store.create_logs(1, 10, LogAttributes(replication_factor=replication))
+            for log, codec in ((11, "none"), (12, "zstd")):
+                attributes = LogAttributes(replication_factor=replication, compression=codec)
+                store.create_logs(log, log, attributes)
         if tls:
             time.sleep(2.5)  # nodes re-read users and grants every 2 s
         creds = cluster.client_options
         pids = [p.pid for p in cluster.procs.values()]
         rows = trio.run(_throughput, cluster.url, pids, system, scale, creds)
+        if replication == 2 and not tls:
+            rows += trio.run(_compression, cluster.url, pids, system, scale, creds)
         n = max(100, int(2000 * scale))
         e2e, a2d = _tail(cluster.url, n, tail_rate, creds)
         rows.append(
@@ -292,15 +375,24 @@ def run_peers(scale: float, repeat: int, tail_rate: int, peers: str) -> dict[str
 
 # -- the table ---------------------------------------------------------------------------
 
-#: (our test, how we find it among logstrand's rows and the peers' rows, kind)
+#: (our test, how we find it among logstrand's rows, among the peers' rows, kind):
+#: each backfill of ours against the peers' best backfill
 TESTS = [
-    ("append 100B", "append 100B", "rec_s"),
-    ("append 10KiB", "append 10KiB", "rec_s"),
-    ("append latency 100B (p50/p99 ms)", "append latency 100B", "p50_ms"),
-    ("backfill 100B", "backfill 100B", "rec_s"),
-    ("backfill 10KiB", "backfill 10KiB", "rec_s"),
-    ("tail send -> delivery (p50/p99 ms)", "send -> delivery", "p50_ms"),
-    ("tail append-ack -> delivery (p50/p99 ms)", "append-ack -> delivery", "p50_ms"),
+    ("append 100B", "append 100B", "append 100B", "rec_s"),
+    ("append 10KiB", "append 10KiB", "append 10KiB", "rec_s"),
+    ("append latency 100B (p50/p99 ms)", "append latency 100B", "append latency 100B", "p50_ms"),
+    ("backfill 100B, numpy columns", "backfill 100B: numpy", "backfill 100B", "rec_s"),
+    ("backfill 100B, column views", "backfill 100B: column views", "backfill 100B", "rec_s"),
+    ("backfill 100B, Record objects", "backfill 100B: Record", "backfill 100B", "rec_s"),
+    ("backfill 10KiB, numpy columns", "backfill 10KiB: numpy", "backfill 10KiB", "rec_s"),
+    ("backfill 10KiB, Record objects", "backfill 10KiB: Record", "backfill 10KiB", "rec_s"),
+    ("tail send -> delivery (p50/p99 ms)", "send -> delivery", "send -> delivery", "p50_ms"),
+    (
+        "tail append-ack -> delivery (p50/p99 ms)",
+        "append-ack -> delivery",
+        "append-ack -> delivery",
+        "p50_ms",
+    ),
 ]
 
 
@@ -324,7 +416,8 @@ def _median_rows(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     out = []
     for group in groups.values():
         m = dict(group[0])
-        for k in ("rec_s", "MB_s", "p50_ms", "p99_ms", "client_cpu", "server_cpu"):
+        keys = ("rec_s", "MB_s", "p50_ms", "p99_ms", "client_cpu", "server_cpu")
+        for k in (*keys, "node_rss_peak_mb", "stored_bytes"):
             if k in m:
                 m[k] = statistics.median(g[k] for g in group)
         m["runs"] = len(group)
@@ -360,8 +453,8 @@ def table(rows: list[dict[str, Any]]) -> str:
     head += [f"R=2 vs {p.split(' (')[0]}{_mode(p)}" for p in peers]
     head += [f"R=1 vs {p.split(' (')[0]}{_mode(p)}" for p in peers]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
-    for label, pattern, kind in TESTS:
-        best = {s: _best(rows, s, pattern, kind) for s in systems}
+    for label, mine, theirs, kind in TESTS:
+        best = {s: _best(rows, s, mine if s in ours else theirs, kind) for s in systems}
         cells = [_cell(best[s], kind) for s in systems]
         cells += [_ratio(best.get(r2) if r2 else None, best[p], kind) for p in peers]
         cells += [_ratio(best.get(r1) if r1 else None, best[p], kind) for p in peers]
@@ -379,11 +472,62 @@ def _tls_table(ours: list[dict[str, Any]]) -> str:
             continue
         if not lines:
             lines = ["| test | without TLS | TLS and tokens | ratio |", "|---|---:|---:|---:|"]
-        for label, pattern, kind in TESTS:
+        for label, pattern, _, kind in TESTS:
             a, b = _best(ours, plain, pattern, kind), _best(ours, tls, pattern, kind)
             name = f"{label} ({plain.split('(')[1].rstrip(')')})"
             lines.append(f"| {name} | {_cell(a, kind)} | {_cell(b, kind)} | {_ratio(b, a, kind)} |")
     return "\n".join(lines)
+
+
+def node_cpu_per_million(r: dict[str, Any]) -> float:
+    """The nodes' CPU seconds per million records of a throughput row."""
+    return float(r["server_cpu"]) / float(r["rec_s"]) * 1e6
+
+
+def _serving_table(ours: list[dict[str, Any]]) -> str:
+    """What serving a backfill costs the nodes: CPU per million records, peak RSS."""
+    lines = [
+        "| system | backfill | records/s | nodes' CPU s per million records "
+        "| nodes' peak RSS MiB |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for r in ours:
+        if r["test"].startswith("backfill") and "server_cpu" in r:
+            rss = f"{r['node_rss_peak_mb']:.0f}" if "node_rss_peak_mb" in r else "-"
+            lines.append(
+                f"| {r['peer']} | {r['test'].removeprefix('backfill ')} | {r['rec_s']:,.0f} "
+                f"| {node_cpu_per_million(r):.2f} | {rss} |"
+            )
+    return "\n".join(lines)
+
+
+def _compression_table(ours: list[dict[str, Any]]) -> str:
+    """zstd against no compression on the same JSON-like records."""
+    by = {r["test"]: r for r in ours if r["test"].startswith("json ")}
+    none_b, zstd_b = (
+        by.get("json none: backfill, numpy columns"),
+        by.get("json zstd: backfill, numpy columns"),
+    )
+    none_a, zstd_a = (
+        by.get("json none: append_batch of 1000"),
+        by.get("json zstd: append_batch of 1000"),
+    )
+    if not (none_b and zstd_b and none_a and zstd_a):
+        return ""
+    return "\n".join(
+        [
+            f"JSON-like records of {none_b['record_bytes']} B, R=2:",
+            "",
+            "| figure | no compression | zstd | zstd / none |",
+            "|---|---:|---:|---:|",
+            f"| bytes stored per copy | {none_b['stored_bytes']:,} | {zstd_b['stored_bytes']:,} "
+            f"| {zstd_b['stored_bytes'] / none_b['stored_bytes']:.2f}x |",
+            f"| append rec/s | {none_a['rec_s']:,.0f} | {zstd_a['rec_s']:,.0f} "
+            f"| {zstd_a['rec_s'] / none_a['rec_s']:.2f}x |",
+            f"| backfill rec/s (numpy columns) | {none_b['rec_s']:,.0f} | {zstd_b['rec_s']:,.0f} "
+            f"| {zstd_b['rec_s'] / none_b['rec_s']:.2f}x |",
+        ]
+    )
 
 
 def _mode(peer: str) -> str:
@@ -436,6 +580,10 @@ def main() -> None:
     if tls_table:
         print(tls_table)
         print()
+    for extra in (_serving_table(ours), _compression_table(ours)):
+        if extra:
+            print(extra)
+            print()
     print("| system | test | rec/s | MB/s | p50 ms | p99 ms | client CPU | nodes' CPU |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for line in ours:

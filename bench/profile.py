@@ -1,0 +1,139 @@
+"""Where the time goes in one workload of bench/compare.py, by py-spy.
+
+    python bench/profile.py backfill-10k [--seconds 8] [--top 15]
+    python bench/profile.py append-10k
+    python bench/profile.py arrow-100b     # read_arrow, what each Spark task runs
+
+A local 3-node cluster (R=2) gets the workload's records; then the workload
+runs again in a loop while ``py-spy record`` samples (at 200 Hz, native frames
+off) the client process and every node for ``--seconds``.  For each process it
+prints the functions with the most samples on top of the stack (self time) and
+the share of all its samples, with the process's CPU use.  Needs py-spy in the
+venv (``pip install py-spy``) and ptrace rights (root, or ptrace_scope 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from logstrand.client import ColumnBatch, connect
+from logstrand.epochstore import LogAttributes, open_epoch_store
+from logstrand.testing import LocalCluster, cpu_s
+
+SIZE = 10 * 1024
+WINDOW = 1000
+
+
+def _workload(case: str, url: str, stop: threading.Event) -> int:
+    """Run ``case`` until ``stop``; records done."""
+    done = 0
+    payloads = [os.urandom(SIZE // 2).hex().encode() for _ in range(WINDOW)]
+    with connect(url) as client:
+        if case == "backfill-10k":
+            for _ in range(10):
+                client.append_batch(1, payloads)
+        if case == "arrow-100b":
+            pad = b"." * 88
+            for lo in range(0, 200_000, 10_000):
+                keys = [b"key-%d" % (i % 1000) for i in range(lo, lo + 10_000)]
+                client.append_batch(
+                    1, [b"%012d" % i + pad for i in range(lo, lo + 10_000)], keys=keys
+                )
+        while not stop.is_set():
+            if case == "append-10k":
+                client.append_batch(1, payloads)
+                done += WINDOW
+            elif case == "arrow-100b":
+                for rb in client.read_arrow(1, 0, client.tail_lsn(1)):
+                    done += rb.num_rows
+            else:
+                for items in client.read_batches(1, 0, client.tail_lsn(1)):
+                    done += len(ColumnBatch.of(1, items).lsn)
+                    if stop.is_set():
+                        break
+    return done
+
+
+def _top(raw: Path, n: int) -> list[tuple[str, float]]:
+    """(frame, share of samples) with the most self samples, from py-spy's raw output."""
+    counts: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack:
+            continue
+        c = int(count)
+        total += c
+        counts[stack.split(";")[-1]] += c
+    return [(frame, c / total) for frame, c in counts.most_common(n)] if total else []
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("case", choices=("backfill-10k", "append-10k", "arrow-100b"))
+    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--top", type=int, default=15)
+    args = ap.parse_args()
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    with (
+        tempfile.TemporaryDirectory(prefix="logstrand-profile-") as d,
+        LocalCluster(Path(d) / "cluster", nodes=3) as cluster,
+    ):
+        with open_epoch_store(cluster.url) as store:
+            store.create_logs(1, 1, LogAttributes(replication_factor=2))
+        stop = threading.Event()
+        result: list[int] = []
+        worker = threading.Thread(
+            target=lambda: result.append(_workload(args.case, cluster.url, stop)), daemon=True
+        )
+        worker.start()
+        time.sleep(3.0)  # past the warm-up (and the backfill's appends)
+        pids = {"client": os.getpid()} | {f"node {n}": p.pid for n, p in cluster.procs.items()}
+        outs = {name: Path(d) / f"{name.replace(' ', '')}.txt" for name in pids}
+        cpu0 = {name: cpu_s([pid]) for name, pid in pids.items()}
+        spies = [
+            subprocess.Popen(
+                [
+                    spy,
+                    "record",
+                    "--pid",
+                    str(pid),
+                    "--rate",
+                    "200",
+                    "--duration",
+                    str(int(args.seconds)),
+                    "--format",
+                    "raw",
+                    "--output",
+                    str(outs[name]),
+                    "--nonblocking",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for name, pid in pids.items()
+        ]
+        for s in spies:
+            s.wait(timeout=args.seconds + 60)
+        cpu = {name: (cpu_s([pid]) - cpu0[name]) / args.seconds for name, pid in pids.items()}
+        stop.set()
+        worker.join(timeout=60)
+        for name in pids:
+            print(f"\n## {name}: {cpu[name]:.0%} of a core\n")
+            print("| share of samples | function (self) |")
+            print("|---:|---|")
+            for frame, share in _top(outs[name], args.top):
+                print(f"| {share:.1%} | `{frame}` |")
+
+
+if __name__ == "__main__":
+    main()
