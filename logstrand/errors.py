@@ -115,6 +115,11 @@ class CorruptionError(LogstrandError):
     default_status = Status.CHECKSUM_MISMATCH
 
 
+class UnreadableError(CorruptionError):
+    """The storage engine cannot read a block of a column family (RocksDB's
+    own block checksum failed): the keys in it are unknown."""
+
+
 class TransientError(LogstrandError):
     """The cluster could not do it now (timeouts, overload, races); a retry may work."""
 

@@ -110,6 +110,9 @@ class GapType(enum.IntEnum):
     NOTINCONFIG = 6
     #: Removed by compaction of a keyed log.
     COMPACTED = 7
+    #: Every copy the reader could reach fails its checksum (corrupt on disk or
+    #: on the way): the records exist but cannot be delivered.
+    CHECKSUM_FAIL = 8
 
 
 @attrs.frozen(slots=True)

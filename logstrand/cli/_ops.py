@@ -184,6 +184,8 @@ def info(
         "newest_timestamp_ms": max((i.last_timestamp_ms for i in infos), default=0),
         "nodes_answered": len(infos),
         "nodes_alive": [n for n in nodeset if n in alive],
+        # Ranges of copies the nodes found unreadable (a checksum failed) since they started.
+        "corrupt_copies": sum(i.corrupt_copies for i in infos),
     }
     if attributes.compacted:
         state = compaction or {}
@@ -218,6 +220,7 @@ def info(
         ("oldest", _ts(doc["oldest_timestamp_ms"])),
         ("newest", _ts(doc["newest_timestamp_ms"])),
         ("nodes answering", f"{len(infos)} of {len(doc['nodeset'])}"),
+        ("corrupt copies", _corrupt(doc["corrupt_copies"])),
     ]
     if "compaction" in doc:
         c = doc["compaction"]
@@ -263,7 +266,8 @@ def compact(
 
 
 def status(url: UrlOption = None, as_json: JsonOption = False) -> None:
-    """Every node: address, alive or dead, the logs it sequences, partitions, disk used.
+    """Every node: address, alive or dead, the logs it sequences, partitions, disk
+    used, and ranges of corrupt copies it found since it started.
 
     Exits with 1 when a node is not alive (dead, or alive in the membership but
     not answering).
@@ -288,6 +292,7 @@ def status(url: UrlOption = None, as_json: JsonOption = False) -> None:
                     "disk_bytes": st.disk_bytes if st else None,
                     "logs": st.logs if st else None,
                     "uptime_s": st.uptime_s if st else None,
+                    "corrupt_copies": st.corrupt_copies if st else None,
                 }
             )
     unhealthy = any(r["state"] != "alive" for r in rows)
@@ -298,7 +303,8 @@ def status(url: UrlOption = None, as_json: JsonOption = False) -> None:
         return
     console.print(f"epoch store: {store_url}", highlight=False)
     table = Table()
-    for col in ("node", "address", "location", "state", "sequences logs", "partitions", "disk"):
+    cols = ("node", "address", "location", "state", "sequences logs", "partitions", "disk")
+    for col in (*cols, "corrupt copies"):
         table.add_column(col)
     for r in rows:
         state = r["state"]
@@ -311,10 +317,16 @@ def status(url: UrlOption = None, as_json: JsonOption = False) -> None:
             _ids(r["sequencing"]),
             "-" if r["partitions"] is None else str(r["partitions"]),
             "-" if r["disk_bytes"] is None else format_bytes(r["disk_bytes"]),
+            "-" if r["corrupt_copies"] is None else _corrupt(r["corrupt_copies"]),
         )
     console.print(table)
     if unhealthy:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _corrupt(ranges: int) -> str:
+    """Ranges of unreadable copies a node reported since it started (red when any)."""
+    return f"[red]{ranges}[/]" if ranges else "0"
 
 
 def _state(answered: bool, member: bool) -> str:

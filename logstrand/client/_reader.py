@@ -216,24 +216,33 @@ class ReadStream:
             self._retry_at[node] = now + RECONNECT_S
             return
         views = []
+        unreadable = [
+            (msg.unreadable[i], msg.unreadable[i + 1]) for i in range(0, len(msg.unreadable), 2)
+        ]
         w = msg.windows
         for i, pb in enumerate(msg.batches):
             if not pb.body_ok():
                 # Changed on its way here (or on the node's disk): never
-                # delivered.  The node counts as down, so that another
-                # holder of these records sends them.
+                # delivered.  Like a copy the node itself found unreadable:
+                # another holder is asked for it at once.
                 _log.warning(
                     "log %d: node %d sent a batch at %#x that fails its checksum",
                     self.log_id,
                     node,
                     pb.first_lsn,
                 )
-                core.on_unreachable(node, now)
-                self._retry_at[node] = now + RECONNECT_S
-                return
+                unreadable.append((w[2 * i], w[2 * i + 1]))
+                continue
             views.append(BatchView(pb, w[2 * i], w[2 * i + 1]))
         core.on_records(
-            node, msg.generation, msg.next_lsn, msg.trim_point, views, now, msg.clean_point
+            node,
+            msg.generation,
+            msg.next_lsn,
+            msg.trim_point,
+            views,
+            now,
+            msg.clean_point,
+            unreadable,
         )
 
     # -- iteration -------------------------------------------------------------

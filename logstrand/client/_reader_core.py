@@ -27,6 +27,13 @@ that the next holder of each of its records sends them.
 Stored records flagged HOLE (plugged by recovery) become HOLE gaps, BRIDGE
 records a BRIDGE gap to the end of their epoch; LSNs at or below the trim
 point a TRIM gap.
+
+A node tells which of its copies it cannot read (a checksum failed) and
+moves past them; to the reader they are copies that node did not send, so
+another holder sends them (the rewind to all-send-all is immediate: no
+stall timer).  When the f-majority decision finds an LSN that no node sent
+and some node reported unreadable, the gap is CHECKSUM_FAIL, over exactly
+the LSNs reported, instead of DATALOSS.
 """
 
 from __future__ import annotations
@@ -46,6 +53,8 @@ if TYPE_CHECKING:
     from ._views import BatchView
 
 _PLAIN = (0, 0)
+#: Unreadable ranges remembered per node (the oldest go first).
+UNREADABLE_MAX = 1024
 
 
 def _precedence(batch: BatchView, i: int) -> tuple[int, int]:
@@ -130,6 +139,8 @@ class _Node:
     consumed: int = 0
     moved_at: float = 0.0
     window: int = 0  # credit granted since the stream started, less what came back
+    # (first, last) LSNs whose copies this node reported unreadable, this generation
+    unreadable: list[tuple[int, int]] = attrs.Factory(list)
 
 
 class ReaderCore:
@@ -198,10 +209,15 @@ class ReaderCore:
         batches: Sequence[BatchView],
         now: float,
         clean: int = 0,
+        unreadable: Sequence[tuple[int, int]] = (),
     ) -> None:
         st = self.nodes.get(node_id)
         if st is None or generation != self.generation:
             return  # a message from before the last rewind
+        if unreadable:
+            st.unreadable.extend(unreadable)
+            # Bounded: ranges the reader has passed are of no more use.
+            st.unreadable = [r for r in st.unreadable if r[1] >= self.next_lsn][-UNREADABLE_MAX:]
         for batch in batches:
             if not batch.lsns:
                 continue
@@ -258,6 +274,7 @@ class ReaderCore:
             st.consumed = 0
             st.window = self.credit
             st.moved_at = now
+            st.unreadable.clear()
         down = tuple(sorted(self.known_down))
         for n in self.nodeset:
             if n in self.unreachable:
@@ -421,6 +438,19 @@ class ReaderCore:
         self.healthy = True
         hi = min(head, positions[self.f_majority - 1]) - 1
         hi = min(hi, self.until)
+        bad = [r for st in self.nodes.values() for r in st.unreadable if r[1] >= x]
+        covering = [last for first, last in bad if first <= x]
+        if covering:
+            # Copies exist but every one that was sent or reported fails its check.
+            end = max(covering)
+            for first, last in sorted(bad):  # adjoining ranges make one gap
+                if first <= end + 1:
+                    end = max(end, last)
+            hi = min(hi, end)
+            self.items.append(GapItem(GapType.CHECKSUM_FAIL, x, hi))
+            self.next_lsn = hi + 1
+            return True
+        hi = min([hi] + [first - 1 for first, _ in bad])
         if hi >> 32 > x >> 32:
             # The rest of x's epoch is empty everywhere: the epoch ended.
             hi = min(((x >> 32) + 1) << 32, hi)

@@ -8,7 +8,7 @@ from ._format import (
     StoredBatch,
     StoredRecord,
 )
-from ._scan import PackedRead
+from ._scan import PackedRead, Unreadable
 from ._store import LogsDB, LogsDBOptions, PartitionInfo, PutBatch
 
 __all__ = [
@@ -23,5 +23,6 @@ __all__ = [
     "RocksEngine",
     "StoredBatch",
     "StoredRecord",
+    "Unreadable",
     "make_batch",
 ]

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import rocksdict
 
+from ..errors import UnreadableError
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
@@ -33,7 +35,16 @@ class Engine(Protocol):
     def new_batch(self) -> Batch: ...
     def write(self, batch: Batch, *, sync: bool) -> None: ...
     def get(self, cf: str, key: bytes) -> bytes | None: ...
-    def items(self, cf: str, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]: ...
+    def items(self, cf: str, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        """Items with lo ≤ key < hi in key order.  Raises ``UnreadableError``
+        (after the items before it) where a block cannot be read."""
+        ...
+
+    def first_key(self, cf: str, key: bytes, hi: bytes | None) -> bytes | None:
+        """The first key ≥ ``key`` and < ``hi`` (None: none).  Raises
+        ``UnreadableError`` when the block that would hold it cannot be read."""
+        ...
+
     def last_before(self, cf: str, key: bytes, lo: bytes) -> tuple[bytes, bytes] | None: ...
     def cf_file_count(self, cf: str) -> int: ...
     def disk_bytes(self) -> int: ...
@@ -41,6 +52,14 @@ class Engine(Protocol):
     def flush_cf(self, name: str) -> None: ...
     def compact_range(self, cf: str, lo: bytes, hi: bytes) -> None: ...
     def close(self) -> None: ...
+
+
+def _check(it: rocksdict.RdictIter, cf: str) -> None:
+    """Raise ``UnreadableError`` if an iterator stopped on an error."""
+    try:
+        it.status()
+    except Exception as exc:  # rocksdict raises a bare Exception with RocksDB's message
+        raise UnreadableError(f"partition {cf}: {exc}") from None
 
 
 def _options() -> rocksdict.Options:
@@ -147,15 +166,34 @@ class RocksEngine:
         # A generator, so that its frame keeps the ReadOptions alive as long as
         # the iterator: RocksDB holds a pointer to the upper bound, and letting
         # the options go early makes iteration stop at a random key.
+        # rocksdict's own items() ends quietly at a block that fails RocksDB's
+        # checksum; the iterator's status tells a corrupt block from the end.
         ro = rocksdict.ReadOptions()
         ro.set_iterate_upper_bound(hi if hi is not None else _KEY_MAX)
-        yield from self._cfs[cf].items(from_key=lo, read_opt=ro)
+        it = self._cfs[cf].iter(ro)
+        it.seek(lo)
+        while it.valid():
+            yield it.key(), it.value()
+            it.next()
+        _check(it, cf)
+
+    def first_key(self, cf: str, key: bytes, hi: bytes | None) -> bytes | None:
+        ro = rocksdict.ReadOptions()
+        ro.set_iterate_upper_bound(hi if hi is not None else _KEY_MAX)
+        it = self._cfs[cf].iter(ro)
+        it.seek(key)
+        if it.valid():
+            k: bytes = it.key()
+            return k
+        _check(it, cf)
+        return None
 
     def last_before(self, cf: str, key: bytes, lo: bytes) -> tuple[bytes, bytes] | None:
         """The last item with lo ≤ its key ≤ key (RocksDB's seek-for-prev)."""
         it = self._cfs[cf].iter()
         it.seek_for_prev(key)
         if not it.valid():
+            _check(it, cf)
             return None
         k = it.key()
         if k < lo:

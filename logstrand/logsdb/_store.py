@@ -204,7 +204,7 @@ class LogsDB:
             return 0
         w = Write(self._parts, self._engine)
         found = 0
-        for pid, pb in _scan.batches(self._parts, self._engine, log_id, gone[0], gone[-1]):
+        for pid, pb in _scan.stored(self._parts, self._engine, log_id, gone[0], gone[-1]):
             if pb.first_lsn > gone[-1]:
                 break
             have = pb.lsns()
@@ -261,6 +261,7 @@ class LogsDB:
         max_records: int = 4096,
         max_bytes: int = 1024 * 1024,
         skip: Callable[[tuple[int, ...]], bool] | None = None,
+        tolerant: bool = False,
     ) -> PackedRead:
         """The stored batches of ``log_id`` overlapping [start, until] above the
         trim point, in LSN order, checked but not decoded: what read streams
@@ -270,10 +271,12 @@ class LogsDB:
         Stops once ``max_records`` records or ``max_bytes`` bytes of batches
         are in (at least one batch).  ``skip(copyset)``: batches it says True
         for are passed over (single-copy delivery: another node sends them).
-        Continue from ``scanned_to + 1``.
+        Continue from ``scanned_to + 1``.  ``tolerant``: copies that cannot be
+        read are listed in ``unreadable`` and the read goes on past them.
 
         Raises:
-            CorruptionError: a stored batch is malformed or fails a checksum.
+            CorruptionError: not ``tolerant``, and a stored batch is malformed
+                or fails a checksum.
             InvalidArgumentError: bad log id or limits.
         """
         self._check_open()
@@ -282,7 +285,7 @@ class LogsDB:
             raise InvalidArgumentError("max_records and max_bytes must be positive")
         start = max(start, self._meta["trim"].get(log_id, 0) + 1, LSN_OLDEST)
         return _scan.scan(
-            self._parts, self._engine, log_id, start, until, max_records, max_bytes, skip
+            self._parts, self._engine, log_id, start, until, max_records, max_bytes, skip, tolerant
         )
 
     def read_batch(

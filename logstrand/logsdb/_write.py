@@ -59,7 +59,7 @@ class Write:
 
     def replace(self, log_id: int, pb: PackedBatch) -> None:
         """Put ``pb`` over stored batches it overlaps: split them around it."""
-        found = _scan.batches(self.parts, self.engine, log_id, pb.first_lsn, pb.last_lsn)
+        found = _scan.stored(self.parts, self.engine, log_id, pb.first_lsn, pb.last_lsn)
         olds = [(pid, o) for pid, o in found if o.first_lsn <= pb.last_lsn]
         if not olds:
             self.put(log_id, self.parts.partition_for(pb.timestamp_ms).id, pb)

@@ -69,7 +69,7 @@ LOG_SCHEMA = StructType(
 #: Appends per ``append_batch`` call of a write task.
 WRITE_CHUNK = 10_000
 
-_LOSS = (GapType.DATALOSS, GapType.TRIM)
+_LOSS = (GapType.DATALOSS, GapType.TRIM, GapType.CHECKSUM_FAIL)
 
 
 @dataclass(frozen=True)

@@ -124,6 +124,11 @@ class NodeMetrics:
             ["type"],
             registry=r,
         )
+        self.corrupt_copies = Counter(
+            "logstrand_corrupt_copies",
+            "Ranges of stored copies found unreadable (a checksum failed) and reported to readers",
+            registry=r,
+        )
         self.connections = Gauge(
             "logstrand_connections", "Connections accepted and open on this node", registry=r
         )

@@ -24,6 +24,7 @@ import resource
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
+import attrs
 import trio
 
 from ..epochstore import open_epoch_store
@@ -40,6 +41,7 @@ from ..wire import (
     GetNodeStatus,
     GetSeqState,
     LogInfo,
+    LogInfoReply,
     NodeStatus,
     Ping,
     Pong,
@@ -198,7 +200,7 @@ class Node:
             metrics,
             nursery,
         )
-        reads = ReadStreams(
+        reads = self.reads = ReadStreams(
             self.node_id,
             committer,
             view.astore,
@@ -299,7 +301,7 @@ class Node:
             StartRead: lambda c, m: sync(reads.start, c, m),
             ReadCredit: lambda c, m: sync(reads.credit, c, m),
             StopRead: lambda c, m: sync(reads.stop, c, m),
-            LogInfo: reply(committer.answer),
+            LogInfo: reply(self._log_info),
             Seal: reply(committer.answer),
             GetDigest: reply(committer.answer),
             GetSeqState: seq.handle_get_seq_state,
@@ -331,7 +333,13 @@ class Node:
             logs,
             tuple(self.sequencers.sequencers),
             int(time.monotonic() - self._started),
+            self.reads.corrupt_copies,
         )
+
+    def _log_info(self, msg: LogInfo) -> LogInfoReply:
+        reply = self.committer.answer(msg)
+        assert isinstance(reply, LogInfoReply)
+        return attrs.evolve(reply, corrupt_copies=self.reads.corrupt_in(msg.log_id))
 
     async def _maintenance(self) -> None:
         """Trims missed while down, retention, partition drops, space gauges."""

@@ -85,12 +85,14 @@ class ReadFrom:
 
 @attrs.frozen
 class Out:
-    """What to send for one read: batches, a (first, last) window per batch."""
+    """What to send for one read: batches, a (first, last) window per batch,
+    and (first, last) pairs of LSNs whose copies here cannot be read."""
 
     batches: tuple[PackedBatch, ...]
     windows: tuple[int, ...]
     next_lsn: int
     records: int = 0
+    unreadable: tuple[int, ...] = ()
 
 
 Step = Report | ReadFrom | Wait
@@ -153,9 +155,15 @@ class ReadStreamCore:
             theirs = self._theirs[copyset] = first is not None and first != self.node_id
         return theirs
 
-    def on_read(self, items: Sequence[tuple[PackedBatch, int, int]], scanned_to: int) -> Out:
+    def on_read(
+        self,
+        items: Sequence[tuple[PackedBatch, int, int]],
+        scanned_to: int,
+        unreadable: Sequence[tuple[int, int]] = (),
+    ) -> Out:
         """What to send of a read for ``ReadFrom``: ``items`` are the batches
-        that may be served, each with its window (first, last LSN)."""
+        that may be served, each with its window (first, last LSN);
+        ``unreadable``, (first, last) ranges whose copies fail a checksum here."""
         windows: list[int] = []
         records = 0
         for b, lo, hi in items:
@@ -163,4 +171,5 @@ class ReadStreamCore:
             records += min(b.count, hi - lo + 1)
         self.credit -= records
         self.next_lsn = min(scanned_to + 1, LSN_MAX)
-        return Out(tuple(b for b, _, _ in items), tuple(windows), self.next_lsn, records)
+        bad = tuple(x for r in unreadable for x in r)
+        return Out(tuple(b for b, _, _ in items), tuple(windows), self.next_lsn, records, bad)

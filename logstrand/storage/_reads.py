@@ -19,19 +19,22 @@ import trio
 
 from ..errors import LogstrandError, Status
 from ..records import BRIDGE, HOLE
+from ..types import format_lsn
 from ..wire import ReadCredit, ReadRecords, StartRead, StopRead
 from . import _core
 from ._read_core import Out, ReadFrom, ReadStreamCore, Report, Wait
 
 if TYPE_CHECKING:
     from ..epochstore import EpochEnd
-    from ..logsdb import PackedRead
+    from ..logsdb import PackedRead, Unreadable
     from ..net import Connection
     from ..packed import PackedBatch
     from ._metrics import NodeMetrics
 
 _log = logging.getLogger("logstrand.reads")
 HEARTBEAT_S = 1.0
+#: Unreadable ranges a node remembers having logged.
+CORRUPT_REMEMBERED = 4096
 
 
 class ReadPort(Protocol):
@@ -76,6 +79,10 @@ class ReadStreams:
     _release_events: dict[int, trio.Event] = attrs.field(init=False, factory=dict)
     #: How recovery ended past epochs, fetched once: fixed once released past.
     _epoch_ends: dict[tuple[int, int], EpochEnd | None] = attrs.field(init=False, factory=dict)
+    #: Unreadable ranges met since the node started, (log, first, last), each
+    #: logged once (bounded: the oldest are forgotten, and may be logged again).
+    _corrupt_seen: dict[tuple[int, int, int], None] = attrs.field(init=False, factory=dict)
+    corrupt_copies: int = attrs.field(init=False, default=0)
 
     # -- messages -------------------------------------------------------------
 
@@ -189,6 +196,7 @@ class ReadStreams:
                 out.batches,
                 out.windows,
                 self.db.clean_point(log_id),
+                out.unreadable,
             )
         )
         st.core.sent(out.next_lsn)
@@ -228,6 +236,7 @@ class ReadStreams:
             # Single-copy delivery: batches another node sends are passed
             # over without being sent or decoded.
             skip=core.not_mine if core.scd else None,
+            tolerant=True,
         )
         lo = max(step.start, self.db.trim_point(log_id) + 1)
         items = [(b, max(b.first_lsn, lo), min(b.last_lsn, step.until)) for b in got.batches]
@@ -237,7 +246,10 @@ class ReadStreams:
             _log.warning("node %d: read stream waits: %s", self.node_id, exc)
             await trio.sleep(0.5)
             return
-        out = core.on_read(items, got.scanned_to)
+        bad = [(u.first_lsn, u.last_lsn) for u in got.unreadable]
+        for u in got.unreadable:
+            self._corrupt(log_id, u)
+        out = core.on_read(items, got.scanned_to, bad)
         self._count(out)
         await self._send(st, Status.OK, out)
 
@@ -266,6 +278,30 @@ class ReadStreams:
                 # Fixed once the release pointer is past the epoch: cached for good.
                 cache[log_id, e] = await self.ends.epoch_end(log_id, e)
         return _core.servable_windows(items, release, lambda e: cache[log_id, e])
+
+    def corrupt_in(self, log_id: int) -> int:
+        """Ranges of ``log_id``'s copies found unreadable (of those remembered)."""
+        return sum(1 for log, _, _ in self._corrupt_seen if log == log_id)
+
+    def _corrupt(self, log_id: int, u: Unreadable) -> None:
+        """Count and log a range of copies that cannot be read, once per range."""
+        key = (log_id, u.first_lsn, u.last_lsn)
+        if key in self._corrupt_seen:
+            return
+        if len(self._corrupt_seen) >= CORRUPT_REMEMBERED:
+            del self._corrupt_seen[next(iter(self._corrupt_seen))]
+        self._corrupt_seen[key] = None
+        self.corrupt_copies += 1
+        self.metrics.corrupt_copies.inc()
+        _log.warning(
+            "node %d: log %d lsn %s..%s: copies cannot be read (%s); readers are "
+            "told to ask another holder",
+            self.node_id,
+            log_id,
+            format_lsn(u.first_lsn),
+            format_lsn(u.last_lsn),
+            u.why,
+        )
 
     def _count(self, out: Out) -> None:
         m = self.metrics

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from sortedcontainers import SortedDict
 
+from ..errors import UnreadableError
 from ..logsdb import LogsDB, LogsDBOptions
 from ..logsdb._store import wall_clock_ms
 
@@ -42,6 +43,9 @@ class MemoryEngine:
         self._cfs: dict[str, Any] = {}
         self._durable: dict[str, Any] = {}
         self.closed = False
+        #: (cf, key) pairs that read as a corrupt block (as RocksDB's checksum
+        #: failing): iterating onto one, or seeking to it, raises.
+        self.unreadable: set[tuple[str, bytes]] = set()
 
     def column_families(self) -> list[str]:
         return list(self._cfs)
@@ -78,7 +82,18 @@ class MemoryEngine:
     def items(self, cf: str, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         sd = self._cfs[cf]
         keys = list(sd.irange(lo, hi, inclusive=(True, False)))
-        return ((k, sd[k]) for k in keys if k in sd)
+        for k in keys:
+            if (cf, k) in self.unreadable:
+                raise UnreadableError(f"partition {cf}: key {k.hex()} unreadable")
+            if k in sd:
+                yield k, sd[k]
+
+    def first_key(self, cf: str, key: bytes, hi: bytes | None) -> bytes | None:
+        for k in self._cfs[cf].irange(key, hi, inclusive=(True, False)):
+            if (cf, k) in self.unreadable:
+                raise UnreadableError(f"partition {cf}: key {k.hex()} unreadable")
+            return bytes(k)
+        return None
 
     def last_before(self, cf: str, key: bytes, lo: bytes) -> tuple[bytes, bytes] | None:
         sd = self._cfs[cf]

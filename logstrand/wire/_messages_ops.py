@@ -94,10 +94,19 @@ class ReadRecords:
     #: The node's clean point for a compacted log: an LSN at or below it that
     #: no node sends was removed by compaction (COMPACTED, not DATALOSS).
     clean_point: int = attrs.field(default=0, validator=f.u64)
+    #: (first, last) pairs: LSNs whose copies on the node fail a checksum (or
+    #: sit in a block its storage cannot read).  The node holds no readable
+    #: copy of them; the reader asks another holder, or reports CHECKSUM_FAIL.
+    unreadable: tuple[int, ...] = attrs.field(
+        default=(), converter=f.to_tuple, validator=f.tuple_of(f.u64, max_len=2 * PACKED_MAX)
+    )
 
     def __attrs_post_init__(self) -> None:
         if len(self.windows) != 2 * len(self.batches):
             raise ValueError("one window (first, last) per batch")
+        bad = self.unreadable
+        if len(bad) % 2 or any(bad[i] > bad[i + 1] for i in range(0, len(bad), 2)):
+            raise ValueError("unreadable: (first, last) pairs with first <= last")
 
 
 @message(24)
@@ -124,6 +133,8 @@ class LogInfoReply:
     records: int = attrs.field(default=0, validator=f.u64)
     first_timestamp_ms: int = attrs.field(default=0, validator=f.u64)
     last_timestamp_ms: int = attrs.field(default=0, validator=f.u64)
+    #: Ranges of the log's copies this node found unreadable since it started.
+    corrupt_copies: int = attrs.field(default=0, validator=f.u64)
 
 
 @message(26)
@@ -209,6 +220,8 @@ class NodeStatus:
         converter=f.to_tuple, validator=f.tuple_of(f.u64, max_len=1 << 16)
     )
     uptime_s: int = attrs.field(default=0, validator=f.u32)
+    #: Ranges of copies this node found unreadable (a checksum failed) since it started.
+    corrupt_copies: int = attrs.field(default=0, validator=f.u64)
 
 
 @message(38)

@@ -48,6 +48,8 @@ class FakeNode:
     pos: int = 0
     credit: int = 0
     reachable: bool = True
+    #: LSNs whose copies here fail their checksum: reported, never sent
+    corrupt: set[int] = attrs.Factory(set)
 
     def pump(self, core: ReaderCore, now: float, batch_max: int = 7) -> bool:
         """Send one message if there is anything to say.  True if it did."""
@@ -57,11 +59,14 @@ class FakeNode:
         limit = min(s.until_lsn, self.release)
         if self.pos > limit:
             return False
-        out, scanned_to = [], limit
+        out, scanned_to, bad = [], limit, []
         for n in sorted(x for x in self.records if self.pos <= x <= limit and x > self.trim):
             if len(out) >= min(self.credit, batch_max):
                 scanned_to = n - 1
                 break
+            if n in self.corrupt:
+                bad.append((n, n))
+                continue
             copyset, payload, flags = self.records[n]
             first = next((c for c in copyset if c not in s.known_down), None)
             if not s.scd or first == self.node_id or first is None:
@@ -77,13 +82,18 @@ class FakeNode:
         )
         self.credit -= len(out)
         self.pos = scanned_to + 1
-        core.on_records(self.node_id, s.generation, self.pos, self.trim, views(batch), now)
+        core.on_records(self.node_id, s.generation, self.pos, self.trim, views(batch), now, 0, bad)
         return True
 
 
 def run(
-    core: ReaderCore, nodes: dict[int, FakeNode], rng: random.Random, steps: int = 5000
+    core: ReaderCore,
+    nodes: dict[int, FakeNode],
+    rng: random.Random,
+    steps: int = 5000,
+    clock: list[float] | None = None,
 ) -> list:
+    """Drive the core until done; ``clock`` gets the fake time it took."""
     items: list = []
     now = 0.0
     for _ in range(steps):
@@ -106,6 +116,8 @@ def run(
         rng.shuffle(order)
         if not any(n.pump(core, now) for n in order):
             now += 1.0  # nothing to say: time passes (stall detection)
+    if clock is not None:
+        clock.append(now)
     return items
 
 
@@ -194,6 +206,48 @@ def test_no_dataloss_while_a_holder_is_unreachable() -> None:
     items += run(core, nodes, random.Random(5))
     assert [x for x, _ in records_of(items)] == sorted(copies)
     assert gaps_of(items) == []
+
+
+def test_a_corrupt_copy_is_read_from_another_holder_at_once() -> None:
+    # R=2: node 1 is the first of every copyset (it sends under single-copy
+    # delivery) and reports LSNs 5..7 unreadable; node 2 holds good copies.
+    copies = {lsn(1, i): (1, 2) for i in range(1, 21)}
+    nodes = cluster(copies)
+    nodes[1].corrupt = {lsn(1, 5), lsn(1, 6), lsn(1, 7)}
+    core = ReaderCore(7, 1, lsn(1, 20), (1, 2, 3), 2, stall_s=2.0)
+    clock: list[float] = []
+    items = run(core, nodes, random.Random(6), clock=clock)
+    assert records_of(items) == [(x, b"p%d" % x) for x in sorted(copies)]
+    assert gaps_of(items) == []
+    assert clock == [0.0]  # no stall timer waited on
+
+
+def test_copies_corrupt_everywhere_are_one_checksum_fail_gap() -> None:
+    # R=1: the only copies of 5..6 fail their checksum; the records before
+    # them are delivered, then a CHECKSUM_FAIL gap over exactly 5..6, then the rest.
+    copies = {lsn(1, i): (1,) for i in range(1, 11)}
+    nodes = cluster(copies)
+    nodes[1].corrupt = {lsn(1, 5), lsn(1, 6)}
+    core = ReaderCore(7, 1, lsn(1, 10), (1, 2, 3), 1)
+    clock: list[float] = []
+    items = run(core, nodes, random.Random(7), clock=clock)
+    assert [x for x, _ in records_of(items)] == [lsn(1, i) for i in (1, 2, 3, 4, 7, 8, 9, 10)]
+    assert gaps_of(items) == [(GapType.CHECKSUM_FAIL, lsn(1, 5), lsn(1, 6))]
+    order = [i.lo if isinstance(i, GapItem) else i.lsns[0] for i in items]
+    assert order == sorted(order)  # the gap comes in its place, between the records
+    assert clock == [0.0]
+    # Both copies corrupt with R=2: the same gap, and a loss next to it stays DATALOSS.
+    copies = {lsn(1, i): (1, 2) for i in range(1, 11)}
+    nodes = cluster(copies)
+    for n in (1, 2):
+        nodes[n].corrupt = {lsn(1, 3)}
+        nodes[n].records.pop(lsn(1, 4))
+    core = ReaderCore(7, 1, lsn(1, 10), (1, 2, 3), 2)
+    items = run(core, nodes, random.Random(8))
+    assert gaps_of(items) == [
+        (GapType.CHECKSUM_FAIL, lsn(1, 3), lsn(1, 3)),
+        (GapType.DATALOSS, lsn(1, 4), lsn(1, 4)),
+    ]
 
 
 def test_trim_hole_and_bridge_records() -> None:
