@@ -13,6 +13,7 @@ import trio
 import typer
 
 from ..errors import InvalidArgumentError
+from ..records import ESN_MAX
 from ..types import Record, format_lsn
 from ._common import (
     JsonOption,
@@ -66,6 +67,22 @@ def node(
             "appends until it has.",
         ),
     ] = 10.0,
+    esn_max: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=ESN_MAX,
+            help="The highest ESN of an epoch; past it the log moves to a new epoch "
+            "(lower it only to test that boundary).",
+        ),
+    ] = ESN_MAX,
+    clock_offset: Annotated[
+        int,
+        typer.Option(
+            help="Milliseconds added to this node's clock where its sequencers stamp "
+            "records (to test skewed clocks).",
+        ),
+    ] = 0,
     compaction_interval: Annotated[
         float,
         typer.Option(
@@ -156,6 +173,8 @@ def node(
         options = NodeOptions(
             recovery_grace_s=recovery_grace,
             recovery_stall_s=recovery_stall,
+            esn_max=esn_max,
+            clock_offset_ms=clock_offset,
             maintenance_s=maintenance_interval,
             tls=tls,
             connections_max=max_connections,

@@ -269,11 +269,16 @@ class Partitions:
         whole directory entries only, the oldest in LSN order, never into an
         entry that must be kept (entries may overlap: late records)."""
         newest = self.list[-1].id
+        # Every record of a partition was written before the next one was
+        # created (this node's clock): a record stamped in the future by a
+        # sequencer with a fast clock holds its partition no longer than that.
+        closed = {a.id: b.created_ms for a, b in itertools.pairwise(self.list)}
         target = 0
         for first, pid, entry in sorted(
             (e.first_lsn, pid, e) for pid, e in self.dir.get(log_id, {}).items()
         ):
-            if pid == newest or entry.max_ts_ms >= cutoff_ms:
+            newest_ts = min(entry.max_ts_ms, closed.get(pid, entry.max_ts_ms))
+            if pid == newest or newest_ts >= cutoff_ms:
                 target = min(target, first - 1)
                 break
             target = max(target, entry.last_lsn)

@@ -131,8 +131,11 @@ class SequencerCore:
         store_timeout_max_s: float = 10.0,
         retry_wait_s: float = 0.2,
         ids: Iterator[int] | None = None,
+        esn_max: int = ESN_MAX,
+        last_timestamp_ms: int = 0,
     ) -> None:
         assert 1 <= epoch < 2**32
+        assert 1 <= esn_max <= ESN_MAX
         self.log_id = log_id
         self.epoch = epoch
         self.selector = selector
@@ -143,6 +146,14 @@ class SequencerCore:
         self.store_timeout_s = store_timeout_s
         self.store_timeout_max_s = store_timeout_max_s
         self.retry_wait_s = retry_wait_s
+        #: The highest ESN this epoch hands out (tests lower it); past it the
+        #: sequencer is *exhausted* and the host moves the log to a new epoch.
+        self.esn_max = esn_max
+        self.exhausted = False
+        #: Timestamps never go backwards in a log: an append is stamped with
+        #: the larger of the clock and the last stamp (from the earlier epochs,
+        #: as the seal found it, then this epoch's own).
+        self.last_timestamp_ms = last_timestamp_ms
         self.next_esn = 1
         self.lng_esn = 0  # every ESN up to here is fully stored
         self.released_esn = 0
@@ -172,15 +183,22 @@ class SequencerCore:
             self._window and self._bytes + size > self.bytes_max
         ):
             return [ReplyAppend(token, Status.OVERLOADED, message="sequencer window is full")]
-        if self.next_esn + n - 1 > ESN_MAX:
-            return [ReplyAppend(token, Status.NOSEQUENCER, message="epoch is out of ESNs")]
+        if not self.room_for(n):
+            # The host asks ``room_for`` first and moves to a new epoch.
+            self.exhausted = True
+            return [ReplyAppend(token, Status.NOTREADY, message="epoch is out of ESNs")]
         first = self.next_esn
         self.next_esn += n
         base = (self.epoch << 32) | first
-        app = _Appender(next(self._ids), first, batch, base, now_ms, token, size)
+        stamp = self.last_timestamp_ms = max(now_ms, self.last_timestamp_ms)
+        app = _Appender(next(self._ids), first, batch, base, stamp, token, size)
         self._window[app.seq_id] = app
         self._bytes += size
         return self._start_wave(app, now)
+
+    def room_for(self, n: int) -> bool:
+        """Can this epoch still number ``n`` records?"""
+        return not self.exhausted and self.next_esn + n - 1 <= self.esn_max
 
     def on_stored(self, store_id: int, node_id: int, status: int, now: float) -> list[Action]:
         app = self._window.get(store_id >> _WAVE_BITS)

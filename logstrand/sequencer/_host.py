@@ -42,6 +42,10 @@ Rules:
 5. A sequencer is retired when a newer one sealed it and nothing is in
    flight, or when the log moved to another owner and everything it
    acknowledged is released.
+6. An epoch out of ESNs (2^32 − 1 records, or ``esn_max``) takes no more
+   appends: they wait, and once its appends in flight are done the log is
+   activated again, in a new epoch (whose recovery ends the old one with a
+   bridge).  Readers see one BRIDGE gap; appends never fail for it.
 """
 
 from __future__ import annotations
@@ -199,7 +203,11 @@ class SequencerHostCore:
         if core is not None and not core.preempted:
             if self._stalled(slot, core, now):
                 return [ReplyAppend(token, Status.NOTREADY, message=self._stall_text(slot, now))]
-            return self._appended(core, core.append(batch, token, now, now_ms))
+            if core.room_for(len(batch)):
+                return self._appended(core, core.append(batch, token, now, now_ms))
+            if len(batch) > core.esn_max:  # no epoch could take it (a lowered esn_max)
+                return [ReplyAppend(token, Status.TOOBIG, message="more records than an epoch")]
+            core.exhausted = True  # rule 6
         return self._wait_for_activation(log_id, slot, batch, token)
 
     def on_seq_state(
@@ -242,7 +250,15 @@ class SequencerHostCore:
                 return [ReplySeqState(token, status, text)]
             return [ReplyAppend(token, status, message=text)]
         slot.waiting.append((batch, token))
-        if slot.activating:
+        return self._activate_if_due(log_id, slot)
+
+    def _activate_if_due(self, log_id: int, slot: _Slot) -> list[HostAction]:
+        """Ask for one activation while appends wait, unless one runs or an
+        exhausted epoch still has appends in flight (rule 6)."""
+        if slot.activating or not slot.waiting:
+            return []
+        core = slot.core
+        if core is not None and core.exhausted and not core.preempted and not core.idle:
             return []
         slot.activating = True
         return [Activate(log_id)]
@@ -333,8 +349,11 @@ class SequencerHostCore:
         if core is None:
             return []
         actions = self._appended(core, core.on_stored(store_id, node_id, status, now))
-        if core.preempted and core.idle and not (slot and slot.waiting):
+        assert slot is not None
+        if core.preempted and core.idle and not slot.waiting:
             del self._slots[log_id]
+        elif core.exhausted:
+            actions += self._activate_if_due(log_id, slot)
         return actions
 
     def tick(self, now: float, owner_of: Callable[[int], int | None]) -> list[HostAction]:
@@ -349,6 +368,8 @@ class SequencerHostCore:
             deadline = core.next_deadline()
             if deadline is not None and deadline <= now:
                 actions += self._appended(core, core.tick(now))
+            if core.exhausted:
+                actions += self._activate_if_due(log_id, slot)
             if self._stalled(slot, core, now) and not slot.stall_reported:
                 slot.stall_reported = True
                 actions.append(

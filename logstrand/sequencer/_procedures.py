@@ -142,14 +142,17 @@ def f_majority(meta: EpochMetadata) -> int:
 def activate(log_id: int, placement: Placement, seal_timeout_s: float) -> Procedure:
     """Take the log's next epoch and seal the earlier ones.
 
-    Returns ``(epoch, metadata, history)``: the new epoch, its placement, and
-    every placement the log ever had (recovery reads the older ones).
+    Returns ``(epoch, metadata, history, last_timestamp_ms)``: the new epoch,
+    its placement, every placement the log ever had (recovery reads the older
+    ones), and the newest timestamp the sealed nodes hold (the new sequencer
+    never stamps below it).
     """
     epoch, meta = yield EpochStoreCall(lambda s: s.take_epoch(log_id, placement))
     state = yield EpochStoreCall(lambda s: s.log_epochs(log_id))
     history = list(state.history)
-    yield from seal_earlier(log_id, epoch, [h for h in history if h.since < epoch], seal_timeout_s)
-    return epoch, meta, history
+    earlier = [h for h in history if h.since < epoch]
+    last_ts = yield from seal_earlier(log_id, epoch, earlier, seal_timeout_s)
+    return epoch, meta, history, last_ts
 
 
 def seal_earlier(
@@ -157,11 +160,14 @@ def seal_earlier(
 ) -> Procedure:
     """Seal the log up to ``epoch - 1`` on an f-majority of every earlier nodeset.
 
+    Returns the newest record timestamp the sealed nodes hold: an f-majority
+    of each nodeset meets every copyset, so no acknowledged record is newer.
+
     Raises:
         LogstrandError: NOSEQUENCER when too few nodes answered in time.
     """
     if epoch <= 1 or not earlier:
-        return
+        return 0
     targets = sorted({n for h in earlier for n in h.nodeset})
 
     def sealed(replies: Mapping[int, Any]) -> set[int]:
@@ -177,6 +183,7 @@ def seal_earlier(
             f"log {log_id}: only nodes {sorted(sealed(replies))} sealed epoch {epoch - 1}",
             Status.NOSEQUENCER,
         )
+    return max((replies[n].last_timestamp_ms for n in sealed(replies)), default=0)
 
 
 def rebroadcast_release(log_id: int, nodeset: tuple[int, ...], timeout_s: float) -> Procedure:

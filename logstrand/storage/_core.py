@@ -241,5 +241,6 @@ def answer(
     if isinstance(msg, Seal):
         # Persisted (synced) before the reply: the seal must survive a crash.
         sealed = db.seal(msg.log_id, msg.seal_epoch)
-        return SealReply(msg.request_id, int(Status.OK), node_id, sealed)
+        newest = max((e.max_ts_ms for _, e in db.directory(msg.log_id)), default=0)
+        return SealReply(msg.request_id, int(Status.OK), node_id, sealed, newest)
     return digest(db, node_id, msg)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ..records import PAYLOAD_BYTES_MAX
+from ..records import ESN_MAX, PAYLOAD_BYTES_MAX
 
 if TYPE_CHECKING:
     from ..security import TlsFiles
@@ -20,6 +20,12 @@ class NodeOptions:
     group_commit_bytes_max: int = 32 * 1024 * 1024
     store_queue_max: int = 4096
     sequencer_appenders_max: int = 1024
+    #: The highest ESN an epoch hands out before the log moves to a new epoch
+    #: (2^32 - 1; tests lower it to reach the boundary).
+    esn_max: int = ESN_MAX
+    #: Added to the wall clock where the sequencer stamps records: a skewed
+    #: clock, for tests.
+    clock_offset_ms: int = 0
     store_timeout_s: float = 2.0
     #: How long a new sequencer waits for an f-majority to seal older epochs.
     seal_timeout_s: float = 3.0

@@ -113,7 +113,7 @@ class SequencerHost:
             msg.batch,
             (conn, msg.request_id),
             trio.current_time(),
-            _now_ms(),
+            _now_ms() + self.options.clock_offset_ms,
             owner=owner,
             attributes=attributes,
         )
@@ -266,7 +266,7 @@ class SequencerHost:
             _log.exception("node %d: log %d: activation failed", self.node_id, log_id)
             await self.execute(self.core.on_activation_failed(log_id, Status.FAILED, repr(exc)))
             return
-        now, now_ms = trio.current_time(), _now_ms()
+        now, now_ms = trio.current_time(), _now_ms() + self.options.clock_offset_ms
         await self.execute(self.core.on_activated(log_id, core, now, now_ms, history))
 
     async def _do_activate(self, log_id: int) -> tuple[SequencerCore, tuple[EpochMetadata, ...]]:
@@ -288,7 +288,7 @@ class SequencerHost:
             raise LogstrandError("not enough storage nodes for the log", Status.NOSEQUENCER)
         placement = Placement(nodeset, attrs_.replication_factor, attrs_.replicate_across)
         try:
-            epoch, meta, history = await self.procedures.run(
+            epoch, meta, history, last_ts = await self.procedures.run(
                 procs.activate(log_id, placement, opts.seal_timeout_s)
             )
         except EpochStoreUnavailableError as exc:
@@ -312,6 +312,8 @@ class SequencerHost:
             appenders_max=opts.sequencer_appenders_max,
             store_timeout_s=opts.store_timeout_s,
             ids=self._store_ids,
+            esn_max=opts.esn_max,
+            last_timestamp_ms=last_ts,
         )
         core.down.update(n for n in meta.nodeset if n not in view.alive)
         self.nursery.start_soon(

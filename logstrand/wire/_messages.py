@@ -247,6 +247,8 @@ class SealReply:
     status: int = attrs.field(validator=_status)
     node_id: int = attrs.field(validator=f.u32)
     seal_epoch: int = attrs.field(validator=f.u32)
+    #: The newest timestamp among the node's records of the log.
+    last_timestamp_ms: int = attrs.field(default=0, validator=f.u64)
 
 
 @message(32)

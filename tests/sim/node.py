@@ -277,7 +277,7 @@ class SimNode(Endpoint):
                 assert isinstance(error, LogstrandError)
                 self._execute(host.on_activation_failed(LOG, error.status, str(error)))
                 return
-            epoch, meta, history = result
+            epoch, meta, history, last_ts = result
             world.stats["activations"] += 1
             world.note(f"node {self.id} sequencer active in epoch {epoch}")
             selector = CopysetSelector(
@@ -294,6 +294,7 @@ class SimNode(Endpoint):
                 store_timeout_max_s=1.5,
                 retry_wait_s=0.1,
                 ids=None if world.config.break_store_ids else self.ids,
+                last_timestamp_ms=last_ts,
             )
             if world.config.break_release:
                 core.recovered = True

@@ -206,6 +206,21 @@ def test_retention_trims_at_partition_boundaries(opener: Opener, db: LogsDB) -> 
     assert lsns_of(db, 1) == list(range(21, 31))
 
 
+def test_a_record_stamped_in_the_future_does_not_stop_retention(opener: Opener, db: LogsDB) -> None:
+    """A sequencer with a fast clock stamped a record a year ahead (and, as
+    timestamps never go back, the records after it too): its partition still
+    ages from when the node wrote it."""
+    hour, year = 3_600_000, 365 * 24 * 3_600_000
+    db.write([put(1, range(1, 11), ts=opener.clock.now_ms + year)])
+    opener.clock.advance(hour)
+    db.new_partition()
+    db.write([put(1, range(11, 21), ts=opener.clock.now_ms + year)])
+    opener.clock.advance(2 * hour)
+    # The first partition was closed (the second created) 2 hours ago.
+    assert db.apply_retention({1: 90 * 60_000}) == {1: 10}
+    assert lsns_of(db, 1) == list(range(11, 21))
+
+
 def test_find_time(opener: Opener, db: LogsDB) -> None:
     assert db.find_time(1, T0) == 1  # empty log: LSN_OLDEST
     db.write([put(1, range(1, 11), ts=[T0 + 10 * i for i in range(10)])])

@@ -188,3 +188,29 @@ def test_store_waves_retried_are_counted_across_cores() -> None:
     first = next(a for a in actions if isinstance(a, SendStore))
     h.on_stored(LOG, first.message.store_id, first.node_id, Status.FAILED, 0.0)
     assert h.waves_retried == 1
+
+
+def test_an_epoch_out_of_esns_moves_the_log_to_a_new_epoch() -> None:
+    """Rule 6: past ``esn_max`` the appends wait for the appends in flight,
+    then for a new epoch, and none fails."""
+    h = host()
+    assert append(h, "first") == [Activate(LOG)]
+    sel = CopysetSelector((1, 2, 3), 2, rng=random.Random(1))
+    old = SequencerCore(LOG, 1, sel, recovered=True, esn_max=3)
+    first = h.on_activated(LOG, old, 0.0, 1000)
+    in_flight = append(h, "second") + append(h, "third")  # ESNs 2 and 3: still fit
+    assert append(h, "fourth") == []  # out of ESNs: waits, no activation yet
+    assert old.exhausted
+    done = replies(store_all(h, first)) + replies(store_all(h, in_flight[:2]))
+    assert [r.token for r in done] == ["first", "second"]
+    # The last append in flight is done: now the new epoch.
+    assert Activate(LOG) in store_all(h, in_flight[2:])
+    assert append(h, "fifth") == []  # one activation at a time
+    new = SequencerCore(LOG, 2, sel, recovered=False)
+    actions = h.on_activated(LOG, new, 0.0, 1000)
+    assert Recover(LOG, new) in actions
+    done = replies(store_all(h, actions))
+    assert [(r.token, r.status, r.first_lsn >> 32) for r in done] == [
+        ("fourth", Status.OK, 2),
+        ("fifth", Status.OK, 2),
+    ]
