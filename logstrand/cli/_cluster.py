@@ -133,6 +133,14 @@ def node(
     background_passes: Annotated[
         int, typer.Option(min=1, help="Compaction drop passes running at once on this node.")
     ] = 4,
+    min_free: Annotated[
+        str,
+        typer.Option(
+            help="Free space the data directory keeps, as a size (1GiB) or a share of its "
+            "file system (5%): below it the node refuses STOREs (NOSPC) and serves reads "
+            "only, until space comes back.",
+        ),
+    ] = "0",
 ) -> None:
     """Run one storage node (serves until SIGINT or SIGTERM)."""
     from ..compaction._cleaner import Cleaner, CleanerOptions
@@ -147,6 +155,7 @@ def node(
     if not partition_ms:
         fail("--partition-duration must be more than 0")
 
+    free_bytes, free_fraction = _min_free(min_free)
     send_queue_bytes = size_option(send_queue, "--send-queue")
     send_budget_bytes = size_option(send_budget, "--send-budget")
     tls = None
@@ -185,6 +194,8 @@ def node(
             handshake_s=handshake_timeout,
             read_streams_per_connection=read_streams_per_connection,
             background_passes_max=background_passes,
+            min_free_bytes=free_bytes,
+            min_free_fraction=free_fraction,
         )
         cleaner = Cleaner(
             CleanerOptions(interval_s=compaction_interval, map_bytes=map_bytes, io_bytes_s=io_rate)
@@ -230,6 +241,20 @@ def node(
 
 
 @dev_app.command("up")
+def _min_free(text: str) -> tuple[int, float]:
+    """``--min-free``: (bytes, 0.0) for a size, (0, fraction) for a percentage."""
+    t = text.strip()
+    if t.endswith("%"):
+        try:
+            pct = float(t[:-1])
+        except ValueError:
+            fail(f"--min-free: {text!r} is not a size (1GiB) or a percentage (5%)")
+        if not 0 <= pct < 100:
+            fail(f"--min-free: {text!r} must be at least 0% and below 100%")
+        return 0, pct / 100
+    return size_option(t, "--min-free"), 0.0
+
+
 def dev_up(
     directory: Annotated[Path, typer.Option("--dir", help="Where the cluster keeps its data.")],
     nodes: Annotated[int, typer.Option("--nodes", min=1, max=64, help="How many nodes.")] = 3,

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.table import Table
 
-from .._units import format_duration_ms
+from .._units import format_bytes, format_duration_ms
 from ..epochstore import COMPRESSIONS, DURABILITIES, SCOPES, LogAttributes, LogRange, NodeConfig
 from ..epochstore import parse_log_range as _parse_range
 from ..errors import InvalidArgumentError
-from ._common import JsonOption, UrlOption, console, duration_option, fail, open_store, print_json
+from ._common import (
+    JsonOption,
+    UrlOption,
+    console,
+    duration_option,
+    fail,
+    open_store,
+    print_json,
+    size_option,
+)
 
 logs_app = typer.Typer(help="Create, list, change and remove logs.", no_args_is_help=True)
 nodes_app = typer.Typer(help="The nodes of the cluster configuration.", no_args_is_help=True)
@@ -30,6 +39,10 @@ def _choice(value: str | None, allowed: tuple[str, ...], name: str) -> str | Non
     return value
 
 
+def _fail_zero() -> NoReturn:
+    fail("--retention-bytes must be more than 0")
+
+
 def _dur(ms: int | None) -> str:
     return "forever" if ms is None else format_duration_ms(ms)
 
@@ -45,7 +58,8 @@ def _attributes_row(r: LogRange) -> list[str]:
         str(a.replication_factor),
         a.replicate_across,
         "all" if a.nodeset_size is None else str(a.nodeset_size),
-        _dur(a.retention_ms),
+        _dur(a.retention_ms)
+        + ("" if a.retention_bytes is None else f", {format_bytes(a.retention_bytes)}"),
         cleanup,
         a.durability,
         a.compression,
@@ -63,6 +77,14 @@ AcrossOpt = Annotated[
 ]
 RetentionOpt = Annotated[
     str | None, typer.Option("--retention", help="Trim records older than this, e.g. 7d.")
+]
+RetentionBytesOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--retention-bytes",
+        help="Keep about this much of the log (one copy of each record), e.g. 10GiB; "
+        "the oldest records are trimmed first.",
+    ),
 ]
 CompactOpt = Annotated[bool, typer.Option("--compact", help="Keep the latest record per key.")]
 DelRetOpt = Annotated[
@@ -102,8 +124,12 @@ def _changes(
     min_cleanable_ratio: float | None,
     durability: str | None,
     compression: str | None = None,
+    retention_bytes: str | None = None,
 ) -> dict[str, Any]:
     changes: dict[str, Any] = {
+        "retention_bytes": None
+        if retention_bytes is None
+        else size_option(retention_bytes, "--retention-bytes") or _fail_zero(),
         "replication_factor": replication,
         "nodeset_size": nodeset,
         "replicate_across": _choice(replicate_across, SCOPES, "--replicate-across"),
@@ -116,7 +142,8 @@ def _changes(
         "compression": _choice(compression, COMPRESSIONS, "--compression"),
     }
     if compact is not None:
-        policy = "compact,delete" if compact and retention else "compact" if compact else "delete"
+        retained = retention or retention_bytes
+        policy = "compact,delete" if compact and retained else "compact" if compact else "delete"
         changes["cleanup_policy"] = policy
     return {k: v for k, v in changes.items() if v is not None}
 
@@ -135,6 +162,7 @@ def create(
     min_cleanable_ratio: RatioOpt = None,
     durability: DurabilityOpt = None,
     compression: CompressionOpt = None,
+    retention_bytes: RetentionBytesOpt = None,
     url: UrlOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -154,6 +182,7 @@ def create(
         min_cleanable_ratio,
         durability,
         compression,
+        retention_bytes,
     )
     attributes = LogAttributes.from_json({**LogAttributes().to_json(), **changes})
     with open_store(url) as store:
@@ -180,6 +209,7 @@ def update(
     min_cleanable_ratio: RatioOpt = None,
     durability: DurabilityOpt = None,
     compression: CompressionOpt = None,
+    retention_bytes: RetentionBytesOpt = None,
     url: UrlOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -197,6 +227,7 @@ def update(
         min_cleanable_ratio,
         durability,
         compression,
+        retention_bytes,
     )
     if not changes:
         fail("nothing to change: give at least one attribute option")

@@ -13,7 +13,7 @@ from .._units import format_bytes, format_duration_ms
 from ..epochstore import parse_log_range
 from ..errors import InvalidArgumentError, LogstrandError, Status
 from ..types import format_lsn, parse_lsn
-from ..wire import SeqState
+from ..wire import NodeStatus, SeqState
 from ._common import (
     EXIT_FAILED,
     JsonOption,
@@ -266,8 +266,9 @@ def compact(
 
 
 def status(url: UrlOption = None, as_json: JsonOption = False) -> None:
-    """Every node: address, alive or dead, the logs it sequences, partitions, disk
-    used, and ranges of corrupt copies it found since it started.
+    """Every node: address, state (alive, dead, unreachable, or "no space": alive
+    but below its --min-free floor, serving reads only), the logs it sequences,
+    partitions, disk used and free, and ranges of corrupt copies it found.
 
     Exits with 1 when a node is not alive (dead, or alive in the membership but
     not answering).
@@ -286,16 +287,18 @@ def status(url: UrlOption = None, as_json: JsonOption = False) -> None:
                     "node_id": node_id,
                     "address": f"{cfg.host}:{cfg.port}",
                     "location": cfg.location,
-                    "state": _state(st is not None, node_id in alive),
+                    "state": _state(st is not None, node_id in alive, st),
                     "sequencing": list(st.sequencing) if st else [],
                     "partitions": st.partitions if st else None,
                     "disk_bytes": st.disk_bytes if st else None,
                     "logs": st.logs if st else None,
                     "uptime_s": st.uptime_s if st else None,
                     "corrupt_copies": st.corrupt_copies if st else None,
+                    "free_bytes": st.free_bytes if st else None,
+                    "space_low": bool(st.space_low) if st else None,
                 }
             )
-    unhealthy = any(r["state"] != "alive" for r in rows)
+    unhealthy = any(r["state"] not in ("alive", "no space") for r in rows)
     if as_json:
         print_json({"epoch_store": store_url, "nodes": rows})
         if unhealthy:
@@ -304,7 +307,7 @@ def status(url: UrlOption = None, as_json: JsonOption = False) -> None:
     console.print(f"epoch store: {store_url}", highlight=False)
     table = Table()
     cols = ("node", "address", "location", "state", "sequences logs", "partitions", "disk")
-    for col in (*cols, "corrupt copies"):
+    for col in (*cols, "free", "corrupt copies"):
         table.add_column(col)
     for r in rows:
         state = r["state"]
@@ -317,6 +320,7 @@ def status(url: UrlOption = None, as_json: JsonOption = False) -> None:
             _ids(r["sequencing"]),
             "-" if r["partitions"] is None else str(r["partitions"]),
             "-" if r["disk_bytes"] is None else format_bytes(r["disk_bytes"]),
+            "-" if r["free_bytes"] is None else format_bytes(r["free_bytes"]),
             "-" if r["corrupt_copies"] is None else _corrupt(r["corrupt_copies"]),
         )
     console.print(table)
@@ -329,9 +333,10 @@ def _corrupt(ranges: int) -> str:
     return f"[red]{ranges}[/]" if ranges else "0"
 
 
-def _state(answered: bool, member: bool) -> str:
+def _state(answered: bool, member: bool, st: NodeStatus | None = None) -> str:
     if answered:
-        return "alive"
+        # Alive but below its free-space floor: it serves reads, takes no STOREs.
+        return "no space" if st is not None and st.space_low else "alive"
     # In the membership but silent: stopped, overloaded, or just dying.
     return "unreachable" if member else "dead"
 

@@ -111,6 +111,9 @@ class LogAttributes:
     nodeset_size: int | None = None
     #: Backlog: records older than this are trimmed; None keeps them forever.
     retention_ms: int | None = None
+    #: Backlog by space: the log keeps about this many bytes (one copy of each
+    #: record), the oldest trimmed first, at partition boundaries; None: no bound.
+    retention_bytes: int | None = None
     cleanup_policy: str = "delete"
     delete_retention_ms: int = 86_400_000
     min_compaction_lag_ms: int = 0
@@ -129,10 +132,11 @@ class LogAttributes:
             type(self.nodeset_size) is int and self.replication_factor <= self.nodeset_size <= 1000
         ):
             _fail(f"bad nodeset size {self.nodeset_size!r}: at least the replication factor")
-        for name in ("retention_ms", "max_compaction_lag_ms"):
+        for name in ("retention_ms", "max_compaction_lag_ms", "retention_bytes"):
             v = getattr(self, name)
             if v is not None and (type(v) is not int or v <= 0):
-                _fail(f"bad {name.removesuffix('_ms').replace('_', '-')} {v!r}: must be positive")
+                what = name.removesuffix("_ms").replace("_", "-")
+                _fail(f"bad {what} {v!r}: must be positive")
         for name in ("delete_retention_ms", "min_compaction_lag_ms"):
             v = getattr(self, name)
             if type(v) is not int or v < 0:

@@ -7,6 +7,7 @@ same logic on an in-memory engine.
 
 from __future__ import annotations
 
+import gc
 import os
 from typing import TYPE_CHECKING, Protocol
 
@@ -224,8 +225,22 @@ class RocksEngine:
         self._cfs[cf].compact_range(lo, hi)
 
     def close(self) -> None:
+        # After a failed write (a full disk) RocksDB refuses to close cleanly
+        # ("Writer has previous error"): the handles are let go all the same,
+        # so that the directory can be opened again once there is space.
+        errors = []
         for cf in self._cfs.values():
-            cf.close()
+            try:
+                cf.close()
+            except Exception as exc:
+                errors.append(exc)
         self._cfs.clear()
         self._handles.clear()
-        self._db.close()
+        try:
+            self._db.close()
+        except Exception as exc:
+            errors.append(exc)
+        del self._db
+        gc.collect()  # rocksdict releases the database when its objects are freed
+        if errors:
+            raise OSError(f"closing {self.path}: {errors[0]}")

@@ -264,6 +264,30 @@ class Partitions:
         for p in self.list:
             p.bytes += part_bytes.get(p.id, 0)
 
+    def retention_targets(
+        self,
+        retention_ms: Mapping[int, int],
+        now_ms: int,
+        retention_bytes: Mapping[int, int],
+        trims: Mapping[int, int],
+    ) -> dict[int, int]:
+        """Where retention moves trim points (only those that move): by time,
+        then by space, at partition boundaries; the newest partition stays.
+
+        Only whole directory entries move a trim point, and only the oldest
+        ones in LSN order, so a trim never skips a record still in retention.
+        """
+        out: dict[int, int] = {}
+        for log, keep_ms in retention_ms.items():
+            target = self.retention_target(log, now_ms - keep_ms)
+            if target > trims.get(log, 0):
+                out[log] = target
+        for log, keep in retention_bytes.items():
+            target = self.space_target(log, keep, max(out.get(log, 0), trims.get(log, 0)))
+            if target > max(out.get(log, 0), trims.get(log, 0)):
+                out[log] = target
+        return out
+
     def retention_target(self, log_id: int, cutoff_ms: int) -> int:
         """The highest LSN a trim may reach for records older than ``cutoff_ms``:
         whole directory entries only, the oldest in LSN order, never into an
@@ -282,6 +306,25 @@ class Partitions:
                 target = min(target, first - 1)
                 break
             target = max(target, entry.last_lsn)
+        return target
+
+    def space_target(self, log_id: int, keep_bytes: int, trim: int) -> int:
+        """The highest LSN a trim may reach so that the log's entries above it
+        hold at most ``keep_bytes``: the oldest whole entries go first, never
+        the newest partition's (0: nothing to trim)."""
+        newest = self.list[-1].id
+        entries = sorted(
+            (e.first_lsn, pid, e)
+            for pid, e in self.dir.get(log_id, {}).items()
+            if e.last_lsn > trim
+        )
+        total = sum(e.bytes for _, _, e in entries)
+        target = 0
+        for _, pid, entry in entries:
+            if total <= keep_bytes or pid == newest:
+                break
+            target = entry.last_lsn
+            total -= entry.bytes
         return target
 
     def drop_trimmed(self, trims: Mapping[int, int]) -> list[int]:

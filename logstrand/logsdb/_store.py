@@ -443,22 +443,21 @@ class LogsDB:
     # -- space ------------------------------------------------------------
 
     def apply_retention(
-        self, retention_ms: Mapping[int, int], *, now_ms: int | None = None
+        self,
+        retention_ms: Mapping[int, int],
+        *,
+        now_ms: int | None = None,
+        retention_bytes: Mapping[int, int] | None = None,
     ) -> dict[int, int]:
-        """Trim each log's records older than its retention, at partition boundaries.
-
-        Only whole directory entries move a trim point, and only the oldest
-        ones in LSN order, so a trim never skips a record still in retention.
-        Returns the logs whose trim point moved, with the new trim point.
-        """
+        """Trim each log's records older than its retention, then its oldest
+        records while its copies here take more than its ``retention_bytes``
+        (``Partitions.retention_targets``).  Returns the logs whose trim point
+        moved, with the new trim point."""
         self._check_open()
         now = self._clock_ms() if now_ms is None else now_ms
-        moved: dict[int, int] = {}
-        for log_id, keep_ms in retention_ms.items():
-            target = self._parts.retention_target(log_id, now - keep_ms)
-            if target > self.trim_point(log_id):
-                moved[log_id] = self.trim(log_id, target)
-        return moved
+        trims = self._meta["trim"]
+        targets = self._parts.retention_targets(retention_ms, now, retention_bytes or {}, trims)
+        return {log: self.trim(log, lsn) for log, lsn in targets.items()}
 
     def drop_partitions(self) -> list[int]:
         """Drop every partition (but the newest) whose records are all trimmed.

@@ -48,6 +48,8 @@ if TYPE_CHECKING:
     from ..placement import CopysetSelector
 
 _WAVE_BITS = 16
+#: Seconds a node that answered NOSPC is left out of new copysets.
+NOSPC_AVOID_S = 2.0
 
 
 @attrs.frozen
@@ -159,6 +161,9 @@ class SequencerCore:
         self.released_esn = 0
         self.preempted = False
         self.down: set[int] = set()  # nodes known dead: never picked
+        #: node -> until when it is not picked: it answered NOSPC (its disk is
+        #: below its free-space floor); tried again after ``NOSPC_AVOID_S``.
+        self.full: dict[int, float] = {}
         self._window: OrderedDict[int, _Appender] = OrderedDict()
         # Appender ids, and so STORE ids, come from ``ids``: a host running
         # several cores (several logs, or one log's successive epochs) shares
@@ -213,6 +218,8 @@ class SequencerCore:
             return []
         if status == Status.PREEMPTED:
             return self._preempt()
+        if status == Status.NOSPC:
+            self.full[node_id] = now + NOSPC_AVOID_S
         app.excluded.add(node_id)
         return self._start_wave(app, now)
 
@@ -292,7 +299,9 @@ class SequencerCore:
         if app.wave > 1:
             self.waves_retried += 1
         app.acked.clear()
-        copyset = self.selector.select(app.excluded | self.down)
+        if self.full:
+            self.full = {n: t for n, t in self.full.items() if t > now}
+        copyset = self.selector.select(app.excluded | self.down | set(self.full))
         if copyset is None:
             # Every candidate failed once (or too few are alive): try them all
             # again after a pause, never at once.  A node that refuses

@@ -19,6 +19,12 @@ Rules
 4. Release pointers live in memory, move with RELEASEs and with the pointer
    every STORE carries, ride along with the next group commit, and are
    persisted at least every ``release_persist_s`` and at close.
+5. A full disk never stops the node.  While ``space_low`` (free space under
+   the node's floor, ``--min-free``) STOREs are refused with NOSPC without a
+   write, and the sequencers store elsewhere; reads go on.  A write that fails
+   for want of space anyway leaves RocksDB refusing every later write, so the
+   LogsDB is *broken*: STOREs get NOSPC until ``reopen`` (once space is back)
+   opens it afresh.
 
 Everything else a node asks of its LogsDB goes through here too: the answers
 to recovery (log info, seals, digests), trims, find-time, the partition
@@ -27,6 +33,7 @@ directory, reads for read streams, compaction's removals, retention.
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import time
@@ -63,6 +70,13 @@ if TYPE_CHECKING:
 _log = logging.getLogger("logstrand.node")
 
 
+def _no_space(exc: BaseException) -> bool:
+    """Did a LogsDB write fail because the disk is full?"""
+    return (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or (
+        "No space left on device" in str(exc)
+    )
+
+
 @attrs.define(eq=False)
 class Committer:
     """The owner of one node's LogsDB (see the module docstring)."""
@@ -80,6 +94,11 @@ class Committer:
     release: dict[int, int] = attrs.field(init=False, factory=dict)
     _release_dirty: set[int] = attrs.field(init=False, factory=set)
     _db: LogsDB | None = attrs.field(init=False, default=None)
+    _where: tuple[str, LogsDBOptions | None] = attrs.field(init=False, default=("", None))
+    #: Free space is under the floor: STOREs are refused (rule 5).
+    space_low: bool = attrs.field(init=False, default=False)
+    #: A write failed for want of space: the LogsDB needs ``reopen`` (rule 5).
+    broken: bool = attrs.field(init=False, default=False)
     _in: trio.MemorySendChannel[tuple[Store, Any]] = attrs.field(init=False)
     _out: trio.MemoryReceiveChannel[tuple[Store, Any]] = attrs.field(init=False)
 
@@ -96,7 +115,30 @@ class Committer:
     def open(self, data_dir: str, options: LogsDBOptions | None) -> None:
         """Open the LogsDB on this (the event loop's) thread; it belongs to it."""
         self._db = LogsDB.open(data_dir, options)
+        self._where = (data_dir, options)
         self.release = {log: self.db.release_pointer(log) for log in self.db.logs()}
+
+    def reopen(self) -> None:
+        """Open the LogsDB afresh after a write failed for want of space (rule 5).
+        Release pointers learned meanwhile are kept (they are newer).
+
+        Raises:
+            Exception: the open failed (still no space): try again later.
+        """
+        if self._db is not None and not self._db.closed:
+            try:
+                self._db.close()
+            except Exception as exc:  # expected after the failed write
+                _log.info("node %d: closing the broken LogsDB: %s", self.node_id, exc)
+        self._db = None
+        self._db = LogsDB.open(*self._where)
+        for log in self._db.logs():
+            stored = self._db.release_pointer(log)
+            if stored > self.release.get(log, 0):
+                self.release[log] = stored
+        self._release_dirty.update(self.release)
+        self.broken = False
+        _log.warning("node %d: LogsDB reopened; STOREs are taken again", self.node_id)
 
     def close(self) -> None:
         if self._db is not None and not self._db.closed:
@@ -153,7 +195,9 @@ class Committer:
             accepted.append((msg, sink))
             sync = sync or msg.sync
         status = Status.OK
-        if puts:
+        if puts and (self.space_low or self.broken):
+            status = Status.NOSPC  # rule 5: no write is tried
+        elif puts:
             status = self._write(puts, sync)
         replies = (
             (accepted, status),
@@ -168,17 +212,25 @@ class Committer:
     def _write(self, puts: list[PutBatch], sync: bool) -> Status:
         t0 = time.perf_counter()
         status = Status.OK
+        # Release pointers ride along with the data (atomic, no extra write).
+        dirty = {log: self.release[log] for log in self._release_dirty}
+        self._release_dirty.clear()
         try:
-            # Release pointers ride along with the data (atomic, no extra write).
-            dirty = {log: self.release[log] for log in self._release_dirty}
-            self._release_dirty.clear()
             self.db.write(puts, sync=sync, releases=dirty)
         except LogstrandError as exc:
             _log.error("node %d: store failed: %s", self.node_id, exc)
             status = exc.status
-        except Exception:
-            _log.exception("node %d: store failed", self.node_id)
-            status = Status.FAILED
+        except Exception as exc:
+            if not _no_space(exc):
+                _log.exception("node %d: store failed", self.node_id)
+                status = Status.FAILED
+            else:
+                _log.error("node %d: store failed, the disk is full: %s", self.node_id, exc)
+                status = Status.NOSPC
+                self.broken = True
+        if status != Status.OK:
+            # The pointers that were to ride along go with a later write.
+            self._release_dirty.update(dirty)
         m = self.metrics
         m.group_commit_seconds.observe(time.perf_counter() - t0)
         m.group_commits.inc()
@@ -209,10 +261,15 @@ class Committer:
         """Persist moved release pointers now and then, until cancelled."""
         while True:
             await trio.sleep(self.release_persist_s)
-            if self._release_dirty:
+            if self._release_dirty and not self.broken:
                 dirty = {log: self.release[log] for log in self._release_dirty}
                 self._release_dirty.clear()
-                self._persist_releases(dirty)
+                try:
+                    self._persist_releases(dirty)
+                except Exception as exc:
+                    self._release_dirty.update(dirty)  # tried again next time
+                    self.broken = self.broken or _no_space(exc)
+                    raise
 
     # -- answers ---------------------------------------------------------------------
 
@@ -279,16 +336,23 @@ class Committer:
 
     # -- maintenance -----------------------------------------------------------------
 
-    def maintain(self, trim_points: Mapping[int, int], retention_ms: Mapping[int, int]) -> None:
-        """Apply trims missed while down, time retention, and drop partitions
-        whose records are all trimmed."""
+    def maintain(
+        self,
+        trim_points: Mapping[int, int],
+        retention_ms: Mapping[int, int],
+        retention_bytes: Mapping[int, int] | None = None,
+    ) -> None:
+        """Apply trims missed while down, time and space retention, and drop
+        partitions whose records are all trimmed."""
         db = self.db
         for log, point in trim_points.items():
             if point > db.trim_point(log):
                 db.trim(log, point)
                 self.metrics.trims.inc()
-        if retention_ms:
-            moved = db.apply_retention(dict(retention_ms), now_ms=int(time.time() * 1000))
+        if retention_ms or retention_bytes:
+            moved = db.apply_retention(
+                retention_ms, now_ms=int(time.time() * 1000), retention_bytes=retention_bytes
+            )
             if moved:
                 _log.info("node %d: retention trimmed logs %s", self.node_id, sorted(moved))
         dropped = db.drop_partitions()

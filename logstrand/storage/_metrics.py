@@ -154,6 +154,20 @@ class NodeMetrics:
             "Background passes running (DropCopies), bounded by --background-passes",
             registry=r,
         )
+        self.free_bytes = Gauge(
+            "logstrand_free_bytes", "Free bytes of the data directory's file system", registry=r
+        )
+        self.space_low = Gauge(
+            "logstrand_space_low",
+            "1 while the node refuses STOREs for want of space (--min-free, or a failed write)",
+            registry=r,
+        )
+        self.background_failures = Counter(
+            "logstrand_background_failures",
+            "Failures of a node's background tasks (each logged, then the task runs again)",
+            ["task"],
+            registry=r,
+        )
         self.partitions = Gauge("logstrand_partitions", "LogsDB partitions", registry=r)
         self.disk_bytes = Gauge("logstrand_disk_bytes", "LogsDB directory size", registry=r)
         self.node_info = Gauge("logstrand_node_info", "Node id", list(label), registry=r)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import resource
 import time
 from typing import TYPE_CHECKING, Any, Protocol
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 import trio
 
+from .._units import format_bytes
 from ..epochstore import open_epoch_store
 from ..errors import LogstrandError, NotFoundError, Status
 from ..rpc import ClusterView
@@ -114,6 +116,8 @@ class Node:
             self.credentials = Credentials(client_context(tls.ca, tls.cert, tls.key))
         self.release_watch = ReleaseWatch()
         self._started = time.monotonic()
+        self._free_bytes = 0
+        self._data_path = ""
         self._closing: list[Callable[[], Awaitable[None]]] = []
         self.view: ClusterView
         self.server: Server
@@ -181,6 +185,7 @@ class Node:
             on_stored=stored,
         )
         committer.open(data_dir, self.logsdb_options)
+        self._data_path = data_dir
         self._closing.append(_sync(committer.close))  # on this thread: the LogsDB's
         now = trio.current_time()
         for log, release in committer.release.items():
@@ -239,8 +244,9 @@ class Node:
             self.sequencers.release_flusher,
             self._ticker,
             self._maintenance,
+            self._space_watch,
         ):
-            nursery.start_soon(task)
+            nursery.start_soon(self._supervised, task)
         for extension in self.extensions:
             await nursery.start(extension.run, self)
         await nursery.start(self.server.serve, listeners)
@@ -334,12 +340,73 @@ class Node:
             tuple(self.sequencers.sequencers),
             int(time.monotonic() - self._started),
             self.reads.corrupt_copies,
+            self._free_bytes,
+            int(self.committer.space_low or self.committer.broken),
         )
 
     def _log_info(self, msg: LogInfo) -> LogInfoReply:
         reply = self.committer.answer(msg)
         assert isinstance(reply, LogInfoReply)
         return attrs.evolve(reply, corrupt_copies=self.reads.corrupt_in(msg.log_id))
+
+    async def _supervised(self, task: Callable[[], Awaitable[None]]) -> None:
+        """Run a background task for the node's life: a failure is logged and
+        counted, and the task starts again after a pause (1 s, doubling to 30 s);
+        it never takes the node down."""
+        name = getattr(task, "__name__", repr(task))
+        pause = 1.0
+        while True:
+            started = trio.current_time()
+            try:
+                await task()
+                return
+            except Exception:
+                _log.exception(
+                    "node %d: %s failed; it runs again in %.0f s", self.node_id, name, pause
+                )
+                self.metrics.background_failures.labels(name).inc()
+            if trio.current_time() - started > 60:
+                pause = 1.0  # it ran a good while: a new failure, not the same one
+            await trio.sleep(pause)
+            pause = min(30.0, pause * 2)
+
+    async def _space_watch(self) -> None:
+        """Free space against ``--min-free``: STOREs stop below it, go on above
+        it, and a LogsDB that a full disk broke is reopened once space is back."""
+        opts = self.options
+        committer = self.committer
+        was_low = False
+        while True:
+            st = os.statvfs(self._data_path)
+            free, size = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+            floor = max(opts.min_free_bytes, int(opts.min_free_fraction * size))
+            low = free < floor
+            if committer.broken and not low:
+                try:
+                    committer.reopen()
+                except Exception as exc:
+                    _log.warning("node %d: LogsDB not reopened yet: %s", self.node_id, exc)
+            committer.space_low = low
+            refusing = low or committer.broken
+            if refusing != was_low:
+                if refusing:
+                    _log.warning(
+                        "node %d: %s free of %s (floor %s): STOREs are refused (NOSPC), "
+                        "reads go on",
+                        self.node_id,
+                        format_bytes(free),
+                        format_bytes(size),
+                        format_bytes(floor),
+                    )
+                else:
+                    _log.warning(
+                        "node %d: %s free: STOREs are taken again", self.node_id, format_bytes(free)
+                    )
+                was_low = refusing
+            self._free_bytes = free
+            self.metrics.free_bytes.set(free)
+            self.metrics.space_low.set(int(refusing))
+            await trio.sleep(opts.space_check_s)
 
     async def _maintenance(self) -> None:
         """Trims missed while down, retention, partition drops, space gauges."""
@@ -349,12 +416,21 @@ class Node:
             try:
                 logs = self.committer.logs()
                 trims = {log: await store.trim_point(log) for log in logs}
-                retention = {}
+                retention, space = {}, {}
+                storage_nodes = max(1, len(view.storage_weights()))
                 for log in logs:
                     attributes = view.log_attributes(log)
-                    if attributes is not None and attributes.retention_ms is not None:
+                    if attributes is None:
+                        continue
+                    if attributes.retention_ms is not None:
                         retention[log] = attributes.retention_ms
-                self.committer.maintain(trims, retention)
+                    if attributes.retention_bytes is not None:
+                        # This node's share of the log's bound: R copies over
+                        # the nodeset, spread evenly by the copyset choice.
+                        nodes = min(attributes.nodeset_size or storage_nodes, storage_nodes)
+                        share = attributes.retention_bytes * attributes.replication_factor
+                        space[log] = max(1, share // nodes)
+                self.committer.maintain(trims, retention, space)
             except LogstrandError as exc:
                 _log.warning("node %d: maintenance: %s", self.node_id, exc)
             except Exception:

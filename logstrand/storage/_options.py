@@ -39,6 +39,13 @@ class NodeOptions:
     #: long after activation is *stalled*: it logs an error, counts it, shows
     #: it in ``logstrand info``, and refuses appends (NOTREADY) until done.
     recovery_stall_s: float = 10.0
+    #: Free space the data directory's file system keeps: below it the node
+    #: refuses STOREs (NOSPC) and serves reads only.  Bytes, and a fraction
+    #: of the file system's size; the larger counts.
+    min_free_bytes: int = 0
+    min_free_fraction: float = 0.0
+    #: How often the node looks at its free space.
+    space_check_s: float = 1.0
     #: How often the node applies trims it missed, retention, and drops
     #: partitions whose records are all trimmed.
     maintenance_s: float = 10.0

@@ -8,6 +8,7 @@ epoch store.  The seeded simulation (``tests/sim``) is the other driver.
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -19,6 +20,8 @@ from ..placement import CopysetSelector
 from ..rpc import Waiters
 from ..sequencer import _procedures as procs
 from ..wire import Release, StoreReply
+
+_log = logging.getLogger("logstrand.node")
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -139,7 +142,13 @@ class ProcedureRunner:
         async def one(node_id: int, msg: Any, scope: trio.CancelScope) -> None:
             nonlocal settling
             if node_id == self.node_id:  # this node: answer directly
-                reply = self.answer(msg)
+                try:
+                    reply = self.answer(msg)
+                except Exception as exc:  # e.g. a seal on a full disk: as a node that is silent
+                    _log.warning(
+                        "node %d: own answer to %s failed: %s", node_id, type(msg).__name__, exc
+                    )
+                    return
             else:
                 reply = await self.peers.request(
                     node_id, lambda rid: attrs.evolve(msg, request_id=rid), cmd.timeout_s

@@ -222,6 +222,10 @@ class NodeStatus:
     uptime_s: int = attrs.field(default=0, validator=f.u32)
     #: Ranges of copies this node found unreadable (a checksum failed) since it started.
     corrupt_copies: int = attrs.field(default=0, validator=f.u64)
+    #: Free bytes of the data directory's file system, and 1 while the node
+    #: refuses STOREs for want of space (below ``--min-free``, or a write failed).
+    free_bytes: int = attrs.field(default=0, validator=f.u64)
+    space_low: int = attrs.field(default=0, validator=f.u32)
 
 
 @message(38)

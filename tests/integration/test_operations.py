@@ -210,3 +210,32 @@ def test_retention_trims_by_time_and_gives_disk_space_back(tmp_path: Path) -> No
         # 24 MB of copies were written, three quarters of them are gone from
         # disk (the newest partition and RocksDB's own files stay).
         assert after < before * 0.5, (before, after)
+
+
+def test_retention_by_space_keeps_about_the_bound(tmp_path: Path) -> None:
+    """``--retention-bytes``: the oldest records go once the log holds more than
+    its bound (each node keeps its share, R copies over the nodeset)."""
+    with LocalCluster(tmp_path / "c", nodes=3, node_args=FAST_MAINTENANCE) as c:
+        url = c.url
+        ok(url, "logs", "create", "1", "--replication", "2", "--retention-bytes", "2MiB")
+        shown = json.loads(ok(url, "logs", "show", "1", "--json"))
+        assert shown["attributes"]["retention_bytes"] == 2 * 1024 * 1024
+        batches = []
+        for i in range(5):  # five partitions' worth of 1 MB each, 1.1 s apart
+            if i:
+                time.sleep(1.1)
+            text = "".join(f"{os.urandom(500).hex()}\n" for _ in range(1000))
+            batches.append(json.loads(ok(url, "append", "1", "--json", stdin=text))["lsns"])
+        deadline = time.monotonic() + 40
+        while True:
+            items = [json.loads(x) for x in ok(url, "read", "1", "--json").splitlines()]
+            kept = [x["lsn"] for x in items if "lsn" in x]
+            if kept and kept[0] > batches[1][0]:
+                break
+            assert time.monotonic() < deadline, len(kept)
+            time.sleep(0.5)
+        # What is left is the newest records, in order, behind one TRIM gap.
+        assert kept == [x for b in batches for x in b][-len(kept) :]
+        assert [x["gap"] for x in items if "gap" in x] == ["TRIM"]
+        assert 1000 <= len(kept) <= 4000  # about 2 MiB of 1 kB records, whole partitions
+        assert "more than 0" in error(url, 2, "logs", "create", "2", "--retention-bytes", "0")

@@ -206,6 +206,25 @@ def test_retention_trims_at_partition_boundaries(opener: Opener, db: LogsDB) -> 
     assert lsns_of(db, 1) == list(range(21, 31))
 
 
+def test_space_retention_trims_the_oldest_entries(opener: Opener, db: LogsDB) -> None:
+    for i in range(4):  # four partitions of 10 records of 1000 B
+        db.write(
+            [put(1, range(10 * i + 1, 10 * i + 11), ts=opener.clock.now_ms, payload=b"x" * 1000)]
+        )
+        opener.clock.advance(60_000)
+        db.new_partition()
+    db.write([put(2, range(1, 11), ts=opener.clock.now_ms, payload=b"y" * 1000)])
+    per_entry = db.directory(1)[0][1].bytes
+    assert db.apply_retention({}, retention_bytes={1: 2 * per_entry + 1}) == {1: 20}
+    assert lsns_of(db, 1) == list(range(21, 41))
+    assert db.apply_retention({}, retention_bytes={1: 2 * per_entry + 1}) == {}
+    # The newest partition is always kept, whatever the bound.
+    assert db.apply_retention({}, retention_bytes={2: 1}) == {}
+    # Log 1 has nothing in the newest partition: all of it may go.
+    assert db.apply_retention({}, retention_bytes={1: 1}) == {1: 40}
+    assert lsns_of(db, 1) == []
+
+
 def test_a_record_stamped_in_the_future_does_not_stop_retention(opener: Opener, db: LogsDB) -> None:
     """A sequencer with a fast clock stamped a record a year ahead (and, as
     timestamps never go back, the records after it too): its partition still
