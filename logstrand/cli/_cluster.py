@@ -240,7 +240,6 @@ def node(
         prof.dump_stats(str(profile))
 
 
-@dev_app.command("up")
 def _min_free(text: str) -> tuple[int, float]:
     """``--min-free``: (bytes, 0.0) for a size, (0, fraction) for a percentage."""
     t = text.strip()
@@ -255,6 +254,7 @@ def _min_free(text: str) -> tuple[int, float]:
     return size_option(t, "--min-free"), 0.0
 
 
+@dev_app.command("up")
 def dev_up(
     directory: Annotated[Path, typer.Option("--dir", help="Where the cluster keeps its data.")],
     nodes: Annotated[int, typer.Option("--nodes", min=1, max=64, help="How many nodes.")] = 3,
