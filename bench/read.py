@@ -1,7 +1,7 @@
 """Backfill throughput and tail latency on a local 3-node cluster (R=2).
 
     python bench/read.py [--records 1000000] [--repeat 3] [--json out.json]
-                         [--batch 1000] [--keyed]
+                         [--batch 1000] [--keyed] [--only first]
 
 - backfill: append N x 100 B (in batches of ``--batch``, with one of 1,000
   keys each when ``--keyed``) and N/10 x 10 KiB records, then read
@@ -10,7 +10,11 @@
 - tail: one task appends 100 B records one at a time at 1,000/s (each
   acknowledged before the next), another follows the log; the time from an
   append's acknowledgement to the record's delivery, p50/p99 (negative when the
-  record is delivered before the acknowledgement reaches the appender).
+  record is delivered before the acknowledgement reaches the appender);
+- first record: a reader follows a log that has never had a record; one record
+  is appended; the time from ``append()`` returning to its delivery.  Then the
+  log stays quiet for 3 s and one more record is appended: the same time again.
+  Medians over ``--first-logs`` fresh logs (``--only first`` runs just this).
 
 Both run in one client process against real node processes.
 """
@@ -84,6 +88,53 @@ async def tail(client: logstrand.AsyncClient, log: int, n: int, rate: float) -> 
     return sorted(delivered[lsn] - acked[lsn] for lsn in acked if lsn in delivered)
 
 
+async def first_records(
+    client: logstrand.AsyncClient, log: int, quiet_s: float
+) -> tuple[float, float]:
+    """Seconds from ``append()`` returning to delivery: the first record of a
+    log its reader started on before it had any, then one after ``quiet_s``."""
+    delivered: dict[bytes, float] = {}
+    got = trio.Event()
+
+    async def follow() -> None:
+        nonlocal got
+        async with client.read(log, until=None) as reader:
+            async for item in reader:
+                if isinstance(item, logstrand.Record) and item.payload:
+                    delivered[item.payload] = time.perf_counter()
+                    got.set()
+                    if len(delivered) == 2:
+                        return
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(follow)
+        await trio.sleep(0.5)  # the reader is open and waiting
+        await client.append(log, b"first")
+        acked_first = time.perf_counter()
+        with trio.fail_after(30):
+            await got.wait()
+        got = trio.Event()
+        await trio.sleep(quiet_s)
+        await client.append(log, b"after quiet")
+        acked_quiet = time.perf_counter()
+    return delivered[b"first"] - acked_first, delivered[b"after quiet"] - acked_quiet
+
+
+async def run_first(url: str, logs: range, quiet_s: float = 3.0) -> dict[str, Any]:
+    firsts, quiets = [], []
+    async with logstrand.open_client(url) as client:
+        for log in logs:
+            a, b = await first_records(client, log, quiet_s)
+            firsts.append(a * 1000)
+            quiets.append(b * 1000)
+    return {
+        "first_record_ms": statistics.median(firsts),
+        "first_record_max_ms": max(firsts),
+        "after_quiet_ms": statistics.median(quiets),
+        "after_quiet_max_ms": max(quiets),
+    }
+
+
 async def run_all(url: str, records: int, repeat: int, batch: int, keyed: bool) -> dict[str, Any]:
     out: dict[str, list[float]] = {}
     async with logstrand.open_client(url) as client:
@@ -109,6 +160,10 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     ap.add_argument("--batch", type=int, default=1000, help="records per append of 100 B")
     ap.add_argument("--keyed", action="store_true", help="100 B records with keys")
+    ap.add_argument(
+        "--first-logs", type=int, default=10, help="fresh logs for the first-record case"
+    )
+    ap.add_argument("--only", choices=("first",), help="run only this case")
     args = ap.parse_args()
     with (
         tempfile.TemporaryDirectory(prefix="logstrand-bench-") as d,
@@ -116,7 +171,18 @@ def main() -> None:
     ):
         with open_epoch_store(cluster.url) as store:
             store.create_logs(1, 1000, LogAttributes(replication_factor=2))
-        res = trio.run(run_all, cluster.url, args.records, args.repeat, args.batch, args.keyed)
+        res = {}
+        if args.only is None:
+            res = trio.run(run_all, cluster.url, args.records, args.repeat, args.batch, args.keyed)
+        res |= trio.run(run_first, cluster.url, range(900, 900 + args.first_logs))
+    print(
+        f"first record of a new log, append() returning -> delivery: median "
+        f"{res['first_record_ms']:.2f} ms (max {res['first_record_max_ms']:.2f}); after 3 s "
+        f"quiet: median {res['after_quiet_ms']:.2f} ms (max {res['after_quiet_max_ms']:.2f}), "
+        f"{args.first_logs} logs"
+    )
+    if args.only is not None:
+        return
     keyed = ", keyed" if args.keyed else ""
     print(
         f"3 nodes, R=2, single-copy delivery, 100 B appended {args.batch} a batch{keyed}, "
