@@ -156,6 +156,8 @@ class SequencerCore:
         #: the larger of the clock and the last stamp (from the earlier epochs,
         #: as the seal found it, then this epoch's own).
         self.last_timestamp_ms = last_timestamp_ms
+        #: Where it started: recovery stamps nothing of the earlier epochs above it.
+        self.first_timestamp_ms = last_timestamp_ms
         self.next_esn = 1
         self.lng_esn = 0  # every ESN up to here is fully stored
         self.released_esn = 0

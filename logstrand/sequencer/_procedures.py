@@ -210,7 +210,7 @@ def recover(
     history: list[EpochMetadata],
     make_selector: Callable[[EpochMetadata], CopysetSelector],
     alive: Callable[[], Container[int]],
-    now_ms: Callable[[], int],
+    stamp_cap_ms: int,
     *,
     ask_timeout_s: float = 2.0,
     digest_timeout_s: float = 5.0,
@@ -228,7 +228,8 @@ def recover(
     A failed attempt (too few nodes answered, or took the decisions) is
     reported to ``on_error`` and tried again after a short, growing pause
     (``RETRY_FIRST_S`` doubling up to ``RETRY_MAX_S``); every attempt asks
-    ``alive()`` afresh which nodes to use.
+    ``alive()`` afresh which nodes to use.  ``stamp_cap_ms``: the newest
+    timestamp a record it writes may carry (``recovery_stamps``).
 
     Returns True once every earlier epoch is clean, False if the recovery
     was overtaken (a newer sequencer sealed the log) or ``cancelled()``.
@@ -249,7 +250,7 @@ def recover(
                     epoch,
                     make_selector(meta),
                     alive,
-                    now_ms,
+                    stamp_cap_ms,
                     _Timeouts(ask_timeout_s, digest_timeout_s, store_timeout_s, settle_s),
                 )
                 with contextlib.suppress(StaleError):  # a later sequencer got further
@@ -294,7 +295,7 @@ def _recover_epoch(
     seal: int,
     selector: CopysetSelector,
     alive: Callable[[], Container[int]],
-    now_ms: Callable[[], int],
+    stamp_cap_ms: int,
     t: _Timeouts,
 ) -> Procedure:
     fmaj = f_majority(meta)
@@ -357,7 +358,7 @@ def _recover_epoch(
             f"epoch {e}: {len(rec.complete)} digests, need {rec.f_majority}", Status.NOSEQUENCER
         )
     plan = rec.decide()
-    yield from _write(log_id, e, seal, plan, selector, alive, now_ms(), t.store_s)
+    yield from _write(log_id, e, seal, plan, selector, alive, stamp_cap_ms, t.store_s)
     # Tell the nodes (through the epoch store) which copies of the epoch are
     # good, before any of them may hand the epoch's end to readers.
     end = EpochEnd(lng, plan[-1].esn, seal)
@@ -380,19 +381,34 @@ def _write(
     plan: list[Mutation],
     selector: CopysetSelector,
     alive: Callable[[], Container[int]],
-    now_ms: int,
+    stamp_cap_ms: int,
     timeout_s: float,
 ) -> Procedure:
+    stamps = recovery_stamps([m.timestamp_ms for m in plan], stamp_cap_ms)
     for i in range(0, len(plan), CHUNK_RECORDS):
         chunk = plan[i : i + CHUNK_RECORDS]
         batch = RecordBatch.trusted(
             tuple((e << 32) | m.esn for m in chunk),
-            tuple(m.timestamp_ms or now_ms for m in chunk),
+            tuple(stamps[i : i + CHUNK_RECORDS]),
             tuple(m.flags for m in chunk),
             tuple(m.key for m in chunk),
             tuple(m.payload for m in chunk),
         )
         yield from _store_chunk(log_id, seal, selector, batch, alive, timeout_s)
+
+
+def recovery_stamps(stamps: list[int], cap_ms: int) -> list[int]:
+    """Timestamps for what recovery writes (0: a hole or bridge), so that the
+    log's timestamps never go back: none above ``cap_ms`` (the new sequencer
+    stamps at or above it; a copy newer than it was never acknowledged, or a
+    sealed node would hold it), a plug takes the stamp of the record after it
+    (``cap_ms`` at the end), and they never decrease in ESN order."""
+    out = [0] * len(stamps)
+    after = cap_ms
+    for i in range(len(stamps) - 1, -1, -1):
+        after = min(stamps[i] or after, after)
+        out[i] = after
+    return out
 
 
 def _store_chunk(

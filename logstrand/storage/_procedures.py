@@ -81,6 +81,7 @@ class ProcedureRunner:
         log_id: int,
         epoch: int,
         history: list[EpochMetadata],
+        stamp_cap_ms: int,
         *,
         cancelled: Callable[[], bool],
         on_error: Callable[[str], None],
@@ -109,7 +110,7 @@ class ProcedureRunner:
                 history,
                 selector,
                 alive,
-                _now_ms,
+                stamp_cap_ms,
                 cancelled=cancelled,
                 on_error=on_error,
             )
@@ -191,7 +192,3 @@ class ProcedureRunner:
         for n in msg.copyset:
             self._stores.resolve((store_id, n), None)  # forget what did not come
         return statuses
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)

@@ -313,7 +313,9 @@ class SequencerHost:
             store_timeout_s=opts.store_timeout_s,
             ids=self._store_ids,
             esn_max=opts.esn_max,
-            last_timestamp_ms=last_ts,
+            # Never below what the earlier epochs hold, nor below this clock:
+            # recovery stamps nothing of theirs above it.
+            last_timestamp_ms=max(last_ts, _now_ms() + opts.clock_offset_ms),
         )
         core.down.update(n for n in meta.nodeset if n not in view.alive)
         self.nursery.start_soon(
@@ -339,6 +341,7 @@ class SequencerHost:
             log_id,
             core.epoch,
             list(action.history),
+            core.first_timestamp_ms,
             cancelled=lambda: not host.recovery_wanted(log_id, core),
             on_error=failed,
         )

@@ -6,6 +6,8 @@ import random
 
 import attrs
 
+from logstrand.records import ESN_MAX
+
 LOG = 1
 CLIENT_BASE = 100
 #: More events than this at one instant of simulated time is a livelock
@@ -43,6 +45,12 @@ class Config:
     #: acknowledgement, once enough nodes have been up (and none paused) for
     #: as long (``check_liveness``).
     liveness_s: float = 8.0
+    #: The highest ESN of an epoch: low, logs move to new epochs while appends
+    #: run (host rule 6), on top of the failovers.
+    esn_max: int = ESN_MAX
+    #: Nodes' clocks disagree by up to this much (node n is -1, 0 or +1 times
+    #: it): timestamps in the log must still never go backwards.
+    clock_skew_ms: int = 0
     #: Bugs to plant on purpose, to show the checkers catch them.
     break_sealing: bool = False  # nodes take every STORE, sealed or not
     break_release: bool = False  # sequencers release before recovery is done
@@ -52,6 +60,9 @@ class Config:
     break_retire: bool = False
     #: Nodes never ask for a release that is overdue (``ReleaseWatch``).
     break_release_watch: bool = False
+    #: A new sequencer stamps from its own clock alone, and the nodes' clocks
+    #: are an hour apart (timestamps go back at a failover).
+    break_timestamps: bool = False
 
     @classmethod
     def for_seed(cls, seed: int) -> Config:
@@ -67,6 +78,8 @@ class Config:
             delay_tail=rng.choice([0.0, 0.03, 0.1]),
             fault_every_s=rng.choice([0.3, 1.0, 3.0]),
             down_max=rng.choice([1, 1, 2]),
+            esn_max=rng.choice([ESN_MAX, ESN_MAX, 30]),
+            clock_skew_ms=rng.choice([0, 0, 3_600_000]),
         )
 
 

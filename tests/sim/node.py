@@ -250,6 +250,13 @@ class SimNode(Endpoint):
 
     # sequencer host: the production core decides, this performs
 
+    def clock_ms(self) -> int:
+        """This node's wall clock: the world's, skewed by -1, 0 or +1 times
+        ``clock_skew_ms`` by node id."""
+        config = self.world.config
+        skew = config.clock_skew_ms or (3_600_000 if config.break_timestamps else 0)
+        return self.world.clock_ms() + (self.id % 3 - 1) * skew
+
     def _append(self, src: Address, msg: wire.Append) -> None:
         world = self.world
         actions = self.host.on_append(
@@ -257,7 +264,7 @@ class SimNode(Endpoint):
             msg.batch,
             (src, msg.request_id),
             world.now,
-            world.clock_ms(),
+            self.clock_ms(),
             owner=self.owner(),
             attributes=world.attributes,
         )
@@ -294,13 +301,16 @@ class SimNode(Endpoint):
                 store_timeout_max_s=1.5,
                 retry_wait_s=0.1,
                 ids=None if world.config.break_store_ids else self.ids,
-                last_timestamp_ms=last_ts,
+                esn_max=world.config.esn_max,
+                last_timestamp_ms=max(
+                    0 if world.config.break_timestamps else last_ts, self.clock_ms()
+                ),
             )
             if world.config.break_release:
                 core.recovered = True
             core.down.update(n for n in meta.nodeset if n not in self.view)
             self.run(procs.rebroadcast_release(LOG, meta.nodeset, 0.5), lambda *_: None)
-            self._execute(host.on_activated(LOG, core, world.now, world.clock_ms(), tuple(history)))
+            self._execute(host.on_activated(LOG, core, world.now, self.clock_ms(), tuple(history)))
 
         self.run(procs.activate(LOG, placement, 0.5), activated)
 
@@ -317,7 +327,7 @@ class SimNode(Endpoint):
                     m.nodeset, m.replication_factor, rng=random.Random(world.rng.random())
                 ),
                 self.reachable,
-                world.clock_ms,
+                core.first_timestamp_ms,
                 ask_timeout_s=0.5,
                 digest_timeout_s=0.5,
                 store_timeout_s=0.5,

@@ -96,7 +96,7 @@ def recover(
         [meta, EpochMetadata(2, NODESET, 2)],
         lambda m: CopysetSelector(m.nodeset, m.replication_factor, rng=random.Random(3)),
         alive,
-        lambda: 1000,
+        1000,
         cancelled=cancelled,
         on_error=errors.append,
     )
@@ -144,3 +144,12 @@ def test_storing_decisions_fails_at_once_when_no_copyset_is_left() -> None:
         d.run(proc)
     assert caught.value.status == Status.NOSEQUENCER
     assert d.copysets == []  # nothing sent: no copyset among the live nodes
+
+
+def test_recovery_stamps_never_go_back_nor_above_the_new_sequencer() -> None:
+    # Records stamped 100, 120 and 300 (never acknowledged: above the cap), a
+    # hole between, a bridge at the end; the new sequencer starts at 200.
+    assert procs.recovery_stamps([100, 0, 120, 300, 0], 200) == [100, 120, 120, 200, 200]
+    # Copies from before stamps were monotonic: clamped down, never up.
+    assert procs.recovery_stamps([150, 110, 0], 200) == [110, 110, 200]
+    assert procs.recovery_stamps([], 5) == []
