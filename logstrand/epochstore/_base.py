@@ -206,6 +206,29 @@ class EpochStore(SecurityDocs, abc.ABC):
         doc = self._doc(f"epochs/{log_id}")
         return LogEpochs() if doc is None else LogEpochs.from_json(doc)
 
+    def set_epoch_start(self, log_id: int, epoch: int, timestamp_ms: int) -> None:
+        """Record the timestamp an epoch's sequencer stamps its records from.
+
+        Recovering an earlier epoch stamps nothing above the start of any
+        later epoch, so that a log's timestamps never go back.  Entries at or
+        below the last clean epoch are no longer needed and are dropped.
+        """
+        _check_log(log_id)
+        lce = self.last_clean_epoch(log_id)
+
+        def change(doc: Any) -> Any:
+            starts = {k: v for k, v in (doc or {}).items() if int(k) > lce}
+            starts[str(epoch)] = int(timestamp_ms)
+            return starts
+
+        self._update(f"epoch_starts/{log_id}", change)
+
+    def epoch_starts(self, log_id: int) -> dict[int, int]:
+        """Epoch -> the timestamp its sequencer started from (``set_epoch_start``)."""
+        _check_log(log_id)
+        doc = self._doc(f"epoch_starts/{log_id}")
+        return {} if doc is None else {int(k): int(v) for k, v in doc.items()}
+
     def last_clean_epoch(self, log_id: int) -> int:
         _check_log(log_id)
         doc = self._doc(f"lce/{log_id}")

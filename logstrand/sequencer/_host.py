@@ -335,7 +335,8 @@ class SequencerHostCore:
             slot.error = ""
             return list(core.set_recovered())
         actions: list[HostAction] = list(core.preempt())
-        if core.idle:
+        if core.idle and not slot.activating and not slot.waiting:
+            # (An activation under way keeps the slot: it reports to it.)
             del self._slots[log_id]
         return actions
 
@@ -350,7 +351,7 @@ class SequencerHostCore:
             return []
         actions = self._appended(core, core.on_stored(store_id, node_id, status, now))
         assert slot is not None
-        if core.preempted and core.idle and not slot.waiting:
+        if core.preempted and core.idle and not slot.waiting and not slot.activating:
             del self._slots[log_id]
         elif core.exhausted:
             actions += self._activate_if_due(log_id, slot)

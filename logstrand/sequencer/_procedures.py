@@ -139,20 +139,26 @@ def f_majority(meta: EpochMetadata) -> int:
 # -- sealing -------------------------------------------------------------------
 
 
-def activate(log_id: int, placement: Placement, seal_timeout_s: float) -> Procedure:
+def activate(
+    log_id: int, placement: Placement, seal_timeout_s: float, clock_ms: Callable[[], int]
+) -> Procedure:
     """Take the log's next epoch and seal the earlier ones.
 
-    Returns ``(epoch, metadata, history, last_timestamp_ms)``: the new epoch,
-    its placement, every placement the log ever had (recovery reads the older
-    ones), and the newest timestamp the sealed nodes hold (the new sequencer
-    never stamps below it).
+    Returns ``(epoch, metadata, history, start_ms)``: the new epoch, its
+    placement, every placement the log ever had (recovery reads the older
+    ones), and the timestamp the new sequencer stamps from: the later of its
+    clock and the newest timestamp the sealed nodes hold, recorded in the
+    epoch store before any append (``set_epoch_start``).
     """
     epoch, meta = yield EpochStoreCall(lambda s: s.take_epoch(log_id, placement))
     state = yield EpochStoreCall(lambda s: s.log_epochs(log_id))
     history = list(state.history)
     earlier = [h for h in history if h.since < epoch]
     last_ts = yield from seal_earlier(log_id, epoch, earlier, seal_timeout_s)
-    return epoch, meta, history, last_ts
+    start = max(last_ts, clock_ms())
+    if epoch > 1:
+        yield EpochStoreCall(lambda s: s.set_epoch_start(log_id, epoch, start))
+    return epoch, meta, history, start
 
 
 def seal_earlier(
@@ -228,8 +234,9 @@ def recover(
     A failed attempt (too few nodes answered, or took the decisions) is
     reported to ``on_error`` and tried again after a short, growing pause
     (``RETRY_FIRST_S`` doubling up to ``RETRY_MAX_S``); every attempt asks
-    ``alive()`` afresh which nodes to use.  ``stamp_cap_ms``: the newest
-    timestamp a record it writes may carry (``recovery_stamps``).
+    ``alive()`` afresh which nodes to use.  ``stamp_cap_ms``: the new
+    sequencer's start; what it writes for an epoch is stamped no later than
+    that nor than the start of any later epoch (``recovery_stamps``).
 
     Returns True once every earlier epoch is clean, False if the recovery
     was overtaken (a newer sequencer sealed the log) or ``cancelled()``.
@@ -239,6 +246,7 @@ def recover(
     while not cancelled():
         try:
             lce = yield EpochStoreCall(lambda s: s.last_clean_epoch(log_id))
+            starts = yield EpochStoreCall(lambda s: s.epoch_starts(log_id))
             for e in range(lce + 1, epoch):
                 meta = state.metadata_for(e)
                 if meta is None:
@@ -250,7 +258,8 @@ def recover(
                     epoch,
                     make_selector(meta),
                     alive,
-                    stamp_cap_ms,
+                    # No later epoch starts below what this one ends with.
+                    min([stamp_cap_ms] + [t for x, t in starts.items() if e < x < epoch]),
                     _Timeouts(ask_timeout_s, digest_timeout_s, store_timeout_s, settle_s),
                 )
                 with contextlib.suppress(StaleError):  # a later sequencer got further

@@ -288,8 +288,13 @@ class SequencerHost:
             raise LogstrandError("not enough storage nodes for the log", Status.NOSEQUENCER)
         placement = Placement(nodeset, attrs_.replication_factor, attrs_.replicate_across)
         try:
-            epoch, meta, history, last_ts = await self.procedures.run(
-                procs.activate(log_id, placement, opts.seal_timeout_s)
+            epoch, meta, history, start_ms = await self.procedures.run(
+                procs.activate(
+                    log_id,
+                    placement,
+                    opts.seal_timeout_s,
+                    lambda: _now_ms() + opts.clock_offset_ms,
+                )
             )
         except EpochStoreUnavailableError as exc:
             raise LogstrandError(str(exc), Status.NOSEQUENCER) from exc
@@ -313,9 +318,7 @@ class SequencerHost:
             store_timeout_s=opts.store_timeout_s,
             ids=self._store_ids,
             esn_max=opts.esn_max,
-            # Never below what the earlier epochs hold, nor below this clock:
-            # recovery stamps nothing of theirs above it.
-            last_timestamp_ms=max(last_ts, _now_ms() + opts.clock_offset_ms),
+            last_timestamp_ms=start_ms,
         )
         core.down.update(n for n in meta.nodeset if n not in view.alive)
         self.nursery.start_soon(

@@ -284,7 +284,7 @@ class SimNode(Endpoint):
                 assert isinstance(error, LogstrandError)
                 self._execute(host.on_activation_failed(LOG, error.status, str(error)))
                 return
-            epoch, meta, history, last_ts = result
+            epoch, meta, history, start_ms = result
             world.stats["activations"] += 1
             world.note(f"node {self.id} sequencer active in epoch {epoch}")
             selector = CopysetSelector(
@@ -302,9 +302,7 @@ class SimNode(Endpoint):
                 retry_wait_s=0.1,
                 ids=None if world.config.break_store_ids else self.ids,
                 esn_max=world.config.esn_max,
-                last_timestamp_ms=max(
-                    0 if world.config.break_timestamps else last_ts, self.clock_ms()
-                ),
+                last_timestamp_ms=self.clock_ms() if world.config.break_timestamps else start_ms,
             )
             if world.config.break_release:
                 core.recovered = True
@@ -312,7 +310,7 @@ class SimNode(Endpoint):
             self.run(procs.rebroadcast_release(LOG, meta.nodeset, 0.5), lambda *_: None)
             self._execute(host.on_activated(LOG, core, world.now, self.clock_ms(), tuple(history)))
 
-        self.run(procs.activate(LOG, placement, 0.5), activated)
+        self.run(procs.activate(LOG, placement, 0.5, self.clock_ms), activated)
 
     def _recover(self, core: SequencerCore, history: list[Any]) -> None:
         world = self.world

@@ -465,3 +465,14 @@ def _release_later(conn: object) -> None:
 def test_the_memory_store_keeps_the_contract(contract: Callable[[EpochStore], None]) -> None:
     """The simulation's epoch store is held to the same contract as the real ones."""
     contract(MemoryEpochStore())
+
+
+def test_epoch_starts_are_kept_until_the_epoch_is_clean(store: EpochStore) -> None:
+    for _ in range(3):
+        store.take_epoch(1, P3)
+    store.set_epoch_start(1, 2, 1000)
+    store.set_epoch_start(1, 3, 900)
+    assert store.epoch_starts(1) == {2: 1000, 3: 900}
+    store.set_last_clean_epoch(1, 2)
+    store.set_epoch_start(1, 3, 950)
+    assert store.epoch_starts(1) == {3: 950}
