@@ -207,12 +207,9 @@ class EpochStore(SecurityDocs, abc.ABC):
         return LogEpochs() if doc is None else LogEpochs.from_json(doc)
 
     def set_epoch_start(self, log_id: int, epoch: int, timestamp_ms: int) -> None:
-        """Record the timestamp an epoch's sequencer stamps its records from.
-
-        Recovering an earlier epoch stamps nothing above the start of any
-        later epoch, so that a log's timestamps never go back.  Entries at or
-        below the last clean epoch are no longer needed and are dropped.
-        """
+        """Record the timestamp an epoch's sequencer stamps from: recovery of an
+        earlier epoch stamps nothing above it (entries at or below the last
+        clean epoch, no longer needed, are dropped)."""
         _check_log(log_id)
         lce = self.last_clean_epoch(log_id)
 

@@ -235,7 +235,7 @@ class Node:
         await nursery.start(view.run)
         if self.guard.secure:
             await self.guard.refresh_security(force=True)
-            nursery.start_soon(self.guard.run_security)
+            nursery.start_soon(self._supervised, self.guard.run_security)
         view.on_membership(self.sequencers.on_membership)
         for task in (
             committer.run,
