@@ -134,6 +134,9 @@ class Partitions:
         self.dir: dict[int, dict[int, DirEntry]] = {}
         self._logs_in: dict[int, set[int]] = {}
         self._next_file_check_ms = 0
+        #: partition -> the last time (this node's clock) a record was written
+        #: into it: none of its records was written later, whatever its stamp.
+        self._written_ms: dict[int, int] = {}
 
     # -- opening ----------------------------------------------------------
 
@@ -150,8 +153,10 @@ class Partitions:
             if pid in known:
                 self.dir.setdefault(log_id, {})[pid] = entry
                 self._logs_in.setdefault(pid, set()).add(log_id)
+        opened = self._clock_ms()
         for p in self.list:
             p.bytes = sum(self.dir[log][p.id].bytes for log in self._logs_in.get(p.id, ()))
+            self._written_ms[p.id] = opened  # everything in it was written before now
         if not self.list:
             # The first partition starts at time 0: it takes every older record.
             self.new(0)
@@ -258,9 +263,11 @@ class Partitions:
         self, touched: Mapping[tuple[int, int], DirEntry], part_bytes: Mapping[int, int]
     ) -> None:
         """The write is done: take its directory entries into memory."""
+        now = self._clock_ms()
         for (log_id, pid), entry in touched.items():
             self.dir.setdefault(log_id, {})[pid] = entry
             self._logs_in.setdefault(pid, set()).add(log_id)
+            self._written_ms[pid] = now
         for p in self.list:
             p.bytes += part_bytes.get(p.id, 0)
 
@@ -293,15 +300,15 @@ class Partitions:
         whole directory entries only, the oldest in LSN order, never into an
         entry that must be kept (entries may overlap: late records)."""
         newest = self.list[-1].id
-        # Every record of a partition was written before the next one was
-        # created (this node's clock): a record stamped in the future by a
-        # sequencer with a fast clock holds its partition no longer than that.
-        closed = {a.id: b.created_ms for a, b in itertools.pairwise(self.list)}
+        # No record of a partition was written after its last write (this
+        # node's clock): a record stamped in the future by a sequencer with a
+        # fast clock holds its partition no longer than that.
+        written = self._written_ms
         target = 0
         for first, pid, entry in sorted(
             (e.first_lsn, pid, e) for pid, e in self.dir.get(log_id, {}).items()
         ):
-            newest_ts = min(entry.max_ts_ms, closed.get(pid, entry.max_ts_ms))
+            newest_ts = min(entry.max_ts_ms, written.get(pid, entry.max_ts_ms))
             if pid == newest or newest_ts >= cutoff_ms:
                 target = min(target, first - 1)
                 break
@@ -342,6 +349,7 @@ class Partitions:
         # Column family first, then the metadata: a crash between the two is
         # repaired on open (listed partition, missing column family).
         self._engine.drop_cf(part.cf)
+        self._written_ms.pop(part.id, None)
         batch = self._engine.new_batch()
         batch.delete(META_CF, fmt.partition_key(part.id))
         for log in logs:

@@ -37,9 +37,10 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs: needs
 @contextlib.contextmanager
 def tmpfs(path: Path, size_mib: int) -> Iterator[Path]:
     path.mkdir(parents=True)
-    subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size_mib}m", "tmpfs", str(path)], check=True
-    )
+    mount = ["mount", "-t", "tmpfs", "-o", f"size={size_mib}m", "tmpfs", str(path)]
+    done = subprocess.run(mount, capture_output=True, text=True, check=False)
+    if done.returncode != 0:  # root, but in a container that may not mount
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
     try:
         yield path
     finally:

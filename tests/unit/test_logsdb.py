@@ -240,6 +240,21 @@ def test_a_record_stamped_in_the_future_does_not_stop_retention(opener: Opener, 
     assert lsns_of(db, 1) == list(range(11, 21))
 
 
+def test_a_late_write_into_an_old_partition_keeps_it_in_retention(
+    opener: Opener, db: LogsDB
+) -> None:
+    """A record written into an older partition (a rewrite of its LSN goes to
+    the partition of the copy it replaces) ages from that write, not from the
+    next partition's creation (the stateful test found this)."""
+    db.write([put(1, [1], ts=opener.clock.now_ms)])
+    opener.clock.advance(1000)
+    db.new_partition()
+    opener.clock.advance(1000)
+    db.new_partition()
+    db.write([put(1, [1], ts=opener.clock.now_ms)])
+    assert db.apply_retention({1: 0}) == {}
+
+
 def test_find_time(opener: Opener, db: LogsDB) -> None:
     assert db.find_time(1, T0) == 1  # empty log: LSN_OLDEST
     db.write([put(1, range(1, 11), ts=[T0 + 10 * i for i in range(10)])])
