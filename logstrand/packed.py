@@ -392,6 +392,35 @@ class PackedBatch:
         b.body_start = len(head)
         return b
 
+    def reheader(self, *, copyset: tuple[int, ...], add_flags: int = 0) -> PackedBatch:
+        """The same records (LSNs, timestamps, body) under a header with
+        another copyset, every record's flags OR-ed with ``add_flags``: what
+        rebuilding writes and amends.  The body is not decoded."""
+        lsns = self.lsns() if self.layout & LSNS else None
+        stamps: list[int] | int = (
+            self.timestamps() if self.layout & TIMESTAMPS else self.timestamp_ms
+        )
+        flags: list[int] | int = (
+            [f | add_flags for f in self.flags()]
+            if self.layout & FLAGS
+            else self.flags0 | add_flags
+        )
+        body = memoryview(self.data)[self.body_start :]
+        head = _header(
+            len(body),
+            self.raw_len,
+            self.body_crc,
+            self.codec,
+            self.count,
+            self.first_lsn,
+            stamps,
+            flags,
+            lsns,
+            self.wave,
+            copyset,
+        )
+        return PackedBatch.parse(b"".join((head, body)))
+
     def select(self, keep: Sequence[int]) -> PackedBatch:
         """A batch of the records at indices ``keep`` (increasing), same codec,
         wave and copyset.  Decompresses: for splits and compaction only."""

@@ -48,6 +48,8 @@ class RecordFlags(enum.IntFlag):
     TOMBSTONE = 0x0004
     #: Written by a recovery, whose seal epoch is the copy's wave.
     WRITTEN_BY_RECOVERY = 0x0008
+    #: A copy re-created by rebuilding (the record's LSN and timestamp kept).
+    WRITTEN_BY_REBUILDING = 0x0010
 
 
 #: The flags that travel with records (the high byte is LogsDB's own).
@@ -59,6 +61,7 @@ HOLE: Final = int(RecordFlags.HOLE)
 BRIDGE: Final = int(RecordFlags.BRIDGE)
 TOMBSTONE: Final = int(RecordFlags.TOMBSTONE)
 WRITTEN_BY_RECOVERY: Final = int(RecordFlags.WRITTEN_BY_RECOVERY)
+WRITTEN_BY_REBUILDING: Final = int(RecordFlags.WRITTEN_BY_REBUILDING)
 
 #: A key is at most this long (LogsDB stores its length in a u16).
 KEY_BYTES_MAX: Final = 0xFFFF

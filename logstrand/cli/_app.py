@@ -25,6 +25,7 @@ from ._common import EXIT_FAILED, EXIT_USAGE, console, err_console
 from ._logs import logs_app, nodes_app
 from ._ops import compact, info, status, trim
 from ._read import find_time, read
+from ._rebuild import cluster_app, drain, rebuild, undrain
 from ._security import acl_app, users_app
 
 app = typer.Typer(
@@ -46,6 +47,10 @@ app.command("info")(info)
 app.command("status")(status)
 app.command("compact")(compact)
 app.add_typer(nodes_app, name="nodes")
+app.command("rebuild")(rebuild)
+app.command("drain")(drain)
+app.command("undrain")(undrain)
+app.add_typer(cluster_app, name="cluster")
 app.add_typer(users_app, name="users")
 app.add_typer(acl_app, name="acl")
 

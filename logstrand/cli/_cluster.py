@@ -141,6 +141,13 @@ def node(
             "only, until space comes back.",
         ),
     ] = "0",
+    rebuild_rate: Annotated[
+        str,
+        typer.Option(
+            help="Bytes a second of new copies this node sends as a rebuilding donor "
+            "(0: no limit), e.g. 50MiB.",
+        ),
+    ] = "0",
 ) -> None:
     """Run one storage node (serves until SIGINT or SIGTERM)."""
     from ..compaction._cleaner import Cleaner, CleanerOptions
@@ -156,6 +163,7 @@ def node(
         fail("--partition-duration must be more than 0")
 
     free_bytes, free_fraction = _min_free(min_free)
+    rebuild_rate_bytes = size_option(rebuild_rate, "--rebuild-rate")
     send_queue_bytes = size_option(send_queue, "--send-queue")
     send_budget_bytes = size_option(send_budget, "--send-budget")
     tls = None
@@ -196,6 +204,7 @@ def node(
             background_passes_max=background_passes,
             min_free_bytes=free_bytes,
             min_free_fraction=free_fraction,
+            rebuild_rate_bytes=rebuild_rate_bytes,
         )
         cleaner = Cleaner(
             CleanerOptions(interval_s=compaction_interval, map_bytes=map_bytes, io_bytes_s=io_rate)
@@ -270,11 +279,21 @@ def dev_up(
             "whose token is written to DIR/admin.token.",
         ),
     ] = False,
+    rebuild_grace: Annotated[
+        str | None,
+        typer.Option(
+            help="Rebuild a node without an operator once it is dead this long (e.g. 30s); "
+            "as 'logstrand cluster set rebuild-grace'.",
+        ),
+    ] = None,
 ) -> None:
     """Start a local cluster, print 'ready <url>', stop it on SIGINT/SIGTERM."""
     from ..testing import LocalCluster
 
-    cluster = LocalCluster(directory, nodes=nodes, zookeeper=zookeeper, secure=secure)
+    grace_ms = None if rebuild_grace is None else duration_option(rebuild_grace, "--rebuild-grace")
+    cluster = LocalCluster(
+        directory, nodes=nodes, zookeeper=zookeeper, secure=secure, rebuild_grace_ms=grace_ms
+    )
     stop = False
 
     def on_signal(signum: int, frame: object) -> None:

@@ -11,11 +11,14 @@ from .._units import format_bytes, format_duration_ms
 from ..epochstore import COMPRESSIONS, DURABILITIES, SCOPES, LogAttributes, LogRange, NodeConfig
 from ..epochstore import parse_log_range as _parse_range
 from ..errors import InvalidArgumentError
+from ..rebuilding._core import removable
 from ._common import (
+    EXIT_FAILED,
     JsonOption,
     UrlOption,
     console,
     duration_option,
+    err_console,
     fail,
     open_store,
     print_json,
@@ -339,10 +342,24 @@ def nodes_add(
 @nodes_app.command("remove")
 def nodes_remove(
     node_id: Annotated[int, typer.Argument(help="Node id.")],
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Remove it even if it is not drained (its copies are lost)."),
+    ] = False,
     url: UrlOption = None,
 ) -> None:
-    """Remove a node from the configuration."""
+    """Remove a node from the configuration.  Only a drained or rebuilt node
+    (AUTHORITATIVE_EMPTY): 'logstrand drain NODE --wait' first."""
     with open_store(url) as store:
+        why = removable(store.rebuilding_state(), node_id) if node_id in store.nodes() else None
+        if why is not None and not force:
+            fail(why, EXIT_FAILED)
+        if why is not None:
+            err_console.print(
+                f"[yellow]warning:[/] {why}; removed anyway (--force): every copy only "
+                "it held is lost",
+                highlight=False,
+            )
         store.remove_node(node_id)
     console.print(f"removed node {node_id}")
 

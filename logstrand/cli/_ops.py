@@ -27,6 +27,7 @@ from ._common import (
     print_json,
     require_url,
 )
+from ._rebuild import rebuilding_doc
 
 
 def _ts(ms: int) -> str:
@@ -267,8 +268,11 @@ def compact(
 
 def status(url: UrlOption = None, as_json: JsonOption = False) -> None:
     """Every node: address, state (alive, dead, unreachable, or "no space": alive
-    but below its --min-free floor, serving reads only), the logs it sequences,
-    partitions, disk used and free, and ranges of corrupt copies it found.
+    but below its --min-free floor, serving reads only), its authoritative
+    status (storage_state: FULLY_AUTHORITATIVE, UNAVAILABLE, REBUILDING,
+    UNDERREPLICATION, AUTHORITATIVE_EMPTY), the logs it sequences, partitions,
+    disk used and free, and ranges of corrupt copies it found; then the
+    rebuilding under way, per donor (records and bytes re-created).
 
     Exits with 1 when a node is not alive (dead, or alive in the membership but
     not answering).
@@ -278,6 +282,7 @@ def status(url: UrlOption = None, as_json: JsonOption = False) -> None:
         nodes = store.nodes()
         alive = store.alive_nodes()
         store_url = store.url
+        rebuilding = rebuilding_doc(store, alive)
     rows: list[dict[str, Any]] = []
     with connect_client(require_url(url)) as client:
         for node_id, cfg in sorted(nodes.items()):
@@ -288,6 +293,7 @@ def status(url: UrlOption = None, as_json: JsonOption = False) -> None:
                     "address": f"{cfg.host}:{cfg.port}",
                     "location": cfg.location,
                     "state": _state(st is not None, node_id in alive, st),
+                    "storage_state": rebuilding["storage_state"].get(node_id),
                     "sequencing": list(st.sequencing) if st else [],
                     "partitions": st.partitions if st else None,
                     "disk_bytes": st.disk_bytes if st else None,
@@ -300,13 +306,13 @@ def status(url: UrlOption = None, as_json: JsonOption = False) -> None:
             )
     unhealthy = any(r["state"] not in ("alive", "no space") for r in rows)
     if as_json:
-        print_json({"epoch_store": store_url, "nodes": rows})
+        print_json({"epoch_store": store_url, "nodes": rows, **rebuilding})
         if unhealthy:
             raise typer.Exit(EXIT_FAILED)
         return
     console.print(f"epoch store: {store_url}", highlight=False)
     table = Table()
-    cols = ("node", "address", "location", "state", "sequences logs", "partitions", "disk")
+    cols = ("node", "address", "location", "state", "storage", "sequences", "partitions", "disk")
     for col in (*cols, "free", "corrupt copies"):
         table.add_column(col)
     for r in rows:
@@ -317,6 +323,7 @@ def status(url: UrlOption = None, as_json: JsonOption = False) -> None:
             r["address"],
             r["location"] or "-",
             f"[{colour}]{state}[/]",
+            _storage(r["storage_state"]),
             _ids(r["sequencing"]),
             "-" if r["partitions"] is None else str(r["partitions"]),
             "-" if r["disk_bytes"] is None else format_bytes(r["disk_bytes"]),
@@ -324,8 +331,38 @@ def status(url: UrlOption = None, as_json: JsonOption = False) -> None:
             "-" if r["corrupt_copies"] is None else _corrupt(r["corrupt_copies"]),
         )
     console.print(table)
+    _print_rebuilding(rebuilding)
     if unhealthy:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _storage(state: str | None) -> str:
+    short = {
+        "FULLY_AUTHORITATIVE": "[green]full[/]",
+        "UNAVAILABLE": "[red]unavailable[/]",
+        "REBUILDING": "[yellow]rebuilding[/]",
+        "UNDERREPLICATION": "[red]underreplicated[/]",
+        "AUTHORITATIVE_EMPTY": "empty",
+    }
+    return "-" if state is None else short.get(state, state)
+
+
+def _print_rebuilding(doc: dict[str, Any]) -> None:
+    run = doc["rebuilding"]
+    if run is None:
+        return
+    what = ", ".join(f"{n} ({run['modes'].get(str(n), '?')})" for n in run["nodes"])
+    console.print(
+        f"rebuilding {run['id']} of nodes {what}: {run['donors_done']}/{len(run['donors'])} "
+        f"donors done, {run['records']:,} records, {format_bytes(run['bytes'])}",
+        highlight=False,
+    )
+    for donor, p in sorted(run["per_donor"].items(), key=lambda kv: int(kv[0])):
+        console.print(
+            f"  donor {donor}: {'done' if p['done'] else 'working'}, {p['records']:,} records, "
+            f"{format_bytes(p['bytes'])}",
+            highlight=False,
+        )
 
 
 def _corrupt(ranges: int) -> str:

@@ -18,6 +18,7 @@ import attrs
 import trio
 
 from ..errors import AccessDeniedError, LogstrandError, Status, TransientError
+from ..rebuilding import Authority
 from ..types import LSN_MAX, TAIL, Gap, GapType, Record, _Tail
 from ..wire import ReadCredit, StartRead, StopRead
 from ._columns import ColumnBatch
@@ -65,6 +66,7 @@ class ReadStream:
     _denied: bool = attrs.field(init=False, default=False)
     _access_gap_sent: bool = attrs.field(init=False, default=False)
     _retry_at: dict[int, float] = attrs.field(init=False, factory=dict)
+    _authority: Authority = attrs.field(init=False, factory=Authority)
     _inbox_send: trio.MemorySendChannel[Any] = attrs.field(init=False)
     _inbox: trio.MemoryReceiveChannel[Any] = attrs.field(init=False)
 
@@ -101,6 +103,8 @@ class ReadStream:
             now=trio.current_time(),
             show_compacted=self.show_compacted,
         )
+        self._authority = self.admin.view.authority
+        core.set_authority(self._authority.empty, self._authority.untrusted)
         self.core = core
         await self._act(core)
         return core
@@ -150,6 +154,10 @@ class ReadStream:
             if self._denied:  # a node said ACCESS (set by ``_absorb``)
                 return self._deny()
             now = trio.current_time()
+            authority = self.admin.view.authority
+            if authority is not self._authority:
+                self._authority = authority
+                core.set_authority(authority.empty, authority.untrusted)
             core.poll(now)
             items, core.items = core.items, []
             await self._act(core)

@@ -30,27 +30,34 @@ point a TRIM gap.
 
 A node tells which of its copies it cannot read (a checksum failed) and
 moves past them; to the reader they are copies that node did not send, so
-another holder sends them (the rewind to all-send-all is immediate: no
-stall timer).  When the f-majority decision finds an LSN that no node sent
-and some node reported unreadable, the gap is CHECKSUM_FAIL, over exactly
-the LSNs reported, instead of DATALOSS.
+another holder sends them (the rewind to all-send-all is immediate).  When
+the f-majority decision finds an LSN that no node sent and some node
+reported unreadable, the gap is CHECKSUM_FAIL, over exactly the LSNs
+reported, instead of DATALOSS.
+
+Rebuilding (``set_authority``): a node rebuilt or drained (AUTHORITATIVE_EMPTY)
+is not needed for an f-majority; a node being rebuilt counts for nothing when
+it says "not here", so a wiped node never makes the reader report DATALOSS.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 
 from ..records import BRIDGE, HOLE, WRITTEN_BY_RECOVERY, precedence
 from ..types import LSN_MAX, GapType
+from ._views import RecordRun
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from ._views import BatchView
+
+__all__ = ["RecordRun"]
 
 _PLAIN = (0, 0)
 #: Unreadable ranges remembered per node (the oldest go first).
@@ -60,42 +67,6 @@ UNREADABLE_MAX = 1024
 def _precedence(batch: BatchView, i: int) -> tuple[int, int]:
     """Which of two differing copies of one LSN wins (``records.precedence``)."""
     return precedence(batch.flags[i], batch.wave)
-
-
-class RecordRun:
-    """Consecutive delivered records: records [off, end) of a batch view
-    (payload None: a tombstone).  Columns are cut from the view on demand."""
-
-    __slots__ = ("end", "off", "view")
-
-    def __init__(self, view: BatchView, off: int, end: int) -> None:
-        self.view = view
-        self.off = off
-        self.end = end
-
-    def __len__(self) -> int:
-        return self.end - self.off
-
-    def _cut(self, col: list[Any]) -> list[Any]:
-        if self.off == 0 and self.end == len(col):
-            return col
-        return col[self.off : self.end]
-
-    @property
-    def lsns(self) -> list[int]:
-        return self._cut(self.view.lsns)
-
-    @property
-    def timestamps_ms(self) -> list[int]:
-        return self._cut(self.view.timestamps_ms)
-
-    @property
-    def keys(self) -> list[bytes | None]:
-        return self._cut(self.view.keys)
-
-    @property
-    def payloads(self) -> list[bytes | None]:
-        return self._cut(self.view.payloads)
 
 
 @attrs.frozen
@@ -169,7 +140,9 @@ class ReaderCore:
         self.next_lsn = max(start, (1 << 32) | 1)
         self.until = until
         self.nodeset = nodeset
+        self.replication = replication
         self.f_majority = len(nodeset) - replication + 1
+        self.empty = self.untrusted = frozenset[int]()  # see ``set_authority``
         self.show_compacted = show_compacted
         self.scd_default = scd
         self.scd = scd
@@ -230,6 +203,13 @@ class ReaderCore:
             st.moved_at = now
         st.trim = max(st.trim, trim)
         st.clean = max(st.clean, clean)
+
+    def set_authority(self, empty: frozenset[int], untrusted: frozenset[int]) -> None:
+        """Rebuilding's status of the nodes: ``empty`` (AUTHORITATIVE_EMPTY) are
+        not needed for an f-majority; a "not here" from ``untrusted``
+        (REBUILDING, UNDERREPLICATION) counts for nothing: the reader waits."""
+        self.empty, self.untrusted = empty & set(self.nodeset), untrusted & set(self.nodeset)
+        self.f_majority = max(1, len(set(self.nodeset) - self.empty) - self.replication + 1)
 
     def on_unreachable(self, node_id: int, now: float) -> None:
         if node_id not in self.nodes or node_id in self.unreachable:
@@ -429,9 +409,8 @@ class ReaderCore:
     def _decide_gap(self, head: int, now: float) -> bool:
         """ASA mode: is [next_lsn, ...] empty on an f-majority?"""
         x = self.next_lsn
-        positions = sorted(
-            (st.pos for n, st in self.nodes.items() if n not in self.unreachable), reverse=True
-        )
+        skip = self.unreachable | self.empty | self.untrusted
+        positions = sorted((st.pos for n, st in self.nodes.items() if n not in skip), reverse=True)
         if len(positions) < self.f_majority or positions[self.f_majority - 1] <= x:
             self.healthy = False  # not enough nodes answer to decide: wait
             return False

@@ -6,7 +6,7 @@ needs, and keys, payloads and timestamps decoded only when asked for.  Pure.
 from __future__ import annotations
 
 import bisect
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..packed import PackedBatch
@@ -66,3 +66,39 @@ class BatchView:
             return self.packed.payload_bytes
         lens = self.packed.payload_lens()[self._a : self._a + len(self.lsns)]
         return sum(lens) + lens.count(-1)
+
+
+class RecordRun:
+    """Consecutive delivered records: records [off, end) of a batch view
+    (payload None: a tombstone).  Columns are cut from the view on demand."""
+
+    __slots__ = ("end", "off", "view")
+
+    def __init__(self, view: BatchView, off: int, end: int) -> None:
+        self.view = view
+        self.off = off
+        self.end = end
+
+    def __len__(self) -> int:
+        return self.end - self.off
+
+    def _cut(self, col: list[Any]) -> list[Any]:
+        if self.off == 0 and self.end == len(col):
+            return col
+        return col[self.off : self.end]
+
+    @property
+    def lsns(self) -> list[int]:
+        return self._cut(self.view.lsns)
+
+    @property
+    def timestamps_ms(self) -> list[int]:
+        return self._cut(self.view.timestamps_ms)
+
+    @property
+    def keys(self) -> list[bytes | None]:
+        return self._cut(self.view.keys)
+
+    @property
+    def payloads(self) -> list[bytes | None]:
+        return self._cut(self.view.payloads)

@@ -10,6 +10,7 @@ version number:
     epochs/<log>    LogEpochs (next epoch, placement history)
     lce/<log>       last clean epoch
     security        users (token hashes) and grants (``_security``)
+    rebuilding      nodes rebuilt or drained, and the run (``_rebuilding``)
 
 Every change is a read-modify-write closed by a compare-and-set on the
 version (``_cas``): two writers racing on one document never both succeed,
@@ -38,6 +39,7 @@ from ..errors import (
 )
 from ..records import EPOCH_MAX, check_log_id
 from ._model import EpochEnd, EpochMetadata, LogAttributes, LogEpochs, LogRange, NodeConfig
+from ._rebuilding import RebuildingDocs
 from ._security import SecurityDocs
 
 if TYPE_CHECKING:
@@ -81,7 +83,7 @@ class Watch:
         self._cancel()
 
 
-class EpochStore(SecurityDocs, abc.ABC):
+class EpochStore(SecurityDocs, RebuildingDocs, abc.ABC):
     """Per-log epochs, the cluster configuration and membership.
 
     Every method is blocking and thread-safe; trio code calls them through

@@ -37,14 +37,7 @@ from . import _format as fmt
 from . import _scan
 from ._engine import Batch, Engine, RocksEngine
 from ._format import DirEntry, StoredBatch, StoredRecord
-from ._partitions import (
-    META_CF,
-    LogsDBOptions,
-    Partition,
-    PartitionInfo,
-    Partitions,
-    PutBatch,
-)
+from ._partitions import META_CF, LogsDBOptions, Partition, PartitionInfo, Partitions, PutBatch
 
 __all__ = ["LogsDB", "LogsDBOptions", "PartitionInfo", "PutBatch"]
 
@@ -52,7 +45,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping
 
     from ._scan import PackedRead
-from ._write import Write
+from ._write import Write, amend
+
+Copyset = tuple[int, ...]
 
 _U64_MAX = 2**64 - 1
 
@@ -187,6 +182,15 @@ class LogsDB:
         self._meta["release"].update(moved)
         # Only now, with the write done, does the in-memory view change.
         self._parts.written(w.touched, w.part_bytes)
+
+    def amend(self, log_id: int, first: int, last: int, old: Copyset, new: Copyset) -> int:
+        """Stored batches in [first, last] with copyset ``old`` get ``new`` (rebuilding)."""
+        self._check_open()
+        _check_log(log_id)
+        w = Write(self._parts, self._engine)
+        changed = amend(w, log_id, first, last, old, new)
+        self._commit(w, {}, sync=False)
+        return changed
 
     def delete(self, log_id: int, lsns: Iterable[int], *, sync: bool = False) -> int:
         """Remove the copies of these LSNs of a log.  Returns how many were there.

@@ -80,3 +80,23 @@ class Write:
             pid = new_pid if source == 0 else olds[source - 1][0]
             piece = src if len(idxs) == src.count else src.select(idxs)
             self.put(log_id, pid, piece, account=source == 0)
+
+
+def amend(
+    w: Write,
+    log_id: int,
+    first: int,
+    last: int,
+    old: tuple[int, ...],
+    new: tuple[int, ...],
+) -> int:
+    """Re-header the stored batches of ``log_id`` overlapping [first, last]
+    whose copyset is ``old`` with ``new``, in place (same key, same size to a
+    few bytes: the directory is left as it is).  Returns how many changed."""
+    changed = 0
+    for pid, pb in _scan.stored(w.parts, w.engine, log_id, first, last):
+        if pb.first_lsn > last or pb.copyset != old:
+            continue
+        w.put(log_id, pid, pb.reheader(copyset=new), account=False)
+        changed += 1
+    return changed

@@ -18,6 +18,7 @@ import trio
 from ..epochstore._async import AsyncEpochStore
 from ..errors import EpochStoreUnavailableError
 from ..placement import rendezvous_owner
+from ..rebuilding import Authority, RebuildingState
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -37,8 +38,12 @@ class ClusterView:
         self.nodes: dict[int, NodeConfig] = {}
         self.ranges: list[LogRange] = []
         self.alive: frozenset[int] = frozenset()
+        #: Which nodes are rebuilt, drained or being so (``logstrand.rebuilding``).
+        self.rebuilding = RebuildingState()
+        self.authority = Authority()
         self._watch: Watch | None = None
         self._listeners: list[Callable[[frozenset[int], frozenset[int]], None]] = []
+        self._authority_listeners: list[Callable[[Authority], None]] = []
         # Nodes this process could not connect to lately: left out of routing
         # until the entry runs out, so a dead sequencer node is routed around
         # before its membership lease lapses.  Safe to be wrong: two sequencers
@@ -50,8 +55,22 @@ class ClusterView:
         nodes = await self.astore.nodes()
         ranges = await self.astore.log_ranges()
         alive = await self.astore.alive_nodes()
+        rebuilding = await self.astore.run(lambda s: s.rebuilding_state())
         self.nodes, self.ranges = nodes, ranges
+        self.set_rebuilding(rebuilding)
         self._set_alive(alive)
+
+    def set_rebuilding(self, state: RebuildingState) -> None:
+        self.rebuilding = state
+        authority = state.authority()
+        if authority != self.authority:
+            self.authority = authority
+            for fn in self._authority_listeners:
+                fn(authority)
+
+    def on_authority(self, fn: Callable[[Authority], None]) -> None:
+        """Call ``fn(authority)`` whenever the nodes' authoritative status changes."""
+        self._authority_listeners.append(fn)
 
     def on_membership(self, fn: Callable[[frozenset[int], frozenset[int]], None]) -> None:
         """Call ``fn(old_alive, new_alive)`` (in trio) on every membership change."""

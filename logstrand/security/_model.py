@@ -27,6 +27,7 @@ import attrs
 from ..errors import InvalidArgumentError
 from ..records import LOG_ID_MAX
 from ..wire import (
+    Amend,
     Append,
     CleanPoint,
     Compact,
@@ -55,7 +56,7 @@ TOKEN_PREFIX = "lst_"
 #: Messages that only a node of the cluster may send: they carry copies,
 #: seals and release pointers between nodes.
 NODE_ONLY: frozenset[type] = frozenset(
-    {Store, Release, Seal, GetDigest, Trim, DropCopies, CleanPoint}
+    {Store, Release, Seal, GetDigest, Trim, DropCopies, CleanPoint, Amend}
 )
 
 #: For each message a client may send: the operation it needs.  Messages of a

@@ -166,6 +166,8 @@ class SequencerCore:
         #: node -> until when it is not picked: it answered NOSPC (its disk is
         #: below its free-space floor); tried again after ``NOSPC_AVOID_S``.
         self.full: dict[int, float] = {}
+        #: Nodes being rebuilt, drained or emptied: no new copies go there.
+        self.no_writes: frozenset[int] = frozenset()
         self._window: OrderedDict[int, _Appender] = OrderedDict()
         # Appender ids, and so STORE ids, come from ``ids``: a host running
         # several cores (several logs, or one log's successive epochs) shares
@@ -303,7 +305,7 @@ class SequencerCore:
         app.acked.clear()
         if self.full:
             self.full = {n: t for n, t in self.full.items() if t > now}
-        copyset = self.selector.select(app.excluded | self.down | set(self.full))
+        copyset = self.selector.select(app.excluded | self.down | set(self.full) | self.no_writes)
         if copyset is None:
             # Every candidate failed once (or too few are alive): try them all
             # again after a pause, never at once.  A node that refuses

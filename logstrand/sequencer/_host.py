@@ -177,6 +177,7 @@ class SequencerHostCore:
         self._slots: dict[int, _Slot] = {}
         #: Store waves started again, over every core this host ran.
         self.waves_retried = 0
+        self.no_writes: frozenset[int] = frozenset()
 
     # -- input from clients ---------------------------------------------------
 
@@ -391,6 +392,12 @@ class SequencerHostCore:
         for core in self.cores():
             actions += self._appended(core, core.on_node_down(node_id, now))
         return actions
+
+    def on_no_writes(self, nodes: frozenset[int]) -> None:
+        """Nodes being rebuilt or drained: no new copysets name them."""
+        self.no_writes = nodes
+        for core in self.cores():
+            core.no_writes = nodes
 
     def on_node_up(self, node_id: int) -> None:
         for core in self.cores():

@@ -132,8 +132,17 @@ def _set_lce(log_id: int, epoch: int, store: EpochStore) -> int:
     return store.set_last_clean_epoch(log_id, epoch)
 
 
-def f_majority(meta: EpochMetadata) -> int:
-    return len(meta.nodeset) - meta.replication_factor + 1
+def f_majority(meta: EpochMetadata, excluded: frozenset[int] = frozenset()) -> int:
+    """Nodes of ``meta``'s nodeset that must answer; ``excluded`` (rebuilt or
+    being rebuilt: ``Authority.excluded``) are not waited for."""
+    counted = len(set(meta.nodeset) - excluded)
+    return max(1, counted - meta.replication_factor + 1)
+
+
+def _excluded() -> Procedure:
+    """The nodes that every f-majority leaves out now (rebuilding)."""
+    authority = yield EpochStoreCall(lambda s: s.rebuilding_state().authority())
+    return frozenset(authority.excluded)
 
 
 # -- sealing -------------------------------------------------------------------
@@ -154,7 +163,8 @@ def activate(
     state = yield EpochStoreCall(lambda s: s.log_epochs(log_id))
     history = list(state.history)
     earlier = [h for h in history if h.since < epoch]
-    last_ts = yield from seal_earlier(log_id, epoch, earlier, seal_timeout_s)
+    excluded = yield from _excluded()
+    last_ts = yield from seal_earlier(log_id, epoch, earlier, seal_timeout_s, excluded)
     start = max(last_ts, clock_ms())
     if epoch > 1:
         yield EpochStoreCall(lambda s: s.set_epoch_start(log_id, epoch, start))
@@ -162,7 +172,11 @@ def activate(
 
 
 def seal_earlier(
-    log_id: int, epoch: int, earlier: list[EpochMetadata], timeout_s: float
+    log_id: int,
+    epoch: int,
+    earlier: list[EpochMetadata],
+    timeout_s: float,
+    excluded: frozenset[int] = frozenset(),
 ) -> Procedure:
     """Seal the log up to ``epoch - 1`` on an f-majority of every earlier nodeset.
 
@@ -180,8 +194,8 @@ def seal_earlier(
         return {n for n, r in replies.items() if isinstance(r, SealReply) and r.status == Status.OK}
 
     def enough(replies: Mapping[int, Any]) -> bool:
-        done = sealed(replies)
-        return all(len(done & set(h.nodeset)) >= f_majority(h) for h in earlier)
+        done = sealed(replies) - excluded
+        return all(len(done & set(h.nodeset)) >= f_majority(h, excluded) for h in earlier)
 
     replies = yield Ask(tuple((n, Seal(0, log_id, epoch - 1)) for n in targets), timeout_s, enough)
     if not enough(replies):
@@ -247,6 +261,7 @@ def recover(
         try:
             lce = yield EpochStoreCall(lambda s: s.last_clean_epoch(log_id))
             starts = yield EpochStoreCall(lambda s: s.epoch_starts(log_id))
+            excluded = yield from _excluded()
             for e in range(lce + 1, epoch):
                 meta = state.metadata_for(e)
                 if meta is None:
@@ -261,6 +276,7 @@ def recover(
                     # No later epoch starts below what this one ends with.
                     min([stamp_cap_ms] + [t for x, t in starts.items() if e < x < epoch]),
                     _Timeouts(ask_timeout_s, digest_timeout_s, store_timeout_s, settle_s),
+                    excluded,
                 )
                 with contextlib.suppress(StaleError):  # a later sequencer got further
                     yield EpochStoreCall(partial(_set_lce, log_id, e))
@@ -287,11 +303,15 @@ class _Timeouts:
     settle_s: float
 
 
-def _answered(need: int) -> Callable[[Mapping[int, Any]], bool]:
-    """``Ask.enough``: at least ``need`` nodes answered OK."""
+def _answered(
+    need: int, excluded: frozenset[int] = frozenset()
+) -> Callable[[Mapping[int, Any]], bool]:
+    """``Ask.enough``: at least ``need`` nodes outside ``excluded`` answered OK."""
 
     def enough(replies: Mapping[int, Any]) -> bool:
-        ok = sum(getattr(r, "status", None) == Status.OK for r in replies.values())
+        ok = sum(
+            getattr(r, "status", None) == Status.OK for n, r in replies.items() if n not in excluded
+        )
         return bool(ok >= need)
 
     return enough
@@ -306,13 +326,16 @@ def _recover_epoch(
     alive: Callable[[], Container[int]],
     stamp_cap_ms: int,
     t: _Timeouts,
+    excluded: frozenset[int] = frozenset(),
 ) -> Procedure:
-    fmaj = f_majority(meta)
-    infos = yield Ask(
-        tuple((n, LogInfo(0, log_id)) for n in meta.nodeset), t.ask_s, _answered(fmaj), t.settle_s
-    )
-    infos = [r for r in infos.values() if isinstance(r, LogInfoReply) and r.status == Status.OK]
-    if len(infos) < fmaj:
+    fmaj = f_majority(meta, excluded)
+    asked = tuple((n, LogInfo(0, log_id)) for n in meta.nodeset)
+    replies = yield Ask(asked, t.ask_s, _answered(fmaj, excluded), t.settle_s)
+    oks = {
+        n: r for n, r in replies.items() if isinstance(r, LogInfoReply) and r.status == Status.OK
+    }
+    infos = list(oks.values())
+    if sum(n not in excluded for n in oks) < fmaj:
         raise LogstrandError(
             f"epoch {e}: {len(infos)} release pointers, need {fmaj}",
             Status.NOSEQUENCER,
@@ -322,7 +345,13 @@ def _recover_epoch(
         return  # released past its end already: nothing undecided in it
     lng = released & 0xFFFFFFFF if released >> 32 == e else 0
     rec = EpochRecovery(
-        log_id, e, meta.nodeset, meta.replication_factor, seal_epoch=seal, lng_esn=lng
+        log_id,
+        e,
+        meta.nodeset,
+        meta.replication_factor,
+        seal_epoch=seal,
+        lng_esn=lng,
+        excluded=excluded,
     )
     # Digests, page by page, from every node of the nodeset at once.
     start = dict.fromkeys(meta.nodeset, lng + 1)
@@ -331,11 +360,11 @@ def _recover_epoch(
         if rec.ready or not pending:
             break
         # Enough once an f-majority has complete digests with these pages.
-        missing = max(0, fmaj - len(rec.complete))
+        missing = max(0, fmaj - len(rec.complete - excluded))
         replies = yield Ask(
             tuple((n, GetDigest(0, log_id, e, start[n], seal - 1)) for n in pending),
             t.digest_s,
-            _answered(min(missing, len(pending))),
+            _answered(min(missing, len([n for n in pending if n not in excluded])), excluded),
             t.settle_s,
         )
         for n in pending:

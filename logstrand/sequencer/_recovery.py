@@ -89,6 +89,7 @@ class EpochRecovery:
         *,
         seal_epoch: int,
         lng_esn: int = 0,
+        excluded: frozenset[int] = frozenset(),
     ) -> None:
         assert 1 <= replication <= len(nodeset)
         assert epoch <= seal_epoch
@@ -96,7 +97,10 @@ class EpochRecovery:
         self.epoch = epoch
         self.nodeset = nodeset
         self.replication = replication
-        self.f_majority = len(nodeset) - replication + 1
+        # Nodes rebuilt or being rebuilt are not waited for (their digests
+        # still count when they come): rebuilding's authoritative status.
+        self.counted = frozenset(nodeset) - excluded
+        self.f_majority = max(1, len(self.counted) - replication + 1)
         self.seal_epoch = seal_epoch
         self.lng_esn = lng_esn
         self.complete: set[int] = set()
@@ -118,7 +122,7 @@ class EpochRecovery:
     @property
     def ready(self) -> bool:
         """True once an f-majority of the nodeset has sent complete digests."""
-        return len(self.complete) >= self.f_majority
+        return len(self.complete & self.counted) >= self.f_majority
 
     def decide(self) -> list[Mutation]:
         """Every ESN from LNG + 1 to the bridge, in order.  Only when ``ready``."""

@@ -36,6 +36,7 @@ import attrs
 from ..errors import Status
 from ..records import LOG_ID_MAX
 from ..wire import (
+    Amend,
     CleanPoint,
     DropCopies,
     GetDigest,
@@ -109,6 +110,15 @@ def check(msg: Any, facts: Facts) -> Refusal | None:
                 f"store records ({recorded:#x}); trim through the client, which records it first",
                 "trim",
             )
+        return None
+    if kind is Amend:
+        for node in msg.copyset:
+            if not facts.node_known(node):
+                return Refusal(
+                    Status.INVALID_PARAM,
+                    f"AMEND's copyset names node {node}, not a member",
+                    "config",
+                )
         return None
     if kind in (CleanPoint, DropCopies) and not facts.compacted(log_id):
         return Refusal(

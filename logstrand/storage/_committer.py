@@ -45,6 +45,8 @@ import trio
 from ..errors import LogstrandError, Status
 from ..logsdb import LogsDB, PutBatch
 from ..wire import (
+    Amend,
+    AmendReply,
     FindTime,
     FindTimeReply,
     GetLogDirectory,
@@ -276,6 +278,10 @@ class Committer:
     def answer(self, msg: LogInfo | Seal | GetDigest) -> LogInfoReply | SealReply | Digest:
         """This node's answer to a recovery's question (from a peer or itself)."""
         return _core.answer(self.db, self.node_id, self.release_of(msg.log_id), msg)
+
+    def amend(self, msg: Amend) -> AmendReply:
+        n = self.db.amend(msg.log_id, msg.first_lsn, msg.last_lsn, msg.old_copyset, msg.copyset)
+        return AmendReply(msg.request_id, int(Status.OK), self.node_id, n)
 
     def trim(self, msg: Trim) -> TrimReply:
         try:

@@ -6,9 +6,10 @@ node runs:
 
 * ``admit_store``: a STORE for an epoch at or below the log's seal is refused
   (PREEMPTED), unless it is a recovery's STORE whose seal is newer than the
-  node's.  A recovery STORE also raises the seal to just below its own epoch:
-  a node it writes to then refuses every older sequencer *and every older
-  recovery*, so a late write of an interrupted recovery can never land on top
+  node's, or rebuilding's (released records, at their LSNs).  A recovery
+  STORE also raises the seal to just below its own epoch: a node it writes
+  to then refuses every older sequencer *and every older recovery*, so a late
+  write of an interrupted recovery can never land on top
   of a newer recovery's decision.
 * ``digest``: this node's copies of one epoch from an ESN on, released or not,
   with the wave (precedence) of each copy.
@@ -77,6 +78,8 @@ def admit_store(db: LogStore, msg: Store) -> bool:
 
     The seal is persisted (synced) before this returns when it moves.
     """
+    if msg.rebuilding:
+        return True  # released records, re-created: no sequencer writes them again
     first = msg.batch.first_lsn
     seal = db.seal_epoch(msg.log_id)
     if msg.recovery_seal:

@@ -168,6 +168,28 @@ class NodeMetrics:
             ["task"],
             registry=r,
         )
+        self.rebuild_records = Counter(
+            "logstrand_rebuilding_records", "Record copies this donor re-created", registry=r
+        )
+        self.rebuild_bytes = Counter(
+            "logstrand_rebuilding_bytes", "Bytes of copies this donor re-created", registry=r
+        )
+        self.rebuild_short = Counter(
+            "logstrand_rebuilding_short",
+            "Copies this donor led but found no node to place on",
+            registry=r,
+        )
+        self.rebuild_seconds = Gauge(
+            "logstrand_rebuilding_seconds",
+            "Duration of the last rebuilding run that ended (from its start to its end)",
+            registry=r,
+        )
+        self.storage_states = Gauge(
+            "logstrand_nodes_in_state",
+            "Nodes in each authoritative status, as this node sees them",
+            ["state"],
+            registry=r,
+        )
         self.partitions = Gauge("logstrand_partitions", "LogsDB partitions", registry=r)
         self.disk_bytes = Gauge("logstrand_disk_bytes", "LogsDB directory size", registry=r)
         self.node_info = Gauge("logstrand_node_info", "Node id", list(label), registry=r)

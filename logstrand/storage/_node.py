@@ -34,6 +34,7 @@ from ..errors import LogstrandError, NotFoundError, Status
 from ..rpc import ClusterView
 from ..security import Credentials, client_context, server_context
 from ..wire import (
+    Amend,
     Append,
     CleanPoint,
     DropCopies,
@@ -64,6 +65,7 @@ from ._options import NodeOptions
 from ._peers import Peers
 from ._procedures import ProcedureRunner
 from ._reads import ReadStreams
+from ._rebuild import Rebuilder, read_marker
 from ._release_watch import ReleaseWatch
 from ._sequencers import SequencerHost
 from ._server import Server
@@ -184,6 +186,7 @@ class Node:
             on_released=released,
             on_stored=stored,
         )
+        marker = await trio.to_thread.run_sync(read_marker, data_dir, view.cluster, self.node_id)
         committer.open(data_dir, self.logsdb_options)
         self._data_path = data_dir
         self._closing.append(_sync(committer.close))  # on this thread: the LogsDB's
@@ -193,6 +196,8 @@ class Node:
         peers = self.peers = Peers(
             self.node_id, view, nursery, committer, self._on_store_reply, self.credentials
         )
+        rebuilder = self.rebuilder = Rebuilder(self.node_id, view, committer, peers, metrics, opts)
+        await rebuilder.on_start(marker, data_dir)
         procedures = ProcedureRunner(self.node_id, view, peers, committer.answer, metrics)
         self.sequencers = SequencerHost(
             self.node_id,
@@ -237,6 +242,8 @@ class Node:
             await self.guard.refresh_security(force=True)
             nursery.start_soon(self._supervised, self.guard.run_security)
         view.on_membership(self.sequencers.on_membership)
+        view.on_authority(lambda a: self.sequencers.core.on_no_writes(a.no_writes))
+        self.sequencers.core.on_no_writes(view.authority.no_writes)
         for task in (
             committer.run,
             committer.persist_releases,
@@ -245,6 +252,7 @@ class Node:
             self._ticker,
             self._maintenance,
             self._space_watch,
+            rebuilder.run,
         ):
             nursery.start_soon(self._supervised, task)
         for extension in self.extensions:
@@ -310,6 +318,7 @@ class Node:
             LogInfo: reply(self._log_info),
             Seal: reply(committer.answer),
             GetDigest: reply(committer.answer),
+            Amend: reply(committer.amend),
             GetSeqState: seq.handle_get_seq_state,
             FindTime: reply(committer.find_time),
             Trim: reply(committer.trim),
@@ -324,7 +333,8 @@ class Node:
             self.server.register(message_type, handler)
 
     async def _on_store_reply(self, reply: Any) -> None:
-        await self.sequencers.on_store_reply(reply)
+        if not self.rebuilder.on_store_reply(reply):
+            await self.sequencers.on_store_reply(reply)
 
     # -- status and background work -----------------------------------------------
 

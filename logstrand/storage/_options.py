@@ -49,6 +49,14 @@ class NodeOptions:
     #: How often the node applies trims it missed, retention, and drops
     #: partitions whose records are all trimmed.
     maintenance_s: float = 10.0
+    #: Rebuilding (docs/rebuilding.md): the bytes per second of new copies
+    #: this node sends as a donor (``--rebuild-rate``; 0: no limit), how often
+    #: it looks at the rebuilding state, and how long after a run starts
+    #: donors wait so that every sequencer has stopped placing copies on the
+    #: nodes being rebuilt (two refreshes of the cluster view).
+    rebuild_rate_bytes: int = 0
+    rebuild_poll_s: float = 1.0
+    rebuild_settle_s: float = 5.0
     # -- the trust boundary (docs/security.md) ------------------------------------
     #: TLS on every connection, node certificates, and permissions.  None: no
     #: TLS, every peer trusted (a trusted network only).

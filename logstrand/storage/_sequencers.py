@@ -321,6 +321,7 @@ class SequencerHost:
             last_timestamp_ms=start_ms,
         )
         core.down.update(n for n in meta.nodeset if n not in view.alive)
+        core.no_writes = view.authority.no_writes
         self.nursery.start_soon(
             self.procedures.run, procs.rebroadcast_release(log_id, meta.nodeset, 2.0)
         )

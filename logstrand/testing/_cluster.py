@@ -51,6 +51,7 @@ class LocalCluster:
         cluster: str = "dev",
         node_args: tuple[str, ...] = (),
         secure: bool = False,
+        rebuild_grace_ms: int | None = None,
     ) -> None:
         self.directory = Path(directory).absolute()
         #: TLS on every connection, node certificates, and an ``admin`` user
@@ -59,6 +60,8 @@ class LocalCluster:
         self.ca_path: str | None = None
         self.admin_token: str | None = None
         self.node_count = nodes
+        #: Self-initiated rebuilding after a node is dead this long (None: off).
+        self.rebuild_grace_ms = rebuild_grace_ms
         self.node_args = node_args
         if zookeeper:
             self.url = f"zk://{zookeeper}/{cluster}"
@@ -98,6 +101,8 @@ class LocalCluster:
                 else:
                     store.add_node(cfg)
             self.nodes = store.nodes()
+            if self.rebuild_grace_ms is not None:
+                store.set_rebuild_grace(self.rebuild_grace_ms)
             if self.secure:
                 self._secure(store)
 
@@ -225,6 +230,12 @@ class LocalCluster:
             proc.kill()
             proc.wait(timeout=30)
         self._reap(node_id)
+
+    def wipe_node(self, node_id: int) -> None:
+        """Delete the node's data directory (a lost disk); stop the node first."""
+        import shutil
+
+        shutil.rmtree(self.nodes[node_id].data_dir, ignore_errors=True)
 
     def pause_node(self, node_id: int) -> None:
         """SIGSTOP: the process stays, silent, with its state; ``resume_node`` goes on."""

@@ -32,6 +32,8 @@ from ._messages import (
 )
 from ._messages_ops import (
     DIRECTORY_FIELDS,
+    Amend,
+    AmendReply,
     CleanPoint,
     Compact,
     CompactReply,
@@ -68,6 +70,8 @@ __all__ = [
     "MESSAGE_TYPES",
     "PROTOCOL_VERSION_MAX",
     "PROTOCOL_VERSION_MIN",
+    "Amend",
+    "AmendReply",
     "Append",
     "AppendReply",
     "CleanPoint",

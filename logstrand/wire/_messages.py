@@ -143,6 +143,9 @@ class Store:
     #: Non-zero for a recovery's writes: its seal epoch, which lets them into a
     #: sealed epoch (a node takes them while this is above its seal).
     recovery_seal: int = attrs.field(default=0, validator=f.u32)
+    #: A copy re-created by rebuilding, of released records: it goes into a
+    #: sealed epoch, at the LSNs and timestamps the batch carries.
+    rebuilding: bool = attrs.field(default=False, validator=f.boolean)
 
     @classmethod
     def of(
@@ -168,6 +171,8 @@ class Store:
             raise ValueError("a STORE carries records of one epoch")
         if b.wave != self.wave or b.copyset != self.copyset:
             raise ValueError("the batch's wave or copyset differs from the STORE's")
+        if self.rebuilding and self.recovery_seal:
+            raise ValueError("a STORE is written by recovery or by rebuilding, not both")
 
 
 @message(13)

@@ -329,3 +329,41 @@ class CleanPoint:
     TYPE_ID: ClassVar[int]
     log_id: int = attrs.field(validator=f.u64)
     lsn: int = attrs.field(validator=f.u64)
+
+
+@message(46)
+@attrs.frozen(slots=True)
+class Amend:
+    """Node → node (rebuilding): the stored batches of ``log_id`` in
+    [first_lsn, last_lsn] whose copyset is ``old_copyset`` now have
+    ``copyset`` (a lost copy was re-created elsewhere).  The answer is an
+    ``AmendReply``."""
+
+    TYPE_ID: ClassVar[int]
+    request_id: int = attrs.field(validator=f.u64)
+    log_id: int = attrs.field(validator=f.u64)
+    first_lsn: int = attrs.field(validator=f.u64)
+    last_lsn: int = attrs.field(validator=f.u64)
+    old_copyset: tuple[int, ...] = attrs.field(
+        converter=f.to_tuple, validator=f.tuple_of(f.u32, max_len=255)
+    )
+    copyset: tuple[int, ...] = attrs.field(
+        converter=f.to_tuple, validator=f.tuple_of(f.u32, max_len=255)
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if self.first_lsn > self.last_lsn:
+            raise ValueError("first_lsn above last_lsn")
+        if not self.copyset or len(set(self.copyset)) != len(self.copyset):
+            raise ValueError("a copyset names distinct nodes, at least one")
+
+
+@message(47)
+@attrs.frozen(slots=True)
+class AmendReply:
+    TYPE_ID: ClassVar[int]
+    request_id: int = attrs.field(validator=f.u64)
+    status: int = attrs.field(validator=_status)
+    node_id: int = attrs.field(validator=f.u32)
+    #: Stored batches whose copyset changed.
+    amended: int = attrs.field(default=0, validator=f.u32)

@@ -12,6 +12,8 @@ from logstrand.errors import InvalidArgumentError, ProtocolError, Status
 from logstrand.packed import Codec, PackedBatch
 from logstrand.wire import (
     MESSAGE_TYPES,
+    Amend,
+    AmendReply,
     Append,
     AppendReply,
     CleanPoint,
@@ -195,6 +197,18 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     Trim: st.builds(Trim, u64, u64, u64),
     TrimLog: st.builds(TrimLog, u64, u64, u64),
     TrimReply: st.builds(TrimReply, u64, statuses, u32, u64),
+    Amend: st.tuples(u64, u64).flatmap(
+        lambda r: st.builds(
+            Amend,
+            u64,
+            u64,
+            st.just(min(r)),
+            st.just(max(r)),
+            st.lists(u32, max_size=5).map(tuple),
+            st.lists(u32, min_size=1, max_size=5, unique=True).map(tuple),
+        )
+    ),
+    AmendReply: st.builds(AmendReply, u64, statuses, u32, u32),
     GetNodeStatus: st.builds(GetNodeStatus, u64),
     NodeStatus: st.builds(
         NodeStatus, u64, statuses, u32, u32, u64, u32, st.lists(u64, max_size=5).map(tuple), u32

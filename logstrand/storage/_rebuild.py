@@ -1,0 +1,432 @@
+"""The node's part in rebuilding (decisions: ``logstrand.rebuilding``).
+
+* At start, before serving: the data directory's marker (``IDENTITY``)
+  against the one the epoch store recorded: a node that lost its data asks
+  to be rebuilt, one that comes back with its data aborts its rebuilding, a
+  rebuilt one acknowledges (``rebuilding._core.on_start``).
+* Every ``rebuild_poll_s``: read the rebuilding state (and give it to the
+  cluster view, so that sequencers stop placing copies on those nodes and
+  recovery counts as readers do); as a donor of the run under way, walk this
+  node's copies; the lowest live node also starts rebuildings of nodes dead
+  past the grace period; a done donor ends the run once every donor is done.
+* Donating: per log, the stored batches up to the release pointer, from the
+  persisted progress on; for each batch this node leads, STORE the batch
+  under its new copyset on the chosen nodes, then AMEND the other holders
+  and its own copy.  Progress is persisted after each read chunk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import random
+import time
+import uuid
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from ..errors import LogstrandError, Status
+from ..rebuilding import DonorProgress, Mode, RebuildingState, Run, Start, new_copies, on_start
+from ..rebuilding._core import due_for_grace
+from ..rebuilding._model import StorageState
+from ..records import WRITTEN_BY_REBUILDING
+from ..wire import Amend, AmendReply, Store, StoreReply
+
+if TYPE_CHECKING:
+    from ..epochstore import EpochMetadata, EpochStore
+    from ..packed import PackedBatch
+    from ..rebuilding import NewCopies
+    from ..rpc import ClusterView
+    from ._committer import Committer
+    from ._metrics import NodeMetrics
+    from ._options import NodeOptions
+    from ._peers import Peers
+
+_log = logging.getLogger("logstrand.rebuilding")
+
+#: STOREs of rebuilding carry this bit in their id (recovery's use bit 63).
+REBUILDING_STORE_BIT = 1 << 62
+MARKER_FILE = "IDENTITY"
+STORE_TIMEOUT_S = 5.0
+#: Stored batches re-created at once (each waits for its STOREs' replies).
+IN_FLIGHT = 16
+CHUNK_BYTES = 4 * 1024 * 1024
+ATTEMPTS = 4
+
+
+def read_marker(data_dir: str, cluster: str, node_id: int) -> str | None:
+    """The marker of ``data_dir`` (None: there is none, the directory is new or wiped).
+
+    Raises:
+        LogstrandError: the directory belongs to another node or cluster.
+    """
+    try:
+        with open(os.path.join(data_dir, MARKER_FILE)) as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise LogstrandError(f"{data_dir}/{MARKER_FILE} cannot be read: {exc}") from exc
+    if doc.get("cluster") != cluster or doc.get("node_id") != node_id:
+        raise LogstrandError(
+            f"{data_dir} holds the data of node {doc.get('node_id')} of cluster "
+            f"{doc.get('cluster')!r}, not of node {node_id} of {cluster!r}",
+            Status.INVALID_PARAM,
+        )
+    return str(doc["marker"])
+
+
+def write_marker(data_dir: str, cluster: str, node_id: int) -> str:
+    marker = uuid.uuid4().hex
+    path = os.path.join(data_dir, MARKER_FILE)
+    with open(path + ".tmp", "w") as f:
+        json.dump({"cluster": cluster, "node_id": node_id, "marker": marker}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)
+    return marker
+
+
+def _save(run_id: int, donor: int, progress: DonorProgress, store: EpochStore) -> None:
+    store.set_donor_progress(run_id, donor, progress)
+
+
+class Rebuilder:
+    def __init__(
+        self,
+        node_id: int,
+        view: ClusterView,
+        committer: Committer,
+        peers: Peers,
+        metrics: NodeMetrics,
+        options: NodeOptions,
+    ) -> None:
+        self.node_id = node_id
+        self.view = view
+        self.committer = committer
+        self.peers = peers
+        self.metrics = metrics
+        self.options = options
+        self.marker = ""
+        self._store_ids = 0
+        self._replies: dict[int, trio.MemorySendChannel[StoreReply]] = {}
+        self._donating: tuple[int, trio.CancelScope] | None = None
+        self._dead_since: dict[int, int] = {}
+        self._rng = random.Random()
+        self._tokens = 0.0
+        self._tokens_at = 0.0
+        self._last_run_seen: int | None = None
+
+    # -- start ---------------------------------------------------------------------
+
+    async def on_start(self, marker: str | None, data_dir: str) -> None:
+        """Rule 6 of ``rebuilding._core``, before the node serves: ``marker``
+        is what the directory held before the LogsDB opened (None: nothing)."""
+        store = self.view.astore
+        cluster, me = self.view.cluster, self.node_id
+        if marker is None:
+            marker = await trio.to_thread.run_sync(write_marker, data_dir, cluster, me)
+        self.marker = marker
+        st = await store.run(lambda s: s.rebuilding_state())
+        action = on_start(st, me, marker)
+        if action == Start.FIRST:
+            st = await store.run(lambda s: s.record_held(me, marker))
+        elif action == Start.WIPED:
+            _log.warning(
+                "node %d: its data directory is new or replaced, but it held data before: "
+                "it is rebuilt, and counts for nothing until then",
+                me,
+            )
+            st = await store.run(lambda s: s.request_rebuild(me, Mode.REBUILD, "wiped"))
+        elif action in (Start.ABORT, Start.ACK):
+            why = "came back with its data" if action == Start.ABORT else "was rebuilt"
+            _log.warning("node %d %s: back in service", me, why)
+            st = await store.run(lambda s: s.end_rebuild(me, marker=marker))
+        self.view.set_rebuilding(st)
+
+    # -- the loop ------------------------------------------------------------------
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            while True:
+                st = await self.view.astore.run(lambda s: s.rebuilding_state())
+                self.view.set_rebuilding(st)
+                st = await self._duties(st, nursery)
+                self._gauges(st)
+                await trio.sleep(self.options.rebuild_poll_s)
+
+    async def _duties(self, st: RebuildingState, nursery: trio.Nursery) -> RebuildingState:
+        store = self.view.astore
+        me = self.node_id
+        mine = st.shards.get(me)
+        if (
+            mine is not None
+            and mine.mode is Mode.REBUILD
+            and mine.state is StorageState.AUTHORITATIVE_EMPTY
+        ):
+            # Rebuilt while it had no data (wiped, running): every copy it
+            # held is elsewhere now, so it is simply in service again.
+            marker = self.marker
+            st = await store.run(lambda s: s.end_rebuild(me, marker=marker))
+            self.view.set_rebuilding(st)
+        run = st.run
+        if run is not None and me in run.donors:
+            if self._donating is None or self._donating[0] != run.id:
+                self._stop_donating()
+                scope = trio.CancelScope()
+                self._donating = (run.id, scope)
+                nursery.start_soon(self._donate_supervised, run, scope)
+        else:
+            self._stop_donating()
+        if run is not None and (me in run.donors or self._coordinator()):
+            st = await store.run(lambda s: s.finish_rebuild(run.id))
+            if st.run is None and st.last is not None:
+                self._ended(st)
+        if self._coordinator():
+            st = await self._grace(st)
+        return st
+
+    def _ended(self, st: RebuildingState) -> None:
+        last = st.last or {}
+        if last.get("id") != self._last_run_seen:
+            self._last_run_seen = last.get("id")
+            self.metrics.rebuild_seconds.set(last.get("duration_ms", 0) / 1000)
+            _log.warning(
+                "rebuilding %s of nodes %s ended: %s records, %s bytes, %s",
+                last.get("id"),
+                last.get("nodes"),
+                last.get("records"),
+                last.get("bytes"),
+                "authoritative" if last.get("authoritative") else "NOT authoritative",
+            )
+
+    def _coordinator(self) -> bool:
+        """The lowest live node watches for nodes dead past the grace period."""
+        alive = self.view.alive
+        return bool(alive) and min(alive) == self.node_id
+
+    async def _grace(self, st: RebuildingState) -> RebuildingState:
+        now = int(time.time() * 1000)
+        storage = {n for n, c in self.view.nodes.items() if "storage" in c.roles}
+        for n in storage:
+            if n in self.view.alive:
+                self._dead_since.pop(n, None)
+            else:
+                self._dead_since.setdefault(n, now)
+        for n in due_for_grace(st, self._dead_since, now):
+            _log.warning("node %d dead past the grace period: rebuilding it", n)
+            st = await self.view.astore.run(
+                lambda s, n=n: s.request_rebuild(n, Mode.REBUILD, "grace")  # type: ignore[misc]
+            )
+            self.view.set_rebuilding(st)
+        return st
+
+    def _gauges(self, st: RebuildingState) -> None:
+        counts = dict.fromkeys(StorageState, 0)
+        for n, cfg in self.view.nodes.items():
+            if "storage" in cfg.roles:
+                counts[st.storage_state(n, n in self.view.alive)] += 1
+        for state, count in counts.items():
+            self.metrics.storage_states.labels(state.value).set(count)
+
+    def _stop_donating(self) -> None:
+        if self._donating is not None:
+            self._donating[1].cancel()
+            self._donating = None
+
+    # -- donating --------------------------------------------------------------------
+
+    async def _donate_supervised(self, run: Run, scope: trio.CancelScope) -> None:
+        with scope:
+            while True:
+                try:
+                    await self._donate(run)
+                    return
+                except (LogstrandError, OSError) as exc:
+                    _log.warning("node %d: rebuilding %d: %s (going on)", self.node_id, run.id, exc)
+                await trio.sleep(1.0)
+
+    async def _donate(self, run: Run) -> None:
+        store = self.view.astore
+        me = self.node_id
+        progress = await store.run(lambda s: s.donor_progress(run.id, me))
+        if progress.done:
+            return
+        wait_s = run.started_ms / 1000 + self.options.rebuild_settle_s - time.time()
+        if wait_s > 0:
+            await trio.sleep(wait_s)
+        if progress.logs:
+            _log.info(
+                "node %d: resuming rebuilding %d from its progress (per log: %s)",
+                me,
+                run.id,
+                progress.logs,
+            )
+        else:
+            _log.info("node %d: donating for rebuilding %d of nodes %s", me, run.id, run.nodes)
+        for log_id in sorted(self.committer.logs()):
+            progress = await self._donate_log(run, log_id, progress)
+        progress = attrs.evolve(progress, done=True)
+        await store.run(partial(_save, run.id, me, progress))
+        _log.info(
+            "node %d: done donating for rebuilding %d: %d records, %d bytes",
+            me,
+            run.id,
+            progress.records,
+            progress.bytes,
+        )
+
+    async def _donate_log(self, run: Run, log_id: int, progress: DonorProgress) -> DonorProgress:
+        store = self.view.astore
+        until = self.committer.release_of(log_id)
+        pos = progress.logs.get(log_id, 0) + 1
+        if pos > until:
+            return progress
+        epochs = await store.log_epochs(log_id)
+        counts = [progress.records, progress.bytes, progress.short]
+        while pos <= until:
+            got = self.committer.read_packed(
+                log_id, pos, until, max_records=1 << 20, max_bytes=CHUNK_BYTES, tolerant=True
+            )
+            work = [pb for pb in got.batches if pos <= pb.first_lsn <= until]
+            limiter = trio.CapacityLimiter(IN_FLIGHT)
+            async with trio.open_nursery() as nursery:
+                for pb in work:
+                    meta = epochs.metadata_for(pb.first_lsn >> 32)
+                    nursery.start_soon(self._one, run, log_id, pb, meta, until, limiter, counts)
+            pos = got.scanned_to + 1
+            logs = {**progress.logs, log_id: min(got.scanned_to, until)}
+            progress = DonorProgress(logs, counts[0], counts[1], False, counts[2])
+            await store.run(partial(_save, run.id, self.node_id, progress))
+            if not got.batches:
+                break
+        return progress
+
+    async def _one(
+        self,
+        run: Run,
+        log_id: int,
+        pb: PackedBatch,
+        meta: EpochMetadata | None,
+        release: int,
+        limiter: trio.CapacityLimiter,
+        counts: list[int],
+    ) -> None:
+        nodeset = meta.nodeset if meta is not None else tuple(self.view.storage_weights())
+        view = self.view
+        avoid: set[int] = set()
+        async with limiter:
+            for _ in range(ATTEMPTS):
+                plan = new_copies(
+                    pb.copyset,
+                    run,
+                    self.node_id,
+                    nodeset,
+                    no_writes=view.authority.no_writes,
+                    avoid=avoid | {n for n in nodeset if n not in view.alive},
+                    weights=view.storage_weights(),
+                    domains=view.domains(meta.replicate_across if meta else "node"),
+                    rng=self._rng,
+                )
+                if plan is None:
+                    return
+                failed = await self._store_copies(log_id, pb, plan, release)
+                if not failed:
+                    await self._amend(log_id, pb, plan)
+                    counts[0] += pb.count * len(plan.recipients)
+                    counts[1] += len(pb.data) * len(plan.recipients)
+                    counts[2] += pb.count * plan.short
+                    self.metrics.rebuild_records.inc(pb.count * len(plan.recipients))
+                    self.metrics.rebuild_bytes.inc(len(pb.data) * len(plan.recipients))
+                    self.metrics.rebuild_short.inc(pb.count * plan.short)
+                    return
+                avoid |= failed
+            counts[2] += pb.count * (
+                len(pb.copyset) - len([n for n in pb.copyset if n not in run.nodes])
+            )
+            _log.warning(
+                "node %d: log %d at %#x: no node took the new copies (tried %s)",
+                self.node_id,
+                log_id,
+                pb.first_lsn,
+                sorted(avoid),
+            )
+
+    async def _throttle(self, nbytes: int) -> None:
+        rate = self.options.rebuild_rate_bytes
+        if rate <= 0:
+            return
+        now = trio.current_time()
+        self._tokens = min(float(rate), self._tokens + (now - self._tokens_at) * rate)
+        self._tokens_at = now
+        self._tokens -= nbytes
+        if self._tokens < 0:
+            await trio.sleep(-self._tokens / rate)
+
+    async def _store_copies(
+        self, log_id: int, pb: PackedBatch, plan: NewCopies, release: int
+    ) -> set[int]:
+        """STORE the new copies; the recipients that did not take theirs."""
+        if not plan.recipients:
+            return set()
+        await self._throttle(len(pb.data) * len(plan.recipients))
+        batch = pb.reheader(copyset=plan.copyset, add_flags=WRITTEN_BY_REBUILDING)
+        self._store_ids += 1
+        store_id = REBUILDING_STORE_BIT | self._store_ids
+        send, receive = trio.open_memory_channel[StoreReply](len(plan.recipients))
+        self._replies[store_id] = send
+        msg = Store(store_id, log_id, pb.wave, plan.copyset, release, False, batch, 0, True)
+        failed: set[int] = set()
+        try:
+            waiting = set()
+            for n in plan.recipients:
+                if await self.peers.send_store(n, msg):
+                    waiting.add(n)
+                else:
+                    failed.add(n)
+            with trio.move_on_after(STORE_TIMEOUT_S):
+                while waiting:
+                    reply = await receive.receive()
+                    if reply.node_id in waiting:
+                        waiting.discard(reply.node_id)
+                        if reply.status != Status.OK:
+                            failed.add(reply.node_id)
+            failed |= waiting
+        finally:
+            del self._replies[store_id]
+        return failed
+
+    def on_store_reply(self, reply: StoreReply) -> bool:
+        """Take a STORE reply if it is rebuilding's; True if it was."""
+        if not reply.store_id & REBUILDING_STORE_BIT or reply.store_id & (1 << 63):
+            return False
+        send = self._replies.get(reply.store_id)
+        if send is not None:
+            with contextlib.suppress(trio.WouldBlock, trio.BrokenResourceError):
+                send.send_nowait(reply)
+        return True
+
+    async def _amend(self, log_id: int, pb: PackedBatch, plan: NewCopies) -> None:
+        old, new = pb.copyset, plan.copyset
+        self.committer.db.amend(log_id, pb.first_lsn, pb.last_lsn, old, new)
+
+        def make(rid: int) -> Any:
+            return Amend(rid, log_id, pb.first_lsn, pb.last_lsn, old, new)
+
+        for n in plan.amend:
+            reply = await self.peers.request(n, make, STORE_TIMEOUT_S)
+            if not isinstance(reply, AmendReply) or reply.status != Status.OK:
+                # Its copy keeps the old copyset: a later rebuilding of a
+                # node of the new one may then miss this batch on it.
+                _log.warning(
+                    "node %d: log %d at %#x: node %d did not amend its copyset",
+                    self.node_id,
+                    log_id,
+                    pb.first_lsn,
+                    n,
+                )

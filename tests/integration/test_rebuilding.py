@@ -1,0 +1,277 @@
+"""Rebuilding on real node processes (named after LogDevice's RebuildingTest
+where they match): a lost node's copies come back to R, drains, aborts,
+wiped nodes, the grace period, and donors that restart."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from logstrand import Gap, Record
+from logstrand.cli._rebuild import rebuilding_doc
+from logstrand.client import connect, open_client
+from logstrand.epochstore import LogAttributes, open_epoch_store
+from logstrand.logsdb import LogsDB
+from logstrand.records import HOLE
+from logstrand.testing import LocalCluster
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+LOGS = (1, 2, 3)
+Appended = dict[int, set[bytes]]
+LOSS = ("DATALOSS", "CHECKSUM_FAIL")
+
+
+def cli(url: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "LOGSTRAND_URL": url, "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "logstrand", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+
+
+def ok(url: str, *args: str) -> str:
+    done = cli(url, *args)
+    assert done.returncode == 0, (args, done.stdout, done.stderr)
+    return done.stdout
+
+
+@contextlib.contextmanager
+def cluster4(tmp_path: Path, **kw: Any) -> Iterator[LocalCluster]:
+    """Four nodes; logs 1..3 with R=2 over all of them."""
+    with LocalCluster(tmp_path / "c", nodes=4, **kw) as c:
+        with open_epoch_store(c.url) as store:
+            store.create_logs(1, 3, LogAttributes(replication_factor=2))
+        yield c
+
+
+def fill(url: str, batches: int = 10, per_batch: int = 100, size: int = 100) -> Appended:
+    """Append unique payloads to every log; what each log should hold."""
+    appended: dict[int, set[bytes]] = {log: set() for log in LOGS}
+    with connect(url) as client:
+        for log in LOGS:
+            for _ in range(batches):
+                payloads = [os.urandom(size) for _ in range(per_batch)]
+                client.append_batch(log, payloads)
+                appended[log].update(payloads)
+    return appended
+
+
+async def _read(url: str, log: int, tail: int, limit_s: float) -> tuple[list[Record], list[Gap]]:
+    records: list[Record] = []
+    gaps: list[Gap] = []
+    async with open_client(url) as client:
+        with trio.fail_after(limit_s):
+            async with client.read(log, 0, tail) as reader:
+                async for item in reader:
+                    if isinstance(item, Record):
+                        records.append(item)
+                    else:
+                        gaps.append(item)
+    return records, gaps
+
+
+def check_all_read(url: str, appended: dict[int, set[bytes]], limit_s: float = 30) -> None:
+    """Every appended payload is read once, and no gap says data was lost."""
+    with connect(url) as client:
+        tails = {log: client.tail_lsn(log) for log in LOGS}
+    for log in LOGS:
+        records, gaps = trio.run(_read, url, log, tails[log], limit_s)
+        lost = [g for g in gaps if g.type.name in LOSS]
+        assert not lost, (log, lost[:3])
+        got = Counter(r.payload for r in records)
+        assert set(got) >= appended[log], (log, len(appended[log] - set(got)))
+        assert max(got.values()) == 1, "a record was delivered twice"
+
+
+def copies(c: LocalCluster, nodes: list[int]) -> dict[tuple[int, int], int]:
+    """Copies of each (log, LSN) on the data directories of ``nodes`` (stopped)."""
+    count: Counter[tuple[int, int]] = Counter()
+    for n in nodes:
+        with LogsDB.open(c.nodes[n].data_dir) as db:
+            for log in LOGS:
+                for rec in db.iter_records(log):
+                    if not rec.flags & HOLE:
+                        count[log, rec.lsn] += 1
+    return count
+
+
+def state(url: str) -> dict[str, Any]:
+    """``status --json``'s rebuilding fields, read as it reads them."""
+    with open_epoch_store(url) as store:
+        return rebuilding_doc(store, store.alive_nodes())
+
+
+def storage_state(url: str, node: int) -> str:
+    return str(state(url)["storage_state"][node])
+
+
+def wait_for(fn: object, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if fn():  # type: ignore[operator]
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_rebuild_a_lost_node_then_lose_another(tmp_path: Path) -> None:
+    """RebuildingTest.Simple: a node is killed and its directory deleted;
+    ``logstrand rebuild`` re-creates exactly the copies it held; then another
+    node is killed and every record is still read, with no DATALOSS."""
+    with cluster4(tmp_path) as c:
+        appended = fill(c.url)
+        c.stop_node(4)
+        held = len(copies(c, [4]))  # what node 4 held: to be re-created once each
+        c.wipe_node(4)
+        done = cli(c.url, "rebuild", "4", "--wait", "--json")
+        assert done.returncode == 0, done.stderr
+        out = json.loads(done.stdout.strip().splitlines()[-1])
+        assert out["storage_state"] == "AUTHORITATIVE_EMPTY"
+        assert out["last"]["records"] == held
+        assert out["last"]["authoritative"]
+        doc = json.loads(cli(c.url, "status", "--json").stdout)
+        assert doc["storage_state"] == {
+            "1": "FULLY_AUTHORITATIVE",
+            "2": "FULLY_AUTHORITATIVE",
+            "3": "FULLY_AUTHORITATIVE",
+            "4": "AUTHORITATIVE_EMPTY",
+        }
+        c.kill_node(3)
+        check_all_read(c.url, appended)
+        for n in (1, 2):
+            c.stop_node(n)
+        # R copies of every record on the nodes that are not rebuilt away.
+        count = copies(c, [1, 2, 3])
+        assert len(count) == sum(len(p) for p in appended.values())
+        assert set(count.values()) == {2}
+
+
+def test_drain_then_remove(tmp_path: Path) -> None:
+    """A drained node keeps serving while its copies move; afterwards it can
+    be removed and killed with nothing lost.  An undrained node cannot be
+    removed (exit 1, one line saying why) unless forced."""
+    with cluster4(tmp_path) as c:
+        appended = fill(c.url)
+        refused = cli(c.url, "nodes", "remove", "3")
+        assert refused.returncode == 1
+        assert refused.stderr.strip().splitlines() == [
+            "error: node 3 is not drained: run 'logstrand drain 3 --wait' first"
+        ]
+        out = ok(c.url, "drain", "4", "--wait")
+        assert "AUTHORITATIVE_EMPTY" in out
+        assert c.alive(4)
+        ok(c.url, "nodes", "remove", "4")
+        c.kill_node(4)
+        c.kill_node(3)  # and one more: the drained copies must be on 1..3
+        check_all_read(c.url, appended)
+        with connect(c.url) as client:
+            client.append(1, b"after")  # appends go on without node 4
+
+
+def test_undrain_returns_a_node_to_service(tmp_path: Path) -> None:
+    with cluster4(tmp_path) as c:
+        fill(c.url, batches=2)
+        ok(c.url, "drain", "2", "--wait")
+        assert storage_state(c.url, 2) == "AUTHORITATIVE_EMPTY"
+        ok(c.url, "undrain", "2")
+        assert storage_state(c.url, 2) == "FULLY_AUTHORITATIVE"
+        bad = cli(c.url, "undrain", "2")
+        assert bad.returncode == 1
+        assert "node 2 is not drained" in bad.stderr
+
+
+def test_node_returning_with_its_data_aborts_its_rebuilding(tmp_path: Path) -> None:
+    """RebuildingTest.NodeComesBackAfterRebuildingIsComplete's sibling: the
+    node comes back (data intact) while it is being rebuilt: the rebuilding
+    aborts, it is FULLY_AUTHORITATIVE again, nothing duplicated or lost."""
+    with cluster4(tmp_path, node_args=("--rebuild-rate", "20KiB")) as c:
+        appended = fill(c.url, batches=20)
+        c.kill_node(4)
+        ok(c.url, "rebuild", "4")
+        wait_for(lambda: storage_state(c.url, 4) == "REBUILDING", 10, "REBUILDING")
+        c.start_node(4)
+        wait_for(lambda: storage_state(c.url, 4) == "FULLY_AUTHORITATIVE", 20, "the abort")
+        doc = state(c.url)
+        assert doc["rebuilding"] is None
+        check_all_read(c.url, appended)
+
+
+def test_wiped_node_is_detected_and_rebuilt_without_false_dataloss(tmp_path: Path) -> None:
+    """A node restarts with an empty directory: it asks to be rebuilt itself;
+    readers meanwhile never count it (no false DATALOSS); once rebuilt it is
+    back in service, and losing another node then loses nothing."""
+    with cluster4(tmp_path) as c:
+        appended = fill(c.url)
+        c.stop_node(4)
+        c.wipe_node(4)
+        c.start_node(4)
+        assert storage_state(c.url, 4) == "REBUILDING"
+        check_all_read(c.url, appended)  # while it is being rebuilt
+        wait_for(lambda: storage_state(c.url, 4) == "FULLY_AUTHORITATIVE", 60, "the rebuilding")
+        last = state(c.url)["last"]
+        assert isinstance(last, dict)
+        assert last["nodes"] == [4]
+        assert last["records"] > 0
+        c.kill_node(2)
+        check_all_read(c.url, appended)
+
+
+def test_self_initiated_rebuilding_after_the_grace_period(tmp_path: Path) -> None:
+    with cluster4(tmp_path, rebuild_grace_ms=3000) as c:
+        appended = fill(c.url, batches=3)
+        c.kill_node(3)
+        wait_for(
+            lambda: storage_state(c.url, 3) == "AUTHORITATIVE_EMPTY", 60, "self-initiated rebuild"
+        )
+        assert state(c.url)["last"]["nodes"] == [3]
+        c.kill_node(4)
+        check_all_read(c.url, appended)
+
+
+def test_donor_killed_mid_rebuild_resumes_from_its_progress(tmp_path: Path) -> None:
+    """RebuildingTest.DonorNodeRestarts: a donor killed mid-run continues
+    from its persisted progress, and every copy is re-created exactly once."""
+    with cluster4(tmp_path, node_args=("--rebuild-rate", "50KiB")) as c:
+        appended = fill(c.url, batches=30, size=200)
+        c.stop_node(4)
+        held = len(copies(c, [4]))
+        c.wipe_node(4)
+        ok(c.url, "rebuild", "4")
+
+        def donor1_midway() -> bool:
+            run = state(c.url)["rebuilding"]
+            if not isinstance(run, dict):
+                return False
+            p = run["per_donor"].get("1")
+            if p is None:
+                return False
+            return bool(p["records"] > 0 and not p["done"])
+
+        wait_for(donor1_midway, 60, "donor 1 to be part way")
+        run = state(c.url)["rebuilding"]
+        assert isinstance(run, dict)
+        before = run["per_donor"]["1"]["logs"]
+        c.kill_node(1)
+        c.start_node(1)
+        wait_for(lambda: storage_state(c.url, 4) == "AUTHORITATIVE_EMPTY", 120, "the rebuilding")
+        last = state(c.url)["last"]
+        assert isinstance(last, dict)
+        assert last["records"] == held  # nothing done twice, nothing missed
+        log_lines = (c.directory / "logs" / "node1.log").read_text()
+        assert "resuming" in log_lines, before
+        c.kill_node(3)
+        check_all_read(c.url, appended)
