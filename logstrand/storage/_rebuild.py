@@ -1,6 +1,6 @@
 """The node's part in rebuilding (decisions: ``logstrand.rebuilding``).
 
-* At start, before serving: the data directory's marker (``IDENTITY``)
+* At start, before serving: the data directory's marker (``LOGSTRAND_NODE``)
   against the one the epoch store recorded: a node that lost its data asks
   to be rebuilt, one that comes back with its data aborts its rebuilding, a
   rebuilt one acknowledges (``rebuilding._core.on_start``).
@@ -51,7 +51,7 @@ _log = logging.getLogger("logstrand.rebuilding")
 
 #: STOREs of rebuilding carry this bit in their id (recovery's use bit 63).
 REBUILDING_STORE_BIT = 1 << 62
-MARKER_FILE = "IDENTITY"
+MARKER_FILE = "LOGSTRAND_NODE"  # not IDENTITY: RocksDB keeps its own file of that name here
 STORE_TIMEOUT_S = 5.0
 #: Stored batches re-created at once (each waits for its STOREs' replies).
 IN_FLIGHT = 16
