@@ -148,6 +148,15 @@ def node(
             "(0: no limit), e.g. 50MiB.",
         ),
     ] = "0",
+    rebuild_settle: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            help="Seconds donors wait after a rebuilding starts, for every sequencer to "
+            "stop placing copies on the nodes being rebuilt (the cluster view's refresh "
+            "is 2 s).",
+        ),
+    ] = 5.0,
 ) -> None:
     """Run one storage node (serves until SIGINT or SIGTERM)."""
     from ..compaction._cleaner import Cleaner, CleanerOptions
@@ -205,6 +214,7 @@ def node(
             min_free_bytes=free_bytes,
             min_free_fraction=free_fraction,
             rebuild_rate_bytes=rebuild_rate_bytes,
+            rebuild_settle_s=rebuild_settle,
         )
         cleaner = Cleaner(
             CleanerOptions(interval_s=compaction_interval, map_bytes=map_bytes, io_bytes_s=io_rate)

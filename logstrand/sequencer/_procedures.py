@@ -139,10 +139,10 @@ def f_majority(meta: EpochMetadata, excluded: frozenset[int] = frozenset()) -> i
     return max(1, counted - meta.replication_factor + 1)
 
 
-def _excluded() -> Procedure:
-    """The nodes that every f-majority leaves out now (rebuilding)."""
-    authority = yield EpochStoreCall(lambda s: s.rebuilding_state().authority())
-    return frozenset(authority.excluded)
+def _excluded(store: EpochStore) -> frozenset[int]:
+    """The nodes that every f-majority leaves out now (rebuilding); read in
+    the same ``EpochStoreCall`` as what a step reads anyway."""
+    return frozenset(store.rebuilding_state().authority().excluded)
 
 
 # -- sealing -------------------------------------------------------------------
@@ -160,10 +160,9 @@ def activate(
     epoch store before any append (``set_epoch_start``).
     """
     epoch, meta = yield EpochStoreCall(lambda s: s.take_epoch(log_id, placement))
-    state = yield EpochStoreCall(lambda s: s.log_epochs(log_id))
+    state, excluded = yield EpochStoreCall(lambda s: (s.log_epochs(log_id), _excluded(s)))
     history = list(state.history)
     earlier = [h for h in history if h.since < epoch]
-    excluded = yield from _excluded()
     last_ts = yield from seal_earlier(log_id, epoch, earlier, seal_timeout_s, excluded)
     start = max(last_ts, clock_ms())
     if epoch > 1:
@@ -260,8 +259,9 @@ def recover(
     while not cancelled():
         try:
             lce = yield EpochStoreCall(lambda s: s.last_clean_epoch(log_id))
-            starts = yield EpochStoreCall(lambda s: s.epoch_starts(log_id))
-            excluded = yield from _excluded()
+            starts, excluded = yield EpochStoreCall(
+                lambda s: (s.epoch_starts(log_id), _excluded(s))
+            )
             for e in range(lce + 1, epoch):
                 meta = state.metadata_for(e)
                 if meta is None:

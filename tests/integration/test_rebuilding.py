@@ -7,8 +7,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
-import sys
 import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
@@ -23,6 +21,8 @@ from logstrand.logsdb import LogsDB
 from logstrand.records import HOLE
 from logstrand.testing import LocalCluster
 
+from .test_operations import cli, ok
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
@@ -32,26 +32,12 @@ Appended = dict[int, set[bytes]]
 LOSS = ("DATALOSS", "CHECKSUM_FAIL")
 
 
-def cli(url: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "LOGSTRAND_URL": url, "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "logstrand", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-    )
-
-
-def ok(url: str, *args: str) -> str:
-    done = cli(url, *args)
-    assert done.returncode == 0, (args, done.stdout, done.stderr)
-    return done.stdout
-
-
 @contextlib.contextmanager
 def cluster4(tmp_path: Path, **kw: Any) -> Iterator[LocalCluster]:
     """Four nodes; logs 1..3 with R=2 over all of them."""
+    # No appends run while these tests start a rebuilding: donors need not
+    # wait for sequencers to stop placing copies on the set (5 s by default).
+    kw["node_args"] = ("--rebuild-settle", "0.5", *kw.get("node_args", ()))
     with LocalCluster(tmp_path / "c", nodes=4, **kw) as c:
         with open_epoch_store(c.url) as store:
             store.create_logs(1, 3, LogAttributes(replication_factor=2))
