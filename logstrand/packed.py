@@ -405,21 +405,19 @@ class PackedBatch:
             if self.layout & FLAGS
             else self.flags0 | add_flags
         )
-        body = memoryview(self.data)[self.body_start :]
-        head = _header(
-            len(body),
+        return PackedBatch.assemble(
+            self.data[self.body_start :],
             self.raw_len,
             self.body_crc,
             self.codec,
             self.count,
-            self.first_lsn,
-            stamps,
-            flags,
-            lsns,
-            self.wave,
-            copyset,
+            first_lsn=self.first_lsn,
+            timestamps_ms=stamps,
+            flags=flags,
+            lsns=lsns,
+            wave=self.wave,
+            copyset=copyset,
         )
-        return PackedBatch.parse(b"".join((head, body)))
 
     def select(self, keep: Sequence[int]) -> PackedBatch:
         """A batch of the records at indices ``keep`` (increasing), same codec,

@@ -175,7 +175,7 @@ class LogsDB:
 
     def _commit(self, w: Write, releases: Mapping[int, int], *, sync: bool) -> None:
         moved = self._put_releases(w.batch, releases)
-        if not w.touched and not moved and not w.deleted:
+        if w.empty and not moved:
             return
         self._parts.put_entries(w.batch, w.touched)
         self._engine.write(w.batch, sync=sync)

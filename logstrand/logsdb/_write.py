@@ -34,6 +34,11 @@ class Write:
         self.top: dict[int, int] = {}
         self._ranges: dict[int, list[tuple[int, int]]] = {}
 
+    @property
+    def empty(self) -> bool:
+        """Nothing put or deleted (an amend puts without touching the directory)."""
+        return not self._ranges and not self.deleted
+
     def overlaps_pending(self, log_id: int, pb: PackedBatch) -> bool:
         return any(a <= pb.last_lsn and pb.first_lsn <= b for a, b in self._ranges.get(log_id, ()))
 

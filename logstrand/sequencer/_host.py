@@ -177,7 +177,6 @@ class SequencerHostCore:
         self._slots: dict[int, _Slot] = {}
         #: Store waves started again, over every core this host ran.
         self.waves_retried = 0
-        self.no_writes: frozenset[int] = frozenset()
 
     # -- input from clients ---------------------------------------------------
 
@@ -395,7 +394,6 @@ class SequencerHostCore:
 
     def on_no_writes(self, nodes: frozenset[int]) -> None:
         """Nodes being rebuilt or drained: no new copysets name them."""
-        self.no_writes = nodes
         for core in self.cores():
             core.no_writes = nodes
 

@@ -301,8 +301,11 @@ class Committer:
         return _core.log_directory(self.db, msg)
 
     def counts(self) -> tuple[int, int, int]:
-        """Partitions, bytes on disk, and logs held."""
-        db = self.db
+        """Partitions, bytes on disk, and logs held (zeros while a reopen
+        after a full disk has not succeeded: the node still answers)."""
+        db = self._db
+        if db is None or db.closed:
+            return 0, 0, 0
         return len(db.partitions()), db.disk_bytes(), len(db.logs())
 
     # -- reads (for read streams) ------------------------------------------------

@@ -80,6 +80,8 @@ if TYPE_CHECKING:
     from ..net import Connection
 
 _log = logging.getLogger("logstrand.node")
+#: A LogsDB broken by a full disk is reopened only with this much free.
+REOPEN_FREE_MIN = 8 * 1024 * 1024
 
 
 class NodeExtension(Protocol):
@@ -391,7 +393,10 @@ class Node:
             free, size = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
             floor = max(opts.min_free_bytes, int(opts.min_free_fraction * size))
             low = free < floor
-            if committer.broken and not low:
+            # Reopening writes a new MANIFEST and WAL: with no room for them it
+            # fails after closing the old LogsDB, and the node would be left
+            # with none (every read and status failing) until space is back.
+            if committer.broken and not low and free >= REOPEN_FREE_MIN:
                 try:
                     committer.reopen()
                 except Exception as exc:

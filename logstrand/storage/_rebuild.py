@@ -35,10 +35,11 @@ from ..rebuilding import DonorProgress, Mode, RebuildingState, Run, Start, new_c
 from ..rebuilding._core import due_for_grace
 from ..rebuilding._model import StorageState
 from ..records import WRITTEN_BY_REBUILDING
+from ..sequencer._procedures import RECOVERY_STORE_BIT
 from ..wire import Amend, AmendReply, Store, StoreReply
 
 if TYPE_CHECKING:
-    from ..epochstore import EpochMetadata, EpochStore
+    from ..epochstore import EpochStore
     from ..packed import PackedBatch
     from ..rebuilding import NewCopies
     from ..rpc import ClusterView
@@ -92,8 +93,30 @@ def write_marker(data_dir: str, cluster: str, node_id: int) -> str:
     return marker
 
 
+def _request_rebuild(node_id: int, reason: str, store: EpochStore) -> RebuildingState:
+    return store.request_rebuild(node_id, Mode.REBUILD, reason)
+
+
 def _save(run_id: int, donor: int, progress: DonorProgress, store: EpochStore) -> None:
     store.set_donor_progress(run_id, donor, progress)
+
+
+@attrs.define
+class _Tally:
+    """A donor's counts in one run (persisted with its progress), and its metrics."""
+
+    metrics: NodeMetrics
+    records: int = 0
+    bytes: int = 0
+    short: int = 0
+
+    def add(self, records: int, nbytes: int, short: int) -> None:
+        self.records += records
+        self.bytes += nbytes
+        self.short += short
+        self.metrics.rebuild_records.inc(records)
+        self.metrics.rebuild_bytes.inc(nbytes)
+        self.metrics.rebuild_short.inc(short)
 
 
 class Rebuilder:
@@ -121,6 +144,8 @@ class Rebuilder:
         self._tokens = 0.0
         self._tokens_at = 0.0
         self._last_run_seen: int | None = None
+        #: The run this node has finished donating for: it may end the run.
+        self._done_run: int | None = None
 
     # -- start ---------------------------------------------------------------------
 
@@ -183,7 +208,7 @@ class Rebuilder:
                 nursery.start_soon(self._donate_supervised, run, scope)
         else:
             self._stop_donating()
-        if run is not None and (me in run.donors or self._coordinator()):
+        if run is not None and (self._done_run == run.id or self._coordinator()):
             st = await store.run(lambda s: s.finish_rebuild(run.id))
             if st.run is None and st.last is not None:
                 self._ended(st)
@@ -220,9 +245,7 @@ class Rebuilder:
                 self._dead_since.setdefault(n, now)
         for n in due_for_grace(st, self._dead_since, now):
             _log.warning("node %d dead past the grace period: rebuilding it", n)
-            st = await self.view.astore.run(
-                lambda s, n=n: s.request_rebuild(n, Mode.REBUILD, "grace")  # type: ignore[misc]
-            )
+            st = await self.view.astore.run(partial(_request_rebuild, n, "grace"))
             self.view.set_rebuilding(st)
         return st
 
@@ -256,6 +279,7 @@ class Rebuilder:
         me = self.node_id
         progress = await store.run(lambda s: s.donor_progress(run.id, me))
         if progress.done:
+            self._done_run = run.id
             return
         wait_s = run.started_ms / 1000 + self.options.rebuild_settle_s - time.time()
         if wait_s > 0:
@@ -273,6 +297,7 @@ class Rebuilder:
             progress = await self._donate_log(run, log_id, progress)
         progress = attrs.evolve(progress, done=True)
         await store.run(partial(_save, run.id, me, progress))
+        self._done_run = run.id
         _log.info(
             "node %d: done donating for rebuilding %d: %d records, %d bytes",
             me,
@@ -288,7 +313,8 @@ class Rebuilder:
         if pos > until:
             return progress
         epochs = await store.log_epochs(log_id)
-        counts = [progress.records, progress.bytes, progress.short]
+        tally = _Tally(self.metrics, progress.records, progress.bytes, progress.short)
+        weights = self.view.storage_weights()
         while pos <= until:
             got = self.committer.read_packed(
                 log_id, pos, until, max_records=1 << 20, max_bytes=CHUNK_BYTES, tolerant=True
@@ -298,10 +324,13 @@ class Rebuilder:
             async with trio.open_nursery() as nursery:
                 for pb in work:
                     meta = epochs.metadata_for(pb.first_lsn >> 32)
-                    nursery.start_soon(self._one, run, log_id, pb, meta, until, limiter, counts)
+                    nodeset = meta.nodeset if meta is not None else tuple(weights)
+                    domains = self.view.domains(meta.replicate_across if meta else "node")
+                    place = (nodeset, weights, domains)
+                    nursery.start_soon(self._one, run, log_id, pb, place, until, limiter, tally)
             pos = got.scanned_to + 1
             logs = {**progress.logs, log_id: min(got.scanned_to, until)}
-            progress = DonorProgress(logs, counts[0], counts[1], False, counts[2])
+            progress = DonorProgress(logs, tally.records, tally.bytes, False, tally.short)
             await store.run(partial(_save, run.id, self.node_id, progress))
             if not got.batches:
                 break
@@ -312,12 +341,14 @@ class Rebuilder:
         run: Run,
         log_id: int,
         pb: PackedBatch,
-        meta: EpochMetadata | None,
+        place: tuple[tuple[int, ...], dict[int, float], dict[int, str]],
         release: int,
         limiter: trio.CapacityLimiter,
-        counts: list[int],
+        tally: _Tally,
     ) -> None:
-        nodeset = meta.nodeset if meta is not None else tuple(self.view.storage_weights())
+        """Re-create one stored batch if this node leads it (``place``: the
+        nodeset of its epoch, the nodes' weights and failure domains)."""
+        nodeset, weights, domains = place
         view = self.view
         avoid: set[int] = set()
         async with limiter:
@@ -329,8 +360,8 @@ class Rebuilder:
                     nodeset,
                     no_writes=view.authority.no_writes,
                     avoid=avoid | {n for n in nodeset if n not in view.alive},
-                    weights=view.storage_weights(),
-                    domains=view.domains(meta.replicate_across if meta else "node"),
+                    weights=weights,
+                    domains=domains,
                     rng=self._rng,
                 )
                 if plan is None:
@@ -338,17 +369,11 @@ class Rebuilder:
                 failed = await self._store_copies(log_id, pb, plan, release)
                 if not failed:
                     await self._amend(log_id, pb, plan)
-                    counts[0] += pb.count * len(plan.recipients)
-                    counts[1] += len(pb.data) * len(plan.recipients)
-                    counts[2] += pb.count * plan.short
-                    self.metrics.rebuild_records.inc(pb.count * len(plan.recipients))
-                    self.metrics.rebuild_bytes.inc(len(pb.data) * len(plan.recipients))
-                    self.metrics.rebuild_short.inc(pb.count * plan.short)
+                    copies = len(plan.recipients)
+                    tally.add(pb.count * copies, len(pb.data) * copies, pb.count * plan.short)
                     return
                 avoid |= failed
-            counts[2] += pb.count * (
-                len(pb.copyset) - len([n for n in pb.copyset if n not in run.nodes])
-            )
+            tally.add(0, 0, pb.count * sum(n in run.nodes for n in pb.copyset))
             _log.warning(
                 "node %d: log %d at %#x: no node took the new copies (tried %s)",
                 self.node_id,
@@ -403,7 +428,7 @@ class Rebuilder:
 
     def on_store_reply(self, reply: StoreReply) -> bool:
         """Take a STORE reply if it is rebuilding's; True if it was."""
-        if not reply.store_id & REBUILDING_STORE_BIT or reply.store_id & (1 << 63):
+        if not reply.store_id & REBUILDING_STORE_BIT or reply.store_id & RECOVERY_STORE_BIT:
             return False
         send = self._replies.get(reply.store_id)
         if send is not None:

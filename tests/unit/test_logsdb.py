@@ -504,3 +504,16 @@ def test_blob_files_hold_large_values_and_read_back(tmp_path: Path) -> None:
         assert [r.payload for r in db.iter_records(3)] == [big, small]
     with pytest.raises(InvalidArgumentError):
         LogsDBOptions(blob_min_bytes=0)
+
+
+def test_amend_changes_the_copyset_of_matching_batches_only(db: LogsDB) -> None:
+    """Rebuilding's AMEND: batches in range with the old copyset get the new
+    one (records, timestamps and flags unchanged); others are left alone."""
+    db.write([put(4, range(10, 14), ts=[T0, T0 + 1, T0 + 2, T0 + 3], copyset=(1, 2))])
+    db.write([put(4, range(20, 22), ts=T0 + 5, copyset=(2, 3))])
+    before = [(r.lsn, r.payload, r.timestamp_ms, r.flags) for r in db.read(4)]
+    assert db.amend(4, 10, 21, (1, 2), (2, 5)) == 1
+    assert db.amend(4, 10, 21, (9, 9), (2, 5)) == 0  # no batch had that copyset
+    recs = db.read(4)
+    assert [(r.lsn, r.payload, r.timestamp_ms, r.flags) for r in recs] == before
+    assert [r.copyset for r in recs] == [(2, 5)] * 4 + [(2, 3)] * 2

@@ -121,17 +121,19 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     AppendReply: st.builds(
         AppendReply, u64, statuses, u64, u32, u64, st.none() | u32, st.text(max_size=30)
     ),
-    Store: packed_batches().flatmap(
-        lambda b: st.builds(
+    Store: st.tuples(packed_batches(), st.booleans()).flatmap(
+        lambda b_rebuilding: st.builds(
             Store,
             u64,
             u64,
-            st.just(b.wave),
-            st.just(b.copyset),
+            st.just(b_rebuilding[0].wave),
+            st.just(b_rebuilding[0].copyset),
             u64,
             st.booleans(),
-            st.just(b),
-            u32,
+            st.just(b_rebuilding[0]),
+            # Written by recovery or by rebuilding, never both.
+            st.just(0) if b_rebuilding[1] else u32,
+            st.just(b_rebuilding[1]),
         )
     ),
     GetDigest: st.builds(GetDigest, u64, u64, u32, u32, u32),
