@@ -71,17 +71,22 @@ async def _read(url: str, log: int, tail: int, limit_s: float) -> tuple[list[Rec
     return records, gaps
 
 
-def check_all_read(url: str, appended: dict[int, set[bytes]], limit_s: float = 30) -> None:
-    """Every appended payload is read once, and no gap says data was lost."""
+def check_all_read(
+    url: str, appended: Appended, limit_s: float = 30, *, retried: bool = False
+) -> None:
+    """Every appended payload is read, each LSN once, and no gap says data
+    was lost.  Each payload once, too, unless appends were ``retried`` across
+    failovers (appends are at least once until idempotent appends)."""
     with connect(url) as client:
         tails = {log: client.tail_lsn(log) for log in LOGS}
     for log in LOGS:
         records, gaps = trio.run(_read, url, log, tails[log], limit_s)
         lost = [g for g in gaps if g.type.name in LOSS]
         assert not lost, (log, lost[:3])
+        assert len({r.lsn for r in records}) == len(records), "an LSN was delivered twice"
         got = Counter(r.payload for r in records)
         assert set(got) >= appended[log], (log, len(appended[log] - set(got)))
-        assert max(got.values()) == 1, "a record was delivered twice"
+        assert retried or max(got.values()) == 1, "a record is in the log twice"
 
 
 def copies(c: LocalCluster, nodes: list[int]) -> dict[tuple[int, int], int]:
@@ -150,7 +155,7 @@ def test_rebuild_a_lost_node_then_lose_another(tmp_path: Path) -> None:
 def test_drain_then_remove(tmp_path: Path) -> None:
     """A drained node keeps serving while its copies move; afterwards it can
     be removed and killed with nothing lost.  An undrained node cannot be
-    removed (exit 1, one line saying why) unless forced."""
+    removed (exit 1, one line saying why); undrain returns a node to service."""
     with cluster4(tmp_path) as c:
         appended = fill(c.url)
         refused = cli(c.url, "nodes", "remove", "3")
@@ -158,6 +163,13 @@ def test_drain_then_remove(tmp_path: Path) -> None:
         assert refused.stderr.strip().splitlines() == [
             "error: node 3 is not drained: run 'logstrand drain 3 --wait' first"
         ]
+        ok(c.url, "drain", "2", "--wait")  # and back: undrain
+        assert storage_state(c.url, 2) == "AUTHORITATIVE_EMPTY"
+        ok(c.url, "undrain", "2")
+        assert storage_state(c.url, 2) == "FULLY_AUTHORITATIVE"
+        bad = cli(c.url, "undrain", "2")
+        assert bad.returncode == 1
+        assert "node 2 is not drained" in bad.stderr
         out = ok(c.url, "drain", "4", "--wait")
         assert "AUTHORITATIVE_EMPTY" in out
         assert c.alive(4)
@@ -167,18 +179,6 @@ def test_drain_then_remove(tmp_path: Path) -> None:
         check_all_read(c.url, appended)
         with connect(c.url) as client:
             client.append(1, b"after")  # appends go on without node 4
-
-
-def test_undrain_returns_a_node_to_service(tmp_path: Path) -> None:
-    with cluster4(tmp_path) as c:
-        fill(c.url, batches=2)
-        ok(c.url, "drain", "2", "--wait")
-        assert storage_state(c.url, 2) == "AUTHORITATIVE_EMPTY"
-        ok(c.url, "undrain", "2")
-        assert storage_state(c.url, 2) == "FULLY_AUTHORITATIVE"
-        bad = cli(c.url, "undrain", "2")
-        assert bad.returncode == 1
-        assert "node 2 is not drained" in bad.stderr
 
 
 def test_node_returning_with_its_data_aborts_its_rebuilding(tmp_path: Path) -> None:
@@ -305,7 +305,9 @@ def test_rolling_rebuilding_under_load(tmp_path: Path) -> None:
             thread.join()
         for log in LOGS:
             appended[log] |= more[log]
-        check_all_read(c.url, appended)
+        # Sequencers die with their nodes here: an append retried across the
+        # failover may be in the log twice (at least once, as documented).
+        check_all_read(c.url, appended, retried=True)
         for n in (1, 2, 3, 4):
             c.stop_node(n)
         count = copies(c, [1, 2, 3, 4])
