@@ -73,6 +73,15 @@ class Status(enum.IntEnum):
     BADPAYLOAD = 25
     #: The epoch store (ZooKeeper or the SQLite file) cannot be reached now.
     UNAVAILABLE = 26
+    #: An idempotent append from a producer the log does not know (it expired
+    #: or was evicted) that does not start the producer's numbering.
+    UNKNOWN_PRODUCER = 27
+    #: An idempotent append whose sequence number does not follow the
+    #: producer's last batch (an earlier batch has not arrived, or never will).
+    OUT_OF_SEQUENCE = 28
+    #: An idempotent append the log took long ago: nothing is stored again,
+    #: but its LSNs are no longer known.
+    DUPLICATE = 29
 
 
 class LogstrandError(Exception):
@@ -159,6 +168,23 @@ class StaleError(LogstrandError):
     """An update would move a monotonic value backwards."""
 
     default_status = Status.STALE
+
+
+class ProducerError(LogstrandError):
+    """An idempotent append the log cannot take as it is (UNKNOWN_PRODUCER,
+    OUT_OF_SEQUENCE): the producer's numbering and the log's record of it
+    disagree.  Nothing was stored twice; the client starts a new producer for
+    the log, and the append may be tried again (it may then be stored twice
+    if an earlier attempt was stored)."""
+
+    default_status = Status.OUT_OF_SEQUENCE
+
+
+class DuplicateAppendError(LogstrandError):
+    """An idempotent append the log took long ago (DUPLICATE): it was not
+    stored again, and its LSNs are no longer known."""
+
+    default_status = Status.DUPLICATE
 
 
 class ClosedError(LogstrandError):

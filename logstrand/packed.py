@@ -17,6 +17,8 @@ Layout (little-endian, columns 8-byte aligned so that numpy can view them)::
     24 u32 wave              28 u16 flags       30 u8 copyset_len  31 u8 0
     32 u32 body_len          36 u32 raw_len     40 u32 body_crc    44 u32 header_crc
     48 u32 copyset[copyset_len], zero-padded to 8
+       u64 producer_id, u64 seq  (layout bit PRODUCER: an idempotent append's
+                                  producer and the number of its first record)
        u64 lsn[count]            (layout bit LSNS; else first_lsn + i)
        u64 timestamp_ms[count]   (bit TIMESTAMPS; else all timestamp_ms)
        u16 flags[count], padded  (bit FLAGS; else all ``flags``)
@@ -34,42 +36,53 @@ sizes without decompressing anything.
 from __future__ import annotations
 
 import itertools
-import struct
 import sys
 from typing import TYPE_CHECKING, Final
 
-import google_crc32c
-
+from ._layout import (
+    _CRC_AT,
+    _HEAD,
+    _LAYOUT_ALL,
+    _PRODUCER,
+    FLAGS,
+    FORMAT,
+    HEAD_BYTES,
+    LSNS,
+    PRODUCER,
+    TIMESTAMPS,
+    _crc_extend,
+    _header,
+    _pad8,
+    crc32c,
+)
 from .compression import Codec, decompress, pack_body, slices
 from .errors import InvalidArgumentError, ProtocolError
-from .records import COPYSET_SIZE_MAX, TOMBSTONE, RecordBatch
+from .records import TOMBSTONE, RecordBatch
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+__all__ = [
+    "COUNT_MAX",
+    "FLAGS",
+    "FORMAT",
+    "HEAD_BYTES",
+    "LSNS",
+    "PRODUCER",
+    "RAW_BYTES_MAX",
+    "TIMESTAMPS",
+    "PackedBatch",
+    "crc32c",
+    "last_lsn_of",
+]
+
 if sys.byteorder != "little":  # pragma: no cover - every supported platform is
     raise ImportError("logstrand's packed batches need a little-endian machine")
 
-FORMAT: Final = 2
-LSNS: Final = 0x01
-TIMESTAMPS: Final = 0x02
-FLAGS: Final = 0x04
-_LAYOUT_ALL: Final = LSNS | TIMESTAMPS | FLAGS
-
-_HEAD = struct.Struct("<HBBIQQIHBxIIII")
-HEAD_BYTES: Final = _HEAD.size  # 48
-_CRC_AT: Final = 44
 COUNT_MAX: Final = 1 << 24
 #: A body decompresses to at most this many bytes (a bigger claim is refused
 #: before anything is decompressed).
 RAW_BYTES_MAX: Final = 256 * 1024 * 1024
-
-crc32c = google_crc32c.value
-_crc_extend = google_crc32c.extend
-
-
-def _pad8(n: int) -> int:
-    return (n + 7) & ~7
 
 
 class PackedBatch:
@@ -93,6 +106,7 @@ class PackedBatch:
         "last_lsn",
         "layout",
         "payload_bytes",
+        "producer",
         "raw_len",
         "timestamp_ms",
         "wave",
@@ -112,6 +126,8 @@ class PackedBatch:
     raw_len: int
     body_crc: int
     payload_bytes: int
+    #: (producer id, sequence number of the first record), or None.
+    producer: tuple[int, int] | None
     _lens: list[int] | None
     _blob: bytes | None
 
@@ -158,6 +174,11 @@ class PackedBatch:
         if raw_len > RAW_BYTES_MAX:
             raise ProtocolError(f"packed batch body claims {raw_len} bytes")
         body_start = HEAD_BYTES + _pad8(4 * ncs)
+        producer = None
+        if layout & PRODUCER:
+            if len(data) >= body_start + 16:
+                producer = _PRODUCER.unpack_from(data, body_start)
+            body_start += 16
         if layout & LSNS:
             body_start += 8 * count
         if layout & TIMESTAMPS:
@@ -182,6 +203,7 @@ class PackedBatch:
         b.body_start = body_start
         b.raw_len = raw_len
         b.body_crc = bcrc
+        b.producer = producer
         b._blob = None
         lens = b._lens = memoryview(data)[body_start : body_start + 8 * count].cast("i").tolist()
         if min(lens) < -1:
@@ -208,6 +230,8 @@ class PackedBatch:
     def column_at(self, bit: int) -> int:
         """Where the column of ``bit`` starts."""
         off = HEAD_BYTES + _pad8(4 * len(self.copyset))
+        if self.layout & PRODUCER:
+            off += 16
         for b, width in ((LSNS, 8), (TIMESTAMPS, 8)):
             if b == bit:
                 return off
@@ -298,6 +322,7 @@ class PackedBatch:
         lsns: Sequence[int] | None = None,
         wave: int = 0,
         copyset: tuple[int, ...] = (),
+        producer: tuple[int, int] | None = None,
     ) -> PackedBatch:
         """A batch from a body and the header fields, checked as ``parse`` does."""
         head = _header(
@@ -312,17 +337,25 @@ class PackedBatch:
             lsns,
             wave,
             copyset,
+            producer,
         )
         return cls.parse(head + body)
 
     @classmethod
     def for_append(
-        cls, keys: Sequence[bytes | None], payloads: Sequence[bytes | None], codec: int = 0
+        cls,
+        keys: Sequence[bytes | None],
+        payloads: Sequence[bytes | None],
+        codec: int = 0,
+        producer: tuple[int, int] | None = None,
     ) -> PackedBatch:
         """What a client appends: the records' body (compressed with ``codec``
-        when that helps) under a header the sequencer replaces."""
+        when that helps) under a header the sequencer replaces, but for the
+        ``producer`` (id, first sequence number) of an idempotent append."""
         body, raw_len, crc, used = pack_body(keys, payloads, codec)
-        return cls.assemble(body, raw_len, crc, used, len(payloads), first_lsn=0, timestamps_ms=0)
+        return cls.assemble(
+            body, raw_len, crc, used, len(payloads), first_lsn=0, timestamps_ms=0, producer=producer
+        )
 
     @classmethod
     def of_records(
@@ -377,9 +410,12 @@ class PackedBatch:
             None,
             wave,
             copyset,
+            self.producer,
         )
         b = PackedBatch.__new__(PackedBatch)
-        for name in ("count", "codec", "raw_len", "body_crc", "payload_bytes", "_lens", "_blob"):
+        names = ("count", "codec", "raw_len", "body_crc", "payload_bytes", "producer", "_lens")
+        b._blob = self._blob
+        for name in names:
             setattr(b, name, getattr(self, name))
         b.data = b"".join((head, body))
         b.first_lsn = first_lsn
@@ -387,7 +423,7 @@ class PackedBatch:
         b.timestamp_ms = timestamp_ms
         b.wave = wave
         b.copyset = copyset
-        b.layout = FLAGS if isinstance(flags, list) else 0
+        b.layout = (FLAGS if isinstance(flags, list) else 0) | (PRODUCER if self.producer else 0)
         b.flags0 = flags[0] if isinstance(flags, list) else flags
         b.body_start = len(head)
         return b
@@ -417,6 +453,7 @@ class PackedBatch:
             lsns=lsns,
             wave=self.wave,
             copyset=copyset,
+            producer=self.producer,
         )
 
     def select(self, keep: Sequence[int]) -> PackedBatch:
@@ -435,58 +472,5 @@ def last_lsn_of(data: bytes) -> int:
     first = int.from_bytes(data[8:16], "little")
     if not layout & LSNS or count == 0:
         return first + count - 1
-    at = HEAD_BYTES + _pad8(4 * data[30]) + 8 * (count - 1)
+    at = HEAD_BYTES + _pad8(4 * data[30]) + 8 * (count - 1) + (16 if layout & PRODUCER else 0)
     return int.from_bytes(data[at : at + 8], "little")
-
-
-def _header(
-    body_len: int,
-    raw_len: int,
-    body_crc: int,
-    codec: int,
-    count: int,
-    first_lsn: int,
-    timestamps_ms: Sequence[int] | int,
-    flags: Sequence[int] | int,
-    lsns: Sequence[int] | None,
-    wave: int,
-    copyset: tuple[int, ...],
-) -> bytes:
-    """Everything before the body: the fixed header with its checksum, the
-    copyset, and the columns that are not constant."""
-    if len(copyset) > COPYSET_SIZE_MAX:
-        raise InvalidArgumentError(f"copyset of {len(copyset)} nodes is too large")
-    layout = 0
-    cols: list[bytes] = [struct.pack(f"<{len(copyset)}I", *copyset)]
-    if len(copyset) % 2:
-        cols.append(b"\0" * 4)
-    if lsns is not None and (lsns[0] != first_lsn or lsns[-1] - lsns[0] != count - 1):
-        layout |= LSNS
-        cols.append(struct.pack(f"<{count}Q", *lsns))
-    ts0 = timestamps_ms if isinstance(timestamps_ms, int) else timestamps_ms[0]
-    if not isinstance(timestamps_ms, int) and timestamps_ms.count(ts0) != count:
-        layout |= TIMESTAMPS
-        cols.append(struct.pack(f"<{count}Q", *timestamps_ms))
-    fl0 = flags if isinstance(flags, int) else flags[0]
-    if not isinstance(flags, int) and flags.count(fl0) != count:
-        layout |= FLAGS
-        col = struct.pack(f"<{count}H", *flags)
-        cols.append(col + b"\0" * (_pad8(len(col)) - len(col)))
-    tail = b"".join(cols)
-    head = _HEAD.pack(
-        FORMAT,
-        codec,
-        layout,
-        count,
-        first_lsn,
-        ts0,
-        wave,
-        fl0,
-        len(copyset),
-        body_len,
-        raw_len,
-        body_crc,
-        0,
-    )[:_CRC_AT]
-    hcrc = _crc_extend(crc32c(head), tail)
-    return b"".join((head, hcrc.to_bytes(4, "little"), tail))

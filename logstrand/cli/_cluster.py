@@ -157,6 +157,13 @@ def node(
             "is 2 s).",
         ),
     ] = 5.0,
+    producer_expiry: Annotated[
+        str,
+        typer.Option(
+            help="An idempotent producer idle this long on a log is forgotten there "
+            "(its next append fails with UNKNOWN_PRODUCER), e.g. 1d, 30m, 5s.",
+        ),
+    ] = "1d",
 ) -> None:
     """Run one storage node (serves until SIGINT or SIGTERM)."""
     from ..compaction._cleaner import Cleaner, CleanerOptions
@@ -164,6 +171,7 @@ def node(
     from ..storage import Node, NodeOptions
 
     partition_ms = duration_option(partition_duration, "--partition-duration")
+    expiry_ms = duration_option(producer_expiry, "--producer-expiry")
     map_bytes = size_option(compaction_map, "--compaction-map")
     io_rate = size_option(compaction_io_rate, "--compaction-io-rate")
     if map_bytes < 48:
@@ -215,6 +223,7 @@ def node(
             min_free_fraction=free_fraction,
             rebuild_rate_bytes=rebuild_rate_bytes,
             rebuild_settle_s=rebuild_settle,
+            producer_expiry_ms=expiry_ms or 1,
         )
         cleaner = Cleaner(
             CleanerOptions(interval_s=compaction_interval, map_bytes=map_bytes, io_bytes_s=io_rate)

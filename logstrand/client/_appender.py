@@ -11,8 +11,11 @@ Coalescing: concurrent appends to one log wait in a ``_LogBatcher`` while
 ``inflight_batches_per_log`` APPENDs are out, then leave together in the next
 one (``linger_ms`` makes a lone append wait for company first).
 
-Delivery is at least once: an APPEND whose answer was lost to a dropped
-connection is sent again, and may then be stored twice.
+Idempotence (on by default, ``_producer.py``): every batch carries the
+client's producer id and the number of its first record, kept through every
+retry, so an APPEND whose answer was lost and that is sent again is answered
+with the LSNs it got, not stored twice.  With ``idempotent=False`` delivery
+is at least once: such a batch may be stored twice.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import math
 import random
+from functools import partial
 from typing import TYPE_CHECKING
 
 import attrs
@@ -29,15 +33,18 @@ from ..compression import Codec
 from ..errors import (
     AccessDeniedError,
     ClosedError,
+    DuplicateAppendError,
     InvalidArgumentError,
     LogstrandError,
     NotFoundError,
+    ProducerError,
     Status,
     TransientError,
 )
 from ..packed import PackedBatch
 from ..records import KEY_BYTES_MAX, check_log_id
 from ..wire import Append, AppendReply, ErrorReply
+from ._producer import LogProducer, ProducerIds
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -51,7 +58,11 @@ _FATAL = {
     Status.BADPAYLOAD: InvalidArgumentError,
     Status.NOKEY: InvalidArgumentError,
     Status.ACCESS: AccessDeniedError,
+    Status.DUPLICATE: DuplicateAppendError,
 }
+#: Refusals of an idempotent batch that mean "not yet" while an earlier
+#: batch of the same producer is still out, and "never" once it is the oldest.
+_SEQUENCE = (Status.OUT_OF_SEQUENCE, Status.UNKNOWN_PRODUCER)
 
 
 class _Pending:
@@ -87,7 +98,7 @@ class _LogBatcher:
         self.waiters.append(w)
         self.bytes += _size(payload)
         s = self.appender.settings
-        if self.inflight < s.inflight_batches_per_log and not self.lingering:
+        if self._may_launch():
             if s.linger_ms > 0 and self.bytes < s.batch_bytes_max:
                 self.lingering = True
                 self.appender.nursery.start_soon(self._linger)
@@ -101,7 +112,19 @@ class _LogBatcher:
     async def _linger(self) -> None:
         await trio.sleep(self.appender.settings.linger_ms / 1000)
         self.lingering = False
-        if self.waiters and self.inflight < self.appender.settings.inflight_batches_per_log:
+        self.poke()
+
+    def _may_launch(self) -> bool:
+        producer = self.appender.producer(self.log_id)
+        return (
+            self.inflight < self.appender.settings.inflight_batches_per_log
+            and not self.lingering
+            and (producer is None or producer.room())
+        )
+
+    def poke(self) -> None:
+        """Launch what waits, if there is room (a batch of the log finished)."""
+        if self.waiters and self._may_launch():
             self._launch()
 
     def _launch(self) -> None:
@@ -112,19 +135,27 @@ class _LogBatcher:
         waiters, self.waiters = self.waiters[:n], self.waiters[n:]
         self.bytes -= size
         self.inflight += 1
+        producer = self.appender.producer(self.log_id)
+        number = producer.number(n) if producer is not None else None
         try:
-            self.appender.nursery.start_soon(self._send, payloads, keys, waiters)
+            self.appender.nursery.start_soon(self._send, payloads, keys, waiters, number)
         except RuntimeError:  # the client is closing: its nursery takes no new tasks
             self.inflight -= 1
+            if producer is not None and number is not None:
+                producer.done(*number, failed=True)
             for w in waiters:
                 w.error = ClosedError("client is closed")
                 w.event.set()
 
     async def _send(
-        self, payloads: list[bytes | None], keys: list[bytes | None], waiters: list[_Pending]
+        self,
+        payloads: list[bytes | None],
+        keys: list[bytes | None],
+        waiters: list[_Pending],
+        number: tuple[int, int] | None,
     ) -> None:
         try:
-            first = await self.appender.append_rpc(self.log_id, payloads, keys)
+            first = await self.appender.append_rpc(self.log_id, payloads, keys, number)
             for i, w in enumerate(waiters):
                 w.lsn = first + i
         except LogstrandError as exc:
@@ -134,8 +165,7 @@ class _LogBatcher:
             self.inflight -= 1
             for w in waiters:
                 w.event.set()
-            if self.waiters and not self.lingering:
-                self._launch()
+            self.poke()
 
 
 def _check_bytes(what: str, values: Sequence[bytes | None], limit: int) -> None:
@@ -161,6 +191,25 @@ class Appender:
     _batchers: dict[int, _LogBatcher] = attrs.field(init=False, factory=dict)
     #: Where a node said a log's sequencer runs (REDIRECTED).
     _hint: dict[int, int] = attrs.field(init=False, factory=dict)
+    _ids: ProducerIds = attrs.field(init=False)
+    _producers: dict[int, LogProducer] = attrs.field(init=False, factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        self._ids = ProducerIds(self.view, self.settings.producer_id)
+
+    def producer(self, log_id: int) -> LogProducer | None:
+        """The log's numbering, with idempotent appends (else None)."""
+        if not self.settings.idempotent:
+            return None
+        p = self._producers.get(log_id)
+        if p is None:
+            p = self._producers[log_id] = LogProducer(self._ids, partial(self._poke, log_id))
+        return p
+
+    def _poke(self, log_id: int) -> None:
+        batcher = self._batchers.get(log_id)
+        if batcher is not None:
+            batcher.poke()
 
     async def append(self, log_id: int, payload: bytes | None, key: bytes | None) -> int:
         await self.check(log_id, [payload], [key])
@@ -181,9 +230,14 @@ class Appender:
         await self.check(log_id, payloads, key_list)
         lsns: list[int] = []
         start = 0
+        producer = self.producer(log_id)
         while start < len(payloads):
             end = self.batch_end(payloads, start)
-            first = await self.append_rpc(log_id, payloads[start:end], key_list[start:end])
+            number = None
+            if producer is not None:
+                await producer.wait_room()
+                number = producer.number(end - start)
+            first = await self.append_rpc(log_id, payloads[start:end], key_list[start:end], number)
             lsns.extend(range(first, first + end - start))
             start = end
         return lsns
@@ -211,17 +265,46 @@ class Appender:
             await self.view.refresh()
             if self.view.log_attributes(log_id) is None:
                 raise NotFoundError(f"log {log_id} does not exist")
+        if self.settings.idempotent:
+            await self._ids.ready()
 
     async def append_rpc(
-        self, log_id: int, payloads: Sequence[bytes | None], keys: Sequence[bytes | None]
+        self,
+        log_id: int,
+        payloads: Sequence[bytes | None],
+        keys: Sequence[bytes | None],
+        number: tuple[int, int] | None = None,
     ) -> int:
-        """One APPEND, retried until it succeeds, fails for good, or times out."""
+        """One APPEND, retried until it succeeds, fails for good, or times out.
+
+        ``number``: the batch's (producer id, first number) from the log's
+        ``LogProducer``, which hears how it ended."""
+        failed = True
+        try:
+            first = await self._append_rpc(log_id, payloads, keys, number)
+            failed = False
+            return first
+        except DuplicateAppendError:
+            failed = False
+            raise
+        finally:
+            producer = self._producers.get(log_id)
+            if number is not None and producer is not None:
+                producer.done(*number, failed=failed)
+
+    async def _append_rpc(
+        self,
+        log_id: int,
+        payloads: Sequence[bytes | None],
+        keys: Sequence[bytes | None],
+        number: tuple[int, int] | None,
+    ) -> int:
         # ``check`` has validated every key and payload: no second pass here.
         # The body is packed (and compressed) once, with its checksum, and
         # travels unchanged to every node that stores it and every reader.
         attributes = self.view.log_attributes(log_id)
         codec = Codec.parse(attributes.compression) if attributes is not None else Codec.NONE
-        batch = PackedBatch.for_append(keys, payloads, codec)
+        batch = PackedBatch.for_append(keys, payloads, codec, number)
         deadline = trio.current_time() + self.settings.append_timeout_s
         backoff = 0.01
         last = "no attempt"
@@ -233,6 +316,8 @@ class Appender:
                 if node is None:
                     last = "no live node can run the sequencer"
                 else:
+                    producer = self._producers.get(log_id)
+                    acks_then = producer.acks if producer is not None else 0
                     reply, last = await self._try(node, log_id, batch)
                     if reply is not None:
                         status = Status(reply.status)
@@ -249,6 +334,17 @@ class Appender:
                                 raise NotFoundError(f"log {log_id} does not exist")
                         elif status in _FATAL:
                             raise _FATAL[status](reply.message, status)
+                        elif status in _SEQUENCE:
+                            if (
+                                number is None
+                                or producer is None
+                                or producer.hopeless(*number, acks_then)
+                            ):
+                                raise ProducerError(reply.message, status)
+                            # An earlier batch is still out: once it is in, this follows.
+                            await trio.sleep(backoff * (0.5 + random.random()))
+                            backoff = min(backoff * 2, 0.1)
+                            continue
                     else:
                         self._hint.pop(log_id, None)
                 with contextlib.suppress(LogstrandError):

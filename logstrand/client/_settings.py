@@ -5,6 +5,7 @@ from __future__ import annotations
 import attrs
 
 from ..errors import InvalidArgumentError
+from ..producers import WINDOW
 
 
 @attrs.frozen
@@ -25,6 +26,12 @@ class ClientSettings:
     batch_records_max: int = 10_000
     inflight_batches_per_log: int = 2
     payload_bytes_max: int = 1024 * 1024
+    #: Idempotent appends (docs/delivery.md): a retried batch is never
+    #: stored twice.  Off: at least once, one epoch store call less.
+    idempotent: bool = True
+    #: The producer id to append under (``producers.derived_id``), instead
+    #: of one from the cluster: for a task that may be run again.
+    producer_id: int | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.append_timeout_s <= 0 or self.linger_ms < 0:
@@ -33,3 +40,9 @@ class ClientSettings:
             raise InvalidArgumentError("batch limits must be positive")
         if self.inflight_batches_per_log <= 0:
             raise InvalidArgumentError("inflight_batches_per_log must be positive")
+        if self.idempotent and self.inflight_batches_per_log > WINDOW:
+            raise InvalidArgumentError(
+                f"idempotent appends keep at most {WINDOW} batches per log in flight"
+            )
+        if self.producer_id is not None and not 0 < self.producer_id < 2**64:
+            raise InvalidArgumentError("producer_id must be a u64 above 0")

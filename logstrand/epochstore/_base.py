@@ -9,6 +9,7 @@ version number:
     logs            [LogRange, ...]
     epochs/<log>    LogEpochs (next epoch, placement history)
     lce/<log>       last clean epoch
+    producers/<log> idempotent producers up to an epoch (``_producers``)
     security        users (token hashes) and grants (``_security``)
     rebuilding      nodes rebuilt or drained, and the run (``_rebuilding``)
 
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import abc
 import json
-import threading
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -39,6 +39,7 @@ from ..errors import (
 )
 from ..records import EPOCH_MAX, check_log_id
 from ._model import EpochEnd, EpochMetadata, LogAttributes, LogEpochs, LogRange, NodeConfig
+from ._producers import ProducerDocs
 from ._rebuilding import RebuildingDocs
 from ._security import SecurityDocs
 
@@ -83,7 +84,7 @@ class Watch:
         self._cancel()
 
 
-class EpochStore(SecurityDocs, RebuildingDocs, abc.ABC):
+class EpochStore(SecurityDocs, RebuildingDocs, ProducerDocs, abc.ABC):
     """Per-log epochs, the cluster configuration and membership.
 
     Every method is blocking and thread-safe; trio code calls them through
@@ -461,40 +462,3 @@ class EpochStore(SecurityDocs, RebuildingDocs, abc.ABC):
 
 def _check_log(log_id: int) -> None:
     check_log_id(log_id, internal=True)
-
-
-class PollingWatch:
-    """Membership watch by polling, for stores without change notification."""
-
-    def __init__(
-        self,
-        poll: Callable[[], frozenset[int]],
-        callback: Callable[[frozenset[int]], None],
-        interval_s: float,
-    ) -> None:
-        self._stop = threading.Event()
-        self._poll = poll
-        self._callback = callback
-        self._interval_s = interval_s
-        self._last: frozenset[int] | None = None
-        self._thread = threading.Thread(target=self._run, name="member-watch", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        from ..errors import EpochStoreUnavailableError
-
-        while not self._stop.is_set():
-            now: frozenset[int] | None
-            try:
-                now = self._poll()
-            except EpochStoreUnavailableError:
-                now = self._last
-            if now is not None and now != self._last:
-                self._last = now
-                self._callback(now)
-            self._stop.wait(self._interval_s)
-
-    def cancel(self) -> None:
-        self._stop.set()
-        if threading.current_thread() is not self._thread:
-            self._thread.join(timeout=5)

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import EpochStoreUnavailableError, ExistsError
-from ._base import EpochStore, MemberSession, PollingWatch, Watch
+from ._base import EpochStore, MemberSession, Watch
 from ._model import check_cluster_name
+from ._watch import PollingWatch
 
 if TYPE_CHECKING:
     import os

@@ -40,6 +40,7 @@ META_PREFIXES: Final = {
     "lce": b"C",  # C | log                -> last clean epoch
     "release": b"R",  # R | log            -> release pointer LSN
     "clean": b"K",  # K | log              -> compaction clean point LSN
+    "producer": b"Q",  # Q | log | producer -> its last batches (logsdb._producers)
     "version": b"V",  # V                  -> format version
 }
 FORMAT_VERSION: Final = 2

@@ -38,6 +38,8 @@ from . import _scan
 from ._engine import Batch, Engine, RocksEngine
 from ._format import DirEntry, StoredBatch, StoredRecord
 from ._partitions import META_CF, LogsDBOptions, Partition, PartitionInfo, Partitions, PutBatch
+from ._producers import PREFIX as PRODUCER_PREFIX
+from ._producers import ProducerTables
 
 __all__ = ["LogsDB", "LogsDBOptions", "PartitionInfo", "PutBatch"]
 
@@ -79,6 +81,7 @@ class LogsDB:
         self._meta: dict[str, dict[int, int]] = {
             k: {} for k in ("trim", "seal", "lce", "release", "clean")
         }
+        self._producers = ProducerTables(META_CF)
         self._load()
 
     @classmethod
@@ -121,7 +124,10 @@ class LogsDB:
                 dir_entries.append((log_id, pid, fmt.unpack_dir(value)))
             elif prefix in kinds:
                 self._meta[kinds[prefix]][fmt.unpack_u64(key[1:])] = fmt.unpack_u64(value)
+            elif prefix == PRODUCER_PREFIX:
+                self._producers.load(key, value)
         self._parts.load(partitions, dir_entries)
+        self._producers.flush_evicted(eng)
 
     # -- writing ----------------------------------------------------------
 
@@ -171,7 +177,9 @@ class LogsDB:
                 w.put(log_id, parts.partition_for(pb.timestamp_ms).id, pb)
             else:
                 w.replace(log_id, pb)
+        fresh = self._producers.stage(w.batch, puts)
         self._commit(w, releases or {}, sync=sync)
+        self._producers.commit(fresh)
 
     def _commit(self, w: Write, releases: Mapping[int, int], *, sync: bool) -> None:
         moved = self._put_releases(w.batch, releases)
@@ -227,10 +235,8 @@ class LogsDB:
         return found
 
     def reclaim(self, log_id: int) -> None:
-        """Make deletions of a log's copies durable and give their space back
-        (for compaction; RocksDB would otherwise keep deleted values until it
-        compacts those files on its own): ``compact_ranges(reclaim_ranges(log))``.
-        """
+        """Give the space of a log's deleted copies back now (compaction),
+        rather than when RocksDB compacts their files on its own."""
         self.compact_ranges(self.reclaim_ranges(log_id))
 
     def reclaim_ranges(self, log_id: int) -> list[tuple[str, bytes, bytes]]:
@@ -241,13 +247,8 @@ class LogsDB:
         return [(self._parts.by_id(pid).cf, lo, hi) for pid, _ in self._parts.entries(log_id)]
 
     def compact_ranges(self, ranges: list[tuple[str, bytes, bytes]]) -> None:
-        """Flush, then compact the given ranges: any thread may call this (the
-        module docstring says why).
-
-        Flushing every column family makes deletions durable, and lets the
-        write-ahead log files that hold the removed values go; compacting the
-        ranges then drops the values themselves.
-        """
+        """Flush (deletions become durable, WAL files with removed values go),
+        then compact the ranges (the values go).  Any thread may call this."""
         if self._closed:
             raise ClosedError("LogsDB is closed")
         self._engine.flush()
@@ -426,6 +427,11 @@ class LogsDB:
                 raise InvalidArgumentError(f"bad release LSN {lsn!r}")
             batch.put(META_CF, fmt.log_key("release", log_id), fmt.pack_u64(lsn))
         return moved
+
+    def producers(self, log_id: int) -> bytes:
+        """The log's producer table (``Producers.pack``): the last batches of
+        each idempotent producer this node stored."""
+        return self._producers.pack(log_id)
 
     def release_pointer(self, log_id: int) -> int:
         return self._meta["release"].get(log_id, 0)

@@ -24,6 +24,12 @@ Rules:
 4. Nothing of this epoch is released before ``recovered``.
 5. A STORE refused with PREEMPTED means a newer sequencer sealed the epoch:
    every pending append fails with PREEMPTED and the core stops.
+6. Idempotent appends (a batch with a producer column) are judged against
+   the log's ``Producers`` table (``logstrand.producers``): a retried batch
+   is answered with the LSNs it got (at once, or when its appender
+   completes if it is still in flight), never stored twice.  Until the table
+   is known (``set_recovered`` brings it, from the earlier epochs) they wait
+   in the core, at most ``appenders_max`` of them.
 
 The shell feeds it messages and ``now`` (seconds) and performs the actions it
 returns; ``next_deadline()`` says when to call ``tick``.
@@ -38,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..errors import Status
+from ..producers import EXPIRY_MS, Producers, Sent, Verdict
 from ..records import ESN_MAX
 from ..wire import Store
 
@@ -99,6 +106,10 @@ class _Appender:
     #: Waves that ended because their time ran out (not because a node
     #: refused): each doubles the next wave's time, the cluster may be slow.
     timed_out: int = 0
+    #: (producer id, sequence number) of an idempotent append.
+    producer: tuple[int, int] | None = None
+    #: Tokens of retries of this same batch that arrived while it was in flight.
+    also: list[Any] = attrs.Factory(list)
 
     @property
     def last_esn(self) -> int:
@@ -135,6 +146,8 @@ class SequencerCore:
         ids: Iterator[int] | None = None,
         esn_max: int = ESN_MAX,
         last_timestamp_ms: int = 0,
+        producer_expiry_ms: int = EXPIRY_MS,
+        sealed_producers: list[tuple[int, Sent]] | None = None,
     ) -> None:
         assert 1 <= epoch < 2**32
         assert 1 <= esn_max <= ESN_MAX
@@ -177,6 +190,15 @@ class SequencerCore:
         self._bytes = 0
         self.waves_retried = 0
         self._waves_reported = 0
+        #: Rule 6: the producers of idempotent appends, known once recovered.
+        self.producers = Producers()
+        self.producers_known = recovered
+        self.producer_expiry_ms = producer_expiry_ms
+        #: What the nodes this core's activation sealed hold of producers:
+        #: its recovery sifts it (``sequencer._idempotence``).
+        self.sealed_producers = sealed_producers or []
+        self._held: list[tuple[PackedBatch, Any]] = []
+        self._inflight: dict[tuple[int, int], _Appender] = {}
 
     # -- input ------------------------------------------------------------
 
@@ -187,6 +209,10 @@ class SequencerCore:
             return [ReplyAppend(token, Status.PREEMPTED, message="sequencer was preempted")]
         if n == 0:
             return [ReplyAppend(token, Status.INVALID_PARAM, message="empty append")]
+        if batch.producer is not None:
+            early = self._judge(batch, token, now_ms)
+            if early is not None:
+                return early
         size = batch.payload_bytes + n * 32
         if len(self._window) >= self.appenders_max or (
             self._window and self._bytes + size > self.bytes_max
@@ -201,6 +227,10 @@ class SequencerCore:
         base = (self.epoch << 32) | first
         stamp = self.last_timestamp_ms = max(now_ms, self.last_timestamp_ms)
         app = _Appender(next(self._ids), first, batch, base, stamp, token, size)
+        if batch.producer is not None:
+            pid, seq = app.producer = batch.producer
+            self.producers.add(pid, Sent(seq, n, base, stamp))
+            self._inflight[pid, seq] = app
         self._window[app.seq_id] = app
         self._bytes += size
         return self._start_wave(app, now)
@@ -252,10 +282,23 @@ class SequencerCore:
                 actions += self._start_wave(app, now)
         return actions
 
-    def set_recovered(self) -> list[Action]:
+    def set_recovered(
+        self, producers: Producers | None = None, now: float = 0.0, now_ms: int = 0
+    ) -> list[Action]:
+        """The earlier epochs are clean; ``producers``: what they hold of
+        idempotent producers (rule 6), which lets the held appends in."""
         assert not self.preempted, "a preempted sequencer recovers nothing"
         self.recovered = True
-        return self._maybe_release()
+        actions = self._maybe_release()
+        if not self.producers_known:
+            if producers is not None:
+                for pid, sent in producers.entries():
+                    self.producers.add(pid, sent)
+            self.producers_known = True
+            held, self._held = self._held, []
+            for batch, token in held:
+                actions += self.append(batch, token, now, now_ms)
+        return actions
 
     def preempt(self) -> list[Action]:
         """A newer sequencer took over (its recovery overtook ours): fail every
@@ -283,7 +326,7 @@ class SequencerCore:
 
     @property
     def idle(self) -> bool:
-        return not self._window
+        return not self._window and not self._held
 
     def stats(self) -> SequencerStats:
         return SequencerStats(
@@ -336,12 +379,48 @@ class SequencerCore:
         )
         return [SendStore(node, store) for node in copyset]
 
+    def _judge(self, batch: PackedBatch, token: Any, now_ms: int) -> list[Action] | None:
+        """Rule 6 for an idempotent append: the answer now, or None to store it."""
+        if not self.producers_known:
+            if len(self._held) >= self.appenders_max:
+                return [ReplyAppend(token, Status.OVERLOADED, message="too many appends wait")]
+            self._held.append((batch, token))
+            return []
+        assert batch.producer is not None
+        pid, seq = batch.producer
+        n = len(batch)
+        verdict, sent = self.producers.check(pid, seq, n, now_ms, self.producer_expiry_ms)
+        if verdict is Verdict.NEW:
+            return None
+        if verdict is Verdict.DUPLICATE:
+            assert sent is not None
+            app = self._inflight.get((pid, seq))
+            if app is not None:
+                app.also.append(token)
+                return []
+            return [ReplyAppend(token, Status.OK, sent.lsn, sent.count, sent.timestamp_ms)]
+        if verdict is Verdict.OLD_DUPLICATE:
+            text = f"producer {pid}: records {seq}..{seq + n - 1} were appended long ago"
+            return [ReplyAppend(token, Status.DUPLICATE, message=text)]
+        if verdict is Verdict.UNKNOWN:
+            text = (
+                f"producer {pid} is unknown to log {self.log_id} (it expired or was "
+                f"evicted), and its batch starts at record {seq}, not 0"
+            )
+            return [ReplyAppend(token, Status.UNKNOWN_PRODUCER, message=text)]
+        expected = sent.last_seq + 1 if sent is not None else 0
+        text = f"producer {pid}: batch {seq}..{seq + n - 1} does not follow {expected - 1}"
+        return [ReplyAppend(token, Status.OUT_OF_SEQUENCE, message=text)]
+
     def _complete(self, app: _Appender) -> list[Action]:
         app.done = True
         first_lsn = (self.epoch << 32) | app.first_esn
         actions: list[Action] = [
-            ReplyAppend(app.token, Status.OK, first_lsn, len(app.batch), app.timestamp_ms)
+            ReplyAppend(t, Status.OK, first_lsn, len(app.batch), app.timestamp_ms)
+            for t in (app.token, *app.also)
         ]
+        if app.producer is not None:
+            self._inflight.pop(app.producer, None)
         # Slide the window over the finished prefix.
         while self._window:
             oldest = next(iter(self._window.values()))
@@ -361,11 +440,12 @@ class SequencerCore:
 
     def _preempt(self) -> list[Action]:
         self.preempted = True
-        actions: list[Action] = [
-            ReplyAppend(a.token, Status.PREEMPTED, message="a newer sequencer sealed this epoch")
-            for a in self._window.values()
-            if not a.done
-        ]
+        text = "a newer sequencer sealed this epoch"
+        tokens = [t for a in self._window.values() if not a.done for t in (a.token, *a.also)]
+        tokens += [t for _, t in self._held]
+        actions: list[Action] = [ReplyAppend(t, Status.PREEMPTED, message=text) for t in tokens]
         self._window.clear()
+        self._held.clear()
+        self._inflight.clear()
         self._bytes = 0
         return actions

@@ -64,6 +64,7 @@ if TYPE_CHECKING:
 
     from ..epochstore._model import EpochMetadata, LogAttributes
     from ..packed import PackedBatch
+    from ..producers import Producers
 
 
 @attrs.frozen
@@ -324,16 +325,23 @@ class SequencerHostCore:
             slot.error = error
 
     def on_recovery_done(
-        self, log_id: int, core: SequencerCore, recovered: bool
+        self,
+        log_id: int,
+        core: SequencerCore,
+        recovered: bool,
+        producers: Producers | None = None,
+        now: float = 0.0,
+        now_ms: int = 0,
     ) -> list[HostAction]:
-        """The recovery ended: every earlier epoch is clean (``recovered``), or
-        a newer sequencer overtook it."""
+        """The recovery ended: every earlier epoch is clean (``recovered``,
+        with the idempotent ``producers`` they hold), or a newer sequencer
+        overtook it."""
         slot = self._slots.get(log_id)
         if slot is None or slot.core is not core:
             return []
         if recovered and not core.preempted:
             slot.error = ""
-            return list(core.set_recovered())
+            return list(core.set_recovered(producers, now, now_ms))
         actions: list[HostAction] = list(core.preempt())
         if core.idle and not slot.activating and not slot.waiting:
             # (An activation under way keeps the slot: it reports to it.)

@@ -37,8 +37,10 @@ Rules the procedures keep:
    copies that end says are good: a node that missed the recovery keeps
    copies left by the dead sequencer, or by an earlier recovery that died,
    and must not serve them.
-6. Epoch e is marked clean (LCE) only after all that; the caller releases
-   epoch E's own records only after every earlier epoch is clean.
+6. Epoch e is marked clean (LCE) only after all that, and after the table
+   of idempotent producers up to e is in the epoch store
+   (``_idempotence``); the caller releases epoch E's own records, and takes
+   its idempotent appends, only after every earlier epoch is clean.
 7. A recovery never gives up while its sequencer stands: it completes as soon
    as R nodes of the nodeset take its copies and an f-majority answers for
    its digest.  A failed attempt is retried after a pause that starts well
@@ -49,7 +51,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Container, Generator, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -59,12 +60,27 @@ from ..epochstore._model import EpochEnd, LogEpochs
 from ..errors import LogstrandError, PreemptedError, StaleError, Status
 from ..wire import Digest, GetDigest, LogInfo, LogInfoReply, RecordBatch, Release, Seal, SealReply
 from ..wire import Store as StoreMsg
-from ._recovery import DigestRecord, EpochRecovery, Mutation
+from ._commands import (
+    Ask,
+    Command,
+    EpochStoreCall,
+    Procedure,
+    Sleep,
+    StoreCopies,
+    Tell,
+)
+from ._idempotence import Entry, digest_entries, in_epoch, kept, sealed_entries
+from ._recovery import Decision, DigestRecord, EpochRecovery, Mutation
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Container, Mapping
+
     from ..epochstore._base import EpochStore, Placement
     from ..epochstore._model import EpochMetadata
     from ..placement import CopysetSelector
+    from ..producers import Producers
+
+__all__ = ["Ask", "Command", "EpochStoreCall", "Procedure", "Sleep", "StoreCopies", "Tell"]
 
 _log = logging.getLogger("logstrand.recovery")
 
@@ -78,57 +94,9 @@ RETRY_FIRST_S = 0.05
 RETRY_MAX_S = 1.0
 
 
-# -- commands ------------------------------------------------------------------
-
-
-@attrs.frozen
-class Ask:
-    """Send each request (its ``request_id`` is filled in by the driver) and
-    resume with ``{node_id: reply}`` for the nodes that answered: when all
-    did, or ``settle_s`` after ``enough(replies)`` first held (at once when
-    ``settle_s`` is 0), or at ``timeout_s``."""
-
-    requests: tuple[tuple[int, Any], ...]
-    timeout_s: float
-    enough: Callable[[Mapping[int, Any]], bool] | None = None
-    settle_s: float = 0.0
-
-
-@attrs.frozen
-class Tell:
-    """Send one message, expect nothing back (RELEASE)."""
-
-    node_id: int
-    message: Any
-
-
-@attrs.frozen
-class StoreCopies:
-    """Send a STORE to every node of its copyset, under a fresh store id with
-    ``RECOVERY_STORE_BIT`` set; resume with ``{node: status}`` (a node missing
-    from the result did not answer within ``timeout_s``)."""
-
-    message: StoreMsg
-    timeout_s: float
-
-
-@attrs.frozen
-class EpochStoreCall:
-    """Ask the epoch store: resume with ``fn(store)``, or throw what it raised."""
-
-    fn: Callable[[EpochStore], Any]
-
-
-@attrs.frozen
-class Sleep:
-    seconds: float
-
-
-Command = Ask | Tell | StoreCopies | EpochStoreCall | Sleep
-Procedure = Generator[Command, Any, Any]
-
-
-def _set_lce(log_id: int, epoch: int, store: EpochStore) -> int:
+def _set_clean(log_id: int, epoch: int, producers: Producers, store: EpochStore) -> int:
+    """The producers up to ``epoch`` first, then ``epoch`` clean (rule 6)."""
+    store.set_producer_snapshot(log_id, epoch, producers)
     return store.set_last_clean_epoch(log_id, epoch)
 
 
@@ -153,21 +121,23 @@ def activate(
 ) -> Procedure:
     """Take the log's next epoch and seal the earlier ones.
 
-    Returns ``(epoch, metadata, history, start_ms)``: the new epoch, its
-    placement, every placement the log ever had (recovery reads the older
-    ones), and the timestamp the new sequencer stamps from: the later of its
-    clock and the newest timestamp the sealed nodes hold, recorded in the
-    epoch store before any append (``set_epoch_start``).
+    Returns ``(epoch, metadata, history, start_ms, entries)``: the new
+    epoch, its placement, every placement the log ever had (recovery reads
+    the older ones), the timestamp the new sequencer stamps from (the later
+    of its clock and the newest timestamp the sealed nodes hold, recorded in
+    the epoch store before any append: ``set_epoch_start``), and the sealed
+    nodes' producer entries (which recovery sifts: ``_idempotence``).
     """
     epoch, meta = yield EpochStoreCall(lambda s: s.take_epoch(log_id, placement))
     state, excluded = yield EpochStoreCall(lambda s: (s.log_epochs(log_id), _excluded(s)))
     history = list(state.history)
     earlier = [h for h in history if h.since < epoch]
-    last_ts = yield from seal_earlier(log_id, epoch, earlier, seal_timeout_s, excluded)
+    replies = yield from seal_earlier(log_id, epoch, earlier, seal_timeout_s, excluded)
+    last_ts = max((r.last_timestamp_ms for r in replies.values()), default=0)
     start = max(last_ts, clock_ms())
     if epoch > 1:
         yield EpochStoreCall(lambda s: s.set_epoch_start(log_id, epoch, start))
-    return epoch, meta, history, start
+    return epoch, meta, history, start, sealed_entries(replies)
 
 
 def seal_earlier(
@@ -179,14 +149,15 @@ def seal_earlier(
 ) -> Procedure:
     """Seal the log up to ``epoch - 1`` on an f-majority of every earlier nodeset.
 
-    Returns the newest record timestamp the sealed nodes hold: an f-majority
-    of each nodeset meets every copyset, so no acknowledged record is newer.
+    Returns the replies of the sealed nodes: an f-majority of each nodeset
+    meets every copyset, so no acknowledged record is newer than the newest
+    timestamp they hold, nor missing from their producer tables.
 
     Raises:
         LogstrandError: NOSEQUENCER when too few nodes answered in time.
     """
     if epoch <= 1 or not earlier:
-        return 0
+        return {}
     targets = sorted({n for h in earlier for n in h.nodeset})
 
     def sealed(replies: Mapping[int, Any]) -> set[int]:
@@ -202,7 +173,7 @@ def seal_earlier(
             f"log {log_id}: only nodes {sorted(sealed(replies))} sealed epoch {epoch - 1}",
             Status.NOSEQUENCER,
         )
-    return max((replies[n].last_timestamp_ms for n in sealed(replies)), default=0)
+    return {n: replies[n] for n in sealed(replies)}
 
 
 def rebroadcast_release(log_id: int, nodeset: tuple[int, ...], timeout_s: float) -> Procedure:
@@ -237,6 +208,7 @@ def recover(
     settle_s: float = 0.1,
     cancelled: Callable[[], bool] = lambda: False,
     on_error: Callable[[str], None] = lambda _: None,
+    sealed: list[Entry] | None = None,
 ) -> Procedure:
     """Recover every unclean epoch below ``epoch``; retries until done.
 
@@ -251,14 +223,20 @@ def recover(
     sequencer's start; what it writes for an epoch is stamped no later than
     that nor than the start of any later epoch (``recovery_stamps``).
 
-    Returns True once every earlier epoch is clean, False if the recovery
-    was overtaken (a newer sequencer sealed the log) or ``cancelled()``.
+    ``sealed``: the producer entries of the nodes the activation sealed.
+
+    Returns the producers of idempotent appends in the earlier epochs once
+    every one is clean, None if the recovery was overtaken (a newer
+    sequencer sealed the log) or ``cancelled()``.
     """
     state = LogEpochs(epoch + 1, tuple(history))
     backoff = RETRY_FIRST_S
     while not cancelled():
         try:
-            lce = yield EpochStoreCall(lambda s: s.last_clean_epoch(log_id))
+            # The snapshot is read after the LCE, so it covers at least that.
+            lce, (_, producers) = yield EpochStoreCall(
+                lambda s: (s.last_clean_epoch(log_id), s.producer_snapshot(log_id))
+            )
             starts, excluded = yield EpochStoreCall(
                 lambda s: (s.epoch_starts(log_id), _excluded(s))
             )
@@ -266,7 +244,7 @@ def recover(
                 meta = state.metadata_for(e)
                 if meta is None:
                     continue  # no sequencer ever had this epoch
-                yield from _recover_epoch(
+                decided = yield from _recover_epoch(
                     log_id,
                     e,
                     meta,
@@ -277,13 +255,16 @@ def recover(
                     min([stamp_cap_ms] + [t for x, t in starts.items() if e < x < epoch]),
                     _Timeouts(ask_timeout_s, digest_timeout_s, store_timeout_s, settle_s),
                     excluded,
+                    in_epoch(sealed or (), e),
                 )
+                producers.update(decided)
+                producers.expire(stamp_cap_ms)
                 with contextlib.suppress(StaleError):  # a later sequencer got further
-                    yield EpochStoreCall(partial(_set_lce, log_id, e))
-            return True
+                    yield EpochStoreCall(partial(_set_clean, log_id, e, producers))
+            return producers
         except PreemptedError as exc:
             _log.info("log %d: recovery in epoch %d overtaken: %s", log_id, epoch, exc)
-            return False
+            return None
         except LogstrandError as exc:
             _log.warning(
                 "log %d: recovery in epoch %d: %s (again in %.2f s)", log_id, epoch, exc, backoff
@@ -292,7 +273,7 @@ def recover(
             yield Sleep(backoff)
             backoff = min(backoff * 2, RETRY_MAX_S)
     _log.info("log %d: recovery in epoch %d stops: the sequencer was replaced", log_id, epoch)
-    return False
+    return None
 
 
 @attrs.frozen
@@ -327,7 +308,12 @@ def _recover_epoch(
     stamp_cap_ms: int,
     t: _Timeouts,
     excluded: frozenset[int] = frozenset(),
+    entries: list[Entry] | None = None,
 ) -> Procedure:
+    """Decide and write how epoch ``e`` ends.  Returns the producer entries
+    of the epoch whose batches are in the log (of ``entries``, the sealed
+    nodes' tables, and of the digests' tables)."""
+    entries = list(entries or ())
     fmaj = f_majority(meta, excluded)
     asked = tuple((n, LogInfo(0, log_id)) for n in meta.nodeset)
     replies = yield Ask(asked, t.ask_s, _answered(fmaj, excluded), t.settle_s)
@@ -342,8 +328,17 @@ def _recover_epoch(
         )
     released = max(i.release_lsn for i in infos)
     if released >> 32 > e:
-        return  # released past its end already: nothing undecided in it
-    lng = released & 0xFFFFFFFF if released >> 32 == e else 0
+        # Released past its end already: an earlier recovery decided it.
+        # Its producer entries above that recovery's LNG may name batches it
+        # plugged with holes: only then is it decided again (the same way).
+        if not entries:
+            return []
+        end = yield EpochStoreCall(lambda s: s.epoch_end(log_id, e))
+        lng = end.lng_esn if end is not None else 0
+        if all((s.lsn & 0xFFFFFFFF) + s.count - 1 <= lng for _, s in entries):
+            return entries
+    else:
+        lng = released & 0xFFFFFFFF if released >> 32 == e else 0
     rec = EpochRecovery(
         log_id,
         e,
@@ -373,6 +368,7 @@ def _recover_epoch(
                 del start[n]  # this node is out of this round of recovery
                 continue
             b = reply.batch
+            entries += digest_entries(reply)
             rec.on_digest(
                 n,
                 [
@@ -410,6 +406,8 @@ def _recover_epoch(
     _log.info(
         "log %d epoch %d recovered: %d decisions up to ESN %d", log_id, e, len(plan), plan[-1].esn
     )
+    records = frozenset(m.esn for m in plan if m.decision is Decision.RECORD)
+    return list(kept(entries, lng, records))
 
 
 def _write(

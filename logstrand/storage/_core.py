@@ -29,6 +29,7 @@ import bisect
 from typing import TYPE_CHECKING, Protocol
 
 from ..errors import Status
+from ..producers import ENTRY_BYTES
 from ..records import WRITTEN_BY_RECOVERY
 from ..wire import (
     Digest,
@@ -58,6 +59,7 @@ class LogStore(Protocol):
     def trim_point(self, log_id: int) -> int: ...
     def last_lsn(self, log_id: int) -> int: ...
     def directory(self, log_id: int) -> list[tuple[int, DirEntry]]: ...
+    def producers(self, log_id: int) -> bytes: ...
     def read_batch(
         self,
         log_id: int,
@@ -109,13 +111,28 @@ def digest(db: LogStore, node_id: int, msg: GetDigest) -> Digest:
         max_bytes=DIGEST_BYTES_MAX,
     )
     complete = len(batch) < DIGEST_RECORDS_MAX and batch.payload_bytes < DIGEST_BYTES_MAX
+    records = batch.to_record_batch()
     return Digest(
         msg.request_id,
         int(Status.OK),
         node_id,
         complete,
         tuple(batch.waves),
-        batch.to_record_batch(),
+        records,
+        _entries_among(db.producers(msg.log_id), records.lsns),
+    )
+
+
+def _entries_among(table: bytes, lsns: Sequence[int]) -> bytes:
+    """The producer entries of ``table`` whose batches start among ``lsns``."""
+    if not table or not lsns:
+        return b""
+    have = set(lsns)
+    at = ENTRY_BYTES
+    return b"".join(
+        table[i : i + at]
+        for i in range(0, len(table), at)
+        if int.from_bytes(table[i + 20 : i + 28], "little") in have
     )
 
 
@@ -245,5 +262,7 @@ def answer(
         # Persisted (synced) before the reply: the seal must survive a crash.
         sealed = db.seal(msg.log_id, msg.seal_epoch)
         newest = max((e.max_ts_ms for _, e in db.directory(msg.log_id)), default=0)
-        return SealReply(msg.request_id, int(Status.OK), node_id, sealed, newest)
+        return SealReply(
+            msg.request_id, int(Status.OK), node_id, sealed, newest, db.producers(msg.log_id)
+        )
     return digest(db, node_id, msg)

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from ..producers import EXPIRY_MS
 from ..records import ESN_MAX, PAYLOAD_BYTES_MAX
 
 if TYPE_CHECKING:
@@ -27,6 +28,9 @@ class NodeOptions:
     #: clock, for tests.
     clock_offset_ms: int = 0
     store_timeout_s: float = 2.0
+    #: An idempotent producer idle this long on a log is forgotten there: its
+    #: next append gets UNKNOWN_PRODUCER (``--producer-expiry``).
+    producer_expiry_ms: int = EXPIRY_MS
     #: How long a new sequencer waits for an f-majority to seal older epochs.
     seal_timeout_s: float = 3.0
     tick_s: float = 0.05

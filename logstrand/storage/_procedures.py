@@ -27,7 +27,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
     from ..epochstore import EpochMetadata
+    from ..producers import Producers
     from ..rpc import ClusterView
+    from ..sequencer._idempotence import Entry
     from ..wire import Store
     from ._metrics import NodeMetrics
 
@@ -85,7 +87,8 @@ class ProcedureRunner:
         *,
         cancelled: Callable[[], bool],
         on_error: Callable[[str], None],
-    ) -> bool:
+        sealed: list[Entry] | None = None,
+    ) -> Producers | None:
         """Recover every unclean epoch below ``epoch`` (see ``procs.recover``)."""
         view = self.view
 
@@ -113,11 +116,13 @@ class ProcedureRunner:
                 stamp_cap_ms,
                 cancelled=cancelled,
                 on_error=on_error,
+                sealed=sealed,
             )
         )
-        if done:
+        if done is not None:
             self.metrics.recovery_seconds.observe(time.monotonic() - t0)
-        return bool(done)
+        result: Producers | None = done
+        return result
 
     # -- commands -----------------------------------------------------------------
 

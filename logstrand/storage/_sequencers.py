@@ -288,7 +288,7 @@ class SequencerHost:
             raise LogstrandError("not enough storage nodes for the log", Status.NOSEQUENCER)
         placement = Placement(nodeset, attrs_.replication_factor, attrs_.replicate_across)
         try:
-            epoch, meta, history, start_ms = await self.procedures.run(
+            epoch, meta, history, start_ms, sealed = await self.procedures.run(
                 procs.activate(
                     log_id,
                     placement,
@@ -319,6 +319,8 @@ class SequencerHost:
             ids=self._store_ids,
             esn_max=opts.esn_max,
             last_timestamp_ms=start_ms,
+            producer_expiry_ms=opts.producer_expiry_ms,
+            sealed_producers=sealed,
         )
         core.down.update(n for n in meta.nodeset if n not in view.alive)
         core.no_writes = view.authority.no_writes
@@ -348,8 +350,10 @@ class SequencerHost:
             core.first_timestamp_ms,
             cancelled=lambda: not host.recovery_wanted(log_id, core),
             on_error=failed,
+            sealed=core.sealed_producers,
         )
-        await self.execute(host.on_recovery_done(log_id, core, done))
+        now, now_ms = trio.current_time(), _now_ms() + self.options.clock_offset_ms
+        await self.execute(host.on_recovery_done(log_id, core, done is not None, done, now, now_ms))
 
     # -- replies and timers -------------------------------------------------------
 

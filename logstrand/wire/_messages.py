@@ -3,11 +3,12 @@ one frozen attrs class per message type (see ``_registry``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
 from ..packed import PackedBatch
+from ..producers import ENTRY_BYTES
 from . import _fields as f
 from ._registry import _batch, _batch_from_wire, _packed, _packed_from_wire, _status, message
 
@@ -244,6 +245,11 @@ class Seal:
     seal_epoch: int = attrs.field(validator=f.u32)
 
 
+def _producer_entries(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    if type(value) is not bytes or len(value) % ENTRY_BYTES:
+        raise ValueError(f"{attr.name} must be whole producer entries")
+
+
 @message(31)
 @attrs.frozen(slots=True)
 class SealReply:
@@ -254,6 +260,9 @@ class SealReply:
     seal_epoch: int = attrs.field(validator=f.u32)
     #: The newest timestamp among the node's records of the log.
     last_timestamp_ms: int = attrs.field(default=0, validator=f.u64)
+    #: The producers of idempotent appends whose batches the node holds
+    #: (``Producers.pack``: 36 bytes per batch).
+    producers: bytes = attrs.field(default=b"", validator=_producer_entries)
 
 
 @message(32)
@@ -284,6 +293,8 @@ class Digest:
     complete: bool = attrs.field(validator=f.boolean)
     waves: tuple[int, ...] = attrs.field(converter=f.to_tuple, validator=f.tuple_of(f.u32))
     batch: RecordBatch = attrs.field(converter=_batch_from_wire, validator=_batch)
+    #: The node's producer entries (``Producers.pack``) of batches among these.
+    producers: bytes = attrs.field(default=b"", validator=_producer_entries)
 
     def __attrs_post_init__(self) -> None:
         if len(self.waves) != len(self.batch):

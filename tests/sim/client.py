@@ -27,7 +27,13 @@ class SimClient(Endpoint):
     def __init__(self, world: World, client_id: int) -> None:
         super().__init__(world, client_id)
         self.appending = True
-        self.in_flight: dict[int, tuple[list[bytes], float]] = {}
+        #: request id -> (payloads, first sent, batch, attempt)
+        self.in_flight: dict[int, tuple[list[bytes], float, PackedBatch, int]] = {}
+        #: Idempotence: the producer id and the next number; ids of batches
+        #: out (oldest first); a new id after a batch is given up.
+        self.producer = client_id * 1000
+        self.next_seq = 0
+        self.out: list[tuple[int, int]] = []
         self.acked: dict[bytes, int] = {}
         self.acked_at: dict[bytes, float] = {}
         self.attempted: set[bytes] = set()
@@ -64,26 +70,64 @@ class SimClient(Endpoint):
             world.at(world.rng.expovariate(1 / world.config.append_every_s), self.tick)
 
     def append(self, payloads: list[bytes]) -> None:
-        rid = next(self.ids)
         self.attempted.update(payloads)
         n = len(payloads)
-        batch = PackedBatch.for_append([None] * n, payloads)
-        self.in_flight[rid] = (payloads, self.world.now)
+        number = None
+        if not self.world.config.break_idempotence:
+            number = (self.producer, self.next_seq)
+            self.next_seq += n
+            self.out.append(number)
+        batch = PackedBatch.for_append([None] * n, payloads, producer=number)
+        self._send(payloads, self.world.now, batch, 0)
+
+    def _send(self, payloads: list[bytes], sent: float, batch: PackedBatch, attempt: int) -> None:
+        rid = next(self.ids)
+        self.in_flight[rid] = (payloads, sent, batch, attempt)
         self.send(self.target(), Append(rid, LOG, batch))
         self.world.at(1.5, self._timeout, rid)
 
+    def _retry(self, rid: int, *, wait: bool = False) -> None:
+        """Send a batch again, or give it up after ``config.retries``."""
+        payloads, sent, batch, attempt = self.in_flight.pop(rid)
+        if attempt < self.world.config.retries or wait:
+            self.world.at(0.05, self._send, payloads, sent, batch, attempt + 1)
+            return
+        self.world.note(f"client {self.id} gives up {payloads[0]!r}")
+        if batch.producer is not None:
+            self.out.remove(batch.producer)
+            if batch.producer[0] == self.producer:
+                # What follows it can never follow it: a new producer.
+                self.producer += 1
+                self.next_seq = 0
+
     def _timeout(self, rid: int) -> None:
-        if self.in_flight.pop(rid, None) is not None:
+        if rid in self.in_flight:
             self.world.note(f"client {self.id} append {rid} timed out")
+            self._retry(rid)
             self._after_failure()
 
     def receive(self, src: Address, msg: Any) -> None:
         if not isinstance(msg, AppendReply):
             return
-        got = self.in_flight.pop(msg.request_id, None)
+        got = self.in_flight.get(msg.request_id)
         if got is None:
             return  # a duplicate, or after the timeout
-        payloads, sent = got
+        payloads, sent, batch, _ = got
+        if msg.status in (Status.OUT_OF_SEQUENCE, Status.UNKNOWN_PRODUCER):
+            # Not yet, while an earlier batch of this producer is out.
+            number = batch.producer
+            assert number is not None
+            oldest = min(s for p, s in self.out if p == number[0]) == number[1]
+            if oldest:
+                self.world.note(f"client {self.id}: {Status(msg.status).name} for the oldest")
+            self._retry(msg.request_id, wait=not oldest)
+            return
+        if msg.status != Status.OK:
+            self._retry(msg.request_id)
+        else:
+            del self.in_flight[msg.request_id]
+            if batch.producer is not None:
+                self.out.remove(batch.producer)
         if msg.status == Status.OK:
             assert msg.count == len(payloads)
             for i, p in enumerate(payloads):

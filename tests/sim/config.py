@@ -34,6 +34,10 @@ class Config:
     down_max: int = 1
     append_every_s: float = 0.02
     in_flight_max: int = 4
+    #: Idempotent appends: a batch that timed out or failed is sent again
+    #: (the same batch, same producer numbers) up to this many times.  The
+    #: checker demands each payload once in the log all the same.
+    retries: int = 3
     #: Membership: a crashed node stays a member until its lease runs out
     #: (up to this long); a change reaches each node's view up to
     #: ``watch_delay_s`` late.
@@ -63,6 +67,9 @@ class Config:
     #: A new sequencer stamps from its own clock alone, and the nodes' clocks
     #: are an hour apart (timestamps go back at a failover).
     break_timestamps: bool = False
+    #: Clients retry as above but without producer numbers (idempotence off):
+    #: a retried batch may be stored twice.
+    break_idempotence: bool = False
 
     @classmethod
     def for_seed(cls, seed: int) -> Config:

@@ -284,7 +284,7 @@ class SimNode(Endpoint):
                 assert isinstance(error, LogstrandError)
                 self._execute(host.on_activation_failed(LOG, error.status, str(error)))
                 return
-            epoch, meta, history, start_ms = result
+            epoch, meta, history, start_ms, sealed = result
             world.stats["activations"] += 1
             world.note(f"node {self.id} sequencer active in epoch {epoch}")
             selector = CopysetSelector(
@@ -303,6 +303,7 @@ class SimNode(Endpoint):
                 ids=None if world.config.break_store_ids else self.ids,
                 esn_max=world.config.esn_max,
                 last_timestamp_ms=self.clock_ms() if world.config.break_timestamps else start_ms,
+                sealed_producers=sealed,
             )
             if world.config.break_release:
                 core.recovered = True
@@ -332,6 +333,7 @@ class SimNode(Endpoint):
                 settle_s=0.05,
                 cancelled=lambda: not host.recovery_wanted(LOG, core),
                 on_error=lambda error: host.on_recovery_error(LOG, core, error),
+                sealed=core.sealed_producers,
             ),
             lambda done, err: self._recovered(host, core, done, err),
         )
@@ -343,9 +345,12 @@ class SimNode(Endpoint):
             raise error
         if host is not self.host:
             return
-        if done:
+        if done is not None:
             self.world.note(f"node {self.id} recovered before epoch {core.epoch}")
-        self._execute(host.on_recovery_done(LOG, core, bool(done)))
+        world = self.world
+        self._execute(
+            host.on_recovery_done(LOG, core, done is not None, done, world.now, self.clock_ms())
+        )
 
     def _execute(self, actions: list[Any]) -> None:
         for a in actions:

@@ -112,7 +112,7 @@ def test_a_recovery_that_cannot_store_retries_soon_with_a_fresh_view_of_who_is_a
     def alive() -> set[int]:
         return {2, 3} if d.now < 0.1 else {1, 2, 3}
 
-    assert d.run(recover(d, alive, errors)) is True
+    assert d.run(recover(d, alive, errors)) is not None
     assert d.store.last_clean_epoch(LOG) == 1
     assert len(errors) == 2
     assert "down or failing: [1, 3]" in errors[0]
@@ -129,7 +129,7 @@ def test_the_pause_between_attempts_doubles_up_to_a_second() -> None:
     d = Driver(up={1})  # too few answer the digest: every attempt fails
     errors: list[str] = []
     done = d.run(recover(d, lambda: {1, 2, 3}, errors, cancelled=lambda: d.now > 6))
-    assert done is False
+    assert done is None
     assert d.sleeps[:6] == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0]
     assert max(d.sleeps) == procs.RETRY_MAX_S
     assert all("need 2" in e for e in errors)

@@ -1,0 +1,120 @@
+"""Idempotent appends in the pure parts: the producer table's verdicts, the
+sequencer core's answers to retried batches, and what recovery keeps."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from logstrand.errors import Status
+from logstrand.packed import PackedBatch
+from logstrand.placement import CopysetSelector
+from logstrand.producers import Producers, Sent, Verdict
+from logstrand.sequencer import ReplyAppend, SendStore, SequencerCore
+from logstrand.sequencer._idempotence import kept
+
+EPOCH = 3
+
+
+def batch(n: int, producer: tuple[int, int] | None) -> PackedBatch:
+    return PackedBatch.for_append([None] * n, [b"x"] * n, producer=producer)
+
+
+def core(**kw: object) -> SequencerCore:
+    sel = CopysetSelector((1, 2, 3, 4), 2, rng=random.Random(1))
+    return SequencerCore(7, EPOCH, sel, **kw)  # type: ignore[arg-type]
+
+
+def replies(actions: list[object]) -> list[ReplyAppend]:
+    return [a for a in actions if isinstance(a, ReplyAppend)]
+
+
+def store_all(c: SequencerCore, actions: list[object]) -> list[object]:
+    out: list[object] = []
+    for s in [a for a in actions if isinstance(a, SendStore)]:
+        out += c.on_stored(s.message.store_id, s.node_id, Status.OK, 0.0)
+    return out
+
+
+def test_verdicts() -> None:
+    p = Producers(window=3)
+    assert p.check(9, 0, 2) == (Verdict.NEW, None)
+    assert p.check(9, 4, 2)[0] is Verdict.UNKNOWN
+    for seq in (0, 2, 4, 6):
+        p.add(9, Sent(seq, 2, 100 + seq, 5))
+    assert p.check(9, 8, 1)[0] is Verdict.NEW
+    assert p.check(9, 4, 2) == (Verdict.DUPLICATE, Sent(4, 2, 104, 5))
+    assert p.check(9, 4, 3)[0] is Verdict.OUT_OF_SEQUENCE  # other boundaries
+    assert p.check(9, 9, 1)[0] is Verdict.OUT_OF_SEQUENCE  # a gap
+    assert p.check(9, 0, 2)[0] is Verdict.OLD_DUPLICATE  # below the window of 3
+    assert p.check(9, 8, 1, now_ms=10_000, expiry_ms=1000)[0] is Verdict.UNKNOWN  # expired
+    assert len(p) == 0
+
+
+@given(st.lists(st.tuples(st.integers(1, 5), st.integers(1, 4)), max_size=60))
+def test_table_round_trips_and_stays_bounded(adds: list[tuple[int, int]]) -> None:
+    p = Producers(producers_max=3, window=2)
+    seqs: dict[int, int] = {}
+    for t, (pid, n) in enumerate(adds):
+        p.add(pid, Sent(seqs.get(pid, 0), n, 1000 + t, t))
+        seqs[pid] = seqs.get(pid, 0) + n
+    assert len(p) <= 3
+    assert all(len(p.sent(pid)) <= 2 for pid in seqs)
+    again = Producers(producers_max=3, window=2)
+    again.update(Producers.unpack_entries(p.pack()))
+    assert again == p
+    assert Producers.from_json(p.to_json(), producers_max=3, window=2) == p
+
+
+def test_a_retry_in_flight_and_after_gets_the_same_lsns_and_stores_nothing() -> None:
+    c = core()
+    first = c.append(batch(3, (5, 0)), "a", 0.0, 1000)
+    again = c.append(batch(3, (5, 0)), "a-retry", 0.0, 1001)
+    assert again == []  # answered with the first, when it completes
+    done = replies(store_all(c, first))
+    assert [(r.token, r.status, r.first_lsn) for r in done] == [
+        ("a", Status.OK, (EPOCH << 32) | 1),
+        ("a-retry", Status.OK, (EPOCH << 32) | 1),
+    ]
+    late = replies(c.append(batch(3, (5, 0)), "a-late", 0.0, 1002))
+    assert [(r.status, r.first_lsn, r.count) for r in late] == [(Status.OK, (EPOCH << 32) | 1, 3)]
+    nxt = c.append(batch(1, (5, 3)), "b", 0.0, 1003)
+    assert replies(store_all(c, nxt))[0].first_lsn == (EPOCH << 32) | 4
+
+
+def test_refusals_name_their_reason() -> None:
+    c = core()
+    assert replies(c.append(batch(1, (5, 2)), "t", 0.0, 0))[0].status == Status.UNKNOWN_PRODUCER
+    store_all(c, c.append(batch(2, (5, 0)), "t", 0.0, 0))
+    assert replies(c.append(batch(1, (5, 3)), "t", 0.0, 0))[0].status == Status.OUT_OF_SEQUENCE
+
+
+def test_idempotent_appends_wait_for_the_table_of_the_earlier_epochs() -> None:
+    c = core(recovered=False)
+    assert c.append(batch(1, (5, 4)), "held", 0.0, 0) == []  # unknown yet: it waits
+    plain = c.append(batch(1, None), "plain", 0.0, 0)  # no producer: taken at once
+    assert [a for a in plain if isinstance(a, SendStore)]
+    known = Producers()
+    known.add(5, Sent(0, 4, (2 << 32) | 7, 0))
+    out = c.set_recovered(known, 0.0, 0)
+    assert [a for a in out if isinstance(a, SendStore)], "the held append is stored now"
+    dup = replies(c.append(batch(4, (5, 0)), "dup", 0.0, 0))
+    assert (dup[0].status, dup[0].first_lsn) == (Status.OK, (2 << 32) | 7)
+
+
+def test_preemption_answers_held_and_attached_appends() -> None:
+    c = core(recovered=False)
+    c.append(batch(1, (5, 0)), "held", 0.0, 0)
+    assert {r.token: r.status for r in replies(c.preempt())} == {"held": Status.PREEMPTED}
+
+
+def test_recovery_keeps_only_batches_that_are_in_the_log() -> None:
+    e = 4 << 32
+    entries = [
+        (1, Sent(0, 2, e | 1, 0)),  # at or below the LNG (3): fully stored
+        (1, Sent(2, 2, e | 4, 0)),  # ESNs 4, 5 decided RECORD
+        (2, Sent(0, 1, e | 6, 0)),  # ESN 6 plugged with a hole
+    ]
+    assert [p for p, _ in kept(entries, 3, frozenset({4, 5}))] == [1, 1]
