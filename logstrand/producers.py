@@ -175,9 +175,7 @@ class Producers:
 
     def pack(self) -> bytes:
         """Every entry, 36 bytes each (for the wire and LogsDB)."""
-        return b"".join(
-            _ENTRY.pack(pid, s.seq, s.count, s.lsn, s.timestamp_ms) for pid, s in self.entries()
-        )
+        return b"".join(pack_entries(pid, lst) for pid, lst in self._sent.items())
 
     @staticmethod
     def unpack_entries(data: bytes) -> list[tuple[int, Sent]]:
@@ -210,6 +208,11 @@ class Producers:
             for seq, count, lsn, ts in lst:
                 out.add(int(pid), Sent(int(seq), int(count), int(lsn), int(ts)))
         return out
+
+
+def pack_entries(producer: int, sent: Iterable[Sent]) -> bytes:
+    """One producer's entries as ``Producers.pack`` writes them."""
+    return b"".join(_ENTRY.pack(producer, s.seq, s.count, s.lsn, s.timestamp_ms) for s in sent)
 
 
 def derived_id(*parts: str | int) -> int:

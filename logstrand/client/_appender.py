@@ -308,6 +308,7 @@ class Appender:
         deadline = trio.current_time() + self.settings.append_timeout_s
         backoff = 0.01
         last = "no attempt"
+        producer = self._producers.get(log_id)
         with trio.move_on_at(deadline):
             while True:
                 node = self._hint.get(log_id)
@@ -316,7 +317,6 @@ class Appender:
                 if node is None:
                     last = "no live node can run the sequencer"
                 else:
-                    producer = self._producers.get(log_id)
                     acks_then = producer.acks if producer is not None else 0
                     reply, last = await self._try(node, log_id, batch)
                     if reply is not None:
@@ -342,8 +342,7 @@ class Appender:
                             ):
                                 raise ProducerError(reply.message, status)
                             # An earlier batch is still out: once it is in, this follows.
-                            await trio.sleep(backoff * (0.5 + random.random()))
-                            backoff = min(backoff * 2, 0.1)
+                            await producer.settle()
                             continue
                     else:
                         self._hint.pop(log_id, None)

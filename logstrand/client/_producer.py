@@ -83,6 +83,12 @@ class LogProducer:
         self._on_room = on_room
         self._freed = trio.Event()
 
+    async def settle(self) -> None:
+        """After an out-of-sequence refusal: wait until a batch of the log
+        ends (its predecessor, likely), at most 50 ms."""
+        with trio.move_on_after(0.05):
+            await self._freed.wait()
+
     def room(self) -> bool:
         return len(self.outstanding) < WINDOW
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING
 
-from ..producers import PRODUCERS_MAX, Producers, Sent
+from ..producers import PRODUCERS_MAX, Producers, Sent, pack_entries
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -67,16 +67,19 @@ class ProducerTables:
             fresh.append((put.log_id, pid, Sent(seq, pb.count, pb.first_lsn, pb.timestamp_ms)))
         if not fresh:
             return fresh
-        touched: dict[tuple[int, int], Producers] = {}
+        touched: dict[tuple[int, int], list[Sent]] = {}
         for log_id, pid, sent in fresh:
-            # The producer's entries after this write, on a scratch table.
-            scratch = touched.get((log_id, pid))
-            if scratch is None:
-                scratch = touched[log_id, pid] = Producers()
-                scratch.update((pid, s) for s in self.table(log_id).sent(pid))
-            scratch.add(pid, sent)
-        for (log_id, pid), scratch in touched.items():
-            batch.put(self.meta_cf, _key(log_id, pid), scratch.pack())
+            # The producer's entries after this write (the table changes
+            # only once the write is done: ``commit``).
+            lst = touched.get((log_id, pid))
+            if lst is None:
+                lst = touched[log_id, pid] = self.table(log_id).sent(pid)
+            if all(s.seq != sent.seq for s in lst):
+                lst.append(sent)
+        window = self.table(fresh[0][0]).window
+        for (log_id, pid), lst in touched.items():
+            lst.sort(key=lambda s: s.seq)
+            batch.put(self.meta_cf, _key(log_id, pid), pack_entries(pid, lst[-window:]))
         for key in self._evicted:
             batch.delete(self.meta_cf, key)
         self._evicted.clear()
