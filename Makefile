@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 SEEDS ?= 0:5000
 
-.PHONY: venv zookeeper run test lint format bench bench-compare soak fuzz clean
+.PHONY: venv zookeeper run test lint format bench bench-compare soak faults fuzz clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -65,6 +65,11 @@ fuzz: venv
 	$(BIN)/python tests/fuzz/fuzz_dispatch.py -max_total_time=$(FUZZ_S) fuzz-corpus/dispatch
 
 # The seeded simulation over many more seeds than CI runs (tests/sim).
+# Failovers at length: 100 back-to-back rounds (CI runs 20), and idempotent
+# appends across SIGKILLed sequencers.
+faults: venv zookeeper
+	LOGSTRAND_FAILOVER_ROUNDS=100 $(BIN)/python -m pytest -q tests/integration/test_failover.py tests/integration/test_idempotence.py
+
 soak: venv
 	$(BIN)/python -m tests.sim --seeds $(SEEDS)
 
