@@ -71,10 +71,6 @@ class Sent:
     def last_seq(self) -> int:
         return self.seq + self.count - 1
 
-    @property
-    def last_lsn(self) -> int:
-        return self.lsn + self.count - 1
-
 
 class Verdict(enum.Enum):
     NEW = "new"
@@ -135,9 +131,6 @@ class Producers:
     def update(self, entries: Iterable[tuple[int, Sent]]) -> None:
         for pid, s in entries:
             self.add(pid, s)
-
-    def forget(self, producer: int) -> None:
-        self._sent.pop(producer, None)
 
     def expire(self, now_ms: int, expiry_ms: int = EXPIRY_MS) -> list[int]:
         """Forget producers idle for ``expiry_ms``; returns them."""

@@ -15,7 +15,7 @@ import trio
 import logstrand
 from logstrand import LSN_OLDEST, Record, lsn_epoch
 from logstrand.epochstore import LogAttributes, open_epoch_store
-from logstrand.errors import ProducerError
+from logstrand.errors import DuplicateAppendError, ProducerError
 from logstrand.logsdb import LogsDB
 from logstrand.testing import LocalCluster
 
@@ -199,3 +199,24 @@ def test_an_expired_producer_gets_a_clear_error_then_appends_again(tmp_path: Pat
             lsn = client.append(1, b"d")
             got = [x.payload for x in client.read(1, LSN_OLDEST, lsn) if isinstance(x, Record)]
         assert got == [b"a", b"b", b"d"]
+
+
+def test_a_fixed_producer_id_run_again_stores_nothing_twice(tmp_path: Path) -> None:
+    """What a Spark task run again does: a second client under the same fixed
+    producer id appends the same batches from number 0.  Those the log still
+    holds get their LSNs back; older ones raise DuplicateAppendError; the
+    first new batch is stored."""
+    fixed = logstrand.ClientSettings(producer_id=(1 << 63) | 42)
+    with LocalCluster(tmp_path) as c:
+        _log(c)
+        with logstrand.connect(c.url, settings=fixed) as first:
+            lsns = [first.append_batch(1, [b"r%d" % i]) for i in range(8)]
+        with logstrand.connect(c.url, settings=fixed) as again:
+            for i in range(3):  # numbers 0..2: below the window of the last 5
+                with pytest.raises(DuplicateAppendError):
+                    again.append_batch(1, [b"r%d" % i])
+            for i in range(3, 8):
+                assert again.append_batch(1, [b"r%d" % i]) == lsns[i]
+            new = again.append_batch(1, [b"r8"])
+            got = [x.payload for x in again.read(1, LSN_OLDEST, new[0]) if isinstance(x, Record)]
+        assert got == [b"r%d" % i for i in range(9)]

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from logstrand.errors import Status
 from logstrand.packed import PackedBatch
 from logstrand.placement import CopysetSelector
-from logstrand.producers import Producers, Sent, Verdict
+from logstrand.producers import DERIVED_BIT, Producers, Sent, Verdict, derived_id
 from logstrand.sequencer import ReplyAppend, SendStore, SequencerCore
 from logstrand.sequencer._idempotence import kept
 
@@ -108,6 +108,13 @@ def test_preemption_answers_held_and_attached_appends() -> None:
     c = core(recovered=False)
     c.append(batch(1, (5, 0)), "held", 0.0, 0)
     assert {r.token: r.status for r in replies(c.preempt())} == {"held": Status.PREEMPTED}
+
+
+def test_derived_ids_are_stable_apart_and_outside_the_handed_out_range() -> None:
+    a = derived_id("query-1", 3, 17)
+    assert a == derived_id("query-1", 3, 17)
+    assert a != derived_id("query-1", 4, 17)
+    assert a & DERIVED_BIT
 
 
 def test_recovery_keeps_only_batches_that_are_in_the_log() -> None:
