@@ -74,6 +74,10 @@ EPOCH_MAX: Final = 2**32 - 1
 #: User log ids run 1..LOG_ID_MAX; the top bit marks internal logs.
 LOG_ID_INTERNAL_BIT: Final = 1 << 63
 LOG_ID_MAX: Final = LOG_ID_INTERNAL_BIT - 1
+#: The internal compacted log of consumer positions (``logstrand.groups``).
+POSITIONS_LOG_ID: Final = LOG_ID_INTERNAL_BIT | 1
+#: The internal logs that exist: clients read and append to them like any log.
+INTERNAL_LOGS: Final = frozenset({POSITIONS_LOG_ID})
 #: Nodes in one copyset, at most.
 COPYSET_SIZE_MAX: Final = 0xFF
 
@@ -90,7 +94,8 @@ def precedence(flags: int, wave: int) -> tuple[int, int]:
 
 
 def check_log_id(log_id: int, *, internal: bool = False) -> int:
-    """``log_id`` if it names a log (internal ones only with ``internal``).
+    """``log_id`` if it names a log: a user's, one of ``INTERNAL_LOGS``, or
+    with ``internal`` any id with the top bit set.
 
     Raises:
         InvalidArgumentError: not an int, zero, negative, too large, or internal.
@@ -98,7 +103,7 @@ def check_log_id(log_id: int, *, internal: bool = False) -> int:
     if type(log_id) is not int:
         raise InvalidArgumentError(f"log id must be an int, got {type(log_id).__name__}")
     top = 2**64 - 1 if internal else LOG_ID_MAX
-    if not 0 < log_id <= top:
+    if not 0 < log_id <= top and log_id not in INTERNAL_LOGS:
         raise InvalidArgumentError(f"log id {log_id} out of range 1..{top}")
     return log_id
 

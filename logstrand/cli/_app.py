@@ -22,6 +22,7 @@ from ..logsdb import LogsDB, LogsDBOptions, PutBatch, make_batch
 from ..types import format_lsn
 from ._cluster import append, dev_app, node
 from ._common import EXIT_FAILED, EXIT_USAGE, console, err_console
+from ._groups import groups_app
 from ._logs import logs_app, nodes_app
 from ._ops import compact, info, status, trim
 from ._read import find_time, read
@@ -53,6 +54,7 @@ app.command("undrain")(undrain)
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(users_app, name="users")
 app.add_typer(acl_app, name="acl")
+app.add_typer(groups_app, name="groups")
 
 
 @app.callback()

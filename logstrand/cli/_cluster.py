@@ -91,6 +91,14 @@ def node(
             "(0: only when asked, by `logstrand compact`).",
         ),
     ] = 15.0,
+    group_metrics_interval: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            help="Seconds between updates of the consumer groups' position and lag "
+            "metrics, on the node that sequences the positions log (0: none).",
+        ),
+    ] = 10.0,
     compaction_map: Annotated[
         str,
         typer.Option(help="Memory of the cleaner's offset map (24 bytes a key), e.g. 64MiB."),
@@ -167,6 +175,7 @@ def node(
 ) -> None:
     """Run one storage node (serves until SIGINT or SIGTERM)."""
     from ..compaction._cleaner import Cleaner, CleanerOptions
+    from ..groups._monitor import GroupsMonitor, MonitorOptions
     from ..logsdb import LogsDBOptions
     from ..storage import Node, NodeOptions
 
@@ -234,7 +243,7 @@ def node(
             data_dir=data_dir,
             options=options,
             logsdb_options=LogsDBOptions(partition_duration_ms=partition_ms),
-            extensions=(cleaner,),
+            extensions=(cleaner, GroupsMonitor(MonitorOptions(group_metrics_interval))),
         )
         # The receiver stays open until the node has shut down: a second
         # SIGTERM during shutdown (supervisors and impatient operators send

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ..records import LOG_ID_MAX
+from ..records import LOG_ID_MAX, POSITIONS_LOG_ID
 from ..security import check_name, hash_token, new_token, parse_log_range, parse_ops
 from ._common import JsonOption, UrlOption, console, open_store, print_json
 
@@ -22,7 +22,13 @@ users_app = typer.Typer(
 acl_app = typer.Typer(help="What each user may do, per log.", no_args_is_help=True)
 
 LogsOption = Annotated[
-    str, typer.Option("--logs", help="Logs: N, FIRST..LAST or all.", show_default=False)
+    str,
+    typer.Option(
+        "--logs",
+        help="Logs: N, FIRST..LAST, all (every log, the internal ones too) or positions "
+        "(consumer groups' positions: grant read,append on it to a consumer).",
+        show_default=False,
+    ),
 ]
 OpsOption = Annotated[
     str,
@@ -75,6 +81,8 @@ def users_list(url: UrlOption = None, as_json: JsonOption = False) -> None:
 def _logs_text(first: int, last: int) -> str:
     if (first, last) == (1, LOG_ID_MAX):
         return "all"
+    if first == last == POSITIONS_LOG_ID:
+        return "positions"
     return str(first) if first == last else f"{first}..{last}"
 
 

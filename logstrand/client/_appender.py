@@ -244,15 +244,7 @@ class Appender:
 
     def batch_end(self, payloads: Sequence[bytes | None], start: int) -> int:
         """Where the APPEND that starts at ``start`` ends (at least one record)."""
-        s = self.settings
-        end, size = start, 0
-        while end < len(payloads) and end - start < s.batch_records_max:
-            p = _size(payloads[end])
-            if end > start and size + p > s.batch_bytes_max:
-                break
-            size += p
-            end += 1
-        return end
+        return self.settings.batch_end(payloads, start)
 
     async def check(
         self, log_id: int, payloads: Sequence[bytes | None], keys: Sequence[bytes | None]

@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..epochstore import open_epoch_store
+from ..errors import InvalidArgumentError
 from ..rpc import ClusterView, Links
 from ..security import Credentials
 from ..types import LSN_OLDEST, TAIL, Gap, Record, _Tail
 from ._admin import Admin
 from ._appender import Appender
+from ._groups import Groups
 from ._reader import ReadStream, _objects
 from ._settings import ClientSettings
 
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
 
     from ..epochstore import EpochEnd, LogAttributes
+    from ..positions import GroupLag, Position
     from ..wire import LogInfoReply, NodeStatus, SeqState
     from ._admin import LogPlacement
     from ._columns import LogSegment
@@ -53,6 +56,7 @@ class AsyncClient:
         self.links = Links(view, nursery, credentials=credentials)
         self._appender = Appender(view, self.links, nursery, settings)
         self._admin = Admin(view, self.links)
+        self._groups = Groups(self._admin, self.links, self._appender)
 
     # -- appends --------------------------------------------------------------
 
@@ -89,6 +93,8 @@ class AsyncClient:
         *,
         single_copy: bool = True,
         show_compacted: bool = False,
+        group: str | None = None,
+        autocommit: bool = False,
     ) -> ReadStream:
         """Read a log in LSN order: an async iterator of ``Record`` and ``Gap``.
 
@@ -99,7 +105,29 @@ class AsyncClient:
             async with client.read(log) as reader:
                 async for item in reader:
                     ...
+
+        ``group``: start right after the group's committed LSN (at
+        ``LSN_OLDEST`` when it has none) instead of at ``start``.  With
+        ``autocommit``, everything handed out before each request for more
+        counts as processed and is committed, at most every
+        ``settings.autocommit_interval_s`` and when the reader closes.
+
+        Raises:
+            InvalidArgumentError: ``start`` together with ``group``, or
+                ``autocommit`` without one.
         """
+        cursor = None
+        if group is not None:
+            if start != LSN_OLDEST:
+                raise InvalidArgumentError("read from a start LSN or a group's position, not both")
+            cursor = self._groups.cursor(
+                group,
+                log_id,
+                autocommit=autocommit,
+                interval_s=self.settings.autocommit_interval_s,
+            )
+        elif autocommit:
+            raise InvalidArgumentError("autocommit needs a group")
         return ReadStream(
             self._admin,
             self.links,
@@ -108,6 +136,7 @@ class AsyncClient:
             until,
             single_copy=single_copy,
             show_compacted=show_compacted,
+            cursor=cursor,
         )
 
     async def read_many(
@@ -134,6 +163,51 @@ class AsyncClient:
             async with recv:
                 async for pair in recv:
                     yield pair
+
+    # -- consumer groups ----------------------------------------------------------
+
+    async def commit(self, group: str, log_id: int, lsn: int) -> int:
+        """Record that ``group`` has processed ``log_id`` up to and including
+        ``lsn`` (docs/groups.md).  Returns the LSN of the position's record
+        in the positions log.
+
+        Raises:
+            InvalidArgumentError: a bad group name or LSN.
+            NotFoundError: the log does not exist.
+        """
+        return await self._groups.commit(group, log_id, lsn)
+
+    async def committed(self, group: str, log_id: int) -> int | None:
+        """The LSN ``group`` last committed on ``log_id``; None: none."""
+        position = await self._groups.committed(group, log_id)
+        return None if position is None else position.lsn
+
+    async def group_positions(self) -> dict[str, list[Position]]:
+        """Every consumer group and its positions (one per log)."""
+        return await self._groups.positions()
+
+    async def describe_group(self, group: str) -> list[GroupLag]:
+        """The group's position, the tail and the lag on each of its logs.
+
+        Raises:
+            NotFoundError: the group has no positions.
+        """
+        return await self._groups.describe(group)
+
+    async def reset_group(
+        self, group: str, log_id: int, how: str, value: int | None = None, *, dry_run: bool = False
+    ) -> tuple[int | None, int]:
+        """Move the group's position (``how``: lsn, time, earliest, latest);
+        (committed before, committed after).  See ``Groups.reset``."""
+        return await self._groups.reset(group, log_id, how, value, dry_run=dry_run)
+
+    async def delete_group(self, group: str) -> list[int]:
+        """Remove every position of ``group``; the logs it had positions on.
+
+        Raises:
+            NotFoundError: the group has no positions.
+        """
+        return await self._groups.delete(group)
 
     # -- the log ----------------------------------------------------------------
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import trio
 
 from ..errors import AccessDeniedError, LogstrandError, Status, TransientError
+from ..positions import last_lsn_of
 from ..rebuilding import Authority
 from ..types import LSN_MAX, TAIL, Gap, GapType, Record, _Tail
 from ..wire import ReadCredit, StartRead, StopRead
@@ -46,6 +47,15 @@ def _objects(items: list[Item]) -> list[Record | Gap]:
     return out
 
 
+class ReadCursor(Protocol):
+    """A consumer group's side of a reader (``_groups.GroupCursor``)."""
+
+    async def start(self) -> int: ...
+    def delivered(self, lsn: int | None) -> None: ...
+    async def next_requested(self) -> None: ...
+    async def close(self) -> None: ...
+
+
 @attrs.define(eq=False)
 class ReadStream:
     """An async iterator over one log's records and gaps (see ``AsyncClient.read``)."""
@@ -58,6 +68,9 @@ class ReadStream:
     single_copy: bool = attrs.field(default=True, kw_only=True)
     credit: int = attrs.field(default=8192, kw_only=True)
     show_compacted: bool = attrs.field(default=False, kw_only=True)
+    #: A consumer group's cursor: the reader starts after the group's
+    #: position and reports what it hands out (``_groups.GroupCursor``).
+    cursor: ReadCursor | None = attrs.field(default=None, kw_only=True)
     stream_id: int = attrs.field(init=False, factory=lambda: next(_stream_ids))
     core: ReaderCore | None = attrs.field(init=False, default=None)
     _links: dict[int, Link] = attrs.field(init=False, factory=dict)
@@ -80,6 +93,8 @@ class ReadStream:
 
     async def _open(self) -> ReaderCore:
         admin = self.admin
+        if self.cursor is not None:
+            self.start = await self.cursor.start()
         placement = await admin.placement(self.log_id)  # the one read of the epoch store
         nodes = placement.nodes
         if self.until_arg is TAIL:
@@ -146,6 +161,14 @@ class ReadStream:
             await self._act(core)  # an unreachable node triggered a rewind
 
     async def _next_items(self) -> list[Item]:
+        items = await self._next_core_items()
+        if self.cursor is not None:
+            self.cursor.delivered(last_lsn_of(items))
+        return items
+
+    async def _next_core_items(self) -> list[Item]:
+        if self.cursor is not None:
+            await self.cursor.next_requested()
         try:
             core = self.core or await self._open()
         except AccessDeniedError:
@@ -308,6 +331,8 @@ class ReadStream:
             with contextlib.suppress(LogstrandError):
                 link.send_nowait(StopRead(self.stream_id))
         self._links.clear()
+        if self.cursor is not None:
+            await self.cursor.close()
 
     async def __aenter__(self) -> ReadStream:
         return self

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import attrs
 
 from ..errors import InvalidArgumentError
 from ..producers import WINDOW
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 @attrs.frozen
@@ -32,6 +37,9 @@ class ClientSettings:
     #: The producer id to append under (``producers.derived_id``), instead
     #: of one from the cluster: for a task that may be run again.
     producer_id: int | None = None
+    #: A reader with ``autocommit`` commits its group's position at most
+    #: this often (and when it closes).
+    autocommit_interval_s: float = 1.0
 
     def __attrs_post_init__(self) -> None:
         if self.append_timeout_s <= 0 or self.linger_ms < 0:
@@ -44,5 +52,19 @@ class ClientSettings:
             raise InvalidArgumentError(
                 f"idempotent appends keep at most {WINDOW} batches per log in flight"
             )
+        if self.autocommit_interval_s < 0:
+            raise InvalidArgumentError("autocommit_interval_s must not be negative")
         if self.producer_id is not None and not 0 < self.producer_id < 2**64:
             raise InvalidArgumentError("producer_id must be a u64 above 0")
+
+    def batch_end(self, payloads: Sequence[bytes | None], start: int) -> int:
+        """Where the APPEND that starts at ``payloads[start]`` ends: the
+        records ``append_batch`` sends in one APPEND (at least one)."""
+        end, size = start, 0
+        while end < len(payloads) and end - start < self.batch_records_max:
+            p = len(payloads[end] or b"")
+            if end > start and size + p > self.batch_bytes_max:
+                break
+            size += p
+            end += 1
+        return end

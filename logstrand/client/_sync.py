@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from ..epochstore import EpochEnd, LogAttributes
+    from ..positions import GroupLag, Position
     from ..wire import LogInfoReply, NodeStatus, SeqState
     from ._columns import LogSegment
     from ._settings import ClientSettings
@@ -128,15 +129,25 @@ class Client:
         *,
         single_copy: bool = True,
         show_compacted: bool = False,
+        group: str | None = None,
+        autocommit: bool = False,
     ) -> Iterator[Record | Gap]:
         """Read a log in LSN order: ``Record`` and ``Gap`` items (see ``AsyncClient.read``).
 
         Items cross from the client's trio thread in batches.  Close the
-        generator (or finish it) to stop the node streams.
+        generator (or finish it) to stop the node streams.  ``group`` and
+        ``autocommit``: start after the group's position and commit as you
+        go (see ``AsyncClient.read``).
         """
         client = self.async_client
         stream = client.read(
-            log_id, start, until, single_copy=single_copy, show_compacted=show_compacted
+            log_id,
+            start,
+            until,
+            single_copy=single_copy,
+            show_compacted=show_compacted,
+            group=group,
+            autocommit=autocommit,
         )
         try:
             while True:
@@ -149,11 +160,17 @@ class Client:
                 self._call(stream.aclose)
 
     def read_batches(
-        self, log_id: int, start: int = LSN_OLDEST, until: int | _Tail | None = TAIL
+        self,
+        log_id: int,
+        start: int = LSN_OLDEST,
+        until: int | _Tail | None = TAIL,
+        *,
+        group: str | None = None,
+        autocommit: bool = False,
     ) -> Iterator[list[Any]]:
         """Like ``read``, but columnar: lists of ``RecordRun`` and ``GapItem``."""
         client = self.async_client
-        stream = client.read(log_id, start, until)
+        stream = client.read(log_id, start, until, group=group, autocommit=autocommit)
         try:
             while True:
                 items = self._call(stream._next_items)
@@ -165,15 +182,22 @@ class Client:
                 self._call(stream.aclose)
 
     def read_columns(
-        self, log_id: int, start: int = LSN_OLDEST, until: int | _Tail | None = TAIL
+        self,
+        log_id: int,
+        start: int = LSN_OLDEST,
+        until: int | _Tail | None = TAIL,
+        *,
+        group: str | None = None,
+        autocommit: bool = False,
     ) -> Iterator[ColumnBatch]:
         """Read a log as columns: ``ColumnBatch`` objects (LSNs, timestamps,
         keys and payloads as lists, and the gaps met), in LSN order.
 
         Far cheaper per record than ``read`` (no object per record); what
-        bulk consumers such as the Spark data source use.
+        bulk consumers such as the Spark data source use.  ``group``,
+        ``autocommit``: as for ``read``.
         """
-        for items in self.read_batches(log_id, start, until):
+        for items in self.read_batches(log_id, start, until, group=group, autocommit=autocommit):
             yield ColumnBatch.of(log_id, items)
 
     def read_arrow(
@@ -183,14 +207,48 @@ class Client:
         until: int | _Tail | None = TAIL,
         *,
         on_gap: Callable[[Gap], None] | None = None,
+        group: str | None = None,
+        autocommit: bool = False,
     ) -> Iterator[pa.RecordBatch]:
         """Read a log as ``pyarrow.RecordBatch``es (``client.ARROW_SCHEMA``:
         log_id, lsn, epoch, esn, timestamp, key, payload), about 65,536 rows
         each.  Gaps are not rows: each one goes to ``on_gap`` as it is met.
+        ``group``, ``autocommit``: as for ``read`` (a batch counts as
+        processed when the next one is asked for).
         Needs pyarrow (``logstrand[arrow]``)."""
         from ._arrow import arrow_batches
 
-        return arrow_batches(self.read_columns(log_id, start, until), on_gap=on_gap)
+        columns = self.read_columns(log_id, start, until, group=group, autocommit=autocommit)
+        return arrow_batches(columns, on_gap=on_gap)
+
+    # -- consumer groups (see ``AsyncClient``) -------------------------------------
+
+    def commit(self, group: str, log_id: int, lsn: int) -> int:
+        """Record that ``group`` has processed ``log_id`` up to and including ``lsn``."""
+        return int(self._call(self.async_client.commit, group, log_id, lsn))
+
+    def committed(self, group: str, log_id: int) -> int | None:
+        """The LSN ``group`` last committed on ``log_id``; None: none."""
+        lsn: int | None = self._call(self.async_client.committed, group, log_id)
+        return lsn
+
+    def group_positions(self) -> dict[str, list[Position]]:
+        return dict(self._call(self.async_client.group_positions))
+
+    def describe_group(self, group: str) -> list[GroupLag]:
+        return list(self._call(self.async_client.describe_group, group))
+
+    def reset_group(
+        self, group: str, log_id: int, how: str, value: int | None = None, *, dry_run: bool = False
+    ) -> tuple[int | None, int]:
+        client = self.async_client
+        result: tuple[int | None, int] = self._call(
+            lambda: client.reset_group(group, log_id, how, value, dry_run=dry_run)
+        )
+        return result
+
+    def delete_group(self, group: str) -> list[int]:
+        return list(self._call(self.async_client.delete_group, group))
 
     def compact(self, log_id: int, *, timeout_s: float = 900.0) -> dict[str, Any]:
         """Run a compaction pass now and return its stats (see ``AsyncClient.compact``)."""

@@ -92,6 +92,10 @@ class RecordRun:
         return self._cut(self.view.lsns)
 
     @property
+    def last_lsn(self) -> int:
+        return int(self.view.lsns[self.end - 1])
+
+    @property
     def timestamps_ms(self) -> list[int]:
         return self._cut(self.view.timestamps_ms)
 

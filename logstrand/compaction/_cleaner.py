@@ -27,6 +27,7 @@ import attrs
 import numpy as np
 import trio
 
+from ..client._lazy import LazyClient
 from ..errors import LogstrandError, Status
 from ..types import TAIL
 from ..wire import CleanPoint, Compact, CompactReply, DropCopies, DropReply
@@ -101,8 +102,7 @@ class Cleaner:
     def __init__(self, options: CleanerOptions | None = None) -> None:
         self.options = options or CleanerOptions()
         self._locks: dict[int, trio.Lock] = {}
-        self._client: AsyncClient | None = None
-        self._client_lock = trio.Lock()
+        self._client: LazyClient | None = None
         self._host: CleanerHost | None = None
         self._nursery: trio.Nursery | None = None
 
@@ -120,6 +120,7 @@ class Cleaner:
     ) -> None:
         """Answer COMPACT, and clean in the background, until cancelled."""
         self._host = host
+        self._client = LazyClient(host.url, host.credentials)
         host.register(Compact, self._handle_compact)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
@@ -139,20 +140,9 @@ class Cleaner:
 
     async def client(self) -> AsyncClient:
         """The client the cleaner reads with (opened on first use)."""
-        async with self._client_lock:
-            if self._client is None:
-                assert self._nursery is not None
-                await self._nursery.start(self._run_client)
         assert self._client is not None
-        return self._client
-
-    async def _run_client(self, task_status: trio.TaskStatus[None]) -> None:
-        from ..client import open_client
-
-        async with open_client(self.host.url, credentials=self.host.credentials) as client:
-            self._client = client
-            task_status.started()
-            await trio.sleep_forever()
+        assert self._nursery is not None
+        return await self._client.get(self._nursery)
 
     # -- choosing and running passes -------------------------------------------
 

@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 
 from ..errors import InvalidArgumentError
-from ..records import LOG_ID_MAX
+from ..records import INTERNAL_LOGS, LOG_ID_MAX
 
 #: Failure-domain scopes, narrowest first.  A location is "region.dc.rack".
 SCOPES = ("node", "rack", "dc", "region")
@@ -177,7 +177,8 @@ class LogRange:
     def __attrs_post_init__(self) -> None:
         if not (type(self.first) is int and type(self.last) is int):
             _fail("log range ends must be integers")
-        if not 1 <= self.first <= self.last <= LOG_ID_MAX:
+        internal = self.first == self.last and self.first in INTERNAL_LOGS
+        if not 1 <= self.first <= self.last <= LOG_ID_MAX and not internal:
             _fail(f"bad log range {self.first}..{self.last}: 1 <= first <= last < 2^63")
 
     def __contains__(self, log_id: object) -> bool:

@@ -25,7 +25,7 @@ from typing import Any
 import attrs
 
 from ..errors import InvalidArgumentError
-from ..records import LOG_ID_MAX
+from ..records import INTERNAL_LOGS, LOG_ID_MAX, POSITIONS_LOG_ID
 from ..wire import (
     Amend,
     Append,
@@ -90,7 +90,10 @@ class Grant:
     def covers(self, op: str, log_id: int | None) -> bool:
         if op not in self.ops:
             return False
-        return log_id is None or self.first <= log_id <= self.last
+        if log_id is None or self.first <= log_id <= self.last:
+            return True
+        # "all" (every user log) covers the internal logs too.
+        return log_id in INTERNAL_LOGS and (self.first, self.last) == (1, LOG_ID_MAX)
 
     def to_json(self) -> dict[str, Any]:
         return {"user": self.user, "first": self.first, "last": self.last, "ops": sorted(self.ops)}
@@ -194,16 +197,21 @@ def parse_ops(text: str) -> frozenset[str]:
 
 
 def parse_log_range(text: str) -> tuple[int, int]:
-    """``5``, ``1..100`` or ``all`` → (first, last)."""
+    """``5``, ``1..100``, ``all`` (every log, the internal ones too) or
+    ``positions`` (the internal log of consumer positions) → (first, last)."""
     text = text.strip()
     if text == "all":
         return 1, LOG_ID_MAX
+    if text == "positions":
+        return POSITIONS_LOG_ID, POSITIONS_LOG_ID
     first_s, sep, last_s = text.partition("..")
     try:
         first = int(first_s)
         last = int(last_s) if sep else first
     except ValueError:
-        raise InvalidArgumentError(f"bad log range {text!r}: use N, FIRST..LAST or all") from None
+        raise InvalidArgumentError(
+            f"bad log range {text!r}: use N, FIRST..LAST, all or positions"
+        ) from None
     if not 1 <= first <= last <= LOG_ID_MAX:
         raise InvalidArgumentError(f"bad log range {text!r}: need 1 <= FIRST <= LAST")
     return first, last

@@ -19,9 +19,9 @@ from ._source import (
     LogstrandDataSource,
     LogstrandReader,
     LogstrandStreamReader,
-    LogstrandWriter,
     LsnRange,
 )
+from ._writer import LogstrandStreamWriter, LogstrandWriter
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -38,6 +38,7 @@ __all__ = [
     "LogstrandDataSource",
     "LogstrandReader",
     "LogstrandStreamReader",
+    "LogstrandStreamWriter",
     "LogstrandWriter",
     "LsnRange",
     "register",

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..errors import InvalidArgumentError
+from ..positions import check_group
 from ..records import check_log_id
 from ..security import Credentials
 from ..types import parse_lsn
@@ -175,6 +176,10 @@ class ReadOptions:
     max_records_per_partition: int = 1_000_000
     fail_on_data_loss: bool = True
     max_records_per_trigger: int | None = None
+    #: A consumer group the stream commits its position to at the end of
+    #: each micro-batch (for lag and operators; the query's checkpoint, not
+    #: the group, decides where it reads from, as with Spark's Kafka source).
+    group: str | None = None
     auth: Auth = NO_AUTH
 
     @classmethod
@@ -207,6 +212,11 @@ class ReadOptions:
             raise InvalidArgumentError("give startingLSN or startingTimestamp, not both")
         if ts["endingTimestamp"] is not None and ending_text is not None:
             raise InvalidArgumentError("give endingLSN or endingTimestamp, not both")
+        group = _get(options, "group")
+        if group is not None:
+            if not streaming:
+                raise InvalidArgumentError("group is for streams (a batch query has no position)")
+            check_group(group)
         mpt = _get(options, "maxRecordsPerTrigger")
         if mpt is not None and not streaming:
             raise InvalidArgumentError("maxRecordsPerTrigger is for streams")
@@ -223,6 +233,7 @@ class ReadOptions:
             ),
             fail_on_data_loss=_bool(_get(options, "failOnDataLoss") or "true", "failOnDataLoss"),
             max_records_per_trigger=None if mpt is None else _int(mpt, "maxRecordsPerTrigger", 1),
+            group=group,
             auth=Auth.parse(options),
         )
 
@@ -232,6 +243,10 @@ class WriteOptions:
     url: str
     log: int | None
     auth: Auth = NO_AUTH
+    #: Names the write for its producer ids (``producers.derived_id``): a
+    #: write run again under the same id, on the same rows, appends nothing
+    #: twice.  None: a new id per write, so only task retries are covered.
+    write_id: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -245,4 +260,7 @@ class WriteOptions:
                 log = check_log_id(int(log_text))
             except ValueError:
                 raise InvalidArgumentError(f"log: {log_text!r} is not a log id") from None
-        return cls(url, log, Auth.parse(options))
+        write_id = _get(options, "writeId")
+        if write_id is not None and not write_id.strip():
+            raise InvalidArgumentError("writeId: must not be empty")
+        return cls(url, log, Auth.parse(options), write_id)

@@ -11,16 +11,15 @@ own blocking client (the executors must reach the epoch store URL).
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
     DataSource,
-    DataSourceArrowWriter,
     DataSourceReader,
     DataSourceStreamReader,
     InputPartition,
-    WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -41,8 +40,8 @@ from ..client import connect
 from ..errors import InvalidArgumentError, LogstrandError
 from ..types import LSN_OLDEST, Gap, GapType, format_lsn, lsn_epoch
 from . import _plan
-from ._arrow import rows_for_append
 from ._options import LATEST, NO_AUTH, Auth, ReadOptions, WriteOptions
+from ._writer import LogstrandStreamWriter, LogstrandWriter
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, MutableMapping, Sequence
@@ -66,8 +65,6 @@ LOG_SCHEMA = StructType(
     ]
 )
 
-#: Appends per ``append_batch`` call of a write task.
-WRITE_CHUNK = 10_000
 
 _LOSS = (GapType.DATALOSS, GapType.TRIM, GapType.CHECKSUM_FAIL)
 
@@ -228,6 +225,7 @@ class LogstrandStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.opts = opts
         self._client: Client | None = None
         self._frozen: dict[int, int] | None = None
+        self._committed: dict[int, int] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark pickles the reader for the executors: the driver's client (a
@@ -243,6 +241,8 @@ class LogstrandStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return self._client
 
     def initialOffset(self) -> dict[str, int]:
+        # Not the group's position: Spark asks for this again to run batch 0
+        # once more after a failure, and it must give the same answer then.
         c = self.client
         return {str(log): start_of(c, self.opts, log, c.tail_lsn(log)) for log in self.opts.logs}
 
@@ -260,6 +260,7 @@ class LogstrandStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return {log: self.client.tail_lsn(log) + 1 for log in self.opts.logs}
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        self._commit_group(start)
         starts = {log: int(start.get(str(log), LSN_OLDEST)) for log in self.opts.logs}
         ends = {log: max(starts[log], e) for log, e in self._ends().items()}
         if not isinstance(limit, ReadMaxRows):
@@ -297,55 +298,36 @@ class LogstrandStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return _read(partition)
 
     def commit(self, end: dict[str, int]) -> None:
-        pass  # the log keeps everything; trimming is the operator's call
+        # The log keeps everything; trimming is the operator's call.
+        self._commit_group(end)
+
+    def _commit_group(self, done: dict[str, int]) -> None:
+        """Every micro-batch up to ``done`` is processed: commit that to the
+        group, if any, so that ``logstrand groups describe`` shows the query's
+        lag.  Spark calls ``commit`` for a batch only when it plans the one
+        after, so ``latestOffset`` commits its ``start`` too: Spark asks for it
+        once the batch before has finished (also after the last batch of an
+        ``availableNow`` query, to see whether more came)."""
+        group = self.opts.group
+        if group is None:
+            return
+        for log in self.opts.logs:
+            lsn = int(done.get(str(log), LSN_OLDEST)) - 1
+            if lsn < LSN_OLDEST or self._committed.get(log) == lsn:
+                continue
+            try:
+                self.client.commit(group, log, lsn)
+            except LogstrandError as exc:
+                # The checkpoint is what the query restarts from; the group's
+                # position is for operators and catches up at the next batch.
+                _log.warning("group %s log %d: commit failed: %s", group, log, exc)
+                continue
+            self._committed[log] = lsn
 
     def stop(self) -> None:
         if self._client is not None:
             self._client.close()
             self._client = None
-
-
-# -- writing ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Appended(WriterCommitMessage):
-    """What one write task appended: per log, (records, first LSN, last LSN)."""
-
-    logs: dict[int, tuple[int, int, int]]
-
-
-class LogstrandWriter(DataSourceArrowWriter):
-    """Appends every row; each append is durable (R copies) before the task
-    reports, so a retried task appends again: at-least-once, like Kafka's sink."""
-
-    def __init__(self, opts: WriteOptions) -> None:
-        self.opts = opts
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> Appended:
-        done: dict[int, tuple[int, int, int]] = {}
-        with connect(self.opts.url, credentials=self.opts.auth.credentials()) as client:
-            for batch in iterator:
-                for log, (payloads, keys) in rows_for_append(batch, self.opts.log).items():
-                    for i in range(0, len(payloads), WRITE_CHUNK):
-                        chunk_keys = None if keys is None else keys[i : i + WRITE_CHUNK]
-                        lsns = client.append_batch(
-                            log, payloads[i : i + WRITE_CHUNK], keys=chunk_keys
-                        )
-                        if not lsns:
-                            continue
-                        n, first, _ = done.get(log, (0, lsns[0], 0))
-                        done[log] = (n + len(lsns), first, lsns[-1])
-        return Appended(done)
-
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        total = sum(n for m in messages if isinstance(m, Appended) for n, _, _ in m.logs.values())
-        _log.info("appended %d records", total)
-
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        # What was appended stays appended (at-least-once); say how much.
-        total = sum(n for m in messages if isinstance(m, Appended) for n, _, _ in m.logs.values())
-        _log.warning("write aborted after %d records were appended (they stay)", total)
 
 
 # -- the source ------------------------------------------------------------------------
@@ -373,4 +355,12 @@ class LogstrandDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> LogstrandWriter:
         if overwrite:
             raise InvalidArgumentError("a log is append-only: use mode('append')")
-        return LogstrandWriter(WriteOptions.parse(self.options))
+        opts = WriteOptions.parse(self.options)
+        # Made here, on the driver, once per write: every task and every
+        # retry of it appends under ids derived from it.
+        return LogstrandWriter(opts, opts.write_id or uuid.uuid4().hex)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> LogstrandStreamWriter:
+        if overwrite:
+            raise InvalidArgumentError("a log is append-only: use outputMode('append')")
+        return LogstrandStreamWriter(WriteOptions.parse(self.options))

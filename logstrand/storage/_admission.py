@@ -34,7 +34,7 @@ from typing import Any, Protocol
 import attrs
 
 from ..errors import Status
-from ..records import LOG_ID_MAX
+from ..records import INTERNAL_LOGS, LOG_ID_MAX
 from ..wire import (
     Amend,
     CleanPoint,
@@ -86,7 +86,7 @@ def check(msg: Any, facts: Facts) -> Refusal | None:
     log_id = getattr(msg, "log_id", None)
     if log_id is None:
         return None
-    if not 1 <= log_id <= LOG_ID_MAX:
+    if not 1 <= log_id <= LOG_ID_MAX and log_id not in INTERNAL_LOGS:
         return Refusal(Status.INVALID_PARAM, f"{log_id} is not a log id")
     if not facts.log_known(log_id):
         return Refusal(Status.NOTFOUND, f"log {log_id} is not in the configuration", "config")

@@ -38,7 +38,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])
     )
     session = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master("local[2,2]")  # a failed task runs once more
         .appName("logstrand-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

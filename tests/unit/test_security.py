@@ -71,6 +71,21 @@ def test_grants_cover_ops_per_log_range() -> None:
     assert refusal(bob, grants, StartRead(1, 1, 3, 1, 10, 100, False, ())) is not None
 
 
+def test_the_positions_log_needs_its_own_grant_or_all() -> None:
+    from logstrand.records import POSITIONS_LOG_ID
+    from logstrand.security._model import parse_log_range
+
+    commit = Append(1, POSITIONS_LOG_ID, APPEND)
+    ann, ops = user_principal("ann"), frozenset({"read", "append"})
+    below_the_top_bit = (Grant("ann", 1, 2**62, ops),)
+    assert refusal(ann, below_the_top_bit, commit) is not None
+    named = (Grant("ann", *parse_log_range("positions"), ops),)
+    assert refusal(ann, named, commit) is None
+    assert refusal(ann, named, Append(1, 5, APPEND)) is not None
+    everything = (Grant("ann", *parse_log_range("all"), ops),)
+    assert refusal(ann, everything, commit) is None
+
+
 def test_node_messages_only_from_nodes() -> None:
     grants = (Grant("ann", 1, LOG_ID_MAX, frozenset({"read", "append", "trim", "admin"})),)
     ann = user_principal("ann")

@@ -67,6 +67,8 @@ def test_read_options_positions() -> None:
         ({"url": "u", "logs": "1", "minPartitions": "0"}, False, "minPartitions"),
         ({"url": "u", "logs": "1", "failOnDataLoss": "maybe"}, False, "failOnDataLoss"),
         ({"url": "u", "logs": "1", "maxRecordsPerTrigger": "5"}, False, "streams"),
+        ({"url": "u", "logs": "1", "group": "g"}, False, "group is for streams"),
+        ({"url": "u", "logs": "1", "group": "no spaces"}, True, "bad group name"),
         (
             {"url": "u", "logs": "1", "startingLSN": "earliest", "startingTimestamp": "5"},
             False,
@@ -84,6 +86,10 @@ def test_write_options() -> None:
     assert WriteOptions.parse({"url": "u"}).log is None
     with pytest.raises(InvalidArgumentError, match="log"):
         WriteOptions.parse({"url": "u", "log": "five"})
+    assert WriteOptions.parse({"url": "u", "writeId": "nightly-2026-11-23"}).write_id
+    with pytest.raises(InvalidArgumentError, match="writeId"):
+        WriteOptions.parse({"url": "u", "writeId": " "})
+    assert ReadOptions.parse({"url": "u", "logs": "1", "group": "g"}, streaming=True).group == "g"
 
 
 # -- planning ---------------------------------------------------------------------------

@@ -1,0 +1,277 @@
+"""Consumer groups in the client: positions committed to, and read back
+from, the internal positions log (``logstrand.positions`` says how it is laid out).
+
+``Groups`` keeps a ``PositionTable`` of that log and brings it up to the
+log's tail before it answers; ``GroupCursor`` is what a reader opened with
+``group=`` uses to find where to start and to commit as it goes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+
+from ..epochstore import LogAttributes
+from ..errors import ExistsError, InvalidArgumentError, LogstrandError, NotFoundError, Status
+from ..positions import (
+    GroupLag,
+    Position,
+    PositionTable,
+    check_group,
+    encode_key,
+    encode_value,
+    epochs_to_walk,
+    lag_of,
+    reset_target,
+)
+from ..records import POSITIONS_LOG_ID, check_log_id
+from ..types import LSN_MAX, LSN_OLDEST, Record
+from ..wire import LogInfo
+from ._reader import ReadStream
+
+if TYPE_CHECKING:
+    from ..epochstore import EpochEnd, EpochStore
+    from ..rpc import Links
+    from ._admin import Admin
+    from ._appender import Appender
+
+_log = logging.getLogger("logstrand.client")
+#: The positions log keeps up to this many copies (fewer with fewer nodes).
+POSITIONS_REPLICATION_MAX = 3
+#: A reader looks this many batches past a group's position for the first
+#: record, to tell how old it is (gaps come first after a trim).
+FIRST_UNREAD_BATCHES_MAX = 4
+#: How long a client that created the positions log waits for the nodes to know it.
+LOG_KNOWN_WAIT_S = 10.0
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _create_positions_log(store: EpochStore) -> None:
+    """Create the positions log (compacted, replicated to up to three nodes);
+    nothing when another client did first."""
+    storage = [n for n in store.nodes().values() if "storage" in n.roles]
+    replication = max(1, min(POSITIONS_REPLICATION_MAX, len(storage)))
+    attributes = LogAttributes(replication_factor=replication, cleanup_policy="compact")
+    with contextlib.suppress(ExistsError):
+        store.create_logs(POSITIONS_LOG_ID, POSITIONS_LOG_ID, attributes)
+
+
+class Groups:
+    """The client's part of consumer groups (see the module docstring)."""
+
+    def __init__(self, admin: Admin, links: Links, appender: Appender) -> None:
+        self.admin = admin
+        self.links = links
+        self.appender = appender
+        self.table = PositionTable()
+        self._refreshing = trio.Lock()
+
+    # -- the positions log ------------------------------------------------------
+
+    async def ensure_log(self) -> None:
+        """Create the positions log on first use."""
+        view = self.admin.view
+        if view.log_attributes(POSITIONS_LOG_ID) is not None:
+            return
+        await view.refresh()
+        if view.log_attributes(POSITIONS_LOG_ID) is None:
+            await view.astore.run(_create_positions_log)
+            await view.refresh()
+            await self._known_to_nodes()
+
+    async def _known_to_nodes(self) -> None:
+        """Wait (bounded) until the nodes have read the new log's configuration:
+        a node reads it again at most every 0.2 s when asked of a log it lacks."""
+        with trio.move_on_after(LOG_KNOWN_WAIT_S):
+            while True:
+                replies = await self.admin.ask_nodes(
+                    POSITIONS_LOG_ID, lambda rid: LogInfo(rid, POSITIONS_LOG_ID), timeout_s=2.0
+                )
+                if replies and all(r.status == Status.OK for r in replies.values()):
+                    return
+                await trio.sleep(0.1)
+
+    async def refresh(self) -> PositionTable:
+        """Bring the table up to the positions log's tail (one reader at a time)."""
+        await self.ensure_log()
+        async with self._refreshing:
+            table = self.table
+            tail = await self.admin.tail_lsn(POSITIONS_LOG_ID)
+            if tail <= table.read_through:
+                return table
+            async with ReadStream(
+                self.admin, self.links, POSITIONS_LOG_ID, table.read_through + 1, tail
+            ) as reader:
+                while items := await reader.next_objects():
+                    for item in items:
+                        if isinstance(item, Record):
+                            table.apply(item.lsn, item.key, item.payload)
+                        else:
+                            table.advance(item.hi)
+            table.advance(tail)
+            return table
+
+    # -- positions -----------------------------------------------------------------
+
+    async def commit(self, group: str, log_id: int, lsn: int) -> int:
+        """Record that ``group`` has processed ``log_id`` up to and including
+        ``lsn``; returns the LSN of the record in the positions log."""
+        key = encode_key(group, log_id)
+        value = encode_value(lsn, _now_ms())
+        await self.admin.log_attributes(log_id)  # NotFoundError for no such log
+        await self.ensure_log()
+        return await self.appender.append(POSITIONS_LOG_ID, value, key)
+
+    async def committed(self, group: str, log_id: int) -> Position | None:
+        check_group(group)
+        check_log_id(log_id)
+        return (await self.refresh()).get(group, log_id)
+
+    async def positions(self) -> dict[str, list[Position]]:
+        """Every group and its positions."""
+        return (await self.refresh()).groups()
+
+    async def of_group(self, group: str) -> list[Position]:
+        check_group(group)
+        return (await self.refresh()).of_group(group)
+
+    async def delete(self, group: str) -> list[int]:
+        """Remove every position of ``group`` (tombstones); the logs it had."""
+        positions = await self.of_group(group)
+        if not positions:
+            raise NotFoundError(f"group {group!r} has no positions")
+        keys = [encode_key(group, p.log_id) for p in positions]
+        await self.appender.append_batch(POSITIONS_LOG_ID, [None] * len(keys), keys)
+        return [p.log_id for p in positions]
+
+    # -- lag ---------------------------------------------------------------------------
+
+    async def lag(self, group: str, log_id: int, position: Position | None) -> GroupLag:
+        """How far ``group`` is behind on ``log_id`` (``positions.GroupLag``)."""
+        admin = self.admin
+        tail = await admin.tail_lsn(log_id)
+        after = position.lsn if position is not None else 0
+        ends: dict[int, EpochEnd | None] = {}
+        if tail > after and tail >> 32 != after >> 32:
+            for epoch in epochs_to_walk(after, tail):
+                ends[epoch] = await admin.epoch_end(log_id, epoch)
+        first_ms = await self._first_unread_ms(log_id, after, tail)
+        return lag_of(position, tail, ends, first_ms, _now_ms(), group=group, log_id=log_id)
+
+    async def _first_unread_ms(self, log_id: int, after: int, tail: int) -> int | None:
+        if tail <= after:
+            return None
+        async with ReadStream(self.admin, self.links, log_id, after + 1, tail) as reader:
+            for _ in range(FIRST_UNREAD_BATCHES_MAX):
+                items = await reader.next_objects()
+                if not items:
+                    return None
+                for item in items:
+                    if isinstance(item, Record):
+                        return item.timestamp
+        return None
+
+    async def describe(self, group: str) -> list[GroupLag]:
+        """The group's lag on each log it has a position on."""
+        positions = await self.of_group(group)
+        if not positions:
+            raise NotFoundError(f"group {group!r} has no positions")
+        return [await self.lag(group, p.log_id, p) for p in positions]
+
+    async def reset(
+        self, group: str, log_id: int, how: str, value: int | None, *, dry_run: bool
+    ) -> tuple[int | None, int]:
+        """Move ``group``'s position on ``log_id``: ``how`` is ``lsn`` (the
+        next read starts at ``value``), ``time`` (at the first record at or
+        after ``value`` ms), ``earliest`` or ``latest``.  Returns the committed
+        LSN before (None: none) and after; ``dry_run`` changes nothing."""
+        check_group(group)
+        await self.admin.log_attributes(log_id)
+        before = await self.committed(group, log_id)
+        if how == "time":
+            if value is None:
+                raise InvalidArgumentError("a reset to a time needs the time")
+            target = reset_target(how, found=await self.admin.find_time(log_id, value))
+        elif how == "latest":
+            target = reset_target(how, tail=await self.admin.tail_lsn(log_id))
+        elif how in ("lsn", "earliest"):
+            target = reset_target(how, lsn=value)
+        else:
+            raise InvalidArgumentError(f"unknown reset {how!r}")
+        if not dry_run:
+            await self.commit(group, log_id, target)
+        return (None if before is None else before.lsn), target
+
+    def cursor(
+        self, group: str, log_id: int, *, autocommit: bool, interval_s: float
+    ) -> GroupCursor:
+        check_group(group)
+        return GroupCursor(self, group, log_id, autocommit=autocommit, interval_s=interval_s)
+
+
+@attrs.define(eq=False)
+class GroupCursor:
+    """A reader's link to its group: where to start, and commits as it goes.
+
+    The reader says what each batch it hands out ends at (``delivered``);
+    when it is asked for the next batch, the one before counts as processed
+    (as Kafka's consumer commits, on the next poll, what the last one
+    returned).  With ``autocommit`` it commits the processed LSN at most
+    every ``interval_s``, and once more when it is closed.
+    """
+
+    groups: Groups
+    group: str
+    log_id: int
+    autocommit: bool = attrs.field(kw_only=True)
+    interval_s: float = attrs.field(kw_only=True)
+    committed: int | None = attrs.field(init=False, default=None)
+    _delivered: int | None = attrs.field(init=False, default=None)
+    _processed: int | None = attrs.field(init=False, default=None)
+    _last_commit: float = attrs.field(init=False, default=float("-inf"))
+
+    async def start(self) -> int:
+        position = await self.groups.committed(self.group, self.log_id)
+        if position is None:
+            return LSN_OLDEST
+        self.committed = position.lsn
+        return min(position.lsn + 1, LSN_MAX)
+
+    def delivered(self, lsn: int | None) -> None:
+        if lsn is not None:
+            self._delivered = lsn
+
+    async def next_requested(self) -> None:
+        """The reader was asked for more: what it handed out before is processed."""
+        self._processed = self._delivered
+        if self.autocommit and trio.current_time() - self._last_commit >= self.interval_s:
+            await self._commit()
+
+    async def close(self) -> None:
+        if self.autocommit:
+            with trio.CancelScope(shield=True, deadline=trio.current_time() + 5.0):
+                await self._commit()
+
+    async def _commit(self) -> None:
+        lsn = self._processed
+        if lsn is None or lsn == self.committed:
+            return
+        self._last_commit = trio.current_time()
+        try:
+            await self.groups.commit(self.group, self.log_id, lsn)
+        except LogstrandError as exc:
+            # At least once: the next commit (or the next reader) covers it.
+            _log.warning("group %s log %d: commit failed: %s", self.group, self.log_id, exc)
+            return
+        self.committed = lsn
+
+
+__all__ = ["GroupCursor", "Groups"]

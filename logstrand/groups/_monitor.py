@@ -1,0 +1,118 @@
+"""Consumer groups' positions and lag as metrics, from the node that
+sequences the positions log.
+
+A node extension (``logstrand node`` adds it).  Every ``interval_s`` it
+looks whether this node runs the positions log's sequencer; if so it reads
+the positions (through a client, as any consumer would) and sets, per group
+and log, the committed LSN and the lag in records and in seconds.  Any other
+node exports none, so a cluster's scrape has each figure once.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Protocol
+
+import attrs
+import trio
+from prometheus_client import Gauge
+
+from ..client._lazy import LazyClient
+from ..errors import LogstrandError
+from ..records import POSITIONS_LOG_ID
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from ..security import Credentials
+
+_log = logging.getLogger("logstrand.groups")
+
+
+class _Metrics(Protocol):
+    @property
+    def registry(self) -> CollectorRegistry: ...
+
+
+class MonitorHost(Protocol):
+    """What the monitor needs of its node."""
+
+    @property
+    def url(self) -> str: ...
+    @property
+    def node_id(self) -> int: ...
+    @property
+    def credentials(self) -> Credentials | None: ...
+    @property
+    def metrics(self) -> _Metrics: ...
+    def sequenced_logs(self) -> list[int]: ...
+
+
+@attrs.frozen
+class MonitorOptions:
+    #: How often the figures are brought up to date (0: never).
+    interval_s: float = 10.0
+    #: (group, log) pairs exported at most, the first in name order.
+    pairs_max: int = 1000
+
+
+class GroupsMonitor:
+    """See the module docstring."""
+
+    def __init__(self, options: MonitorOptions | None = None) -> None:
+        self.options = options or MonitorOptions()
+        self._labels: set[tuple[str, str]] = set()
+
+    async def run(
+        self, host: MonitorHost, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        r = host.metrics.registry
+        names = ["group", "log"]
+        self.committed = Gauge(
+            "logstrand_group_committed_lsn", "A group's committed LSN on a log", names, registry=r
+        )
+        self.lag_records = Gauge(
+            "logstrand_group_lag_records",
+            "Records above a group's committed LSN on a log (an estimate)",
+            names,
+            registry=r,
+        )
+        self.lag_seconds = Gauge(
+            "logstrand_group_lag_seconds",
+            "Age of the first record above a group's committed LSN on a log",
+            names,
+            registry=r,
+        )
+        client = LazyClient(host.url, host.credentials)
+        async with trio.open_nursery() as nursery:
+            task_status.started()
+            while self.options.interval_s > 0:
+                await trio.sleep(self.options.interval_s)
+                try:
+                    await self.update(host, client, nursery)
+                except LogstrandError as exc:
+                    _log.warning("node %d: group metrics: %s", host.node_id, exc)
+                except Exception:
+                    # A bug here must not take the node down: say so, go on.
+                    _log.exception("node %d: group metrics failed", host.node_id)
+            await trio.sleep_forever()
+
+    async def update(self, host: MonitorHost, lazy: LazyClient, nursery: trio.Nursery) -> None:
+        """Set the figures now (or clear them when this node does not
+        sequence the positions log)."""
+        seen: set[tuple[str, str]] = set()
+        if POSITIONS_LOG_ID in host.sequenced_logs():
+            client = await lazy.get(nursery)
+            for group in await client.group_positions():
+                if len(seen) >= self.options.pairs_max:
+                    break
+                for lag in await client.describe_group(group):
+                    labels = (group, str(lag.log_id))
+                    self.committed.labels(*labels).set(lag.committed or 0)
+                    self.lag_records.labels(*labels).set(lag.lag_records)
+                    self.lag_seconds.labels(*labels).set(lag.lag_ms / 1000)
+                    seen.add(labels)
+        for labels in self._labels - seen:
+            for gauge in (self.committed, self.lag_records, self.lag_seconds):
+                gauge.remove(*labels)
+        self._labels = seen

@@ -1,0 +1,268 @@
+"""Consumer positions: what a group has processed, per log.  Pure, no I/O.
+
+A position says that group ``g`` has processed log ``L`` up to and including
+LSN ``lsn``.  Positions are records of one internal compacted log
+(``records.POSITIONS_LOG_ID``), keyed by (group, log): the latest record of a
+key is the position, a tombstone removes it, and compaction keeps the log as
+small as the number of keys.  Reading that log from its start, in LSN order,
+and applying each record to a ``PositionTable`` gives every position.
+
+Kafka keeps committed offsets the same way (its ``__consumer_offsets`` topic,
+keyed by group, topic and partition); here any client reads the log itself
+instead of asking a group coordinator.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from typing import TYPE_CHECKING, Final
+
+import attrs
+
+from .errors import InvalidArgumentError
+from .records import ESN_MAX as ESN_MASK
+from .records import LOG_ID_MAX, POSITIONS_LOG_ID, check_log_id
+from .types import LSN_MAX
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from .epochstore._model import EpochEnd
+
+__all__ = [
+    "POSITIONS_LOG_ID",
+    "GroupLag",
+    "Position",
+    "PositionTable",
+    "check_group",
+    "decode_key",
+    "decode_value",
+    "encode_key",
+    "encode_value",
+    "records_between",
+]
+
+GROUP_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}")
+_LOG = struct.Struct(">Q")
+#: A position's value: format version, the LSN, when it was committed (ms).
+_VALUE = struct.Struct("<BQQ")
+_VERSION: Final = 1
+#: Epochs that ``records_between`` walks at most (each is an epoch store read).
+EPOCHS_WALKED_MAX: Final = 1000
+
+
+def check_group(group: object) -> str:
+    """``group`` if it names a consumer group.
+
+    Raises:
+        InvalidArgumentError: not 1-128 of letters, digits and ``_.@:-``.
+    """
+    if not isinstance(group, str) or not GROUP_RE.fullmatch(group):
+        raise InvalidArgumentError(
+            f"bad group name {group!r}: 1-128 of letters, digits and _.@:- (not first)"
+        )
+    return group
+
+
+def encode_key(group: str, log_id: int) -> bytes:
+    """The key of (group, log) in the positions log: the group's name, a zero
+    byte, the log id big-endian (so one group's keys sort together)."""
+    check_group(group)
+    check_log_id(log_id)
+    return group.encode() + b"\x00" + _LOG.pack(log_id)
+
+
+def decode_key(key: bytes) -> tuple[str, int] | None:
+    """(group, log) of a key, or None for a key that is not a position's."""
+    cut = len(key) - _LOG.size
+    if cut < 2 or key[cut - 1] != 0:
+        return None
+    name, log = key[: cut - 1], key[cut:]
+    try:
+        group = name.decode()
+    except UnicodeDecodeError:
+        return None
+    (log_id,) = _LOG.unpack(log)
+    if not GROUP_RE.fullmatch(group) or not 1 <= log_id <= LOG_ID_MAX:
+        return None
+    return group, log_id
+
+
+@attrs.frozen
+class Position:
+    """Group ``group`` has processed log ``log_id`` up to and including ``lsn``
+    (0: nothing yet, after a reset to the earliest record)."""
+
+    group: str
+    log_id: int
+    lsn: int
+    committed_ms: int
+    #: The LSN of the record in the positions log that holds it.
+    record_lsn: int = 0
+
+
+def encode_value(lsn: int, committed_ms: int) -> bytes:
+    if type(lsn) is not int or not 0 <= lsn <= LSN_MAX:
+        raise InvalidArgumentError(f"bad LSN {lsn!r} for a position")
+    return _VALUE.pack(_VERSION, lsn, max(0, committed_ms))
+
+
+def decode_value(payload: bytes) -> tuple[int, int] | None:
+    """(lsn, committed_ms), or None for a value this version cannot read."""
+    if len(payload) != _VALUE.size or payload[0] != _VERSION:
+        return None
+    _, lsn, committed_ms = _VALUE.unpack(payload)
+    return lsn, committed_ms
+
+
+class PositionTable:
+    """Every (group, log) position, built by applying the positions log in LSN
+    order.  ``read_through`` is the last LSN of that log applied."""
+
+    def __init__(self) -> None:
+        self.positions: dict[tuple[str, int], Position] = {}
+        self.read_through = 0
+        #: Records that were not positions (written by something else): skipped.
+        self.skipped = 0
+
+    def apply(self, lsn: int, key: bytes | None, payload: bytes | None) -> None:
+        """Apply one record of the positions log (tombstone: ``payload`` None)."""
+        self.read_through = max(self.read_through, lsn)
+        decoded = decode_key(key) if key is not None else None
+        if decoded is None:
+            self.skipped += 1
+            return
+        if payload is None:
+            self.positions.pop(decoded, None)
+            return
+        value = decode_value(payload)
+        if value is None:
+            self.skipped += 1
+            return
+        group, log_id = decoded
+        self.positions[decoded] = Position(group, log_id, value[0], value[1], lsn)
+
+    def advance(self, lsn: int) -> None:
+        """Nothing else to apply up to ``lsn`` (a gap, or the tail)."""
+        self.read_through = max(self.read_through, lsn)
+
+    def get(self, group: str, log_id: int) -> Position | None:
+        return self.positions.get((group, log_id))
+
+    def groups(self) -> dict[str, list[Position]]:
+        """Every group with its positions, both sorted."""
+        out: dict[str, list[Position]] = {}
+        for (group, _), position in sorted(self.positions.items()):
+            out.setdefault(group, []).append(position)
+        return out
+
+    def of_group(self, group: str) -> list[Position]:
+        return [p for (g, _), p in sorted(self.positions.items()) if g == group]
+
+
+def records_between(after: int, tail: int, ends: Mapping[int, EpochEnd | None]) -> int:
+    """About how many records lie above LSN ``after`` up to ``tail``.
+
+    Within one epoch, ESNs are dense: the difference of ESNs counts the
+    records (and the holes recovery plugged, which are few).  An epoch that
+    recovery ended holds ESNs up to below its bridge (``ends[epoch]``); an
+    epoch missing from ``ends`` or with no end held nothing.  The caller
+    gives the ends of the epochs strictly between the two LSNs' epochs (and
+    of the first epoch when it differs from the tail's).
+    """
+    if tail <= after:
+        return 0
+    first_epoch, first_esn = after >> 32, after & ESN_MASK
+    last_epoch, last_esn = tail >> 32, tail & ESN_MASK
+    if first_epoch == last_epoch:
+        return last_esn - first_esn
+    total = last_esn
+    for epoch in range(first_epoch, last_epoch):
+        end = ends.get(epoch)
+        if end is None:
+            continue
+        top = end.bridge_esn - 1
+        low = first_esn if epoch == first_epoch else 0
+        total += max(0, top - low)
+    return total
+
+
+def epochs_to_walk(after: int, tail: int) -> range:
+    """The epochs whose ends ``records_between`` needs (at most ``EPOCHS_WALKED_MAX``,
+    the most recent: older ones count as empty)."""
+    first_epoch, last_epoch = after >> 32, tail >> 32
+    return range(max(first_epoch, last_epoch - EPOCHS_WALKED_MAX), last_epoch)
+
+
+@attrs.frozen
+class GroupLag:
+    """How far a group is behind on one log."""
+
+    group: str
+    log_id: int
+    #: Processed up to and including this LSN (None: never committed).
+    committed: int | None
+    committed_ms: int | None
+    tail: int
+    #: About how many records lie above the committed LSN (``records_between``).
+    lag_records: int
+    #: The age of the first record above the committed LSN (0: none).
+    lag_ms: int
+
+    def to_json(self) -> dict[str, object]:
+        return attrs.asdict(self)
+
+
+def lag_of(
+    position: Position | None,
+    tail: int,
+    ends: Mapping[int, EpochEnd | None],
+    first_unread_ms: int | None,
+    now_ms: int,
+    *,
+    group: str,
+    log_id: int,
+) -> GroupLag:
+    """A group's lag on a log from its position, the log's tail, the epoch
+    ends between them and the timestamp of the first unread record."""
+    after = position.lsn if position is not None else 0
+    lag_ms = 0 if first_unread_ms is None else max(0, now_ms - first_unread_ms)
+    return GroupLag(
+        group,
+        log_id,
+        None if position is None else position.lsn,
+        None if position is None else position.committed_ms,
+        tail,
+        records_between(after, tail, ends),
+        lag_ms,
+    )
+
+
+def reset_target(
+    how: str, *, lsn: int | None = None, found: int | None = None, tail: int | None = None
+) -> int:
+    """The committed LSN a reset sets (the next read starts right after it).
+
+    ``how``: ``lsn`` (the next read starts at ``lsn``), ``time`` (at ``found``,
+    the first LSN at or after the time), ``earliest`` or ``latest`` (after
+    ``tail``, the log's tail now).
+    """
+    if how == "earliest":
+        return 0
+    if how == "latest":
+        assert tail is not None
+        return tail
+    start = lsn if how == "lsn" else found
+    if start is None or not 1 <= start <= LSN_MAX:
+        raise InvalidArgumentError(f"bad LSN {start!r} to reset to")
+    return start - 1
+
+
+def last_lsn_of(items: Iterable[object]) -> int | None:
+    """The highest LSN a batch of reader items covers (``RecordRun`` columns or gaps)."""
+    last = None
+    for item in items:
+        top = getattr(item, "last_lsn", None)
+        last = int(item.hi if top is None else top)  # type: ignore[attr-defined]
+    return last
