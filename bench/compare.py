@@ -14,6 +14,9 @@ The workload is the one ``../shared/bench/peers.py`` runs (every count times
   ways: numpy columns as ``read_columns`` builds them, the lazy column views of
   ``ReadStream.batches()``, and the one-``Record``-per-item iterator), with
   the nodes' CPU seconds per million records served and their peak RSS;
+- delivery (R=2 only): 100,000 x 100 B appended with idempotence on and
+  again off, and log 1 read with a consumer group and autocommit and again
+  without, each pair in two turns (the better turn of each kept);
 - tail: 2,000 x 100 B appended by one process at ``--tail-rate`` records/s,
   each acknowledged before the next, while another process follows the log;
   send -> delivery and append-ack -> delivery, p50/p99.
@@ -174,6 +177,44 @@ async def _backfill(client: logstrand.AsyncClient, log: int, how: str) -> int:
     return count
 
 
+async def _delivery(
+    url: str, pids: list[int], system: str, scale: float, creds: dict[str, str]
+) -> list[dict[str, Any]]:
+    """Idempotence on and off (logs 5 and 6), then reading log 1 plainly and
+    with a consumer group committing as it goes: each pair in turns, so both
+    sides of a ratio see the same cluster state."""
+    rows: dict[str, list[dict[str, Any]]] = {}
+    n = max(WINDOW, int(200_000 * scale)) // WINDOW * WINDOW
+    payloads = [os.urandom(SMALL // 2).hex().encode() for _ in range(WINDOW)]
+    credentials = Credentials.build(**creds)
+    for turn in range(2):
+        for idempotent in (turn == 0, turn != 0):
+            settings = logstrand.ClientSettings(idempotent=idempotent)
+            async with logstrand.open_client(
+                url, settings=settings, credentials=credentials
+            ) as client:
+                log = 5 if idempotent else 6
+                await client.append(log, b"warm-up")
+                with Block(pids) as b:
+                    for _ in range(n // (2 * WINDOW)):
+                        await client.append_batch(log, payloads)
+            name = f"idempotence {'on' if idempotent else 'off'}: append 100B, append_batch"
+            rows.setdefault(name, []).append(row(system, name, n // 2, SMALL, b))
+    async with logstrand.open_client(url, credentials=credentials) as client:
+        for turn in range(2):
+            for grouped in (turn == 0, turn != 0):
+                group = f"bench-{turn}" if grouped else None
+                with Block(pids) as b:
+                    count = 0
+                    async with client.read(1, group=group, autocommit=grouped) as reader:
+                        async for item in reader:
+                            count += isinstance(item, logstrand.Record)
+                name = "read 100B: " + ("group, autocommit" if grouped else "no group")
+                rows.setdefault(name, []).append(row(system, name, count, SMALL, b))
+    # The better of the two turns of each.
+    return [max(pair, key=lambda r: r["rec_s"]) for pair in rows.values()]
+
+
 def json_like(n: int, seed: int = 7) -> list[bytes]:
     """``n`` JSON documents shaped like service events (about 330 B each): the
     same field names in every record, values from small vocabularies, ids and
@@ -290,6 +331,7 @@ def logstrand_round(
         rows = trio.run(_throughput, cluster.url, pids, system, scale, creds)
         if replication == 2 and not tls:
             rows += trio.run(_compression, cluster.url, pids, system, scale, creds)
+            rows += trio.run(_delivery, cluster.url, pids, system, scale, creds)
         n = max(100, int(2000 * scale))
         e2e, a2d = _tail(cluster.url, n, tail_rate, creds)
         rows.append(
@@ -530,6 +572,34 @@ def _compression_table(ours: list[dict[str, Any]]) -> str:
     )
 
 
+def _delivery_table(ours: list[dict[str, Any]]) -> str:
+    """Idempotence on against off, and a group with autocommit against none
+    (issue 20's aims: at least 0.9x each)."""
+    lines: list[str] = []
+    pairs = (
+        ("append 100B", "idempotence on: append 100B", "idempotence off: append 100B"),
+        ("read 100B", "read 100B: group, autocommit", "read 100B: no group"),
+    )
+    for system in dict.fromkeys(r["peer"] for r in ours):
+        for label, a_name, b_name in pairs:
+            a = next(
+                (r for r in ours if r["peer"] == system and r["test"].startswith(a_name)), None
+            )
+            b = next(
+                (r for r in ours if r["peer"] == system and r["test"].startswith(b_name)), None
+            )
+            if a is None or b is None:
+                continue
+            if not lines:
+                lines = ["| system | test | with | without | ratio |", "|---|---|---:|---:|---:|"]
+            what = "idempotence" if label.startswith("append") else "group + autocommit"
+            lines.append(
+                f"| {system} | {label}, {what} | {a['rec_s']:,.0f} | {b['rec_s']:,.0f} "
+                f"| {a['rec_s'] / b['rec_s']:.2f}x |"
+            )
+    return "\n".join(lines)
+
+
 def _mode(peer: str) -> str:
     if "everysec" in peer:
         return " everysec"
@@ -580,7 +650,7 @@ def main() -> None:
     if tls_table:
         print(tls_table)
         print()
-    for extra in (_serving_table(ours), _compression_table(ours)):
+    for extra in (_serving_table(ours), _compression_table(ours), _delivery_table(ours)):
         if extra:
             print(extra)
             print()

@@ -2,6 +2,7 @@
 
 from ._core import (
     Action,
+    ConfirmRefusal,
     ReplyAppend,
     SendRelease,
     SendStore,
@@ -11,6 +12,7 @@ from ._core import (
 
 __all__ = [
     "Action",
+    "ConfirmRefusal",
     "ReplyAppend",
     "SendRelease",
     "SendStore",

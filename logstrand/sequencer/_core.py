@@ -29,7 +29,11 @@ Rules:
    is answered with the LSNs it got (at once, or when its appender
    completes if it is still in flight), never stored twice.  Until the table
    is known (``set_recovered`` brings it, from the earlier epochs) they wait
-   in the core, at most ``appenders_max`` of them.
+   in the core, at most ``appenders_max`` of them.  A batch ahead of the
+   table, or of a producer the table does not know, is refused only once
+   the shell has checked that no newer epoch exists (``ConfirmRefusal``):
+   a sequencer that a newer one sealed, without having heard of it yet,
+   must not refuse what the newer one's table would take.
 
 The shell feeds it messages and ``now`` (seconds) and performs the actions it
 returns; ``next_deadline()`` says when to call ``tick``.
@@ -84,7 +88,23 @@ class SendRelease:
     lsn: int
 
 
-Action = SendStore | ReplyAppend | SendRelease
+@attrs.frozen
+class ConfirmRefusal:
+    """Rule 6: ``reply`` refuses an idempotent batch as ahead of, or unknown
+    to, this epoch's producer table.  That table is the log's only while no
+    newer sequencer exists: one that sealed this epoch may have taken the
+    producer's next batches.  The shell reads the log's next epoch from the
+    epoch store first; the host sends ``reply`` only if no newer epoch was
+    handed out, and otherwise preempts this core and retries the batch on a
+    new sequencer (``SequencerHostCore.on_refusal_checked``)."""
+
+    log_id: int
+    epoch: int
+    batch: PackedBatch
+    reply: ReplyAppend
+
+
+Action = SendStore | ReplyAppend | SendRelease | ConfirmRefusal
 
 
 @attrs.define(eq=False)
@@ -407,10 +427,14 @@ class SequencerCore:
                 f"producer {pid} is unknown to log {self.log_id} (it expired or was "
                 f"evicted), and its batch starts at record {seq}, not 0"
             )
-            return [ReplyAppend(token, Status.UNKNOWN_PRODUCER, message=text)]
+            reply = ReplyAppend(token, Status.UNKNOWN_PRODUCER, message=text)
+            return [ConfirmRefusal(self.log_id, self.epoch, batch, reply)]
         expected = sent.last_seq + 1 if sent is not None else 0
         text = f"producer {pid}: batch {seq}..{seq + n - 1} does not follow {expected - 1}"
-        return [ReplyAppend(token, Status.OUT_OF_SEQUENCE, message=text)]
+        reply = ReplyAppend(token, Status.OUT_OF_SEQUENCE, message=text)
+        if seq < expected:
+            return [reply]  # behind the table: a newer sequencer cannot change that
+        return [ConfirmRefusal(self.log_id, self.epoch, batch, reply)]
 
     def _complete(self, app: _Appender) -> list[Action]:
         app.done = True

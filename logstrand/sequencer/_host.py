@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..errors import Status
-from ._core import Action, ReplyAppend, SequencerCore
+from ._core import Action, ConfirmRefusal, ReplyAppend, SequencerCore
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -310,6 +310,28 @@ class SequencerHostCore:
             else ReplyAppend(token, status, message=text)
             for batch, token in waiting
         ]
+
+    def on_refusal_checked(self, action: ConfirmRefusal, next_epoch: int) -> list[HostAction]:
+        """The shell read the log's next epoch for a ``ConfirmRefusal``.  No
+        epoch after the core's was handed out: its table is the log's, send
+        the refusal.  One was: a newer sequencer may hold the producer's next
+        batches, so this core is preempted (it learns no more from here) and
+        the batch waits for a sequencer of a new epoch, whose recovery
+        brings every producer's batches."""
+        slot = self._slots.get(action.log_id)
+        core = slot.core if slot is not None else None
+        current = core is not None and core.epoch == action.epoch and not core.preempted
+        if current and next_epoch <= action.epoch + 1:
+            return [action.reply]
+        if slot is None:
+            return [ReplyAppend(action.reply.token, Status.PREEMPTED, message="retry")]
+        actions: list[HostAction] = []
+        if current:
+            assert core is not None
+            actions += core.preempt()
+        return actions + self._wait_for_activation(
+            action.log_id, slot, action.batch, action.reply.token
+        )
 
     # -- recovery -------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from ..epochstore import Placement
 from ..errors import EpochStoreUnavailableError, LogstrandError, Status
 from ..placement import CopysetSelector, select_nodeset
 from ..records import KEY_BYTES_MAX
-from ..sequencer import ReplyAppend, SendRelease, SendStore, SequencerCore
+from ..sequencer import ConfirmRefusal, ReplyAppend, SendRelease, SendStore, SequencerCore
 from ..sequencer import _procedures as procs
 from ..sequencer._host import (
     Activate,
@@ -188,6 +188,8 @@ class SequencerHost:
                 self.nursery.start_soon(self._activate, action.log_id)
             elif isinstance(action, Recover):
                 self.nursery.start_soon(self._recover, action)
+            elif isinstance(action, ConfirmRefusal):
+                self.nursery.start_soon(self._confirm_refusal, action)
             else:
                 assert isinstance(action, RecoveryStalled)
                 self.metrics.recovery_stalls.inc()
@@ -202,6 +204,26 @@ class SequencerHost:
                     action.attempts_failed,
                     action.error or "none yet",
                 )
+
+    async def _confirm_refusal(self, action: ConfirmRefusal) -> None:
+        """Rule 6's check before an idempotent batch is refused: has a newer
+        epoch been handed out?  (One epoch store read; only refusals pay it.)"""
+        try:
+            next_epoch = (await self.view.astore.log_epochs(action.log_id)).next_epoch
+        except EpochStoreUnavailableError as exc:
+            text = f"log {action.log_id}: cannot check the sequencer's epoch: {exc}"
+            await self._reply(ReplyAppend(action.reply.token, Status.NOTREADY, message=text))
+            return
+        actions = self.core.on_refusal_checked(action, next_epoch)
+        if action.reply not in actions:
+            _log.info(
+                "node %d: log %d: epoch %d was sealed by a newer one; the batch goes to a new "
+                "sequencer",
+                self.node_id,
+                action.log_id,
+                action.epoch,
+            )
+        await self.execute(actions)
 
     async def _reply(self, action: ReplyAppend) -> None:
         conn, request_id = action.token

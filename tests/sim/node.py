@@ -15,7 +15,13 @@ from logstrand.epochstore import Placement
 from logstrand.errors import LogstrandError, Status
 from logstrand.logsdb import PutBatch
 from logstrand.placement import CopysetSelector, rendezvous_owner
-from logstrand.sequencer import ReplyAppend, SendRelease, SendStore, SequencerCore
+from logstrand.sequencer import (
+    ConfirmRefusal,
+    ReplyAppend,
+    SendRelease,
+    SendStore,
+    SequencerCore,
+)
 from logstrand.sequencer import _host as host_core
 from logstrand.sequencer import _procedures as procs
 from logstrand.storage import _core as node_rules
@@ -378,11 +384,26 @@ class SimNode(Endpoint):
                 if seq is not None:
                     released = max(released, seq.released_lsn)
                 self.send(src, wire.SeqState(rid, int(a.status), released_lsn=released))
+            elif isinstance(a, ConfirmRefusal):
+                self._confirm_refusal(a)
             elif isinstance(a, host_core.RecoveryStalled):
                 self.world.note(f"node {self.id} recovery stalled in epoch {a.epoch}: {a.error}")
                 self.world.stats["stalls"] += 1
             else:
                 raise AssertionError(f"unexpected action {a!r}")
+
+    def _confirm_refusal(self, action: ConfirmRefusal) -> None:
+        """Read the log's next epoch (a little later, as from a store) and
+        let the host decide whether the refusal stands."""
+        incarnation, host = self.incarnation, self.host
+
+        def checked() -> None:
+            if not self.alive(incarnation) or host is not self.host:
+                return
+            next_epoch = self.world.estore.log_epochs(action.log_id).next_epoch
+            self._execute(host.on_refusal_checked(action, next_epoch))
+
+        self.world.at(self.world.rng.uniform(0.001, 0.01), checked)
 
     # the procedures' driver
 

@@ -12,7 +12,9 @@ from logstrand.errors import Status
 from logstrand.packed import PackedBatch
 from logstrand.placement import CopysetSelector
 from logstrand.producers import DERIVED_BIT, Producers, Sent, Verdict, derived_id
-from logstrand.sequencer import ReplyAppend, SendStore, SequencerCore
+from logstrand.epochstore import LogAttributes
+from logstrand.sequencer import ConfirmRefusal, ReplyAppend, SendStore, SequencerCore
+from logstrand.sequencer._host import Activate, SequencerHostCore
 from logstrand.sequencer._idempotence import kept
 
 EPOCH = 3
@@ -84,11 +86,53 @@ def test_a_retry_in_flight_and_after_gets_the_same_lsns_and_stores_nothing() -> 
     assert replies(store_all(c, nxt))[0].first_lsn == (EPOCH << 32) | 4
 
 
-def test_refusals_name_their_reason() -> None:
+def refusal(actions: list[object]) -> tuple[Status, bool]:
+    """The refusal among ``actions``, and whether it waits for the epoch check."""
+    (a,) = actions
+    if isinstance(a, ConfirmRefusal):
+        return a.reply.status, True
+    assert isinstance(a, ReplyAppend)
+    return a.status, False
+
+
+def test_refusals_name_their_reason_and_those_ahead_wait_for_the_epoch_check() -> None:
     c = core()
-    assert replies(c.append(batch(1, (5, 2)), "t", 0.0, 0))[0].status == Status.UNKNOWN_PRODUCER
+    assert refusal(c.append(batch(1, (5, 2)), "t", 0.0, 0)) == (Status.UNKNOWN_PRODUCER, True)
     store_all(c, c.append(batch(2, (5, 0)), "t", 0.0, 0))
-    assert replies(c.append(batch(1, (5, 3)), "t", 0.0, 0))[0].status == Status.OUT_OF_SEQUENCE
+    # A gap after the table's last batch: a newer sequencer may hold record 2.
+    assert refusal(c.append(batch(1, (5, 3)), "t", 0.0, 0)) == (Status.OUT_OF_SEQUENCE, True)
+    # Other boundaries inside the table: no newer sequencer changes that.
+    assert refusal(c.append(batch(1, (5, 1)), "t", 0.0, 0)) == (Status.OUT_OF_SEQUENCE, False)
+
+
+def test_a_sealed_sequencer_does_not_refuse_what_its_successor_took() -> None:
+    """Epoch 3 knows the producer's batches up to record 27; a newer epoch
+    took record 28 and died.  The stale sequencer, not yet told it was
+    sealed, must not refuse record 29 as out of sequence: once the store
+    says a newer epoch exists it steps down and the batch waits for a new
+    sequencer (whose recovery brings record 28)."""
+    host = SequencerHostCore(1)
+    attrs_ = LogAttributes(replication_factor=2)
+    (activate,) = host.on_append(7, batch(28, (5, 0)), "first", 0.0, 0, owner=1, attributes=attrs_)
+    assert isinstance(activate, Activate)
+    c = core(recovered=False)
+    out = host.on_activated(7, c, 0.0, 0)
+    known = Producers()
+    known.add(5, Sent(0, 28, (2 << 32) | 1, 0))  # records 0..27
+    out = host.on_recovery_done(7, c, True, known, 0.0, 0)
+    first = replies(out)
+    assert [(r.token, r.status) for r in first] == [("first", Status.OK)]  # a duplicate
+    (check,) = host.on_append(7, batch(1, (5, 29)), "b29", 0.0, 0, owner=1, attributes=attrs_)
+    assert isinstance(check, ConfirmRefusal)
+    assert check.reply.status == Status.OUT_OF_SEQUENCE
+    # No newer epoch: the refusal stands.
+    assert host.on_refusal_checked(check, EPOCH + 1) == [check.reply]
+    # A newer epoch was handed out: step down, and activate again for the batch.
+    (check,) = host.on_append(7, batch(1, (5, 29)), "b29", 0.0, 0, owner=1, attributes=attrs_)
+    out = host.on_refusal_checked(check, EPOCH + 2)
+    assert c.preempted
+    assert [a for a in out if isinstance(a, Activate)] == [Activate(7)]
+    assert not replies(out)  # the batch waits for the new sequencer
 
 
 def test_idempotent_appends_wait_for_the_table_of_the_earlier_epochs() -> None:
