@@ -8,11 +8,11 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
+from logstrand.epochstore import LogAttributes
 from logstrand.errors import Status
 from logstrand.packed import PackedBatch
 from logstrand.placement import CopysetSelector
 from logstrand.producers import DERIVED_BIT, Producers, Sent, Verdict, derived_id
-from logstrand.epochstore import LogAttributes
 from logstrand.sequencer import ConfirmRefusal, ReplyAppend, SendStore, SequencerCore
 from logstrand.sequencer._host import Activate, SequencerHostCore
 from logstrand.sequencer._idempotence import kept
