@@ -8,6 +8,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
+# Test processes: each module's tests run on one of them (tests/conftest.py).
+TEST_WORKERS ?= 2
 SEEDS ?= 0:5000
 
 .PHONY: venv zookeeper run test lint format bench bench-compare soak faults fuzz clean
@@ -35,7 +37,7 @@ run: venv
 	$(BIN)/logstrand dev demo --dir run-data/demo
 
 test: venv zookeeper lint
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/ruff check .

@@ -42,3 +42,14 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"sqlite://{tmp_path}/{cluster}.db"
     zk: ZooKeeperServer = request.getfixturevalue("zookeeper")
     return f"zk://{zk.address}/{cluster}"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``make test`` runs two workers, ``--dist loadgroup``):
+    a module's tests stay on one worker (they share its fixtures: a cluster, a
+    SparkSession), and every Spark module goes to the same worker, so that one
+    JVM serves them all."""
+    for item in items:
+        path = item.path.as_posix()
+        group = "spark" if "/tests/spark/" in path else path
+        item.add_marker(pytest.mark.xdist_group(group))

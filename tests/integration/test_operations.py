@@ -11,6 +11,7 @@ import time
 import urllib.request
 from typing import TYPE_CHECKING
 
+import logstrand
 from logstrand.testing import LocalCluster
 
 if TYPE_CHECKING:
@@ -173,14 +174,18 @@ def test_trim_info_status_and_errors_from_the_cli(tmp_path: Path) -> None:
 def test_retention_trims_by_time_and_gives_disk_space_back(tmp_path: Path) -> None:
     with LocalCluster(tmp_path / "c", nodes=3, node_args=FAST_MAINTENANCE) as c:
         url = c.url
-        ok(url, "logs", "create", "1", "--replication", "3", "--retention", "5s")
+        # Retention well above the 3.3 s the appends take, so that nothing is
+        # trimmed before the partitions are counted, even on a loaded machine.
+        ok(url, "logs", "create", "1", "--replication", "3", "--retention", "8s")
         batches = []
-        for i in range(4):  # four partitions' worth, 1.1 s apart
-            if i:
-                time.sleep(1.1)
-            # Incompressible: what is on disk is what was written.
-            text = "".join(f"{os.urandom(500).hex()}\n" for _ in range(2000))
-            batches.append(json.loads(ok(url, "append", "1", "--json", stdin=text))["lsns"])
+        with logstrand.connect(url) as client:
+            for i in range(4):  # four partitions' worth, 1.1 s apart
+                if i:
+                    time.sleep(1.1)
+                # Incompressible: what is on disk is what was written.
+                batches.append(
+                    client.append_batch(1, [os.urandom(500).hex().encode() for _ in range(2000)])
+                )
         nodes = [tmp_path / "c" / f"node{i}" for i in (1, 2, 3)]
         before = sum(dir_bytes(n) for n in nodes)
         partitions_before = sum(
@@ -189,7 +194,7 @@ def test_retention_trims_by_time_and_gives_disk_space_back(tmp_path: Path) -> No
         assert partitions_before >= 9  # three nodes, three or four partitions each
         # Retention trims whole partitions' worth of records older than 5 s, and
         # drops the partitions; the newest partition stays (it takes the writes).
-        deadline = time.monotonic() + 40
+        deadline = time.monotonic() + 45
         while True:
             items = [json.loads(x) for x in ok(url, "read", "1", "--json").splitlines()]
             status = json.loads(ok(url, "status", "--json"))
