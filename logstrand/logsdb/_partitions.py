@@ -88,6 +88,9 @@ class PutBatch:
 
     log_id: int
     batch: PackedBatch
+    #: Producer entries (``Producers.pack``) a recovery's STORE carries: kept
+    #: in the same write as the batch, like those of the batch's own column.
+    producers: bytes = b""
 
     @classmethod
     def of(

@@ -3,7 +3,9 @@ idempotent producer that this node stored (``logstrand.producers``).
 
 They are written in the same RocksDB write as the batches they describe
 (``Q | log | producer`` -> the producer's entries), so a node never holds a
-batch without its entry.  A new sequencer asks the sealed nodes for them and
+batch without its entry.  A recovery's STORE carries the entries of the
+batches it re-writes, so that a node holding only recovery's copies still
+knows them.  A new sequencer asks the sealed nodes for them and
 keeps only the batches that are in the log (see ``sequencer._procedures``):
 an entry may name a batch that recovery later replaced with a hole, which is
 why the tables are evidence, not truth.
@@ -14,6 +16,7 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING
 
+from ..errors import ProtocolError
 from ..producers import PRODUCERS_MAX, Producers, Sent, pack_entries
 
 if TYPE_CHECKING:
@@ -24,6 +27,15 @@ if TYPE_CHECKING:
 
 PREFIX = b"Q"
 _KEY = struct.Struct(">cQQ")
+
+
+def _carried(data: bytes) -> list[tuple[int, Sent]]:
+    """The entries a recovery's STORE carries; none when they do not parse
+    (a node never fails a write for them: the batch is what matters)."""
+    try:
+        return Producers.unpack_entries(data)
+    except ProtocolError:
+        return []
 
 
 def _key(log_id: int, producer: int) -> bytes:
@@ -61,6 +73,8 @@ class ProducerTables:
         fresh: list[tuple[int, int, Sent]] = []
         for put in puts:
             pb = put.batch
+            if put.producers:
+                fresh += [(put.log_id, pid, sent) for pid, sent in _carried(put.producers)]
             if pb.producer is None:
                 continue
             pid, seq = pb.producer

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import ProtocolError
-from ..producers import Producers, Sent
+from ..producers import Producers, Sent, pack_entries
 from ..wire import Digest, SealReply
 
 if TYPE_CHECKING:
@@ -65,3 +65,15 @@ def kept(entries: Iterable[Entry], lng_esn: int, records: frozenset[int]) -> Ite
         last = first + s.count - 1
         if last <= lng_esn or all(x in records for x in range(max(first, lng_esn + 1), last + 1)):
             yield pid, s
+
+
+def chunk_entries(entries: Iterable[Entry], first_esn: int, last_esn: int) -> bytes:
+    """The entries (of one epoch) whose batches end at an ESN in
+    ``first_esn..last_esn``, packed (``Producers.pack``): what a recovery
+    chunk of those ESNs carries."""
+    out = []
+    for pid, s in entries:
+        end = (s.lsn & 0xFFFFFFFF) + s.count - 1
+        if first_esn <= end <= last_esn:
+            out.append(pack_entries(pid, (s,)))
+    return b"".join(out)

@@ -69,7 +69,7 @@ from ._commands import (
     StoreCopies,
     Tell,
 )
-from ._idempotence import Entry, digest_entries, in_epoch, kept, sealed_entries
+from ._idempotence import Entry, chunk_entries, digest_entries, in_epoch, kept, sealed_entries
 from ._recovery import Decision, DigestRecord, EpochRecovery, Mutation
 
 if TYPE_CHECKING:
@@ -392,7 +392,9 @@ def _recover_epoch(
             f"epoch {e}: {len(rec.complete)} digests, need {rec.f_majority}", Status.NOSEQUENCER
         )
     plan = rec.decide()
-    yield from _write(log_id, e, seal, plan, selector, alive, stamp_cap_ms, t.store_s)
+    records = frozenset(m.esn for m in plan if m.decision is Decision.RECORD)
+    keep = list(kept(entries, lng, records))
+    yield from _write(log_id, e, seal, plan, selector, alive, stamp_cap_ms, t.store_s, keep)
     # Tell the nodes (through the epoch store) which copies of the epoch are
     # good, before any of them may hand the epoch's end to readers.
     end = EpochEnd(lng, plan[-1].esn, seal)
@@ -406,8 +408,7 @@ def _recover_epoch(
     _log.info(
         "log %d epoch %d recovered: %d decisions up to ESN %d", log_id, e, len(plan), plan[-1].esn
     )
-    records = frozenset(m.esn for m in plan if m.decision is Decision.RECORD)
-    return list(kept(entries, lng, records))
+    return keep
 
 
 def _write(
@@ -419,7 +420,12 @@ def _write(
     alive: Callable[[], Container[int]],
     stamp_cap_ms: int,
     timeout_s: float,
+    entries: list[Entry] | None = None,
 ) -> Procedure:
+    """Store the decisions, a chunk at a time.  Each chunk carries the kept
+    producer entries whose batches end in it: a node that holds only these
+    copies (the batch's own nodes may be gone) then knows the batch too, and
+    a later recovery, should this one be cut short, keeps it."""
     stamps = recovery_stamps([m.timestamp_ms for m in plan], stamp_cap_ms)
     for i in range(0, len(plan), CHUNK_RECORDS):
         chunk = plan[i : i + CHUNK_RECORDS]
@@ -430,7 +436,8 @@ def _write(
             tuple(m.key for m in chunk),
             tuple(m.payload for m in chunk),
         )
-        yield from _store_chunk(log_id, seal, selector, batch, alive, timeout_s)
+        ends_here = chunk_entries(entries or (), chunk[0].esn, chunk[-1].esn)
+        yield from _store_chunk(log_id, seal, selector, batch, alive, timeout_s, ends_here)
 
 
 def recovery_stamps(stamps: list[int], cap_ms: int) -> list[int]:
@@ -454,8 +461,10 @@ def _store_chunk(
     batch: RecordBatch,
     alive: Callable[[], Container[int]],
     timeout_s: float,
+    producers: bytes = b"",
 ) -> Procedure:
-    """Store one chunk of decisions on R nodes.
+    """Store one chunk of decisions on R nodes (``producers``: the entries
+    the chunk carries).
 
     A node that fails is not picked again for this chunk; when no copyset is
     left among the nodes believed alive, this attempt fails at once, and the
@@ -468,7 +477,9 @@ def _store_chunk(
         if copyset is None:
             break
         # The driver gives the STORE a store id of its own (RECOVERY_STORE_BIT set).
-        msg = StoreMsg.of(RECOVERY_STORE_BIT, log_id, seal, copyset, 0, True, batch, seal)
+        msg = StoreMsg.of(
+            RECOVERY_STORE_BIT, log_id, seal, copyset, 0, True, batch, seal, producers
+        )
         statuses = yield StoreCopies(msg, timeout_s)
         if any(statuses.get(n) == Status.PREEMPTED for n in copyset):
             raise PreemptedError(f"log {log_id}: a newer sequencer sealed it")

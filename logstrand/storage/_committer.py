@@ -193,7 +193,7 @@ class Committer:
             if msg.released_lsn:
                 # The sequencer's release pointer rides along with its STOREs.
                 self.on_release(msg.log_id, msg.released_lsn)
-            puts.append(PutBatch(msg.log_id, msg.batch))
+            puts.append(PutBatch(msg.log_id, msg.batch, msg.producers))
             accepted.append((msg, sink))
             sync = sync or msg.sync
         status = Status.OK

@@ -118,6 +118,11 @@ class AppendReply:
     message: str = attrs.field(default="", validator=f.text(1024))
 
 
+def _producer_entries(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    if type(value) is not bytes or len(value) % ENTRY_BYTES:
+        raise ValueError(f"{attr.name} must be whole producer entries")
+
+
 @message(12)
 @attrs.frozen(slots=True)
 class Store:
@@ -147,6 +152,10 @@ class Store:
     #: A copy re-created by rebuilding, of released records: it goes into a
     #: sealed epoch, at the LSNs and timestamps the batch carries.
     rebuilding: bool = attrs.field(default=False, validator=f.boolean)
+    #: A recovery's writes: the producer entries (``Producers.pack``) of the
+    #: idempotent batches that end among these records, which the node keeps
+    #: with them, as if the batches had come from their sequencer.
+    producers: bytes = attrs.field(default=b"", validator=_producer_entries)
 
     @classmethod
     def of(
@@ -159,10 +168,21 @@ class Store:
         sync: bool,
         records: RecordBatch,
         recovery_seal: int = 0,
+        producers: bytes = b"",
     ) -> Store:
         """A STORE of records packed here, uncompressed, under its wave and copyset."""
         packed = PackedBatch.of_records(records, wave=wave, copyset=copyset)
-        return cls(store_id, log_id, wave, copyset, released_lsn, sync, packed, recovery_seal)
+        return cls(
+            store_id,
+            log_id,
+            wave,
+            copyset,
+            released_lsn,
+            sync,
+            packed,
+            recovery_seal,
+            producers=producers,
+        )
 
     def __attrs_post_init__(self) -> None:
         if not self.copyset:
@@ -174,6 +194,8 @@ class Store:
             raise ValueError("the batch's wave or copyset differs from the STORE's")
         if self.rebuilding and self.recovery_seal:
             raise ValueError("a STORE is written by recovery or by rebuilding, not both")
+        if self.producers and not self.recovery_seal:
+            raise ValueError("only a recovery's STORE carries producer entries")
 
 
 @message(13)
@@ -243,11 +265,6 @@ class Seal:
     request_id: int = attrs.field(validator=f.u64)
     log_id: int = attrs.field(validator=f.u64)
     seal_epoch: int = attrs.field(validator=f.u32)
-
-
-def _producer_entries(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
-    if type(value) is not bytes or len(value) % ENTRY_BYTES:
-        raise ValueError(f"{attr.name} must be whole producer entries")
 
 
 @message(31)

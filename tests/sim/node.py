@@ -237,7 +237,7 @@ class SimNode(Endpoint):
             if msg.released_lsn:
                 self.on_release(msg.log_id, msg.released_lsn)
             db.write(
-                [PutBatch(msg.log_id, msg.batch)],
+                [PutBatch(msg.log_id, msg.batch, msg.producers)],
                 sync=msg.sync,
                 releases={msg.log_id: self.release.get(msg.log_id, 0)},
             )

@@ -517,3 +517,20 @@ def test_amend_changes_the_copyset_of_matching_batches_only(db: LogsDB) -> None:
     recs = db.read(4)
     assert [(r.lsn, r.payload, r.timestamp_ms, r.flags) for r in recs] == before
     assert [r.copyset for r in recs] == [(2, 5)] * 4 + [(2, 3)] * 2
+
+
+def test_entries_a_recovery_store_carries_are_kept_with_its_batch(opener: Opener) -> None:
+    from logstrand.producers import Producers, Sent, pack_entries
+
+    db = opener.open()
+    lsn = (4 << 32) | 1
+    entry = Sent(0, 2, lsn, T0)
+    recovered = put(3, [lsn, lsn + 1], ts=T0)
+    db.write([PutBatch(3, recovered.batch, pack_entries(9, [entry]))], sync=True)
+    # Entries that do not parse (a record count of 0) never fail the write.
+    db.write([PutBatch(3, put(3, [lsn + 2], ts=T0).batch, pack_entries(5, [Sent(0, 0, 1, 1)]))])
+    db.close()
+    db = opener.open()
+    assert Producers.unpack_entries(db.producers(3)) == [(9, entry)]
+    assert lsns_of(db, 3) == [lsn, lsn + 1, lsn + 2]
+    db.close()

@@ -51,3 +51,17 @@ def test_digest_and_log_info_report_copies_with_their_waves() -> None:
     assert d.waves == (2, 3)
     info = log_info(db, (2 << 32) | 5, LogInfo(5, 1))
     assert (info.release_lsn, info.last_lsn, info.records) == ((2 << 32) | 5, (3 << 32) | 1, 4)
+
+
+def test_only_a_recovery_store_carries_producer_entries() -> None:
+    import pytest
+
+    from logstrand.producers import Sent, pack_entries
+
+    entry = pack_entries(9, [Sent(0, 1, (3 << 32) | 7, 1000)])
+    batch = RecordBatch(((3 << 32) | 7,), (1000,), (0,), (None,), (b"x",))
+    assert Store.of(1, 1, 5, (1, 2), 0, False, batch, 5, entry).producers == entry
+    with pytest.raises(ValueError, match="only a recovery"):
+        Store.of(1, 1, 1, (1, 2), 0, False, batch, 0, entry)
+    with pytest.raises(ValueError, match="whole producer entries"):
+        Store.of(1, 1, 5, (1, 2), 0, False, batch, 5, entry[:-1])

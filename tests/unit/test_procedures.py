@@ -11,6 +11,7 @@ import pytest
 from logstrand.epochstore import EpochMetadata, LogAttributes, NodeConfig, Placement
 from logstrand.errors import LogstrandError, Status
 from logstrand.placement import CopysetSelector
+from logstrand.producers import Producers, Sent, pack_entries
 from logstrand.sequencer import _procedures as procs
 from logstrand.testing import MemoryEpochStore
 from logstrand.wire import Digest, GetDigest, LogInfo, LogInfoReply, RecordBatch
@@ -34,6 +35,7 @@ class Driver:
         self.now = 0.0
         self.sleeps: list[float] = []
         self.copysets: list[tuple[int, ...]] = []
+        self.stores: list[Any] = []
         self.store = MemoryEpochStore()
         for n in NODESET:
             self.store.add_node(NodeConfig(n, f"127.0.0.1:{4000 + n}"))
@@ -68,6 +70,7 @@ class Driver:
                         value[node] = reply
             elif isinstance(cmd, procs.StoreCopies):
                 self.copysets.append(cmd.message.copyset)
+                self.stores.append(cmd.message)
                 # A node that is down refuses the connection: no status at all.
                 value = {n: int(Status.OK) for n in cmd.message.copyset if n in self.up}
             elif isinstance(cmd, procs.EpochStoreCall):
@@ -123,6 +126,39 @@ def test_a_recovery_that_cannot_store_retries_soon_with_a_fresh_view_of_who_is_a
     assert [set(c) for c in d.copysets[:2]] == [{2, 3}, {2, 3}]
     assert set(d.copysets[-1]) == {1, 2}
     assert len(d.copysets) <= 4
+
+
+class ProducerDriver(Driver):
+    """ESN 1 of epoch 1 is an unacknowledged idempotent batch (producer 9,
+    record 0) that only node 1 holds, with its entry."""
+
+    def answer(self, node: int, msg: Any) -> Any:
+        if node not in self.up:
+            return None
+        if isinstance(msg, LogInfo):
+            return LogInfoReply(msg.request_id, int(Status.OK))
+        assert isinstance(msg, GetDigest)
+        if node != 1:
+            nothing = RecordBatch((), (), (), (), ())
+            return Digest(msg.request_id, int(Status.OK), node, True, (), nothing)
+        lsn = (1 << 32) | 1
+        batch = RecordBatch((lsn,), (5,), (0,), (None,), (b"unacked",))
+        entry = pack_entries(9, [Sent(0, 1, lsn, 5)])
+        return Digest(msg.request_id, int(Status.OK), node, True, (1,), batch, entry)
+
+
+def test_recovery_stores_carry_the_entries_of_the_batches_they_rewrite() -> None:
+    """Recovery copies the batch to two nodes.  Its STORE carries the batch's
+    producer entry, so the nodes that hold only recovery's copies know it: a
+    later recovery (this one cut short, node 1 gone) keeps the batch's entry
+    and a retry of the batch is answered, not stored again."""
+    d = ProducerDriver(up={1, 2, 3})
+    done = d.run(recover(d, lambda: {1, 2, 3}, []))
+    assert done is not None
+    assert [(s.seq, s.lsn) for s in done.sent(9)] == [(0, (1 << 32) | 1)]
+    (store,) = d.stores
+    assert store.recovery_seal == 2
+    assert Producers.unpack_entries(store.producers) == [(9, Sent(0, 1, (1 << 32) | 1, 5))]
 
 
 def test_the_pause_between_attempts_doubles_up_to_a_second() -> None:
