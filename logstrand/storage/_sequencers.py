@@ -214,7 +214,9 @@ class SequencerHost:
             text = f"log {action.log_id}: cannot check the sequencer's epoch: {exc}"
             await self._reply(ReplyAppend(action.reply.token, Status.NOTREADY, message=text))
             return
-        actions = self.core.on_refusal_checked(action, next_epoch)
+        actions = self.core.on_refusal_checked(
+            action, next_epoch, trio.current_time(), _now_ms() + self.options.clock_offset_ms
+        )
         if action.reply not in actions:
             _log.info(
                 "node %d: log %d: epoch %d was sealed by a newer one; the batch goes to a new "

@@ -401,7 +401,9 @@ class SimNode(Endpoint):
             if not self.alive(incarnation) or host is not self.host:
                 return
             next_epoch = self.world.estore.log_epochs(action.log_id).next_epoch
-            self._execute(host.on_refusal_checked(action, next_epoch))
+            self._execute(
+                host.on_refusal_checked(action, next_epoch, self.world.now, self.clock_ms())
+            )
 
         self.world.at(self.world.rng.uniform(0.001, 0.01), checked)
 
