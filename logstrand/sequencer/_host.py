@@ -314,32 +314,22 @@ class SequencerHostCore:
     def on_refusal_checked(
         self, action: ConfirmRefusal, next_epoch: int, now: float = 0.0, now_ms: int = 0
     ) -> list[HostAction]:
-        """The shell read the log's next epoch for a ``ConfirmRefusal``.  No
-        epoch after the core's was handed out: its table is the log's, send
-        the refusal.  One was: a newer sequencer may hold the producer's next
-        batches, so this core is preempted (it learns no more from here) and
-        the batch waits for a sequencer of a new epoch, whose recovery
-        brings every producer's batches.  A newer core that took over here
-        meanwhile judges the batch itself."""
+        """The shell read the log's next epoch for a ``ConfirmRefusal``: with no
+        later epoch handed out the refusal stands; else this core steps down
+        and the batch waits for a new epoch's sequencer (its recovery brings
+        every producer's batches), or goes to a newer core already here."""
         slot = self._slots.get(action.log_id)
         if slot is None:
             return [ReplyAppend(action.reply.token, Status.PREEMPTED, message="retry")]
-        core = slot.core
+        core, token = slot.core, action.reply.token
         actions: list[HostAction] = []
         if core is not None and not core.preempted:
             if core.epoch != action.epoch:
-                return self.on_append_to(core, action.batch, action.reply.token, now, now_ms)
+                return self._appended(core, core.append(action.batch, token, now, now_ms))
             if next_epoch <= action.epoch + 1:
                 return [action.reply]
             actions += core.preempt()
-        return actions + self._wait_for_activation(
-            action.log_id, slot, action.batch, action.reply.token
-        )
-
-    def on_append_to(
-        self, core: SequencerCore, batch: PackedBatch, token: Any, now: float, now_ms: int
-    ) -> list[HostAction]:
-        return self._appended(core, core.append(batch, token, now, now_ms))
+        return actions + self._wait_for_activation(action.log_id, slot, action.batch, token)
 
     # -- recovery -------------------------------------------------------------
 
