@@ -239,6 +239,8 @@ class GroupCursor:
     _last_commit: float = attrs.field(init=False, default=float("-inf"))
 
     async def start(self) -> int:
+        # The first commit comes an interval after the start, as every later one.
+        self._last_commit = trio.current_time()
         position = await self.groups.committed(self.group, self.log_id)
         if position is None:
             return LSN_OLDEST
