@@ -54,10 +54,6 @@ _log = logging.getLogger("logstrand.rebuilding")
 REBUILDING_STORE_BIT = 1 << 62
 MARKER_FILE = "LOGSTRAND_NODE"  # not IDENTITY: RocksDB keeps its own file of that name here
 STORE_TIMEOUT_S = 5.0
-#: An AMEND a node did not take (down, slow, refused) is sent again, this
-#: many times in all: a copy that keeps its old copyset may be missed by a
-#: later rebuilding of a node of the new one.
-AMEND_ATTEMPTS = 3
 #: Stored batches re-created at once (each waits for its STOREs' replies).
 IN_FLIGHT = 16
 CHUNK_BYTES = 4 * 1024 * 1024
@@ -448,12 +444,7 @@ class Rebuilder:
             return Amend(rid, log_id, pb.first_lsn, pb.last_lsn, old, new)
 
         for n in plan.amend:
-            for attempt in range(AMEND_ATTEMPTS):
-                if attempt:
-                    await trio.sleep(0.2 * 2**attempt)
-                reply = await self.peers.request(n, make, STORE_TIMEOUT_S)
-                if isinstance(reply, AmendReply) and reply.status == Status.OK:
-                    break
+            reply = await self.peers.request(n, make, STORE_TIMEOUT_S)
             if not isinstance(reply, AmendReply) or reply.status != Status.OK:
                 # Its copy keeps the old copyset: a later rebuilding of a
                 # node of the new one may then miss this batch on it.
