@@ -98,8 +98,6 @@ class Position:
     log_id: int
     lsn: int
     committed_ms: int
-    #: The LSN of the record in the positions log that holds it.
-    record_lsn: int = 0
 
 
 def encode_value(lsn: int, committed_ms: int) -> bytes:
@@ -123,25 +121,19 @@ class PositionTable:
     def __init__(self) -> None:
         self.positions: dict[tuple[str, int], Position] = {}
         self.read_through = 0
-        #: Records that were not positions (written by something else): skipped.
-        self.skipped = 0
 
     def apply(self, lsn: int, key: bytes | None, payload: bytes | None) -> None:
         """Apply one record of the positions log (tombstone: ``payload`` None)."""
         self.read_through = max(self.read_through, lsn)
         decoded = decode_key(key) if key is not None else None
         if decoded is None:
-            self.skipped += 1
-            return
+            return  # not a position (written by something else): skipped
         if payload is None:
             self.positions.pop(decoded, None)
             return
         value = decode_value(payload)
-        if value is None:
-            self.skipped += 1
-            return
-        group, log_id = decoded
-        self.positions[decoded] = Position(group, log_id, value[0], value[1], lsn)
+        if value is not None:
+            self.positions[decoded] = Position(*decoded, *value)
 
     def advance(self, lsn: int) -> None:
         """Nothing else to apply up to ``lsn`` (a gap, or the tail)."""

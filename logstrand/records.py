@@ -74,7 +74,7 @@ EPOCH_MAX: Final = 2**32 - 1
 #: User log ids run 1..LOG_ID_MAX; the top bit marks internal logs.
 LOG_ID_INTERNAL_BIT: Final = 1 << 63
 LOG_ID_MAX: Final = LOG_ID_INTERNAL_BIT - 1
-#: The internal compacted log of consumer positions (``logstrand.groups``).
+#: The internal compacted log of consumer positions (``logstrand.positions``).
 POSITIONS_LOG_ID: Final = LOG_ID_INTERNAL_BIT | 1
 #: The internal logs that exist: clients read and append to them like any log.
 INTERNAL_LOGS: Final = frozenset({POSITIONS_LOG_ID})
