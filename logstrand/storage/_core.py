@@ -212,6 +212,23 @@ def servable(
     return keep if dropped else None
 
 
+def cut_to_windows(windows: Sequence[tuple[PackedBatch, int, int]]) -> list[PackedBatch]:
+    """Each (batch, first, last) of ``servable_windows`` as a batch of its own:
+    what rebuilding may re-create.  A copy readers are never served (left by
+    a sequencer that died, above its recovery's LNG) is no record of the log;
+    re-created, it would also replace the recovery's copy on the recipient
+    and hide the record there (the rolling rebuilding test lost a batch so).
+    """
+    out: list[PackedBatch] = []
+    for b, lo, hi in windows:
+        if lo == b.first_lsn and hi == b.last_lsn:
+            out.append(b)
+        else:
+            lsns = b.lsns()
+            out.append(b.select([i for i, x in enumerate(lsns) if lo <= x <= hi]))
+    return out
+
+
 def servable_windows(
     items: Sequence[tuple[PackedBatch, int, int]],
     release_lsn: int,

@@ -198,7 +198,18 @@ class Node:
         peers = self.peers = Peers(
             self.node_id, view, nursery, committer, self._on_store_reply, self.credentials
         )
-        rebuilder = self.rebuilder = Rebuilder(self.node_id, view, committer, peers, metrics, opts)
+        reads = self.reads = ReadStreams(
+            self.node_id,
+            committer,
+            view.astore,
+            metrics,
+            nursery,
+            streams_per_connection=opts.read_streams_per_connection,
+            credit_max=opts.read_credit_max,
+        )
+        rebuilder = self.rebuilder = Rebuilder(
+            self.node_id, view, committer, peers, metrics, opts, reads.servable
+        )
         await rebuilder.on_start(marker, data_dir)
         procedures = ProcedureRunner(self.node_id, view, peers, committer.answer, metrics)
         self.sequencers = SequencerHost(
@@ -211,15 +222,6 @@ class Node:
             committer.on_release,
             metrics,
             nursery,
-        )
-        reads = self.reads = ReadStreams(
-            self.node_id,
-            committer,
-            view.astore,
-            metrics,
-            nursery,
-            streams_per_connection=opts.read_streams_per_connection,
-            credit_max=opts.read_credit_max,
         )
         drops = Drops(self.node_id, committer, view, metrics)
         self.server = Server(

@@ -241,7 +241,7 @@ class ReadStreams:
         lo = max(step.start, self.db.trim_point(log_id) + 1)
         items = [(b, max(b.first_lsn, lo), min(b.last_lsn, step.until)) for b in got.batches]
         try:
-            items = await self._servable(log_id, items, release)
+            items = await self.servable(log_id, items, release)
         except LogstrandError as exc:  # the epoch store is away: try again soon
             _log.warning("node %d: read stream waits: %s", self.node_id, exc)
             await trio.sleep(0.5)
@@ -261,10 +261,11 @@ class ReadStreams:
                 waiters.start_soon(_wait_then_cancel, released, waiters.cancel_scope)
                 waiters.start_soon(_wait_then_cancel, st.changed, waiters.cancel_scope)
 
-    async def _servable(
+    async def servable(
         self, log_id: int, items: list[tuple[PackedBatch, int, int]], release: int
     ) -> list[tuple[PackedBatch, int, int]]:
-        """The windows of copies this node may hand readers at all."""
+        """The windows of copies this node may hand readers at all (also what
+        its rebuilding donates: ``Rebuilder``)."""
         current = release >> 32
         epochs = sorted(
             {e for b, _, _ in items for e in range(b.first_lsn >> 32, (b.last_lsn >> 32) + 1)}

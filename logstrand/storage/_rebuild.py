@@ -37,8 +37,11 @@ from ..rebuilding._model import StorageState
 from ..records import WRITTEN_BY_REBUILDING
 from ..sequencer._procedures import RECOVERY_STORE_BIT
 from ..wire import Amend, AmendReply, Store, StoreReply
+from ._core import cut_to_windows
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from ..epochstore import EpochStore
     from ..packed import PackedBatch
     from ..rebuilding import NewCopies
@@ -58,6 +61,9 @@ STORE_TIMEOUT_S = 5.0
 IN_FLIGHT = 16
 CHUNK_BYTES = 4 * 1024 * 1024
 ATTEMPTS = 4
+#: How long a donor waits for its release pointer to cover the copies it holds.
+RELEASE_WAIT_S = 10.0
+Windows = list[tuple["PackedBatch", int, int]]
 
 
 def read_marker(data_dir: str, cluster: str, node_id: int) -> str | None:
@@ -128,8 +134,12 @@ class Rebuilder:
         peers: Peers,
         metrics: NodeMetrics,
         options: NodeOptions,
+        servable: Callable[[int, Windows, int], Awaitable[Windows]],
     ) -> None:
         self.node_id = node_id
+        #: The node's reads' rule of which copies readers are served: donors
+        #: re-create those only (``_core.cut_to_windows``).
+        self.servable = servable
         self.view = view
         self.committer = committer
         self.peers = peers
@@ -308,7 +318,7 @@ class Rebuilder:
 
     async def _donate_log(self, run: Run, log_id: int, progress: DonorProgress) -> DonorProgress:
         store = self.view.astore
-        until = self.committer.release_of(log_id)
+        until = await self._released_to(log_id)
         pos = progress.logs.get(log_id, 0) + 1
         if pos > until:
             return progress
@@ -319,10 +329,14 @@ class Rebuilder:
             got = self.committer.read_packed(
                 log_id, pos, until, max_records=1 << 20, max_bytes=CHUNK_BYTES, tolerant=True
             )
-            work = [pb for pb in got.batches if pos <= pb.first_lsn <= until]
+            work = [
+                (pb, pb.first_lsn, min(pb.last_lsn, until))
+                for pb in got.batches
+                if pos <= pb.first_lsn <= until
+            ]
             limiter = trio.CapacityLimiter(IN_FLIGHT)
             async with trio.open_nursery() as nursery:
-                for pb in work:
+                for pb in cut_to_windows(await self.servable(log_id, work, until)):
                     meta = epochs.metadata_for(pb.first_lsn >> 32)
                     nodeset = meta.nodeset if meta is not None else tuple(weights)
                     domains = self.view.domains(meta.replicate_across if meta else "node")
@@ -335,6 +349,31 @@ class Rebuilder:
             if not got.batches:
                 break
         return progress
+
+    async def _released_to(self, log_id: int) -> int:
+        """How far to walk ``log_id``: the release pointer, once it covers
+        every copy stored here now.  A copy acknowledged but not yet released
+        here (its sequencer died, or the RELEASE is on its way) would be
+        passed over, and this node's may be the last copy; the node's release
+        watch has the log's sequencer release it.  Waits ``RELEASE_WAIT_S``
+        at most, then walks what is released."""
+        last = self.committer.last_lsn(log_id)
+        with trio.move_on_after(RELEASE_WAIT_S):
+            # Polled: a tenth of a second is nothing beside a rebuilding.
+            while self.committer.release_of(log_id) < last:  # noqa: ASYNC110
+                await trio.sleep(0.1)
+        release = self.committer.release_of(log_id)
+        if release < last:
+            _log.warning(
+                "node %d: log %d: copies up to %#x are stored here but released only "
+                "to %#x after %.0f s: donating the released ones",
+                self.node_id,
+                log_id,
+                last,
+                release,
+                RELEASE_WAIT_S,
+            )
+        return release
 
     async def _one(
         self,

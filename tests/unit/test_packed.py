@@ -19,9 +19,9 @@ from logstrand.epochstore import LogAttributes
 from logstrand.errors import CorruptionError, InvalidArgumentError, ProtocolError, Status
 from logstrand.logsdb import LogsDB, PutBatch, make_batch
 from logstrand.packed import PackedBatch
-from logstrand.records import HOLE, RecordBatch
+from logstrand.records import HOLE, WRITTEN_BY_RECOVERY, RecordBatch
 from logstrand.sequencer._host import HostOptions, check_records
-from logstrand.storage._core import servable_windows
+from logstrand.storage._core import cut_to_windows, servable_windows
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -171,6 +171,26 @@ def test_servable_windows_cut_a_batch_where_recovery_ended_its_epoch() -> None:
     end = EpochEnd(lng_esn=6, bridge_esn=7, seal=2)
     out = servable_windows([(pb, E1 + 1, E1 + 10)], (3 << 32) | 1, lambda e: end)
     assert [(lo - E1, hi - E1) for _, lo, hi in out] == [(1, 6)]
+
+
+def test_rebuilding_recreates_only_what_readers_are_served() -> None:
+    """A donor holds the dead sequencer's own copy of records its recovery
+    decided (above the LNG) and another's recovery copy: only the recovery's
+    is a record of the log.  Re-creating the leftover overwrote the
+    recovery's copy on the recipient in the rolling rebuilding test, and the
+    batch read as DATALOSS."""
+    from logstrand.epochstore import EpochEnd
+
+    end = EpochEnd(lng_esn=6, bridge_esn=21, seal=2)
+    leftover = PackedBatch.of_records(records(list(range(E1 + 1, E1 + 11))), wave=1)
+    lsns = list(range(E1 + 11, E1 + 21))
+    rb = make_batch(lsns, [b"r"] * 10, timestamps_ms=1000, flags=WRITTEN_BY_RECOVERY)
+    by_recovery = PackedBatch.of_records(rb, wave=2)
+    items = [(leftover, E1 + 1, E1 + 10), (by_recovery, E1 + 11, E1 + 20)]
+    out = cut_to_windows(servable_windows(items, (3 << 32) | 1, lambda e: end))
+    assert [(b.first_lsn - E1, b.last_lsn - E1, b.count) for b in out] == [(1, 6, 6), (11, 20, 10)]
+    assert out[1] is by_recovery  # whole batches go as they are
+    assert out[0].body_ok() and out[0].wave == 1
 
 
 def test_an_old_format_directory_is_refused_at_open(tmp_path: Path) -> None:
