@@ -70,10 +70,18 @@ from ._commands import (
     Tell,
 )
 from ._idempotence import Entry, chunk_entries, digest_entries, in_epoch, kept, sealed_entries
-from ._recovery import Decision, DigestRecord, EpochRecovery, Mutation
+from ._recovery import (
+    NO_STANDING,
+    Decision,
+    DigestRecord,
+    EpochRecovery,
+    Mutation,
+    Standing,
+    quorum,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Container, Mapping
+    from collections.abc import Callable, Collection, Container, Mapping
 
     from ..epochstore._base import EpochStore, Placement
     from ..epochstore._model import EpochMetadata
@@ -100,17 +108,15 @@ def _set_clean(log_id: int, epoch: int, producers: Producers, store: EpochStore)
     return store.set_last_clean_epoch(log_id, epoch)
 
 
-def f_majority(meta: EpochMetadata, excluded: frozenset[int] = frozenset()) -> int:
-    """Nodes of ``meta``'s nodeset that must answer; ``excluded`` (rebuilt or
-    being rebuilt: ``Authority.excluded``) are not waited for."""
-    counted = len(set(meta.nodeset) - excluded)
-    return max(1, counted - meta.replication_factor + 1)
+def _standing(store: EpochStore) -> Standing:
+    """Rebuilding's status of the nodes, as every quorum counts it now; read
+    in the same ``EpochStoreCall`` as what a step reads anyway."""
+    authority = store.rebuilding_state().authority()
+    return Standing(frozenset(authority.empty), frozenset(authority.untrusted))
 
 
-def _excluded(store: EpochStore) -> frozenset[int]:
-    """The nodes that every f-majority leaves out now (rebuilding); read in
-    the same ``EpochStoreCall`` as what a step reads anyway."""
-    return frozenset(store.rebuilding_state().authority().excluded)
+def _oks(replies: Mapping[int, Any]) -> set[int]:
+    return {n for n, r in replies.items() if getattr(r, "status", None) == Status.OK}
 
 
 # -- sealing -------------------------------------------------------------------
@@ -129,10 +135,10 @@ def activate(
     nodes' producer entries (which recovery sifts: ``_idempotence``).
     """
     epoch, meta = yield EpochStoreCall(lambda s: s.take_epoch(log_id, placement))
-    state, excluded = yield EpochStoreCall(lambda s: (s.log_epochs(log_id), _excluded(s)))
+    state, standing = yield EpochStoreCall(lambda s: (s.log_epochs(log_id), _standing(s)))
     history = list(state.history)
     earlier = [h for h in history if h.since < epoch]
-    replies = yield from seal_earlier(log_id, epoch, earlier, seal_timeout_s, excluded)
+    replies = yield from seal_earlier(log_id, epoch, earlier, seal_timeout_s, standing)
     last_ts = max((r.last_timestamp_ms for r in replies.values()), default=0)
     start = max(last_ts, clock_ms())
     if epoch > 1:
@@ -145,13 +151,13 @@ def seal_earlier(
     epoch: int,
     earlier: list[EpochMetadata],
     timeout_s: float,
-    excluded: frozenset[int] = frozenset(),
+    standing: Standing = NO_STANDING,
 ) -> Procedure:
-    """Seal the log up to ``epoch - 1`` on an f-majority of every earlier nodeset.
+    """Seal the log up to ``epoch - 1`` on a ``quorum`` of every earlier nodeset.
 
-    Returns the replies of the sealed nodes: an f-majority of each nodeset
-    meets every copyset, so no acknowledged record is newer than the newest
-    timestamp they hold, nor missing from their producer tables.
+    Returns the replies of the sealed nodes: they meet every copyset, so no
+    acknowledged record is newer than the newest timestamp they hold, nor
+    missing from their producer tables.
 
     Raises:
         LogstrandError: NOSEQUENCER when too few nodes answered in time.
@@ -164,8 +170,8 @@ def seal_earlier(
         return {n for n, r in replies.items() if isinstance(r, SealReply) and r.status == Status.OK}
 
     def enough(replies: Mapping[int, Any]) -> bool:
-        done = sealed(replies) - excluded
-        return all(len(done & set(h.nodeset)) >= f_majority(h, excluded) for h in earlier)
+        done = sealed(replies)
+        return all(quorum(h.nodeset, h.replication_factor, done, standing) for h in earlier)
 
     replies = yield Ask(tuple((n, Seal(0, log_id, epoch - 1)) for n in targets), timeout_s, enough)
     if not enough(replies):
@@ -184,7 +190,7 @@ def rebroadcast_release(log_id: int, nodeset: tuple[int, ...], timeout_s: float)
     """
     # Best effort: the nodes that answer soon enough.
     asks = tuple((n, LogInfo(0, log_id)) for n in nodeset)
-    replies = yield Ask(asks, timeout_s, _answered(1), settle_s=0.1)
+    replies = yield Ask(asks, timeout_s, lambda r: bool(_oks(r)), settle_s=0.1)
     best = max((r.release_lsn for r in replies.values() if isinstance(r, LogInfoReply)), default=0)
     if best:
         for n in nodeset:
@@ -237,8 +243,8 @@ def recover(
             lce, (_, producers) = yield EpochStoreCall(
                 lambda s: (s.last_clean_epoch(log_id), s.producer_snapshot(log_id))
             )
-            starts, excluded = yield EpochStoreCall(
-                lambda s: (s.epoch_starts(log_id), _excluded(s))
+            starts, standing = yield EpochStoreCall(
+                lambda s: (s.epoch_starts(log_id), _standing(s))
             )
             for e in range(lce + 1, epoch):
                 meta = state.metadata_for(e)
@@ -254,7 +260,7 @@ def recover(
                     # No later epoch starts below what this one ends with.
                     min([stamp_cap_ms] + [t for x, t in starts.items() if e < x < epoch]),
                     _Timeouts(ask_timeout_s, digest_timeout_s, store_timeout_s, settle_s),
-                    excluded,
+                    standing,
                     in_epoch(sealed or (), e),
                 )
                 producers.update(decided)
@@ -285,15 +291,13 @@ class _Timeouts:
 
 
 def _answered(
-    need: int, excluded: frozenset[int] = frozenset()
+    meta: EpochMetadata, standing: Standing, also: Collection[int] = ()
 ) -> Callable[[Mapping[int, Any]], bool]:
-    """``Ask.enough``: at least ``need`` nodes outside ``excluded`` answered OK."""
+    """``Ask.enough``: the nodes that answered OK (and ``also``) are a ``quorum``."""
 
     def enough(replies: Mapping[int, Any]) -> bool:
-        ok = sum(
-            getattr(r, "status", None) == Status.OK for n, r in replies.items() if n not in excluded
-        )
-        return bool(ok >= need)
+        answered = _oks(replies) | set(also)
+        return quorum(meta.nodeset, meta.replication_factor, answered, standing)
 
     return enough
 
@@ -307,23 +311,22 @@ def _recover_epoch(
     alive: Callable[[], Container[int]],
     stamp_cap_ms: int,
     t: _Timeouts,
-    excluded: frozenset[int] = frozenset(),
+    standing: Standing = NO_STANDING,
     entries: list[Entry] | None = None,
 ) -> Procedure:
     """Decide and write how epoch ``e`` ends.  Returns the producer entries
     of the epoch whose batches are in the log (of ``entries``, the sealed
     nodes' tables, and of the digests' tables)."""
     entries = list(entries or ())
-    fmaj = f_majority(meta, excluded)
     asked = tuple((n, LogInfo(0, log_id)) for n in meta.nodeset)
-    replies = yield Ask(asked, t.ask_s, _answered(fmaj, excluded), t.settle_s)
+    replies = yield Ask(asked, t.ask_s, _answered(meta, standing), t.settle_s)
     oks = {
         n: r for n, r in replies.items() if isinstance(r, LogInfoReply) and r.status == Status.OK
     }
     infos = list(oks.values())
-    if sum(n not in excluded for n in oks) < fmaj:
+    if not quorum(meta.nodeset, meta.replication_factor, oks, standing):
         raise LogstrandError(
-            f"epoch {e}: {len(infos)} release pointers, need {fmaj}",
+            f"epoch {e}: release pointers from {sorted(oks)} only, of {list(meta.nodeset)}",
             Status.NOSEQUENCER,
         )
     released = max(i.release_lsn for i in infos)
@@ -346,7 +349,7 @@ def _recover_epoch(
         meta.replication_factor,
         seal_epoch=seal,
         lng_esn=lng,
-        excluded=excluded,
+        standing=standing,
     )
     # Digests, page by page, from every node of the nodeset at once.
     start = dict.fromkeys(meta.nodeset, lng + 1)
@@ -354,12 +357,11 @@ def _recover_epoch(
         pending = [n for n in meta.nodeset if n not in rec.complete and n in start]
         if rec.ready or not pending:
             break
-        # Enough once an f-majority has complete digests with these pages.
-        missing = max(0, fmaj - len(rec.complete - excluded))
+        # Enough once a quorum has complete digests, with these pages.
         replies = yield Ask(
             tuple((n, GetDigest(0, log_id, e, start[n], seal - 1)) for n in pending),
             t.digest_s,
-            _answered(min(missing, len([n for n in pending if n not in excluded])), excluded),
+            _answered(meta, standing, rec.complete),
             t.settle_s,
         )
         for n in pending:
@@ -389,7 +391,9 @@ def _recover_epoch(
                 start[n] = (b.lsns[-1] & 0xFFFFFFFF) + 1
     if not rec.ready:
         raise LogstrandError(
-            f"epoch {e}: {len(rec.complete)} digests, need {rec.f_majority}", Status.NOSEQUENCER
+            f"epoch {e}: complete digests from {sorted(rec.complete)} only, of "
+            f"{list(meta.nodeset)}",
+            Status.NOSEQUENCER,
         )
     plan = rec.decide()
     records = frozenset(m.esn for m in plan if m.decision is Decision.RECORD)

@@ -29,10 +29,14 @@ the epoch clean.
 from __future__ import annotations
 
 import enum
+from typing import TYPE_CHECKING
 
 import attrs
 
 from ..records import BRIDGE, ESN_MAX, HOLE, TOMBSTONE, WRITTEN_BY_RECOVERY, precedence
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Iterable
 
 
 class Decision(enum.Enum):
@@ -77,6 +81,48 @@ class Mutation:
         return tomb | WRITTEN_BY_RECOVERY
 
 
+@attrs.frozen
+class Standing:
+    """Rebuilding's authoritative status of nodes, as recovery counts answers
+    (``rebuilding.Authority``): ``empty`` nodes were rebuilt or drained and
+    hold nothing the log needs; ``untrusted`` ones are being rebuilt, and
+    what they say counts for nothing."""
+
+    empty: frozenset[int] = frozenset()
+    untrusted: frozenset[int] = frozenset()
+
+
+#: Every node in service (no rebuilding).
+NO_STANDING = Standing()
+
+
+def quorum(
+    nodeset: Collection[int],
+    replication: int,
+    answered: Iterable[int],
+    standing: Standing = NO_STANDING,
+) -> bool:
+    """Have enough of ``nodeset`` answered to decide as if all had?
+
+    Every copyset that may hold a record must meet the answers: at most
+    R - 1 nodes that count (not ``empty``) may be silent, a node being
+    rebuilt counting as silent.  Or every node but those being rebuilt
+    answered (LogDevice's authoritative-incomplete): what only they held is
+    gone either way, and waiting for them would stall recovery behind
+    rebuilding.  Leaving the nodes being rebuilt out of the R - 1 instead
+    let two silent nodes (one being rebuilt, one slow) hide a copyset: a
+    recovery sealed without the one live holder of a batch lost that
+    batch's producer entry, and the next append of its producer failed
+    OUT_OF_SEQUENCE (the rolling rebuilding test).
+    """
+    counted = set(nodeset) - standing.empty
+    heard = set(answered) - standing.untrusted
+    if not counted & heard:
+        return False  # nothing to decide from
+    silent = counted - heard
+    return len(silent) < replication or silent <= standing.untrusted
+
+
 class EpochRecovery:
     """Decides how epoch ``epoch`` of a log ends, from the nodes' digests."""
 
@@ -89,7 +135,7 @@ class EpochRecovery:
         *,
         seal_epoch: int,
         lng_esn: int = 0,
-        excluded: frozenset[int] = frozenset(),
+        standing: Standing = NO_STANDING,
     ) -> None:
         assert 1 <= replication <= len(nodeset)
         assert epoch <= seal_epoch
@@ -97,10 +143,8 @@ class EpochRecovery:
         self.epoch = epoch
         self.nodeset = nodeset
         self.replication = replication
-        # Nodes rebuilt or being rebuilt are not waited for (their digests
-        # still count when they come): rebuilding's authoritative status.
-        self.counted = frozenset(nodeset) - excluded
-        self.f_majority = max(1, len(self.counted) - replication + 1)
+        #: Rebuilding's status of the nodes: who is waited for (``quorum``).
+        self.standing = standing
         self.seal_epoch = seal_epoch
         self.lng_esn = lng_esn
         self.complete: set[int] = set()
@@ -121,8 +165,8 @@ class EpochRecovery:
 
     @property
     def ready(self) -> bool:
-        """True once an f-majority of the nodeset has sent complete digests."""
-        return len(self.complete & self.counted) >= self.f_majority
+        """True once enough of the nodeset has sent complete digests (``quorum``)."""
+        return quorum(self.nodeset, self.replication, self.complete, self.standing)
 
     def decide(self) -> list[Mutation]:
         """Every ESN from LNG + 1 to the bridge, in order.  Only when ``ready``."""

@@ -13,6 +13,8 @@ from logstrand.sequencer._recovery import (
     Decision,
     DigestRecord,
     EpochRecovery,
+    Standing,
+    quorum,
 )
 
 
@@ -81,6 +83,31 @@ def test_decide_refuses_before_an_f_majority() -> None:
     assert not r.ready  # 5 - 2 + 1 = 4 needed
     with pytest.raises(AssertionError):
         r.decide()
+
+
+def test_a_node_being_rebuilt_does_not_shrink_the_quorum() -> None:
+    """Node 4 is being rebuilt; a batch on {4, 1} has its one live copy on
+    node 1.  Answers from 2 and 3 do not meet that copyset: leaving node 4
+    out of the nodeset (the old rule: 3 - 2 + 1 = 2 answers) sealed without
+    node 1, and its producer entry was lost.  Every other node answering is
+    enough, or any three (node 4 counted as silent)."""
+    nodes, rebuilding = (1, 2, 3, 4), Standing(untrusted=frozenset({4}))
+    assert not quorum(nodes, 2, {2, 3}, rebuilding)
+    assert quorum(nodes, 2, {1, 2, 3}, rebuilding)
+    assert not quorum(nodes, 2, {2, 3, 4}, rebuilding)  # its "not here" counts for nothing
+    # Rebuilt (empty): its copies are elsewhere now, the copysets amended.
+    assert quorum(nodes, 2, {2, 3}, Standing(empty=frozenset({4})))
+    # Two silent, neither being rebuilt: a copyset of both may hide.
+    assert not quorum(nodes, 2, {2, 3})
+    assert quorum(nodes, 2, {1, 2, 3})
+    # Everyone counted is being rebuilt: nothing to decide from.
+    assert not quorum((1, 2), 2, set(), Standing(untrusted=frozenset({1, 2})))
+    r = EpochRecovery(7, 1, nodes, 2, seal_epoch=2, standing=rebuilding)
+    for n in (2, 3):
+        r.on_digest(n, [], complete=True)
+    assert not r.ready
+    r.on_digest(1, [], complete=True)
+    assert r.ready
 
 
 @settings(max_examples=300)
