@@ -20,14 +20,15 @@ from .._units import format_bytes
 from ..errors import InvalidArgumentError, LogstrandError
 from ..logsdb import LogsDB, LogsDBOptions, PutBatch, make_batch
 from ..types import format_lsn
-from ._cluster import append, dev_app, node
+from ._cluster import append, dev_app
 from ._common import EXIT_FAILED, EXIT_USAGE, console, err_console
 from ._groups import groups_app
 from ._logs import logs_app, nodes_app
+from ._node import node
 from ._ops import compact, info, status, trim
 from ._read import find_time, read
 from ._rebuild import cluster_app, drain, rebuild, undrain
-from ._security import acl_app, users_app
+from ._security import acl_app, tls_app, users_app
 
 app = typer.Typer(
     name="logstrand",
@@ -55,6 +56,7 @@ app.add_typer(cluster_app, name="cluster")
 app.add_typer(users_app, name="users")
 app.add_typer(acl_app, name="acl")
 app.add_typer(groups_app, name="groups")
+app.add_typer(tls_app, name="tls")
 
 
 @app.callback()

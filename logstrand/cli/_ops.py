@@ -314,7 +314,10 @@ def status(url: UrlOption = None, as_json: JsonOption = False) -> None:
     table = Table()
     cols = ("node", "address", "location", "state", "storage", "sequences", "partitions", "disk")
     for col in (*cols, "free", "corrupt copies"):
-        table.add_column(col)
+        # Addresses and locations whole, however narrow the terminal: the
+        # other columns wrap instead.
+        widest = max((len(r[col] or "") for r in rows), default=0) if col in _WHOLE else 0
+        table.add_column(col, min_width=widest or None, no_wrap=col in _WHOLE)
     for r in rows:
         state = r["state"]
         colour = {"alive": "green", "dead": "red"}.get(state, "yellow")
@@ -334,6 +337,9 @@ def status(url: UrlOption = None, as_json: JsonOption = False) -> None:
     _print_rebuilding(rebuilding)
     if unhealthy:
         raise typer.Exit(EXIT_FAILED)
+
+
+_WHOLE = ("address", "location")
 
 
 def _storage(state: str | None) -> str:

@@ -7,14 +7,18 @@ see docs/security.md).  Nodes pick changes up within seconds.
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from ..records import LOG_ID_MAX, POSITIONS_LOG_ID
 from ..security import check_name, hash_token, new_token, parse_log_range, parse_ops
-from ._common import JsonOption, UrlOption, console, open_store, print_json
+from ._common import JsonOption, UrlOption, console, fail, open_store, print_json
+
+if TYPE_CHECKING:
+    from ..security._certs import LocalCA
 
 users_app = typer.Typer(
     help="Users (principals) that clients authenticate as.", no_args_is_help=True
@@ -131,3 +135,56 @@ def acl_list(url: UrlOption = None, as_json: JsonOption = False) -> None:
     for g in grants:
         table.add_row(g["user"], _logs_text(g["first"], g["last"]), ",".join(g["ops"]))
     console.print(table)
+
+
+tls_app = typer.Typer(
+    help="A small CA for a cluster's TLS: node and client certificates (docs/deploy.md).",
+    no_args_is_help=True,
+)
+DirArgument = Annotated[
+    Path, typer.Argument(help="The CA's directory (ca.pem, ca.key; made if missing).")
+]
+
+
+def _ca(directory: Path) -> LocalCA:
+    from ..security._certs import LocalCA
+
+    try:
+        return LocalCA(str(directory))
+    except (OSError, ValueError) as exc:
+        fail(f"{directory}: {exc}")
+
+
+@tls_app.command("ca")
+def tls_ca(directory: DirArgument) -> None:
+    """Make the CA in DIR (or keep the one there) and print its certificate's path."""
+    console.print(_ca(directory).ca_path, highlight=False)
+
+
+@tls_app.command("node")
+def tls_node(
+    directory: DirArgument,
+    node_id: Annotated[int, typer.Option("--id", min=0, help="The node's id.")],
+    hosts: Annotated[
+        list[str],
+        typer.Option(
+            "--host",
+            help="A name or address clients and nodes reach it by (repeat for more): "
+            "its advertised host.",
+        ),
+    ],
+) -> None:
+    """Issue a node's certificate and key (DIR/nodeN.pem, DIR/nodeN.key)."""
+    cert, key = _ca(directory).node(node_id, hosts)
+    console.print(f"{cert}\n{key}", highlight=False)
+
+
+@tls_app.command("user")
+def tls_user(
+    directory: DirArgument,
+    name: Annotated[str, typer.Option("--name", help="The user the certificate names.")],
+) -> None:
+    """Issue a client certificate for a user (DIR/user-NAME.pem and .key)."""
+    check_name(name)
+    cert, key = _ca(directory).user(name)
+    console.print(f"{cert}\n{key}", highlight=False)

@@ -195,7 +195,7 @@ class NodeMetrics:
         self.node_info = Gauge("logstrand_node_info", "Node id", list(label), registry=r)
         self.node_info.labels(**label).set(1)
 
-    def serve(self, port: int) -> Any:
-        """Serve /metrics on 127.0.0.1:port from a background thread; returns the server."""
-        server, _thread = start_http_server(port, addr="127.0.0.1", registry=self.registry)
+    def serve(self, port: int, host: str = "127.0.0.1") -> Any:
+        """Serve /metrics on host:port from a background thread; returns the server."""
+        server, _thread = start_http_server(port, addr=host, registry=self.registry)
         return server

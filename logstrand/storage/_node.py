@@ -11,6 +11,8 @@ runs their tasks; the rules live in the parts.
 | read streams | ``_reads.py`` (core: ``_read_core.py``) | pushes copies to readers |
 | drops | ``_drops.py`` | this node's part of compaction |
 | release watch | ``_release_watch.py`` | notices releases that are overdue |
+| rebuilder | ``_rebuild.py`` (core ``rebuilding/``) | this node's part of rebuilding |
+| upkeep | ``_upkeep.py`` | free space (``--min-free``), trims missed, retention |
 
 Extensions run beside them (the cleaner, from ``logstrand node``): each gets the
 node's ``NodeServices`` and registers handlers for the messages it answers.
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import resource
 import time
 from typing import TYPE_CHECKING, Any, Protocol
@@ -28,7 +29,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 import trio
 
-from .._units import format_bytes
 from ..epochstore import open_epoch_store
 from ..errors import LogstrandError, NotFoundError, Status
 from ..rpc import ClusterView
@@ -70,18 +70,17 @@ from ._release_watch import ReleaseWatch
 from ._sequencers import SequencerHost
 from ._server import Server
 from ._trims import Trims
+from ._upkeep import Upkeep
 
 if TYPE_CHECKING:
     import ssl
     from collections.abc import Awaitable, Callable
 
-    from ..epochstore import AsyncEpochStore
+    from ..epochstore import NodeConfig
     from ..logsdb import LogsDBOptions
     from ..net import Connection
 
 _log = logging.getLogger("logstrand.node")
-#: A LogsDB broken by a full disk is reopened only with this much free.
-REOPEN_FREE_MIN = 8 * 1024 * 1024
 
 
 class NodeExtension(Protocol):
@@ -103,8 +102,16 @@ class Node:
         options: NodeOptions | None = None,
         logsdb_options: LogsDBOptions | None = None,
         extensions: tuple[NodeExtension, ...] = (),
+        listen: tuple[str, int] | None = None,
+        advertise: str | None = None,
+        metrics: tuple[str, int] | None = None,
     ) -> None:
         self.url = url
+        #: Where to listen (None: the address in the cluster configuration),
+        #: the address to put there at start, and where /metrics is served.
+        self.listen = listen
+        self.advertise = advertise
+        self.metrics_at = metrics
         self.node_id = node_id
         self.data_dir = data_dir
         self.options = options or NodeOptions()
@@ -120,8 +127,6 @@ class Node:
             self.credentials = Credentials(client_context(tls.ca, tls.cert, tls.key))
         self.release_watch = ReleaseWatch()
         self._started = time.monotonic()
-        self._free_bytes = 0
-        self._data_path = ""
         self._closing: list[Callable[[], Awaitable[None]]] = []
         self.view: ClusterView
         self.server: Server
@@ -147,12 +152,23 @@ class Node:
             cfg = view.nodes.get(self.node_id)
             if cfg is None:
                 raise NotFoundError(f"node {self.node_id} is not in the cluster configuration")
+            cfg = await self._advertise(cfg)
             data_dir = self.data_dir or cfg.data_dir
             if not data_dir:
                 raise NotFoundError(f"node {self.node_id} has no data directory configured")
             async with trio.open_nursery() as nursery:
-                await self._serve(nursery, data_dir, cfg.port, cfg.host, cfg.metrics_port)
-                _log.info("node %d serving on %s", self.node_id, cfg.address)
+                host, port = self.listen or (cfg.host, cfg.port)
+                metrics_at = self.metrics_at
+                if metrics_at is None and cfg.metrics_port:
+                    metrics_at = ("127.0.0.1", cfg.metrics_port)
+                await self._serve(nursery, data_dir, port, host, metrics_at)
+                _log.info(
+                    "node %d serving on %s (listening on %s:%d)",
+                    self.node_id,
+                    cfg.address,
+                    host,
+                    port,
+                )
                 task_status.started(cfg.address)
         finally:
             # Every task has stopped: close what they used, the LogsDB last
@@ -162,8 +178,26 @@ class Node:
                     await close()
                 await view.astore.aclose()
 
+    async def _advertise(self, cfg: NodeConfig) -> NodeConfig:
+        """Put ``--advertise`` (and the port of ``--metrics``) in the cluster
+        configuration when they differ from it."""
+        metrics_port = self.metrics_at[1] if self.metrics_at else cfg.metrics_port
+        address = self.advertise or cfg.address
+        if (address, metrics_port) == (cfg.address, cfg.metrics_port):
+            return cfg
+        new = attrs.evolve(cfg, address=address, metrics_port=metrics_port)
+        await self.view.astore.run(lambda s: s.update_node(new))
+        _log.warning("node %d: configuration now says %s (was %s)", self.node_id, new, cfg)
+        await self.view.refresh()
+        return new
+
     async def _serve(
-        self, nursery: trio.Nursery, data_dir: str, port: int, host: str, metrics_port: int | None
+        self,
+        nursery: trio.Nursery,
+        data_dir: str,
+        port: int,
+        host: str,
+        metrics_at: tuple[str, int] | None,
     ) -> None:
         """Make the parts and start their tasks (they stop with ``nursery``)."""
         view, opts, metrics = self.view, self.options, self.metrics
@@ -190,7 +224,6 @@ class Node:
         )
         marker = await trio.to_thread.run_sync(read_marker, data_dir, view.cluster, self.node_id)
         committer.open(data_dir, self.logsdb_options)
-        self._data_path = data_dir
         self._closing.append(_sync(committer.close))  # on this thread: the LogsDB's
         now = trio.current_time()
         for log, release in committer.release.items():
@@ -234,12 +267,13 @@ class Node:
             on_closed=reads.connection_closed,
             busy=reads.busy,
         )
+        upkeep = self.upkeep = Upkeep(self.node_id, opts, committer, metrics, view, data_dir)
         self._register(committer, reads, drops, nursery)
         listeners = await trio.open_tcp_listeners(port, host=host)
         session = await view.astore.register_member(self.node_id)
         self._closing.append(_in_thread(session.close))
-        if metrics_port:
-            server = metrics.serve(metrics_port)
+        if metrics_at is not None:
+            server = metrics.serve(metrics_at[1], metrics_at[0])
             self._closing.append(_sync(server.shutdown))
         await nursery.start(view.run)
         if self.guard.secure:
@@ -254,8 +288,8 @@ class Node:
             peers.pump_replies,
             self.sequencers.release_flusher,
             self._ticker,
-            self._maintenance,
-            self._space_watch,
+            upkeep.maintain,
+            upkeep.watch_space,
             rebuilder.run,
         ):
             nursery.start_soon(self._supervised, task)
@@ -354,7 +388,7 @@ class Node:
             tuple(self.sequencers.sequencers),
             int(time.monotonic() - self._started),
             self.reads.corrupt_copies,
-            self._free_bytes,
+            self.upkeep.free_bytes,
             int(self.committer.space_low or self.committer.broken),
         )
 
@@ -383,76 +417,6 @@ class Node:
                 pause = 1.0  # it ran a good while: a new failure, not the same one
             await trio.sleep(pause)
             pause = min(30.0, pause * 2)
-
-    async def _space_watch(self) -> None:
-        """Free space against ``--min-free``: STOREs stop below it, go on above
-        it, and a LogsDB that a full disk broke is reopened once space is back."""
-        opts = self.options
-        committer = self.committer
-        was_low = False
-        while True:
-            st = os.statvfs(self._data_path)
-            free, size = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
-            floor = max(opts.min_free_bytes, int(opts.min_free_fraction * size))
-            low = free < floor
-            # Reopening writes a new MANIFEST and WAL: with no room for them it
-            # fails after closing the old LogsDB, and the node would be left
-            # with none (every read and status failing) until space is back.
-            if committer.broken and not low and free >= REOPEN_FREE_MIN:
-                try:
-                    committer.reopen()
-                except Exception as exc:
-                    _log.warning("node %d: LogsDB not reopened yet: %s", self.node_id, exc)
-            committer.space_low = low
-            refusing = low or committer.broken
-            if refusing != was_low:
-                if refusing:
-                    _log.warning(
-                        "node %d: %s free of %s (floor %s): STOREs are refused (NOSPC), "
-                        "reads go on",
-                        self.node_id,
-                        format_bytes(free),
-                        format_bytes(size),
-                        format_bytes(floor),
-                    )
-                else:
-                    _log.warning(
-                        "node %d: %s free: STOREs are taken again", self.node_id, format_bytes(free)
-                    )
-                was_low = refusing
-            self._free_bytes = free
-            self.metrics.free_bytes.set(free)
-            self.metrics.space_low.set(int(refusing))
-            await trio.sleep(opts.space_check_s)
-
-    async def _maintenance(self) -> None:
-        """Trims missed while down, retention, partition drops, space gauges."""
-        view: ClusterView = self.view
-        store: AsyncEpochStore = view.astore
-        while True:
-            try:
-                logs = self.committer.logs()
-                trims = {log: await store.trim_point(log) for log in logs}
-                retention, space = {}, {}
-                storage_nodes = max(1, len(view.storage_weights()))
-                for log in logs:
-                    attributes = view.log_attributes(log)
-                    if attributes is None:
-                        continue
-                    if attributes.retention_ms is not None:
-                        retention[log] = attributes.retention_ms
-                    if attributes.retention_bytes is not None:
-                        # This node's share of the log's bound: R copies over
-                        # the nodeset, spread evenly by the copyset choice.
-                        nodes = min(attributes.nodeset_size or storage_nodes, storage_nodes)
-                        share = attributes.retention_bytes * attributes.replication_factor
-                        space[log] = max(1, share // nodes)
-                self.committer.maintain(trims, retention, space)
-            except LogstrandError as exc:
-                _log.warning("node %d: maintenance: %s", self.node_id, exc)
-            except Exception:
-                _log.exception("node %d: maintenance failed (tried again later)", self.node_id)
-            await trio.sleep(self.options.maintenance_s)
 
     async def _ticker(self) -> None:
         next_gauges = 0.0
