@@ -22,15 +22,17 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# ZooKeeper for the epoch store tests; Java for them and for Spark (tests/spark).
+# ZooKeeper for the epoch store tests; Java for them and for Spark (tests/spark);
+# iptables for the partition tests (hosts in network namespaces, as root).
 zookeeper:
-	@if [ -x /usr/share/zookeeper/bin/zkServer.sh ] && command -v java >/dev/null; then :; \
+	@if [ -x /usr/share/zookeeper/bin/zkServer.sh ] && command -v java >/dev/null \
+	    && command -v iptables >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \
-	  echo "installing the Debian packages zookeeper and default-jre-headless"; \
+	  echo "installing the Debian packages zookeeper, default-jre-headless and iptables"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-	    apt-get install -y -qq zookeeper default-jre-headless >/dev/null; \
+	    apt-get install -y -qq zookeeper default-jre-headless iptables >/dev/null; \
 	else \
-	  echo "warning: not root: install the Debian packages 'zookeeper' and 'default-jre-headless'"; \
+	  echo "warning: not root: install the Debian packages 'zookeeper', 'default-jre-headless' and 'iptables'"; \
 	fi
 
 run: venv
@@ -66,12 +68,14 @@ fuzz: venv
 	$(BIN)/python tests/fuzz/fuzz_codec.py -max_total_time=$(FUZZ_S) fuzz-corpus/codec
 	$(BIN)/python tests/fuzz/fuzz_dispatch.py -max_total_time=$(FUZZ_S) fuzz-corpus/dispatch
 
-# The seeded simulation over many more seeds than CI runs (tests/sim).
-# Failovers at length: 100 back-to-back rounds (CI runs 20), and idempotent
-# appends across SIGKILLed sequencers.
+# Failovers at length: 100 back-to-back rounds (CI runs 20), idempotent
+# appends across SIGKILLed sequencers, and 104 partition and kill events
+# across hosts in network namespaces with the history checker (CI runs 8).
 faults: venv zookeeper
 	LOGSTRAND_FAILOVER_ROUNDS=100 $(BIN)/python -m pytest -q tests/integration/test_failover.py tests/integration/test_idempotence.py
+	LOGSTRAND_PARTITION_EVENTS=104 $(BIN)/python -m pytest -q -s tests/integration/test_partitions.py
 
+# The seeded simulation over many more seeds than CI runs (tests/sim).
 soak: venv
 	$(BIN)/python -m tests.sim --seeds $(SEEDS)
 

@@ -3,6 +3,8 @@
 from ._cluster import LocalCluster
 from ._memengine import MemoryEngine, memory_logsdb
 from ._memstore import MemoryEpochStore
+from ._netcluster import NetCluster
+from ._netns import Network
 from ._procs import cpu_s, rss_mb
 from ._zookeeper import ZooKeeperServer, free_port, zookeeper_available
 
@@ -10,6 +12,8 @@ __all__ = [
     "LocalCluster",
     "MemoryEngine",
     "MemoryEpochStore",
+    "NetCluster",
+    "Network",
     "ZooKeeperServer",
     "cpu_s",
     "free_port",

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import os
+    from collections.abc import Sequence
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
@@ -38,14 +39,14 @@ def free_port() -> int:
         return port
 
 
-def _ruok(port: int) -> bool:
+def _ruok(port: int, host: str = "127.0.0.1") -> bool:
     """True once the server serves clients: ``srvr`` reports its mode.
 
     (``ruok`` answers ``imok`` as soon as the process runs, before it takes
     sessions; a client connecting then can time out.)
     """
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+        with socket.create_connection((host, port), timeout=0.5) as s:
             s.sendall(b"srvr")
             reply = b""
             while chunk := s.recv(4096):
@@ -56,23 +57,35 @@ def _ruok(port: int) -> bool:
 
 
 class ZooKeeperServer:
-    """One standalone ZooKeeper on 127.0.0.1."""
+    """One standalone ZooKeeper on 127.0.0.1 (or on ``host``, started with
+    ``launcher`` before its command: another network namespace's address
+    and ``ip netns exec NS``, see ``_netns``)."""
 
-    def __init__(self, directory: str | os.PathLike[str], *, tick_ms: int = 200) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        tick_ms: int = 200,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        launcher: Sequence[str] = (),
+    ) -> None:
         if not zookeeper_available():
             raise RuntimeError(
                 "ZooKeeper is not installed: install the Debian package 'zookeeper' "
                 "(make test does this when run as root)"
             )
         self.directory = Path(directory)
-        self.port = free_port()
+        self.host = host
+        self.port = port or free_port()
+        self.launcher = tuple(launcher)
         self.tick_ms = tick_ms
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: object = None
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def _write_config(self) -> Path:
         data = self.directory / "data"
@@ -86,7 +99,7 @@ class ZooKeeperServer:
                     f"tickTime={self.tick_ms}",
                     f"dataDir={data}",
                     f"clientPort={self.port}",
-                    "clientPortAddress=127.0.0.1",
+                    f"clientPortAddress={self.host}",
                     "admin.enableServer=false",
                     "4lw.commands.whitelist=ruok,srvr",
                     "maxClientCnxns=200",
@@ -104,6 +117,7 @@ class ZooKeeperServer:
         self._log = log
         self._proc = subprocess.Popen(
             [
+                *self.launcher,
                 "java",
                 "-Xmx256m",
                 "-Dzookeeper.admin.enableServer=false",
@@ -118,7 +132,7 @@ class ZooKeeperServer:
             stdin=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + timeout_s
-        while not _ruok(self.port):
+        while not _ruok(self.port, self.host):
             if self._proc.poll() is not None:
                 self._close_log()
                 self._proc = None

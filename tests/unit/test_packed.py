@@ -190,7 +190,8 @@ def test_rebuilding_recreates_only_what_readers_are_served() -> None:
     out = cut_to_windows(servable_windows(items, (3 << 32) | 1, lambda e: end))
     assert [(b.first_lsn - E1, b.last_lsn - E1, b.count) for b in out] == [(1, 6, 6), (11, 20, 10)]
     assert out[1] is by_recovery  # whole batches go as they are
-    assert out[0].body_ok() and out[0].wave == 1
+    assert out[0].body_ok()
+    assert out[0].wave == 1
 
 
 def test_an_old_format_directory_is_refused_at_open(tmp_path: Path) -> None:

@@ -1,0 +1,207 @@
+"""A cluster across separate hosts of a ``Network`` (namespaces on one
+machine), set up with the steps of docs/deploy.md: ZooKeeper on host ``zk``,
+one node per host ``n1``..``nN``, each started from its own TOML file, the
+operator's commands (``logstrand nodes add``, ``logs create``, ``users``,
+``acl``, ``tls``) run from the root namespace as from an admin machine.
+
+    with NetCluster(tmp_dir, nodes=3, tls=True) as c:
+        with logstrand.connect(c.url, **c.client_options) as client: ...
+        c.kill_node(2); c.net.partition(["n1"], ["n2", "n3"]); c.net.heal()
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ._netns import Network
+from ._zookeeper import ZooKeeperServer
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+NODE_PORT = 4440
+METRICS_PORT = 9100
+ZK_PORT = 2181
+
+
+class NetCluster:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        nodes: int = 3,
+        tls: bool = False,
+        cluster: str = "prod",
+        node_options: dict[str, Any] | None = None,
+        extra_hosts: Sequence[str] = (),
+    ) -> None:
+        self.directory = Path(directory).absolute()
+        self.node_count = nodes
+        self.tls = tls
+        self.cluster = cluster
+        self.node_options = node_options or {}
+        self.net = Network(self.directory / "net", ["zk", *self.hosts(), *extra_hosts])
+        self.zk: ZooKeeperServer | None = None
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.token: str | None = None
+        self.url = ""
+
+    def hosts(self) -> list[str]:
+        return [f"n{i}" for i in range(1, self.node_count + 1)]
+
+    def address(self, node_id: int) -> str:
+        return f"{self.net.address(f'n{node_id}')}:{NODE_PORT}"
+
+    @property
+    def ca_path(self) -> str:
+        return str(self.directory / "tls" / "ca.pem")
+
+    @property
+    def client_options(self) -> dict[str, str]:
+        if not self.tls:
+            return {}
+        assert self.token is not None
+        return {"ca": self.ca_path, "token": self.token}
+
+    def client_env(self) -> dict[str, str]:
+        env = {**os.environ, "LOGSTRAND_URL": self.url}
+        if self.tls and self.token is not None:
+            env |= {"LOGSTRAND_CA": self.ca_path, "LOGSTRAND_TOKEN": self.token}
+        return env
+
+    # -- the deploy steps ------------------------------------------------------
+
+    def __enter__(self) -> NetCluster:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self.net.open()
+        ns = self.net.hosts["zk"].namespace
+        self.zk = ZooKeeperServer(
+            self.directory / "zk",
+            host=self.net.address("zk"),
+            port=ZK_PORT,
+            launcher=("ip", "netns", "exec", ns),
+        )
+        self.zk.start()
+        self.url = f"zk://{self.zk.address}/{self.cluster}"
+        tls_dir = self.directory / "tls"
+        for i in range(1, self.node_count + 1):
+            host = self.net.address(f"n{i}")
+            if self.tls:
+                self.cli("tls", "node", str(tls_dir), "--id", str(i), "--host", host)
+            self.cli(
+                "nodes", "add", "--id", str(i), "--address", self.address(i),
+                "--location", f"region1.dc1.rack{i}",
+            )  # fmt: skip
+            self.write_config(i)
+        if self.tls:
+            out = self.cli("users", "add", "admin")
+            self.token = out.split()[-1]
+            self.cli("acl", "grant", "admin", "--logs", "all", "--ops", "all")
+        for i in range(1, self.node_count + 1):
+            self.start_node(i, wait=False)
+        for i in range(1, self.node_count + 1):
+            self.wait_ready(i)
+
+    def write_config(self, node_id: int) -> Path:
+        """The node's file, as docs/deploy.md writes it."""
+        host = self.net.address(f"n{node_id}")
+        data = self.directory / f"n{node_id}"
+        data.mkdir(parents=True, exist_ok=True)
+        lines = [
+            f"id = {node_id}",
+            f'url = "{self.url}"',
+            f'data_dir = "{data / "data"}"',
+            f'listen = "0.0.0.0:{NODE_PORT}"',
+            f'advertise = "{host}:{NODE_PORT}"',
+            f'metrics = "{host}:{METRICS_PORT}"',
+        ]
+        if self.tls:
+            tls = self.directory / "tls"
+            lines += [
+                f'tls_cert = "{tls / f"node{node_id}.pem"}"',
+                f'tls_key = "{tls / f"node{node_id}.key"}"',
+                f'tls_ca = "{tls / "ca.pem"}"',
+            ]
+        for key, value in self.node_options.items():
+            lines.append(f"{key} = {value!r}".replace("'", '"'))
+        path = data / "node.toml"
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
+    def cli(self, *args: str, check: bool = True) -> str:
+        """``logstrand ARGS`` from the root namespace (the operator's machine)."""
+        env = self.client_env()
+        if not self.url:
+            env.pop("LOGSTRAND_URL", None)
+        proc = subprocess.run(
+            [sys.executable, "-m", "logstrand", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        if check and proc.returncode != 0:
+            raise RuntimeError(f"logstrand {' '.join(args)}: exit {proc.returncode}: {proc.stderr}")
+        return proc.stdout
+
+    # -- nodes -------------------------------------------------------------------
+
+    def start_node(self, node_id: int, *, wait: bool = True) -> None:
+        data = self.directory / f"n{node_id}"
+        argv = [sys.executable, "-m", "logstrand", "node", "--config", str(data / "node.toml")]
+        log = data / "node.log"
+        self.procs[node_id] = self.net.spawn(f"n{node_id}", argv, log)
+        if wait:
+            self.wait_ready(node_id)
+
+    def wait_ready(self, node_id: int, timeout_s: float = 60.0) -> None:
+        host, port = self.net.address(f"n{node_id}"), NODE_PORT
+        deadline = time.monotonic() + timeout_s
+        proc = self.procs[node_id]
+        while True:
+            if proc.poll() is not None:
+                log = self.directory / f"n{node_id}" / "node.log"
+                raise RuntimeError(f"node {node_id} exited ({proc.returncode}); see {log}")
+            try:
+                with socket.create_connection((host, port), timeout=0.5):
+                    return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"node {node_id} not serving after {timeout_s} s") from None
+                time.sleep(0.1)
+
+    def kill_node(self, node_id: int) -> None:
+        proc = self.procs.pop(node_id)
+        self.net.stop(proc, kill=True)
+
+    def stop_node(self, node_id: int) -> None:
+        proc = self.procs.pop(node_id)
+        self.net.stop(proc)
+
+    def alive(self, node_id: int) -> bool:
+        proc = self.procs.get(node_id)
+        return proc is not None and proc.poll() is None
+
+    def stop(self) -> None:
+        for node_id in list(self.procs):
+            self.stop_node(node_id)
+        if self.zk is not None:
+            self.zk.stop()
+            self.zk = None
+        self.net.close()
