@@ -1,26 +1,34 @@
 # logstrand: make run | make test | make lint | make bench | make bench-compare | make soak
 #
-# Everything installs into .venv from pyproject.toml; `make test` also installs
-# the Debian `zookeeper` package when it is missing and we are root.
+# Everything installs into .venv from pyproject.toml: `make run` only what a
+# cluster and the client need, `make test` the extras too (Spark, Arrow, the
+# test and lint tools) and the Debian packages zookeeper and iptables when they
+# are missing and we are root.
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+TEST_STAMP := $(VENV)/.installed-test-stamp
 PYTEST_ARGS ?=
 # Test processes: each module's tests run on one of them (tests/conftest.py).
 TEST_WORKERS ?= 2
 SEEDS ?= 0:5000
 
-.PHONY: venv zookeeper run test lint format bench bench-compare soak faults fuzz clean
+.PHONY: venv venv-test zookeeper run test lint format bench bench-compare soak faults fuzz clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test]'
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e .
 	@touch $(STAMP)
 
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test]'
+	@touch $(TEST_STAMP)
+
+# What `make run` needs; `venv-test` adds the extras every other target uses.
 venv: $(STAMP)
+venv-test: $(TEST_STAMP)
 
 # ZooKeeper for the epoch store tests; Java for them and for Spark (tests/spark);
 # iptables for the partition tests (hosts in network namespaces, as root).
@@ -38,32 +46,32 @@ zookeeper:
 run: venv
 	$(BIN)/logstrand dev demo --dir run-data/demo
 
-test: venv zookeeper lint
+test: venv-test zookeeper lint
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
-lint: venv
+lint: venv-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 
-format: venv
+format: venv-test
 	$(BIN)/ruff check --fix --unsafe-fixes .
 	$(BIN)/ruff format .
 
-bench: venv
+bench: venv-test
 	$(BIN)/python bench/logsdb.py
 	$(BIN)/python bench/append.py
 	$(BIN)/python bench/read.py
 
 # logstrand and its peers (NATS JetStream, Redis Streams) on one workload, one table.
-bench-compare: venv
+bench-compare: venv-test
 	$(BIN)/python bench/compare.py --json bench/results/compare.json
 
 # Coverage-guided fuzzing of the codec and of a node's dispatch (atheris);
 # FUZZ_S seconds each, corpora kept in fuzz-corpus/.  CI runs a short pass.
 FUZZ_S ?= 300
-fuzz: venv
+fuzz: venv-test
 	@mkdir -p fuzz-corpus/codec fuzz-corpus/dispatch
 	$(BIN)/python tests/fuzz/fuzz_codec.py -max_total_time=$(FUZZ_S) fuzz-corpus/codec
 	$(BIN)/python tests/fuzz/fuzz_dispatch.py -max_total_time=$(FUZZ_S) fuzz-corpus/dispatch
@@ -71,12 +79,12 @@ fuzz: venv
 # Failovers at length: 100 back-to-back rounds (CI runs 20), idempotent
 # appends across SIGKILLed sequencers, and 104 partition and kill events
 # across hosts in network namespaces with the history checker (CI runs 8).
-faults: venv zookeeper
+faults: venv-test zookeeper
 	LOGSTRAND_FAILOVER_ROUNDS=100 $(BIN)/python -m pytest -q tests/integration/test_failover.py tests/integration/test_idempotence.py
 	LOGSTRAND_PARTITION_EVENTS=104 $(BIN)/python -m pytest -q -s tests/integration/test_partitions.py
 
 # The seeded simulation over many more seeds than CI runs (tests/sim).
-soak: venv
+soak: venv-test
 	$(BIN)/python -m tests.sim --seeds $(SEEDS)
 
 clean:

@@ -34,7 +34,9 @@ app = typer.Typer(
     name="logstrand",
     help="logstrand: a distributed log store in the style of LogDevice.",
     no_args_is_help=True,
-    add_completion=False,
+    # `logstrand --install-completion` (bash, zsh, fish), or
+    # `logstrand --show-completion bash` to see the script.
+    add_completion=True,
 )
 logsdb_app = typer.Typer(help="Work on a node's local log store (LogsDB) directly.")
 app.add_typer(logsdb_app, name="logsdb")
@@ -59,8 +61,25 @@ app.add_typer(groups_app, name="groups")
 app.add_typer(tls_app, name="tls")
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"logstrand {version('logstrand')}")
+        except PackageNotFoundError:  # run from a source tree that is not installed
+            print("logstrand (not installed)")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _credentials(
+    _show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print the version and exit.", is_eager=True, callback=_version
+        ),
+    ] = False,
     token: Annotated[
         str | None,
         typer.Option(

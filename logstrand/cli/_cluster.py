@@ -1,16 +1,17 @@
-"""``logstrand node``, ``logstrand dev up``, ``logstrand append``."""
+"""``logstrand dev up``, ``logstrand dev demo``, ``logstrand append``."""
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import time
+from collections import deque
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ..errors import InvalidArgumentError
 from ..types import Record, format_lsn
 from ._common import (
     JsonOption,
@@ -18,9 +19,15 @@ from ._common import (
     connect_client,
     console,
     duration_option,
+    fail,
     print_json,
     require_url,
 )
+
+if TYPE_CHECKING:
+    import concurrent.futures
+
+    from ..client import Client
 
 dev_app = typer.Typer(help="Run a local cluster for development.", no_args_is_help=True)
 
@@ -85,29 +92,49 @@ def dev_up(
         print("stopped", flush=True)
 
 
+#: Appends from stdin in flight at once (each line is one; the client
+#: coalesces them into batches).
+STDIN_IN_FLIGHT = 10_000
+
+
 def append(
     log: Annotated[int, typer.Argument(help="Log id.", min=1)],
     payload: Annotated[
-        str | None, typer.Argument(help="The record; '-' (or nothing) reads lines from stdin.")
+        str | None,
+        typer.Argument(
+            help="The record; '-' (or nothing) appends each line of stdin as it arrives."
+        ),
     ] = None,
     key: Annotated[str | None, typer.Option(help="Record key (compacted logs).")] = None,
+    key_separator: Annotated[
+        str | None,
+        typer.Option(help="Each stdin line is KEY<SEP>PAYLOAD, split at the first SEP."),
+    ] = None,
+    key_field: Annotated[
+        str | None,
+        typer.Option(help="Each stdin line is a JSON object; its field NAME is the key."),
+    ] = None,
     url: UrlOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Append a record (or one record per line of stdin) and print the LSNs."""
-
+    """Append a record, or each line of stdin as it arrives (`tail -f x | logstrand
+    append 1` writes every line), and print the LSNs."""
     url = require_url(url)
-    if payload is None or payload == "-":
-        payloads = [line.rstrip(b"\n") for line in sys.stdin.buffer]
-    else:
-        payloads = [payload.encode()]
-    if not payloads:
-        raise InvalidArgumentError("nothing to append")
-    keys = [key.encode() if key is not None else None] * len(payloads)
+    if sum(x is not None for x in (key, key_separator, key_field)) > 1:
+        fail("give at most one of --key, --key-separator and --key-field")
+    if key_separator == "":
+        fail("--key-separator must not be empty")
     with connect_client(url) as client:
-        lsns = client.append_batch(log, payloads, keys=keys)
+        if payload is not None and payload != "-":
+            if key_separator is not None or key_field is not None:
+                fail("--key-separator and --key-field split stdin lines, not an argument")
+            lsns = [client.append(log, payload.encode(), key=_key_bytes(key))]
+        else:
+            lsns = _append_lines(client, log, _key_bytes(key), key_separator, key_field)
     if as_json:
         print_json({"log_id": log, "lsns": lsns})
+    elif not lsns:
+        console.print("nothing to append")
     elif len(lsns) == 1:
         console.print(f"appended to log {log} at LSN {lsns[0]} ({format_lsn(lsns[0])})")
     else:
@@ -115,6 +142,55 @@ def append(
             f"appended {len(lsns)} records to log {log}: "
             f"LSNs {lsns[0]} ({format_lsn(lsns[0])}) .. {lsns[-1]} ({format_lsn(lsns[-1])})"
         )
+
+
+def _key_bytes(key: str | None) -> bytes | None:
+    return None if key is None else key.encode()
+
+
+def _append_lines(
+    client: Client, log: int, key: bytes | None, separator: str | None, field: str | None
+) -> list[int]:
+    """Each stdin line as one record, appended as soon as it is read; the
+    LSNs in line order.  A line that cannot be split ends the run (exit 2)
+    after the lines before it are appended."""
+    futures: deque[concurrent.futures.Future[int]] = deque()
+    lsns: list[int] = []
+    sep = separator.encode() if separator is not None else None
+    bad: str | None = None
+    for number, raw in enumerate(sys.stdin.buffer, start=1):
+        line = raw.rstrip(b"\n").rstrip(b"\r")
+        record_key = key
+        if sep is not None:
+            record_key, found, line = line.partition(sep)
+            if not found:
+                bad = f"line {number} has no {separator!r} to split the key at"
+                break
+        elif field is not None:
+            record_key = _json_key(line, field)
+            if record_key is None:
+                bad = f"line {number} is not a JSON object with a field {field!r}"
+                break
+        futures.append(client.append_async(log, line, key=record_key))
+        while len(futures) >= STDIN_IN_FLIGHT or (futures and futures[0].done()):
+            lsns.append(futures.popleft().result())
+    lsns += [f.result() for f in futures]
+    if bad is not None:
+        if lsns:
+            console.print(f"appended {len(lsns)} records to log {log} before it")
+        fail(bad)
+    return lsns
+
+
+def _json_key(line: bytes, field: str) -> bytes | None:
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or field not in doc:
+        return None
+    value = doc[field]
+    return (value if isinstance(value, str) else json.dumps(value, sort_keys=True)).encode()
 
 
 @dev_app.command("demo")

@@ -2,18 +2,22 @@
 
 from typing import TYPE_CHECKING
 
-from ._columns import ColumnBatch, LogSegment
 from ._reader_core import GapItem, RecordRun
 
 if TYPE_CHECKING:
     from ._arrow import ARROW_SCHEMA
     from ._async import AsyncClient, open_client
+    from ._columns import ColumnBatch
     from ._reader import ReadStream
     from ._settings import ClientSettings
     from ._sync import Client, connect
+    from ._views import LogSegment
 
 _LAZY = {
     "ARROW_SCHEMA": "_arrow",
+    # numpy: only for columnar reads (read_columns, read_arrow, Spark).
+    "ColumnBatch": "_columns",
+    "LogSegment": "_views",
     "AsyncClient": "_async",
     "open_client": "_async",
     "ReadStream": "_reader",

@@ -32,7 +32,7 @@ from ..wire import (
     TrimLog,
     TrimReply,
 )
-from ._columns import LogSegment
+from ._views import LogSegment
 
 if TYPE_CHECKING:
     from collections.abc import Callable

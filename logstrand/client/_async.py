@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from ..positions import GroupLag, Position
     from ..wire import LogInfoReply, NodeStatus, SeqState
     from ._admin import LogPlacement
-    from ._columns import LogSegment
+    from ._views import LogSegment
 
 
 class AsyncClient:

@@ -143,17 +143,3 @@ class ColumnBatch:
             pv,
             gaps,
         )
-
-
-@attrs.frozen
-class LogSegment:
-    """What one partition of one node holds of a log (above its trim point):
-    an LSN range, its timestamps, and the bytes and records of the copies."""
-
-    node_id: int
-    first_lsn: int
-    last_lsn: int
-    min_ts_ms: int
-    max_ts_ms: int
-    bytes: int
-    records: int

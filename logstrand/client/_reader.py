@@ -22,7 +22,6 @@ from ..positions import last_lsn_of
 from ..rebuilding import Authority
 from ..types import LSN_MAX, TAIL, Gap, GapType, Record, _Tail
 from ..wire import ReadCredit, StartRead, StopRead
-from ._columns import ColumnBatch
 from ._reader_core import GapItem, GrantCredit, Item, ReaderCore, RecordRun, StartStream
 from ._views import BatchView
 
@@ -31,6 +30,7 @@ if TYPE_CHECKING:
 
     from ..rpc import Link, Links
     from ._admin import Admin
+    from ._columns import ColumnBatch
 
 _log = logging.getLogger("logstrand.client")
 _stream_ids = itertools.count(1)
@@ -320,6 +320,8 @@ class ReadStream:
         items = await self._next_items()
         if not items:
             return None
+        from ._columns import ColumnBatch  # numpy: columnar reads only
+
         return ColumnBatch.of(self.log_id, items)
 
     async def aclose(self) -> None:

@@ -18,7 +18,6 @@ from ..errors import ClosedError
 from ..security import Credentials
 from ..types import LSN_OLDEST, TAIL, Gap, Record, _Tail
 from ._async import AsyncClient, open_client
-from ._columns import ColumnBatch
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -28,8 +27,9 @@ if TYPE_CHECKING:
     from ..epochstore import EpochEnd, LogAttributes
     from ..positions import GroupLag, Position
     from ..wire import LogInfoReply, NodeStatus, SeqState
-    from ._columns import LogSegment
+    from ._columns import ColumnBatch
     from ._settings import ClientSettings
+    from ._views import LogSegment
 
 
 class Client:
@@ -197,6 +197,8 @@ class Client:
         bulk consumers such as the Spark data source use.  ``group``,
         ``autocommit``: as for ``read``.
         """
+        from ._columns import ColumnBatch  # numpy: columnar reads only
+
         for items in self.read_batches(log_id, start, until, group=group, autocommit=autocommit):
             yield ColumnBatch.of(log_id, items)
 

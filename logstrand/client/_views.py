@@ -8,6 +8,8 @@ from __future__ import annotations
 import bisect
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 if TYPE_CHECKING:
     from ..packed import PackedBatch
 
@@ -106,3 +108,17 @@ class RecordRun:
     @property
     def payloads(self) -> list[bytes | None]:
         return self._cut(self.view.payloads)
+
+
+@attrs.frozen
+class LogSegment:
+    """What one partition of one node holds of a log (above its trim point):
+    an LSN range, its timestamps, and the bytes and records of the copies."""
+
+    node_id: int
+    first_lsn: int
+    last_lsn: int
+    min_ts_ms: int
+    max_ts_ms: int
+    bytes: int
+    records: int

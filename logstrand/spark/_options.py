@@ -92,17 +92,21 @@ Position = str | dict[int, int]
 
 
 def parse_position(text: str, what: str, logs: tuple[int, ...]) -> Position:
-    """``earliest`` / ``latest`` / JSON ``{"1": 4294967297, "5": "e2n7"}``."""
+    """``earliest`` / ``latest`` / JSON ``{"1": 4294967297, "5": "e2n7"}``, or
+    when one log is read a bare LSN (``4294967297`` or ``e1n1``)."""
     t = text.strip()
     if t.lower() in (EARLIEST, LATEST):
         return t.lower()
+    if len(logs) == 1 and not t.startswith("{"):
+        return {logs[0]: _lsn_value(t, what)}
     try:
         raw = json.loads(t)
     except ValueError:
         raw = None
     if not isinstance(raw, dict):
+        one = ", or an LSN when one log is read" if len(logs) == 1 else ""
         raise InvalidArgumentError(
-            f"{what}: {text!r} is not 'earliest', 'latest' or a JSON object of log → LSN"
+            f"{what}: {text!r} is not 'earliest', 'latest' or a JSON object of log → LSN{one}"
         )
     out: dict[int, int] = {}
     for k, v in raw.items():

@@ -306,3 +306,93 @@ async def test_a_batch_changed_between_client_and_sequencer_is_refused(
         assert isinstance(reply, AppendReply)
         assert reply.status == Status.CHECKSUM_MISMATCH
         assert await client.append(1, b"next") > 0
+
+
+def test_the_client_alone_imports_neither_rocksdict_nor_numpy(cluster: LocalCluster) -> None:
+    """A program that only appends and reads pays for neither the node's
+    storage engine nor the columnar reads (make run installs neither extra)."""
+    code = (
+        "import sys, logstrand\n"
+        f"with logstrand.connect({cluster.url!r}) as c:\n"
+        "    lsn = c.append(1, b'light')\n"
+        "    assert [r.payload for r in c.read(1, lsn, lsn)] == [b'light']\n"
+        "heavy = {'numpy', 'rocksdict', 'pyarrow', 'pandas', 'pyspark'}\n"
+        "print(sorted(heavy & {m.split('.')[0] for m in sys.modules}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_append_from_a_pipe_writes_each_line_as_it_arrives(cluster: LocalCluster) -> None:
+    """`tail -f x | logstrand append LOG`: a line is in the log while the
+    pipe is still open; keys come from each line."""
+    env = {**cluster.client_env(), "PYTHONUNBUFFERED": "1"}
+    argv = [sys.executable, "-m", "logstrand", "append", "7"]
+    with logstrand.connect(cluster.url) as client:
+        start = client.tail_lsn(7) + 1
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        try:
+            assert proc.stdin is not None
+            proc.stdin.write(b"first line\n")
+            proc.stdin.flush()
+            deadline = time.monotonic() + 30
+            got: list[bytes] = []
+            while not got and time.monotonic() < deadline:
+                tail = client.tail_lsn(7)
+                if tail >= start:
+                    got = [r.payload for r in client.read(7, start, tail) if isinstance(r, Record)]
+                time.sleep(0.1)
+            assert got == [b"first line"]  # before EOF
+            stdout, _ = proc.communicate(b"second\nthird\n", timeout=30)
+            assert proc.returncode == 0
+            out = stdout.decode()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert "appended 3 records to log 7" in out
+        tail = client.tail_lsn(7)
+        assert [r.payload for r in client.read(7, start, tail) if isinstance(r, Record)] == [
+            b"first line", b"second", b"third"
+        ]  # fmt: skip
+        # Keys from each line: split at a separator, or a JSON field.
+        for args, lines in (
+            (["--key-separator", ":"], b"k1:v1\nk2:v:2\n"),
+            (["--key-field", "id"], b'{"id": "k1", "v": 3}\n{"id": 7}\n'),
+        ):
+            done = subprocess.run([*argv[:-1], "200", *args], input=lines, env=env,
+                                  capture_output=True, timeout=60)  # fmt: skip
+            assert done.returncode == 0, done.stderr
+        items = [(r.key, r.payload) for r in client.read(200) if isinstance(r, Record)]
+        assert items[-4:] == [(b"k1", b"v1"), (b"k2", b"v:2"),
+                              (b"k1", b'{"id": "k1", "v": 3}'), (b"7", b'{"id": 7}')]  # fmt: skip
+        bad = subprocess.run([*argv[:-1], "200", "--key-separator", ":"], input=b"k3:ok\nnone\n",
+                             env=env, capture_output=True, timeout=60)  # fmt: skip
+        assert bad.returncode == 2
+        assert b"line 2 has no ':'" in bad.stderr
+        assert b"appended 1 records" in bad.stdout  # the line before it is in
+
+
+def test_an_asyncio_program_uses_the_thread_backed_client(cluster: LocalCluster) -> None:
+    """asyncio, not trio: appends as futures of the blocking client, awaited
+    with ``asyncio.wrap_future``; reads in an executor (docs/write-path.md).
+    Appends in flight together are not ordered among themselves."""
+    import asyncio
+
+    async def main() -> tuple[dict[int, bytes], list[Record]]:
+        with logstrand.connect(cluster.url) as client:
+            payloads = [b"aio %d" % i for i in range(200)]
+            futures = [client.append_async(8, p) for p in payloads]
+            lsns = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
+            loop = asyncio.get_running_loop()
+            items = await loop.run_in_executor(
+                None, lambda: list(client.read(8, min(lsns), max(lsns)))
+            )
+            return dict(zip(lsns, payloads, strict=True)), [
+                r for r in items if isinstance(r, Record)
+            ]
+
+    appended, read = asyncio.run(main())
+    assert [(r.lsn, r.payload) for r in read] == sorted(appended.items())

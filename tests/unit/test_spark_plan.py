@@ -54,6 +54,17 @@ def test_read_options_positions() -> None:
     assert (o.min_partitions, o.fail_on_data_loss) == (4, False)
 
 
+def test_one_log_takes_a_bare_lsn() -> None:
+    o = ReadOptions.parse(
+        {"url": "u", "logs": "3", "startingLSN": "e2n5", "endingLSN": "8589934600"},
+        streaming=False,
+    )
+    assert o.starting == {3: compose_lsn(2, 5)}
+    assert o.ending == {3: 8589934600}
+    with pytest.raises(InvalidArgumentError, match="JSON object of log"):
+        ReadOptions.parse({"url": "u", "logs": "3-4", "startingLSN": "e2n5"}, streaming=False)
+
+
 @pytest.mark.parametrize(
     ("options", "streaming", "match"),
     [

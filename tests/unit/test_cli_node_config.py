@@ -1,0 +1,116 @@
+"""``logstrand node --config`` (a TOML file under the command line),
+``--print-config``, ``--version``, shell completion, and ``logstrand tls``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tomllib
+from typing import TYPE_CHECKING
+
+import pytest
+
+from logstrand.cli import main
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_file_gives_options_and_the_command_line_wins(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = tmp_path / "node.toml"
+    cfg.write_text(
+        "id = 3\n"
+        'url = "zk://10.0.0.9:2181/prod"\n'
+        'data-dir = "/var/lib/logstrand"\n'
+        'listen = "0.0.0.0:4440"\n'
+        'advertise = "10.0.0.3:4440"\n'
+        'metrics = "10.0.0.3:9100"\n'
+        "rebuild_rate = 1048576\n"  # a number where the option takes a size
+        "recovery_stall = 20\n"
+        'log_format = "json"\n'
+    )
+    code, out, err = run(
+        capsys, "node", "--config", str(cfg), "--print-config", "--recovery-stall", "7"
+    )
+    assert code == 0, err
+    doc = tomllib.loads(out)  # what it prints is a configuration file itself
+    assert doc["id"] == 3
+    assert doc["data_dir"] == "/var/lib/logstrand"
+    assert doc["advertise"] == "10.0.0.3:4440"
+    assert doc["rebuild_rate"] == "1048576"
+    assert doc["recovery_stall"] == 7.0  # the command line over the file
+    assert doc["log_format"] == "json"
+    assert doc["idle_timeout"] == 600.0  # the default, shown
+    # Printed again, it gives the same configuration.
+    again = tmp_path / "again.toml"
+    again.write_text(out)
+    code, out2, _ = run(capsys, "node", "--config", str(again), "--print-config")
+    assert code == 0
+    assert tomllib.loads(out2) == doc
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("bogus = 1\n", "unknown key 'bogus'"),
+        ("id = [1]\n", "must be a string, number or boolean"),
+        ("id = \n", "is not TOML"),
+        ('id = 1\nlisten = "nowhere"\n', "--listen: 'nowhere' is not HOST:PORT"),
+        ('id = 1\nlog_level = "chatty"\n', "--log-level"),
+        ('id = "one"\n', "Invalid value for '--id'"),
+    ],
+)
+def test_a_bad_file_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str
+) -> None:
+    cfg = tmp_path / "node.toml"
+    cfg.write_text(text)
+    code, _, err = run(capsys, "node", "--config", str(cfg), "--print-config")
+    assert code == 2
+    assert message in " ".join(err.split())
+    code, _, err = run(capsys, "node", "--config", str(tmp_path / "missing.toml"))
+    assert code == 2
+    assert "cannot read" in err
+
+
+def test_version_and_completion() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "logstrand", "--version"], capture_output=True, text=True
+    )
+    assert out.returncode == 0
+    assert out.stdout.startswith("logstrand ")
+    env = {**os.environ, "_LOGSTRAND_COMPLETE": "complete_bash", "COMP_WORDS": "logstrand gro",
+           "COMP_CWORD": "1"}  # fmt: skip
+    out = subprocess.run([sys.executable, "-m", "logstrand"], capture_output=True, text=True,
+                         env=env)  # fmt: skip
+    assert out.stdout.split() == ["groups"]
+
+
+def test_tls_issues_node_and_user_certificates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cryptography import x509
+
+    ca = tmp_path / "tls"
+    code, _, _ = run(capsys, "tls", "node", str(ca), "--id", "2", "--host", "10.0.0.2",
+                       "--host", "n2.example")  # fmt: skip
+    assert code == 0
+    cert = x509.load_pem_x509_certificate((ca / "node2.pem").read_bytes())
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "logstrand:node:2" in sans.get_values_for_type(x509.UniformResourceIdentifier)
+    assert "n2.example" in sans.get_values_for_type(x509.DNSName)
+    assert oct((ca / "node2.key").stat().st_mode & 0o777) == "0o600"
+    ca_before = (ca / "ca.pem").read_bytes()
+    assert run(capsys, "tls", "user", str(ca), "--name", "etl")[0] == 0
+    assert (ca / "ca.pem").read_bytes() == ca_before  # the same CA, kept
+    assert run(capsys, "tls", "user", str(ca), "--name", "no spaces")[0] == 2
