@@ -316,10 +316,22 @@ def node(
     rebuild_rate_bytes = size_option(rebuild_rate, "--rebuild-rate")
     send_queue_bytes = size_option(send_queue, "--send-queue")
     send_budget_bytes = size_option(send_budget, "--send-budget")
-    tls = None
+    listen_at = _host_port(listen, "--listen")
+    advertise_at = _host_port(advertise, "--advertise")
+    metrics_at = _host_port(metrics, "--metrics")
+    level = _LEVELS.get(log_level.lower())
+    if level is None:
+        fail(f"--log-level: {log_level!r} is not one of {', '.join(_LEVELS)}")
+    if log_format not in ("text", "json"):
+        fail(f"--log-format: {log_format!r} is not text or json")
     given = [x for x in (tls_cert, tls_key, tls_ca) if x]
     if given and len(given) != 3:
         fail("TLS needs all three of --tls-cert, --tls-key and --tls-ca")
+    if print_config:  # the files named are read when the node starts
+        params = {p.name: ctx.params.get(p.name) for p in ctx.command.params if p.name}
+        print(config_toml(params), end="")
+        return
+    tls = None
     if given:
         from ..security import TlsFiles, server_context
 
@@ -329,18 +341,6 @@ def node(
         tls = TlsFiles(tls_cert, tls_key, tls_ca)
         server_context(tls)  # unreadable or mismatched files: one line, exit 2
 
-    listen_at = _host_port(listen, "--listen")
-    advertise_at = _host_port(advertise, "--advertise")
-    metrics_at = _host_port(metrics, "--metrics")
-    level = _LEVELS.get(log_level.lower())
-    if level is None:
-        fail(f"--log-level: {log_level!r} is not one of {', '.join(_LEVELS)}")
-    if log_format not in ("text", "json"):
-        fail(f"--log-format: {log_format!r} is not text or json")
-    if print_config:
-        params = {p.name: ctx.params.get(p.name) for p in ctx.command.params if p.name}
-        print(config_toml(params), end="")
-        return
     url = require_url(url)
     _setup_logging(node_id, level, log_format)
 

@@ -114,3 +114,12 @@ def test_tls_issues_node_and_user_certificates(
     assert run(capsys, "tls", "user", str(ca), "--name", "etl")[0] == 0
     assert (ca / "ca.pem").read_bytes() == ca_before  # the same CA, kept
     assert run(capsys, "tls", "user", str(ca), "--name", "no spaces")[0] == 2
+
+
+def test_the_shipped_example_configuration_is_valid(capsys: pytest.CaptureFixture[str]) -> None:
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[2] / "deploy" / "node.toml.example"
+    code, out, err = run(capsys, "node", "--config", str(example), "--print-config")
+    assert code == 0, err
+    assert tomllib.loads(out)["advertise"] == "10.0.0.21:4440"
