@@ -25,9 +25,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
+import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -101,7 +105,28 @@ def append_rate(url: str, stop: threading.Event, out: list[float], seconds: floa
         out.append(n / (time.perf_counter() - t0))
 
 
-def one_run(mb: int, base: Path, rate: str) -> dict[str, Any]:
+def _spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
+    """py-spy sampling a donor until it is sent SIGINT (raw output in ``out``)."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    argv = [spy, "record", "-p", str(pid), "-r", "200", "--nonblocking", "-f", "raw", "-o",
+            str(out)]  # fmt: skip
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _top_frames(raw: Path, n: int = 15) -> list[tuple[str, float]]:
+    """bench/profile.py's summary (loaded by path: its name is the stdlib's)."""
+    spec = importlib.util.spec_from_file_location(
+        "bench_profile", Path(__file__).parent / "profile.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    top: list[tuple[str, float]] = mod._top(raw, n)
+    return top
+
+
+def one_run(mb: int, base: Path, rate: str, profile: Path | None = None) -> dict[str, Any]:
     args = ("--rebuild-rate", rate) if rate != "0" else ()
     with LocalCluster(base, nodes=4, node_args=args) as c:
         with open_epoch_store(c.url) as store:
@@ -120,6 +145,7 @@ def one_run(mb: int, base: Path, rate: str) -> dict[str, Any]:
             t1 = time.perf_counter()
             store.request_rebuild(4)
             time.sleep(SETTLE_S)  # donors start after it: measure appends while they work
+            spy = _spy(c.procs[1].pid, profile) if profile is not None else None
             writer = threading.Thread(target=append_rate, args=(c.url, stop, during, 600.0))
             writer.start()
             try:
@@ -132,6 +158,9 @@ def one_run(mb: int, base: Path, rate: str) -> dict[str, Any]:
             finally:
                 stop.set()
                 writer.join()
+                if spy is not None:
+                    spy.send_signal(signal.SIGINT)
+                    spy.wait(timeout=60)
             to_r = time.perf_counter() - t1
             last = store.rebuilding_state().last or {}
         walk_s = max(1e-3, last.get("duration_ms", 0) / 1000 - SETTLE_S)
@@ -156,14 +185,22 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--rebuild-rate", default="0", help="the nodes' --rebuild-rate")
     ap.add_argument("--json", type=Path)
+    ap.add_argument(
+        "--profile", type=Path, help="py-spy a donor (node 1) in the first run; raw output here"
+    )
     args = ap.parse_args()
     runs = []
     with tempfile.TemporaryDirectory(prefix="rebuild-bench-") as tmp:
         anchor = rocks_rate(Path(tmp))
         for i in range(args.repeat):
-            got = one_run(args.mb, Path(tmp) / f"run{i}", args.rebuild_rate)
+            profile = args.profile if i == 0 else None
+            got = one_run(args.mb, Path(tmp) / f"run{i}", args.rebuild_rate, profile)
             print(json.dumps(got), flush=True)
             runs.append(got)
+    if args.profile is not None and args.profile.exists():
+        print("donor (node 1), self time:")
+        for frame, share in _top_frames(args.profile):
+            print(f"  {share:6.1%}  {frame}")
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0] if k != "state"}
     print("| figure | median |")
     print("|---|---|")

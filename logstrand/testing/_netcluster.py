@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 NODE_PORT = 4440
 METRICS_PORT = 9100
 ZK_PORT = 2181
+#: The delaying proxy of link (a, b) listens on b's host at this + a.
+PROXY_PORT = 15000
 
 
 class NetCluster:
@@ -40,6 +42,7 @@ class NetCluster:
         cluster: str = "prod",
         node_options: dict[str, Any] | None = None,
         extra_hosts: Sequence[str] = (),
+        slow_links: Sequence[tuple[int, int]] = (),
     ) -> None:
         self.directory = Path(directory).absolute()
         self.node_count = nodes
@@ -51,6 +54,9 @@ class NetCluster:
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.token: str | None = None
         self.url = ""
+        #: (a, b): node a's connections to node b go through a delaying proxy
+        #: on b's host (``slow``).
+        self.slow_links = tuple(slow_links)
 
     def hosts(self) -> list[str]:
         return [f"n{i}" for i in range(1, self.node_count + 1)]
@@ -109,6 +115,8 @@ class NetCluster:
                 "--location", f"region1.dc1.rack{i}",
             )  # fmt: skip
             self.write_config(i)
+        for a, b in self.slow_links:
+            self._proxy(a, b)
         if self.tls:
             out = self.cli("users", "add", "admin")
             self.token = out.split()[-1]
@@ -159,6 +167,34 @@ class NetCluster:
         if check and proc.returncode != 0:
             raise RuntimeError(f"logstrand {' '.join(args)}: exit {proc.returncode}: {proc.stderr}")
         return proc.stdout
+
+    # -- slow links ----------------------------------------------------------------
+
+    def _proxy(self, a: int, b: int) -> None:
+        """On b's host, a proxy takes a's connections to b's port (a REDIRECT
+        rule for packets from a's address) and forwards them to b's node
+        after the delay of ``slow``.  Partition rules still see a's address."""
+        port = PROXY_PORT + a
+        control = self._delay_file(a, b)
+        control.write_text("0")
+        argv = [sys.executable, "-m", "logstrand.testing._delay_proxy",
+                "--listen", f"0.0.0.0:{port}", "--to", f"127.0.0.1:{NODE_PORT}",
+                "--control", str(control)]  # fmt: skip
+        self.net.spawn(f"n{b}", argv, self.directory / f"proxy-{a}-{b}.log")
+        self.net.run(
+            f"n{b}",
+            ["iptables", "-w", "-t", "nat", "-A", "PREROUTING", "-s", self.net.address(f"n{a}"),
+             "-p", "tcp", "--dport", str(NODE_PORT), "-j", "REDIRECT", "--to-ports", str(port)],
+        )  # fmt: skip
+
+    def _delay_file(self, a: int, b: int) -> Path:
+        return self.directory / f"delay-{a}-{b}"
+
+    def slow(self, a: int, b: int, delay_ms: float) -> None:
+        """Delay everything on a's connections to b (both ways) by ``delay_ms``."""
+        if (a, b) not in self.slow_links:
+            raise ValueError(f"no proxy on the link {a} -> {b}: pass slow_links")
+        self._delay_file(a, b).write_text(str(delay_ms))
 
     # -- nodes -------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ those addresses.  Appends, reads, failover, trim and compaction across hosts."""
 from __future__ import annotations
 
 import json
+import subprocess
 import urllib.request
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,7 @@ from logstrand.testing._netns import partitions_available
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
 pytestmark = [
     pytest.mark.skipif(
@@ -91,3 +93,29 @@ def test_trim_and_compaction_across_hosts(hosts: NetCluster) -> None:
         latest = {r.key: r.payload for r in records(list(client.read(5)))}
         assert latest == {b"k%d" % k: b"v4" for k in range(20)}
         assert len(records(list(client.read(5)))) == 20
+
+
+def test_the_harness_removes_what_it_made_even_when_a_test_fails(tmp_path: Path) -> None:
+    from logstrand.testing import Network
+
+    def present() -> str:
+        out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        return out + subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+
+    made: list[str] = []
+    procs = []
+
+    def failing_test() -> None:
+        with Network(tmp_path, ["a", "b"]) as net:
+            procs.append(net.spawn("a", ["sleep", "600"]))
+            net.partition(["a"], ["b"])
+            made.extend([net.bridge, *(h.namespace for h in net.hosts.values())])
+            made.extend(h.veth for h in net.hosts.values())
+            assert all(name in present() for name in made)
+            raise RuntimeError("planted")
+
+    with pytest.raises(RuntimeError, match="planted"):
+        failing_test()
+    assert procs[0].poll() is not None  # stopped
+    now = present()
+    assert [name for name in made if name in now] == []

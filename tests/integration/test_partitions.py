@@ -2,12 +2,13 @@
 hosts (namespaces): several clients append (idempotent, the default) and
 tailing readers follow every log while, one event after another, the
 sequencer's host is cut off from the other hosts, the nodes split in
-halves, a node loses ZooKeeper only, or a node is killed; then the network
-heals.  ``tests/history.py`` judges the whole history at the end, and after
-each heal every log must take appends again within ``HEAL_BOUND_S``.
+halves, a node loses ZooKeeper only, a node is killed, or the link between
+two nodes is slowed by a delaying proxy; then the network heals.
+``tests/history.py`` judges the whole history at the end, and after each
+heal every log must take appends again within ``HEAL_BOUND_S``.
 
-CI runs ``LOGSTRAND_PARTITION_EVENTS`` (default 8) events; ``make faults``
-runs 104.
+CI runs ``LOGSTRAND_PARTITION_EVENTS`` (default 10: each kind twice) events;
+``make faults`` runs 104.
 """
 
 from __future__ import annotations
@@ -41,12 +42,15 @@ pytestmark = [
 
 LOGS = (1, 2, 3, 4)
 NODES = 4
-EVENTS = int(os.environ.get("LOGSTRAND_PARTITION_EVENTS", "8"))
+EVENTS = int(os.environ.get("LOGSTRAND_PARTITION_EVENTS", "10"))
 FAULT_S = 4.0
 #: Every log takes an append within this after a heal (measured: see the note
 #: printed by the test; the ZooKeeper session timeout, 4 s here, dominates).
 HEAL_BOUND_S = 30.0
-KINDS = ("isolate-sequencer", "halves", "zookeeper-only", "kill")
+KINDS = ("isolate-sequencer", "halves", "zookeeper-only", "kill", "slow-link")
+#: Links with a delaying proxy (``NetCluster.slow``), both ways between n1 and n2.
+SLOW = ((1, 2), (2, 1))
+SLOW_MS = 300
 
 
 def _writer(url: str, name: str, history: History, stop: threading.Event, seed: int) -> None:
@@ -118,6 +122,10 @@ def _fault(c: NetCluster, kind: str, rng: random.Random, client: logstrand.Clien
         host = rng.choice(hosts)
         c.net.partition([host], ["zk"])
         return f"{host} loses ZooKeeper"
+    if kind == "slow-link":
+        for a, b in SLOW:
+            c.slow(a, b, SLOW_MS)
+        return f"n1 <-> n2 slowed by {SLOW_MS} ms each way"
     node = rng.randint(1, NODES)
     c.kill_node(node)
     return f"kill -9 n{node}"
@@ -125,6 +133,8 @@ def _fault(c: NetCluster, kind: str, rng: random.Random, client: logstrand.Clien
 
 def _heal(c: NetCluster) -> None:
     c.net.heal()
+    for a, b in SLOW:
+        c.slow(a, b, 0)
     for node in range(1, NODES + 1):
         if not c.alive(node):
             c.start_node(node)
@@ -156,7 +166,7 @@ def test_partitions_and_kills_under_load(tmp_path: Path) -> None:
     print(f"seed {seed} (LOGSTRAND_PARTITION_SEED), {EVENTS} events")
     history = History()
     stop = threading.Event()
-    with NetCluster(tmp_path, nodes=NODES) as c:
+    with NetCluster(tmp_path, nodes=NODES, slow_links=SLOW) as c:
         c.cli("logs", "create", "1..4", "--replication", "2")
         threads = [
             threading.Thread(target=_writer, args=(c.url, f"c{k}", history, stop, seed + k))
