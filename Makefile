@@ -78,7 +78,7 @@ fuzz: venv-test
 
 # Failovers at length: 100 back-to-back rounds (CI runs 20), idempotent
 # appends across SIGKILLed sequencers, and 104 partition and kill events
-# across hosts in network namespaces with the history checker (CI runs 8).
+# across hosts in network namespaces with the history checker (CI runs 5).
 faults: venv-test zookeeper
 	LOGSTRAND_FAILOVER_ROUNDS=100 $(BIN)/python -m pytest -q tests/integration/test_failover.py tests/integration/test_idempotence.py
 	LOGSTRAND_PARTITION_EVENTS=104 $(BIN)/python -m pytest -q -s tests/integration/test_partitions.py

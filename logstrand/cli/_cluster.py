@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import queue
 import signal
 import sys
+import threading
 import time
-from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -25,8 +26,6 @@ from ._common import (
 )
 
 if TYPE_CHECKING:
-    import concurrent.futures
-
     from ..client import Client
 
 dev_app = typer.Typer(help="Run a local cluster for development.", no_args_is_help=True)
@@ -92,9 +91,8 @@ def dev_up(
         print("stopped", flush=True)
 
 
-#: Appends from stdin in flight at once (each line is one; the client
-#: coalesces them into batches).
-STDIN_IN_FLIGHT = 10_000
+#: Lines taken into one append_batch at most (the ones already read).
+STDIN_BATCH = 10_000
 
 
 def append(
@@ -151,30 +149,54 @@ def _key_bytes(key: str | None) -> bytes | None:
 def _append_lines(
     client: Client, log: int, key: bytes | None, separator: str | None, field: str | None
 ) -> list[int]:
-    """Each stdin line as one record, appended as soon as it is read; the
-    LSNs in line order.  A line that cannot be split ends the run (exit 2)
-    after the lines before it are appended."""
-    futures: deque[concurrent.futures.Future[int]] = deque()
-    lsns: list[int] = []
+    """Each stdin line as one record, in line order.  A thread reads the
+    lines; each append takes every line read by then (up to ``STDIN_BATCH``),
+    so a slow pipe (``tail -f``) has each line appended as it comes and a
+    file goes in large batches.  A line that cannot be split ends the run
+    (exit 2) after the lines before it are appended."""
+    lines: queue.Queue[bytes | None] = queue.Queue(maxsize=4 * STDIN_BATCH)
+
+    def read() -> None:
+        for raw in sys.stdin.buffer:
+            lines.put(raw)
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True, name="stdin").start()
     sep = separator.encode() if separator is not None else None
+    lsns: list[int] = []
+    number = 0
     bad: str | None = None
-    for number, raw in enumerate(sys.stdin.buffer, start=1):
-        line = raw.rstrip(b"\n").rstrip(b"\r")
-        record_key = key
-        if sep is not None:
-            record_key, found, line = line.partition(sep)
-            if not found:
-                bad = f"line {number} has no {separator!r} to split the key at"
+    done = False
+    while not done and bad is None:
+        taken = [lines.get()]
+        while len(taken) < STDIN_BATCH:
+            try:
+                taken.append(lines.get_nowait())
+            except queue.Empty:
                 break
-        elif field is not None:
-            record_key = _json_key(line, field)
-            if record_key is None:
-                bad = f"line {number} is not a JSON object with a field {field!r}"
+        payloads: list[bytes] = []
+        keys: list[bytes | None] = []
+        for raw in taken:
+            if raw is None:
+                done = True
                 break
-        futures.append(client.append_async(log, line, key=record_key))
-        while len(futures) >= STDIN_IN_FLIGHT or (futures and futures[0].done()):
-            lsns.append(futures.popleft().result())
-    lsns += [f.result() for f in futures]
+            number += 1
+            line = raw.rstrip(b"\n").rstrip(b"\r")
+            record_key = key
+            if sep is not None:
+                record_key, found, line = line.partition(sep)
+                if not found:
+                    bad = f"line {number} has no {separator!r} to split the key at"
+                    break
+            elif field is not None:
+                record_key = _json_key(line, field)
+                if record_key is None:
+                    bad = f"line {number} is not a JSON object with a field {field!r}"
+                    break
+            payloads.append(line)
+            keys.append(record_key)
+        if payloads:
+            lsns += client.append_batch(log, payloads, keys=keys)
     if bad is not None:
         if lsns:
             console.print(f"appended {len(lsns)} records to log {log} before it")

@@ -179,6 +179,9 @@ class Network:
                     log.close()
         self.procs.clear()
         for host in self.hosts.values():
+            # The pair goes with its namespace, but only once the kernel has
+            # destroyed the namespace, later: delete it now.
+            _run("ip", "link", "del", host.veth, check=False)
             _run("ip", "netns", "del", host.namespace, check=False)
         self.hosts.clear()
         if self.bridge:

@@ -7,7 +7,7 @@ two nodes is slowed by a delaying proxy; then the network heals.
 ``tests/history.py`` judges the whole history at the end, and after each
 heal every log must take appends again within ``HEAL_BOUND_S``.
 
-CI runs ``LOGSTRAND_PARTITION_EVENTS`` (default 10: each kind twice) events;
+CI runs ``LOGSTRAND_PARTITION_EVENTS`` (default 5: each kind once) events;
 ``make faults`` runs 104.
 """
 
@@ -42,7 +42,7 @@ pytestmark = [
 
 LOGS = (1, 2, 3, 4)
 NODES = 4
-EVENTS = int(os.environ.get("LOGSTRAND_PARTITION_EVENTS", "10"))
+EVENTS = int(os.environ.get("LOGSTRAND_PARTITION_EVENTS", "5"))
 FAULT_S = 4.0
 #: Every log takes an append within this after a heal (measured: see the note
 #: printed by the test; the ZooKeeper session timeout, 4 s here, dominates).

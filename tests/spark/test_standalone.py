@@ -86,7 +86,7 @@ def test_examples_on_a_standalone_spark_cluster_across_hosts(tmp_path: Path) -> 
             tmp_path / "master.log",
             env,
         )  # fmt: skip
-        _wait_port(master, 7077, 60)
+        _wait_port(master, 7077, 120)
         for w in ("w1", "w2"):
             net.spawn(
                 w,
@@ -96,7 +96,7 @@ def test_examples_on_a_standalone_spark_cluster_across_hosts(tmp_path: Path) -> 
                 tmp_path / f"{w}.log",
                 env,
             )  # fmt: skip
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180  # JVMs start slowly beside the other tests
         while _alive_workers(master) < 2:
             assert time.monotonic() < deadline, "the workers did not register"
             time.sleep(0.5)
