@@ -91,8 +91,10 @@ def dev_up(
         print("stopped", flush=True)
 
 
-#: Lines taken into one append_batch at most (the ones already read).
+#: Lines taken into one append_batch at most, and how long a batch waits
+#: for the next line (a file goes in whole batches, a slow pipe line by line).
 STDIN_BATCH = 10_000
+STDIN_LINGER_S = 0.005
 
 
 def append(
@@ -150,10 +152,11 @@ def _append_lines(
     client: Client, log: int, key: bytes | None, separator: str | None, field: str | None
 ) -> list[int]:
     """Each stdin line as one record, in line order.  A thread reads the
-    lines; each append takes every line read by then (up to ``STDIN_BATCH``),
-    so a slow pipe (``tail -f``) has each line appended as it comes and a
-    file goes in large batches.  A line that cannot be split ends the run
-    (exit 2) after the lines before it are appended."""
+    lines; each append takes the lines that came within ``STDIN_LINGER_S`` of
+    each other (up to ``STDIN_BATCH``), so a slow pipe (``tail -f``) has each
+    line appended as it comes and a file goes in large batches.  A line that
+    cannot be split ends the run (exit 2) after the lines before it are
+    appended."""
     lines: queue.Queue[bytes | None] = queue.Queue(maxsize=4 * STDIN_BATCH)
 
     def read() -> None:
@@ -169,9 +172,9 @@ def _append_lines(
     done = False
     while not done and bad is None:
         taken = [lines.get()]
-        while len(taken) < STDIN_BATCH:
-            try:
-                taken.append(lines.get_nowait())
+        while len(taken) < STDIN_BATCH and taken[-1] is not None:
+            try:  # the lines that follow within a few ms go in the same batch
+                taken.append(lines.get(timeout=STDIN_LINGER_S))
             except queue.Empty:
                 break
         payloads: list[bytes] = []

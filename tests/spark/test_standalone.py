@@ -72,8 +72,11 @@ def test_examples_on_a_standalone_spark_cluster_across_hosts(tmp_path: Path) -> 
                     )
         net = c.net
         master = net.address("spark")
+        # Each JVM binds to its own host's address (the Spark conftest sets
+        # SPARK_LOCAL_IP=127.0.0.1 for the local session: not here).
         env = {
             **os.environ,
+            "SPARK_LOCAL_IP": master,
             "SPARK_HOME": str(spark_home),
             "SPARK_LOG_DIR": str(tmp_path / "spark-logs"),
             "SPARK_LOCAL_DIRS": str(tmp_path / "spark-local"),
@@ -94,7 +97,7 @@ def test_examples_on_a_standalone_spark_cluster_across_hosts(tmp_path: Path) -> 
                  "--host", net.address(w), "--cores", "1", "--memory", "1g",
                  "--work-dir", str(tmp_path / w)],
                 tmp_path / f"{w}.log",
-                env,
+                {**env, "SPARK_LOCAL_IP": net.address(w)},
             )  # fmt: skip
         deadline = time.monotonic() + 180  # JVMs start slowly beside the other tests
         while _alive_workers(master) < 2:
@@ -118,7 +121,11 @@ streaming_counts.run(spark, {c.url!r}, 1, {str(tmp_path / "counts")!r}, once=Tru
 spark.stop()
 """
         done = subprocess.run(
-            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=400
+            [sys.executable, "-c", code],
+            env={**env, "SPARK_LOCAL_IP": driver},
+            capture_output=True,
+            text=True,
+            timeout=400,
         )
         assert done.returncode == 0, done.stderr[-3000:]
         assert f"'records': 4000, 'keys': {2 * KEYS}" in done.stdout, done.stdout
