@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._netns import Network
 from ._zookeeper import ZooKeeperServer
@@ -40,7 +40,6 @@ class NetCluster:
         nodes: int = 3,
         tls: bool = False,
         cluster: str = "prod",
-        node_options: dict[str, Any] | None = None,
         extra_hosts: Sequence[str] = (),
         slow_links: Sequence[tuple[int, int]] = (),
     ) -> None:
@@ -48,7 +47,6 @@ class NetCluster:
         self.node_count = nodes
         self.tls = tls
         self.cluster = cluster
-        self.node_options = node_options or {}
         self.net = Network(self.directory / "net", ["zk", *self.hosts(), *extra_hosts])
         self.zk: ZooKeeperServer | None = None
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
@@ -146,8 +144,6 @@ class NetCluster:
                 f'tls_key = "{tls / f"node{node_id}.key"}"',
                 f'tls_ca = "{tls / "ca.pem"}"',
             ]
-        for key, value in self.node_options.items():
-            lines.append(f"{key} = {value!r}".replace("'", '"'))
         path = data / "node.toml"
         path.write_text("\n".join(lines) + "\n")
         return path

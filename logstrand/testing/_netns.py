@@ -15,11 +15,10 @@ namespaces have no default route: nothing leaves the machine, and nothing
 outside the namespaces this harness made is contacted.
 
 Partitions are iptables DROP rules inside the namespaces, in both
-directions; ``cut`` takes a host's link down instead (as a pulled cable:
-the test's own connections to it go too).  ``close`` stops every process
-spawned, then deletes the namespaces (their veth ends go with them) and the
-bridge, also when a test failed; a harness that died without closing is
-cleaned by ``remove_stale`` (names carry the owner's pid).
+directions (slow links: ``_delay_proxy``, set up by ``NetCluster``).
+``close`` stops every process spawned, then deletes the veths, the
+namespaces and the bridge, also when a test failed; a harness that died
+without closing is cleaned by ``remove_stale`` (names carry the owner's pid).
 """
 
 from __future__ import annotations
@@ -253,18 +252,12 @@ class Network:
             self._rules.append((a, rule))
 
     def heal(self) -> None:
-        """Remove every DROP rule and bring every link up again."""
+        """Remove every DROP rule."""
         for name, rule in self._rules:
             if name in self.hosts:
                 with contextlib.suppress(subprocess.CalledProcessError):
                     self.run(name, ["iptables", "-w", "-D", *rule, "-j", "DROP"])
         self._rules.clear()
-        for host in self.hosts.values():
-            _run("ip", "link", "set", host.veth, "up", check=False)
-
-    def cut(self, name: str) -> None:
-        """Take a host's link down (to every host and to the test)."""
-        _run("ip", "link", "set", self.hosts[name].veth, "down")
 
 
 def _stop(proc: subprocess.Popen[bytes], timeout_s: float = 15.0) -> None:
