@@ -194,16 +194,20 @@ class NetCluster:
 
     # -- nodes -------------------------------------------------------------------
 
-    def start_node(self, node_id: int, *, wait: bool = True) -> None:
+    def start_node(
+        self, node_id: int, *args: str, wait: bool = True, port: int = NODE_PORT
+    ) -> None:
+        """Start a node from its file; ``args`` go after it on the command line
+        (and win over it); ``port``: where it will listen."""
         data = self.directory / f"n{node_id}"
         argv = [sys.executable, "-m", "logstrand", "node", "--config", str(data / "node.toml")]
         log = data / "node.log"
-        self.procs[node_id] = self.net.spawn(f"n{node_id}", argv, log)
+        self.procs[node_id] = self.net.spawn(f"n{node_id}", [*argv, *args], log)
         if wait:
-            self.wait_ready(node_id)
+            self.wait_ready(node_id, port=port)
 
-    def wait_ready(self, node_id: int, timeout_s: float = 60.0) -> None:
-        host, port = self.net.address(f"n{node_id}"), NODE_PORT
+    def wait_ready(self, node_id: int, timeout_s: float = 60.0, port: int = NODE_PORT) -> None:
+        host = self.net.address(f"n{node_id}")
         deadline = time.monotonic() + timeout_s
         proc = self.procs[node_id]
         while True:

@@ -95,6 +95,35 @@ def test_trim_and_compaction_across_hosts(hosts: NetCluster) -> None:
         assert len(records(list(client.read(5)))) == 20
 
 
+def test_a_node_that_moves_advertises_its_new_address(hosts: NetCluster) -> None:
+    """Node 3 comes back on another port (a new listen and advertise on the
+    command line, over its file): its start rewrites the configuration, and
+    clients and the other nodes follow it."""
+    host = hosts.net.address("n3")
+    moved = f"{host}:4441"
+    hosts.stop_node(3)
+    try:
+        hosts.start_node(3, "--listen", "0.0.0.0:4441", "--advertise", moved, port=4441)
+        nodes = json.loads(hosts.cli("status", "--json"))["nodes"]
+        assert {n["node_id"]: (n["address"], n["state"]) for n in nodes}[3] == (moved, "alive")
+        with logstrand.connect(hosts.url, **hosts.client_options) as client:
+            written = {}
+            for log in (3, 4):  # R=2 of 3 nodes: most batches need node 3
+                written[log] = client.append_batch(log, [b"m%d" % i for i in range(200)])
+            hosts.kill_node(1)  # what it held is read from its other holders, node 3 too
+            try:
+                for log, lsns in written.items():
+                    got = records(list(client.read(log, lsns[0], lsns[-1])))
+                    assert [r.payload for r in got] == [b"m%d" % i for i in range(200)]
+            finally:
+                hosts.start_node(1)
+    finally:
+        hosts.stop_node(3)
+        hosts.start_node(3)  # back where its file says
+    nodes = json.loads(hosts.cli("status", "--json"))["nodes"]
+    assert {n["node_id"]: n["address"] for n in nodes}[3] == hosts.address(3)
+
+
 def test_the_harness_removes_what_it_made_even_when_a_test_fails(tmp_path: Path) -> None:
     from logstrand.testing import Network
 

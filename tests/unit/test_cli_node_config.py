@@ -123,3 +123,25 @@ def test_the_shipped_example_configuration_is_valid(capsys: pytest.CaptureFixtur
     code, out, err = run(capsys, "node", "--config", str(example), "--print-config")
     assert code == 0, err
     assert tomllib.loads(out)["advertise"] == "10.0.0.21:4440"
+
+
+def test_json_logs_are_one_object_a_line() -> None:
+    import json
+    import logging
+
+    from logstrand.cli._node import _JsonFormatter
+
+    record = logging.LogRecord(
+        "logstrand.node", logging.WARNING, "x", 1, "node %d: %s", (3, "up"), None
+    )
+    doc = json.loads(_JsonFormatter(3).format(record))
+    assert (doc["level"], doc["node"], doc["logger"], doc["msg"]) == (
+        "warning", 3, "logstrand.node", "node 3: up"
+    )  # fmt: skip
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        record.exc_info = sys.exc_info()
+    line = _JsonFormatter(3).format(record)
+    assert "\n" not in line
+    assert "ValueError: boom" in json.loads(line)["exc"]
