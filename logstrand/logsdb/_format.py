@@ -48,7 +48,9 @@ FORMAT_VERSION: Final = 2
 _PARTITION_VALUE = struct.Struct(">QQ")
 _DIR_KEY = struct.Struct(">cQQ")
 _LOG_KEY = struct.Struct(">cQ")
-_DIR_VALUE = struct.Struct(">QQQQQQ")
+_DIR_VALUE = struct.Struct(">QQQQQQQ")
+#: A directory entry written before ``written_ms`` was kept.
+_DIR_VALUE_OLD = struct.Struct(">QQQQQQ")
 
 
 class StoredRecord(NamedTuple):
@@ -72,6 +74,10 @@ class DirEntry(NamedTuple):
     max_ts_ms: int
     bytes: int
     records: int
+    #: The last time this node wrote a record into the entry, by its own
+    #: clock (0: not known, an entry written by an older version).
+    #: Retention ages a record from the later of this and its timestamp.
+    written_ms: int = 0
 
 
 def data_key(log_id: int, lsn: int) -> bytes:
@@ -109,6 +115,8 @@ def pack_dir(entry: DirEntry) -> bytes:
 
 
 def unpack_dir(value: bytes) -> DirEntry:
+    if len(value) == _DIR_VALUE_OLD.size:
+        return DirEntry(*_DIR_VALUE_OLD.unpack(value))
     return DirEntry(*_DIR_VALUE.unpack(value))
 
 

@@ -123,6 +123,7 @@ def merge_entry(old: DirEntry | None, new: DirEntry) -> DirEntry:
         max(old.max_ts_ms, new.max_ts_ms),
         old.bytes + new.bytes,
         old.records + new.records,
+        max(old.written_ms, new.written_ms),
     )
 
 
@@ -132,14 +133,12 @@ class Partitions:
     def __init__(self, engine: Engine, options: LogsDBOptions, clock_ms: Callable[[], int]) -> None:
         self._engine = engine
         self.options = options
-        self._clock_ms = clock_ms
+        #: This node's clock (ms): when partitions start, when records were written.
+        self.clock_ms = clock_ms
         self.list: list[Partition] = []
         self.dir: dict[int, dict[int, DirEntry]] = {}
         self._logs_in: dict[int, set[int]] = {}
         self._next_file_check_ms = 0
-        #: partition -> the last time (this node's clock) a record was written
-        #: into it: none of its records was written later, whatever its stamp.
-        self._written_ms: dict[int, int] = {}
 
     # -- opening ----------------------------------------------------------
 
@@ -152,14 +151,17 @@ class Partitions:
         self.list = sorted(partitions, key=lambda p: p.id)
         self._repair(dir_entries)
         known = {p.id for p in self.list}
+        opened = self.clock_ms()
         for log_id, pid, entry in dir_entries:
             if pid in known:
+                if not entry.written_ms:
+                    # Written by an older version that did not keep the time:
+                    # all we know is that it was written before now.
+                    entry = entry._replace(written_ms=opened)
                 self.dir.setdefault(log_id, {})[pid] = entry
                 self._logs_in.setdefault(pid, set()).add(log_id)
-        opened = self._clock_ms()
         for p in self.list:
             p.bytes = sum(self.dir[log][p.id].bytes for log in self._logs_in.get(p.id, ()))
-            self._written_ms[p.id] = opened  # everything in it was written before now
         if not self.list:
             # The first partition starts at time 0: it takes every older record.
             self.new(0)
@@ -189,7 +191,7 @@ class Partitions:
     # -- new partitions -------------------------------------------------------------
 
     def new(self, start_ts_ms: int) -> Partition:
-        now = self._clock_ms()
+        now = self.clock_ms()
         parts = self.list
         pid = parts[-1].id + 1 if parts else 1
         if parts:
@@ -266,11 +268,9 @@ class Partitions:
         self, touched: Mapping[tuple[int, int], DirEntry], part_bytes: Mapping[int, int]
     ) -> None:
         """The write is done: take its directory entries into memory."""
-        now = self._clock_ms()
         for (log_id, pid), entry in touched.items():
             self.dir.setdefault(log_id, {})[pid] = entry
             self._logs_in.setdefault(pid, set()).add(log_id)
-            self._written_ms[pid] = now
         for p in self.list:
             p.bytes += part_bytes.get(p.id, 0)
 
@@ -301,17 +301,19 @@ class Partitions:
     def retention_target(self, log_id: int, cutoff_ms: int) -> int:
         """The highest LSN a trim may reach for records older than ``cutoff_ms``:
         whole directory entries only, the oldest in LSN order, never into an
-        entry that must be kept (entries may overlap: late records)."""
+        entry that must be kept (entries may overlap: late records).
+
+        A record's age counts from the *later* of its timestamp and the time
+        this node wrote it: a sequencer whose clock is slow stamps fresh
+        records in the past, and they must not look expired; a storage node
+        ages what it wrote by its own clock, the one ``cutoff_ms`` is on.
+        """
         newest = self.list[-1].id
-        # No record of a partition was written after its last write (this
-        # node's clock): a record stamped in the future by a sequencer with a
-        # fast clock holds its partition no longer than that.
-        written = self._written_ms
         target = 0
         for first, pid, entry in sorted(
             (e.first_lsn, pid, e) for pid, e in self.dir.get(log_id, {}).items()
         ):
-            newest_ts = min(entry.max_ts_ms, written.get(pid, entry.max_ts_ms))
+            newest_ts = max(entry.max_ts_ms, entry.written_ms)
             if pid == newest or newest_ts >= cutoff_ms:
                 target = min(target, first - 1)
                 break
@@ -352,7 +354,6 @@ class Partitions:
         # Column family first, then the metadata: a crash between the two is
         # repaired on open (listed partition, missing column family).
         self._engine.drop_cf(part.cf)
-        self._written_ms.pop(part.id, None)
         batch = self._engine.new_batch()
         batch.delete(META_CF, fmt.partition_key(part.id))
         for log in logs:

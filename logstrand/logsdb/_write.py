@@ -30,6 +30,8 @@ class Write:
         self.touched: dict[tuple[int, int], DirEntry] = {}
         self.part_bytes: dict[int, int] = {}
         self.deleted = False
+        #: When this write happens, by this node's clock (directory entries keep it).
+        self.written_ms = parts.clock_ms()
         #: Per log, the highest LSN put in this write, and the ranges put.
         self.top: dict[int, int] = {}
         self._ranges: dict[int, list[tuple[int, int]]] = {}
@@ -52,7 +54,9 @@ class Write:
             return
         size = len(pb.data) + 16
         ts = pb.timestamps() if pb.layout & TIMESTAMPS else (pb.timestamp_ms,)
-        entry = DirEntry(pb.first_lsn, pb.last_lsn, min(ts), max(ts), size, pb.count)
+        entry = DirEntry(
+            pb.first_lsn, pb.last_lsn, min(ts), max(ts), size, pb.count, self.written_ms
+        )
         k = (log_id, pid)
         old = self.touched.get(k) or parts.dir.get(log_id, {}).get(pid)
         self.touched[k] = merge_entry(old, entry)

@@ -38,6 +38,11 @@ class Opener:
         self.engine.closed = False
         return memory_logsdb(self.engine, self.options, clock_ms=self.clock)
 
+    def reopen(self, db: LogsDB) -> LogsDB:
+        """Close ``db`` and open it again (what a restart keeps)."""
+        db.close()
+        return self.open()
+
 
 def put(
     log: int,
