@@ -200,13 +200,21 @@ def node(
             "(lower it only to test that boundary).",
         ),
     ] = ESN_MAX,
-    clock_offset: Annotated[
-        int,
+    clock_skew_max: Annotated[
+        str,
         typer.Option(
-            help="Milliseconds added to this node's clock where its sequencers stamp "
-            "records (to test skewed clocks).",
+            help="A node whose clock is further than this from the cluster's takes no "
+            "sequencers and applies no retention by time until it is back, e.g. 5s.",
         ),
-    ] = 0,
+    ] = "5s",
+    sequencer_hold_down: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            help="Seconds a node that comes back (restarted into a running cluster, "
+            "paused, cut off) waits in health before it takes sequencers again.",
+        ),
+    ] = 30.0,
     compaction_interval: Annotated[
         float,
         typer.Option(
@@ -305,6 +313,9 @@ def node(
 
     partition_ms = duration_option(partition_duration, "--partition-duration")
     expiry_ms = duration_option(producer_expiry, "--producer-expiry")
+    skew_max_ms = duration_option(clock_skew_max, "--clock-skew-max") or 0
+    if skew_max_ms <= 0:
+        fail("--clock-skew-max must be more than 0")
     map_bytes = size_option(compaction_map, "--compaction-map")
     io_rate = size_option(compaction_io_rate, "--compaction-io-rate")
     if map_bytes < 48:
@@ -349,7 +360,8 @@ def node(
             recovery_grace_s=recovery_grace,
             recovery_stall_s=recovery_stall,
             esn_max=esn_max,
-            clock_offset_ms=clock_offset,
+            clock_skew_max_ms=skew_max_ms,
+            sequencer_hold_down_s=sequencer_hold_down,
             maintenance_s=maintenance_interval,
             tls=tls,
             connections_max=max_connections,

@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .._units import format_bytes, format_duration_ms
-from ..epochstore import parse_log_range
+from ..epochstore import describe_offset, parse_log_range
 from ..errors import InvalidArgumentError, LogstrandError, Status
 from ..types import format_lsn, parse_lsn
 from ..wire import NodeStatus, SeqState
@@ -280,7 +280,8 @@ def status(url: UrlOption = None, as_json: JsonOption = False) -> None:
 
     with open_store(url) as store:
         nodes = store.nodes()
-        alive = store.alive_nodes()
+        members = store.members()
+        alive = frozenset(members)
         store_url = store.url
         rebuilding = rebuilding_doc(store, alive)
     rows: list[dict[str, Any]] = []
@@ -293,6 +294,9 @@ def status(url: UrlOption = None, as_json: JsonOption = False) -> None:
                     "address": f"{cfg.host}:{cfg.port}",
                     "location": cfg.location,
                     "state": _state(st is not None, node_id in alive, st),
+                    "clock_offset_ms": m.clock_offset_ms if (m := members.get(node_id)) else None,
+                    "takes_sequencers": m.sequencer if m else None,
+                    "why_not": m.why if m and not m.sequencer else None,
                     "storage_state": rebuilding["storage_state"].get(node_id),
                     "sequencing": list(st.sequencing) if st else [],
                     "partitions": st.partitions if st else None,
@@ -312,8 +316,8 @@ def status(url: UrlOption = None, as_json: JsonOption = False) -> None:
         return
     console.print(f"epoch store: {store_url}", highlight=False)
     table = Table()
-    cols = ("node", "address", "location", "state", "storage", "sequences", "partitions", "disk")
-    for col in (*cols, "free", "corrupt copies"):
+    cols = ("node", "address", "location", "state", "storage", "sequences", "clock", "partitions")
+    for col in (*cols, "disk", "free", "corrupt copies"):
         # Addresses and locations whole, however narrow the terminal: the
         # other columns wrap instead.
         widest = max((len(r[col] or "") for r in rows), default=0) if col in _WHOLE else 0
@@ -327,7 +331,8 @@ def status(url: UrlOption = None, as_json: JsonOption = False) -> None:
             r["location"] or "-",
             f"[{colour}]{state}[/]",
             _storage(r["storage_state"]),
-            _ids(r["sequencing"]),
+            _sequences(r),
+            _clock(r["clock_offset_ms"]),
             "-" if r["partitions"] is None else str(r["partitions"]),
             "-" if r["disk_bytes"] is None else format_bytes(r["disk_bytes"]),
             "-" if r["free_bytes"] is None else format_bytes(r["free_bytes"]),
@@ -382,6 +387,22 @@ def _state(answered: bool, member: bool, st: NodeStatus | None = None) -> str:
         return "no space" if st is not None and st.space_low else "alive"
     # In the membership but silent: stopped, overloaded, or just dying.
     return "unreachable" if member else "dead"
+
+
+def _sequences(row: dict[str, Any]) -> str:
+    """The logs a node sequences, or why it takes no sequencers."""
+    if not row["why_not"]:
+        return _ids(row["sequencing"])
+    now = f"{_ids(row['sequencing'])}; " if row["sequencing"] else ""
+    return f"[yellow]{now}takes none: {row['why_not']}[/]"
+
+
+def _clock(offset_ms: int | None) -> str:
+    """A node's clock against the cluster's (yellow past a second)."""
+    if offset_ms is None:
+        return "-"
+    text = describe_offset(offset_ms) if abs(offset_ms) >= 1000 else "ok"
+    return f"[yellow]{text}[/]" if abs(offset_ms) >= 1000 else text
 
 
 def _ids(ids: list[int]) -> str:

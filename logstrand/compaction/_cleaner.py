@@ -83,6 +83,7 @@ class CleanerHost(Protocol):
     @property
     def credentials(self) -> Credentials | None: ...
     def sequenced_logs(self) -> list[int]: ...
+    def clock_ms(self) -> int: ...
     def register(
         self, message_type: type, handler: Callable[[Connection, Any], Awaitable[None]]
     ) -> None: ...
@@ -156,7 +157,7 @@ class Cleaner:
         if not logs:
             return
         client = await self.client()
-        now = int(time.time() * 1000)
+        now = host.clock_ms()
         candidates = []
         for log in logs:
             attrs_ = await self._attributes(log)
@@ -236,7 +237,7 @@ class Cleaner:
         attrs_ = await self._attributes(log)
         client = await self.client()
         started = time.monotonic()
-        now_ms = int(time.time() * 1000)
+        now_ms = host.clock_ms()
         state = await host.view.astore.compaction(log) or {}
         clean_before = int(state.get("clean_point", 0))
         offsets = OffsetMap(opts.map_bytes)

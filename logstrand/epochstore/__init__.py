@@ -8,6 +8,7 @@ picks one from ``zk://host:port/cluster`` or ``sqlite:///path/cluster.db``.
 from typing import TYPE_CHECKING
 
 from ._base import EpochStore, MemberSession, Placement, Watch
+from ._members import Member, Members, describe_offset
 from ._model import (
     CLEANUP_POLICIES,
     COMPRESSIONS,
@@ -58,12 +59,15 @@ __all__ = [
     "LogAttributes",
     "LogEpochs",
     "LogRange",
+    "Member",
     "MemberSession",
+    "Members",
     "NodeConfig",
     "Placement",
     "SqliteEpochStore",
     "Watch",
     "ZooKeeperEpochStore",
+    "describe_offset",
     "open_epoch_store",
     "parse_log_range",
 ]

@@ -16,7 +16,8 @@ import trio
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ._base import EpochStore, MemberSession, Placement, Watch
+    from ._base import EpochStore, Placement, Watch
+    from ._members import Members
     from ._model import EpochEnd, EpochMetadata, LogAttributes, LogEpochs, LogRange, NodeConfig
 
 R = TypeVar("R")
@@ -89,11 +90,11 @@ class AsyncEpochStore:
     async def alive_nodes(self) -> frozenset[int]:
         return await self._call(self.store.alive_nodes)
 
-    async def watch_members(self, callback: Callable[[frozenset[int]], None]) -> Watch:
-        return await self._call(self.store.watch_members, callback)
+    async def members(self) -> Members:
+        return await self._call(self.store.members)
 
-    async def register_member(self, node_id: int) -> MemberSession:
-        return await self._call(self.store.register_member, node_id)
+    async def watch_members(self, callback: Callable[[Members], None]) -> Watch:
+        return await self._call(self.store.watch_members, callback)
 
     async def aclose(self) -> None:
         with trio.CancelScope(shield=True):

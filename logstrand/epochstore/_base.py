@@ -46,6 +46,8 @@ from ._security import SecurityDocs
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from ._members import Members
+
 #: A read-modify-write gives up (AGAIN) after this many lost races in a row.
 CAS_ATTEMPTS_MAX = 10_000
 
@@ -60,9 +62,18 @@ class Placement:
 
 
 class MemberSession(abc.ABC):
-    """A node's presence in the membership; it ends with ``close()`` or with the process."""
+    """A node's presence in the membership; it ends with ``close()`` or with the process.
+
+    Its heartbeats carry the node's wall clock (``_members``), and what the
+    node says of itself: whether it takes sequencers, and why not.
+    """
 
     node_id: int
+
+    @abc.abstractmethod
+    def publish(self, *, sequencer: bool, why: str = "") -> None:
+        """Say whether this node takes sequencers now (every reader of the
+        membership sees it)."""
 
     @abc.abstractmethod
     def close(self) -> None: ...
@@ -109,23 +120,32 @@ class EpochStore(SecurityDocs, RebuildingDocs, ProducerDocs, abc.ABC):
         """
 
     @abc.abstractmethod
-    def register_member(self, node_id: int, *, wait_s: float = 30.0) -> MemberSession:
+    def register_member(
+        self, node_id: int, *, wait_s: float = 30.0, sequencer: bool = True, why: str = ""
+    ) -> MemberSession:
         """Announce that ``node_id`` is alive, until the session is closed or lost.
 
         Waits up to ``wait_s`` for a previous session of the same node (a
-        process that died) to expire.
+        process that died) to expire.  ``sequencer``, ``why``: what the node
+        says of itself at first (``MemberSession.publish``).
 
         Raises:
             ExistsError: another live session holds ``node_id``.
         """
 
     @abc.abstractmethod
+    def members(self) -> Members:
+        """The members with a live session now: their clocks and what they say."""
+
     def alive_nodes(self) -> frozenset[int]:
         """The node ids with a live membership session now."""
+        return frozenset(self.members())
 
     @abc.abstractmethod
-    def watch_members(self, callback: Callable[[frozenset[int]], None]) -> Watch:
-        """Call ``callback(alive_nodes)`` now and on every change, from another thread."""
+    def watch_members(self, callback: Callable[[Members], None]) -> Watch:
+        """Call ``callback(members)`` now and on every change of who is a
+        member or of what one says (a clock moving by less than a second is
+        no change), from another thread."""
 
     @abc.abstractmethod
     def close(self) -> None: ...

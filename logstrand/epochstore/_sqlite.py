@@ -7,11 +7,17 @@ under SQLite's write lock.  WAL mode lets readers go on while one writes, and
 
 Membership is a lease table: a registered node renews its row every third of
 the lease from a background thread; a node whose process died stops renewing
-and drops out when its lease runs out.
+and drops out when its lease runs out.  Leases run on one clock, the
+machine's monotonic clock, which every process on the machine shares (the
+store is for one machine), and which no process's wrong wall clock moves;
+a row written before the machine restarted (another boot id) is no lease.
+Each renewal also records the node's wall clock against that monotonic
+clock, so that clocks can be compared (``_members``).
 """
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import threading
 import time
@@ -22,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import EpochStoreUnavailableError, ExistsError
 from ._base import EpochStore, MemberSession, Watch
+from ._members import Member, Members, cluster_offsets
 from ._model import check_cluster_name
 from ._watch import PollingWatch
 
@@ -34,42 +41,98 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS kv (
     path TEXT PRIMARY KEY, value BLOB NOT NULL, version INTEGER NOT NULL
 );
-CREATE TABLE IF NOT EXISTS members (
-    node_id INTEGER PRIMARY KEY, session TEXT NOT NULL, expires_at REAL NOT NULL
+CREATE TABLE IF NOT EXISTS membership (
+    node_id INTEGER PRIMARY KEY, session TEXT NOT NULL, boot TEXT NOT NULL,
+    since REAL NOT NULL, expires REAL NOT NULL, clock_ms INTEGER NOT NULL,
+    sequencer INTEGER NOT NULL, why TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 
+@functools.cache
+def boot_id() -> str:
+    """This boot of the machine: the monotonic clock starts again at each."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return "unknown"
+
+
+def _clocks() -> tuple[float, int]:
+    """The machine's monotonic clock (s), and this process's wall clock
+    minus it (ms), read together."""
+    mono = time.monotonic()
+    return mono, int(time.time() * 1000) - int(mono * 1000)
+
+
+_TAKE = (
+    "INSERT INTO membership VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(node_id) DO UPDATE "
+    "SET session = excluded.session, boot = excluded.boot, since = excluded.since, "
+    "expires = excluded.expires, clock_ms = excluded.clock_ms, "
+    "sequencer = excluded.sequencer, why = excluded.why "
+    "WHERE membership.boot != excluded.boot OR membership.expires <= ?"
+)
+
+
 class _SqliteMember(MemberSession):
-    def __init__(self, store: SqliteEpochStore, node_id: int, session: str) -> None:
+    def __init__(
+        self, store: SqliteEpochStore, node_id: int, session: str, sequencer: bool, why: str
+    ) -> None:
         self.node_id = node_id
         self._store = store
         self._session = session
+        self._sequencer = sequencer
+        self._why = why
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._renew, name=f"lease-{node_id}", daemon=True)
         self._thread.start()
+
+    def _beat(self) -> None:
+        store = self._store
+        with store._tx() as db:
+            mono, clock_ms = _clocks()
+            cur = db.execute(
+                "UPDATE membership SET expires = ?, clock_ms = ?, sequencer = ?, why = ? "
+                "WHERE node_id = ? AND session = ?",
+                (
+                    mono + store.lease_s,
+                    clock_ms,
+                    int(self._sequencer),
+                    self._why,
+                    self.node_id,
+                    self._session,
+                ),
+            )
+            if cur.rowcount == 0:
+                # Our lease ran out (a long pause): take it back if free.
+                db.execute(
+                    _TAKE,
+                    (
+                        self.node_id,
+                        self._session,
+                        boot_id(),
+                        mono,
+                        mono + store.lease_s,
+                        clock_ms,
+                        int(self._sequencer),
+                        self._why,
+                        mono,
+                    ),
+                )
 
     def _renew(self) -> None:
         every_s = self._store.lease_s / 3
         while not self._stop.wait(every_s):
             try:
-                with self._store._tx() as db:
-                    now = time.time()
-                    cur = db.execute(
-                        "UPDATE members SET expires_at = ? WHERE node_id = ? AND session = ?",
-                        (now + self._store.lease_s, self.node_id, self._session),
-                    )
-                    if cur.rowcount == 0:
-                        # Our lease ran out (a long pause): take it back if free.
-                        db.execute(
-                            "INSERT INTO members VALUES (?, ?, ?) ON CONFLICT(node_id) DO UPDATE "
-                            "SET session = excluded.session, expires_at = excluded.expires_at "
-                            "WHERE members.expires_at <= ?",
-                            (self.node_id, self._session, now + self._store.lease_s, now),
-                        )
+                self._beat()
             except EpochStoreUnavailableError:
                 continue  # try again at the next beat
+
+    def publish(self, *, sequencer: bool, why: str = "") -> None:
+        self._sequencer, self._why = sequencer, why
+        self._beat()
 
     def close(self) -> None:
         if self._stop.is_set():
@@ -79,7 +142,7 @@ class _SqliteMember(MemberSession):
         try:
             with self._store._tx() as db:
                 db.execute(
-                    "DELETE FROM members WHERE node_id = ? AND session = ?",
+                    "DELETE FROM membership WHERE node_id = ? AND session = ?",
                     (self.node_id, self._session),
                 )
         except EpochStoreUnavailableError:
@@ -167,40 +230,58 @@ class SqliteEpochStore(EpochStore):
                 )
             return cur.rowcount == 1
 
-    def register_member(self, node_id: int, *, wait_s: float = 30.0) -> MemberSession:
+    def register_member(
+        self, node_id: int, *, wait_s: float = 30.0, sequencer: bool = True, why: str = ""
+    ) -> MemberSession:
         session = uuid.uuid4().hex
         deadline = time.monotonic() + wait_s
         while True:
             with self._tx() as db:
-                now = time.time()
+                mono, clock_ms = _clocks()
                 cur = db.execute(
-                    "INSERT INTO members VALUES (?, ?, ?) ON CONFLICT(node_id) DO UPDATE "
-                    "SET session = excluded.session, expires_at = excluded.expires_at "
-                    "WHERE members.expires_at <= ?",
-                    (node_id, session, now + self.lease_s, now),
+                    _TAKE,
+                    (
+                        node_id,
+                        session,
+                        boot_id(),
+                        mono,
+                        mono + self.lease_s,
+                        clock_ms,
+                        int(sequencer),
+                        why,
+                        mono,
+                    ),
                 )
                 if cur.rowcount == 1:
-                    return _SqliteMember(self, node_id, session)
+                    return _SqliteMember(self, node_id, session, sequencer, why)
             if time.monotonic() >= deadline:
                 raise ExistsError(f"node {node_id} is registered by another live process")
             time.sleep(min(0.1, self.lease_s / 10))
 
-    def alive_nodes(self) -> frozenset[int]:
+    def members(self) -> Members:
         with self._lock:
             if self._closed:
                 raise EpochStoreUnavailableError("epoch store is closed")
             try:
                 rows = self._db.execute(
-                    "SELECT node_id FROM members WHERE expires_at > ?", (time.time(),)
+                    "SELECT node_id, since, clock_ms, sequencer, why FROM membership "
+                    "WHERE boot = ? AND expires > ?",
+                    (boot_id(), time.monotonic()),
                 ).fetchall()
             except sqlite3.OperationalError as exc:
                 raise EpochStoreUnavailableError(f"epoch store {self.path}: {exc}") from exc
-        return frozenset(int(r[0]) for r in rows)
+        # The monotonic clock has no date: the median of the members' clocks
+        # is the cluster's (``_members``).
+        offsets = cluster_offsets({int(r[0]): int(r[2]) for r in rows}, anchored=False)
+        return {
+            int(n): Member(int(n), offsets[int(n)], bool(seq), str(why), int(since * 1000))
+            for n, since, _, seq, why in rows
+        }
 
     def watch_members(
-        self, callback: Callable[[frozenset[int]], None], *, interval_s: float = 0.2
+        self, callback: Callable[[Members], None], *, interval_s: float = 0.2
     ) -> Watch:
-        return Watch(PollingWatch(self.alive_nodes, callback, interval_s).cancel)
+        return Watch(PollingWatch(self.members, callback, interval_s).cancel)
 
     def close(self) -> None:
         with self._lock:

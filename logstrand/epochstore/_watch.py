@@ -6,9 +6,12 @@ import threading
 from typing import TYPE_CHECKING
 
 from ..errors import EpochStoreUnavailableError
+from ._members import signature
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from ._members import Members
 
 
 class PollingWatch:
@@ -16,27 +19,26 @@ class PollingWatch:
 
     def __init__(
         self,
-        poll: Callable[[], frozenset[int]],
-        callback: Callable[[frozenset[int]], None],
+        poll: Callable[[], Members],
+        callback: Callable[[Members], None],
         interval_s: float,
     ) -> None:
         self._stop = threading.Event()
         self._poll = poll
         self._callback = callback
         self._interval_s = interval_s
-        self._last: frozenset[int] | None = None
+        self._last: object = None
         self._thread = threading.Thread(target=self._run, name="member-watch", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            now: frozenset[int] | None
             try:
                 now = self._poll()
             except EpochStoreUnavailableError:
-                now = self._last
-            if now is not None and now != self._last:
-                self._last = now
+                now = None
+            if now is not None and signature(now) != self._last:
+                self._last = signature(now)
                 self._callback(now)
             self._stop.wait(self._interval_s)
 

@@ -4,6 +4,15 @@ Nodes and clients both need the nodes, the log ranges and who is alive, on
 every append.  The view keeps them in memory: membership changes arrive
 through the store's watch, and the configuration is re-read every few
 seconds (or at once with ``refresh()``, e.g. after NOTFOUND).
+
+Routing sequencers (``sequencer_node``): rendezvous hashing over the live
+nodes with the sequencer role that may take sequencers now.  Left out are
+nodes this process suspects (it could not reach them lately), nodes the
+node's failure detector finds dead (``set_dead``; nodes only), and members
+that say they take no sequencers (a clock off by more than the bound, a
+hold-down after coming back: ``epochstore.Member``).  Only when that leaves
+no node at all do the last come back in: a log must always have a
+sequencer somewhere.
 """
 
 from __future__ import annotations
@@ -23,7 +32,7 @@ from ..rebuilding import Authority, RebuildingState
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ..epochstore import EpochStore, LogAttributes, LogRange, NodeConfig, Watch
+    from ..epochstore import EpochStore, LogAttributes, LogRange, Members, NodeConfig, Watch
 
 _log = logging.getLogger("logstrand.view")
 REFRESH_S = 2.0
@@ -38,11 +47,16 @@ class ClusterView:
         self.nodes: dict[int, NodeConfig] = {}
         self.ranges: list[LogRange] = []
         self.alive: frozenset[int] = frozenset()
+        #: The live members and what each says (its clock, whether it takes sequencers).
+        self.members: Members = {}
+        #: Members this node's failure detector finds dead (nodes only; ``set_dead``).
+        self.dead: frozenset[int] = frozenset()
         #: Which nodes are rebuilt, drained or being so (``logstrand.rebuilding``).
         self.rebuilding = RebuildingState()
         self.authority = Authority()
         self._watch: Watch | None = None
         self._listeners: list[Callable[[frozenset[int], frozenset[int]], None]] = []
+        self._member_listeners: list[Callable[[Members], None]] = []
         self._authority_listeners: list[Callable[[Authority], None]] = []
         # Nodes this process could not connect to lately: left out of routing
         # until the entry runs out, so a dead sequencer node is routed around
@@ -54,11 +68,11 @@ class ClusterView:
         """Re-read nodes, log ranges and membership now."""
         nodes = await self.astore.nodes()
         ranges = await self.astore.log_ranges()
-        alive = await self.astore.alive_nodes()
+        members = await self.astore.members()
         rebuilding = await self.astore.run(lambda s: s.rebuilding_state())
         self.nodes, self.ranges = nodes, ranges
         self.set_rebuilding(rebuilding)
-        self._set_alive(alive)
+        self._set_members(members)
 
     def set_rebuilding(self, state: RebuildingState) -> None:
         self.rebuilding = state
@@ -73,26 +87,54 @@ class ClusterView:
         self._authority_listeners.append(fn)
 
     def on_membership(self, fn: Callable[[frozenset[int], frozenset[int]], None]) -> None:
-        """Call ``fn(old_alive, new_alive)`` (in trio) on every membership change."""
+        """Call ``fn(old_up, new_up)`` (in trio) whenever the nodes that are up
+        change: live members the failure detector does not find dead."""
         self._listeners.append(fn)
 
-    def _set_alive(self, alive: frozenset[int]) -> None:
+    def on_members(self, fn: Callable[[Members], None]) -> None:
+        """Call ``fn(members)`` (in trio) whenever what the members say is read."""
+        self._member_listeners.append(fn)
+
+    @property
+    def up(self) -> frozenset[int]:
+        """Live members that the failure detector does not find dead."""
+        return self.alive - self.dead
+
+    def _set_members(self, members: Members) -> None:
+        self.members = members
+        for fn in self._member_listeners:
+            fn(members)
+        alive = frozenset(members)
         if alive == self.alive:
             return
+        old_up = self.up
         old, self.alive = self.alive, alive
         for n in alive - old:
             self._suspects.pop(n, None)  # it (re)joined: no longer suspect
-        for fn in self._listeners:
-            fn(old, alive)
+        self._changed(old_up)
+
+    def set_dead(self, dead: frozenset[int]) -> None:
+        """The node's failure detector finds these members dead (or no longer)."""
+        if dead == self.dead:
+            return
+        old_up = self.up
+        self.dead = dead
+        self._changed(old_up)
+
+    def _changed(self, old_up: frozenset[int]) -> None:
+        new_up = self.up
+        if new_up != old_up:
+            for fn in self._listeners:
+                fn(old_up, new_up)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Keep the view current until cancelled."""
         await self.refresh()
         token = trio.lowlevel.current_trio_token()
 
-        def from_watch(alive: frozenset[int]) -> None:
+        def from_watch(members: Members) -> None:
             with contextlib.suppress(trio.RunFinishedError):
-                token.run_sync_soon(self._set_alive, alive)
+                token.run_sync_soon(self._set_members, members)
 
         self._watch = await self.astore.watch_members(from_watch)
         task_status.started()
@@ -133,11 +175,17 @@ class ClusterView:
         return True
 
     def sequencer_weights(self) -> dict[int, float]:
-        return {
-            n.node_id: n.weight
+        """The nodes that may run sequencers now, with their weights (see the
+        module docstring)."""
+        up = self.up
+        candidates = [
+            n
             for n in self.nodes.values()
-            if n.node_id in self.alive and "sequencer" in n.roles and not self.suspected(n.node_id)
-        }
+            if n.node_id in up and "sequencer" in n.roles and not self.suspected(n.node_id)
+        ]
+        members = self.members
+        willing = [n for n in candidates if members[n.node_id].sequencer]
+        return {n.node_id: n.weight for n in willing or candidates}
 
     def sequencer_node(self, log_id: int) -> int | None:
         """The live node that runs ``log_id``'s sequencer (rendezvous hashing)."""

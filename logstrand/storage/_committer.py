@@ -63,6 +63,7 @@ if TYPE_CHECKING:
 
     from ..logsdb import LogsDBOptions, PackedRead, StoredBatch
     from ..wire import Digest, GetDigest, LogInfo, LogInfoReply, Seal, SealReply
+    from ._health_core import NodeClock
     from ._metrics import NodeMetrics
 
     #: Takes a STORE's reply without waiting (``Connection.offer``): a peer that
@@ -93,6 +94,9 @@ class Committer:
     _on_released: Callable[[int, int], None]
     #: ``on_stored(log, last_lsn, release_lsn)`` after copies were written.
     _on_stored: Callable[[int, int, int], None]
+    #: This node's clock (``NodeClock``): when copies were written, and what
+    #: retention by time measures ages against.
+    clock: NodeClock
     release: dict[int, int] = attrs.field(init=False, factory=dict)
     _release_dirty: set[int] = attrs.field(init=False, factory=set)
     _db: LogsDB | None = attrs.field(init=False, default=None)
@@ -116,7 +120,7 @@ class Committer:
 
     def open(self, data_dir: str, options: LogsDBOptions | None) -> None:
         """Open the LogsDB on this (the event loop's) thread; it belongs to it."""
-        self._db = LogsDB.open(data_dir, options)
+        self._db = LogsDB.open(data_dir, options, clock_ms=self.clock.now_ms)
         self._where = (data_dir, options)
         self.release = {log: self.db.release_pointer(log) for log in self.db.logs()}
 
@@ -133,7 +137,7 @@ class Committer:
             except Exception as exc:  # expected after the failed write
                 _log.info("node %d: closing the broken LogsDB: %s", self.node_id, exc)
         self._db = None
-        self._db = LogsDB.open(*self._where)
+        self._db = LogsDB.open(*self._where, clock_ms=self.clock.now_ms)
         for log in self._db.logs():
             stored = self._db.release_pointer(log)
             if stored > self.release.get(log, 0):
@@ -352,15 +356,18 @@ class Committer:
         retention_bytes: Mapping[int, int] | None = None,
     ) -> None:
         """Apply trims missed while down, time and space retention, and drop
-        partitions whose records are all trimmed."""
+        partitions whose records are all trimmed.  Retention by time waits
+        while this node's clock is not measured or is off (``NodeClock``)."""
         db = self.db
         for log, point in trim_points.items():
             if point > db.trim_point(log):
                 db.trim(log, point)
                 self.metrics.trims.inc()
+        if not self.clock.trusted:
+            retention_ms = {}
         if retention_ms or retention_bytes:
             moved = db.apply_retention(
-                retention_ms, now_ms=int(time.time() * 1000), retention_bytes=retention_bytes
+                retention_ms, now_ms=self.clock.now_ms(), retention_bytes=retention_bytes
             )
             if moved:
                 _log.info("node %d: retention trimmed logs %s", self.node_id, sorted(moved))

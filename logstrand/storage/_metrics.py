@@ -72,6 +72,17 @@ class NodeMetrics:
             "(their sequencer died or stalls; the node asks the log's owner)",
             registry=r,
         )
+        self.clock_offset = Gauge(
+            "logstrand_clock_offset_seconds",
+            "This node's wall clock minus the cluster's, as the membership measures it",
+            registry=r,
+        )
+        self.takes_sequencers = Gauge(
+            "logstrand_takes_sequencers",
+            "1 while this node takes sequencers; 0 while its clock is off or it is in its "
+            "hold-down",
+            registry=r,
+        )
         self.sequencers = Gauge(
             "logstrand_sequencers", "Sequencers running on this node", registry=r
         )

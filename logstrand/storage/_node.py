@@ -13,6 +13,7 @@ runs their tasks; the rules live in the parts.
 | release watch | ``_release_watch.py`` | notices releases that are overdue |
 | rebuilder | ``_rebuild.py`` (core ``rebuilding/``) | this node's part of rebuilding |
 | upkeep | ``_upkeep.py`` | free space (``--min-free``), trims missed, retention |
+| health | ``_health.py`` (core ``_health_core.py``) | its clock, whether it takes sequencers |
 
 Extensions run beside them (the cleaner, from ``logstrand node``): each gets the
 node's ``NodeServices`` and registers handlers for the messages it answers.
@@ -60,6 +61,8 @@ from ..wire import (
 from ._committer import Committer
 from ._drops import Drops
 from ._guard import Guard
+from ._health import Health
+from ._health_core import HealthCore, HealthOptions
 from ._metrics import NodeMetrics
 from ._options import NodeOptions
 from ._peers import Peers
@@ -126,6 +129,13 @@ class Node:
             self._server_ssl = server_context(tls)
             self.credentials = Credentials(client_context(tls.ca, tls.cert, tls.key))
         self.release_watch = ReleaseWatch()
+        opts = self.options
+        #: This node's clock and what it says of itself (``_health_core``).
+        self.health_core = HealthCore(
+            node_id,
+            HealthOptions(opts.clock_skew_max_ms, opts.sequencer_hold_down_s),
+            lambda: int(time.time() * 1000),
+        )
         self._started = time.monotonic()
         self._closing: list[Callable[[], Awaitable[None]]] = []
         self.view: ClusterView
@@ -134,6 +144,10 @@ class Node:
 
     def sequenced_logs(self) -> list[int]:
         return self.sequencers.sequencers
+
+    def clock_ms(self) -> int:
+        """This node's clock: its wall clock corrected to the cluster's."""
+        return self.health_core.clock.now_ms()
 
     def register(
         self, message_type: type, handler: Callable[[Connection, Any], Awaitable[None]]
@@ -221,6 +235,7 @@ class Node:
             release_persist_s=opts.release_persist_s,
             on_released=released,
             on_stored=stored,
+            clock=self.health_core.clock,
         )
         marker = await trio.to_thread.run_sync(read_marker, data_dir, view.cluster, self.node_id)
         committer.open(data_dir, self.logsdb_options)
@@ -255,6 +270,7 @@ class Node:
             committer.on_release,
             metrics,
             nursery,
+            self.clock_ms,
         )
         drops = Drops(self.node_id, committer, view, metrics)
         self.server = Server(
@@ -270,7 +286,9 @@ class Node:
         upkeep = self.upkeep = Upkeep(self.node_id, opts, committer, metrics, view, data_dir)
         self._register(committer, reads, drops, nursery)
         listeners = await trio.open_tcp_listeners(port, host=host)
-        session = await view.astore.register_member(self.node_id)
+        health = self.health = Health(self.health_core, view, metrics)
+        view.on_members(health.on_members)
+        session = await health.register()
         self._closing.append(_in_thread(session.close))
         if metrics_at is not None:
             server = metrics.serve(metrics_at[1], metrics_at[0])
@@ -291,6 +309,7 @@ class Node:
             upkeep.maintain,
             upkeep.watch_space,
             rebuilder.run,
+            health.run,
         ):
             nursery.start_soon(self._supervised, task)
         for extension in self.extensions:

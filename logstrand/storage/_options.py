@@ -24,9 +24,12 @@ class NodeOptions:
     #: The highest ESN an epoch hands out before the log moves to a new epoch
     #: (2^32 - 1; tests lower it to reach the boundary).
     esn_max: int = ESN_MAX
-    #: Added to the wall clock where the sequencer stamps records: a skewed
-    #: clock, for tests.
-    clock_offset_ms: int = 0
+    #: A clock further than this from the cluster's takes no sequencers and
+    #: applies no retention by time (``--clock-skew-max``; docs/operations.md).
+    clock_skew_max_ms: int = 5_000
+    #: A node that comes back takes sequencers after this long in health
+    #: (``--sequencer-hold-down``): each move of a sequencer costs an epoch.
+    sequencer_hold_down_s: float = 30.0
     store_timeout_s: float = 2.0
     #: An idempotent producer idle this long on a log is forgotten there: its
     #: next append gets UNKNOWN_PRODUCER (``--producer-expiry``).

@@ -103,7 +103,7 @@ class ProcedureRunner:
         def alive() -> set[int]:
             # Members the node could not reach lately are left out: a killed
             # node stays a member until its lease or session runs out.
-            return {n for n in view.alive if not view.suspected(n)}
+            return {n for n in view.up if not view.suspected(n)}
 
         t0 = time.monotonic()
         done = await self.run(

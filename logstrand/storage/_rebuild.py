@@ -275,9 +275,13 @@ class Rebuilder:
     # -- donating --------------------------------------------------------------------
 
     async def _donate_supervised(self, run: Run, scope: trio.CancelScope) -> None:
+        # Settle from when this node saw the run, on its own clock: the run's
+        # start was stamped by whoever asked for it, whose clock may be off.
+        settled = trio.current_time() + self.options.rebuild_settle_s
         with scope:
             while True:
                 try:
+                    await trio.sleep_until(settled)
                     await self._donate(run)
                     return
                 except (LogstrandError, OSError) as exc:
@@ -291,9 +295,6 @@ class Rebuilder:
         if progress.done:
             self._done_run = run.id
             return
-        wait_s = run.started_ms / 1000 + self.options.rebuild_settle_s - time.time()
-        if wait_s > 0:
-            await trio.sleep(wait_s)
         if progress.logs:
             _log.info(
                 "node %d: resuming rebuilding %d from its progress (per log: %s)",

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -73,6 +72,8 @@ class SequencerHost:
     on_release: Callable[[int, int], None]
     metrics: NodeMetrics
     nursery: trio.Nursery
+    #: This node's clock (``NodeClock.now_ms``): what records are stamped with.
+    clock_ms: Callable[[], int]
     core: SequencerHostCore = attrs.field(init=False)
     # RELEASEs wait for the end of the current burst of work, and only the
     # highest per log goes out; a node that already got a STORE whose
@@ -113,7 +114,7 @@ class SequencerHost:
             msg.batch,
             (conn, msg.request_id),
             trio.current_time(),
-            _now_ms() + self.options.clock_offset_ms,
+            self.clock_ms(),
             owner=owner,
             attributes=attributes,
         )
@@ -215,7 +216,7 @@ class SequencerHost:
             await self._reply(ReplyAppend(action.reply.token, Status.NOTREADY, message=text))
             return
         actions = self.core.on_refusal_checked(
-            action, next_epoch, trio.current_time(), _now_ms() + self.options.clock_offset_ms
+            action, next_epoch, trio.current_time(), self.clock_ms()
         )
         if action.reply not in actions:
             _log.info(
@@ -290,7 +291,7 @@ class SequencerHost:
             _log.exception("node %d: log %d: activation failed", self.node_id, log_id)
             await self.execute(self.core.on_activation_failed(log_id, Status.FAILED, repr(exc)))
             return
-        now, now_ms = trio.current_time(), _now_ms() + self.options.clock_offset_ms
+        now, now_ms = trio.current_time(), self.clock_ms()
         await self.execute(self.core.on_activated(log_id, core, now, now_ms, history))
 
     async def _do_activate(self, log_id: int) -> tuple[SequencerCore, tuple[EpochMetadata, ...]]:
@@ -317,7 +318,7 @@ class SequencerHost:
                     log_id,
                     placement,
                     opts.seal_timeout_s,
-                    lambda: _now_ms() + opts.clock_offset_ms,
+                    self.clock_ms,
                 )
             )
         except EpochStoreUnavailableError as exc:
@@ -346,7 +347,7 @@ class SequencerHost:
             producer_expiry_ms=opts.producer_expiry_ms,
             sealed_producers=sealed,
         )
-        core.down.update(n for n in meta.nodeset if n not in view.alive)
+        core.down.update(n for n in meta.nodeset if n not in view.up)
         core.no_writes = view.authority.no_writes
         self.nursery.start_soon(
             self.procedures.run, procs.rebroadcast_release(log_id, meta.nodeset, 2.0)
@@ -376,7 +377,7 @@ class SequencerHost:
             on_error=failed,
             sealed=core.sealed_producers,
         )
-        now, now_ms = trio.current_time(), _now_ms() + self.options.clock_offset_ms
+        now, now_ms = trio.current_time(), self.clock_ms()
         await self.execute(host.on_recovery_done(log_id, core, done is not None, done, now, now_ms))
 
     # -- replies and timers -------------------------------------------------------
@@ -455,7 +456,3 @@ class SequencerHost:
             self.on_release(log_id, reply.released_lsn)
         elif reply.status == Status.NOTFOUND:
             forget(log_id)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)

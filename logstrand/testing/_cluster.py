@@ -52,6 +52,7 @@ class LocalCluster:
         node_args: tuple[str, ...] = (),
         secure: bool = False,
         rebuild_grace_ms: int | None = None,
+        clock_offsets: dict[int, int] | None = None,
     ) -> None:
         self.directory = Path(directory).absolute()
         #: TLS on every connection, node certificates, and an ``admin`` user
@@ -63,6 +64,8 @@ class LocalCluster:
         #: Self-initiated rebuilding after a node is dead this long (None: off).
         self.rebuild_grace_ms = rebuild_grace_ms
         self.node_args = node_args
+        #: Node id -> milliseconds its wall clock is off (``testing._skew``).
+        self.clock_offsets = dict(clock_offsets or {})
         if zookeeper:
             self.url = f"zk://{zookeeper}/{cluster}"
         else:
@@ -162,11 +165,13 @@ class LocalCluster:
         logs.mkdir(exist_ok=True)
         out = open(logs / f"node{node_id}.log", "ab")  # noqa: SIM115 - closed in _reap
         self._logs[node_id] = out
+        offset = self.clock_offsets.get(node_id)
+        launcher = ["logstrand"] if offset is None else ["logstrand.testing._skew", str(offset)]
         self.procs[node_id] = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
-                "logstrand",
+                *launcher,
                 "node",
                 "--url",
                 self.url,

@@ -22,6 +22,7 @@ from logstrand.records import make_batch
 from logstrand.storage import _core
 from logstrand.storage._admission import check
 from logstrand.storage._committer import Committer
+from logstrand.storage._health_core import NodeClock
 from logstrand.storage._metrics import NodeMetrics
 from logstrand.testing._memengine import memory_logsdb
 from logstrand.wire import (
@@ -76,6 +77,7 @@ class Harness:
             release_persist_s=1.0,
             on_released=lambda log, lsn: None,
             on_stored=lambda log, last, release: None,
+            clock=NodeClock(lambda: 10_000, 5_000),
         )
         c._db = memory_logsdb()
         c.release = {}

@@ -19,6 +19,7 @@ from logstrand.epochstore import (
     EpochEnd,
     EpochStore,
     LogAttributes,
+    Members,
     NodeConfig,
     Placement,
     SqliteEpochStore,
@@ -213,19 +214,28 @@ def test_two_handles_see_each_other(store_url: str) -> None:
 
 def test_membership_register_watch_and_close(store: EpochStore) -> None:
     seen: list[frozenset[int]] = []
+    said: list[Members] = []
     changed = threading.Event()
 
-    def on_change(alive: frozenset[int]) -> None:
-        seen.append(alive)
+    def on_change(members: Members) -> None:
+        seen.append(frozenset(members))
+        said.append(members)
         changed.set()
 
     watch = store.watch_members(on_change)
     try:
         assert _wait(lambda: seen and seen[-1] == frozenset())
         s1 = store.register_member(1)
-        s2 = store.register_member(2)
+        s2 = store.register_member(2, sequencer=False, why="starting")
         assert store.alive_nodes() == {1, 2}
         assert _wait(lambda: seen[-1] == {1, 2})
+        assert _wait(lambda: not said[-1][2].sequencer and said[-1][2].why == "starting")
+        # What a member says of itself reaches the watch.
+        s2.publish(sequencer=True)
+        assert _wait(lambda: said[-1][2].sequencer and said[-1][1].sequencer)
+        s1.publish(sequencer=False, why="hold-down")
+        assert _wait(lambda: said[-1][1].why == "hold-down")
+        assert not store.members()[1].sequencer
         s1.close()
         assert store.alive_nodes() == {2}
         assert _wait(lambda: seen[-1] == {2})
@@ -289,6 +299,50 @@ def test_membership_ends_with_the_process(store_url: str, store: EpochStore) -> 
             proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+SKEWED = textwrap.dedent(
+    """
+    import sys, time
+    from logstrand.testing._skew import skew
+    skew(int(sys.argv[2]))
+    from logstrand.epochstore import open_epoch_store
+    store = open_epoch_store(sys.argv[1])
+    store.register_member(7)
+    print("registered", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_members_clocks_are_compared_and_a_wrong_one_is_still_a_member(
+    store_url: str, store: EpochStore
+) -> None:
+    """A member whose wall clock is 10 days slow stays a member (leases do
+    not compare wall clocks), and its clock is measured as 10 days behind
+    the cluster's (the median of three: two members here, on this clock)."""
+    ten_days = 10 * 86_400_000
+    sessions = [store.register_member(1), store.register_member(2)]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SKEWED, store_url, str(-ten_days)], stdout=subprocess.PIPE
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"registered\n"
+        time.sleep(2.5)  # a lease of 1.5 s would have run out, and a clock probe come
+        members = store.members()
+        assert set(members) == {1, 2, 7}
+        offsets = {n: m.clock_offset_ms for n, m in members.items()}
+        assert offsets[7] is not None
+        assert abs(offsets[7] + ten_days) < 1000, offsets
+        assert all(o is not None and abs(o) < 1000 for n, o in offsets.items() if n != 7), offsets
+    finally:
+        proc.kill()
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+        for session in sessions:
+            session.close()
 
 
 RACER = textwrap.dedent(
