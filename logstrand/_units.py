@@ -1,8 +1,38 @@
-"""Human units: durations like ``7d`` or ``500ms``, sizes like ``1.2 GiB``."""
+"""Human units: durations like ``7d`` or ``500ms``, sizes like ``1.2 GiB``.
+
+Numbers are ASCII digits only (``int()`` would read ``𝟙`` or ``١`` as 1),
+exact (no float on the way: ``1.1s`` is 1100 ms, not 1100.0000000000002),
+whole (``0.5ms`` is no duration), and bounded: a duration fits in
+``DURATION_MS_MAX`` milliseconds, a size in ``SIZE_MAX`` bytes.
+"""
 
 from __future__ import annotations
 
 import re
+from fractions import Fraction
+
+#: The longest duration anything takes (2^53 - 1 ms: 285,616 years; a JSON
+#: reader with doubles keeps it exact).
+DURATION_MS_MAX = 2**53 - 1
+#: The largest size (a signed 64-bit byte count).
+SIZE_MAX = 2**63 - 1
+_NUMBER = r"([0-9]+(?:\.[0-9]+)?)"
+
+
+def parse_uint(text: str, what: str, *, low: int = 0, high: int = 2**64 - 1) -> int:
+    """A whole number in ASCII digits, ``low`` to ``high``.
+
+    Raises:
+        ValueError: anything else, saying what ``what`` must be.
+    """
+    t = text.strip()
+    if not t.isascii() or not t.isdigit():
+        raise ValueError(f"bad {what} {text!r}: use digits 0-9")
+    value = int(t)
+    if not low <= value <= high:
+        raise ValueError(f"bad {what} {text!r}: must be {low} to {high}")
+    return value
+
 
 _DURATION_UNITS_MS = {
     "ms": 1,
@@ -13,19 +43,25 @@ _DURATION_UNITS_MS = {
     "d": 86_400_000,
     "w": 7 * 86_400_000,
 }
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|min|m|h|d|w)\s*$")
+_DURATION_RE = re.compile(r"^\s*" + _NUMBER + r"\s*(ms|s|min|m|h|d|w)\s*$", re.ASCII)
 
 
 def parse_duration_ms(text: str) -> int:
     """``"7d"`` → 604800000.  Units: ms, s, m (or min), h, d, w.
 
     Raises:
-        ValueError: not a number followed by one of those units.
+        ValueError: not a number followed by one of those units, not a whole
+            number of milliseconds, or longer than ``DURATION_MS_MAX``.
     """
     m = _DURATION_RE.match(text)
     if not m:
         raise ValueError(f"bad duration {text!r}: use a number and a unit (ms, s, m, h, d, w)")
-    return int(float(m.group(1)) * _DURATION_UNITS_MS[m.group(2)])
+    ms = Fraction(m.group(1)) * _DURATION_UNITS_MS[m.group(2)]
+    if ms.denominator != 1:
+        raise ValueError(f"bad duration {text!r}: not a whole number of milliseconds")
+    if ms > DURATION_MS_MAX:
+        raise ValueError(f"bad duration {text!r}: longer than {DURATION_MS_MAX} ms")
+    return int(ms)
 
 
 _SIZE_UNITS = {
@@ -40,20 +76,26 @@ _SIZE_UNITS = {
 }
 
 
+_SIZE_RE = re.compile(r"^" + _NUMBER + r"([a-z]*)$", re.ASCII)
+
+
 def parse_size(text: str) -> int:
-    """``64MiB``, ``500kb``, ``1024`` → bytes."""
+    """``64MiB``, ``500kb``, ``1024`` → bytes.
+
+    Raises:
+        ValueError: not a number and a unit, not a whole number of bytes, or
+            more than ``SIZE_MAX``.
+    """
     t = text.strip().lower().replace(" ", "")
-    num = t.rstrip("abcdefghijklmnopqrstuvwxyz")
-    unit = t[len(num) :]
-    if unit not in _SIZE_UNITS or not num:
+    m = _SIZE_RE.match(t)
+    if not m or m.group(2) not in _SIZE_UNITS:
         raise ValueError(f"{text!r} is not a size (e.g. 64MiB, 500kB, 1024)")
-    try:
-        value = float(num)
-    except ValueError:
-        raise ValueError(f"{text!r} is not a size (e.g. 64MiB, 500kB, 1024)") from None
-    if value < 0:
-        raise ValueError(f"{text!r} is negative")
-    return int(value * _SIZE_UNITS[unit])
+    size = Fraction(m.group(1)) * _SIZE_UNITS[m.group(2)]
+    if size.denominator != 1:
+        raise ValueError(f"{text!r} is not a whole number of bytes")
+    if size > SIZE_MAX:
+        raise ValueError(f"{text!r} is more than {SIZE_MAX} bytes")
+    return int(size)
 
 
 def format_duration_ms(ms: int) -> str:
@@ -92,10 +134,10 @@ def parse_time_ms(text: str, *, now_ms: int | None = None) -> int:
         return now
     if text.endswith(" ago"):
         return now - parse_duration_ms(text[:-4])
-    if text.startswith("-") and not text[1:].isdigit():
+    if text.startswith("-") and not (text[1:].isascii() and text[1:].isdigit()):
         return now - parse_duration_ms(text[1:])
-    if text.isdigit():
-        return int(text)
+    if text.isascii() and text.isdigit():
+        return parse_uint(text, "time")
     try:
         dt = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:

@@ -191,3 +191,25 @@ class ClosedError(LogstrandError):
     """The object was closed by this side; using it again is a bug in the caller."""
 
     default_status = Status.CLOSED
+
+
+def leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions an exception group holds, flattened (``exc`` itself when
+    it is no group)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in leaves(inner)]
+    return [exc]
+
+
+def collapse(exc: BaseException) -> BaseException:
+    """What a caller should see of ``exc``: concurrent work (a fan-out to
+    several nodes) fails as an exception group; when its failures are all
+    ``LogstrandError``s, or it holds one failure, that one (the first) is
+    the answer.  Anything else stays as it is."""
+    found = leaves(exc)
+    if len(found) == 1:
+        return found[0]
+    ours = [e for e in found if isinstance(e, LogstrandError)]
+    if ours and len(ours) == len(found):
+        return ours[0]
+    return exc

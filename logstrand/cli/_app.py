@@ -17,10 +17,11 @@ import typer
 from rich.table import Table
 
 from .._units import format_bytes
-from ..errors import InvalidArgumentError, LogstrandError
+from ..errors import InvalidArgumentError, LogstrandError, collapse
 from ..logsdb import LogsDB, LogsDBOptions, PutBatch, make_batch
 from ..types import format_lsn
-from ._cluster import append, dev_app
+from ._append import append
+from ._cluster import dev_app
 from ._common import EXIT_FAILED, EXIT_USAGE, console, err_console
 from ._groups import groups_app
 from ._logs import logs_app, nodes_app
@@ -250,7 +251,12 @@ def main(argv: list[str] | None = None) -> int:
     """
     command = typer.main.get_command(app)
     try:
-        result = command.main(args=argv, prog_name="logstrand", standalone_mode=False)
+        try:
+            result = command.main(args=argv, prog_name="logstrand", standalone_mode=False)
+        except BaseExceptionGroup as group:
+            # Work done concurrently (a request to every node) fails as a
+            # group: one error of ours, one line.
+            raise collapse(group) from None
     except typer.Exit as exc:
         return exc.exit_code
     except typer.Abort:

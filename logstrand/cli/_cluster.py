@@ -1,12 +1,8 @@
-"""``logstrand dev up``, ``logstrand dev demo``, ``logstrand append``."""
+"""``logstrand dev up``, ``logstrand dev demo``."""
 
 from __future__ import annotations
 
-import json
-import queue
 import signal
-import sys
-import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -15,18 +11,13 @@ import typer
 
 from ..types import Record, format_lsn
 from ._common import (
-    JsonOption,
-    UrlOption,
     connect_client,
     console,
     duration_option,
-    fail,
-    print_json,
-    require_url,
 )
 
 if TYPE_CHECKING:
-    from ..client import Client
+    pass
 
 dev_app = typer.Typer(help="Run a local cluster for development.", no_args_is_help=True)
 
@@ -89,133 +80,6 @@ def dev_up(
     finally:
         cluster.stop()
         print("stopped", flush=True)
-
-
-#: Lines taken into one append_batch at most, and how long a batch waits
-#: for the next line (a file goes in whole batches, a slow pipe line by line).
-STDIN_BATCH = 10_000
-STDIN_LINGER_S = 0.005
-
-
-def append(
-    log: Annotated[int, typer.Argument(help="Log id.", min=1)],
-    payload: Annotated[
-        str | None,
-        typer.Argument(
-            help="The record; '-' (or nothing) appends each line of stdin as it arrives."
-        ),
-    ] = None,
-    key: Annotated[str | None, typer.Option(help="Record key (compacted logs).")] = None,
-    key_separator: Annotated[
-        str | None,
-        typer.Option(help="Each stdin line is KEY<SEP>PAYLOAD, split at the first SEP."),
-    ] = None,
-    key_field: Annotated[
-        str | None,
-        typer.Option(help="Each stdin line is a JSON object; its field NAME is the key."),
-    ] = None,
-    url: UrlOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Append a record, or each line of stdin as it arrives (`tail -f x | logstrand
-    append 1` writes every line), and print the LSNs."""
-    url = require_url(url)
-    if sum(x is not None for x in (key, key_separator, key_field)) > 1:
-        fail("give at most one of --key, --key-separator and --key-field")
-    if key_separator == "":
-        fail("--key-separator must not be empty")
-    with connect_client(url) as client:
-        if payload is not None and payload != "-":
-            if key_separator is not None or key_field is not None:
-                fail("--key-separator and --key-field split stdin lines, not an argument")
-            lsns = [client.append(log, payload.encode(), key=_key_bytes(key))]
-        else:
-            lsns = _append_lines(client, log, _key_bytes(key), key_separator, key_field)
-    if as_json:
-        print_json({"log_id": log, "lsns": lsns})
-    elif not lsns:
-        console.print("nothing to append")
-    elif len(lsns) == 1:
-        console.print(f"appended to log {log} at LSN {lsns[0]} ({format_lsn(lsns[0])})")
-    else:
-        console.print(
-            f"appended {len(lsns)} records to log {log}: "
-            f"LSNs {lsns[0]} ({format_lsn(lsns[0])}) .. {lsns[-1]} ({format_lsn(lsns[-1])})"
-        )
-
-
-def _key_bytes(key: str | None) -> bytes | None:
-    return None if key is None else key.encode()
-
-
-def _append_lines(
-    client: Client, log: int, key: bytes | None, separator: str | None, field: str | None
-) -> list[int]:
-    """Each stdin line as one record, in line order.  A thread reads the
-    lines; each append takes the lines that came within ``STDIN_LINGER_S`` of
-    each other (up to ``STDIN_BATCH``), so a slow pipe (``tail -f``) has each
-    line appended as it comes and a file goes in large batches.  A line that
-    cannot be split ends the run (exit 2) after the lines before it are
-    appended."""
-    lines: queue.Queue[bytes | None] = queue.Queue(maxsize=4 * STDIN_BATCH)
-
-    def read() -> None:
-        for raw in sys.stdin.buffer:
-            lines.put(raw)
-        lines.put(None)
-
-    threading.Thread(target=read, daemon=True, name="stdin").start()
-    sep = separator.encode() if separator is not None else None
-    lsns: list[int] = []
-    number = 0
-    bad: str | None = None
-    done = False
-    while not done and bad is None:
-        taken = [lines.get()]
-        while len(taken) < STDIN_BATCH and taken[-1] is not None:
-            try:  # the lines that follow within a few ms go in the same batch
-                taken.append(lines.get(timeout=STDIN_LINGER_S))
-            except queue.Empty:
-                break
-        payloads: list[bytes] = []
-        keys: list[bytes | None] = []
-        for raw in taken:
-            if raw is None:
-                done = True
-                break
-            number += 1
-            line = raw.rstrip(b"\n").rstrip(b"\r")
-            record_key = key
-            if sep is not None:
-                record_key, found, line = line.partition(sep)
-                if not found:
-                    bad = f"line {number} has no {separator!r} to split the key at"
-                    break
-            elif field is not None:
-                record_key = _json_key(line, field)
-                if record_key is None:
-                    bad = f"line {number} is not a JSON object with a field {field!r}"
-                    break
-            payloads.append(line)
-            keys.append(record_key)
-        if payloads:
-            lsns += client.append_batch(log, payloads, keys=keys)
-    if bad is not None:
-        if lsns:
-            console.print(f"appended {len(lsns)} records to log {log} before it")
-        fail(bad)
-    return lsns
-
-
-def _json_key(line: bytes, field: str) -> bytes | None:
-    try:
-        doc = json.loads(line)
-    except ValueError:
-        return None
-    if not isinstance(doc, dict) or field not in doc:
-        return None
-    value = doc[field]
-    return (value if isinstance(value, str) else json.dumps(value, sort_keys=True)).encode()
 
 
 @dev_app.command("demo")

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 
-from .._units import parse_duration_ms, parse_size
+from .._units import parse_duration_ms, parse_size, parse_uint
 from ..epochstore import EpochStore, open_epoch_store
+from ..records import LOG_ID_MAX
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -29,6 +30,28 @@ UrlOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+
+def parse_log_id(text: str | int) -> int:
+    """A log id as typed: ASCII digits, 1 to the largest log id (``int()``
+    would read ``𝟙`` as 1).  (A configuration file gives an int.)"""
+    try:
+        return parse_uint(str(text), "log id", low=1, high=LOG_ID_MAX)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def parse_node_id(text: str | int) -> int:
+    """A node id as typed: ASCII digits, 1 to 2^31 - 1 (a file gives an int)."""
+    from ..epochstore._model import NODE_ID_MAX, NODE_ID_MIN
+
+    try:
+        return parse_uint(str(text), "node id", low=NODE_ID_MIN, high=NODE_ID_MAX)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+LogArg = Annotated[int, typer.Argument(help="Log id.", parser=parse_log_id, metavar="LOG")]
 
 #: Exit codes: 0 done, 1 the operation failed, 2 bad usage or input.
 EXIT_FAILED = 1

@@ -11,7 +11,16 @@ from rich.table import Table
 from .._units import parse_time_ms
 from ..positions import Position, check_group
 from ..types import format_lsn, parse_lsn
-from ._common import JsonOption, UrlOption, connect_client, console, fail, print_json, require_url
+from ._common import (
+    JsonOption,
+    UrlOption,
+    connect_client,
+    console,
+    fail,
+    parse_log_id,
+    print_json,
+    require_url,
+)
 
 groups_app = typer.Typer(
     help="Consumer groups: committed positions, lag, resets (docs/groups.md).",
@@ -101,7 +110,9 @@ def groups_describe(
 @groups_app.command("reset")
 def groups_reset(
     group: GroupArgument,
-    log: Annotated[int, typer.Option("--log", help="The log whose position moves.", min=1)],
+    log: Annotated[
+        int, typer.Option("--log", help="The log whose position moves.", parser=parse_log_id)
+    ],
     to_lsn: Annotated[
         str | None,
         typer.Option("--to-lsn", help="The next read starts at this LSN (123 or e1n5)."),

@@ -15,12 +15,14 @@ from ..rebuilding._core import removable
 from ._common import (
     EXIT_FAILED,
     JsonOption,
+    LogArg,
     UrlOption,
     console,
     duration_option,
     err_console,
     fail,
     open_store,
+    parse_node_id,
     print_json,
     size_option,
 )
@@ -276,7 +278,7 @@ def list_logs(url: UrlOption = None, as_json: JsonOption = False) -> None:
 
 @logs_app.command("show")
 def show(
-    log: Annotated[int, typer.Argument(help="Log id.", min=1)],
+    log: LogArg,
     url: UrlOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -321,7 +323,9 @@ def show(
 
 @nodes_app.command("add")
 def nodes_add(
-    node_id: Annotated[int, typer.Option("--id", help="Node id.", min=0)],
+    node_id: Annotated[
+        int, typer.Option("--id", help="Node id (1 or more).", parser=parse_node_id)
+    ],
     address: Annotated[str, typer.Option("--address", help="host:port it serves on.")],
     location: Annotated[str, typer.Option(help="Failure domain: region.dc.rack.")] = "",
     weight: Annotated[float, typer.Option(help="Relative weight.")] = 1.0,

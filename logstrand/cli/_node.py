@@ -8,115 +8,32 @@ with.  docs/deploy.md has a whole file and a systemd unit (``deploy/``).
 
 from __future__ import annotations
 
-import json
 import logging
 import signal
-import tomllib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import trio
 import typer
 
 from ..records import ESN_MAX
-from ._common import UrlOption, duration_option, fail, require_url, size_option
-
-_LEVELS = {
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "warning": logging.WARNING,
-    "error": logging.ERROR,
-}
-#: Keys of the file that are not the parameter's name.
-_KEYS = {"id": "node_id"}
-_NOT_IN_FILE = ("config", "print_config")
-
-
-def _load_config(ctx: typer.Context, value: Path | None) -> Path | None:
-    """``--config``: the file's values become the options' defaults."""
-    if value is None or ctx.resilient_parsing:
-        return value
-    try:
-        doc = tomllib.loads(value.read_text())
-    except OSError as exc:
-        raise typer.BadParameter(f"cannot read {value}: {exc.strerror or exc}") from exc
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise typer.BadParameter(f"{value} is not TOML: {exc}") from exc
-    names = {p.name for p in ctx.command.params} - set(_NOT_IN_FILE)
-    defaults: dict[str, Any] = {}
-    for key, v in doc.items():
-        name = _KEYS.get(key, key.replace("-", "_"))
-        if name not in names:
-            raise typer.BadParameter(f"{value}: unknown key {key!r} (see logstrand node --help)")
-        if not isinstance(v, (str, int, float, bool)):
-            raise typer.BadParameter(f"{value}: {key} must be a string, number or boolean")
-        defaults[name] = v  # converted and checked as the option's own value is
-    ctx.default_map = {**(ctx.default_map or {}), **defaults}
-    return value
-
-
-def config_toml(params: dict[str, Any]) -> str:
-    """The effective options as a configuration file (unset ones left out)."""
-    lines = []
-    for name, value in params.items():
-        if name in _NOT_IN_FILE or value is None:
-            continue
-        key = next((k for k, n in _KEYS.items() if n == name), name)
-        if isinstance(value, bool):
-            text = "true" if value else "false"
-        elif isinstance(value, (int, float)):
-            text = repr(value)
-        else:
-            text = json.dumps(str(value))  # a TOML basic string is a JSON string
-        lines.append(f"{key} = {text}")
-    return "\n".join(lines) + "\n"
-
-
-def _host_port(text: str | None, option: str) -> tuple[str, int] | None:
-    if text is None:
-        return None
-    host, sep, port = text.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        fail(f"{option}: {text!r} is not HOST:PORT")
-    return host, int(port)
-
-
-class _JsonFormatter(logging.Formatter):
-    def __init__(self, node_id: int) -> None:
-        super().__init__()
-        self.node_id = node_id
-
-    def format(self, record: logging.LogRecord) -> str:
-        doc = {
-            "ts": round(record.created, 3),
-            "level": record.levelname.lower(),
-            "node": self.node_id,
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        if record.exc_info:
-            doc["exc"] = self.formatException(record.exc_info)
-        return json.dumps(doc)
-
-
-def _setup_logging(node_id: int, level: int, fmt: str) -> None:
-    handler = logging.StreamHandler()
-    if fmt == "json":
-        handler.setFormatter(_JsonFormatter(node_id))
-    else:
-        handler.setFormatter(
-            logging.Formatter(f"%(asctime)s node{node_id} %(levelname)s %(name)s: %(message)s")
-        )
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-    logging.getLogger("kazoo").setLevel(max(level, logging.WARNING))
+from ._common import UrlOption, duration_option, fail, parse_node_id, require_url, size_option
+from ._node_setup import (
+    LEVELS,
+    config_toml,
+    host_port,
+    load_config,
+    parse_min_free,
+    setup_logging,
+)
 
 
 def node(
     ctx: typer.Context,
-    node_id: Annotated[int, typer.Option("--id", help="This node's id in the configuration.")],
+    node_id: Annotated[
+        int,
+        typer.Option("--id", help="This node's id in the configuration.", parser=parse_node_id),
+    ],
     config: Annotated[
         Path | None,
         typer.Option(
@@ -124,7 +41,7 @@ def node(
             help="A TOML file of these options, keyed by their names (data_dir or "
             "data-dir; id for --id); options on the command line win over it.",
             is_eager=True,
-            callback=_load_config,
+            callback=load_config,
         ),
     ] = None,
     print_config: Annotated[
@@ -215,6 +132,21 @@ def node(
             "paused, cut off) waits in health before it takes sequencers again.",
         ),
     ] = 30.0,
+    gossip_interval: Annotated[
+        float,
+        typer.Option(
+            min=0.01,
+            help="Seconds between this node's gossips to other nodes (the failure detector).",
+        ),
+    ] = 0.25,
+    dead_after: Annotated[
+        float,
+        typer.Option(
+            min=0.1,
+            help="Seconds without word of a member before the nodes take it as dead and "
+            "route around it (its session may last longer: 10 s on ZooKeeper).",
+        ),
+    ] = 3.0,
     compaction_interval: Annotated[
         float,
         typer.Option(
@@ -264,6 +196,47 @@ def node(
         str,
         typer.Option(help="Bytes queued to send on all connections of the node together."),
     ] = "256MiB",
+    receive_budget: Annotated[
+        str | None,
+        typer.Option(
+            help="Bytes the node holds of what clients sent (frames coming in, requests "
+            "not yet answered), all together; past it connections wait to be read. Other "
+            "nodes get a budget of the same size. Default: 1/16 of RAM, 64MiB..2GiB.",
+        ),
+    ] = None,
+    requests_per_connection: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Requests one connection may have unanswered; at that many it is not "
+            "read until replies go out.",
+        ),
+    ] = 128,
+    request_bytes_per_connection: Annotated[
+        str,
+        typer.Option(
+            help="Bytes of unanswered requests one connection may have (one request "
+            "larger than this is taken alone).",
+        ),
+    ] = "512KiB",
+    frame_min_rate: Annotated[
+        str,
+        typer.Option(
+            help="A frame must arrive within 10 s plus its size at this rate (bytes a "
+            "second), or its connection is closed.",
+        ),
+    ] = "1MiB",
+    user_connections: Annotated[
+        int,
+        typer.Option(min=1, help="In secure mode: connections one user may have open."),
+    ] = 256,
+    user_bytes: Annotated[
+        str | None,
+        typer.Option(
+            help="In secure mode: bytes one user's connections may hold together "
+            "(default: a quarter of --receive-budget).",
+        ),
+    ] = None,
     handshake_timeout: Annotated[
         float, typer.Option(min=0.1, help="Seconds a new connection has for TLS and Hello.")
     ] = 3.0,
@@ -323,16 +296,19 @@ def node(
     if not partition_ms:
         fail("--partition-duration must be more than 0")
 
-    free_bytes, free_fraction = _min_free(min_free)
+    free_bytes, free_fraction = parse_min_free(min_free)
     rebuild_rate_bytes = size_option(rebuild_rate, "--rebuild-rate")
     send_queue_bytes = size_option(send_queue, "--send-queue")
     send_budget_bytes = size_option(send_budget, "--send-budget")
-    listen_at = _host_port(listen, "--listen")
-    advertise_at = _host_port(advertise, "--advertise")
-    metrics_at = _host_port(metrics, "--metrics")
-    level = _LEVELS.get(log_level.lower())
+    intake = _intake_options(
+        receive_budget, request_bytes_per_connection, frame_min_rate, user_bytes
+    )
+    listen_at = host_port(listen, "--listen")
+    advertise_at = host_port(advertise, "--advertise")
+    metrics_at = host_port(metrics, "--metrics")
+    level = LEVELS.get(log_level.lower())
     if level is None:
-        fail(f"--log-level: {log_level!r} is not one of {', '.join(_LEVELS)}")
+        fail(f"--log-level: {log_level!r} is not one of {', '.join(LEVELS)}")
     if log_format not in ("text", "json"):
         fail(f"--log-format: {log_format!r} is not text or json")
     given = [x for x in (tls_cert, tls_key, tls_ca) if x]
@@ -353,7 +329,7 @@ def node(
         server_context(tls)  # unreadable or mismatched files: one line, exit 2
 
     url = require_url(url)
-    _setup_logging(node_id, level, log_format)
+    setup_logging(node_id, level, log_format)
 
     async def main() -> None:
         options = NodeOptions(
@@ -362,6 +338,8 @@ def node(
             esn_max=esn_max,
             clock_skew_max_ms=skew_max_ms,
             sequencer_hold_down_s=sequencer_hold_down,
+            gossip_s=gossip_interval,
+            dead_after_s=dead_after,
             maintenance_s=maintenance_interval,
             tls=tls,
             connections_max=max_connections,
@@ -369,6 +347,9 @@ def node(
             idle_s=idle_timeout,
             send_queue_bytes=send_queue_bytes,
             send_budget_bytes=send_budget_bytes,
+            requests_per_connection=requests_per_connection,
+            connections_per_user_max=user_connections,
+            **intake,
             handshake_s=handshake_timeout,
             read_streams_per_connection=read_streams_per_connection,
             background_passes_max=background_passes,
@@ -424,15 +405,30 @@ def node(
         prof.dump_stats(str(profile))
 
 
-def _min_free(text: str) -> tuple[int, float]:
-    """``--min-free``: (bytes, 0.0) for a size, (0, fraction) for a percentage."""
-    t = text.strip()
-    if t.endswith("%"):
-        try:
-            pct = float(t[:-1])
-        except ValueError:
-            fail(f"--min-free: {text!r} is not a size (1GiB) or a percentage (5%)")
-        if not 0 <= pct < 100:
-            fail(f"--min-free: {text!r} must be at least 0% and below 100%")
-        return 0, pct / 100
-    return size_option(t, "--min-free"), 0.0
+def _intake_options(
+    budget: str | None, per_connection: str, min_rate: str, user: str | None
+) -> dict[str, int]:
+    """The node's bounds on what it takes in (``net._intake``), checked."""
+    from ..storage._options import default_receive_budget
+
+    out = {
+        "receive_budget_bytes": (
+            default_receive_budget() if budget is None else size_option(budget, "--receive-budget")
+        ),
+        "request_bytes_per_connection": size_option(
+            per_connection, "--request-bytes-per-connection"
+        ),
+        "frame_min_rate": size_option(min_rate, "--frame-min-rate"),
+    }
+    out["bytes_per_user_max"] = (
+        out["receive_budget_bytes"] // 4 if user is None else size_option(user, "--user-bytes")
+    )
+    for name, option in (
+        ("receive_budget_bytes", "--receive-budget"),
+        ("request_bytes_per_connection", "--request-bytes-per-connection"),
+        ("frame_min_rate", "--frame-min-rate"),
+        ("bytes_per_user_max", "--user-bytes"),
+    ):
+        if out[name] < 1024:
+            fail(f"{option} must be at least 1KiB")
+    return out

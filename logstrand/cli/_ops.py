@@ -17,6 +17,7 @@ from ..wire import NodeStatus, SeqState
 from ._common import (
     EXIT_FAILED,
     JsonOption,
+    LogArg,
     UrlOption,
     connect_client,
     console,
@@ -24,6 +25,7 @@ from ._common import (
     err_console,
     fail,
     open_store,
+    parse_log_id,
     print_json,
     require_url,
 )
@@ -142,7 +144,7 @@ def _recovery_text(seq: dict[str, Any] | None) -> str:
 
 
 def info(
-    log: Annotated[int, typer.Argument(help="Log id.", min=1)],
+    log: LogArg,
     url: UrlOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -243,7 +245,9 @@ def info(
 
 
 def compact(
-    log: Annotated[int, typer.Argument(help="Log id (a compacted log).", min=1)],
+    log: Annotated[
+        int, typer.Argument(help="Log id (a compacted log).", parser=parse_log_id, metavar="LOG")
+    ],
     url: UrlOption = None,
     as_json: JsonOption = False,
 ) -> None:

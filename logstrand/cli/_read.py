@@ -22,6 +22,7 @@ from ..client._reader_core import RecordRun
 from ..types import LSN_OLDEST, TAIL, Gap, Record, format_lsn, parse_lsn
 from ._common import (
     JsonOption,
+    LogArg,
     UrlOption,
     connect_client,
     console,
@@ -63,7 +64,7 @@ def _item_json(log: int, item: Record | Gap) -> dict[str, Any]:
 
 
 def read(
-    log: Annotated[int, typer.Argument(help="Log id.", min=1)],
+    log: LogArg,
     start: Annotated[
         str, typer.Option("--from", help="An LSN (123 or e1n5) or a time (ISO 8601, '10m ago').")
     ] = "oldest",
@@ -180,7 +181,7 @@ def _read_to_file(
 
 
 def find_time(
-    log: Annotated[int, typer.Argument(help="Log id.", min=1)],
+    log: LogArg,
     when: Annotated[str, typer.Argument(help="A time: ISO 8601, epoch ms, 'now', '10m ago'.")],
     url: UrlOption = None,
     as_json: JsonOption = False,

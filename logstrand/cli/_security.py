@@ -15,7 +15,7 @@ from rich.table import Table
 
 from ..records import LOG_ID_MAX, POSITIONS_LOG_ID
 from ..security import check_name, hash_token, new_token, parse_log_range, parse_ops
-from ._common import JsonOption, UrlOption, console, fail, open_store, print_json
+from ._common import JsonOption, UrlOption, console, fail, open_store, parse_node_id, print_json
 
 if TYPE_CHECKING:
     from ..security._certs import LocalCA
@@ -164,7 +164,7 @@ def tls_ca(directory: DirArgument) -> None:
 @tls_app.command("node")
 def tls_node(
     directory: DirArgument,
-    node_id: Annotated[int, typer.Option("--id", min=0, help="The node's id.")],
+    node_id: Annotated[int, typer.Option("--id", help="The node's id.", parser=parse_node_id)],
     hosts: Annotated[
         list[str],
         typer.Option(

@@ -21,7 +21,6 @@ is at least once: such a batch may be stored twice.
 from __future__ import annotations
 
 import contextlib
-import math
 import random
 from functools import partial
 from typing import TYPE_CHECKING
@@ -50,6 +49,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from ..rpc import ClusterView, Links
+    from ._nodewatch import NodeWatch
     from ._settings import ClientSettings
 
 _FATAL = {
@@ -188,6 +188,8 @@ class Appender:
     links: Links
     nursery: trio.Nursery
     settings: ClientSettings
+    #: Gives up on a node the other nodes find dead (``_nodewatch``).
+    watch: NodeWatch
     _batchers: dict[int, _LogBatcher] = attrs.field(init=False, factory=dict)
     #: Where a node said a log's sequencer runs (REDIRECTED).
     _hint: dict[int, int] = attrs.field(init=False, factory=dict)
@@ -304,7 +306,7 @@ class Appender:
         with trio.move_on_at(deadline):
             while True:
                 node = self._hint.get(log_id)
-                if node is None or node not in self.view.alive:
+                if node is None or node not in self.view.up or self.view.suspected(node):
                     node = self.view.sequencer_node(log_id)
                 if node is None:
                     last = "no live node can run the sequencer"
@@ -351,15 +353,27 @@ class Appender:
         self, node: int, log_id: int, batch: PackedBatch
     ) -> tuple[AppendReply | None, str]:
         timeout = self.settings.append_attempt_timeout_s
+        reply: object = None
+        gone = False
         with trio.move_on_after(timeout) as attempt:
             try:
                 link = await self.links.get(node)  # suspects the node when it fails
             except TransientError as exc:
                 return None, str(exc)
             rid = self.links.next_request_id()
-            # A stopped or overloaded node: try again, maybe on another node.
-            # The first attempt may still succeed later (delivery is at least once).
-            reply = await link.request(Append(rid, log_id, batch), rid, math.inf)
+            # A node slow to answer may have stopped: the nodes' failure
+            # detector says so before its session runs out (``_nodewatch``).
+            # The first attempt may still succeed later; idempotent appends
+            # make a second one harmless.
+            watch = self.watch
+            reply, gone = await link.request_or_give_up(
+                Append(rid, log_id, batch),
+                rid,
+                partial(watch.wait_gone, node),
+                watch.suspect_after_s,
+            )
+        if gone:
+            return None, f"node {node} stopped answering (the other nodes find it dead)"
         if attempt.cancelled_caught:
             return None, f"node {node} did not answer in time"
         if reply is None:

@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..epochstore import open_epoch_store
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, collapse
 from ..rpc import ClusterView, Links
 from ..security import Credentials
 from ..types import LSN_OLDEST, TAIL, Gap, Record, _Tail
 from ._admin import Admin
 from ._appender import Appender
 from ._groups import Groups
+from ._nodewatch import NodeWatch
 from ._reader import ReadStream, _objects
 from ._settings import ClientSettings
 
@@ -54,7 +55,9 @@ class AsyncClient:
         self.cluster = view.cluster
         self.credentials = credentials
         self.links = Links(view, nursery, credentials=credentials)
-        self._appender = Appender(view, self.links, nursery, settings)
+        self._appender = Appender(
+            view, self.links, nursery, settings, NodeWatch(view, self.links, nursery)
+        )
         self._admin = Admin(view, self.links)
         self._groups = Groups(self._admin, self.links, self._appender)
 
@@ -358,14 +361,19 @@ async def open_client(
     store = await trio.to_thread.run_sync(open_epoch_store, url)
     try:
         view = ClusterView(store)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(view.run)
-            client = AsyncClient(view, nursery, settings or ClientSettings(), credentials)
-            try:
-                yield client
-            finally:
-                await client.aclose()
-                nursery.cancel_scope.cancel()
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(view.run)
+                client = AsyncClient(view, nursery, settings or ClientSettings(), credentials)
+                try:
+                    yield client
+                finally:
+                    await client.aclose()
+                    nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # The nursery wraps what the caller's block raised: give it back
+            # as it was raised (an error of ours, not a group of one).
+            raise collapse(group) from None
     finally:
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(store.close)

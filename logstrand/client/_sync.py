@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..errors import ClosedError
+from ..errors import ClosedError, collapse
 from ..security import Credentials
 from ..types import LSN_OLDEST, TAIL, Gap, Record, _Tail
 from ._async import AsyncClient, open_client
@@ -82,6 +82,8 @@ class Client:
             return trio.from_thread.run(fn, *args, trio_token=self._token)
         except trio.RunFinishedError:
             raise ClosedError("client is closed") from None
+        except BaseExceptionGroup as group:  # concurrent work inside: one error
+            raise collapse(group) from None
 
     def append(self, log_id: int, payload: bytes | None, *, key: bytes | None = None) -> int:
         """Append one record and wait for its LSN.  Raises as ``AsyncClient.append``."""

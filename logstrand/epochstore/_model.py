@@ -12,8 +12,14 @@ from typing import Any
 
 import attrs
 
+from .._units import DURATION_MS_MAX, SIZE_MAX, parse_uint
 from ..errors import InvalidArgumentError
 from ..records import INTERNAL_LOGS, LOG_ID_MAX
+
+#: Node ids: 0 is no node (copysets and the wire use 0 for "none"), and the
+#: wire carries a node id in 32 bits; 2^31 - 1 keeps it a signed int too.
+NODE_ID_MIN = 1
+NODE_ID_MAX = 2**31 - 1
 
 #: Failure-domain scopes, narrowest first.  A location is "region.dc.rack".
 SCOPES = ("node", "rack", "dc", "region")
@@ -22,7 +28,7 @@ COMPRESSIONS = ("none", "lz4", "zstd")
 DURABILITIES = ("async", "fsync")
 ROLES = ("storage", "sequencer")
 _CLUSTER_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-_ADDRESS_RE = re.compile(r"^[A-Za-z0-9_.-]+:\d{1,5}$")
+_ADDRESS_RE = re.compile(r"^[A-Za-z0-9_.-]+:[0-9]{1,5}$")
 
 
 def check_cluster_name(name: str) -> str:
@@ -48,8 +54,8 @@ class NodeConfig:
     data_dir: str = ""
 
     def __attrs_post_init__(self) -> None:
-        if type(self.node_id) is not int or not 0 <= self.node_id < 2**31:
-            _fail(f"bad node id {self.node_id!r}")
+        if type(self.node_id) is not int or not NODE_ID_MIN <= self.node_id <= NODE_ID_MAX:
+            _fail(f"bad node id {self.node_id!r}: {NODE_ID_MIN} to {NODE_ID_MAX}")
         if not _ADDRESS_RE.match(self.address) or not 0 < int(self.address.rsplit(":")[1]) < 65536:
             _fail(f"bad node address {self.address!r}: use host:port")
         if self.location and len(self.location.split(".")) > len(SCOPES) - 1:
@@ -134,12 +140,13 @@ class LogAttributes:
             _fail(f"bad nodeset size {self.nodeset_size!r}: at least the replication factor")
         for name in ("retention_ms", "max_compaction_lag_ms", "retention_bytes"):
             v = getattr(self, name)
-            if v is not None and (type(v) is not int or v <= 0):
+            top = SIZE_MAX if name.endswith("bytes") else DURATION_MS_MAX
+            if v is not None and (type(v) is not int or not 0 < v <= top):
                 what = name.removesuffix("_ms").replace("_", "-")
-                _fail(f"bad {what} {v!r}: must be positive")
+                _fail(f"bad {what} {v!r}: must be positive, at most {top}")
         for name in ("delete_retention_ms", "min_compaction_lag_ms"):
             v = getattr(self, name)
-            if type(v) is not int or v < 0:
+            if type(v) is not int or not 0 <= v <= DURATION_MS_MAX:
                 _fail(f"bad {name.removesuffix('_ms').replace('_', '-')} {v!r}")
         if self.cleanup_policy not in CLEANUP_POLICIES:
             _fail(f"bad cleanup policy {self.cleanup_policy!r}: {', '.join(CLEANUP_POLICIES)}")
@@ -299,9 +306,11 @@ def parse_log_range(text: str) -> tuple[int, int]:
     """
     first_s, sep, last_s = text.strip().partition("..")
     try:
-        first = int(first_s)
-        last = int(last_s) if sep else first
+        first = parse_uint(first_s, "log id")
+        last = parse_uint(last_s, "log id") if sep else first
     except ValueError:
-        raise InvalidArgumentError(f"bad log range {text!r}: use N or FIRST..LAST") from None
+        raise InvalidArgumentError(
+            f"bad log range {text!r}: use N or FIRST..LAST (digits 0-9)"
+        ) from None
     LogRange(first, last)  # validates
     return first, last

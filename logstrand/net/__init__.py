@@ -1,18 +1,17 @@
 """Thin trio shells that move framed messages over TCP or TLS."""
 
-from ._conn import (
-    Connection,
-    ConnLimits,
-    SendBudget,
-    connect,
-    handshake_sync,
-    serve_connection,
-)
+from ._conn import Connection, ConnLimits, SendBudget
+from ._handshake import connect, handshake_sync, serve_connection
+from ._intake import PEER_INTAKE, Budget, Intake, IntakeLimits
 from ._tls import TlsStream
 
 __all__ = [
+    "PEER_INTAKE",
+    "Budget",
     "ConnLimits",
     "Connection",
+    "Intake",
+    "IntakeLimits",
     "SendBudget",
     "TlsStream",
     "connect",

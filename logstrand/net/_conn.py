@@ -6,9 +6,9 @@ waiting into a single ``send_all``: under load many small replies leave in one
 syscall.  Receiving feeds bytes to the pure ``FrameDecoder``.
 
 Every connection starts with ``Hello`` from the side that connected and
-``HelloAck`` from the other; a version mismatch or a refused principal ends it.
-Any bytes that do not decode end the connection that sent them, never the
-process.
+``HelloAck`` from the other (``_handshake``); a version mismatch or a refused
+principal ends it.  Any bytes that do not decode end the connection that sent
+them, never the process.
 
 Bounds, each one of ``ConnLimits``:
 
@@ -21,41 +21,31 @@ Bounds, each one of ``ConnLimits``:
   ``send_stall_s``; ``offer``, for code that must never wait (the group
   commit answering STOREs), cuts it at once when the queue is full;
 * ``idle_s``: a server connection that sent nothing for that long and has
-  nothing running (``busy``) is closed.
+  nothing running (``busy``) is closed;
+* a server's connection has an ``Intake`` (``_intake``): what it takes in is
+  bounded in requests, bytes and time, per connection, per pool and per user.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import logging
-import socket
-import ssl
-import struct
+import math
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
-from ..errors import AccessDeniedError, ProtocolError, Status, TransientError
-from ..security import peer_identity
+from ..errors import ProtocolError, Status, TransientError
 from ..wire import (
-    FRAME_BYTES_MAX_DEFAULT,
-    PROTOCOL_VERSION_MAX,
-    PROTOCOL_VERSION_MIN,
     FrameDecoder,
-    Hello,
-    HelloAck,
-    choose_version,
-    decode_body,
     encode_frame,
 )
-from ._tls import TlsStream
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from ..security import Credentials
+    from ._intake import Intake
 
 _log = logging.getLogger("logstrand.net")
 
@@ -124,10 +114,14 @@ class Connection:
         #: streams): with ``wait_for_room`` first, a connection holds at most
         #: its queue and one reply being built, however many streams it has.
         self.bulk = trio.Lock()
+        #: A server's bounds on what it takes in from this peer (``_intake``).
+        self.intake: Intake | None = None
 
     # -- sending -------------------------------------------------------------------
 
-    def _put(self, frame: bytes) -> None:
+    def _put(self, frame: bytes, msg: Any) -> None:
+        if self.intake is not None:
+            self.intake.settle(msg)
         self._queue.append(frame)
         self.queued_bytes += len(frame)
         if self.budget is not None:
@@ -157,7 +151,7 @@ class Connection:
                 self.cut(f"its peer read nothing for {self.limits.send_stall_s:g} s")
         if self.closed:
             raise TransientError(f"connection to {self.peer} closed", Status.PEER_CLOSED)
-        self._put(frame)
+        self._put(frame, msg)
 
     async def wait_for_room(self) -> None:
         """Wait (bounded by ``send_stall_s``, then cut) until the queue is below its limit."""
@@ -176,7 +170,7 @@ class Connection:
         frame = encode_frame(msg)
         if self.closed or self._full(len(frame)):
             return False
-        self._put(frame)
+        self._put(frame, msg)
         return True
 
     def offer(self, msg: Any) -> bool:
@@ -188,7 +182,7 @@ class Connection:
         if self._full(len(frame), node_wide=False):
             self.cut(f"its peer let {self.queued_bytes} bytes of replies pile up")
             return False
-        self._put(frame)
+        self._put(frame, msg)
         return True
 
     def attach(self, scope: trio.CancelScope) -> None:
@@ -250,34 +244,88 @@ class Connection:
 
         A ProtocolError (garbage, oversized frame) ends the connection.  With
         ``limits.idle_s``, a connection that sent nothing for that long and is
-        not ``busy()`` is closed.
+        not ``busy()`` is closed.  With an ``intake`` (a server's connection),
+        reading waits for the connection's turn and for budget, and a frame
+        that comes slower than the intake's minimum rate ends the connection
+        (``_intake``).
         """
-        idle_s = self.limits.idle_s
         try:
-            while True:
-                if idle_s is None:
-                    data = await self.stream.receive_some(RECEIVE_BYTES)
-                else:
-                    data = None
-                    with trio.move_on_after(idle_s):
-                        data = await self.stream.receive_some(RECEIVE_BYTES)
-                    if data is None:
-                        if busy is not None and busy():
-                            continue
-                        self.cut(f"idle for {idle_s:g} s")
-                        return
-                if not data:
-                    return
-                self.decoder.feed(bytes(data))
-                while (msg := self.decoder.next_message()) is not None:
-                    await handle(msg)
+            await self._receive(handle, busy)
         except ProtocolError as exc:
             _log.info("closing the connection from %s: %s", self.peer, exc)
-            return
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            return
+            pass
         finally:
+            if self.intake is not None:
+                self.intake.close()
             await self.aclose()
+
+    async def _receive(
+        self, handle: Callable[[Any], Awaitable[None]], busy: Callable[[], bool] | None
+    ) -> None:
+        idle_s = self.limits.idle_s
+        intake = self.intake
+        decoder = self.decoder
+        queued = self._queued_frames
+        frame: float | None = None  # when the frame being read began
+        while True:
+            # A frame begun must be in by its deadline, however long this
+            # connection waits for its turn or for budget meanwhile.
+            frame_due = math.inf
+            if frame is not None and intake is not None:
+                frame_due = intake.frame_deadline(frame, decoder.claimed_bytes())
+            want = RECEIVE_BYTES
+            if intake is not None:
+                # The usual case: under every bound, nothing to wait for.
+                got = intake.take(want) if intake.may_read(len(self._queue)) else 0
+                if got:
+                    want = got
+                else:
+                    with trio.move_on_at(frame_due):
+                        await intake.wait_turn(queued)
+                        want = await intake.reserve(want)
+                    if trio.current_time() >= frame_due:
+                        self._cut_slow_frame()
+                        return
+            deadline = math.inf if idle_s is None else trio.current_time() + idle_s
+            deadline = min(deadline, frame_due)
+            data = None
+            with trio.move_on_at(deadline):
+                data = await self.stream.receive_some(want)
+            if data is None:
+                if intake is not None:
+                    intake.received(0, want)
+                if frame is not None:
+                    self._cut_slow_frame()
+                    return
+                if busy is not None and busy():
+                    continue
+                self.cut(f"idle for {idle_s:g} s")
+                return
+            if intake is not None:
+                intake.received(len(data), want)
+            if not data:
+                return
+            decoder.feed(bytes(data))
+            while (msg := decoder.next_message()) is not None:
+                frame = None
+                if intake is not None:
+                    intake.decoded(msg, decoder.last_frame_bytes)
+                await handle(msg)
+                if intake is not None and not intake.may_read(len(self._queue)):
+                    await intake.wait_turn(queued)
+            if decoder.buffered_bytes and frame is None and intake is not None:
+                frame = trio.current_time()
+
+    def _cut_slow_frame(self) -> None:
+        decoder = self.decoder
+        self.cut(
+            f"a frame of {decoder.claimed_bytes()} bytes came too slowly "
+            f"({decoder.buffered_bytes} bytes in by its deadline)"
+        )
+
+    def _queued_frames(self) -> int:
+        return len(self._queue)
 
     async def receive_one(self) -> Any:
         while (msg := self.decoder.next_message()) is None:
@@ -295,182 +343,9 @@ class Connection:
         self._wake.set()
         self._room.set()
         with trio.CancelScope(shield=True):
-            await _close(self.stream)
+            await close_stream(self.stream)
 
 
-async def _close(stream: trio.abc.Stream) -> None:
+async def close_stream(stream: trio.abc.Stream) -> None:
     # A TLS close sends close_notify for at most 0.2 s (``TlsStream.aclose``).
     await stream.aclose()
-
-
-def _tcp(stream: trio.SocketStream) -> None:
-    stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-
-async def connect(
-    host: str,
-    port: int,
-    *,
-    cluster: str,
-    node_id: int | None = None,
-    credentials: Credentials | None = None,
-    limits: ConnLimits = DEFAULT_LIMITS,
-) -> Connection:
-    """Open a connection and do the handshake (within ``HANDSHAKE_TIMEOUT_S``).
-
-    Raises:
-        TransientError: CONNFAILED when the peer cannot be reached or refuses us.
-        AccessDeniedError: the node did not accept our credentials.
-    """
-    tcp: trio.SocketStream | None = None
-    done = False
-    ctx = credentials.ssl if credentials is not None else None
-    token = credentials.token if credentials is not None else None
-    try:
-        with trio.fail_after(HANDSHAKE_TIMEOUT_S):
-            tcp = await trio.open_tcp_stream(host, port)
-            _tcp(tcp)
-            stream: trio.abc.Stream = tcp
-            if ctx is not None:
-                tls = TlsStream(tcp, ctx, server_side=False, server_hostname=host)
-                await tls.do_handshake()
-                stream = tls
-            # Replies can be large (a directory, a digest): the full item budget.
-            conn = Connection(stream, peer=f"{host}:{port}", limits=limits)
-            hello = Hello(PROTOCOL_VERSION_MIN, PROTOCOL_VERSION_MAX, cluster, node_id, token)
-            await stream.send_all(encode_frame(hello))
-            ack = await conn.receive_one()
-            done = True
-    except (
-        OSError,
-        ssl.SSLError,
-        trio.TooSlowError,
-        trio.BrokenResourceError,
-        trio.ClosedResourceError,
-        ProtocolError,
-        TransientError,
-    ) as exc:
-        raise TransientError(f"cannot connect to {host}:{port}: {exc}", Status.CONNFAILED) from None
-    finally:
-        # Failed, timed out or cancelled half-way: never leak the socket.
-        if not done and tcp is not None:
-            tcp.socket.close()
-    if not isinstance(ack, HelloAck) or ack.status != Status.OK:
-        await conn.aclose()
-        status = Status(ack.status) if isinstance(ack, HelloAck) else Status.BADMSG
-        why = f": {ack.message}" if isinstance(ack, HelloAck) and ack.message else ""
-        msg = f"{host}:{port} refused the handshake: {status.name}{why}"
-        if status == Status.ACCESS:
-            raise AccessDeniedError(msg)
-        raise TransientError(msg, Status.CONNFAILED)
-    conn.peer_node_id = ack.node_id
-    return conn
-
-
-async def serve_connection(
-    stream: trio.SocketStream,
-    *,
-    cluster: str,
-    node_id: int,
-    ssl_context: ssl.SSLContext | None = None,
-    authenticate: Callable[[Hello, tuple[str, str] | None], Awaitable[Any]] | None = None,
-    limits: ConnLimits = DEFAULT_LIMITS,
-    peer: str = "client",
-    budget: SendBudget | None = None,
-) -> Connection | None:
-    """Server side of the handshake.  Returns the connection, or None if it failed.
-
-    ``authenticate`` returns the peer's principal, or a ``(Status, reason)``
-    pair to refuse it.
-    """
-    _tcp(stream)
-    # Until Hello is accepted, only one small frame of few items is read.
-    decoder = FrameDecoder(frame_bytes_max=limits.hello_bytes_max, items_max=64)
-    conn: Connection | None = None
-    try:
-        with trio.fail_after(limits.handshake_s):
-            wrapped: trio.abc.Stream = stream
-            identity = None
-            if ssl_context is not None:
-                tls = TlsStream(stream, ssl_context, server_side=True)
-                await tls.do_handshake()
-                identity = peer_identity(tls.getpeercert())
-                wrapped = tls
-            conn = Connection(wrapped, peer=peer, limits=limits, decoder=decoder, budget=budget)
-            hello = await conn.receive_one()
-            if not isinstance(hello, Hello):
-                raise ProtocolError("first message must be Hello")
-            version = choose_version(hello.protocol_min, hello.protocol_max)
-            reason = ""
-            principal = None
-            if hello.cluster != cluster:
-                status, reason = Status.ACCESS, f"this node is of cluster {cluster!r}"
-            elif version is None:
-                status = Status.PROTONOSUPPORT
-            else:
-                status = Status.OK
-                if authenticate is not None:
-                    got = await authenticate(hello, identity)
-                    if isinstance(got, tuple):
-                        status, reason = got
-                    else:
-                        principal = got
-            ack = HelloAck(int(status), version or 0, node_id, reason[:1024])
-            await wrapped.send_all(encode_frame(ack))
-            if status != Status.OK:
-                await conn.aclose()
-                return None
-            conn.peer_node_id = hello.node_id
-            conn.principal = principal
-    except (
-        ProtocolError,
-        TransientError,
-        ssl.SSLError,
-        trio.TooSlowError,
-        trio.BrokenResourceError,
-        trio.ClosedResourceError,
-        OSError,
-    ):
-        if conn is not None:
-            await conn.aclose()
-        else:
-            await _close(stream)
-        return None
-    decoder.frame_bytes_max = FRAME_BYTES_MAX_DEFAULT
-    decoder.items_max = limits.items_max
-    return conn
-
-
-def handshake_sync(
-    host: str,
-    port: int,
-    cluster: str,
-    *,
-    timeout_s: float = 2.0,
-    ssl_context: ssl.SSLContext | None = None,
-    token: str | None = None,
-) -> bool:
-    """Blocking check that a node answers the handshake (for launchers and tests).
-
-    A node with TLS needs ``ssl_context`` (and ``token`` or a client
-    certificate in the context) to answer OK.
-    """
-    try:
-        with contextlib.ExitStack() as stack:
-            s: socket.socket = stack.enter_context(
-                socket.create_connection((host, port), timeout=timeout_s)
-            )
-            if ssl_context is not None:
-                s = stack.enter_context(ssl_context.wrap_socket(s, server_hostname=host))
-            hello = Hello(PROTOCOL_VERSION_MIN, PROTOCOL_VERSION_MAX, cluster, None, token)
-            s.sendall(encode_frame(hello))
-            buf = b""
-            while len(buf) < 4 or len(buf) < 4 + struct.unpack(">I", buf[:4])[0]:
-                chunk = s.recv(4096)
-                if not chunk:
-                    return False
-                buf += chunk
-            ack = decode_body(buf[4 : 4 + struct.unpack(">I", buf[:4])[0]])
-            return isinstance(ack, HelloAck) and ack.status == Status.OK
-    except (OSError, ProtocolError):
-        return False

@@ -6,8 +6,10 @@ conflict detection on every call) and decrypts one ``SSLObject.read`` per
 locks in Python around each.  A node moves megabytes of framed messages per
 second, so this stream does what a framed protocol needs and no more:
 
-* ``receive_some`` feeds everything the socket has into the incoming BIO and
-  takes every complete record out in one call;
+* ``receive_some`` feeds what the socket has (about ``max_bytes``) into the
+  incoming BIO and takes the complete records out in one call, up to
+  ``max_bytes`` of plaintext (a server reads only what its budget holds:
+  ``_intake``; the rest waits in the BIO, a record at most);
 * ``send_all`` encrypts the writer's joined frames with one ``write`` and
   sends the whole ciphertext with one ``send_all``;
 * sends (the writer's, and the rare bytes TLS 1.3 writes while reading) go
@@ -53,8 +55,9 @@ class TlsStream(trio.abc.Stream):
             if self._out.pending:
                 await self.transport_stream.send_all(self._out.read())
 
-    async def _refill(self) -> bool:
-        data = await self.transport_stream.receive_some(RECEIVE_BYTES)
+    async def _refill(self, max_bytes: int = RECEIVE_BYTES) -> bool:
+        # A little over the plaintext wanted: records carry some bytes more.
+        data = await self.transport_stream.receive_some(min(RECEIVE_BYTES, max_bytes + 1024))
         if not data:
             self._in.write_eof()
             return False
@@ -87,17 +90,19 @@ class TlsStream(trio.abc.Stream):
         await self.transport_stream.wait_send_all_might_not_block()
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        """Every byte decrypted so far, however many: ``max_bytes`` is not a
-        limit here (the frame decoder takes any amount)."""
+        """The bytes decrypted so far, at most ``max_bytes`` (at least one)."""
+        limit = max_bytes or READ_CHUNK
         while True:
             chunks = []
+            got = 0
             try:
-                while True:
-                    chunk = self._tls.read(READ_CHUNK)
+                while got < limit:
+                    chunk = self._tls.read(min(READ_CHUNK, limit - got))
                     if not chunk:
                         self._eof = True
                         break
                     chunks.append(chunk)
+                    got += len(chunk)
             except ssl.SSLWantReadError:
                 pass
             except ssl.SSLZeroReturnError:
@@ -110,7 +115,7 @@ class TlsStream(trio.abc.Stream):
                 return b""
             if self._out.pending:  # TLS 1.3 may answer while reading
                 await self._flush()
-            if not await self._refill():
+            if not await self._refill(limit):
                 return b""
 
     async def aclose(self) -> None:

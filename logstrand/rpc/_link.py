@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import attrs
 import trio
 
-from ..errors import AccessDeniedError, Status, TransientError
+from ..errors import AccessDeniedError, LogstrandError, Status, TransientError
 from ..net import connect
 from ..wire import ErrorReply, ReadRecords
 
@@ -85,6 +85,10 @@ class Waiters(Generic[K]):
         slot.event.set()
         return True
 
+    def forget(self, key: K) -> None:
+        """Stop waiting for ``key`` (its value, if any came, is in its slot)."""
+        self._slots.pop(key, None)
+
     def fail_all(self) -> None:
         """Wake every waiter with None (its link is gone)."""
         slots, self._slots = self._slots, {}
@@ -131,6 +135,46 @@ class Link:
             self.waiters.resolve(request_id, None)
             return None
         return await self.waiters.wait(request_id, slot, timeout_s)
+
+    async def request_or_give_up(
+        self,
+        msg: Any,
+        request_id: int,
+        give_up: Callable[[], Awaitable[None]],
+        patience_s: float,
+    ) -> tuple[Any, bool]:
+        """Send ``msg`` and wait for its reply; once none came in
+        ``patience_s``, wait for either the reply or ``give_up()`` to return.
+        Returns (the reply or None, whether it gave up).  The quick answer
+        costs no more than ``request``: the watch starts only when it is slow."""
+        waiters = self.waiters
+        slot = waiters.expect(request_id)
+        gave_up = False
+        try:
+            try:
+                await self.conn.send(msg)
+            except TransientError:
+                return None, False
+            with trio.move_on_after(patience_s):
+                await slot.event.wait()
+            if not slot.event.is_set():
+                async with trio.open_nursery() as nursery:
+
+                    async def reply() -> None:
+                        await slot.event.wait()
+                        nursery.cancel_scope.cancel()
+
+                    async def watch() -> None:
+                        nonlocal gave_up
+                        await give_up()
+                        gave_up = True
+                        nursery.cancel_scope.cancel()
+
+                    nursery.start_soon(reply)
+                    nursery.start_soon(watch)
+        finally:
+            waiters.forget(request_id)
+        return slot.value, gave_up
 
     async def run(self) -> None:
         """Read until the connection ends; then wake everyone waiting on it."""
@@ -183,6 +227,11 @@ class Links:
     def reachable(self) -> set[int]:
         """The nodes with an open link now."""
         return {n for n, link in self._links.items() if not link.closed}
+
+    def open_link(self, node_id: int) -> Link | None:
+        """The link to ``node_id`` if one is open now (no connecting)."""
+        link = self._links.get(node_id)
+        return None if link is None or link.closed else link
 
     async def get(self, node_id: int) -> Link:
         """The link to ``node_id``, connecting if there is none.
@@ -262,15 +311,22 @@ class Links:
         """The same request to several nodes at once: ``{node: reply}`` for
         those that answered."""
         replies: dict[int, Any] = {}
+        errors: list[LogstrandError] = []
 
         async def one(node_id: int) -> None:
-            reply = await self._request(node_id, make, timeout_s)
+            try:
+                reply = await self._request(node_id, make, timeout_s)
+            except LogstrandError as exc:  # refused our credentials: said once, below
+                errors.append(exc)
+                return
             if reply is not None:
                 replies[node_id] = reply
 
         async with trio.open_nursery() as nursery:
             for n in nodes:
                 nursery.start_soon(one, n)
+        if errors:
+            raise errors[0]
         for reply in replies.values():
             self._check_access(reply)
         return replies

@@ -8,11 +8,11 @@ seconds (or at once with ``refresh()``, e.g. after NOTFOUND).
 Routing sequencers (``sequencer_node``): rendezvous hashing over the live
 nodes with the sequencer role that may take sequencers now.  Left out are
 nodes this process suspects (it could not reach them lately), nodes the
-node's failure detector finds dead (``set_dead``; nodes only), and members
+node's failure detector finds dead (``set_health``; nodes only), and members
 that say they take no sequencers (a clock off by more than the bound, a
-hold-down after coming back: ``epochstore.Member``).  Only when that leaves
-no node at all do the last come back in: a log must always have a
-sequencer somewhere.
+hold-down after coming back: ``epochstore.Member``, or fresher, their
+gossip).  Only when that leaves no node at all do the last come back in: a
+log must always have a sequencer somewhere.
 """
 
 from __future__ import annotations
@@ -49,8 +49,10 @@ class ClusterView:
         self.alive: frozenset[int] = frozenset()
         #: The live members and what each says (its clock, whether it takes sequencers).
         self.members: Members = {}
-        #: Members this node's failure detector finds dead (nodes only; ``set_dead``).
+        #: Members this node's failure detector finds dead, and those whose
+        #: gossip says they take no sequencers (nodes only; ``set_health``).
         self.dead: frozenset[int] = frozenset()
+        self.unwilling: frozenset[int] = frozenset()
         #: Which nodes are rebuilt, drained or being so (``logstrand.rebuilding``).
         self.rebuilding = RebuildingState()
         self.authority = Authority()
@@ -113,8 +115,10 @@ class ClusterView:
             self._suspects.pop(n, None)  # it (re)joined: no longer suspect
         self._changed(old_up)
 
-    def set_dead(self, dead: frozenset[int]) -> None:
-        """The node's failure detector finds these members dead (or no longer)."""
+    def set_health(self, dead: frozenset[int], unwilling: frozenset[int]) -> None:
+        """What the node's failure detector says: these members are dead,
+        these take no sequencers (fresher than what the membership says)."""
+        self.unwilling = unwilling
         if dead == self.dead:
             return
         old_up = self.up
@@ -183,8 +187,10 @@ class ClusterView:
             for n in self.nodes.values()
             if n.node_id in up and "sequencer" in n.roles and not self.suspected(n.node_id)
         ]
-        members = self.members
-        willing = [n for n in candidates if members[n.node_id].sequencer]
+        members, unwilling = self.members, self.unwilling
+        willing = [
+            n for n in candidates if members[n.node_id].sequencer and n.node_id not in unwilling
+        ]
         return {n.node_id: n.weight for n in willing or candidates}
 
     def sequencer_node(self, log_id: int) -> int | None:

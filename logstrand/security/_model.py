@@ -24,6 +24,7 @@ from typing import Any
 
 import attrs
 
+from .._units import parse_uint
 from ..errors import InvalidArgumentError
 from ..records import INTERNAL_LOGS, LOG_ID_MAX, POSITIONS_LOG_ID
 from ..wire import (
@@ -33,10 +34,12 @@ from ..wire import (
     Compact,
     DropCopies,
     FindTime,
+    GetClusterState,
     GetDigest,
     GetLogDirectory,
     GetNodeStatus,
     GetSeqState,
+    Gossip,
     LogInfo,
     Ping,
     ReadCredit,
@@ -56,7 +59,7 @@ TOKEN_PREFIX = "lst_"
 #: Messages that only a node of the cluster may send: they carry copies,
 #: seals and release pointers between nodes.
 NODE_ONLY: frozenset[type] = frozenset(
-    {Store, Release, Seal, GetDigest, Trim, DropCopies, CleanPoint, Amend}
+    {Store, Release, Seal, GetDigest, Trim, DropCopies, CleanPoint, Amend, Gossip}
 )
 
 #: For each message a client may send: the operation it needs.  Messages of a
@@ -75,6 +78,7 @@ _OPS: dict[type, str | None] = {
     ReadCredit: None,
     StopRead: None,
     Ping: None,
+    GetClusterState: None,
 }
 
 
@@ -206,8 +210,8 @@ def parse_log_range(text: str) -> tuple[int, int]:
         return POSITIONS_LOG_ID, POSITIONS_LOG_ID
     first_s, sep, last_s = text.partition("..")
     try:
-        first = int(first_s)
-        last = int(last_s) if sep else first
+        first = parse_uint(first_s, "log id")
+        last = parse_uint(last_s, "log id") if sep else first
     except ValueError:
         raise InvalidArgumentError(
             f"bad log range {text!r}: use N, FIRST..LAST, all or positions"

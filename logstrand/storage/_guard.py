@@ -4,6 +4,12 @@ runs.  The rules are pure (``_admission``, ``security``); this shell keeps the
 facts they need, cached from the epoch store, and refreshes a fact that a
 refusal rests on (at most every ``RECHECK_S`` per fact and log, so a flood of
 nonsense cannot turn into a flood of epoch store reads).
+
+A refusal never rests on a fact that could not be read again: while the
+epoch store cannot be reached (this node's session expired, ZooKeeper is
+down), a message the cached facts would refuse is answered AGAIN, not
+refused for good.  The cache may be old (an epoch handed out since), and a
+sequencer told AGAIN tries again; one told "never handed out" gives up.
 """
 
 from __future__ import annotations
@@ -48,6 +54,8 @@ class Guard:
         self._trim: dict[int, int] = {}
         self._lce: dict[int, int] = {}
         self._rechecked: dict[tuple[str, int], float] = {}
+        #: Facts whose last reading failed (the store could not be reached).
+        self._unread: dict[tuple[str, int], float] = {}
         self._inflight: dict[tuple[str, int], trio.Event] = {}
         self._es = trio.CapacityLimiter(2)
         self.users: dict[str, dict[str, Any]] = {}
@@ -79,22 +87,28 @@ class Guard:
     def last_clean_epoch(self, log_id: int) -> int:
         return self._lce.get(log_id, 0)
 
-    async def _refresh(self, fact: str, log_id: int) -> bool:
-        """Read ``fact`` of ``log_id`` again; False when it was read too lately."""
+    async def _refresh(self, fact: str, log_id: int) -> bool | None:
+        """Read ``fact`` of ``log_id`` again: True when read, False when it was
+        read too lately (it is fresh), None when the store cannot be reached."""
         now = trio.current_time()
         key = (fact, log_id if fact != "config" else 0)
         running = self._inflight.get(key)
         if running is not None:
             await running.wait()  # someone is reading it now: take that answer
-            return True
+            return None if key in self._unread else True
         if now - self._rechecked.get(key, -1e9) < RECHECK_S:
-            return False
+            return None if key in self._unread else False
         self._rechecked[key] = now
         if len(self._rechecked) > 100_000:  # a flood of distinct logs: forget old entries
             self._rechecked = {k: t for k, t in self._rechecked.items() if now - t < RECHECK_S}
         done = self._inflight[key] = trio.Event()
         try:
-            return await self._read(fact, log_id)
+            read = await self._read(fact, log_id)
+            if read:
+                self._unread.pop(key, None)
+            else:
+                self._unread[key] = now
+            return True if read else None
         finally:
             del self._inflight[key]
             done.set()
@@ -136,7 +150,14 @@ class Guard:
         while refused is not None and refused.recheck not in (None, *rechecked):
             assert refused.recheck is not None
             rechecked.add(refused.recheck)
-            if not await self._refresh(refused.recheck, getattr(msg, "log_id", 0)):
+            read = await self._refresh(refused.recheck, getattr(msg, "log_id", 0))
+            if read is None:
+                self.metrics.refused.labels("unchecked").inc()
+                return Status.AGAIN, (
+                    f"{refused.reason} (as last read: the epoch store cannot be reached "
+                    "to check again; try again)"
+                )
+            if not read:
                 break
             refused = _admission.check(msg, self)
         if refused is None:

@@ -35,8 +35,9 @@ class Health:
 
     @property
     def said(self) -> Said:
-        """What the node says of itself in the membership now."""
-        return self._said
+        """What the node says of itself now (published, or about to be)."""
+        said = self.core.said(trio.current_time())
+        return said if not said.sequencer else self._said
 
     async def register(self) -> MemberSession:
         """Join the membership (saying "starting"), read it, and say what
@@ -60,6 +61,11 @@ class Health:
         clock = self.core.clock
         if clock.offset_ms is not None:
             self.metrics.clock_offset.set(clock.offset_ms / 1000)
+        self._wake.set()
+
+    def hold_down(self, why: str) -> None:
+        """Take no sequencers for the hold-down, from now (``_health_core``)."""
+        self.core.hold_down(trio.current_time(), why)
         self._wake.set()
 
     async def run(self) -> None:

@@ -69,6 +69,11 @@ class NodeClock:
         return self.offset_ms is not None and not self.skewed
 
 
+def _versus(offset_ms: int) -> str:
+    """``10.0 d behind the cluster's``, ``3.2 s ahead of the cluster's``."""
+    return describe_offset(offset_ms).replace(" ahead", " ahead of") + " the cluster's"
+
+
 @attrs.frozen
 class Said:
     """What the node says of itself in the membership."""
@@ -101,9 +106,9 @@ class HealthCore:
             return None
         if clock.skewed:
             return (
-                f"this node's clock is {describe_offset(clock.offset_ms)} of the cluster's "
-                f"(more than {clock.skew_max_ms / 1000:g} s): it takes no sequencers and applies "
-                "no retention by time until it is back; fix its time source (NTP)"
+                f"this node's clock is {_versus(clock.offset_ms)} (more than "
+                f"{clock.skew_max_ms / 1000:g} s): it takes no sequencers and applies no "
+                "retention by time until it is back; fix its time source (NTP)"
             )
         return (
             f"this node's clock is back within {clock.skew_max_ms / 1000:g} s of the cluster's "

@@ -77,6 +77,11 @@ class NodeMetrics:
             "This node's wall clock minus the cluster's, as the membership measures it",
             registry=r,
         )
+        self.nodes_dead = Gauge(
+            "logstrand_nodes_dead",
+            "Members this node's failure detector finds dead (no word for --dead-after)",
+            registry=r,
+        )
         self.takes_sequencers = Gauge(
             "logstrand_takes_sequencers",
             "1 while this node takes sequencers; 0 while its clock is off or it is in its "
@@ -145,18 +150,38 @@ class NodeMetrics:
         )
         self.connections_refused = Counter(
             "logstrand_connections_refused",
-            "Connections closed at once, by reason (limit, per_peer_limit)",
+            "Connections closed at once, by reason (limit, per_peer_limit, per_user_limit)",
             ["reason"],
             registry=r,
         )
         self.connections_cut = Counter(
             "logstrand_connections_cut",
-            "Open connections this node ended: idle, slow reader, handler failure",
+            "Open connections this node ended: idle, slow reader, a frame too slow, "
+            "handler failure",
+            registry=r,
+        )
+        self.receive_held = Gauge(
+            "logstrand_receive_held_bytes",
+            "Bytes held of what peers sent (frames coming in, requests not yet answered), "
+            "per pool (clients, nodes); bounded by --receive-budget",
+            ["pool"],
+            registry=r,
+        )
+        self.receive_held_peak = Gauge(
+            "logstrand_receive_held_peak_bytes",
+            "The most bytes ever held at once of what peers sent, per pool",
+            ["pool"],
+            registry=r,
+        )
+        self.requests_abandoned = Counter(
+            "logstrand_requests_abandoned",
+            "Requests left unanswered so long that their connection stopped counting them",
             registry=r,
         )
         self.refused = Counter(
             "logstrand_messages_refused",
-            "Messages refused at dispatch, by reason (access, nonsense, credentials, limit)",
+            "Messages refused at dispatch, by reason (access, nonsense, credentials, limit, "
+            "unchecked: the epoch store could not be reached to check; answered AGAIN)",
             ["reason"],
             registry=r,
         )

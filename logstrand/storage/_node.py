@@ -14,6 +14,7 @@ runs their tasks; the rules live in the parts.
 | rebuilder | ``_rebuild.py`` (core ``rebuilding/``) | this node's part of rebuilding |
 | upkeep | ``_upkeep.py`` | free space (``--min-free``), trims missed, retention |
 | health | ``_health.py`` (core ``_health_core.py``) | its clock, whether it takes sequencers |
+| gossip | ``_gossip.py`` (core ``_detector.py``) | the failure detector: who is dead |
 
 Extensions run beside them (the cleaner, from ``logstrand node``): each gets the
 node's ``NodeServices`` and registers handlers for the messages it answers.
@@ -31,36 +32,23 @@ import attrs
 import trio
 
 from ..epochstore import open_epoch_store
-from ..errors import LogstrandError, NotFoundError, Status
+from ..errors import NotFoundError, Status
 from ..rpc import ClusterView
 from ..security import Credentials, client_context, server_context
 from ..wire import (
-    Amend,
-    Append,
-    CleanPoint,
-    DropCopies,
-    FindTime,
-    GetDigest,
-    GetLogDirectory,
+    GetClusterState,
     GetNodeStatus,
-    GetSeqState,
+    Gossip,
     LogInfo,
     LogInfoReply,
     NodeStatus,
-    Ping,
-    Pong,
-    ReadCredit,
-    Release,
-    Seal,
-    StartRead,
-    StopRead,
-    Store,
-    Trim,
-    TrimLog,
 )
 from ._committer import Committer
+from ._detector import FailureDetector
 from ._drops import Drops
+from ._gossip import Gossiper
 from ._guard import Guard
+from ._handlers import register_handlers
 from ._health import Health
 from ._health_core import HealthCore, HealthOptions
 from ._metrics import NodeMetrics
@@ -72,7 +60,6 @@ from ._rebuild import Rebuilder, read_marker
 from ._release_watch import ReleaseWatch
 from ._sequencers import SequencerHost
 from ._server import Server
-from ._trims import Trims
 from ._upkeep import Upkeep
 
 if TYPE_CHECKING:
@@ -284,10 +271,21 @@ class Node:
             busy=reads.busy,
         )
         upkeep = self.upkeep = Upkeep(self.node_id, opts, committer, metrics, view, data_dir)
-        self._register(committer, reads, drops, nursery)
+        register_handlers(self, committer, reads, drops, nursery)
         listeners = await trio.open_tcp_listeners(port, host=host)
         health = self.health = Health(self.health_core, view, metrics)
         view.on_members(health.on_members)
+        gossiper = self.gossiper = Gossiper(
+            FailureDetector(self.node_id, dead_after_s=opts.dead_after_s),
+            view,
+            peers,
+            health,
+            metrics,
+            opts.gossip_s,
+        )
+        view.on_members(gossiper.on_members)
+        self.server.register(Gossip, gossiper.handle_gossip)
+        self.server.register(GetClusterState, gossiper.handle_cluster_state)
         session = await health.register()
         self._closing.append(_in_thread(session.close))
         if metrics_at is not None:
@@ -310,84 +308,12 @@ class Node:
             upkeep.watch_space,
             rebuilder.run,
             health.run,
+            gossiper.run,
         ):
             nursery.start_soon(self._supervised, task)
         for extension in self.extensions:
             await nursery.start(extension.run, self)
         await nursery.start(self.server.serve, listeners)
-
-    def _register(
-        self, committer: Committer, reads: ReadStreams, drops: Drops, nursery: trio.Nursery
-    ) -> None:
-        seq = self.sequencers
-        trims = Trims(self.node_id, self.view, self.peers, committer, self.guard)
-
-        def reply(fn: Callable[[Any], Any]) -> Callable[[Connection, Any], Awaitable[None]]:
-            async def handle(conn: Connection, msg: Any) -> None:
-                await conn.send(fn(msg))
-
-            return handle
-
-        passes_max = self.options.background_passes_max
-        gauge = self.metrics.background_passes
-        running = [0]
-
-        def in_background(
-            fn: Callable[[Connection, Any], Awaitable[None]],
-        ) -> Callable[[Connection, Any], Awaitable[None]]:
-            async def run(conn: Connection, msg: Any) -> None:
-                try:
-                    await fn(conn, msg)
-                except Exception:
-                    _log.exception("node %d: %s failed", self.node_id, type(msg).__name__)
-                finally:
-                    running[0] -= 1
-                    gauge.set(running[0])
-
-            async def handle(conn: Connection, msg: Any) -> None:
-                if running[0] >= passes_max:
-                    raise LogstrandError(
-                        f"{passes_max} background passes are running (--background-passes)",
-                        Status.OVERLOADED,
-                    )
-                running[0] += 1
-                gauge.set(running[0])
-                nursery.start_soon(run, conn, msg)
-
-            return handle
-
-        async def store(conn: Connection, msg: Store) -> None:
-            await committer.submit(msg, conn.offer)
-
-        async def release(conn: Connection, msg: Release) -> None:
-            committer.on_release(msg.log_id, msg.lsn)
-
-        async def sync(fn: Callable[[Connection, Any], None], conn: Connection, msg: Any) -> None:
-            fn(conn, msg)
-
-        table: dict[type, Callable[[Connection, Any], Awaitable[None]]] = {
-            Store: store,
-            Append: seq.handle_append,
-            Release: release,
-            StartRead: lambda c, m: sync(reads.start, c, m),
-            ReadCredit: lambda c, m: sync(reads.credit, c, m),
-            StopRead: lambda c, m: sync(reads.stop, c, m),
-            LogInfo: reply(self._log_info),
-            Seal: reply(committer.answer),
-            GetDigest: reply(committer.answer),
-            Amend: reply(committer.amend),
-            GetSeqState: seq.handle_get_seq_state,
-            FindTime: reply(committer.find_time),
-            Trim: reply(committer.trim),
-            TrimLog: trims.handle,
-            GetNodeStatus: reply(self._status),
-            GetLogDirectory: reply(committer.log_directory),
-            DropCopies: in_background(drops.handle_drop),
-            CleanPoint: lambda c, m: sync(lambda _c, msg: drops.on_clean_point(msg), c, m),
-            Ping: reply(lambda m: Pong(m.request_id)),
-        }
-        for message_type, handler in table.items():
-            self.server.register(message_type, handler)
 
     async def _on_store_reply(self, reply: Any) -> None:
         if not self.rebuilder.on_store_reply(reply):
@@ -395,7 +321,7 @@ class Node:
 
     # -- status and background work -----------------------------------------------
 
-    def _status(self, msg: GetNodeStatus) -> NodeStatus:
+    def status(self, msg: GetNodeStatus) -> NodeStatus:
         partitions, disk_bytes, logs = self.committer.counts()
         return NodeStatus(
             msg.request_id,
@@ -411,7 +337,7 @@ class Node:
             int(self.committer.space_low or self.committer.broken),
         )
 
-    def _log_info(self, msg: LogInfo) -> LogInfoReply:
+    def log_info(self, msg: LogInfo) -> LogInfoReply:
         reply = self.committer.answer(msg)
         assert isinstance(reply, LogInfoReply)
         return attrs.evolve(reply, corrupt_copies=self.reads.corrupt_in(msg.log_id))
@@ -451,6 +377,12 @@ class Node:
             if now >= next_gauges:
                 next_gauges = now + 1.0
                 self.sequencers.gauges()
+                for pool, budget in (
+                    ("clients", self.server.client_pool),
+                    ("nodes", self.server.peer_pool),
+                ):
+                    self.metrics.receive_held.labels(pool).set(budget.used)
+                    self.metrics.receive_held_peak.labels(pool).set(budget.peak)
                 self.metrics.releases_overdue.set(len(watch.overdue(now)))
 
 

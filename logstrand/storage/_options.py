@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 import attrs
@@ -11,6 +12,15 @@ from ..records import ESN_MAX, PAYLOAD_BYTES_MAX
 
 if TYPE_CHECKING:
     from ..security import TlsFiles
+
+
+def default_receive_budget() -> int:
+    """A sixteenth of the machine's memory, between 64 MiB and 2 GiB."""
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        ram = 8 * 1024**3
+    return max(64 * 1024**2, min(2 * 1024**3, ram // 16))
 
 
 @attrs.frozen
@@ -30,6 +40,10 @@ class NodeOptions:
     #: A node that comes back takes sequencers after this long in health
     #: (``--sequencer-hold-down``): each move of a sequencer costs an epoch.
     sequencer_hold_down_s: float = 30.0
+    #: The failure detector (``_detector``): gossip this often; a member
+    #: nobody has had word of this long is dead to routing.
+    gossip_s: float = 0.25
+    dead_after_s: float = 3.0
     store_timeout_s: float = 2.0
     #: An idempotent producer idle this long on a log is forgotten there: its
     #: next append gets UNKNOWN_PRODUCER (``--producer-expiry``).
@@ -83,6 +97,21 @@ class NodeOptions:
     #: something queued wait for their queue to drain).
     send_budget_bytes: int = 256 * 1024 * 1024
     send_stall_s: float = 10.0
+    #: Bytes the node holds of what clients sent (frames coming in, requests
+    #: not yet answered), all connections together; past it, connections
+    #: are not read until some is freed (``net._intake``).  Connections from
+    #: other nodes have a budget of the same size of their own.
+    receive_budget_bytes: int = attrs.field(factory=lambda: default_receive_budget())
+    #: Requests one connection may have unanswered, and their bytes: a
+    #: connection at either is not read until replies go out.
+    requests_per_connection: int = 128
+    request_bytes_per_connection: int = 512 * 1024
+    #: A frame must come within 10 s plus its size at this rate (bytes/s).
+    frame_min_rate: int = 1024 * 1024
+    #: In secure mode, per user: connections open at once, and bytes held
+    #: over all of them.
+    connections_per_user_max: int = 256
+    bytes_per_user_max: int = attrs.field(factory=lambda: default_receive_budget() // 4)
     #: Read streams one connection may have open.
     read_streams_per_connection: int = 256
     #: Records of credit a reader may grant one stream (more is capped).

@@ -45,6 +45,8 @@ class Peers:
         credentials: Credentials | None = None,
     ) -> None:
         self.node_id = node_id
+        self.nursery = nursery
+        self._connecting: set[int] = set()
         self.local = local
         self.on_store_reply = on_store_reply
         self.links = Links(
@@ -82,6 +84,22 @@ class Peers:
         if link is not None:
             # Best effort: a lost RELEASE is overtaken by the next one.
             link.send_nowait(msg)
+
+    def send_lightly(self, node_id: int, msg: Any) -> None:
+        """Send ``msg`` if there is room on an open link now; else drop it, and
+        open the link in the background for next time (gossip: never wait)."""
+        link = self.links.open_link(node_id)
+        if link is not None:
+            link.send_nowait(msg)
+        elif node_id not in self._connecting:
+            self._connecting.add(node_id)
+            self.nursery.start_soon(self._connect, node_id)
+
+    async def _connect(self, node_id: int) -> None:
+        try:
+            await self.links.connected(node_id)
+        finally:
+            self._connecting.discard(node_id)
 
     async def request(self, node_id: int, make: Callable[[int], Any], timeout_s: float) -> Any:
         """A request to a peer; its reply, or None."""

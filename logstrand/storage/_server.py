@@ -18,6 +18,11 @@ Rules:
    request, and the connection goes on; anything else is a bug: it is logged
    with its traceback, answered the same way, and ends that connection only.
    No input ends the node.
+4. What the node takes in is bounded (``net._intake``): each connection's
+   unanswered requests, the bytes held for all clients together and for all
+   other nodes together (two pools: clients can never hold up the STOREs
+   their appends wait for), and in secure mode each user's connections and
+   bytes.  A connection over a bound is not read until it is under again.
 """
 
 from __future__ import annotations
@@ -28,11 +33,20 @@ import logging
 import socket
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import trio
 
 from ..errors import LogstrandError, Status
-from ..net import ConnLimits, SendBudget, serve_connection
-from ..wire import ErrorReply, ReadRecords, StartRead, Store, StoreReply
+from ..net import (
+    PEER_INTAKE,
+    Budget,
+    ConnLimits,
+    Intake,
+    IntakeLimits,
+    SendBudget,
+    serve_connection,
+)
+from ..wire import ErrorReply, Hello, ReadRecords, StartRead, Store, StoreReply
 
 if TYPE_CHECKING:
     import ssl
@@ -76,6 +90,16 @@ class Server:
             idle_s=options.idle_s,
         )
         self.budget = SendBudget(options.send_budget_bytes)
+        self.intake_limits = IntakeLimits(
+            requests_max=options.requests_per_connection,
+            request_bytes_max=options.request_bytes_per_connection,
+            frame_min_rate=options.frame_min_rate,
+        )
+        #: What clients, and other nodes, have sent that the node holds.
+        self.client_pool = Budget(options.receive_budget_bytes)
+        self.peer_pool = Budget(options.receive_budget_bytes)
+        self._users: dict[str, Budget] = {}
+        self._per_user: dict[str, int] = {}
         self._handlers: dict[type, Handler] = {}
         self._open = 0
         self._per_peer: dict[str, int] = {}
@@ -126,18 +150,67 @@ class Server:
             self.metrics.connections.set(self._open)
 
     async def _serve_stream(self, stream: trio.SocketStream, address: str) -> None:
-        conn = await serve_connection(
-            stream,
-            cluster=self.cluster,
-            node_id=self.node_id,
-            ssl_context=self.ssl_context,
-            authenticate=self.guard.authenticate,
-            limits=self.limits,
-            peer=address,
-            budget=self.budget,
+        users = self._per_user
+        counted: list[str] = []
+
+        async def authenticate(hello: Hello, identity: tuple[str, str] | None) -> Any:
+            # The guard says who the peer is; a user already at its number of
+            # connections is refused here, in the HelloAck, with the reason.
+            got = await self.guard.authenticate(hello, identity)
+            if self.ssl_context is None or isinstance(got, tuple) or got.kind != "user":
+                return got
+            name = str(got.name)
+            limit = self.options.connections_per_user_max
+            if users.get(name, 0) >= limit:
+                self.metrics.connections_refused.labels("per_user_limit").inc()
+                _log.warning(
+                    "node %d: user %s has %d connections open: refused one more from %s",
+                    self.node_id,
+                    name,
+                    users[name],
+                    address,
+                )
+                return Status.OVERLOADED, f"user {name} has {limit} connections open"
+            users[name] = users.get(name, 0) + 1
+            counted.append(name)
+            return got
+
+        try:
+            conn = await serve_connection(
+                stream,
+                cluster=self.cluster,
+                node_id=self.node_id,
+                ssl_context=self.ssl_context,
+                authenticate=authenticate,
+                limits=self.limits,
+                peer=address,
+                budget=self.budget,
+            )
+            if conn is not None:
+                await self._serve_conn(conn, counted[0] if counted else None)
+        finally:
+            for name in counted:
+                left = users[name] - 1
+                if left:
+                    users[name] = left
+                else:
+                    del users[name]
+                    self._users.pop(name, None)
+
+    async def _serve_conn(self, conn: Connection, user: str | None) -> None:
+        peer = conn.peer_node_id is not None and (user is None)
+        budget = None
+        if user is not None:
+            budget = self._users.get(user)
+            if budget is None:
+                budget = self._users[user] = Budget(self.options.bytes_per_user_max)
+        limits = attrs.evolve(PEER_INTAKE, frame_min_rate=self.intake_limits.frame_min_rate)
+        conn.intake = Intake(
+            limits if peer else self.intake_limits,
+            self.peer_pool if peer else self.client_pool,
+            budget,
+            on_abandoned=self.metrics.requests_abandoned.inc,
         )
-        if conn is None:
-            return
         try:
             async with trio.open_nursery() as nursery:
                 conn.attach(nursery.cancel_scope)
@@ -161,6 +234,8 @@ class Server:
     async def _dispatch(self, conn: Connection, msg: Any) -> None:
         handler = self._handlers.get(type(msg))
         if handler is None:
+            if conn.intake is not None:
+                conn.intake.unanswered(msg)  # nothing here answers it
             return
         try:
             refused = await self.guard.check(conn.principal, msg)

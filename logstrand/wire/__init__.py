@@ -30,6 +30,7 @@ from ._messages import (
     Store,
     StoreReply,
 )
+from ._messages_health import ClusterState, GetClusterState, Gossip
 from ._messages_ops import (
     DIRECTORY_FIELDS,
     Amend,
@@ -75,6 +76,7 @@ __all__ = [
     "Append",
     "AppendReply",
     "CleanPoint",
+    "ClusterState",
     "Compact",
     "CompactReply",
     "Digest",
@@ -84,10 +86,12 @@ __all__ = [
     "FindTime",
     "FindTimeReply",
     "FrameDecoder",
+    "GetClusterState",
     "GetDigest",
     "GetLogDirectory",
     "GetNodeStatus",
     "GetSeqState",
+    "Gossip",
     "Hello",
     "HelloAck",
     "LogDirectory",

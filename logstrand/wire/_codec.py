@@ -180,10 +180,20 @@ class FrameDecoder:
         self.items_max = items_max
         self._buf = bytearray()
         self._pos = 0
+        #: Bytes (with the length prefix) of the frame ``next_message`` returned last.
+        self.last_frame_bytes = 0
 
     @property
     def buffered_bytes(self) -> int:
         return len(self._buf) - self._pos
+
+    def claimed_bytes(self) -> int:
+        """Bytes (with the prefix) the frame begun in the buffer says it has
+        (its prefix when not all of that is in yet; 0 when nothing is)."""
+        avail = len(self._buf) - self._pos
+        if avail < HEADER_BYTES:
+            return HEADER_BYTES if avail else 0
+        return HEADER_BYTES + int(_LEN.unpack_from(self._buf, self._pos)[0])
 
     def feed(self, data: bytes) -> None:
         if self._pos and self._pos * 2 > len(self._buf):
@@ -209,6 +219,7 @@ class FrameDecoder:
         start = self._pos + HEADER_BYTES
         body = bytes(self._buf[start : start + size])
         self._pos = start + size
+        self.last_frame_bytes = HEADER_BYTES + size
         return decode_body(body, items_max=self.items_max)
 
     def messages(self) -> list[Any]:

@@ -5,8 +5,9 @@ Each message type has a fixed number (``TYPE_ID``) that is never reused.  On
 the wire a message is the CBOR array ``[type_id, field, field, ...]`` in field
 order.  A field holding a ``RecordBatch`` travels as its packed bytes.  The
 messages themselves are in ``_messages`` (connections, the write path,
-sealing and recovery) and ``_messages_ops`` (read streams, log state, trims,
-node status, directories, compaction).
+sealing and recovery), ``_messages_ops`` (read streams, log state, trims,
+node status, directories, compaction) and ``_messages_health`` (the failure
+detector's gossip, the cluster state clients ask for).
 """
 
 from __future__ import annotations

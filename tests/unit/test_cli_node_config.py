@@ -129,7 +129,7 @@ def test_json_logs_are_one_object_a_line() -> None:
     import json
     import logging
 
-    from logstrand.cli._node import _JsonFormatter
+    from logstrand.cli._node_setup import JsonFormatter as _JsonFormatter
 
     record = logging.LogRecord(
         "logstrand.node", logging.WARNING, "x", 1, "node %d: %s", (3, "up"), None

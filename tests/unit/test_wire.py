@@ -17,6 +17,7 @@ from logstrand.wire import (
     Append,
     AppendReply,
     CleanPoint,
+    ClusterState,
     Compact,
     CompactReply,
     Digest,
@@ -26,10 +27,12 @@ from logstrand.wire import (
     FindTime,
     FindTimeReply,
     FrameDecoder,
+    GetClusterState,
     GetDigest,
     GetLogDirectory,
     GetNodeStatus,
     GetSeqState,
+    Gossip,
     Hello,
     LogDirectory,
     LogInfo,
@@ -233,6 +236,20 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     CleanPoint: st.builds(CleanPoint, u64, u64),
     LogDirectory: st.builds(
         LogDirectory, u64, statuses, st.lists(u64, max_size=3).map(lambda xs: tuple(xs * 6))
+    ),
+    Gossip: st.builds(
+        Gossip,
+        u32,
+        st.lists(st.tuples(u32, u32), max_size=5).map(lambda ps: tuple(x for p in ps for x in p)),
+        st.booleans(),
+    ),
+    GetClusterState: st.builds(GetClusterState, u64),
+    ClusterState: st.builds(
+        ClusterState,
+        u64,
+        statuses,
+        st.lists(u32, max_size=4).map(tuple),
+        st.lists(u32, max_size=4).map(tuple),
     ),
 }
 any_message = st.one_of(*STRATEGIES.values())

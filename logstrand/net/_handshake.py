@@ -1,0 +1,220 @@
+"""The handshake: ``connect`` (the side that dials) and
+``serve_connection`` (a server's side), and a blocking check for launchers.
+
+The side that connected sends ``Hello`` (the protocol versions it speaks,
+the cluster, its node id when it is a node, a token); the server answers
+``HelloAck`` with the highest common version, or refuses (another cluster,
+no common version, bad credentials).  Until ``Hello`` is accepted a server
+reads one small frame of few items, within ``handshake_s``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import ssl
+import struct
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ..errors import AccessDeniedError, ProtocolError, Status, TransientError
+from ..security import peer_identity
+from ..wire import (
+    FRAME_BYTES_MAX_DEFAULT,
+    PROTOCOL_VERSION_MAX,
+    PROTOCOL_VERSION_MIN,
+    FrameDecoder,
+    Hello,
+    HelloAck,
+    choose_version,
+    decode_body,
+    encode_frame,
+)
+from ._conn import (
+    DEFAULT_LIMITS,
+    HANDSHAKE_TIMEOUT_S,
+    Connection,
+    ConnLimits,
+    SendBudget,
+    close_stream,
+)
+from ._tls import TlsStream
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from ..security import Credentials
+
+
+def _tcp(stream: trio.SocketStream) -> None:
+    stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+async def connect(
+    host: str,
+    port: int,
+    *,
+    cluster: str,
+    node_id: int | None = None,
+    credentials: Credentials | None = None,
+    limits: ConnLimits = DEFAULT_LIMITS,
+) -> Connection:
+    """Open a connection and do the handshake (within ``HANDSHAKE_TIMEOUT_S``).
+
+    Raises:
+        TransientError: CONNFAILED when the peer cannot be reached or refuses us.
+        AccessDeniedError: the node did not accept our credentials.
+    """
+    tcp: trio.SocketStream | None = None
+    done = False
+    ctx = credentials.ssl if credentials is not None else None
+    token = credentials.token if credentials is not None else None
+    try:
+        with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+            tcp = await trio.open_tcp_stream(host, port)
+            _tcp(tcp)
+            stream: trio.abc.Stream = tcp
+            if ctx is not None:
+                tls = TlsStream(tcp, ctx, server_side=False, server_hostname=host)
+                await tls.do_handshake()
+                stream = tls
+            # Replies can be large (a directory, a digest): the full item budget.
+            conn = Connection(stream, peer=f"{host}:{port}", limits=limits)
+            hello = Hello(PROTOCOL_VERSION_MIN, PROTOCOL_VERSION_MAX, cluster, node_id, token)
+            await stream.send_all(encode_frame(hello))
+            ack = await conn.receive_one()
+            done = True
+    except (
+        OSError,
+        ssl.SSLError,
+        trio.TooSlowError,
+        trio.BrokenResourceError,
+        trio.ClosedResourceError,
+        ProtocolError,
+        TransientError,
+    ) as exc:
+        raise TransientError(f"cannot connect to {host}:{port}: {exc}", Status.CONNFAILED) from None
+    finally:
+        # Failed, timed out or cancelled half-way: never leak the socket.
+        if not done and tcp is not None:
+            tcp.socket.close()
+    if not isinstance(ack, HelloAck) or ack.status != Status.OK:
+        await conn.aclose()
+        status = Status(ack.status) if isinstance(ack, HelloAck) else Status.BADMSG
+        why = f": {ack.message}" if isinstance(ack, HelloAck) and ack.message else ""
+        msg = f"{host}:{port} refused the handshake: {status.name}{why}"
+        if status == Status.ACCESS:
+            raise AccessDeniedError(msg)
+        raise TransientError(msg, Status.CONNFAILED)
+    conn.peer_node_id = ack.node_id
+    return conn
+
+
+async def serve_connection(
+    stream: trio.SocketStream,
+    *,
+    cluster: str,
+    node_id: int,
+    ssl_context: ssl.SSLContext | None = None,
+    authenticate: Callable[[Hello, tuple[str, str] | None], Awaitable[Any]] | None = None,
+    limits: ConnLimits = DEFAULT_LIMITS,
+    peer: str = "client",
+    budget: SendBudget | None = None,
+) -> Connection | None:
+    """Server side of the handshake.  Returns the connection, or None if it failed.
+
+    ``authenticate`` returns the peer's principal, or a ``(Status, reason)``
+    pair to refuse it.
+    """
+    _tcp(stream)
+    # Until Hello is accepted, only one small frame of few items is read.
+    decoder = FrameDecoder(frame_bytes_max=limits.hello_bytes_max, items_max=64)
+    conn: Connection | None = None
+    try:
+        with trio.fail_after(limits.handshake_s):
+            wrapped: trio.abc.Stream = stream
+            identity = None
+            if ssl_context is not None:
+                tls = TlsStream(stream, ssl_context, server_side=True)
+                await tls.do_handshake()
+                identity = peer_identity(tls.getpeercert())
+                wrapped = tls
+            conn = Connection(wrapped, peer=peer, limits=limits, decoder=decoder, budget=budget)
+            hello = await conn.receive_one()
+            if not isinstance(hello, Hello):
+                raise ProtocolError("first message must be Hello")
+            version = choose_version(hello.protocol_min, hello.protocol_max)
+            reason = ""
+            principal = None
+            if hello.cluster != cluster:
+                status, reason = Status.ACCESS, f"this node is of cluster {cluster!r}"
+            elif version is None:
+                status = Status.PROTONOSUPPORT
+            else:
+                status = Status.OK
+                if authenticate is not None:
+                    got = await authenticate(hello, identity)
+                    if isinstance(got, tuple):
+                        status, reason = got
+                    else:
+                        principal = got
+            ack = HelloAck(int(status), version or 0, node_id, reason[:1024])
+            await wrapped.send_all(encode_frame(ack))
+            if status != Status.OK:
+                await conn.aclose()
+                return None
+            conn.peer_node_id = hello.node_id
+            conn.principal = principal
+    except (
+        ProtocolError,
+        TransientError,
+        ssl.SSLError,
+        trio.TooSlowError,
+        trio.BrokenResourceError,
+        trio.ClosedResourceError,
+        OSError,
+    ):
+        if conn is not None:
+            await conn.aclose()
+        else:
+            await close_stream(stream)
+        return None
+    decoder.frame_bytes_max = FRAME_BYTES_MAX_DEFAULT
+    decoder.items_max = limits.items_max
+    return conn
+
+
+def handshake_sync(
+    host: str,
+    port: int,
+    cluster: str,
+    *,
+    timeout_s: float = 2.0,
+    ssl_context: ssl.SSLContext | None = None,
+    token: str | None = None,
+) -> bool:
+    """Blocking check that a node answers the handshake (for launchers and tests).
+
+    A node with TLS needs ``ssl_context`` (and ``token`` or a client
+    certificate in the context) to answer OK.
+    """
+    try:
+        with contextlib.ExitStack() as stack:
+            s: socket.socket = stack.enter_context(
+                socket.create_connection((host, port), timeout=timeout_s)
+            )
+            if ssl_context is not None:
+                s = stack.enter_context(ssl_context.wrap_socket(s, server_hostname=host))
+            hello = Hello(PROTOCOL_VERSION_MIN, PROTOCOL_VERSION_MAX, cluster, None, token)
+            s.sendall(encode_frame(hello))
+            buf = b""
+            while len(buf) < 4 or len(buf) < 4 + struct.unpack(">I", buf[:4])[0]:
+                chunk = s.recv(4096)
+                if not chunk:
+                    return False
+                buf += chunk
+            ack = decode_body(buf[4 : 4 + struct.unpack(">I", buf[:4])[0]])
+            return isinstance(ack, HelloAck) and ack.status == Status.OK
+    except (OSError, ProtocolError):
+        return False
