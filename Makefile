@@ -68,20 +68,26 @@ bench: venv-test
 bench-compare: venv-test
 	$(BIN)/python bench/compare.py --json bench/results/compare.json
 
-# Coverage-guided fuzzing of the codec and of a node's dispatch (atheris);
-# FUZZ_S seconds each, corpora kept in fuzz-corpus/.  CI runs a short pass.
+# Coverage-guided fuzzing (atheris) of the codec, of the committer's
+# handlers, and of a whole node's dispatch over sessions (stateful: one node
+# for the run, valid prefixes with mutated tails); FUZZ_S seconds each,
+# corpora kept in fuzz-corpus/, the coverage in each last line ("cov:").
+# CI runs a short pass of each.
 FUZZ_S ?= 300
 fuzz: venv-test
-	@mkdir -p fuzz-corpus/codec fuzz-corpus/dispatch
+	@mkdir -p fuzz-corpus/codec fuzz-corpus/dispatch fuzz-corpus/node
 	$(BIN)/python tests/fuzz/fuzz_codec.py -max_total_time=$(FUZZ_S) fuzz-corpus/codec
 	$(BIN)/python tests/fuzz/fuzz_dispatch.py -max_total_time=$(FUZZ_S) fuzz-corpus/dispatch
+	$(BIN)/python tests/fuzz/fuzz_node.py -max_total_time=$(FUZZ_S) -max_len=4096 fuzz-corpus/node
 
 # Failovers at length: 100 back-to-back rounds (CI runs 20), idempotent
-# appends across SIGKILLed sequencers, and 104 partition and kill events
-# across hosts in network namespaces with the history checker (CI runs 5).
+# appends across SIGKILLed sequencers, 104 partition and kill events across
+# hosts in network namespaces with the history checker (CI runs 5), and a
+# SIGSTOPped sequencer watched for a minute after SIGCONT (CI: 40 s).
 faults: venv-test zookeeper
 	LOGSTRAND_FAILOVER_ROUNDS=100 $(BIN)/python -m pytest -q tests/integration/test_failover.py tests/integration/test_idempotence.py
 	LOGSTRAND_PARTITION_EVENTS=104 $(BIN)/python -m pytest -q -s tests/integration/test_partitions.py
+	LOGSTRAND_PAUSE_WATCH_S=60 $(BIN)/python -m pytest -q -s tests/integration/test_pause.py
 
 # The seeded simulation over many more seeds than CI runs (tests/sim).
 soak: venv-test
