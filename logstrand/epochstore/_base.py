@@ -69,6 +69,10 @@ class MemberSession(abc.ABC):
     """
 
     node_id: int
+    #: How many times the session was lost (the process stopped past the
+    #: lease, a ZooKeeper session expired) and taken again: the node was
+    #: out of the membership meanwhile, and others may have taken its logs.
+    returns: int = 0
 
     @abc.abstractmethod
     def publish(self, *, sequencer: bool, why: str = "") -> None:

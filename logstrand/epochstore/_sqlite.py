@@ -107,7 +107,7 @@ class _SqliteMember(MemberSession):
             )
             if cur.rowcount == 0:
                 # Our lease ran out (a long pause): take it back if free.
-                db.execute(
+                taken = db.execute(
                     _TAKE,
                     (
                         self.node_id,
@@ -121,6 +121,8 @@ class _SqliteMember(MemberSession):
                         mono,
                     ),
                 )
+                if taken.rowcount == 1:
+                    self.returns += 1
 
     def _renew(self) -> None:
         every_s = self._store.lease_s / 3

@@ -235,6 +235,7 @@ class ZooKeeperEpochStore(EpochStore):
         for member in list(self._members):
             try:
                 self._create_member(member.node_id, member.data(), wait_s=30.0)
+                member.returns += 1
             except Exception:
                 _log.exception("could not re-register node %d", member.node_id)
 

@@ -70,11 +70,20 @@ class Health:
 
     async def run(self) -> None:
         """Publish what the node says whenever it changes (a hold-down ends
-        on the time alone: looked at every second)."""
+        on the time alone: looked at every second); hold down when the
+        membership session was lost and taken again."""
+        returns = self.session.returns if self.session is not None else 0
         while True:
             with trio.move_on_after(1.0):
                 await self._wake.wait()
             self._wake = trio.Event()
+            session = self.session
+            if session is not None and session.returns != returns:
+                returns = session.returns
+                _log.warning(
+                    "node %d: its membership session was lost and taken again", self.node_id
+                )
+                self.core.hold_down(trio.current_time(), "its membership session was lost")
             await self._publish()
 
     async def _publish(self) -> None:

@@ -530,3 +530,22 @@ def test_epoch_starts_are_kept_until_the_epoch_is_clean(store: EpochStore) -> No
     store.set_last_clean_epoch(1, 2)
     store.set_epoch_start(1, 3, 950)
     assert store.epoch_starts(1) == {3: 950}
+
+
+def test_a_lease_lost_and_taken_again_counts_as_a_return(tmp_path: Path) -> None:
+    """(SQLite: the row went, as when another process found the lease run out.)"""
+    from logstrand.epochstore import SqliteEpochStore
+
+    store = SqliteEpochStore(tmp_path / "c.db", lease_s=0.3)
+    other = SqliteEpochStore(tmp_path / "c.db", lease_s=0.3)
+    try:
+        session = store.register_member(5)
+        assert session.returns == 0
+        with other._tx() as db:
+            db.execute("DELETE FROM membership WHERE node_id = 5")
+        assert _wait(lambda: session.returns == 1, timeout_s=5)
+        assert 5 in other.alive_nodes()
+        session.close()
+    finally:
+        store.close()
+        other.close()

@@ -559,3 +559,35 @@ def test_entries_a_recovery_store_carries_are_kept_with_its_batch(opener: Opener
     assert Producers.unpack_entries(db.producers(3)) == [(9, entry)]
     assert lsns_of(db, 3) == [lsn, lsn + 1, lsn + 2]
     db.close()
+
+
+def test_disk_bytes_survives_files_rocksdb_deletes_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RocksDB deletes SST files as it compacts, between a listing and a
+    stat: the size leaves them out (the stateful fuzzer found GetNodeStatus
+    failing on it)."""
+    import os
+
+    from logstrand.logsdb._engine import RocksEngine
+
+    engine = RocksEngine(str(tmp_path / "db"))
+    real = os.scandir
+
+    class Gone:
+        name = "000001.sst"
+
+        def is_file(self) -> bool:
+            return True
+
+        def stat(self) -> os.stat_result:
+            raise FileNotFoundError(2, "No such file or directory", self.name)
+
+    def scandir(path: str) -> list[object]:
+        return [Gone(), *real(path)]
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    try:
+        assert engine.disk_bytes() > 0
+    finally:
+        engine.close()
