@@ -89,24 +89,9 @@ def append(
     append 1` writes every line), and print the LSNs."""
     url = require_url(url)
     args = payload or []
-    if sum(x is not None for x in (key, key_separator, key_field)) > 1:
-        fail("give at most one of --key, --key-separator and --key-field")
-    if sum((binary, delimiter is not None, record_per_file)) > 1:
-        fail("give at most one of --binary, --delimiter and --record-per-file")
-    if key_separator == "":
-        fail("--key-separator must not be empty")
     split = None if delimiter is None else _delimiter(delimiter)
     from_stdin = not record_per_file and args in ([], ["-"])
-    if (key_separator is not None or key_field is not None) and (
-        not from_stdin or binary or split is not None
-    ):
-        fail("--key-separator and --key-field split stdin lines, not an argument or bytes")
-    if record_per_file and not args:
-        fail("--record-per-file needs the files to append")
-    if not record_per_file and len(args) > 1:
-        fail("give one record (or --record-per-file FILE...)")
-    if not from_stdin and (binary or split is not None):
-        fail("--binary and --delimiter read stdin: give no record, or '-'")
+    _check(args, key, key_separator, key_field, binary, split, record_per_file, from_stdin)
     record_key = None if key is None else key.encode()
     with connect_client(url) as client:
         if record_per_file:
@@ -132,6 +117,35 @@ def append(
             f"appended {len(lsns)} records to log {log}: "
             f"LSNs {lsns[0]} ({format_lsn(lsns[0])}) .. {lsns[-1]} ({format_lsn(lsns[-1])})"
         )
+
+
+def _check(
+    args: list[str],
+    key: str | None,
+    key_separator: str | None,
+    key_field: str | None,
+    binary: bool,
+    split: bytes | None,
+    record_per_file: bool,
+    from_stdin: bool,
+) -> None:
+    """The options of ``append`` that do not go together (exit 2 when some do not)."""
+    if sum(x is not None for x in (key, key_separator, key_field)) > 1:
+        fail("give at most one of --key, --key-separator and --key-field")
+    if sum((binary, split is not None, record_per_file)) > 1:
+        fail("give at most one of --binary, --delimiter and --record-per-file")
+    if key_separator == "":
+        fail("--key-separator must not be empty")
+    if (key_separator is not None or key_field is not None) and (
+        not from_stdin or binary or split is not None
+    ):
+        fail("--key-separator and --key-field split stdin lines, not an argument or bytes")
+    if record_per_file and not args:
+        fail("--record-per-file needs the files to append")
+    if not record_per_file and len(args) > 1:
+        fail("give one record (or --record-per-file FILE...)")
+    if not from_stdin and (binary or split is not None):
+        fail("--binary and --delimiter read stdin: give no record, or '-'")
 
 
 def _delimiter(text: str) -> bytes:

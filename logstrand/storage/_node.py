@@ -273,21 +273,7 @@ class Node:
         upkeep = self.upkeep = Upkeep(self.node_id, opts, committer, metrics, view, data_dir)
         register_handlers(self, committer, reads, drops, nursery)
         listeners = await trio.open_tcp_listeners(port, host=host)
-        health = self.health = Health(self.health_core, view, metrics)
-        view.on_members(health.on_members)
-        gossiper = self.gossiper = Gossiper(
-            FailureDetector(self.node_id, dead_after_s=opts.dead_after_s),
-            view,
-            peers,
-            health,
-            metrics,
-            opts.gossip_s,
-        )
-        view.on_members(gossiper.on_members)
-        self.server.register(Gossip, gossiper.handle_gossip)
-        self.server.register(GetClusterState, gossiper.handle_cluster_state)
-        session = await health.register()
-        self._closing.append(_in_thread(session.close))
+        health, gossiper = await self._join(peers)
         if metrics_at is not None:
             server = metrics.serve(metrics_at[1], metrics_at[0])
             self._closing.append(_sync(server.shutdown))
@@ -314,6 +300,26 @@ class Node:
         for extension in self.extensions:
             await nursery.start(extension.run, self)
         await nursery.start(self.server.serve, listeners)
+
+    async def _join(self, peers: Peers) -> tuple[Health, Gossiper]:
+        """Make the node's health and failure detector, and join the membership."""
+        view, opts, metrics = self.view, self.options, self.metrics
+        health = self.health = Health(self.health_core, view, metrics)
+        view.on_members(health.on_members)
+        gossiper = self.gossiper = Gossiper(
+            FailureDetector(self.node_id, dead_after_s=opts.dead_after_s),
+            view,
+            peers,
+            health,
+            metrics,
+            opts.gossip_s,
+        )
+        view.on_members(gossiper.on_members)
+        self.server.register(Gossip, gossiper.handle_gossip)
+        self.server.register(GetClusterState, gossiper.handle_cluster_state)
+        session = await health.register()
+        self._closing.append(_in_thread(session.close))
+        return health, gossiper
 
     async def _on_store_reply(self, reply: Any) -> None:
         if not self.rebuilder.on_store_reply(reply):
