@@ -22,8 +22,8 @@ import tempfile
 import time
 from typing import Any
 
+from logstrand.batch import make_batch
 from logstrand.logsdb import LogsDB, LogsDBOptions, PutBatch
-from logstrand.records import RecordBatch
 
 BATCH = 1000
 
@@ -34,16 +34,10 @@ def one_run(n: int, size: int, blob_min: int | None) -> dict[str, float]:
         db = LogsDB.open(d, LogsDBOptions(blob_min_bytes=blob_min))
         # Incompressible payloads, as most large records are (or are already
         # compressed): RocksDB would squeeze a repeated byte to nothing.
-        payloads = tuple(os.urandom(size) for _ in range(BATCH))
+        payloads = [os.urandom(size) for _ in range(BATCH)]
         now = int(time.time() * 1000)
         batches = [
-            RecordBatch(
-                tuple(range(s, s + BATCH)),
-                (now,) * BATCH,
-                (0,) * BATCH,
-                (None,) * BATCH,
-                payloads,
-            )
+            make_batch(range(s, s + BATCH), payloads, timestamps_ms=now)
             for s in range(1, n + 1, BATCH)
         ]
         t0 = time.perf_counter()

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import rocksdict
 
+from logstrand.batch import make_batch
 from logstrand.logsdb import LogsDB, PutBatch
-from logstrand.wire import RecordBatch
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -71,13 +71,9 @@ def _logsdb(path: str, n: int, size: int, sync: bool) -> tuple[float, float]:
     db = LogsDB.open(path)
     payload = b"p" * size
     now = int(time.time() * 1000)
-    ts = (now,) * BATCH
-    flags = (0,) * BATCH
-    keys = (None,) * BATCH
-    payloads = (payload,) * BATCH
+    payloads = [payload] * BATCH
     batches = [
-        RecordBatch(tuple(range(s, s + BATCH)), ts, flags, keys, payloads)
-        for s in range(1, n + 1, BATCH)
+        make_batch(range(s, s + BATCH), payloads, timestamps_ms=now) for s in range(1, n + 1, BATCH)
     ]
     t0 = time.perf_counter()
     for rb in batches:

@@ -21,10 +21,9 @@ import timeit
 import trio
 
 import logstrand
+from logstrand.batch import PackedBatch, make_batch
 from logstrand.epochstore import LogAttributes, NodeConfig, open_epoch_store
 from logstrand.net import connect
-from logstrand.packed import PackedBatch
-from logstrand.records import make_batch
 from logstrand.storage import Node
 from logstrand.testing import LocalCluster, free_port
 from logstrand.wire import Ping
@@ -32,10 +31,10 @@ from logstrand.wire import Ping
 
 def codec() -> None:
     n = 1000
-    rb = make_batch(list(range(1, n + 1)), [b"p" * 100] * n, timestamps_ms=1)
+    lsns, payloads = list(range(1, n + 1)), [b"p" * 100] * n
     t0 = time.perf_counter()
     for _ in range(200):
-        pb = PackedBatch.of_records(rb, wave=1, copyset=(1, 2))
+        pb = make_batch(lsns, payloads, timestamps_ms=1, wave=1, copyset=(1, 2))
     enc = 200 * n / (time.perf_counter() - t0)
     t0 = time.perf_counter()
     for _ in range(200):
@@ -50,8 +49,7 @@ def codec() -> None:
 def restamp() -> None:
     """A sequencer's work per STORE wave: a new header in front of the client's body."""
     for n, size in ((1000, 100), (100, 10 * 1024)):
-        rb = make_batch(list(range(n)), [b"p" * size] * n, timestamps_ms=0)
-        pb = PackedBatch.of_records(rb)
+        pb = make_batch(list(range(n)), [b"p" * size] * n, timestamps_ms=0)
 
         def one(pb: PackedBatch = pb) -> object:
             return pb.restamp(first_lsn=(1 << 32) | 1, timestamp_ms=5, wave=1, copyset=(1, 2))

@@ -56,12 +56,9 @@ def parse_duration_ms(text: str) -> int:
     m = _DURATION_RE.match(text)
     if not m:
         raise ValueError(f"bad duration {text!r}: use a number and a unit (ms, s, m, h, d, w)")
-    ms = Fraction(m.group(1)) * _DURATION_UNITS_MS[m.group(2)]
-    if ms.denominator != 1:
-        raise ValueError(f"bad duration {text!r}: not a whole number of milliseconds")
-    if ms > DURATION_MS_MAX:
-        raise ValueError(f"bad duration {text!r}: longer than {DURATION_MS_MAX} ms")
-    return int(ms)
+    return _whole(
+        m.group(1), _DURATION_UNITS_MS[m.group(2)], DURATION_MS_MAX, f"duration {text!r}", "ms"
+    )
 
 
 _SIZE_UNITS = {
@@ -90,12 +87,18 @@ def parse_size(text: str) -> int:
     m = _SIZE_RE.match(t)
     if not m or m.group(2) not in _SIZE_UNITS:
         raise ValueError(f"{text!r} is not a size (e.g. 64MiB, 500kB, 1024)")
-    size = Fraction(m.group(1)) * _SIZE_UNITS[m.group(2)]
-    if size.denominator != 1:
-        raise ValueError(f"{text!r} is not a whole number of bytes")
-    if size > SIZE_MAX:
-        raise ValueError(f"{text!r} is more than {SIZE_MAX} bytes")
-    return int(size)
+    return _whole(m.group(1), _SIZE_UNITS[m.group(2)], SIZE_MAX, f"size {text!r}", "bytes")
+
+
+def _whole(number: str, unit: int, most: int, what: str, base: str) -> int:
+    """``number`` times ``unit``, exactly: a whole number of ``base`` from 0
+    to ``most`` (a ValueError about ``what`` otherwise)."""
+    value = Fraction(number) * unit
+    if value.denominator != 1:
+        raise ValueError(f"bad {what}: not a whole number of {base}")
+    if value > most:
+        raise ValueError(f"bad {what}: more than {most} {base}")
+    return int(value)
 
 
 def format_duration_ms(ms: int) -> str:
@@ -153,3 +156,11 @@ def looks_like_time(text: str) -> bool:
     """Tell a time (for --from) from an LSN: times have a date, a unit or 'now'."""
     t = text.strip()
     return t == "now" or t.endswith(" ago") or "-" in t or ":" in t
+
+
+def format_size(n: int) -> str:
+    """The largest binary unit that divides ``n`` exactly: 67108864 → ``64MiB``."""
+    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n and n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)

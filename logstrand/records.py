@@ -1,44 +1,31 @@
 """The record vocabulary: what a record is, wherever it is (pure, no I/O).
 
 One definition, imported by the wire, LogsDB, the sequencer, the nodes and the
-client:
+client (a batch of records, the one format they travel and rest in, is
+``logstrand.batch``):
 
-* ``RecordBatch``: the columns of one batch of records of a log, and its packed
-  form (one bytes value, not one CBOR map per record);
 * ``RecordFlags``: what a copy is (a hole plug, a bridge, a tombstone, written by
   recovery);
 * ``precedence``: which of two differing copies of one LSN wins, for recovery
   and readers alike;
 * the limits: key and payload sizes, ESN and epoch bounds, log ids.
-
-Packed layout of a batch (all integers big-endian)::
-
-    u32 count
-    u64 lsn[count]
-    u64 timestamp_ms[count]
-    u16 flags[count]
-    i32 key_len[count]       (-1: no key)
-    i32 payload_len[count]   (-1: tombstone, payload None)
-    key bytes, concatenated
-    payload bytes, concatenated
 """
 
 from __future__ import annotations
 
 import enum
-import struct
 from typing import TYPE_CHECKING, Final
 
-import attrs
-
-from .errors import InvalidArgumentError, ProtocolError
+from ._units import parse_uint
+from .errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping
 
 
 class RecordFlags(enum.IntFlag):
-    """Flags of a record copy (u16; the low byte travels in ``RecordBatch.flags``)."""
+    """Flags of a record copy (u16: the low byte travels with records, the
+    high byte is LogsDB's own)."""
 
     #: A hole plug: recovery found no copy of a record that was never acknowledged.
     HOLE = 0x0001
@@ -78,8 +65,14 @@ LOG_ID_MAX: Final = LOG_ID_INTERNAL_BIT - 1
 POSITIONS_LOG_ID: Final = LOG_ID_INTERNAL_BIT | 1
 #: The internal logs that exist: clients read and append to them like any log.
 INTERNAL_LOGS: Final = frozenset({POSITIONS_LOG_ID})
+#: What a user may be granted on a range of logs (docs/security.md).
+OPS: Final = ("read", "append", "trim", "admin")
 #: Nodes in one copyset, at most.
 COPYSET_SIZE_MAX: Final = 0xFF
+#: Bytes of one idempotent producer's batch entry as it travels and rests
+#: (``logstrand.idempotence``): producer id, sequence number, record count,
+#: first LSN, timestamp.
+PRODUCER_ENTRY_BYTES: Final = 36
 
 
 def precedence(flags: int, wave: int) -> tuple[int, int]:
@@ -108,174 +101,26 @@ def check_log_id(log_id: int, *, internal: bool = False) -> int:
     return log_id
 
 
-_COUNT = struct.Struct(">I")
-_COUNT_MAX = 1 << 24
-_FLAGS_MAX = 0xFFFF
-_U64_MAX = 2**64 - 1
+def parse_log_range(
+    text: str, named: Mapping[str, tuple[int, int]] | None = None
+) -> tuple[int, int]:
+    """A range of logs as typed: ``7``, ``1..100`` (or a name of ``named``)
+    → (first, last), with 1 <= first <= last <= LOG_ID_MAX, or one internal log.
 
-
-def _check_u64_list(name: str, values: Sequence[int]) -> None:
-    for v in values:
-        if type(v) is not int or not 0 <= v <= _U64_MAX:
-            raise ValueError(f"{name} must be u64 ints")
-
-
-@attrs.frozen(slots=True)
-class RecordBatch:
-    """Columns of one batch of records of a single log.
-
-    ``payloads[i] is None`` marks a tombstone.  All sequences have one entry per
-    record.
+    Raises:
+        InvalidArgumentError: anything else.
     """
-
-    lsns: tuple[int, ...]
-    timestamps_ms: tuple[int, ...]
-    flags: tuple[int, ...]
-    keys: tuple[bytes | None, ...]
-    payloads: tuple[bytes | None, ...]
-
-    def __attrs_post_init__(self) -> None:
-        n = len(self.lsns)
-        if n > _COUNT_MAX:
-            raise ValueError(f"batch of {n} records is over the limit {_COUNT_MAX}")
-        if not (
-            len(self.timestamps_ms) == len(self.flags) == len(self.keys) == len(self.payloads) == n
-        ):
-            raise ValueError("record batch columns differ in length")
-        _check_u64_list("lsns", self.lsns)
-        _check_u64_list("timestamps_ms", self.timestamps_ms)
-        for f in self.flags:
-            if type(f) is not int or not 0 <= f <= _FLAGS_MAX:
-                raise ValueError("flags must be u16 ints")
-        for k in self.keys:
-            if k is not None and type(k) is not bytes:
-                raise ValueError("keys must be bytes or None")
-        for p in self.payloads:
-            if p is not None and type(p) is not bytes:
-                raise ValueError("payloads must be bytes or None")
-
-    def __len__(self) -> int:
-        return len(self.lsns)
-
-    @classmethod
-    def trusted(
-        cls,
-        lsns: tuple[int, ...],
-        timestamps_ms: tuple[int, ...],
-        flags: tuple[int, ...],
-        keys: tuple[bytes | None, ...],
-        payloads: tuple[bytes | None, ...],
-    ) -> RecordBatch:
-        """Build a batch from columns already known to be valid, without checking them.
-
-        For the hot path only: columns that came out of ``unpack`` (whose
-        struct formats guarantee the ranges) or out of a validated batch.
-        """
-        batch = object.__new__(cls)
-        object.__setattr__(batch, "lsns", lsns)
-        object.__setattr__(batch, "timestamps_ms", timestamps_ms)
-        object.__setattr__(batch, "flags", flags)
-        object.__setattr__(batch, "keys", keys)
-        object.__setattr__(batch, "payloads", payloads)
-        return batch
-
-    def take(self, indices: Sequence[int]) -> RecordBatch:
-        """The records at ``indices``, in that order."""
-        return RecordBatch.trusted(
-            tuple(self.lsns[i] for i in indices),
-            tuple(self.timestamps_ms[i] for i in indices),
-            tuple(self.flags[i] for i in indices),
-            tuple(self.keys[i] for i in indices),
-            tuple(self.payloads[i] for i in indices),
-        )
-
-    @property
-    def payload_bytes(self) -> int:
-        return sum(len(p) for p in self.payloads if p is not None)
-
-    def pack(self) -> bytes:
-        n = len(self.lsns)
-        key_lens = [-1 if k is None else len(k) for k in self.keys]
-        payload_lens = [-1 if p is None else len(p) for p in self.payloads]
-        head = struct.pack(
-            f">I{n}Q{n}Q{n}H{n}i{n}i",
-            n,
-            *self.lsns,
-            *self.timestamps_ms,
-            *self.flags,
-            *key_lens,
-            *payload_lens,
-        )
-        parts = [head]
-        parts.extend(k for k in self.keys if k)
-        parts.extend(p for p in self.payloads if p)
-        return b"".join(parts)
-
-    @classmethod
-    def unpack(cls, data: bytes) -> RecordBatch:
-        """Decode a packed batch.
-
-        Raises:
-            ProtocolError: truncated, trailing or inconsistent bytes.
-        """
-        if len(data) < _COUNT.size:
-            raise ProtocolError("record batch truncated before its count")
-        (n,) = _COUNT.unpack_from(data, 0)
-        if n > _COUNT_MAX:
-            raise ProtocolError(f"record batch count {n} over the limit")
-        head_size = 4 + n * (8 + 8 + 2 + 4 + 4)
-        if len(data) < head_size:
-            raise ProtocolError("record batch truncated in its header")
-        cols = struct.unpack_from(f">{n}Q{n}Q{n}H{n}i{n}i", data, 4)
-        lsns = cols[0:n]
-        timestamps = cols[n : 2 * n]
-        flags = cols[2 * n : 3 * n]
-        key_lens = cols[3 * n : 4 * n]
-        payload_lens = cols[4 * n : 5 * n]
-        pos = head_size
-        end = len(data)
-        keys: list[bytes | None] = []
-        for kl in key_lens:
-            if kl < 0:
-                if kl != -1:
-                    raise ProtocolError("bad key length in record batch")
-                keys.append(None)
-                continue
-            if pos + kl > end:
-                raise ProtocolError("record batch truncated in its keys")
-            keys.append(data[pos : pos + kl])
-            pos += kl
-        payloads: list[bytes | None] = []
-        for pl in payload_lens:
-            if pl < 0:
-                if pl != -1:
-                    raise ProtocolError("bad payload length in record batch")
-                payloads.append(None)
-                continue
-            if pos + pl > end:
-                raise ProtocolError("record batch truncated in its payloads")
-            payloads.append(data[pos : pos + pl])
-            pos += pl
-        if pos != end:
-            raise ProtocolError(f"{end - pos} trailing bytes after record batch")
-        # The struct formats above bound every number: no need to check again.
-        return cls.trusted(lsns, timestamps, flags, tuple(keys), tuple(payloads))
-
-
-def make_batch(
-    lsns: Sequence[int],
-    payloads: Sequence[bytes | None],
-    *,
-    timestamps_ms: Sequence[int] | int,
-    keys: Sequence[bytes | None] | None = None,
-    flags: Sequence[int] | int = 0,
-) -> RecordBatch:
-    """A RecordBatch from plain sequences; scalar timestamps and flags apply to all."""
-    n = len(lsns)
-    return RecordBatch(
-        tuple(lsns),
-        tuple(timestamps_ms) if not isinstance(timestamps_ms, int) else (timestamps_ms,) * n,
-        tuple(flags) if not isinstance(flags, int) else (flags,) * n,
-        tuple(keys) if keys is not None else (None,) * n,
-        tuple(payloads),
-    )
+    text = text.strip()
+    if named and text in named:
+        return named[text]
+    first_s, sep, last_s = text.partition("..")
+    try:
+        first = parse_uint(first_s, "log id")
+        last = parse_uint(last_s, "log id") if sep else first
+    except ValueError:
+        forms = ", ".join(["N", "FIRST..LAST", *(named or ())])
+        raise InvalidArgumentError(f"bad log range {text!r}: use {forms} (digits 0-9)") from None
+    internal = first == last and first in INTERNAL_LOGS
+    if not (1 <= first <= last <= LOG_ID_MAX or internal):
+        raise InvalidArgumentError(f"bad log range {text!r}: need 1 <= FIRST <= LAST < 2^63")
+    return first, last

@@ -17,18 +17,19 @@ import typer
 from rich.table import Table
 
 from .._units import format_bytes
+from ..batch import make_batch
 from ..errors import InvalidArgumentError, LogstrandError, collapse
-from ..logsdb import LogsDB, LogsDBOptions, PutBatch, make_batch
+from ..logsdb import LogsDB, LogsDBOptions, PutBatch
 from ..types import format_lsn
 from ._append import append
 from ._cluster import dev_app
 from ._common import EXIT_FAILED, EXIT_USAGE, console, err_console
 from ._groups import groups_app
-from ._logs import logs_app, nodes_app
+from ._log_ops import compact, info, trim
+from ._logs import logs_app
 from ._node import node
-from ._ops import compact, info, status, trim
+from ._nodes import cluster_app, drain, nodes_app, rebuild, status, undrain
 from ._read import find_time, read
-from ._rebuild import cluster_app, drain, rebuild, undrain
 from ._security import acl_app, tls_app, users_app
 
 app = typer.Typer(

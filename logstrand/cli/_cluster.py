@@ -75,7 +75,7 @@ def dev_up(
             for node_id in list(cluster.procs):
                 if not cluster.alive(node_id):
                     console.print(f"node {node_id} exited; see {directory}/logs/node{node_id}.log")
-                    cluster.procs.pop(node_id)
+                    cluster.stop_node(node_id)
             time.sleep(0.2)
     finally:
         cluster.stop()

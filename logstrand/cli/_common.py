@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -14,6 +15,8 @@ from ..epochstore import EpochStore, open_epoch_store
 from ..records import LOG_ID_MAX
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..client import Client
 
 console = Console()
@@ -101,3 +104,30 @@ def size_option(value: str, name: str) -> int:
 
 def print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, sort_keys=True) + "\n")
+
+
+# -- commands whose options are declared in a table ------------------------------
+
+_KEYWORD = inspect.Parameter.KEYWORD_ONLY
+REQUIRED = inspect.Parameter.empty
+
+
+def keyword(name: str, kind: Any, default: Any, option: Any) -> inspect.Parameter:
+    """One option of a command whose parameters are a table (``declared``):
+    ``name`` is the parameter, ``option`` its ``typer.Option``/``Argument``."""
+    return inspect.Parameter(name, _KEYWORD, default=default, annotation=Annotated[kind, option])
+
+
+def declared(*parameters: inspect.Parameter) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Give a ``def command(**params)`` these parameters, for typer (which
+    reads ``__signature__``); the command gets them as keyword arguments."""
+
+    def give(command: Callable[..., Any]) -> Callable[..., Any]:
+        command.__signature__ = inspect.Signature(list(parameters))  # type: ignore[attr-defined]
+        return command
+
+    return give
+
+
+URL = inspect.Parameter("url", _KEYWORD, default=None, annotation=UrlOption)
+JSON = inspect.Parameter("as_json", _KEYWORD, default=False, annotation=JsonOption)

@@ -1,34 +1,35 @@
-"""``logstrand logs ...`` and ``logstrand nodes ...``: the cluster configuration."""
+"""``logstrand logs ...``: the logs of the cluster configuration and their attributes."""
 
 from __future__ import annotations
 
+import inspect
 from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.table import Table
 
 from .._units import format_bytes, format_duration_ms
-from ..epochstore import COMPRESSIONS, DURABILITIES, SCOPES, LogAttributes, LogRange, NodeConfig
-from ..epochstore import parse_log_range as _parse_range
+from ..epochstore import COMPRESSIONS, DURABILITIES, SCOPES, LogAttributes, LogRange
 from ..errors import InvalidArgumentError
-from ..rebuilding._core import removable
+from ..records import parse_log_range as _parse_range
 from ._common import (
-    EXIT_FAILED,
+    JSON,
+    REQUIRED,
+    URL,
     JsonOption,
     LogArg,
     UrlOption,
     console,
+    declared,
     duration_option,
-    err_console,
     fail,
+    keyword,
     open_store,
-    parse_node_id,
     print_json,
     size_option,
 )
 
 logs_app = typer.Typer(help="Create, list, change and remove logs.", no_args_is_help=True)
-nodes_app = typer.Typer(help="The nodes of the cluster configuration.", no_args_is_help=True)
 
 
 def _range(text: str) -> tuple[int, int]:
@@ -71,174 +72,166 @@ def _attributes_row(r: LogRange) -> list[str]:
     ]
 
 
-ReplicationOpt = Annotated[
-    int | None, typer.Option("--replication", "-r", help="Copies of each record (R).")
-]
-NodesetOpt = Annotated[
-    int | None, typer.Option("--nodeset", help="Nodes that hold the log (default: all).")
-]
-AcrossOpt = Annotated[
-    str | None, typer.Option("--replicate-across", help=f"Failure domain: {', '.join(SCOPES)}.")
-]
-RetentionOpt = Annotated[
-    str | None, typer.Option("--retention", help="Trim records older than this, e.g. 7d.")
-]
-RetentionBytesOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--retention-bytes",
-        help="Keep about this much of the log (one copy of each record), e.g. 10GiB; "
-        "the oldest records are trimmed first.",
-    ),
-]
-CompactOpt = Annotated[bool, typer.Option("--compact", help="Keep the latest record per key.")]
-DelRetOpt = Annotated[
-    str | None, typer.Option("--delete-retention", help="How long tombstones stay (default 1d).")
-]
-LagOpt = Annotated[
-    str | None, typer.Option("--min-compaction-lag", help="Never compact younger records.")
-]
-MaxLagOpt = Annotated[
-    str | None, typer.Option("--max-compaction-lag", help="Compact records at most this old.")
-]
-RatioOpt = Annotated[
-    float | None,
-    typer.Option("--min-cleanable-ratio", help="Dirty share that triggers cleaning (0-1)."),
-]
-DurabilityOpt = Annotated[
-    str | None, typer.Option("--durability", help=f"Store writes: {', '.join(DURABILITIES)}.")
-]
-CompressionOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--compression",
-        help=f"How clients compress batches: {', '.join(COMPRESSIONS)} (default none).",
-    ),
-]
+def _attribute_options(compact: inspect.Parameter) -> list[inspect.Parameter]:
+    """The options of ``logs create`` and ``logs update``: one per attribute."""
+    return [
+        keyword(
+            "replication",
+            int | None,
+            None,
+            typer.Option("--replication", "-r", help="Copies of each record (R)."),
+        ),
+        keyword(
+            "nodeset",
+            int | None,
+            None,
+            typer.Option("--nodeset", help="Nodes that hold the log (default: all)."),
+        ),
+        keyword(
+            "replicate_across",
+            str | None,
+            None,
+            typer.Option("--replicate-across", help=f"Failure domain: {', '.join(SCOPES)}."),
+        ),
+        keyword(
+            "retention",
+            str | None,
+            None,
+            typer.Option("--retention", help="Trim records older than this, e.g. 7d."),
+        ),
+        compact,
+        keyword(
+            "delete_retention",
+            str | None,
+            None,
+            typer.Option("--delete-retention", help="How long tombstones stay (default 1d)."),
+        ),
+        keyword(
+            "min_compaction_lag",
+            str | None,
+            None,
+            typer.Option("--min-compaction-lag", help="Never compact younger records."),
+        ),
+        keyword(
+            "max_compaction_lag",
+            str | None,
+            None,
+            typer.Option("--max-compaction-lag", help="Compact records at most this old."),
+        ),
+        keyword(
+            "min_cleanable_ratio",
+            float | None,
+            None,
+            typer.Option("--min-cleanable-ratio", help="Dirty share that triggers cleaning (0-1)."),
+        ),
+        keyword(
+            "durability",
+            str | None,
+            None,
+            typer.Option("--durability", help=f"Store writes: {', '.join(DURABILITIES)}."),
+        ),
+        keyword(
+            "compression",
+            str | None,
+            None,
+            typer.Option(
+                "--compression",
+                help=f"How clients compress batches: {', '.join(COMPRESSIONS)} (default none).",
+            ),
+        ),
+        keyword(
+            "retention_bytes",
+            str | None,
+            None,
+            typer.Option(
+                "--retention-bytes",
+                help="Keep about this much of the log (one copy of each record), e.g. 10GiB; "
+                "the oldest records are trimmed first.",
+            ),
+        ),
+        URL,
+        JSON,
+    ]
 
 
-def _changes(
-    replication: int | None,
-    nodeset: int | None,
-    replicate_across: str | None,
-    retention: str | None,
-    compact: bool | None,
-    delete_retention: str | None,
-    min_compaction_lag: str | None,
-    max_compaction_lag: str | None,
-    min_cleanable_ratio: float | None,
-    durability: str | None,
-    compression: str | None = None,
-    retention_bytes: str | None = None,
-) -> dict[str, Any]:
+def _changes(p: dict[str, Any]) -> dict[str, Any]:
+    """The attributes the options give (the ones not given left out)."""
+    retention_bytes = p["retention_bytes"]
     changes: dict[str, Any] = {
         "retention_bytes": None
         if retention_bytes is None
         else size_option(retention_bytes, "--retention-bytes") or _fail_zero(),
-        "replication_factor": replication,
-        "nodeset_size": nodeset,
-        "replicate_across": _choice(replicate_across, SCOPES, "--replicate-across"),
-        "retention_ms": duration_option(retention, "--retention"),
-        "delete_retention_ms": duration_option(delete_retention, "--delete-retention"),
-        "min_compaction_lag_ms": duration_option(min_compaction_lag, "--min-compaction-lag"),
-        "max_compaction_lag_ms": duration_option(max_compaction_lag, "--max-compaction-lag"),
-        "min_cleanable_ratio": min_cleanable_ratio,
-        "durability": _choice(durability, DURABILITIES, "--durability"),
-        "compression": _choice(compression, COMPRESSIONS, "--compression"),
+        "replication_factor": p["replication"],
+        "nodeset_size": p["nodeset"],
+        "replicate_across": _choice(p["replicate_across"], SCOPES, "--replicate-across"),
+        "retention_ms": duration_option(p["retention"], "--retention"),
+        "min_cleanable_ratio": p["min_cleanable_ratio"],
+        "durability": _choice(p["durability"], DURABILITIES, "--durability"),
+        "compression": _choice(p["compression"], COMPRESSIONS, "--compression"),
     }
-    if compact is not None:
-        retained = retention or retention_bytes
+    for name in ("delete_retention", "min_compaction_lag", "max_compaction_lag"):
+        changes[f"{name}_ms"] = duration_option(p[name], "--" + name.replace("_", "-"))
+    if p["compact"] is not None:
+        compact, retained = p["compact"], p["retention"] or retention_bytes
         policy = "compact,delete" if compact and retained else "compact" if compact else "delete"
         changes["cleanup_policy"] = policy
     return {k: v for k, v in changes.items() if v is not None}
 
 
 @logs_app.command("create")
-def create(
-    logs: Annotated[str, typer.Argument(help="A log id or a range FIRST..LAST.")],
-    replication: ReplicationOpt = None,
-    nodeset: NodesetOpt = None,
-    replicate_across: AcrossOpt = None,
-    retention: RetentionOpt = None,
-    compact: CompactOpt = False,
-    delete_retention: DelRetOpt = None,
-    min_compaction_lag: LagOpt = None,
-    max_compaction_lag: MaxLagOpt = None,
-    min_cleanable_ratio: RatioOpt = None,
-    durability: DurabilityOpt = None,
-    compression: CompressionOpt = None,
-    retention_bytes: RetentionBytesOpt = None,
-    url: UrlOption = None,
-    as_json: JsonOption = False,
-) -> None:
+@declared(
+    keyword("logs", str, REQUIRED, typer.Argument(help="A log id or a range FIRST..LAST.")),
+    *_attribute_options(
+        keyword(
+            "compact",
+            bool,
+            False,
+            typer.Option("--compact", help="Keep the latest record per key."),
+        )
+    ),
+)
+def create(**params: Any) -> None:
     """Create a range of logs with the given attributes."""
-    first, last = _range(logs)
-    if not compact and (delete_retention or min_compaction_lag or max_compaction_lag):
+    first, last = _range(params["logs"])
+    lags = ("delete_retention", "min_compaction_lag", "max_compaction_lag")
+    if not params["compact"] and any(params[name] for name in lags):
         fail("--delete-retention and the compaction lags only apply with --compact")
-    changes = _changes(
-        replication,
-        nodeset,
-        replicate_across,
-        retention,
-        compact,
-        delete_retention,
-        min_compaction_lag,
-        max_compaction_lag,
-        min_cleanable_ratio,
-        durability,
-        compression,
-        retention_bytes,
-    )
+    changes = _changes(params)
     attributes = LogAttributes.from_json({**LogAttributes().to_json(), **changes})
-    with open_store(url) as store:
+    with open_store(params["url"]) as store:
         created = store.create_logs(first, last, attributes)
-    if as_json:
+    if params["as_json"]:
         print_json(created.to_json())
     else:
         console.print(f"created logs {first}..{last}")
 
 
 @logs_app.command("update")
-def update(
-    logs: Annotated[str, typer.Argument(help="An existing range FIRST..LAST (or one log id).")],
-    replication: ReplicationOpt = None,
-    nodeset: NodesetOpt = None,
-    replicate_across: AcrossOpt = None,
-    retention: RetentionOpt = None,
-    compact: Annotated[
-        bool | None, typer.Option("--compact/--no-compact", help="Turn compaction on or off.")
-    ] = None,
-    delete_retention: DelRetOpt = None,
-    min_compaction_lag: LagOpt = None,
-    max_compaction_lag: MaxLagOpt = None,
-    min_cleanable_ratio: RatioOpt = None,
-    durability: DurabilityOpt = None,
-    compression: CompressionOpt = None,
-    retention_bytes: RetentionBytesOpt = None,
-    url: UrlOption = None,
-    as_json: JsonOption = False,
-) -> None:
+@declared(
+    keyword(
+        "logs",
+        str,
+        REQUIRED,
+        typer.Argument(help="An existing range FIRST..LAST (or one log id)."),
+    ),
+    *_attribute_options(
+        keyword(
+            "compact",
+            bool | None,
+            None,
+            typer.Option("--compact/--no-compact", help="Turn compaction on or off."),
+        )
+    ),
+)
+def update(**params: Any) -> None:
     """Change attributes of an existing range; the others stay as they are."""
-    first, last = _range(logs)
-    changes = _changes(
-        replication,
-        nodeset,
-        replicate_across,
-        retention,
-        compact,
-        delete_retention,
-        min_compaction_lag,
-        max_compaction_lag,
-        min_cleanable_ratio,
-        durability,
-        compression,
-        retention_bytes,
-    )
+    first, last = _range(params["logs"])
+    changes = _changes(params)
     if not changes:
         fail("nothing to change: give at least one attribute option")
-    with open_store(url) as store:
+    with open_store(params["url"]) as store:
         updated = store.update_logs(first, last, **changes)
-    if as_json:
+    if params["as_json"]:
         print_json(updated.to_json())
     else:
         console.print(f"updated logs {first}..{last}: {', '.join(sorted(changes))}")
@@ -319,70 +312,3 @@ def show(
     console.print(f"  {'last clean':<14} {lce}")
     for h in epochs.history:
         console.print(f"  epoch {h.since}+: nodeset {list(h.nodeset)}, R={h.replication_factor}")
-
-
-@nodes_app.command("add")
-def nodes_add(
-    node_id: Annotated[
-        int, typer.Option("--id", help="Node id (1 or more).", parser=parse_node_id)
-    ],
-    address: Annotated[str, typer.Option("--address", help="host:port it serves on.")],
-    location: Annotated[str, typer.Option(help="Failure domain: region.dc.rack.")] = "",
-    weight: Annotated[float, typer.Option(help="Relative weight.")] = 1.0,
-    roles: Annotated[str, typer.Option(help="storage,sequencer")] = "storage,sequencer",
-    url: UrlOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Add a node to the configuration."""
-    config = NodeConfig(node_id, address, location, weight, tuple(roles.split(",")))
-    with open_store(url) as store:
-        store.add_node(config)
-    if as_json:
-        print_json(config.to_json())
-    else:
-        console.print(f"added node {node_id} at {address}")
-
-
-@nodes_app.command("remove")
-def nodes_remove(
-    node_id: Annotated[int, typer.Argument(help="Node id.")],
-    force: Annotated[
-        bool,
-        typer.Option("--force", help="Remove it even if it is not drained (its copies are lost)."),
-    ] = False,
-    url: UrlOption = None,
-) -> None:
-    """Remove a node from the configuration.  Only a drained or rebuilt node
-    (AUTHORITATIVE_EMPTY): 'logstrand drain NODE --wait' first."""
-    with open_store(url) as store:
-        why = removable(store.rebuilding_state(), node_id) if node_id in store.nodes() else None
-        if why is not None and not force:
-            fail(why, EXIT_FAILED)
-        if why is not None:
-            err_console.print(
-                f"[yellow]warning:[/] {why}; removed anyway (--force): every copy only "
-                "it held is lost",
-                highlight=False,
-            )
-        store.remove_node(node_id)
-    console.print(f"removed node {node_id}")
-
-
-@nodes_app.command("list")
-def nodes_list(url: UrlOption = None, as_json: JsonOption = False) -> None:
-    """List the configured nodes and whether each is alive."""
-    with open_store(url) as store:
-        nodes = store.nodes()
-        alive = store.alive_nodes()
-    if as_json:
-        print_json([{**n.to_json(), "alive": n.node_id in alive} for n in nodes.values()])
-        return
-    table = Table()
-    for col in ("id", "address", "location", "weight", "roles", "state"):
-        table.add_column(col)
-    for n in sorted(nodes.values(), key=lambda n: n.node_id):
-        state = "[green]alive[/]" if n.node_id in alive else "[red]dead[/]"
-        table.add_row(
-            str(n.node_id), n.address, n.location or "-", f"{n.weight:g}", ",".join(n.roles), state
-        )
-    console.print(table)

@@ -11,7 +11,7 @@ Coalescing: concurrent appends to one log wait in a ``_LogBatcher`` while
 ``inflight_batches_per_log`` APPENDs are out, then leave together in the next
 one (``linger_ms`` makes a lone append wait for company first).
 
-Idempotence (on by default, ``_producer.py``): every batch carries the
+Idempotence (on by default, ``idempotence._client``): every batch carries the
 client's producer id and the number of its first record, kept through every
 retry, so an APPEND whose answer was lost and that is sent again is answered
 with the LSNs it got, not stored twice.  With ``idempotent=False`` delivery
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from ..compression import Codec
+from ..batch import Codec, PackedBatch
 from ..errors import (
     AccessDeniedError,
     ClosedError,
@@ -40,10 +40,9 @@ from ..errors import (
     Status,
     TransientError,
 )
-from ..packed import PackedBatch
+from ..idempotence._client import LogProducer, ProducerIds
 from ..records import KEY_BYTES_MAX, check_log_id
 from ..wire import Append, AppendReply, ErrorReply
-from ._producer import LogProducer, ProducerIds
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -197,7 +196,12 @@ class Appender:
     _producers: dict[int, LogProducer] = attrs.field(init=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
-        self._ids = ProducerIds(self.view, self.settings.producer_id)
+        astore = self.view.astore
+
+        async def allocate(n: int) -> list[int]:
+            return await astore.run(lambda s: [s.allocate_producer_id() for _ in range(n)])
+
+        self._ids = ProducerIds(allocate, self.settings.producer_id)
 
     def producer(self, log_id: int) -> LogProducer | None:
         """The log's numbering, with idempotent appends (else None)."""

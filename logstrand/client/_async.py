@@ -19,18 +19,18 @@ import trio
 
 from ..epochstore import open_epoch_store
 from ..errors import InvalidArgumentError, collapse
+from ..positions._client import Groups
 from ..rpc import ClusterView, Links
 from ..security import Credentials
 from ..types import LSN_OLDEST, TAIL, Gap, Record, _Tail
 from ._admin import Admin
 from ._appender import Appender
-from ._groups import Groups
 from ._nodewatch import NodeWatch
 from ._reader import ReadStream, _objects
 from ._settings import ClientSettings
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Sequence
+    from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 
     from ..epochstore import EpochEnd, LogAttributes
     from ..positions import GroupLag, Position
@@ -59,7 +59,11 @@ class AsyncClient:
             view, self.links, nursery, settings, NodeWatch(view, self.links, nursery)
         )
         self._admin = Admin(view, self.links)
-        self._groups = Groups(self._admin, self.links, self._appender)
+        self._groups = Groups(
+            self._admin,
+            self._appender,
+            lambda log, start, until: ReadStream(self._admin, self.links, log, start, until),
+        )
 
     # -- appends --------------------------------------------------------------
 
@@ -148,7 +152,7 @@ class AsyncClient:
         until: int | _Tail | None = TAIL,
         *,
         buffer: int = 64,
-    ) -> AsyncIterator[tuple[int, Record | Gap]]:
+    ) -> AsyncGenerator[tuple[int, Record | Gap]]:
         """Read several logs at once: ``(log, item)`` pairs, each log in LSN order."""
         send, recv = trio.open_memory_channel[tuple[int, Any]](buffer)
 

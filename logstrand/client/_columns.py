@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import numpy as np
 
-from ..packed import LSNS, TIMESTAMPS
+from ..batch import LSNS, TIMESTAMPS
 from ..types import Gap
 from ._reader_core import RecordRun
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ..errors import InvalidArgumentError
-from ..producers import WINDOW
+from ..idempotence import WINDOW
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import functools
+import inspect
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 import trio
 
@@ -20,16 +22,51 @@ from ..types import LSN_OLDEST, TAIL, Gap, Record, _Tail
 from ._async import AsyncClient, open_client
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Awaitable, Callable, Iterator
 
     import pyarrow as pa
 
-    from ..epochstore import EpochEnd, LogAttributes
-    from ..positions import GroupLag, Position
-    from ..wire import LogInfoReply, NodeStatus, SeqState
     from ._columns import ColumnBatch
     from ._settings import ClientSettings
-    from ._views import LogSegment
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class _blocking(Generic[P, R]):
+    """``Client``'s twin of an ``AsyncClient`` method: the same signature and
+    docstring (mypy checks calls against them), run on the client's trio
+    thread and waited for.  Made once per client and method, on first use."""
+
+    def __init__(self, method: Callable[Concatenate[AsyncClient, P], Awaitable[R]]) -> None:
+        self.method = method
+        self.name = method.__name__
+        self.__doc__ = method.__doc__
+        whole = inspect.signature(method)
+        self.signature = whole.replace(parameters=list(whole.parameters.values())[1:])
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        assert name == self.name, f"Client.{name} forwards to AsyncClient.{self.name}"
+
+    @overload
+    def __get__(self, client: None, owner: type) -> _blocking[P, R]: ...
+    @overload
+    def __get__(self, client: Client, owner: type) -> Callable[P, R]: ...
+    def __get__(self, client: Client | None, owner: type) -> _blocking[P, R] | Callable[P, R]:
+        if client is None:
+            return self
+        method = self.method
+
+        @functools.wraps(method)
+        def call(*args: P.args, **kwargs: P.kwargs) -> R:
+            target = client.async_client
+            result: R = client._call(lambda: method(target, *args, **kwargs))
+            return result
+
+        call.__signature__ = self.signature  # type: ignore[attr-defined]
+        client.__dict__[self.name] = call  # later lookups find it first
+        return call
 
 
 class Client:
@@ -85,22 +122,8 @@ class Client:
         except BaseExceptionGroup as group:  # concurrent work inside: one error
             raise collapse(group) from None
 
-    def append(self, log_id: int, payload: bytes | None, *, key: bytes | None = None) -> int:
-        """Append one record and wait for its LSN.  Raises as ``AsyncClient.append``."""
-        assert self._client is not None
-        client = self._client
-        return int(self._call(lambda: client.append(log_id, payload, key=key)))
-
-    def append_batch(
-        self,
-        log_id: int,
-        payloads: Sequence[bytes | None],
-        *,
-        keys: Sequence[bytes | None] | None = None,
-    ) -> list[int]:
-        assert self._client is not None
-        client = self._client
-        return list(self._call(lambda: client.append_batch(log_id, payloads, keys=keys)))
+    append = _blocking(AsyncClient.append)
+    append_batch = _blocking(AsyncClient.append_batch)
 
     def append_async(
         self, log_id: int, payload: bytes | None, *, key: bytes | None = None
@@ -225,94 +248,53 @@ class Client:
         columns = self.read_columns(log_id, start, until, group=group, autocommit=autocommit)
         return arrow_batches(columns, on_gap=on_gap)
 
-    # -- consumer groups (see ``AsyncClient``) -------------------------------------
+    def read_many(
+        self, starts: dict[int, int], until: int | _Tail | None = TAIL, *, buffer: int = 64
+    ) -> Iterator[tuple[int, Record | Gap]]:
+        """Read several logs at once: ``(log, item)`` pairs, each log in LSN
+        order (see ``AsyncClient.read_many``).  One crossing into the client's
+        thread per item: for bulk reads of one log, ``read_columns``."""
+        pairs = self.async_client.read_many(starts, until, buffer=buffer)
+        try:
+            while True:
+                try:
+                    yield self._call(pairs.__anext__)
+                except StopAsyncIteration:
+                    return
+        finally:
+            with contextlib.suppress(ClosedError):  # closing ends its streams with it
+                self._call(pairs.aclose)
 
-    def commit(self, group: str, log_id: int, lsn: int) -> int:
-        """Record that ``group`` has processed ``log_id`` up to and including ``lsn``."""
-        return int(self._call(self.async_client.commit, group, log_id, lsn))
-
-    def committed(self, group: str, log_id: int) -> int | None:
-        """The LSN ``group`` last committed on ``log_id``; None: none."""
-        lsn: int | None = self._call(self.async_client.committed, group, log_id)
-        return lsn
-
-    def group_positions(self) -> dict[str, list[Position]]:
-        return dict(self._call(self.async_client.group_positions))
-
-    def describe_group(self, group: str) -> list[GroupLag]:
-        return list(self._call(self.async_client.describe_group, group))
-
-    def reset_group(
-        self, group: str, log_id: int, how: str, value: int | None = None, *, dry_run: bool = False
-    ) -> tuple[int | None, int]:
-        client = self.async_client
-        result: tuple[int | None, int] = self._call(
-            lambda: client.reset_group(group, log_id, how, value, dry_run=dry_run)
-        )
-        return result
-
-    def delete_group(self, group: str) -> list[int]:
-        return list(self._call(self.async_client.delete_group, group))
-
-    def compact(self, log_id: int, *, timeout_s: float = 900.0) -> dict[str, Any]:
-        """Run a compaction pass now and return its stats (see ``AsyncClient.compact``)."""
-        client = self.async_client
-        return dict(self._call(lambda: client.compact(log_id, timeout_s=timeout_s)))
-
-    def compaction_state(self, log_id: int) -> dict[str, Any] | None:
-        state: dict[str, Any] | None = self._call(self.async_client.compaction_state, log_id)
-        return state
-
-    def log_directory(self, log_id: int) -> list[LogSegment]:
-        """The nodes' partition directory entries of the log (see ``AsyncClient``)."""
-        return list(self._call(self.async_client.log_directory, log_id))
-
-    def log_attributes(self, log_id: int) -> LogAttributes:
-        """The log's attributes (see ``AsyncClient.log_attributes``)."""
-        attributes: LogAttributes = self._call(self.async_client.log_attributes, log_id)
-        return attributes
+    # Everything else is ``AsyncClient``'s, waited for (see ``_blocking``).
+    commit = _blocking(AsyncClient.commit)
+    committed = _blocking(AsyncClient.committed)
+    group_positions = _blocking(AsyncClient.group_positions)
+    describe_group = _blocking(AsyncClient.describe_group)
+    reset_group = _blocking(AsyncClient.reset_group)
+    delete_group = _blocking(AsyncClient.delete_group)
+    compact = _blocking(AsyncClient.compact)
+    compaction_state = _blocking(AsyncClient.compaction_state)
+    log_directory = _blocking(AsyncClient.log_directory)
+    log_attributes = _blocking(AsyncClient.log_attributes)
+    placement = _blocking(AsyncClient.placement)
+    epoch_end = _blocking(AsyncClient.epoch_end)
+    ensure_sequencer = _blocking(AsyncClient.ensure_sequencer)
+    sequencer_state = _blocking(AsyncClient.sequencer_state)
+    tail_lsn = _blocking(AsyncClient.tail_lsn)
+    trim_point = _blocking(AsyncClient.trim_point)
+    find_time = _blocking(AsyncClient.find_time)
+    is_empty = _blocking(AsyncClient.is_empty)
+    data_size = _blocking(AsyncClient.data_size)
+    trim = _blocking(AsyncClient.trim)
+    node_status = _blocking(AsyncClient.node_status)
+    log_info = _blocking(AsyncClient.log_info)
+    ask_nodes = _blocking(AsyncClient.ask_nodes)
+    ask_node = _blocking(AsyncClient.ask_node)
+    tell_nodes = _blocking(AsyncClient.tell_nodes)
 
     def sequencer_node(self, log_id: int) -> int | None:
         """The live node that runs the log's sequencer, as this client sees it."""
         return self.async_client.sequencer_node(log_id)
-
-    def epoch_end(self, log_id: int, epoch: int) -> EpochEnd | None:
-        """How recovery ended an epoch of the log (None: it never did)."""
-        end: EpochEnd | None = self._call(self.async_client.epoch_end, log_id, epoch)
-        return end
-
-    def sequencer_state(self, log_id: int) -> SeqState | None:
-        """The log's sequencer as its node sees it (see ``AsyncClient.sequencer_state``)."""
-        state: SeqState | None = self._call(self.async_client.sequencer_state, log_id)
-        return state
-
-    def tail_lsn(self, log_id: int) -> int:
-        return int(self._call(self.async_client.tail_lsn, log_id))
-
-    def trim_point(self, log_id: int) -> int:
-        return int(self._call(self.async_client.trim_point, log_id))
-
-    def find_time(self, log_id: int, timestamp_ms: int) -> int:
-        return int(self._call(self.async_client.find_time, log_id, timestamp_ms))
-
-    def is_empty(self, log_id: int) -> bool:
-        return bool(self._call(self.async_client.is_empty, log_id))
-
-    def data_size(self, log_id: int) -> int:
-        return int(self._call(self.async_client.data_size, log_id))
-
-    def trim(self, log_id: int, lsn: int) -> int:
-        """Trim the log up to ``lsn`` (see ``AsyncClient.trim``); returns the trim point."""
-        return int(self._call(self.async_client.trim, log_id, lsn))
-
-    def node_status(self, node_id: int) -> NodeStatus | None:
-        """One node's state (None when it does not answer)."""
-        status: NodeStatus | None = self._call(self.async_client.node_status, node_id)
-        return status
-
-    def log_info(self, log_id: int) -> list[LogInfoReply]:
-        """What each answering node of the log's nodesets knows of it."""
-        return list(self._call(self.async_client.log_info, log_id))
 
     @property
     def async_client(self) -> AsyncClient:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 if TYPE_CHECKING:
-    from ..packed import PackedBatch
+    from ..batch import PackedBatch
 
 
 class BatchView:

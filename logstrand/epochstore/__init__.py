@@ -20,7 +20,6 @@ from ._model import (
     LogEpochs,
     LogRange,
     NodeConfig,
-    parse_log_range,
 )
 from ._url import open_epoch_store
 
@@ -69,5 +68,4 @@ __all__ = [
     "ZooKeeperEpochStore",
     "describe_offset",
     "open_epoch_store",
-    "parse_log_range",
 ]

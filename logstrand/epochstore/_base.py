@@ -37,9 +37,9 @@ from ..errors import (
     StaleError,
     TransientError,
 )
+from ..idempotence._docs import ProducerDocs
 from ..records import EPOCH_MAX, check_log_id
 from ._model import EpochEnd, EpochMetadata, LogAttributes, LogEpochs, LogRange, NodeConfig
-from ._producers import ProducerDocs
 from ._rebuilding import RebuildingDocs
 from ._security import SecurityDocs
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from .._units import DURATION_MS_MAX, SIZE_MAX, parse_uint
+from .._units import DURATION_MS_MAX, SIZE_MAX
 from ..errors import InvalidArgumentError
 from ..records import INTERNAL_LOGS, LOG_ID_MAX
 
@@ -296,21 +296,3 @@ class LogEpochs:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> LogEpochs:
         return cls(d["next_epoch"], tuple(EpochMetadata.from_json(h) for h in d["history"]))
-
-
-def parse_log_range(text: str) -> tuple[int, int]:
-    """``"1..100"`` or ``"7"`` → (first, last).
-
-    Raises:
-        InvalidArgumentError: anything else.
-    """
-    first_s, sep, last_s = text.strip().partition("..")
-    try:
-        first = parse_uint(first_s, "log id")
-        last = parse_uint(last_s, "log id") if sep else first
-    except ValueError:
-        raise InvalidArgumentError(
-            f"bad log range {text!r}: use N or FIRST..LAST (digits 0-9)"
-        ) from None
-    LogRange(first, last)  # validates
-    return first, last

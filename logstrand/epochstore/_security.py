@@ -14,11 +14,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ExistsError, InvalidArgumentError, NotFoundError
+from ..records import OPS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-_OPS = ("read", "append", "trim", "admin")
 
 
 class SecurityDocs:
@@ -109,5 +108,5 @@ def _fresh(doc: Any) -> dict[str, Any]:
 
 
 def _check_ops(ops: frozenset[str]) -> None:
-    if not ops or not ops <= set(_OPS):
-        raise InvalidArgumentError(f"operations must be among {', '.join(_OPS)}")
+    if not ops or not ops <= set(OPS):
+        raise InvalidArgumentError(f"operations must be among {', '.join(OPS)}")

@@ -1,6 +1,5 @@
 """LogsDB: a node's local log store on time-ordered RocksDB partitions."""
 
-from ..records import make_batch
 from ._engine import Engine, RocksEngine
 from ._format import (
     META_PREFIXES,
@@ -24,5 +23,4 @@ __all__ = [
     "StoredBatch",
     "StoredRecord",
     "Unreadable",
-    "make_batch",
 ]

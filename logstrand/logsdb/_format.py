@@ -4,7 +4,7 @@ Metadata keys (in the ``meta`` column family) start with a one-byte prefix
 from ``META_PREFIXES``; a test keeps the prefixes unique.
 
 Data keys are ``log_id u64 BE | first lsn u64 BE`` and each value is one
-*packed batch* (``logstrand.packed``): the run of records of one STORE under
+*packed batch* (``logstrand.batch``): the run of records of one STORE under
 one copyset and wave, exactly the bytes the sequencer sent, with its header
 and body checksums.  Stored batches of one log never overlap in LSNs.
 
@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import attrs
 
-from ..records import FLAGS_PUBLIC_MASK, RecordBatch
+from ..batch import make_batch
+from ..records import FLAGS_PUBLIC_MASK
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from ..packed import PackedBatch
+    from ..batch import PackedBatch
 
 DATA_KEY = struct.Struct(">QQ")
 _U64 = struct.Struct(">Q")
@@ -40,7 +41,7 @@ META_PREFIXES: Final = {
     "lce": b"C",  # C | log                -> last clean epoch
     "release": b"R",  # R | log            -> release pointer LSN
     "clean": b"K",  # K | log              -> compaction clean point LSN
-    "producer": b"Q",  # Q | log | producer -> its last batches (logsdb._producers)
+    "producer": b"Q",  # Q | log | producer -> its last batches (idempotence._stored)
     "version": b"V",  # V                  -> format version
 }
 FORMAT_VERSION: Final = 2
@@ -188,14 +189,15 @@ class StoredBatch:
         if self.lsns:
             self.scanned_to = self.lsns[-1]
 
-    def to_record_batch(self) -> RecordBatch:
-        """The wire form (without copysets and waves), built without re-checking."""
-        return RecordBatch.trusted(
-            tuple(self.lsns),
-            tuple(self.timestamps_ms),
-            tuple(self.flags),
-            tuple(self.keys),
-            tuple(self.payloads),
+    def to_packed(self) -> PackedBatch:
+        """These records as one packed batch (without copysets and waves:
+        what a digest carries).  At least one record."""
+        return make_batch(
+            self.lsns,
+            self.payloads,
+            timestamps_ms=self.timestamps_ms,
+            keys=self.keys,
+            flags=self.flags,
         )
 
     def _columns(self) -> tuple[list[Any], ...]:

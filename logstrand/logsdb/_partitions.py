@@ -13,21 +13,19 @@ crash the directory never disagrees with the data.
 from __future__ import annotations
 
 import bisect
-import itertools
 import struct
 from typing import TYPE_CHECKING
 
 import attrs
 
 from ..errors import InvalidArgumentError, ProtocolError
-from ..packed import PackedBatch
 from . import _format as fmt
 from ._format import DirEntry
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from ..records import RecordBatch
+    from ..batch import PackedBatch
     from ._engine import Batch, Engine
 
 META_CF = "meta"
@@ -94,20 +92,15 @@ class PutBatch:
 
     @classmethod
     def of(
-        cls, log_id: int, records: RecordBatch, copyset: tuple[int, ...] = (), wave: int = 0
+        cls, log_id: int, batch: PackedBatch, copyset: tuple[int, ...] = (), wave: int = 0
     ) -> PutBatch:
-        """Records in any LSN order packed into one batch (of two records at
-        one LSN the later wins), for recovery-like writes and tests.
+        """A batch under this copyset and wave (recovery-like writes, tests).
 
         Raises:
-            InvalidArgumentError: no records, a bad copyset or a bad field.
+            InvalidArgumentError: a bad copyset.
         """
-        lsns = records.lsns
-        if any(a >= b for a, b in itertools.pairwise(lsns)):
-            last = {lsn: i for i, lsn in enumerate(lsns)}
-            records = records.take([last[lsn] for lsn in sorted(last)])
         try:
-            packed = PackedBatch.of_records(records, wave=wave, copyset=copyset)
+            packed = batch.reheader(copyset=copyset, wave=wave)
         except (ProtocolError, struct.error) as exc:
             raise InvalidArgumentError(f"log {log_id}: bad batch: {exc}") from None
         return cls(log_id, packed)

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from ..batch import LSNS, TIMESTAMPS, PackedBatch, last_lsn_of
 from ..errors import CorruptionError, ProtocolError, UnreadableError
-from ..packed import LSNS, TIMESTAMPS, PackedBatch, last_lsn_of
 from ..types import LSN_MAX, LSN_OLDEST
 from . import _format as fmt
 

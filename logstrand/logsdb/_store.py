@@ -12,14 +12,11 @@ release pointer and clean point.  Space comes back by dropping whole
 partitions whose records are all trimmed; retention moves trim points by time.
 
 Threads: a LogsDB belongs to the thread that opened it, and every call comes
-from that thread (asserted).  On a node that is the event loop's thread: the
-committer owns the LogsDB (``storage/_committer.py``), and rocksdict holds the
-GIL for a write or a read anyway, so a worker thread would not keep the loop
-running.  The one exception is ``compact_ranges``: RocksDB's flush and range
-compaction release the GIL and touch none of LogsDB's own state, so they run
-in a worker thread on ranges computed by ``reclaim_ranges`` on the owner's
-thread.  An in-memory engine (``logstrand.testing``) runs the very same logic
-without RocksDB.
+from it (asserted): a node's event loop, where the committer owns it
+(``storage/_group_commit.py``; rocksdict holds the GIL anyway).  The exception is
+``compact_ranges`` (RocksDB's flush and range compaction release the GIL and
+touch no LogsDB state), run in a worker thread on ranges ``reclaim_ranges``
+computed.  An in-memory engine (``logstrand.testing``) runs the same logic.
 """
 
 from __future__ import annotations
@@ -31,6 +28,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..errors import ClosedError, InvalidArgumentError
+from ..idempotence import _stored as stored_producers
 from ..records import check_log_id
 from ..types import LSN_MAX, LSN_OLDEST
 from . import _format as fmt
@@ -38,16 +36,15 @@ from . import _scan
 from ._engine import Batch, Engine, RocksEngine
 from ._format import DirEntry, StoredBatch, StoredRecord
 from ._partitions import META_CF, LogsDBOptions, Partition, PartitionInfo, Partitions, PutBatch
-from ._producers import PREFIX as PRODUCER_PREFIX
-from ._producers import ProducerTables
 
 __all__ = ["LogsDB", "LogsDBOptions", "PartitionInfo", "PutBatch"]
+
+from ._write import Write, amend
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping
 
     from ._scan import PackedRead
-from ._write import Write, amend
 
 Copyset = tuple[int, ...]
 
@@ -81,7 +78,7 @@ class LogsDB:
         self._meta: dict[str, dict[int, int]] = {
             k: {} for k in ("trim", "seal", "lce", "release", "clean")
         }
-        self._producers = ProducerTables(META_CF)
+        self._producers = stored_producers.ProducerTables(META_CF)
         self._load()
 
     @classmethod
@@ -124,10 +121,12 @@ class LogsDB:
                 dir_entries.append((log_id, pid, fmt.unpack_dir(value)))
             elif prefix in kinds:
                 self._meta[kinds[prefix]][fmt.unpack_u64(key[1:])] = fmt.unpack_u64(value)
-            elif prefix == PRODUCER_PREFIX:
+            elif prefix == stored_producers.PREFIX:
                 self._producers.load(key, value)
         self._parts.load(partitions, dir_entries)
-        self._producers.flush_evicted(eng)
+        evicted = eng.new_batch()
+        if self._producers.evicted_into(evicted):
+            eng.write(evicted, sync=False)
 
     # -- writing ----------------------------------------------------------
 

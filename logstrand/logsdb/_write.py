@@ -7,14 +7,14 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING
 
-from ..packed import TIMESTAMPS
+from ..batch import TIMESTAMPS
 from . import _format as fmt
 from . import _scan
 from ._format import DirEntry
 from ._partitions import merge_entry
 
 if TYPE_CHECKING:
-    from ..packed import PackedBatch
+    from ..batch import PackedBatch
     from ._engine import Engine
     from ._partitions import Partitions
 

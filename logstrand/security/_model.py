@@ -24,61 +24,25 @@ from typing import Any
 
 import attrs
 
-from .._units import parse_uint
+from .. import records
 from ..errors import InvalidArgumentError
 from ..records import INTERNAL_LOGS, LOG_ID_MAX, POSITIONS_LOG_ID
-from ..wire import (
-    Amend,
-    Append,
-    CleanPoint,
-    Compact,
-    DropCopies,
-    FindTime,
-    GetClusterState,
-    GetDigest,
-    GetLogDirectory,
-    GetNodeStatus,
-    GetSeqState,
-    Gossip,
-    LogInfo,
-    Ping,
-    ReadCredit,
-    Release,
-    Seal,
-    StartRead,
-    StopRead,
-    Store,
-    Trim,
-    TrimLog,
-)
+from ..records import OPS as OPS
+from ..wire import ACCESS
 
-OPS = ("read", "append", "trim", "admin")
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
 TOKEN_PREFIX = "lst_"
 
 #: Messages that only a node of the cluster may send: they carry copies,
-#: seals and release pointers between nodes.
-NODE_ONLY: frozenset[type] = frozenset(
-    {Store, Release, Seal, GetDigest, Trim, DropCopies, CleanPoint, Amend, Gossip}
-)
+#: seals and release pointers between nodes (declared with each message,
+#: ``wire.ACCESS``).
+NODE_ONLY: frozenset[type] = frozenset(t for t, a in ACCESS.items() if a == "node")
 
 #: For each message a client may send: the operation it needs.  Messages of a
 #: read stream after its start (credit, stop) need nothing more: the stream
 #: was checked when it started.
 _OPS: dict[type, str | None] = {
-    Append: "append",
-    StartRead: "read",
-    FindTime: "read",
-    LogInfo: "read",
-    GetLogDirectory: "read",
-    GetSeqState: "read",
-    TrimLog: "trim",
-    Compact: "admin",
-    GetNodeStatus: "admin",
-    ReadCredit: None,
-    StopRead: None,
-    Ping: None,
-    GetClusterState: None,
+    t: None if a == "any" else a for t, a in ACCESS.items() if a != "node"
 }
 
 
@@ -203,19 +167,6 @@ def parse_ops(text: str) -> frozenset[str]:
 def parse_log_range(text: str) -> tuple[int, int]:
     """``5``, ``1..100``, ``all`` (every log, the internal ones too) or
     ``positions`` (the internal log of consumer positions) → (first, last)."""
-    text = text.strip()
-    if text == "all":
-        return 1, LOG_ID_MAX
-    if text == "positions":
-        return POSITIONS_LOG_ID, POSITIONS_LOG_ID
-    first_s, sep, last_s = text.partition("..")
-    try:
-        first = parse_uint(first_s, "log id")
-        last = parse_uint(last_s, "log id") if sep else first
-    except ValueError:
-        raise InvalidArgumentError(
-            f"bad log range {text!r}: use N, FIRST..LAST, all or positions"
-        ) from None
-    if not 1 <= first <= last <= LOG_ID_MAX:
-        raise InvalidArgumentError(f"bad log range {text!r}: need 1 <= FIRST <= LAST")
-    return first, last
+    return records.parse_log_range(
+        text, {"all": (1, LOG_ID_MAX), "positions": (POSITIONS_LOG_ID, POSITIONS_LOG_ID)}
+    )

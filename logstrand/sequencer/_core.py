@@ -25,7 +25,7 @@ Rules:
 5. A STORE refused with PREEMPTED means a newer sequencer sealed the epoch:
    every pending append fails with PREEMPTED and the core stops.
 6. Idempotent appends (a batch with a producer column) are judged against
-   the log's ``Producers`` table (``logstrand.producers``): a retried batch
+   the log's ``Producers`` table (``logstrand.idempotence``): a retried batch
    is answered with the LSNs it got (at once, or when its appender
    completes if it is still in flight), never stored twice.  Until the table
    is known (``set_recovered`` brings it, from the earlier epochs) they wait
@@ -48,14 +48,14 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..errors import Status
-from ..producers import EXPIRY_MS, Producers, Sent, Verdict
+from ..idempotence import EXPIRY_MS, Producers, Sent, Verdict
 from ..records import ESN_MAX
 from ..wire import Store
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from ..packed import PackedBatch
+    from ..batch import PackedBatch
     from ..placement import CopysetSelector
 
 _WAVE_BITS = 16
@@ -215,7 +215,7 @@ class SequencerCore:
         self.producers_known = recovered
         self.producer_expiry_ms = producer_expiry_ms
         #: What the nodes this core's activation sealed hold of producers:
-        #: its recovery sifts it (``sequencer._idempotence``).
+        #: its recovery sifts it (``idempotence._recovery``).
         self.sealed_producers = sealed_producers or []
         self._held: list[tuple[PackedBatch, Any]] = []
         self._inflight: dict[tuple[int, int], _Appender] = {}

@@ -62,9 +62,9 @@ from ._core import Action, ConfirmRefusal, ReplyAppend, SequencerCore
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from ..batch import PackedBatch
     from ..epochstore._model import EpochMetadata, LogAttributes
-    from ..packed import PackedBatch
-    from ..producers import Producers
+    from ..idempotence import Producers
 
 
 @attrs.frozen

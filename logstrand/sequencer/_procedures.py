@@ -58,8 +58,9 @@ import attrs
 
 from ..epochstore._model import EpochEnd, LogEpochs
 from ..errors import LogstrandError, PreemptedError, StaleError, Status
-from ..wire import Digest, GetDigest, LogInfo, LogInfoReply, RecordBatch, Release, Seal, SealReply
-from ..wire import Store as StoreMsg
+from ..idempotence._recovery import Entry, digest_entries, in_epoch, kept, sealed_entries
+from ..types import lsn_epoch, lsn_esn
+from ..wire import Digest, GetDigest, LogInfo, LogInfoReply, Release, Seal, SealReply
 from ._commands import (
     Ask,
     Command,
@@ -69,13 +70,12 @@ from ._commands import (
     StoreCopies,
     Tell,
 )
-from ._idempotence import Entry, chunk_entries, digest_entries, in_epoch, kept, sealed_entries
+from ._decisions import write_decisions
 from ._recovery import (
     NO_STANDING,
     Decision,
     DigestRecord,
     EpochRecovery,
-    Mutation,
     Standing,
     quorum,
 )
@@ -85,15 +85,13 @@ if TYPE_CHECKING:
 
     from ..epochstore._base import EpochStore, Placement
     from ..epochstore._model import EpochMetadata
+    from ..idempotence import Producers
     from ..placement import CopysetSelector
-    from ..producers import Producers
 
 __all__ = ["Ask", "Command", "EpochStoreCall", "Procedure", "Sleep", "StoreCopies", "Tell"]
 
 _log = logging.getLogger("logstrand.recovery")
 
-RECOVERY_STORE_BIT = 1 << 63
-CHUNK_RECORDS = 10_000
 DIGEST_ROUNDS_MAX = 1000
 #: A failed recovery attempt is tried again after this pause, doubling up to
 #: ``RETRY_MAX_S``: soon enough that a node that just came back (or a
@@ -290,6 +288,79 @@ class _Timeouts:
     settle_s: float
 
 
+def _released(
+    log_id: int, e: int, meta: EpochMetadata, t: _Timeouts, standing: Standing
+) -> Procedure:
+    """The highest release pointer a quorum of the epoch's nodeset reports."""
+    asked = tuple((n, LogInfo(0, log_id)) for n in meta.nodeset)
+    replies = yield Ask(asked, t.ask_s, _answered(meta, standing), t.settle_s)
+    oks = {
+        n: r for n, r in replies.items() if isinstance(r, LogInfoReply) and r.status == Status.OK
+    }
+    if not quorum(meta.nodeset, meta.replication_factor, oks, standing):
+        raise LogstrandError(
+            f"epoch {e}: release pointers from {sorted(oks)} only, of {list(meta.nodeset)}",
+            Status.NOSEQUENCER,
+        )
+    return max(i.release_lsn for i in oks.values())
+
+
+def _digests(
+    log_id: int,
+    e: int,
+    meta: EpochMetadata,
+    seal: int,
+    rec: EpochRecovery,
+    t: _Timeouts,
+    standing: Standing,
+) -> Procedure:
+    """Digests of epoch ``e`` above the LNG, page by page, from every node of
+    the nodeset at once, into ``rec``, until a quorum has sent complete ones.
+    Returns the producer entries the digests carried."""
+    entries: list[Entry] = []
+    start = dict.fromkeys(meta.nodeset, rec.lng_esn + 1)
+    for _ in range(DIGEST_ROUNDS_MAX):
+        pending = [n for n in meta.nodeset if n not in rec.complete and n in start]
+        if rec.ready or not pending:
+            break
+        # Enough once a quorum has complete digests, with these pages.
+        replies = yield Ask(
+            tuple((n, GetDigest(0, log_id, e, start[n], seal - 1)) for n in pending),
+            t.digest_s,
+            _answered(meta, standing, rec.complete),
+            t.settle_s,
+        )
+        for n in pending:
+            reply = replies.get(n)
+            if not isinstance(reply, Digest) or reply.status != Status.OK:
+                del start[n]  # this node is out of this round of recovery
+                continue
+            entries += digest_entries(reply)
+            records = _digest_records(reply)
+            rec.on_digest(n, records, complete=reply.complete or not records)
+            if records:
+                start[n] = records[-1].esn + 1
+    if not rec.ready:
+        raise LogstrandError(
+            f"epoch {e}: complete digests from {sorted(rec.complete)} only, of "
+            f"{list(meta.nodeset)}",
+            Status.NOSEQUENCER,
+        )
+    return entries
+
+
+def _digest_records(reply: Digest) -> list[DigestRecord]:
+    if reply.batch is None:
+        return []
+    b = reply.batch.columns()
+    return [
+        DigestRecord(lsn_esn(lsn), fl, wave, ts, key, payload)
+        for lsn, fl, wave, ts, key, payload in zip(
+            b.lsns, b.flags, reply.waves, b.timestamps_ms, b.keys, b.payloads, strict=True
+        )
+    ]
+
+
 def _answered(
     meta: EpochMetadata, standing: Standing, also: Collection[int] = ()
 ) -> Callable[[Mapping[int, Any]], bool]:
@@ -318,19 +389,8 @@ def _recover_epoch(
     of the epoch whose batches are in the log (of ``entries``, the sealed
     nodes' tables, and of the digests' tables)."""
     entries = list(entries or ())
-    asked = tuple((n, LogInfo(0, log_id)) for n in meta.nodeset)
-    replies = yield Ask(asked, t.ask_s, _answered(meta, standing), t.settle_s)
-    oks = {
-        n: r for n, r in replies.items() if isinstance(r, LogInfoReply) and r.status == Status.OK
-    }
-    infos = list(oks.values())
-    if not quorum(meta.nodeset, meta.replication_factor, oks, standing):
-        raise LogstrandError(
-            f"epoch {e}: release pointers from {sorted(oks)} only, of {list(meta.nodeset)}",
-            Status.NOSEQUENCER,
-        )
-    released = max(i.release_lsn for i in infos)
-    if released >> 32 > e:
+    released = yield from _released(log_id, e, meta, t, standing)
+    if lsn_epoch(released) > e:
         # Released past its end already: an earlier recovery decided it.
         # Its producer entries above that recovery's LNG may name batches it
         # plugged with holes: only then is it decided again (the same way).
@@ -338,10 +398,10 @@ def _recover_epoch(
             return []
         end = yield EpochStoreCall(lambda s: s.epoch_end(log_id, e))
         lng = end.lng_esn if end is not None else 0
-        if all((s.lsn & 0xFFFFFFFF) + s.count - 1 <= lng for _, s in entries):
+        if all(lsn_esn(s.lsn) + s.count - 1 <= lng for _, s in entries):
             return entries
     else:
-        lng = released & 0xFFFFFFFF if released >> 32 == e else 0
+        lng = lsn_esn(released) if lsn_epoch(released) == e else 0
     rec = EpochRecovery(
         log_id,
         e,
@@ -351,54 +411,13 @@ def _recover_epoch(
         lng_esn=lng,
         standing=standing,
     )
-    # Digests, page by page, from every node of the nodeset at once.
-    start = dict.fromkeys(meta.nodeset, lng + 1)
-    for _ in range(DIGEST_ROUNDS_MAX):
-        pending = [n for n in meta.nodeset if n not in rec.complete and n in start]
-        if rec.ready or not pending:
-            break
-        # Enough once a quorum has complete digests, with these pages.
-        replies = yield Ask(
-            tuple((n, GetDigest(0, log_id, e, start[n], seal - 1)) for n in pending),
-            t.digest_s,
-            _answered(meta, standing, rec.complete),
-            t.settle_s,
-        )
-        for n in pending:
-            reply = replies.get(n)
-            if not isinstance(reply, Digest) or reply.status != Status.OK:
-                del start[n]  # this node is out of this round of recovery
-                continue
-            b = reply.batch
-            entries += digest_entries(reply)
-            rec.on_digest(
-                n,
-                [
-                    DigestRecord(lsn & 0xFFFFFFFF, fl, wave, ts, key, payload)
-                    for lsn, fl, wave, ts, key, payload in zip(
-                        b.lsns,
-                        b.flags,
-                        reply.waves,
-                        b.timestamps_ms,
-                        b.keys,
-                        b.payloads,
-                        strict=True,
-                    )
-                ],
-                complete=reply.complete or not b.lsns,
-            )
-            if b.lsns:
-                start[n] = (b.lsns[-1] & 0xFFFFFFFF) + 1
-    if not rec.ready:
-        raise LogstrandError(
-            f"epoch {e}: complete digests from {sorted(rec.complete)} only, of "
-            f"{list(meta.nodeset)}",
-            Status.NOSEQUENCER,
-        )
+    entries += yield from _digests(log_id, e, meta, seal, rec, t, standing)
     plan = rec.decide()
     records = frozenset(m.esn for m in plan if m.decision is Decision.RECORD)
     keep = list(kept(entries, lng, records))
-    yield from _write(log_id, e, seal, plan, selector, alive, stamp_cap_ms, t.store_s, keep)
+    yield from write_decisions(
+        log_id, e, seal, plan, selector, alive, stamp_cap_ms, t.store_s, keep
+    )
     # Tell the nodes (through the epoch store) which copies of the epoch are
     # good, before any of them may hand the epoch's end to readers.
     end = EpochEnd(lng, plan[-1].esn, seal)
@@ -413,86 +432,3 @@ def _recover_epoch(
         "log %d epoch %d recovered: %d decisions up to ESN %d", log_id, e, len(plan), plan[-1].esn
     )
     return keep
-
-
-def _write(
-    log_id: int,
-    e: int,
-    seal: int,
-    plan: list[Mutation],
-    selector: CopysetSelector,
-    alive: Callable[[], Container[int]],
-    stamp_cap_ms: int,
-    timeout_s: float,
-    entries: list[Entry] | None = None,
-) -> Procedure:
-    """Store the decisions, a chunk at a time.  Each chunk carries the kept
-    producer entries whose batches end in it: a node that holds only these
-    copies (the batch's own nodes may be gone) then knows the batch too, and
-    a later recovery, should this one be cut short, keeps it."""
-    stamps = recovery_stamps([m.timestamp_ms for m in plan], stamp_cap_ms)
-    for i in range(0, len(plan), CHUNK_RECORDS):
-        chunk = plan[i : i + CHUNK_RECORDS]
-        batch = RecordBatch.trusted(
-            tuple((e << 32) | m.esn for m in chunk),
-            tuple(stamps[i : i + CHUNK_RECORDS]),
-            tuple(m.flags for m in chunk),
-            tuple(m.key for m in chunk),
-            tuple(m.payload for m in chunk),
-        )
-        ends_here = chunk_entries(entries or (), chunk[0].esn, chunk[-1].esn)
-        yield from _store_chunk(log_id, seal, selector, batch, alive, timeout_s, ends_here)
-
-
-def recovery_stamps(stamps: list[int], cap_ms: int) -> list[int]:
-    """Timestamps for what recovery writes (0: a hole or bridge), so that the
-    log's timestamps never go back: none above ``cap_ms`` (the new sequencer
-    stamps at or above it; a copy newer than it was never acknowledged, or a
-    sealed node would hold it), a plug takes the stamp of the record after it
-    (``cap_ms`` at the end), and they never decrease in ESN order."""
-    out = [0] * len(stamps)
-    after = cap_ms
-    for i in range(len(stamps) - 1, -1, -1):
-        after = min(stamps[i] or after, after)
-        out[i] = after
-    return out
-
-
-def _store_chunk(
-    log_id: int,
-    seal: int,
-    selector: CopysetSelector,
-    batch: RecordBatch,
-    alive: Callable[[], Container[int]],
-    timeout_s: float,
-    producers: bytes = b"",
-) -> Procedure:
-    """Store one chunk of decisions on R nodes (``producers``: the entries
-    the chunk carries).
-
-    A node that fails is not picked again for this chunk; when no copyset is
-    left among the nodes believed alive, this attempt fails at once, and the
-    caller tries again after a pause, with a fresh view of who is alive.
-    """
-    live = alive()
-    failed: set[int] = {n for n in selector.nodeset if n not in live}
-    for _ in range(len(selector.nodeset)):  # each round rules out one node more
-        copyset = selector.select(failed)
-        if copyset is None:
-            break
-        # The driver gives the STORE a store id of its own (RECOVERY_STORE_BIT set).
-        msg = StoreMsg.of(
-            RECOVERY_STORE_BIT, log_id, seal, copyset, 0, True, batch, seal, producers
-        )
-        statuses = yield StoreCopies(msg, timeout_s)
-        if any(statuses.get(n) == Status.PREEMPTED for n in copyset):
-            raise PreemptedError(f"log {log_id}: a newer sequencer sealed it")
-        bad = {n for n in copyset if statuses.get(n) != Status.OK}
-        if not bad:
-            return
-        failed |= bad
-    raise LogstrandError(
-        f"recovery could not store its decisions on {selector.replication} nodes "
-        f"(down or failing: {sorted(failed)})",
-        Status.NOSEQUENCER,
-    )

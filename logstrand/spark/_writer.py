@@ -25,7 +25,7 @@ from pyspark.sql.datasource import (
 
 from ..client import ClientSettings, connect
 from ..errors import DuplicateAppendError, InvalidArgumentError
-from ..producers import derived_id
+from ..idempotence import derived_id
 from ._arrow import rows_for_append
 
 if TYPE_CHECKING:

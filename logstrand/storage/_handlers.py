@@ -39,8 +39,8 @@ if TYPE_CHECKING:
     from ..net import Connection
     from ..rpc import ClusterView
     from ..wire import LogInfoReply, NodeStatus
-    from ._committer import Committer
     from ._drops import Drops
+    from ._group_commit import Committer
     from ._guard import Guard
     from ._metrics import NodeMetrics
     from ._options import NodeOptions

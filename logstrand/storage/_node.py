@@ -3,7 +3,7 @@ runs their tasks; the rules live in the parts.
 
 | part | module | what it does |
 |---|---|---|
-| committer | ``_committer.py`` | owns LogsDB: group commit, release pointers, answers |
+| committer | ``_group_commit.py`` | owns LogsDB: group commit, release pointers, answers |
 | server | ``_server.py`` | accept, handshake, the dispatch table |
 | peers | ``_peers.py`` | STOREs/RELEASEs/requests to other nodes, their replies |
 | sequencer host | ``_sequencers.py`` (core ``sequencer/_host.py``) | this node's sequencers |
@@ -43,10 +43,10 @@ from ..wire import (
     LogInfoReply,
     NodeStatus,
 )
-from ._committer import Committer
 from ._detector import FailureDetector
 from ._drops import Drops
 from ._gossip import Gossiper
+from ._group_commit import Committer
 from ._guard import Guard
 from ._handlers import register_handlers
 from ._health import Health

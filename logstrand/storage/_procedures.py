@@ -19,6 +19,7 @@ from ..errors import LogstrandError, Status
 from ..placement import CopysetSelector
 from ..rpc import Waiters
 from ..sequencer import _procedures as procs
+from ..sequencer._decisions import RECOVERY_STORE_BIT
 from ..wire import Release, StoreReply
 
 _log = logging.getLogger("logstrand.node")
@@ -27,9 +28,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
     from ..epochstore import EpochMetadata
-    from ..producers import Producers
+    from ..idempotence import Producers
+    from ..idempotence._recovery import Entry
     from ..rpc import ClusterView
-    from ..sequencer._idempotence import Entry
     from ..wire import Store
     from ._metrics import NodeMetrics
 
@@ -58,7 +59,7 @@ class ProcedureRunner:
 
     def on_store_reply(self, reply: StoreReply) -> bool:
         """Take a STORE reply if it belongs to a procedure; True if it did."""
-        if not reply.store_id & procs.RECOVERY_STORE_BIT:
+        if not reply.store_id & RECOVERY_STORE_BIT:
             return False
         self._stores.resolve((reply.store_id, reply.node_id), reply.status)
         return True
@@ -176,7 +177,7 @@ class ProcedureRunner:
         return replies
 
     async def _store(self, cmd: procs.StoreCopies) -> dict[int, int]:
-        store_id = procs.RECOVERY_STORE_BIT | next(self._store_ids)
+        store_id = RECOVERY_STORE_BIT | next(self._store_ids)
         msg = attrs.evolve(cmd.message, store_id=store_id)
         statuses: dict[int, int] = {}
         slots = {n: self._stores.expect((store_id, n)) for n in msg.copyset}

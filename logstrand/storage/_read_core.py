@@ -53,7 +53,7 @@ from ..types import LSN_MAX
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-    from ..packed import PackedBatch
+    from ..batch import PackedBatch
 
 READ_BATCH_RECORDS = 2048
 READ_BATCH_BYTES = 4 * 1024 * 1024

@@ -3,7 +3,7 @@
 One task per stream.  It asks the core what to do, reads LogsDB in bounded
 batches through the committer (reads, like writes, hold the GIL in
 rocksdict: they run on the event loop), filters what a node may serve
-(``_core.servable``, with the ends of past epochs fetched from the epoch store
+(``_rules.servable``, with the ends of past epochs fetched from the epoch store
 once and cached), and sends what the core picks.  Newly released records go
 out as soon as the release pointer moves.
 """
@@ -21,14 +21,14 @@ from ..errors import LogstrandError, Status
 from ..records import BRIDGE, HOLE
 from ..types import format_lsn
 from ..wire import ReadCredit, ReadRecords, StartRead, StopRead
-from . import _core
+from . import _rules
 from ._read_core import Out, ReadFrom, ReadStreamCore, Report, Wait
 
 if TYPE_CHECKING:
+    from ..batch import PackedBatch
     from ..epochstore import EpochEnd
     from ..logsdb import PackedRead, Unreadable
     from ..net import Connection
-    from ..packed import PackedBatch
     from ._metrics import NodeMetrics
 
 _log = logging.getLogger("logstrand.reads")
@@ -278,7 +278,7 @@ class ReadStreams:
             if (log_id, e) not in cache:
                 # Fixed once the release pointer is past the epoch: cached for good.
                 cache[log_id, e] = await self.ends.epoch_end(log_id, e)
-        return _core.servable_windows(items, release, lambda e: cache[log_id, e])
+        return _rules.servable_windows(items, release, lambda e: cache[log_id, e])
 
     def corrupt_in(self, log_id: int) -> int:
         """Ranges of ``log_id``'s copies found unreadable (of those remembered)."""

@@ -35,18 +35,18 @@ from ..rebuilding import DonorProgress, Mode, RebuildingState, Run, Start, new_c
 from ..rebuilding._core import due_for_grace
 from ..rebuilding._model import StorageState
 from ..records import WRITTEN_BY_REBUILDING
-from ..sequencer._procedures import RECOVERY_STORE_BIT
+from ..sequencer._decisions import RECOVERY_STORE_BIT
 from ..wire import Amend, AmendReply, Store, StoreReply
-from ._core import cut_to_windows
+from ._rules import cut_to_windows, donation_windows
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from ..batch import PackedBatch
     from ..epochstore import EpochStore
-    from ..packed import PackedBatch
     from ..rebuilding import NewCopies
     from ..rpc import ClusterView
-    from ._committer import Committer
+    from ._group_commit import Committer
     from ._metrics import NodeMetrics
     from ._options import NodeOptions
     from ._peers import Peers
@@ -138,7 +138,7 @@ class Rebuilder:
     ) -> None:
         self.node_id = node_id
         #: The node's reads' rule of which copies readers are served: donors
-        #: re-create those only (``_core.cut_to_windows``).
+        #: re-create those only (``_rules.cut_to_windows``).
         self.servable = servable
         self.view = view
         self.committer = committer
@@ -304,8 +304,15 @@ class Rebuilder:
             )
         else:
             _log.info("node %d: donating for rebuilding %d of nodes %s", me, run.id, run.nodes)
+        behind = []
         for log_id in sorted(self.committer.logs()):
             progress = await self._donate_log(run, log_id, progress)
+            if progress.logs.get(log_id, 0) < self.committer.last_lsn(log_id):
+                behind.append(log_id)
+        if behind:
+            # Unreleased copies were passed over: the run must not end
+            # without them.  Going on from the progress saved, once released.
+            raise LogstrandError(f"copies of logs {behind} are not released here yet")
         progress = attrs.evolve(progress, done=True)
         await store.run(partial(_save, run.id, me, progress))
         self._done_run = run.id
@@ -330,11 +337,7 @@ class Rebuilder:
             got = self.committer.read_packed(
                 log_id, pos, until, max_records=1 << 20, max_bytes=CHUNK_BYTES, tolerant=True
             )
-            work = [
-                (pb, pb.first_lsn, min(pb.last_lsn, until))
-                for pb in got.batches
-                if pos <= pb.first_lsn <= until
-            ]
+            work = donation_windows(got.batches, pos, until)
             limiter = trio.CapacityLimiter(IN_FLIGHT)
             async with trio.open_nursery() as nursery:
                 for pb in cut_to_windows(await self.servable(log_id, work, until)):

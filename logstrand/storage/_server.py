@@ -46,7 +46,7 @@ from ..net import (
     SendBudget,
     serve_connection,
 )
-from ..wire import ErrorReply, Hello, ReadRecords, StartRead, Store, StoreReply
+from ..wire import ACCESS, ErrorReply, Hello, ReadRecords, StartRead, Store, StoreReply
 
 if TYPE_CHECKING:
     import ssl
@@ -96,8 +96,8 @@ class Server:
             frame_min_rate=options.frame_min_rate,
         )
         #: What clients, and other nodes, have sent that the node holds.
-        self.client_pool = Budget(options.receive_budget_bytes)
-        self.peer_pool = Budget(options.receive_budget_bytes)
+        self.client_pool = Budget(options.receive_budget)
+        self.peer_pool = Budget(options.receive_budget)
         self._users: dict[str, Budget] = {}
         self._per_user: dict[str, int] = {}
         self._handlers: dict[type, Handler] = {}
@@ -106,6 +106,8 @@ class Server:
 
     def register(self, message_type: type, handler: Handler) -> None:
         assert message_type not in self._handlers, f"{message_type.__name__} handled twice"
+        # Who may send it is declared with the message (``wire.message``).
+        assert message_type in ACCESS, f"{message_type.__name__} is not a request"
         self._handlers[message_type] = handler
 
     async def serve(
@@ -203,7 +205,7 @@ class Server:
         if user is not None:
             budget = self._users.get(user)
             if budget is None:
-                budget = self._users[user] = Budget(self.options.bytes_per_user_max)
+                budget = self._users[user] = Budget(self.options.user_bytes)
         limits = attrs.evolve(PEER_INTAKE, frame_min_rate=self.intake_limits.frame_min_rate)
         conn.intake = Intake(
             limits if peer else self.intake_limits,

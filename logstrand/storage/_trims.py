@@ -19,7 +19,7 @@ from ..wire import Trim, TrimLog, TrimReply
 if TYPE_CHECKING:
     from ..net import Connection
     from ..rpc import ClusterView
-    from ._committer import Committer
+    from ._group_commit import Committer
     from ._guard import Guard
     from ._peers import Peers
 

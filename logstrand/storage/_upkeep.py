@@ -16,7 +16,7 @@ from ..errors import LogstrandError
 
 if TYPE_CHECKING:
     from ..rpc import ClusterView
-    from ._committer import Committer
+    from ._group_commit import Committer
     from ._metrics import NodeMetrics
     from ._options import NodeOptions
 

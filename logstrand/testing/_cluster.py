@@ -12,36 +12,21 @@ process it starts it also stops (SIGTERM, then SIGKILL after a grace period).
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 from ..epochstore import NodeConfig, open_epoch_store
 from ..net import handshake_sync
+from ._procs import Harness, Process
 from ._zookeeper import free_port
 
 if TYPE_CHECKING:
     from ..epochstore import EpochStore
 
 
-def _die_with_parent() -> None:
-    """In the child: get SIGTERM when the process that started us dies, so that
-    a killed test run or launcher never leaves nodes behind (Linux only)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
-class LocalCluster:
+class LocalCluster(Harness):
     def __init__(
         self,
         directory: str | os.PathLike[str],
@@ -54,6 +39,7 @@ class LocalCluster:
         rebuild_grace_ms: int | None = None,
         clock_offsets: dict[int, int] | None = None,
     ) -> None:
+        super().__init__()
         self.directory = Path(directory).absolute()
         #: TLS on every connection, node certificates, and an ``admin`` user
         #: whose token is in ``DIR/admin.token`` (docs/security.md).
@@ -70,8 +56,6 @@ class LocalCluster:
             self.url = f"zk://{zookeeper}/{cluster}"
         else:
             self.url = f"sqlite://{self.directory / 'cluster.db'}"
-        self.procs: dict[int, subprocess.Popen[bytes]] = {}
-        self._logs: dict[int, IO[bytes]] = {}
         self.nodes: dict[int, NodeConfig] = {}
         self.cluster = cluster
 
@@ -163,28 +147,11 @@ class LocalCluster:
     def _spawn(self, node_id: int) -> None:
         logs = self.directory / "logs"
         logs.mkdir(exist_ok=True)
-        out = open(logs / f"node{node_id}.log", "ab")  # noqa: SIM115 - closed in _reap
-        self._logs[node_id] = out
         offset = self.clock_offsets.get(node_id)
         launcher = ["logstrand"] if offset is None else ["logstrand.testing._skew", str(offset)]
-        self.procs[node_id] = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                *launcher,
-                "node",
-                "--url",
-                self.url,
-                "--id",
-                str(node_id),
-                *self._tls_args(node_id),
-                *self.node_args,
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
-        )
+        argv = [sys.executable, "-m", *launcher, "node", "--url", self.url, "--id", str(node_id)]
+        argv += [*self._tls_args(node_id), *self.node_args]
+        self.processes[node_id] = Process(argv, logs / f"node{node_id}.log")
 
     def _tls_args(self, node_id: int) -> list[str]:
         if not self.secure:
@@ -201,73 +168,37 @@ class LocalCluster:
 
     def wait_ready(self, node_id: int, timeout_s: float = 60.0) -> None:
         cfg = self.nodes[node_id]
-        deadline = time.monotonic() + timeout_s
-        proc = self.procs[node_id]
         ctx = None
         if self.secure:
             from ..security import client_context
 
             assert self.ca_path is not None
             ctx = client_context(self.ca_path)
-        while not handshake_sync(
-            cfg.host, cfg.port, self.cluster, timeout_s=1.0, ssl_context=ctx, token=self.admin_token
-        ):
-            if proc.poll() is not None:
-                raise RuntimeError(
-                    f"node {node_id} exited with {proc.returncode}; "
-                    f"see {self.directory / 'logs' / f'node{node_id}.log'}"
-                )
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"node {node_id} did not start within {timeout_s} s")
-            time.sleep(0.05)
+
+        def serving() -> bool:
+            return handshake_sync(
+                cfg.host,
+                cfg.port,
+                self.cluster,
+                timeout_s=1.0,
+                ssl_context=ctx,
+                token=self.admin_token,
+            )
+
+        self.processes[node_id].wait_until(serving, timeout_s, f"node {node_id}")
 
     def start_node(self, node_id: int, timeout_s: float = 60.0) -> None:
         """Start a stopped node again (same address, same data)."""
-        if node_id in self.procs and self.procs[node_id].poll() is None:
+        if self.alive(node_id):
             return
         self._spawn(node_id)
         self.wait_ready(node_id, timeout_s)
-
-    def kill_node(self, node_id: int) -> None:
-        """SIGKILL: no goodbye, no flush; membership lapses with the lease or session."""
-        proc = self.procs.get(node_id)
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
-        self._reap(node_id)
 
     def wipe_node(self, node_id: int) -> None:
         """Delete the node's data directory (a lost disk); stop the node first."""
         import shutil
 
         shutil.rmtree(self.nodes[node_id].data_dir, ignore_errors=True)
-
-    def pause_node(self, node_id: int) -> None:
-        """SIGSTOP: the process stays, silent, with its state; ``resume_node`` goes on."""
-        self.procs[node_id].send_signal(signal.SIGSTOP)
-
-    def resume_node(self, node_id: int) -> None:
-        """SIGCONT a paused node."""
-        self.procs[node_id].send_signal(signal.SIGCONT)
-
-    def stop_node(self, node_id: int, timeout_s: float = 20.0) -> None:
-        proc = self.procs.get(node_id)
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGCONT)  # a paused node could not act on SIGTERM
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=30)
-        self._reap(node_id)
-
-    def _reap(self, node_id: int) -> None:
-        self.procs.pop(node_id, None)
-        out = self._logs.pop(node_id, None)
-        if out is not None:
-            with contextlib.suppress(OSError):
-                out.close()
 
     def sequencer_of(self, log_id: int, epoch: int) -> int:
         """The node that activated ``log_id``'s sequencer in ``epoch`` (from its log).
@@ -282,25 +213,6 @@ class LocalCluster:
                 return node_id
         raise LookupError(f"no node activated log {log_id} in epoch {epoch}")
 
-    def alive(self, node_id: int) -> bool:
-        proc = self.procs.get(node_id)
-        return proc is not None and proc.poll() is None
-
-    def stop(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGCONT)
-                proc.send_signal(signal.SIGTERM)
-        for node_id in list(self.procs):
-            self.stop_node(node_id)
-
     def __enter__(self) -> LocalCluster:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
+        super().__enter__()
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

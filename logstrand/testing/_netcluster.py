@@ -15,11 +15,11 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ._netns import Network
+from ._procs import Harness
 from ._zookeeper import ZooKeeperServer
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ ZK_PORT = 2181
 PROXY_PORT = 15000
 
 
-class NetCluster:
+class NetCluster(Harness):
     def __init__(
         self,
         directory: str | os.PathLike[str],
@@ -43,13 +43,13 @@ class NetCluster:
         extra_hosts: Sequence[str] = (),
         slow_links: Sequence[tuple[int, int]] = (),
     ) -> None:
+        super().__init__()
         self.directory = Path(directory).absolute()
         self.node_count = nodes
         self.tls = tls
         self.cluster = cluster
         self.net = Network(self.directory / "net", ["zk", *self.hosts(), *extra_hosts])
         self.zk: ZooKeeperServer | None = None
-        self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.token: str | None = None
         self.url = ""
         #: (a, b): node a's connections to node b go through a delaying proxy
@@ -82,15 +82,8 @@ class NetCluster:
     # -- the deploy steps ------------------------------------------------------
 
     def __enter__(self) -> NetCluster:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
+        super().__enter__()
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def start(self) -> None:
         self.net.open()
@@ -202,41 +195,24 @@ class NetCluster:
         data = self.directory / f"n{node_id}"
         argv = [sys.executable, "-m", "logstrand", "node", "--config", str(data / "node.toml")]
         log = data / "node.log"
-        self.procs[node_id] = self.net.spawn(f"n{node_id}", [*argv, *args], log)
+        self.processes[node_id] = self.net.spawn(f"n{node_id}", [*argv, *args], log)
         if wait:
             self.wait_ready(node_id, port=port)
 
     def wait_ready(self, node_id: int, timeout_s: float = 60.0, port: int = NODE_PORT) -> None:
         host = self.net.address(f"n{node_id}")
-        deadline = time.monotonic() + timeout_s
-        proc = self.procs[node_id]
-        while True:
-            if proc.poll() is not None:
-                log = self.directory / f"n{node_id}" / "node.log"
-                raise RuntimeError(f"node {node_id} exited ({proc.returncode}); see {log}")
+
+        def serving() -> bool:
             try:
                 with socket.create_connection((host, port), timeout=0.5):
-                    return
+                    return True
             except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"node {node_id} not serving after {timeout_s} s") from None
-                time.sleep(0.1)
+                return False
 
-    def kill_node(self, node_id: int) -> None:
-        proc = self.procs.pop(node_id)
-        self.net.stop(proc, kill=True)
-
-    def stop_node(self, node_id: int) -> None:
-        proc = self.procs.pop(node_id)
-        self.net.stop(proc)
-
-    def alive(self, node_id: int) -> bool:
-        proc = self.procs.get(node_id)
-        return proc is not None and proc.poll() is None
+        self.processes[node_id].wait_until(serving, timeout_s, f"node {node_id}")
 
     def stop(self) -> None:
-        for node_id in list(self.procs):
-            self.stop_node(node_id)
+        super().stop()
         if self.zk is not None:
             self.zk.stop()
             self.zk = None

@@ -28,13 +28,13 @@ import os
 import random
 import re
 import shutil
-import signal
 import subprocess
-import time
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 import attrs
+
+from ._procs import Process
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -62,13 +62,6 @@ def partitions_available() -> str | None:
 
 def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, check=check, timeout=30)
-
-
-def _die_with_parent() -> None:
-    with contextlib.suppress(OSError, AttributeError):
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def remove_stale() -> list[str]:
@@ -115,9 +108,7 @@ class Network:
     hosts: dict[str, Host] = attrs.field(init=False, factory=dict)
     subnet: str = attrs.field(init=False, default="")
     bridge: str = attrs.field(init=False, default="")
-    procs: list[tuple[str, subprocess.Popen[bytes], IO[bytes] | None]] = attrs.field(
-        init=False, factory=list
-    )
+    procs: list[Process] = attrs.field(init=False, factory=list)
     _tag: str = attrs.field(init=False, default="")
     _rules: list[tuple[str, list[str]]] = attrs.field(init=False, factory=list)
 
@@ -171,11 +162,8 @@ class Network:
         return host
 
     def close(self) -> None:
-        for _, proc, log in reversed(self.procs):
-            _stop(proc)
-            if log is not None:
-                with contextlib.suppress(OSError):
-                    log.close()
+        for proc in reversed(self.procs):
+            proc.stop(15.0)
         self.procs.clear()
         for host in self.hosts.values():
             # The pair goes with its namespace, but only once the kernel has
@@ -205,26 +193,11 @@ class Network:
         argv: Sequence[str],
         log: Path | None = None,
         env: dict[str, str] | None = None,
-    ) -> subprocess.Popen[bytes]:
+    ) -> Process:
         """Start a process on a host; ``close`` stops it if the test did not."""
-        out = open(log, "ab") if log is not None else None  # noqa: SIM115 - closed in close()
-        proc = subprocess.Popen(
-            ["ip", "netns", "exec", self.hosts[name].namespace, *argv],
-            stdout=out if out is not None else subprocess.DEVNULL,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            preexec_fn=_die_with_parent,
-        )
-        self.procs.append((name, proc, out))
+        proc = Process(["ip", "netns", "exec", self.hosts[name].namespace, *argv], log, env=env)
+        self.procs.append(proc)
         return proc
-
-    def stop(self, proc: subprocess.Popen[bytes], *, kill: bool = False) -> None:
-        """SIGTERM (or SIGKILL) one spawned process and wait for it."""
-        if kill:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-        _stop(proc)
 
     # -- faults ----------------------------------------------------------------
 
@@ -258,16 +231,3 @@ class Network:
                 with contextlib.suppress(subprocess.CalledProcessError):
                     self.run(name, ["iptables", "-w", "-D", *rule, "-j", "DROP"])
         self._rules.clear()
-
-
-def _stop(proc: subprocess.Popen[bytes], timeout_s: float = 15.0) -> None:
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.terminate()
-    deadline = time.monotonic() + timeout_s
-    while proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        proc.wait(timeout=10)

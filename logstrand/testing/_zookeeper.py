@@ -11,13 +11,12 @@ it back on the same port and data.
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import socket
-import subprocess
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from ._procs import Process
 
 if TYPE_CHECKING:
     import os
@@ -80,8 +79,7 @@ class ZooKeeperServer:
         self.port = port or free_port()
         self.launcher = tuple(launcher)
         self.tick_ms = tick_ms
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._log: object = None
+        self._proc: Process | None = None
 
     @property
     def address(self) -> str:
@@ -113,51 +111,20 @@ class ZooKeeperServer:
         if self._proc is not None:
             return
         cfg = self._write_config()
-        log = open(self.directory / "zookeeper.out", "ab")  # noqa: SIM115
-        self._log = log
-        self._proc = subprocess.Popen(
-            [
-                *self.launcher,
-                "java",
-                "-Xmx256m",
-                "-Dzookeeper.admin.enableServer=false",
-                "-Djava.net.preferIPv4Stack=true",
-                "-cp",
-                str(ZOOKEEPER_JAR),
-                MAIN_CLASS,
-                str(cfg),
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + timeout_s
-        while not _ruok(self.port, self.host):
-            if self._proc.poll() is not None:
-                self._close_log()
-                self._proc = None
-                raise RuntimeError(f"ZooKeeper exited at start; see {self.directory}/zookeeper.out")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"ZooKeeper did not answer within {timeout_s} s")
-            time.sleep(0.05)
+        argv = [*self.launcher, "java", "-Xmx256m", "-Dzookeeper.admin.enableServer=false",
+                "-Djava.net.preferIPv4Stack=true", "-cp", str(ZOOKEEPER_JAR), MAIN_CLASS,
+                str(cfg)]  # fmt: skip
+        self._proc = Process(argv, self.directory / "zookeeper.out", tied=False)
+        try:
+            self._proc.wait_until(lambda: _ruok(self.port, self.host), timeout_s, "ZooKeeper")
+        except RuntimeError:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
         if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-        self._close_log()
-
-    def _close_log(self) -> None:
-        if self._log is not None:
-            with contextlib.suppress(OSError):
-                self._log.close()  # type: ignore[attr-defined]
-            self._log = None
+            proc.stop(10.0)
 
     def __enter__(self) -> ZooKeeperServer:
         self.start()

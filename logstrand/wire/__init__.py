@@ -1,6 +1,5 @@
 """The wire protocol: message types and the framed CBOR codec.  Pure: no I/O."""
 
-from ..records import RecordBatch
 from ._codec import (
     FRAME_BYTES_MAX_DEFAULT,
     HEADER_BYTES,
@@ -22,7 +21,6 @@ from ._messages import (
     HelloAck,
     Ping,
     Pong,
-    Records,
     Release,
     Seal,
     SealReply,
@@ -57,6 +55,7 @@ from ._messages_ops import (
     TrimReply,
 )
 from ._registry import (
+    ACCESS,
     MESSAGE_TYPES,
     PROTOCOL_VERSION_MAX,
     PROTOCOL_VERSION_MIN,
@@ -64,6 +63,7 @@ from ._registry import (
 )
 
 __all__ = [
+    "ACCESS",
     "DIRECTORY_FIELDS",
     "FRAME_BYTES_MAX_DEFAULT",
     "HEADER_BYTES",
@@ -102,8 +102,6 @@ __all__ = [
     "Pong",
     "ReadCredit",
     "ReadRecords",
-    "RecordBatch",
-    "Records",
     "Release",
     "Seal",
     "SealReply",

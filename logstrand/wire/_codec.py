@@ -18,9 +18,8 @@ from typing import Any
 import attrs
 import cbor2
 
+from ..batch import PackedBatch
 from ..errors import InvalidArgumentError, ProtocolError
-from ..packed import PackedBatch
-from ..records import RecordBatch
 from ._registry import MESSAGE_TYPES
 
 FRAME_BYTES_MAX_DEFAULT = 32 * 1024 * 1024
@@ -31,8 +30,6 @@ HEADER_BYTES = _LEN.size
 def _field_to_wire(value: Any) -> Any:
     if isinstance(value, PackedBatch):
         return value.data
-    if isinstance(value, RecordBatch):
-        return value.pack()
     if type(value) is tuple and value and isinstance(value[0], PackedBatch):
         return [v.data for v in value]
     return value

@@ -7,13 +7,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
-from ..packed import PackedBatch
-from ..producers import ENTRY_BYTES
+from ..records import PRODUCER_ENTRY_BYTES as ENTRY_BYTES
 from . import _fields as f
-from ._registry import _batch, _batch_from_wire, _packed, _packed_from_wire, _status, message
+from ._registry import _packed, _packed_from_wire, _status, message
 
 if TYPE_CHECKING:
-    from ..records import RecordBatch
+    from ..batch import PackedBatch
 
 
 @message(1)
@@ -48,7 +47,7 @@ class HelloAck:
     message: str = attrs.field(default="", validator=f.text(1024))
 
 
-@message(3)
+@message(3, "any")
 @attrs.frozen(slots=True)
 class Ping:
     TYPE_ID: ClassVar[int]
@@ -73,17 +72,7 @@ class ErrorReply:
     message: str = attrs.field(default="", validator=f.text(4096))
 
 
-@message(6)
-@attrs.frozen(slots=True)
-class Records:
-    """A batch of records of one log, packed compactly (one message, many records)."""
-
-    TYPE_ID: ClassVar[int]
-    log_id: int = attrs.field(validator=f.u64)
-    batch: RecordBatch = attrs.field(converter=_batch_from_wire, validator=_batch)
-
-
-@message(10)
+@message(10, "append")
 @attrs.frozen(slots=True)
 class Append:
     """Client → sequencer node: append a batch of records to one log.
@@ -123,7 +112,7 @@ def _producer_entries(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> Non
         raise ValueError(f"{attr.name} must be whole producer entries")
 
 
-@message(12)
+@message(12, "node")
 @attrs.frozen(slots=True)
 class Store:
     """Sequencer → storage node: keep a copy of these records.
@@ -166,12 +155,12 @@ class Store:
         copyset: tuple[int, ...],
         released_lsn: int,
         sync: bool,
-        records: RecordBatch,
+        batch: PackedBatch,
         recovery_seal: int = 0,
         producers: bytes = b"",
     ) -> Store:
-        """A STORE of records packed here, uncompressed, under its wave and copyset."""
-        packed = PackedBatch.of_records(records, wave=wave, copyset=copyset)
+        """A STORE of a batch (``batch.make_batch``), under its wave and copyset."""
+        packed = batch.reheader(copyset=copyset, wave=wave)
         return cls(
             store_id,
             log_id,
@@ -208,7 +197,7 @@ class StoreReply:
     node_id: int = attrs.field(validator=f.u32)
 
 
-@message(14)
+@message(14, "node")
 @attrs.frozen(slots=True)
 class Release:
     """Sequencer → nodeset: records of ``log_id`` up to ``lsn`` may be delivered."""
@@ -218,7 +207,7 @@ class Release:
     lsn: int = attrs.field(validator=f.u64)
 
 
-@message(28)
+@message(28, "read")
 @attrs.frozen(slots=True)
 class GetSeqState:
     """Client → the log's sequencer node: make sure a sequencer runs for the log
@@ -255,7 +244,7 @@ class SeqState:
     released_lsn: int = attrs.field(default=0, validator=f.u64)
 
 
-@message(30)
+@message(30, "node")
 @attrs.frozen(slots=True)
 class Seal:
     """New sequencer → node: refuse every STORE of ``log_id`` in an epoch at or
@@ -282,7 +271,7 @@ class SealReply:
     producers: bytes = attrs.field(default=b"", validator=_producer_entries)
 
 
-@message(32)
+@message(32, "node")
 @attrs.frozen(slots=True)
 class GetDigest:
     """Recovery → node: your copies of epoch ``epoch`` from ``start_esn`` on,
@@ -309,10 +298,13 @@ class Digest:
     node_id: int = attrs.field(validator=f.u32)
     complete: bool = attrs.field(validator=f.boolean)
     waves: tuple[int, ...] = attrs.field(converter=f.to_tuple, validator=f.tuple_of(f.u32))
-    batch: RecordBatch = attrs.field(converter=_batch_from_wire, validator=_batch)
+    #: The copies (their own flags, timestamps, keys and payloads), or None.
+    batch: PackedBatch | None = attrs.field(
+        converter=_packed_from_wire, validator=f.optional(_packed)
+    )
     #: The node's producer entries (``Producers.pack``) of batches among these.
     producers: bytes = attrs.field(default=b"", validator=_producer_entries)
 
     def __attrs_post_init__(self) -> None:
-        if len(self.waves) != len(self.batch):
+        if len(self.waves) != (len(self.batch) if self.batch is not None else 0):
             raise ValueError("one wave per record")

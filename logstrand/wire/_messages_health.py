@@ -21,7 +21,7 @@ def _pairs(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
         raise ValueError(f"{attr.name}: not a whole number of (node, age) pairs")
 
 
-@message(48)
+@message(48, "node")
 @attrs.frozen(slots=True)
 class Gossip:
     """Node → node, every ``--gossip-interval``: how long ago the sender
@@ -38,7 +38,7 @@ class Gossip:
         return {a[i]: a[i + 1] for i in range(0, len(a), 2)}
 
 
-@message(49)
+@message(49, "any")
 @attrs.frozen(slots=True)
 class GetClusterState:
     """Client → node: which nodes does your failure detector find dead, and

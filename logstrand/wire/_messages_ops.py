@@ -17,10 +17,10 @@ from ._registry import (
 )
 
 if TYPE_CHECKING:
-    from ..packed import PackedBatch
+    from ..batch import PackedBatch
 
 
-@message(20)
+@message(20, "read")
 @attrs.frozen(slots=True)
 class StartRead:
     """Reader → node: send the records of ``log_id`` you hold from ``start_lsn`` on.
@@ -45,7 +45,7 @@ class StartRead:
     )
 
 
-@message(21)
+@message(21, "any")
 @attrs.frozen(slots=True)
 class ReadCredit:
     TYPE_ID: ClassVar[int]
@@ -54,7 +54,7 @@ class ReadCredit:
     records: int = attrs.field(validator=f.u32)
 
 
-@message(22)
+@message(22, "any")
 @attrs.frozen(slots=True)
 class StopRead:
     TYPE_ID: ClassVar[int]
@@ -109,7 +109,7 @@ class ReadRecords:
             raise ValueError("unreadable: (first, last) pairs with first <= last")
 
 
-@message(24)
+@message(24, "read")
 @attrs.frozen(slots=True)
 class LogInfo:
     TYPE_ID: ClassVar[int]
@@ -137,7 +137,7 @@ class LogInfoReply:
     corrupt_copies: int = attrs.field(default=0, validator=f.u64)
 
 
-@message(26)
+@message(26, "read")
 @attrs.frozen(slots=True)
 class FindTime:
     TYPE_ID: ClassVar[int]
@@ -157,7 +157,7 @@ class FindTimeReply:
     lsn: int = attrs.field(default=0, validator=f.u64)
 
 
-@message(34)
+@message(34, "node")
 @attrs.frozen(slots=True)
 class Trim:
     """Node → node: move the log's trim point up to ``lsn`` (never down); the
@@ -169,7 +169,7 @@ class Trim:
     lsn: int = attrs.field(validator=f.u64)
 
 
-@message(45)
+@message(45, "trim")
 @attrs.frozen(slots=True)
 class TrimLog:
     """Client → any node: record ``lsn`` as the log's trim point in the epoch
@@ -195,7 +195,7 @@ class TrimReply:
     trim_point: int = attrs.field(default=0, validator=f.u64)
 
 
-@message(36)
+@message(36, "admin")
 @attrs.frozen(slots=True)
 class GetNodeStatus:
     """Client → node: how are you?"""
@@ -228,7 +228,7 @@ class NodeStatus:
     space_low: int = attrs.field(default=0, validator=f.u32)
 
 
-@message(38)
+@message(38, "read")
 @attrs.frozen(slots=True)
 class GetLogDirectory:
     """Ask a node for its partition directory entries of one log."""
@@ -261,7 +261,7 @@ class LogDirectory:
     entries: tuple[int, ...] = attrs.field(default=(), converter=f.to_tuple, validator=_entries)
 
 
-@message(40)
+@message(40, "admin")
 @attrs.frozen(slots=True)
 class Compact:
     """Client → the log's sequencer node: run a compaction pass now."""
@@ -282,7 +282,7 @@ class CompactReply:
     stats_json: str = attrs.field(default="{}", validator=f.text(1 << 16))
 
 
-@message(42)
+@message(42, "node")
 @attrs.frozen(slots=True)
 class DropCopies:
     """Cleaner → a node holding copies: remove, among the copies at or below
@@ -321,7 +321,7 @@ class DropReply:
     done_to: int = attrs.field(default=0, validator=f.u64)
 
 
-@message(44)
+@message(44, "node")
 @attrs.frozen(slots=True)
 class CleanPoint:
     """Cleaner → nodeset: a pass finished everywhere; the log is clean up to ``lsn``."""
@@ -331,7 +331,7 @@ class CleanPoint:
     lsn: int = attrs.field(validator=f.u64)
 
 
-@message(46)
+@message(46, "node")
 @attrs.frozen(slots=True)
 class Amend:
     """Node → node (rebuilding): the stored batches of ``log_id`` in

@@ -3,7 +3,7 @@ the protocol versions this build speaks.
 
 Each message type has a fixed number (``TYPE_ID``) that is never reused.  On
 the wire a message is the CBOR array ``[type_id, field, field, ...]`` in field
-order.  A field holding a ``RecordBatch`` travels as its packed bytes.  The
+order.  A field holding a ``PackedBatch`` travels as its bytes.  The
 messages themselves are in ``_messages`` (connections, the write path,
 sealing and recovery), ``_messages_ops`` (read streams, log state, trims,
 node status, directories, compaction) and ``_messages_health`` (the failure
@@ -14,31 +14,46 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..batch import PackedBatch
 from ..errors import Status
-from ..packed import PackedBatch
-from ..records import RecordBatch
+from ..records import OPS
 
 if TYPE_CHECKING:
     import attrs
 
 #: The protocol versions this build speaks.  A connection uses the highest
-#: version both ends support.
-PROTOCOL_VERSION_MIN = 2
-PROTOCOL_VERSION_MAX = 2
+#: version both ends support.  3: the failure detector's messages, digests
+#: carry a packed batch (the old record batch format is gone).
+PROTOCOL_VERSION_MIN = 3
+PROTOCOL_VERSION_MAX = 3
 
 MESSAGE_TYPES: dict[int, type[Any]] = {}
+#: Who may send each request, declared with it (``message``): "node", only
+#: a node of the cluster (copies, seals, release pointers between nodes); an
+#: operation ("read", "append", "trim", "admin", ``records.OPS``) a client
+#: needs on the message's log; "any", a client with no grant.  Replies and
+#: the handshake are not here: no client sends them as requests.
+ACCESS: dict[type[Any], str] = {}
+#: Type numbers once used and retired: never given to another message.
+#: 6 was ``Records`` (a batch in the old big-endian format).
+RETIRED: frozenset[int] = frozenset({6})
 
 _M = TypeVar("_M")
 
 
-def message(type_id: int) -> Any:
-    """Register a message class under a fixed type number."""
+def message(type_id: int, access: str | None = None) -> Any:
+    """Register a message class under a fixed type number; ``access``: who
+    may send it as a request (``ACCESS``; None for a reply)."""
+    if access is not None and access not in ("node", "any", *OPS):
+        raise AssertionError(f"message {type_id}: unknown access {access!r}")
 
     def register(cls: type[_M]) -> type[_M]:
-        if type_id in MESSAGE_TYPES:
+        if type_id in MESSAGE_TYPES or type_id in RETIRED:
             raise AssertionError(f"message type {type_id} used twice")
         cls.TYPE_ID = type_id  # type: ignore[attr-defined]
         MESSAGE_TYPES[type_id] = cls
+        if access is not None:
+            ACCESS[cls] = access
         return cls
 
     return register
@@ -47,18 +62,6 @@ def message(type_id: int) -> Any:
 def _status(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
     if type(value) is not int or value not in Status._value2member_map_:
         raise ValueError(f"{attr.name}: unknown status {value!r:.20}")
-
-
-def _batch(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, RecordBatch):
-        raise ValueError(f"{attr.name} must be a RecordBatch")
-
-
-def _batch_from_wire(value: Any) -> Any:
-    # The decoder hands packed bytes; code building messages hands a RecordBatch.
-    if type(value) is bytes:
-        return RecordBatch.unpack(value)
-    return value
 
 
 def choose_version(peer_min: int, peer_max: int) -> int | None:

@@ -16,12 +16,12 @@ from typing import Any
 
 import attrs
 
+from logstrand.batch import make_batch
 from logstrand.errors import LogstrandError
 from logstrand.logsdb import PutBatch
-from logstrand.records import make_batch
-from logstrand.storage import _core
+from logstrand.storage import _rules as _core
 from logstrand.storage._admission import check
-from logstrand.storage._committer import Committer
+from logstrand.storage._group_commit import Committer
 from logstrand.storage._health_core import NodeClock
 from logstrand.storage._metrics import NodeMetrics
 from logstrand.testing._memengine import memory_logsdb

@@ -31,12 +31,10 @@ from typing import Any
 import trio
 import trio.testing
 
-from logstrand.compression import Codec
+from logstrand.batch import Codec, PackedBatch, make_batch
 from logstrand.epochstore import LogAttributes, NodeConfig, open_epoch_store
 from logstrand.errors import Status
 from logstrand.net import Connection, ConnLimits
-from logstrand.packed import PackedBatch
-from logstrand.records import make_batch
 from logstrand.security import TRUSTED
 from logstrand.storage import Node, NodeOptions
 from logstrand.testing import free_port

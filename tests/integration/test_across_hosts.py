@@ -145,6 +145,6 @@ def test_the_harness_removes_what_it_made_even_when_a_test_fails(tmp_path: Path)
 
     with pytest.raises(RuntimeError, match="planted"):
         failing_test()
-    assert procs[0].poll() is not None  # stopped
+    assert not procs[0].alive()  # stopped
     now = present()
     assert [name for name in made if name in now] == []

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 import logstrand
+from logstrand.batch import make_batch
 from logstrand.epochstore import LogAttributes, open_epoch_store
-from logstrand.records import make_batch
 from logstrand.testing import LocalCluster, rss_mb
 from logstrand.wire import (
     PROTOCOL_VERSION_MAX,

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import logstrand
+from logstrand.batch import PackedBatch, make_batch
 from logstrand.errors import Status
-from logstrand.packed import PackedBatch
-from logstrand.records import WRITTEN_BY_RECOVERY, make_batch
+from logstrand.records import WRITTEN_BY_RECOVERY
 from logstrand.testing import cpu_s, rss_mb
 from logstrand.wire import (
     PROTOCOL_VERSION_MAX,
@@ -270,9 +270,7 @@ def test_a_store_whose_body_changed_on_its_way_is_refused(
     target, other = sorted(cluster.nodes)[:2]
     cfg = cluster.nodes[target]
     raw = Raw(cfg.host, cfg.port, cluster.cluster, node_id=other)
-    good = PackedBatch.of_records(
-        make_batch([lsn + 1000], [b"x" * 50], timestamps_ms=1), wave=1, copyset=(target, other)
-    )
+    good = make_batch([lsn + 1000], [b"x" * 50], timestamps_ms=1, wave=1, copyset=(target, other))
     bad = bytearray(good.data)
     bad[-2] ^= 0x01  # a payload bit: the body no longer matches the client's checksum
     store = Store(1, LOG, 1, (target, other), 0, True, PackedBatch.parse(bytes(bad)))

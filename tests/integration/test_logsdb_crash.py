@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 WRITER = textwrap.dedent(
     """
     import sys, time
-    from logstrand.logsdb import LogsDB, LogsDBOptions, PutBatch, make_batch
+    from logstrand.logsdb import LogsDB, LogsDBOptions, PutBatch
+    from logstrand.batch import make_batch
     # Small partitions, so that the kill may also land in a partition rollover.
     db = LogsDB.open(sys.argv[1], LogsDBOptions(partition_bytes_max=200_000))
     lsn = 1

@@ -22,10 +22,9 @@ import urllib.request
 from typing import TYPE_CHECKING
 
 import logstrand
-from logstrand.compression import Codec
+from logstrand.batch import Codec, PackedBatch
 from logstrand.epochstore import LogAttributes, open_epoch_store
 from logstrand.errors import Status
-from logstrand.packed import PackedBatch
 from logstrand.security import client_context, hash_token, new_token
 from logstrand.testing import LocalCluster, rss_mb
 from logstrand.wire import (

@@ -27,10 +27,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 import logstrand
-from logstrand.compression import Codec
+from logstrand.batch import Codec, PackedBatch
 from logstrand.epochstore import LogAttributes, open_epoch_store
 from logstrand.errors import LogstrandError, Status
-from logstrand.packed import PackedBatch
 from logstrand.testing import LocalCluster, ZooKeeperServer, zookeeper_available
 from logstrand.wire import (
     PROTOCOL_VERSION_MAX,

@@ -13,8 +13,9 @@ import trio
 
 import logstrand
 from logstrand import Gap, GapType, Record, compose_lsn, lsn_epoch
+from logstrand.batch import make_batch
 from logstrand.epochstore import LogAttributes, open_epoch_store
-from logstrand.logsdb import LogsDB, PutBatch, make_batch
+from logstrand.logsdb import LogsDB, PutBatch
 from logstrand.testing import LocalCluster
 
 if TYPE_CHECKING:

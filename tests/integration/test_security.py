@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import logstrand
+from logstrand.batch import make_batch
 from logstrand.epochstore import LogAttributes, open_epoch_store
 from logstrand.errors import Status
-from logstrand.records import make_batch
 from logstrand.security import hash_token, new_token
 from logstrand.testing import LocalCluster
 from logstrand.types import Gap, GapType

@@ -15,11 +15,10 @@ import trio
 
 import logstrand
 from logstrand import InvalidArgumentError, NotFoundError, Status, lsn_epoch
-from logstrand.compression import Codec
+from logstrand.batch import Codec, PackedBatch
 from logstrand.epochstore import LogAttributes, open_epoch_store
 from logstrand.logsdb import LogsDB
 from logstrand.net import connect, handshake_sync
-from logstrand.packed import PackedBatch
 from logstrand.testing import LocalCluster
 from logstrand.types import Record
 from logstrand.wire import Append, AppendReply

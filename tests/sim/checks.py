@@ -15,7 +15,7 @@ from logstrand.client._reader_core import (
     StartStream,
 )
 from logstrand.client._views import BatchView
-from logstrand.storage import _core as node_rules
+from logstrand.storage import _rules as node_rules
 from logstrand.storage._read_core import ReadFrom, ReadStreamCore, Report
 from logstrand.types import GapType
 

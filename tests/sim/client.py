@@ -6,8 +6,8 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING, Any
 
+from logstrand.batch import PackedBatch
 from logstrand.errors import Status
-from logstrand.packed import PackedBatch
 from logstrand.placement import rendezvous_owner
 from logstrand.wire import (
     Append,

@@ -24,7 +24,8 @@ from logstrand.sequencer import (
 )
 from logstrand.sequencer import _host as host_core
 from logstrand.sequencer import _procedures as procs
-from logstrand.storage import _core as node_rules
+from logstrand.sequencer._decisions import RECOVERY_STORE_BIT
+from logstrand.storage import _rules as node_rules
 from logstrand.storage._release_watch import ReleaseWatch
 from logstrand.testing import MemoryEngine, memory_logsdb
 
@@ -204,7 +205,7 @@ class SimNode(Endpoint):
         elif isinstance(msg, wire.Append):
             self._append(src, msg)
         elif isinstance(msg, wire.StoreReply):
-            if msg.store_id & procs.RECOVERY_STORE_BIT:
+            if msg.store_id & RECOVERY_STORE_BIT:
                 self._reply_to(msg.store_id, msg)
             else:
                 now = self.world.now
@@ -489,7 +490,7 @@ class SimNode(Endpoint):
         self.world.at(cmd.timeout_s, finish)
 
     def _store_copies(self, cmd: procs.StoreCopies, resume: Callable[..., None]) -> None:
-        store_id = procs.RECOVERY_STORE_BIT | next(self.ids)
+        store_id = RECOVERY_STORE_BIT | next(self.ids)
         msg = attrs.evolve(cmd.message, store_id=store_id)
         statuses: dict[int, int] = {}
         finished = [False]

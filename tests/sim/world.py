@@ -3,7 +3,7 @@
 What runs is the production protocol code: the sequencer core
 (``SequencerCore``), activation, sealing and recovery
 (``sequencer._procedures``, driven here instead of by trio), the nodes'
-rules (``storage._core``) on real ``LogsDB`` instances over in-memory
+rules (``storage._rules``) on real ``LogsDB`` instances over in-memory
 engines that lose unsynced writes on a crash, the epoch store's shared logic
 (``MemoryEpochStore``), and the reader's merge (``ReaderCore``).  What is
 simulated is time, the network and failure:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import logstrand
-from logstrand.producers import derived_id
+from logstrand.idempotence import derived_id
 from logstrand.spark import LogstrandDataSource, LogstrandWriter
 from logstrand.types import Record
 

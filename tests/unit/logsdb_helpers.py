@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from logstrand.logsdb import LogsDB, LogsDBOptions, PutBatch, make_batch
+from logstrand.batch import make_batch
+from logstrand.logsdb import LogsDB, LogsDBOptions, PutBatch
 from logstrand.testing import MemoryEngine, memory_logsdb
 
 if TYPE_CHECKING:

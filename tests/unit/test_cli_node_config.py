@@ -145,3 +145,53 @@ def test_json_logs_are_one_object_a_line() -> None:
     line = _JsonFormatter(3).format(record)
     assert "\n" not in line
     assert "ValueError: boom" in json.loads(line)["exc"]
+
+
+def test_every_declared_node_option_reaches_the_node(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``NodeOptions``'s declared fields are ``node``'s options: each one, set
+    on the command line, is the value the node is made with."""
+    import logstrand.storage
+    from logstrand._units import format_duration_ms, format_size
+    from logstrand.cli import _node
+    from logstrand.storage._options import declared
+
+    made: list[object] = []
+
+    class FakeNode:
+        def __init__(self, *args: object, options: object, **kwargs: object) -> None:
+            made.append(options)
+
+        async def run(self) -> None:
+            return None
+
+    monkeypatch.setattr(logstrand.storage, "Node", FakeNode)
+    monkeypatch.setattr(_node, "setup_logging", lambda *a: None)
+    args, want = [], {}
+    for field in declared():
+        meta, default = field.metadata, field.default
+        kind = meta["kind"]
+        if kind == "seconds":
+            value: object = default + 0.5
+            text = str(value)
+        elif kind == "int":
+            value = default - 1 if default - 1 >= (meta["low"] or 0) else default + 1
+            text = str(value)
+        elif kind == "duration":
+            value = default + 1000
+            text = format_duration_ms(value)  # type: ignore[arg-type]
+        else:
+            value = default + 1024
+            text = format_size(value)  # type: ignore[arg-type]
+        args += [meta["flag"], text]
+        want[field.name] = value
+    assert len(want) >= 25
+    code, _, err = run(capsys, "node", "--id", "1", "--url", "sqlite:///nowhere.db", *args)
+    assert code == 0, err
+    [options] = made
+    assert {name: getattr(options, name) for name in want} == want
+    # A value out of its bounds is one line naming the flag, and exit 2.
+    code, _, err = run(capsys, "node", "--id", "1", "--url", "sqlite:///x.db", "--send-queue", "1")
+    assert code == 2
+    assert "--send-queue must be at least 1KiB" in err

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from logstrand.batch import PackedBatch, make_batch
 from logstrand.errors import CorruptionError
 from logstrand.logsdb import LogsDB, PutBatch
-from logstrand.records import RecordBatch
 from logstrand.testing import MemoryEngine, memory_logsdb
 
 if TYPE_CHECKING:
@@ -19,12 +19,12 @@ if TYPE_CHECKING:
 E1 = 1 << 32
 
 
-def batch(first: int, n: int, marker: bytes = b"") -> RecordBatch:
-    lsns = tuple(range(first, first + n))
+def batch(first: int, n: int, marker: bytes = b"") -> PackedBatch:
+    lsns = range(first, first + n)
     # Random payloads: RocksDB stores their blocks uncompressed, so a byte of
     # them can be found in an SST file.
-    payloads = tuple(marker + os.urandom(200) for _ in lsns)
-    return RecordBatch(lsns, (1000,) * n, (0,) * n, (None,) * n, payloads)
+    payloads = [marker + os.urandom(200) for _ in lsns]
+    return make_batch(lsns, payloads, timestamps_ms=1000)
 
 
 def fill(db: LogsDB, starts: list[int], n: int = 100) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from logstrand.records import make_batch
+from logstrand.batch import make_batch
 from logstrand.wire import (
     CleanPoint,
     FindTime,

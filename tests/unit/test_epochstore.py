@@ -24,7 +24,6 @@ from logstrand.epochstore import (
     Placement,
     SqliteEpochStore,
     open_epoch_store,
-    parse_log_range,
 )
 from logstrand.errors import (
     EpochStoreUnavailableError,
@@ -34,6 +33,7 @@ from logstrand.errors import (
     StaleError,
     Status,
 )
+from logstrand.records import parse_log_range
 from logstrand.testing import MemoryEpochStore
 
 if TYPE_CHECKING:
@@ -536,15 +536,15 @@ def test_a_lease_lost_and_taken_again_counts_as_a_return(tmp_path: Path) -> None
     """(SQLite: the row went, as when another process found the lease run out.)"""
     from logstrand.epochstore import SqliteEpochStore
 
-    store = SqliteEpochStore(tmp_path / "c.db", lease_s=0.3)
-    other = SqliteEpochStore(tmp_path / "c.db", lease_s=0.3)
+    store = SqliteEpochStore(tmp_path / "c.db", lease_s=1.0)
+    other = SqliteEpochStore(tmp_path / "c.db", lease_s=1.0)
     try:
         session = store.register_member(5)
         assert session.returns == 0
         with other._tx() as db:
             db.execute("DELETE FROM membership WHERE node_id = 5")
         assert _wait(lambda: session.returns == 1, timeout_s=5)
-        assert 5 in other.alive_nodes()
+        assert _wait(lambda: 5 in other.alive_nodes(), timeout_s=5)
         session.close()
     finally:
         store.close()

@@ -31,7 +31,7 @@ def test_protocol_cores_are_pure() -> None:
     # without an event loop.
     code = (
         "import sys, logstrand.wire, logstrand.logsdb, logstrand.sequencer,"
-        " logstrand.sequencer._procedures, logstrand.storage._core,"
+        " logstrand.sequencer._procedures, logstrand.storage._rules,"
         " logstrand.client._reader_core, logstrand.placement;"
         " assert 'trio' not in sys.modules, sorted(m for m in sys.modules if 'trio' in m)"
     )

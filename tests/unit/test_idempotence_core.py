@@ -8,14 +8,14 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
+from logstrand.batch import PackedBatch
 from logstrand.epochstore import LogAttributes
 from logstrand.errors import Status
-from logstrand.packed import PackedBatch
+from logstrand.idempotence import DERIVED_BIT, Producers, Sent, Verdict, derived_id
+from logstrand.idempotence._recovery import kept
 from logstrand.placement import CopysetSelector
-from logstrand.producers import DERIVED_BIT, Producers, Sent, Verdict, derived_id
 from logstrand.sequencer import ConfirmRefusal, ReplyAppend, SendStore, SequencerCore
 from logstrand.sequencer._host import Activate, SequencerHostCore
-from logstrand.sequencer._idempotence import kept
 
 EPOCH = 3
 

@@ -7,9 +7,8 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from logstrand.compression import Codec
+from logstrand.batch import Codec, PackedBatch
 from logstrand.net import Budget, Intake, IntakeLimits
-from logstrand.packed import PackedBatch
 from logstrand.wire import Append, AppendReply, ErrorReply, Ping, Pong, Release
 
 LIMITS = IntakeLimits(requests_max=2, request_bytes_max=1000, allowance=100)

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from logstrand.batch import make_batch
 from logstrand.errors import ClosedError, CorruptionError, InvalidArgumentError
 from logstrand.logsdb import (
     META_PREFIXES,
     LogsDB,
     LogsDBOptions,
     PutBatch,
-    make_batch,
 )
 from logstrand.records import RecordFlags
 
@@ -545,7 +545,7 @@ def test_amend_changes_the_copyset_of_matching_batches_only(db: LogsDB) -> None:
 
 
 def test_entries_a_recovery_store_carries_are_kept_with_its_batch(opener: Opener) -> None:
-    from logstrand.producers import Producers, Sent, pack_entries
+    from logstrand.idempotence import Producers, Sent, pack_entries
 
     db = opener.open()
     lsn = (4 << 32) | 1

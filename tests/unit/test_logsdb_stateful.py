@@ -12,7 +12,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from logstrand.logsdb import LogsDB, LogsDBOptions, PutBatch, make_batch
+from logstrand.batch import make_batch
+from logstrand.logsdb import LogsDB, LogsDBOptions, PutBatch
 
 from .logsdb_helpers import Opener
 
@@ -44,7 +45,7 @@ class LogsDBMachine(RuleBasedStateMachine):
 
     @rule(
         log=LOGS,
-        lsns=st.lists(st.integers(1, 300), min_size=1, max_size=30, unique=True),
+        lsns=st.lists(st.integers(1, 300), min_size=1, max_size=30, unique=True).map(sorted),
         age_ms=st.integers(0, 10_000),
         keyed=st.booleans(),
         tomb=st.booleans(),

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from logstrand.batch import make_batch
 from logstrand.logsdb import PutBatch
-from logstrand.storage._core import admit_store, digest, log_info
+from logstrand.storage._rules import admit_store, digest, log_info
 from logstrand.testing import memory_logsdb
-from logstrand.wire import GetDigest, LogInfo, RecordBatch, Store
+from logstrand.wire import GetDigest, LogInfo, Store
 
 
 def store(epoch: int, esn: int, *, recovery_seal: int = 0, log: int = 1) -> Store:
     lsn = (epoch << 32) | esn
-    batch = RecordBatch((lsn,), (1000,), (0,), (None,), (b"x",))
+    batch = make_batch([lsn], [b"x"], timestamps_ms=1000)
     return Store.of(1, log, 1, (1, 2), 0, False, batch, recovery_seal)
 
 
@@ -41,13 +42,14 @@ def test_digest_and_log_info_report_copies_with_their_waves() -> None:
     db = memory_logsdb()
     recs = [(2 << 32) | i for i in (1, 2, 5)] + [(3 << 32) | 1]
     for wave, lsn in enumerate(recs, start=1):
-        batch = RecordBatch((lsn,), (1000 + wave,), (0,), (None,), (b"p%d" % wave,))
+        batch = make_batch([lsn], [b"p%d" % wave], timestamps_ms=1000 + wave)
         db.write([PutBatch.of(1, batch, (1, 2), wave)])
     d = digest(db, 7, GetDigest(4, 1, 2, 2))
     assert d.complete
     assert d.node_id == 7
     assert d.request_id == 4
-    assert d.batch.lsns == ((2 << 32) | 2, (2 << 32) | 5)
+    assert d.batch is not None
+    assert d.batch.lsns() == [(2 << 32) | 2, (2 << 32) | 5]
     assert d.waves == (2, 3)
     info = log_info(db, (2 << 32) | 5, LogInfo(5, 1))
     assert (info.release_lsn, info.last_lsn, info.records) == ((2 << 32) | 5, (3 << 32) | 1, 4)
@@ -56,10 +58,10 @@ def test_digest_and_log_info_report_copies_with_their_waves() -> None:
 def test_only_a_recovery_store_carries_producer_entries() -> None:
     import pytest
 
-    from logstrand.producers import Sent, pack_entries
+    from logstrand.idempotence import Sent, pack_entries
 
     entry = pack_entries(9, [Sent(0, 1, (3 << 32) | 7, 1000)])
-    batch = RecordBatch(((3 << 32) | 7,), (1000,), (0,), (None,), (b"x",))
+    batch = make_batch([(3 << 32) | 7], [b"x"], timestamps_ms=1000)
     assert Store.of(1, 1, 5, (1, 2), 0, False, batch, 5, entry).producers == entry
     with pytest.raises(ValueError, match="only a recovery"):
         Store.of(1, 1, 1, (1, 2), 0, False, batch, 0, entry)

@@ -4,24 +4,23 @@ stored batches where trims, compaction and recovery cut through them."""
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from logstrand.batch import Codec, PackedBatch, make_batch, pack_body
 from logstrand.client._columns import ColumnBatch
 from logstrand.client._reader_core import RecordRun
 from logstrand.client._views import BatchView
-from logstrand.compression import Codec, pack_body
 from logstrand.epochstore import LogAttributes
 from logstrand.errors import CorruptionError, InvalidArgumentError, ProtocolError, Status
-from logstrand.logsdb import LogsDB, PutBatch, make_batch
-from logstrand.packed import PackedBatch
-from logstrand.records import HOLE, WRITTEN_BY_RECOVERY, RecordBatch
+from logstrand.logsdb import LogsDB, PutBatch
+from logstrand.records import HOLE, WRITTEN_BY_RECOVERY
 from logstrand.sequencer._host import HostOptions, check_records
-from logstrand.storage._core import cut_to_windows, servable_windows
+from logstrand.storage._rules import cut_to_windows, donation_windows, servable_windows
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -29,10 +28,18 @@ if TYPE_CHECKING:
 E1 = 1 << 32
 
 
-def records(lsns: list[int], *, keyed: bool = False, ts: int = 1000) -> RecordBatch:
+def records(lsns: list[int], *, keyed: bool = False, ts: int = 1000) -> PackedBatch:
     keys = [b"k%d" % (n % 7) for n in lsns] if keyed else None
     payloads = [b'{"n": %d, "name": "record", "tags": ["a", "b"]}' % n for n in lsns]
     return make_batch(lsns, payloads, timestamps_ms=ts, keys=keys)
+
+
+def pack(pb: PackedBatch, **header: Any) -> PackedBatch:
+    """The same records packed again (another wave, copyset or codec)."""
+    c = pb.columns()
+    return make_batch(
+        c.lsns, c.payloads, timestamps_ms=c.timestamps_ms, keys=c.keys, flags=c.flags, **header
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -45,30 +52,30 @@ def test_every_codec_round_trips(payloads: list[bytes | None], keyed: bool, code
     n = len(payloads)
     keys = [None if i % 3 == 0 else b"key%d" % i for i in range(n)] if keyed else None
     rb = make_batch([E1 + 1 + i for i in range(n)], payloads, timestamps_ms=5, keys=keys)
-    pb = PackedBatch.of_records(rb, wave=2, copyset=(1, 2), codec=codec)
+    pb = pack(rb, wave=2, copyset=(1, 2), codec=codec)
     again = PackedBatch.parse(pb.data)
     assert again.body_ok()
-    assert again.to_records().payloads == rb.payloads
-    assert again.to_records().keys == rb.keys
+    assert again.columns().payloads == rb.columns().payloads
+    assert again.columns().keys == rb.columns().keys
     assert again.payload_bytes == sum(len(p) for p in payloads if p is not None)
 
 
 def test_compression_shrinks_json_and_is_skipped_when_it_does_not_help() -> None:
     rb = records(list(range(E1 + 1, E1 + 501)))
-    plain = PackedBatch.of_records(rb)
+    plain = pack(rb)
     for codec in (Codec.LZ4, Codec.ZSTD):
-        packed = PackedBatch.of_records(rb, codec=codec)
+        packed = pack(rb, codec=codec)
         assert packed.codec == codec
         assert len(packed.data) < 0.5 * len(plain.data)
-        assert packed.to_records() == plain.to_records()
+        assert packed.columns() == plain.columns()
     noise = make_batch([E1 + 1], [os.urandom(2000)], timestamps_ms=1)
-    assert PackedBatch.of_records(noise, codec=Codec.ZSTD).codec == Codec.NONE
+    assert pack(noise, codec=Codec.ZSTD).codec == Codec.NONE
     with pytest.raises(InvalidArgumentError, match=r"lz4|zstd"):
         Codec.parse("gzip")
 
 
 def test_every_byte_of_a_batch_is_covered_by_a_checksum() -> None:
-    pb = PackedBatch.of_records(records([E1 + 1, E1 + 2, E1 + 5], keyed=True), wave=3, copyset=(4,))
+    pb = pack(records([E1 + 1, E1 + 2, E1 + 5], keyed=True), wave=3, copyset=(4,))
     for at in range(len(pb.data)):
         bad = bytearray(pb.data)
         bad[at] ^= 0x10
@@ -89,7 +96,7 @@ def test_a_decompression_bomb_is_refused_before_decompressing() -> None:
 
 
 def test_sequencer_refuses_a_body_that_fails_its_checksum() -> None:
-    pb = PackedBatch.of_records(records([0, 1, 2]))
+    pb = pack(records([0, 1, 2]))
     bad = bytearray(pb.data)
     bad[-1] ^= 1
     problem = check_records(PackedBatch.parse(bytes(bad)), LogAttributes(), HostOptions())
@@ -100,15 +107,15 @@ def test_sequencer_refuses_a_body_that_fails_its_checksum() -> None:
 
 def test_columns_and_objects_agree_across_straddling_windows() -> None:
     rb = records(list(range(E1 + 1, E1 + 101)), keyed=True)
-    pb = PackedBatch.of_records(rb, codec=Codec.LZ4)
+    pb = pack(rb, codec=Codec.LZ4)
     view = BatchView(pb, E1 + 11, E1 + 90)  # a trim below, a read's end above
     runs = [RecordRun(view, 0, 30), RecordRun(view, 30, len(view))]
     cols = ColumnBatch.of(7, runs)
     assert cols.lsns == list(range(E1 + 11, E1 + 91))
-    assert cols.keys == list(rb.keys[10:90])
-    assert cols.payloads == list(rb.payloads[10:90])
+    assert cols.keys == rb.columns().keys[10:90]
+    assert cols.payloads == rb.columns().payloads[10:90]
     assert isinstance(cols.payload_data, np.ndarray)
-    assert [p for r in runs for p in r.payloads] == list(rb.payloads[10:90])
+    assert [p for r in runs for p in r.payloads] == rb.columns().payloads[10:90]
 
 
 # -- LogsDB: stored batches and what cuts through them ---------------------------
@@ -146,7 +153,7 @@ def test_a_recovery_write_splits_the_batch_it_overlaps(tmp_path: Path) -> None:
     stored = db.read(1)
     assert [r.lsn - E1 for r in stored] == list(range(1, 11))
     assert [r.flags & HOLE for r in stored][3:5] == [HOLE, HOLE]
-    assert stored[5].payload == records([E1 + 6]).payloads[0]
+    assert stored[5].payload == records([E1 + 6]).columns().payloads[0]
     db.close()
 
 
@@ -157,7 +164,8 @@ def test_compaction_rewrites_batches_keeping_the_other_lsns(tmp_path: Path) -> N
     assert db.delete(1, [E1 + 2, E1 + 3, E1 + 20, E1 + 99]) == 3
     left = db.read(1)
     assert [r.lsn - E1 for r in left] == [1, *range(4, 20)]
-    assert [r.payload for r in left] == [rb.payloads[0], *rb.payloads[3:19]]
+    payloads = rb.columns().payloads
+    assert [r.payload for r in left] == [payloads[0], *payloads[3:19]]
     (batch,) = db.read_packed(1).batches
     assert batch.count == 17
     assert batch.body_ok()
@@ -167,7 +175,7 @@ def test_compaction_rewrites_batches_keeping_the_other_lsns(tmp_path: Path) -> N
 def test_servable_windows_cut_a_batch_where_recovery_ended_its_epoch() -> None:
     from logstrand.epochstore import EpochEnd
 
-    pb = PackedBatch.of_records(records(list(range(E1 + 1, E1 + 11))), wave=1)
+    pb = pack(records(list(range(E1 + 1, E1 + 11))), wave=1)
     end = EpochEnd(lng_esn=6, bridge_esn=7, seal=2)
     out = servable_windows([(pb, E1 + 1, E1 + 10)], (3 << 32) | 1, lambda e: end)
     assert [(lo - E1, hi - E1) for _, lo, hi in out] == [(1, 6)]
@@ -182,16 +190,33 @@ def test_rebuilding_recreates_only_what_readers_are_served() -> None:
     from logstrand.epochstore import EpochEnd
 
     end = EpochEnd(lng_esn=6, bridge_esn=21, seal=2)
-    leftover = PackedBatch.of_records(records(list(range(E1 + 1, E1 + 11))), wave=1)
+    leftover = pack(records(list(range(E1 + 1, E1 + 11))), wave=1)
     lsns = list(range(E1 + 11, E1 + 21))
     rb = make_batch(lsns, [b"r"] * 10, timestamps_ms=1000, flags=WRITTEN_BY_RECOVERY)
-    by_recovery = PackedBatch.of_records(rb, wave=2)
+    by_recovery = pack(rb, wave=2)
     items = [(leftover, E1 + 1, E1 + 10), (by_recovery, E1 + 11, E1 + 20)]
     out = cut_to_windows(servable_windows(items, (3 << 32) | 1, lambda e: end))
     assert [(b.first_lsn - E1, b.last_lsn - E1, b.count) for b in out] == [(1, 6, 6), (11, 20, 10)]
     assert out[1] is by_recovery  # whole batches go as they are
     assert out[0].body_ok()
     assert out[0].wave == 1
+
+
+def test_a_resumed_donor_goes_on_inside_a_batch() -> None:
+    """A donor that stopped at its release pointer, inside a stored batch
+    (the rest not released yet), goes on from there: the batch's later
+    copies are donated.  The walk used to skip every batch that began below
+    where it resumed, and with it those copies (rebuilt node short of them)."""
+    a = make_batch(list(range(E1 + 1, E1 + 11)), [b"a"] * 10, timestamps_ms=1000)
+    b = make_batch(list(range(E1 + 11, E1 + 21)), [b"b"] * 10, timestamps_ms=1000)
+    # First pass: released to E1+15, inside b.
+    first = donation_windows([a, b], E1 + 1, E1 + 15)
+    assert [(lo - E1, hi - E1) for _, lo, hi in first] == [(1, 10), (11, 15)]
+    # Resumed at E1+16: b's copies 16..20 are still to do; a is done.
+    later = donation_windows([a, b], E1 + 16, E1 + 20)
+    assert [(x is b, lo - E1, hi - E1) for x, lo, hi in later] == [(True, 16, 20)]
+    [cut] = cut_to_windows(later)
+    assert cut.lsns() == list(range(E1 + 16, E1 + 21))
 
 
 def test_an_old_format_directory_is_refused_at_open(tmp_path: Path) -> None:

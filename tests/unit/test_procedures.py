@@ -8,13 +8,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from logstrand.batch import make_batch
 from logstrand.epochstore import EpochMetadata, LogAttributes, NodeConfig, Placement
 from logstrand.errors import LogstrandError, Status
+from logstrand.idempotence import Producers, Sent, pack_entries
 from logstrand.placement import CopysetSelector
-from logstrand.producers import Producers, Sent, pack_entries
+from logstrand.sequencer import _decisions as decisions
 from logstrand.sequencer import _procedures as procs
 from logstrand.testing import MemoryEpochStore
-from logstrand.wire import Digest, GetDigest, LogInfo, LogInfoReply, RecordBatch
+from logstrand.wire import Digest, GetDigest, LogInfo, LogInfoReply
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -50,7 +52,7 @@ class Driver:
             return LogInfoReply(msg.request_id, int(Status.OK))
         assert isinstance(msg, GetDigest)
         lsn = (1 << 32) | 1  # every node holds ESN 1 of epoch 1
-        batch = RecordBatch((lsn,), (5,), (0,), (None,), (b"acked",))
+        batch = make_batch([lsn], [b"acked"], timestamps_ms=5)
         return Digest(msg.request_id, int(Status.OK), node, True, (1,), batch)
 
     def run(self, proc: procs.Procedure, steps_max: int = 10_000) -> Any:
@@ -136,10 +138,9 @@ class ProducerDriver(Driver):
         if node not in self.up or not isinstance(msg, GetDigest):
             return super().answer(node, msg)
         if node != 1:
-            nothing = RecordBatch((), (), (), (), ())
-            return Digest(msg.request_id, int(Status.OK), node, True, (), nothing)
+            return Digest(msg.request_id, int(Status.OK), node, True, (), None)
         lsn = (1 << 32) | 1
-        batch = RecordBatch((lsn,), (5,), (0,), (None,), (b"unacked",))
+        batch = make_batch([lsn], [b"unacked"], timestamps_ms=5)
         entry = pack_entries(9, [Sent(0, 1, lsn, 5)])
         return Digest(msg.request_id, int(Status.OK), node, True, (1,), batch, entry)
 
@@ -170,9 +171,9 @@ def test_the_pause_between_attempts_doubles_up_to_a_second() -> None:
 
 def test_storing_decisions_fails_at_once_when_no_copyset_is_left() -> None:
     d = Driver(up={1, 2, 3})
-    batch = RecordBatch(((1 << 32) | 1,), (5,), (0,), (None,), (b"x",))
+    batch = make_batch([(1 << 32) | 1], [b"x"], timestamps_ms=5)
     sel = CopysetSelector(NODESET, 2, rng=random.Random(0))
-    proc = procs._store_chunk(LOG, 2, sel, batch, lambda: {1}, 1.0)
+    proc = decisions._store_chunk(LOG, 2, sel, batch, lambda: {1}, 1.0)
     with pytest.raises(LogstrandError, match=r"down or failing: \[2, 3\]") as caught:
         d.run(proc)
     assert caught.value.status == Status.NOSEQUENCER
@@ -182,7 +183,7 @@ def test_storing_decisions_fails_at_once_when_no_copyset_is_left() -> None:
 def test_recovery_stamps_never_go_back_nor_above_the_new_sequencer() -> None:
     # Records stamped 100, 120 and 300 (never acknowledged: above the cap), a
     # hole between, a bridge at the end; the new sequencer starts at 200.
-    assert procs.recovery_stamps([100, 0, 120, 300, 0], 200) == [100, 120, 120, 200, 200]
+    assert decisions.recovery_stamps([100, 0, 120, 300, 0], 200) == [100, 120, 120, 200, 200]
     # Copies from before stamps were monotonic: clamped down, never up.
-    assert procs.recovery_stamps([150, 110, 0], 200) == [110, 110, 200]
-    assert procs.recovery_stamps([], 5) == []
+    assert decisions.recovery_stamps([150, 110, 0], 200) == [110, 110, 200]
+    assert decisions.recovery_stamps([], 5) == []

@@ -8,6 +8,7 @@ import attrs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from logstrand.batch import PackedBatch, make_batch
 from logstrand.client._reader_core import (
     GapItem,
     GrantCredit,
@@ -16,20 +17,26 @@ from logstrand.client._reader_core import (
     StartStream,
 )
 from logstrand.client._views import BatchView
-from logstrand.packed import PackedBatch
 from logstrand.types import LSN_MAX, GapType
-from logstrand.wire import RecordBatch
 
 E1 = 1 << 32
 E2 = 2 << 32
 HOLE, BRIDGE = 1, 2
 
 
-def views(batch: RecordBatch, wave: int = 0) -> list[BatchView]:
+def views(batch: PackedBatch | None, wave: int = 0) -> list[BatchView]:
     """What a node's stored batches become at a reader: one packed batch."""
-    if not batch.lsns:
+    if batch is None:
         return []
-    return [BatchView(PackedBatch.of_records(batch, wave=wave), 0, 2**64 - 1)]
+    return [BatchView(batch.reheader(copyset=batch.copyset, wave=wave), 0, 2**64 - 1)]
+
+
+def batch_of(
+    lsns: tuple[int, ...], payloads: tuple[bytes | None, ...], flags: tuple[int, ...]
+) -> PackedBatch | None:
+    if not lsns:
+        return None
+    return make_batch(lsns, payloads, timestamps_ms=100, flags=flags)
 
 
 def lsn(epoch: int, esn: int) -> int:
@@ -73,12 +80,10 @@ class FakeNode:
                 out.append((n, payload, flags))
         if not out and self.credit <= 0 and scanned_to < limit:
             return False
-        batch = RecordBatch(
+        batch = batch_of(
             tuple(n for n, _, _ in out),
-            tuple(100 for _ in out),
-            tuple(f for _, _, f in out),
-            tuple(None for _ in out),
             tuple(p for _, p, _ in out),
+            tuple(f for _, _, f in out),
         )
         self.credit -= len(out)
         self.pos = scanned_to + 1
@@ -346,9 +351,7 @@ def _window_after(payload_size: int) -> int:
         n = min(granted - sent, 500, 10_000 - sent)
         assert n > 0, "the node ran out of credit"
         lsns = tuple(range(E1 + 1 + sent, E1 + 1 + sent + n))
-        batch = RecordBatch.trusted(
-            lsns, (0,) * n, (0,) * n, (None,) * n, (b"x" * payload_size,) * n
-        )
+        batch = make_batch(lsns, [b"x" * payload_size] * n, timestamps_ms=0)
         sent += n
         core.on_records(1, core.generation, E1 + 1 + sent, 0, views(batch), 0.0)
         core.poll(0.0)

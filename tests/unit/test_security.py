@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from logstrand.batch import PackedBatch, make_batch
 from logstrand.epochstore import open_epoch_store
 from logstrand.errors import AccessDeniedError, InvalidArgumentError, ProtocolError, Status
-from logstrand.packed import PackedBatch
-from logstrand.records import LOG_ID_MAX, make_batch
+from logstrand.records import LOG_ID_MAX
 from logstrand.security import (
     TRUSTED,
     Credentials,
@@ -35,6 +35,7 @@ from logstrand.wire import (
     FrameDecoder,
     GetDigest,
     GetNodeStatus,
+    HelloAck,
     Ping,
     Release,
     Seal,
@@ -102,6 +103,34 @@ def test_node_messages_only_from_nodes() -> None:
         assert "only from a node" in why
         assert refusal(node_principal(2), (), msg) is None
         assert refusal(TRUSTED, (), msg) is None
+
+
+def test_who_may_send_what_is_declared_with_each_message() -> None:
+    """The access table is the messages' declarations (``wire.ACCESS``):
+    every request has one, no reply has one, and this is what they say."""
+    from logstrand.wire import ACCESS, MESSAGE_TYPES
+
+    by_access: dict[str, set[str]] = {}
+    for kind, access in ACCESS.items():
+        by_access.setdefault(access, set()).add(kind.__name__)
+    assert by_access == {
+        "node": {"Store", "Release", "Seal", "GetDigest", "Gossip", "Trim", "DropCopies"}
+        | {"CleanPoint", "Amend"},
+        "any": {"Ping", "GetClusterState", "ReadCredit", "StopRead"},
+        "read": {"GetSeqState", "StartRead", "LogInfo", "FindTime", "GetLogDirectory"},
+        "append": {"Append"},
+        "trim": {"TrimLog"},
+        "admin": {"GetNodeStatus", "Compact"},
+    }
+    replies = {k.__name__ for k in MESSAGE_TYPES.values()} - {k.__name__ for k in ACCESS}
+    assert all(
+        name.endswith(("Reply", "Ack"))
+        or name in ("Hello", "Pong", "SeqState", "Digest")
+        or name in ("ReadRecords", "NodeStatus", "LogDirectory", "ClusterState")
+        for name in replies
+    ), replies
+    ann = user_principal("ann")
+    assert refusal(ann, (), HelloAck(0, 3)) == "HelloAck is not a request"
 
 
 def test_parse_ops_and_ranges() -> None:

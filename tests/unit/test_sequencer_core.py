@@ -8,18 +8,16 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from logstrand.batch import PackedBatch, make_batch
 from logstrand.errors import Status
-from logstrand.packed import PackedBatch
 from logstrand.placement import CopysetSelector
 from logstrand.sequencer import ReplyAppend, SendRelease, SendStore, SequencerCore
-from logstrand.wire import RecordBatch
 
 EPOCH = 3
 
 
 def batch(n: int, size: int = 10) -> PackedBatch:
-    rb = RecordBatch(tuple(range(n)), (0,) * n, (0,) * n, (None,) * n, (b"x" * size,) * n)
-    return PackedBatch.of_records(rb)
+    return make_batch(range(n), [b"x" * size] * n, timestamps_ms=0)
 
 
 def core(r: int = 2, nodes: int = 4, **kw: object) -> SequencerCore:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import random
 
+from logstrand.batch import PackedBatch, make_batch
 from logstrand.epochstore import LogAttributes
 from logstrand.errors import Status
-from logstrand.packed import PackedBatch
 from logstrand.placement import CopysetSelector
 from logstrand.sequencer import ReplyAppend, SendRelease, SendStore, SequencerCore
 from logstrand.sequencer._host import (
@@ -18,7 +18,6 @@ from logstrand.sequencer._host import (
     ReplySeqState,
     SequencerHostCore,
 )
-from logstrand.wire import RecordBatch
 
 ME = 1
 LOG = 7
@@ -26,8 +25,7 @@ PLAIN = LogAttributes(replication_factor=2)
 
 
 def batch(n: int = 1, payload: bytes | None = b"x", key: bytes | None = None) -> PackedBatch:
-    rb = RecordBatch(tuple(range(n)), (0,) * n, (0,) * n, (key,) * n, (payload,) * n)
-    return PackedBatch.of_records(rb)
+    return make_batch(range(n), [payload] * n, timestamps_ms=0, keys=[key] * n)
 
 
 def core(epoch: int, *, recovered: bool) -> SequencerCore:

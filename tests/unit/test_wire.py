@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from logstrand.batch import Codec, PackedBatch, make_batch
 from logstrand.errors import InvalidArgumentError, ProtocolError, Status
-from logstrand.packed import Codec, PackedBatch
 from logstrand.wire import (
     MESSAGE_TYPES,
     Amend,
@@ -40,8 +40,6 @@ from logstrand.wire import (
     NodeStatus,
     ReadCredit,
     ReadRecords,
-    RecordBatch,
-    Records,
     Release,
     Seal,
     SealReply,
@@ -66,32 +64,17 @@ statuses = st.sampled_from([int(s) for s in Status])
 
 
 @st.composite
-def record_batches(draw: st.DrawFn, max_size: int = 20) -> RecordBatch:
-    n = draw(st.integers(0, max_size))
-    return RecordBatch(
-        tuple(draw(st.lists(u64, min_size=n, max_size=n))),
-        tuple(draw(st.lists(u64, min_size=n, max_size=n))),
-        tuple(draw(st.lists(u16, min_size=n, max_size=n))),
-        tuple(draw(st.lists(st.none() | st.binary(max_size=40), min_size=n, max_size=n))),
-        tuple(draw(st.lists(st.none() | st.binary(max_size=200), min_size=n, max_size=n))),
-    )
-
-
-@st.composite
 def packed_batches(draw: st.DrawFn, max_size: int = 20) -> PackedBatch:
     """Stored batches: increasing LSNs in one epoch, any codec."""
     epoch = draw(st.integers(1, 2**32 - 1))
     esns = sorted(draw(st.sets(st.integers(1, 2**32 - 1), min_size=1, max_size=max_size)))
     n = len(esns)
-    rb = RecordBatch(
-        tuple((epoch << 32) | e for e in esns),
-        tuple(draw(st.lists(u64, min_size=n, max_size=n))),
-        tuple(draw(st.lists(st.integers(0, 255), min_size=n, max_size=n))),
-        tuple(draw(st.lists(st.none() | st.binary(max_size=40), min_size=n, max_size=n))),
-        tuple(draw(st.lists(st.none() | st.binary(max_size=200), min_size=n, max_size=n))),
-    )
-    return PackedBatch.of_records(
-        rb,
+    return make_batch(
+        [(epoch << 32) | e for e in esns],
+        draw(st.lists(st.none() | st.binary(max_size=200), min_size=n, max_size=n)),
+        timestamps_ms=draw(st.lists(u64, min_size=n, max_size=n)),
+        flags=draw(st.lists(st.integers(0, 255), min_size=n, max_size=n)),
+        keys=draw(st.lists(st.none() | st.binary(max_size=40), min_size=n, max_size=n)),
         wave=draw(u32),
         copyset=tuple(draw(st.lists(u32, min_size=1, max_size=5))),
         codec=draw(st.sampled_from(list(Codec))),
@@ -119,7 +102,6 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     MESSAGE_TYPES[3]: st.builds(MESSAGE_TYPES[3], u64),
     MESSAGE_TYPES[4]: st.builds(MESSAGE_TYPES[4], u64),
     ErrorReply: st.builds(ErrorReply, u64, statuses, st.text(max_size=100)),
-    Records: st.builds(Records, u64, record_batches()),
     Append: st.builds(Append, u64, u64, packed_batches()),
     AppendReply: st.builds(
         AppendReply, u64, statuses, u64, u32, u64, st.none() | u32, st.text(max_size=30)
@@ -140,14 +122,14 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         )
     ),
     GetDigest: st.builds(GetDigest, u64, u64, u32, u32, u32),
-    Digest: record_batches().flatmap(
+    Digest: (st.none() | packed_batches()).flatmap(
         lambda b: st.builds(
             Digest,
             u64,
             statuses,
             u32,
             st.booleans(),
-            st.lists(u32, min_size=len(b), max_size=len(b)).map(tuple),
+            st.lists(u32, min_size=len(b or ()), max_size=len(b or ())).map(tuple),
             st.just(b),
         )
     ),
@@ -305,23 +287,6 @@ def test_corrupted_frames_only_ever_raise_protocol_error(msg: Any, data: st.Data
             decode_body(candidate)
 
 
-@given(record_batches(max_size=50))
-def test_record_batch_pack_round_trip(batch: RecordBatch) -> None:
-    assert RecordBatch.unpack(batch.pack()) == batch
-
-
-@given(record_batches(max_size=10), st.data())
-def test_truncated_record_batch_is_a_protocol_error(
-    batch: RecordBatch, data: st.DataObject
-) -> None:
-    packed = batch.pack()
-    cut = data.draw(st.integers(0, len(packed) - 1))
-    with pytest.raises(ProtocolError):
-        RecordBatch.unpack(packed[:cut])
-    with pytest.raises(ProtocolError):
-        RecordBatch.unpack(packed + b"x")
-
-
 def test_oversized_frame_is_refused_before_buffering() -> None:
     dec = FrameDecoder(frame_bytes_max=100)
     dec.feed((101).to_bytes(4, "big"))
@@ -330,7 +295,8 @@ def test_oversized_frame_is_refused_before_buffering() -> None:
 
 
 def test_encoding_an_oversized_message_is_toobig() -> None:
-    big = Records(1, RecordBatch((1,), (0,), (0,), (None,), (b"x" * 1000,)))
+    batch = make_batch([(1 << 32) | 1], [b"x" * 1000], timestamps_ms=0)
+    big = Append(1, 1, batch)
     with pytest.raises(InvalidArgumentError) as info:
         encode_frame(big, frame_bytes_max=500)
     assert info.value.status is Status.TOOBIG
@@ -347,7 +313,7 @@ def test_encoding_an_oversized_message_is_toobig() -> None:
         b"\x83\x03\x01\x02",  # Ping with an extra field
         b"\x82\x03\x20",  # Ping with a negative id
         b"\x82\x03\xc1\x01",  # a CBOR tag where an int belongs
-        b"\x82\x06\x41\x00",  # Records missing its batch... and a bad one
+        b"\x82\x06\x41\x00",  # type 6: Records, retired (the old batch format)
     ],
 )
 def test_malformed_bodies(body: bytes) -> None:
@@ -362,7 +328,7 @@ def test_messages_validate_at_construction() -> None:
         Hello(3, 2, "c")
     with pytest.raises(ValueError, match="status"):
         ErrorReply(1, 999)
-    assert attrs.has(Records)
+    assert attrs.has(Append)
 
 
 def test_directory_entries_come_whole() -> None:
@@ -371,6 +337,15 @@ def test_directory_entries_come_whole() -> None:
 
 
 def test_version_negotiation() -> None:
-    assert choose_version(1, 5) == 2
-    assert choose_version(3, 5) is None
-    assert choose_version(1, 1) is None
+    assert choose_version(1, 5) == 3
+    assert choose_version(4, 5) is None
+    assert choose_version(1, 2) is None
+
+
+def test_a_retired_type_number_is_never_given_again() -> None:
+    from logstrand.wire._registry import RETIRED, message
+
+    assert 6 in RETIRED
+    assert 6 not in MESSAGE_TYPES
+    with pytest.raises(AssertionError, match="used twice"):
+        message(6)(type("Again", (), {}))

@@ -1,5 +1,5 @@
 """The producer tables of a node's LogsDB: per log, the last batches of each
-idempotent producer that this node stored (``logstrand.producers``).
+idempotent producer that this node stored (``logstrand.idempotence``).
 
 They are written in the same RocksDB write as the batches they describe
 (``Q | log | producer`` -> the producer's entries), so a node never holds a
@@ -14,16 +14,34 @@ why the tables are evidence, not truth.
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import ProtocolError
-from ..producers import PRODUCERS_MAX, Producers, Sent, pack_entries
+from ._model import PRODUCERS_MAX, Producers, Sent, pack_entries
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from ._engine import Batch, Engine
-    from ._partitions import PutBatch
+    from ..batch import PackedBatch
+
+
+class Batch(Protocol):
+    """One RocksDB write of LogsDB (its engine's batch)."""
+
+    def put(self, cf: str, key: bytes, value: bytes) -> None: ...
+    def delete(self, cf: str, key: bytes) -> None: ...
+
+
+class PutBatch(Protocol):
+    """A batch LogsDB stores, with the producer entries a recovery carries."""
+
+    @property
+    def log_id(self) -> int: ...
+    @property
+    def batch(self) -> PackedBatch: ...
+    @property
+    def producers(self) -> bytes: ...
+
 
 PREFIX = b"Q"
 _KEY = struct.Struct(">cQQ")
@@ -108,11 +126,11 @@ class ProducerTables:
         for gone in self.table(log_id).add(pid, sent):
             self._evicted.append(_key(log_id, gone))
 
-    def flush_evicted(self, engine: Engine) -> None:
-        """Delete the keys of evicted producers now (after loading)."""
-        if self._evicted:
-            batch = engine.new_batch()
-            for key in self._evicted:
-                batch.delete(self.meta_cf, key)
-            engine.write(batch, sync=False)
-            self._evicted.clear()
+    def evicted_into(self, batch: Batch) -> bool:
+        """Put the deletions of evicted producers' keys into ``batch`` (after
+        loading: the caller writes it); False when there are none."""
+        for key in self._evicted:
+            batch.delete(self.meta_cf, key)
+        found = bool(self._evicted)
+        self._evicted.clear()
+        return found

@@ -20,15 +20,15 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
-from .errors import InvalidArgumentError
-from .records import ESN_MAX as ESN_MASK
-from .records import LOG_ID_MAX, POSITIONS_LOG_ID, check_log_id
-from .types import LSN_MAX
+from ..errors import InvalidArgumentError
+from ..records import ESN_MAX as ESN_MASK
+from ..records import LOG_ID_MAX, POSITIONS_LOG_ID, check_log_id
+from ..types import LSN_MAX
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from .epochstore._model import EpochEnd
+    from ..epochstore._model import EpochEnd
 
 __all__ = [
     "POSITIONS_LOG_ID",

@@ -15,7 +15,7 @@ Rules
    answers each STORE.  Under load one fsync covers hundreds of STOREs, and
    the size limits bound the pause a write is for the loop.
 3. A STORE of a sealed epoch is refused (PREEMPTED) unless it is a newer
-   recovery's (``_core.admit_store``).
+   recovery's (``_rules.admit_store``).
 4. Release pointers live in memory, move with RELEASEs and with the pointer
    every STORE carries, ride along with the next group commit, and are
    persisted at least every ``release_persist_s`` and at close.
@@ -56,7 +56,7 @@ from ..wire import (
     Trim,
     TrimReply,
 )
-from . import _core
+from . import _rules
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -191,7 +191,7 @@ class Committer:
                 )
                 corrupt.append((msg, sink))
                 continue
-            if not _core.admit_store(db, msg):
+            if not _rules.admit_store(db, msg):
                 refused.append((msg, sink))  # sealed: only a newer recovery may write
                 continue
             if msg.released_lsn:
@@ -281,7 +281,7 @@ class Committer:
 
     def answer(self, msg: LogInfo | Seal | GetDigest) -> LogInfoReply | SealReply | Digest:
         """This node's answer to a recovery's question (from a peer or itself)."""
-        return _core.answer(self.db, self.node_id, self.release_of(msg.log_id), msg)
+        return _rules.answer(self.db, self.node_id, self.release_of(msg.log_id), msg)
 
     def amend(self, msg: Amend) -> AmendReply:
         n = self.db.amend(msg.log_id, msg.first_lsn, msg.last_lsn, msg.old_copyset, msg.copyset)
@@ -302,7 +302,7 @@ class Committer:
         return FindTimeReply(msg.request_id, int(Status.OK), found)
 
     def log_directory(self, msg: GetLogDirectory) -> LogDirectory:
-        return _core.log_directory(self.db, msg)
+        return _rules.log_directory(self.db, msg)
 
     def counts(self) -> tuple[int, int, int]:
         """Partitions, bytes on disk, and logs held (zeros while a reopen

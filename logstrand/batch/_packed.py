@@ -37,44 +37,26 @@ from __future__ import annotations
 
 import itertools
 import sys
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
+from ..errors import ProtocolError
+from ._build import Building, Columns
+from ._compression import Codec, decompress, slices
 from ._layout import (
-    _CRC_AT,
-    _HEAD,
-    _LAYOUT_ALL,
-    _PRODUCER,
+    CRC_AT,
     FLAGS,
     FORMAT,
+    HEAD,
     HEAD_BYTES,
+    LAYOUT_ALL,
     LSNS,
     PRODUCER,
+    PRODUCER_FIELDS,
     TIMESTAMPS,
-    _crc_extend,
-    _header,
-    _pad8,
     crc32c,
+    crc_extend,
+    pad8,
 )
-from .compression import Codec, decompress, pack_body, slices
-from .errors import InvalidArgumentError, ProtocolError
-from .records import TOMBSTONE, RecordBatch
-
-if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-__all__ = [
-    "COUNT_MAX",
-    "FLAGS",
-    "FORMAT",
-    "HEAD_BYTES",
-    "LSNS",
-    "PRODUCER",
-    "RAW_BYTES_MAX",
-    "TIMESTAMPS",
-    "PackedBatch",
-    "crc32c",
-    "last_lsn_of",
-]
 
 if sys.byteorder != "little":  # pragma: no cover - every supported platform is
     raise ImportError("logstrand's packed batches need a little-endian machine")
@@ -85,7 +67,7 @@ COUNT_MAX: Final = 1 << 24
 RAW_BYTES_MAX: Final = 256 * 1024 * 1024
 
 
-class PackedBatch:
+class PackedBatch(Building):
     """One packed batch (see the module docstring), parsed and checked.
 
     ``parse`` checks the structure and the header checksum; ``body_ok`` the
@@ -111,25 +93,6 @@ class PackedBatch:
         "timestamp_ms",
         "wave",
     )
-
-    data: bytes
-    count: int
-    first_lsn: int
-    last_lsn: int
-    timestamp_ms: int
-    wave: int
-    flags0: int
-    codec: int
-    layout: int
-    copyset: tuple[int, ...]
-    body_start: int
-    raw_len: int
-    body_crc: int
-    payload_bytes: int
-    #: (producer id, sequence number of the first record), or None.
-    producer: tuple[int, int] | None
-    _lens: list[int] | None
-    _blob: bytes | None
 
     def __len__(self) -> int:
         return self.count
@@ -161,33 +124,33 @@ class PackedBatch:
         if len(data) < HEAD_BYTES:
             raise ProtocolError("packed batch shorter than its header")
         (fmt, codec, layout, count, first, ts, wave, flags0, ncs, body_len, raw_len, bcrc, hcrc) = (
-            _HEAD.unpack_from(data, 0)
+            HEAD.unpack_from(data, 0)
         )
         if fmt != FORMAT:
             raise ProtocolError(f"packed batch format {fmt} is not {FORMAT}")
         if codec not in Codec._value2member_map_:
             raise ProtocolError(f"packed batch codec {codec} unknown")
-        if layout & ~_LAYOUT_ALL:
+        if layout & ~LAYOUT_ALL:
             raise ProtocolError(f"packed batch layout bits {layout:#x} unknown")
         if count == 0 or count > COUNT_MAX:
             raise ProtocolError(f"packed batch of {count} records")
         if raw_len > RAW_BYTES_MAX:
             raise ProtocolError(f"packed batch body claims {raw_len} bytes")
-        body_start = HEAD_BYTES + _pad8(4 * ncs)
+        body_start = HEAD_BYTES + pad8(4 * ncs)
         producer = None
         if layout & PRODUCER:
             if len(data) >= body_start + 16:
-                producer = _PRODUCER.unpack_from(data, body_start)
+                producer = PRODUCER_FIELDS.unpack_from(data, body_start)
             body_start += 16
         if layout & LSNS:
             body_start += 8 * count
         if layout & TIMESTAMPS:
             body_start += 8 * count
         if layout & FLAGS:
-            body_start += _pad8(2 * count)
+            body_start += pad8(2 * count)
         if len(data) != body_start + body_len or body_len < 8 * count:
             raise ProtocolError("packed batch length disagrees with its header")
-        crc = _crc_extend(crc32c(data[:_CRC_AT]), data[HEAD_BYTES:body_start])
+        crc = crc_extend(crc32c(data[:CRC_AT]), data[HEAD_BYTES:body_start])
         if crc != hcrc:
             raise ProtocolError(f"packed batch header checksum mismatch at lsn {first:#x}")
         b = cls.__new__(cls)
@@ -229,7 +192,7 @@ class PackedBatch:
 
     def column_at(self, bit: int) -> int:
         """Where the column of ``bit`` starts."""
-        off = HEAD_BYTES + _pad8(4 * len(self.copyset))
+        off = HEAD_BYTES + pad8(4 * len(self.copyset))
         if self.layout & PRODUCER:
             off += 16
         for b, width in ((LSNS, 8), (TIMESTAMPS, 8)):
@@ -295,172 +258,10 @@ class PackedBatch:
         payloads, _ = slices(blob, self._lens[n:], at)
         return keys, payloads
 
-    def to_records(self) -> RecordBatch:
+    def columns(self) -> Columns:
+        """Every record as columns (decompresses the body when it is compressed)."""
         keys, payloads = self.keys_payloads()
-        return RecordBatch.trusted(
-            tuple(self.lsns()),
-            tuple(self.timestamps()),
-            tuple(self.flags()),
-            tuple(keys),
-            tuple(payloads),
-        )
-
-    # -- building -------------------------------------------------------------
-
-    @classmethod
-    def assemble(
-        cls,
-        body: bytes,
-        raw_len: int,
-        body_crc: int,
-        codec: int,
-        count: int,
-        *,
-        first_lsn: int,
-        timestamps_ms: Sequence[int] | int,
-        flags: Sequence[int] | int = 0,
-        lsns: Sequence[int] | None = None,
-        wave: int = 0,
-        copyset: tuple[int, ...] = (),
-        producer: tuple[int, int] | None = None,
-    ) -> PackedBatch:
-        """A batch from a body and the header fields, checked as ``parse`` does."""
-        head = _header(
-            len(body),
-            raw_len,
-            body_crc,
-            codec,
-            count,
-            first_lsn,
-            timestamps_ms,
-            flags,
-            lsns,
-            wave,
-            copyset,
-            producer,
-        )
-        return cls.parse(head + body)
-
-    @classmethod
-    def for_append(
-        cls,
-        keys: Sequence[bytes | None],
-        payloads: Sequence[bytes | None],
-        codec: int = 0,
-        producer: tuple[int, int] | None = None,
-    ) -> PackedBatch:
-        """What a client appends: the records' body (compressed with ``codec``
-        when that helps) under a header the sequencer replaces, but for the
-        ``producer`` (id, first sequence number) of an idempotent append."""
-        body, raw_len, crc, used = pack_body(keys, payloads, codec)
-        return cls.assemble(
-            body, raw_len, crc, used, len(payloads), first_lsn=0, timestamps_ms=0, producer=producer
-        )
-
-    @classmethod
-    def of_records(
-        cls,
-        records: RecordBatch,
-        *,
-        wave: int = 0,
-        copyset: tuple[int, ...] = (),
-        codec: int = Codec.NONE,
-    ) -> PackedBatch:
-        """Pack a RecordBatch (whose LSNs, timestamps and flags are kept)."""
-        if not records.lsns:
-            raise InvalidArgumentError("an empty batch cannot be packed")
-        payloads = records.payloads
-        flags = [
-            f | TOMBSTONE if p is None else f & ~TOMBSTONE
-            for f, p in zip(records.flags, payloads, strict=True)
-        ]
-        body, raw_len, crc, used = pack_body(records.keys, payloads, codec)
-        return cls.assemble(
-            body,
-            raw_len,
-            crc,
-            used,
-            len(records),
-            first_lsn=records.lsns[0],
-            lsns=records.lsns,
-            timestamps_ms=records.timestamps_ms,
-            flags=flags,
-            wave=wave,
-            copyset=copyset,
-        )
-
-    def restamp(
-        self, *, first_lsn: int, timestamp_ms: int, wave: int, copyset: tuple[int, ...]
-    ) -> PackedBatch:
-        """The same body under a new header: consecutive LSNs from ``first_lsn``,
-        one timestamp, the given wave and copyset (what a sequencer does, once
-        per wave).  The body is copied once and not checked again."""
-        lens = self.payload_lens()
-        flags: list[int] | int = [TOMBSTONE if n < 0 else 0 for n in lens] if -1 in lens else 0
-        body = memoryview(self.data)[self.body_start :]
-        head = _header(
-            len(body),
-            self.raw_len,
-            self.body_crc,
-            self.codec,
-            self.count,
-            first_lsn,
-            timestamp_ms,
-            flags,
-            None,
-            wave,
-            copyset,
-            self.producer,
-        )
-        b = PackedBatch.__new__(PackedBatch)
-        names = ("count", "codec", "raw_len", "body_crc", "payload_bytes", "producer", "_lens")
-        b._blob = self._blob
-        for name in names:
-            setattr(b, name, getattr(self, name))
-        b.data = b"".join((head, body))
-        b.first_lsn = first_lsn
-        b.last_lsn = first_lsn + self.count - 1
-        b.timestamp_ms = timestamp_ms
-        b.wave = wave
-        b.copyset = copyset
-        b.layout = (FLAGS if isinstance(flags, list) else 0) | (PRODUCER if self.producer else 0)
-        b.flags0 = flags[0] if isinstance(flags, list) else flags
-        b.body_start = len(head)
-        return b
-
-    def reheader(self, *, copyset: tuple[int, ...], add_flags: int = 0) -> PackedBatch:
-        """The same records (LSNs, timestamps, body) under a header with
-        another copyset, every record's flags OR-ed with ``add_flags``: what
-        rebuilding writes and amends.  The body is not decoded."""
-        lsns = self.lsns() if self.layout & LSNS else None
-        stamps: list[int] | int = (
-            self.timestamps() if self.layout & TIMESTAMPS else self.timestamp_ms
-        )
-        flags: list[int] | int = (
-            [f | add_flags for f in self.flags()]
-            if self.layout & FLAGS
-            else self.flags0 | add_flags
-        )
-        return PackedBatch.assemble(
-            self.data[self.body_start :],
-            self.raw_len,
-            self.body_crc,
-            self.codec,
-            self.count,
-            first_lsn=self.first_lsn,
-            timestamps_ms=stamps,
-            flags=flags,
-            lsns=lsns,
-            wave=self.wave,
-            copyset=copyset,
-            producer=self.producer,
-        )
-
-    def select(self, keep: Sequence[int]) -> PackedBatch:
-        """A batch of the records at indices ``keep`` (increasing), same codec,
-        wave and copyset.  Decompresses: for splits and compaction only."""
-        sub = self.to_records().take(keep)
-        return PackedBatch.of_records(sub, wave=self.wave, copyset=self.copyset, codec=self.codec)
+        return Columns(self.lsns(), self.timestamps(), self.flags(), keys, payloads)
 
 
 def last_lsn_of(data: bytes) -> int:
@@ -472,5 +273,5 @@ def last_lsn_of(data: bytes) -> int:
     first = int.from_bytes(data[8:16], "little")
     if not layout & LSNS or count == 0:
         return first + count - 1
-    at = HEAD_BYTES + _pad8(4 * data[30]) + 8 * (count - 1) + (16 if layout & PRODUCER else 0)
+    at = HEAD_BYTES + pad8(4 * data[30]) + 8 * (count - 1) + (16 if layout & PRODUCER else 0)
     return int.from_bytes(data[at : at + 8], "little")

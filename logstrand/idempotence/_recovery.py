@@ -1,6 +1,6 @@
 """What a new sequencer keeps of the producers of idempotent appends.  Pure.
 
-Its table (``logstrand.producers``) is rebuilt from two sources:
+Its table (``logstrand.idempotence``) is rebuilt from two sources:
 
 * the epoch store's snapshot, which covers every clean epoch (a recovery
   writes it before it moves the last clean epoch, ``recover``);
@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import ProtocolError
-from ..producers import Producers, Sent, pack_entries
 from ..wire import Digest, SealReply
+from ._model import Producers, Sent, pack_entries
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping

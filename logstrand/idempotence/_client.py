@@ -4,7 +4,7 @@ The client gets a producer id from the cluster (``allocate_producer_id`` in
 the epoch store) at its first append and numbers the records it appends to
 each log from 0; every batch carries (id, number of its first record), and a
 batch keeps its number through every retry, so a sequencer that already took
-it answers with its LSNs instead of storing it again (``logstrand.producers``).
+it answers with its LSNs instead of storing it again (``logstrand.idempotence``).
 
 Batches are numbered in the order they leave, and at most ``WINDOW`` of one
 log are out at once: a sequencer refuses a batch whose predecessor it has
@@ -22,12 +22,10 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from ..producers import WINDOW
+from ._model import WINDOW
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from ..rpc import ClusterView
+    from collections.abc import Awaitable, Callable
 
 #: Producer ids fetched at a time for resets.
 _SPARES = 4
@@ -36,8 +34,11 @@ _SPARES = 4
 class ProducerIds:
     """The client's producer ids: one for every log, and spares for resets."""
 
-    def __init__(self, view: ClusterView, fixed: int | None = None) -> None:
-        self.view = view
+    def __init__(
+        self, allocate: Callable[[int], Awaitable[list[int]]], fixed: int | None = None
+    ) -> None:
+        #: ``allocate(n)``: n new producer ids from the cluster (the epoch store).
+        self.allocate = allocate
         self.main: int | None = fixed
         self.fixed = fixed is not None
         self._spares: list[int] = []
@@ -52,9 +53,7 @@ class ProducerIds:
             if self.main is not None and (self._spares or self.fixed):
                 return
             need = (self.main is None) + _SPARES * (not self.fixed)
-            ids = await self.view.astore.run(
-                lambda s: [s.allocate_producer_id() for _ in range(need)]
-            )
+            ids = await self.allocate(need)
             if self.main is None:
                 self.main = ids.pop(0)
             self._spares += ids

@@ -1,4 +1,4 @@
-"""Idempotent appends' documents in the epoch store (``logstrand.producers``).
+"""Idempotent appends' documents in the epoch store (``logstrand.idempotence``).
 
     producer_ids        the next producer id to hand out
     producers/<log>     the log's producer table as of the end of an epoch:
@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 from typing import TYPE_CHECKING, Any
 
-from ..producers import DERIVED_BIT, Producers
+from ._model import DERIVED_BIT, Producers
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -17,14 +17,16 @@ import attrs
 import trio
 from prometheus_client import Gauge
 
-from ..client._lazy import LazyClient
 from ..errors import LogstrandError
 from ..records import POSITIONS_LOG_ID
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from prometheus_client import CollectorRegistry
 
     from ..security import Credentials
+    from ._model import GroupLag, Position
 
 _log = logging.getLogger("logstrand.groups")
 
@@ -48,6 +50,17 @@ class MonitorHost(Protocol):
     def sequenced_logs(self) -> list[int]: ...
 
 
+class _Client(Protocol):
+    async def group_positions(self) -> dict[str, list[Position]]: ...
+    async def describe_group(self, group: str) -> list[GroupLag]: ...
+
+
+class ClientSource(Protocol):
+    """A client opened on first use (``client.LazyClient``)."""
+
+    async def get(self, nursery: trio.Nursery) -> _Client: ...
+
+
 @attrs.frozen
 class MonitorOptions:
     #: How often the figures are brought up to date (0: never).
@@ -59,8 +72,14 @@ class MonitorOptions:
 class GroupsMonitor:
     """See the module docstring."""
 
-    def __init__(self, options: MonitorOptions | None = None) -> None:
-        self.options = options or MonitorOptions()
+    def __init__(
+        self,
+        options: MonitorOptions,
+        client: Callable[[str, Credentials | None], ClientSource],
+    ) -> None:
+        self.options = options
+        #: ``client(url, credentials)``: how the monitor reads, as any consumer would.
+        self._client = client
         self._labels: set[tuple[str, str]] = set()
 
     async def run(
@@ -83,7 +102,7 @@ class GroupsMonitor:
             names,
             registry=r,
         )
-        client = LazyClient(host.url, host.credentials)
+        client = self._client(host.url, host.credentials)
         async with trio.open_nursery() as nursery:
             task_status.started()
             while self.options.interval_s > 0:
@@ -97,7 +116,7 @@ class GroupsMonitor:
                     _log.exception("node %d: group metrics failed", host.node_id)
             await trio.sleep_forever()
 
-    async def update(self, host: MonitorHost, lazy: LazyClient, nursery: trio.Nursery) -> None:
+    async def update(self, host: MonitorHost, lazy: ClientSource, nursery: trio.Nursery) -> None:
         """Set the figures now (or clear them when this node does not
         sequence the positions log)."""
         seen: set[tuple[str, str]] = set()

@@ -1,4 +1,5 @@
-"""What a storage node decides about the recovery-related messages: pure, no trio.
+"""The storage node's request rules: what a node decides about STOREs, seals,
+digests, and which copies it may serve.  Pure, no trio.
 
 The node's trio shell (``_node.py``) and the seeded simulation (``tests/sim``)
 both call these, so the rules the simulation checks are the rules the real
@@ -29,7 +30,7 @@ import bisect
 from typing import TYPE_CHECKING, Protocol
 
 from ..errors import Status
-from ..producers import ENTRY_BYTES
+from ..records import PRODUCER_ENTRY_BYTES as ENTRY_BYTES
 from ..records import WRITTEN_BY_RECOVERY
 from ..wire import (
     Digest,
@@ -45,9 +46,9 @@ from ..wire import (
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from ..batch import PackedBatch
     from ..epochstore._model import EpochEnd
     from ..logsdb._format import DirEntry, StoredBatch
-    from ..packed import PackedBatch
     from ..wire import Store
 
 
@@ -111,15 +112,14 @@ def digest(db: LogStore, node_id: int, msg: GetDigest) -> Digest:
         max_bytes=DIGEST_BYTES_MAX,
     )
     complete = len(batch) < DIGEST_RECORDS_MAX and batch.payload_bytes < DIGEST_BYTES_MAX
-    records = batch.to_record_batch()
     return Digest(
         msg.request_id,
         int(Status.OK),
         node_id,
         complete,
         tuple(batch.waves),
-        records,
-        _entries_among(db.producers(msg.log_id), records.lsns),
+        batch.to_packed() if len(batch) else None,
+        _entries_among(db.producers(msg.log_id), batch.lsns),
     )
 
 
@@ -210,6 +210,20 @@ def servable(
                     dropped = True
         i = j
     return keep if dropped else None
+
+
+def donation_windows(
+    batches: Sequence[PackedBatch], pos: int, until: int
+) -> list[tuple[PackedBatch, int, int]]:
+    """What a rebuilding donor walks of the batches it read from ``pos``: each
+    batch's copies within ``pos..until``.  A batch may begin below ``pos``
+    (a donor that resumed where an earlier pass stopped, at a release
+    pointer inside the batch): its copies from ``pos`` on are still to do."""
+    return [
+        (b, max(b.first_lsn, pos), min(b.last_lsn, until))
+        for b in batches
+        if b.last_lsn >= pos and b.first_lsn <= until
+    ]
 
 
 def cut_to_windows(windows: Sequence[tuple[PackedBatch, int, int]]) -> list[PackedBatch]:

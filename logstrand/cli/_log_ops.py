@@ -1,4 +1,5 @@
-"""Operator commands: ``logstrand trim``, ``logstrand info``, ``logstrand status``."""
+"""Commands on one log's records: ``logstrand trim``, ``logstrand info``,
+``logstrand compact``."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .._units import format_bytes, format_duration_ms
-from ..epochstore import describe_offset, parse_log_range
 from ..errors import InvalidArgumentError, LogstrandError, Status
+from ..records import parse_log_range
 from ..types import format_lsn, parse_lsn
-from ..wire import NodeStatus, SeqState
+from ..wire import SeqState
 from ._common import (
     EXIT_FAILED,
     JsonOption,
@@ -29,7 +30,7 @@ from ._common import (
     print_json,
     require_url,
 )
-from ._rebuild import rebuilding_doc
+from ._nodes import corrupt_text
 
 
 def _ts(ms: int) -> str:
@@ -223,7 +224,7 @@ def info(
         ("oldest", _ts(doc["oldest_timestamp_ms"])),
         ("newest", _ts(doc["newest_timestamp_ms"])),
         ("nodes answering", f"{len(infos)} of {len(doc['nodeset'])}"),
-        ("corrupt copies", _corrupt(doc["corrupt_copies"])),
+        ("corrupt copies", corrupt_text(doc["corrupt_copies"])),
     ]
     if "compaction" in doc:
         c = doc["compaction"]
@@ -268,150 +269,3 @@ def compact(
         f"{stats['seconds']:.2f}s",
         highlight=False,
     )
-
-
-def status(url: UrlOption = None, as_json: JsonOption = False) -> None:
-    """Every node: address, state (alive, dead, unreachable, or "no space": alive
-    but below its --min-free floor, serving reads only), its authoritative
-    status (storage_state: FULLY_AUTHORITATIVE, UNAVAILABLE, REBUILDING,
-    UNDERREPLICATION, AUTHORITATIVE_EMPTY), the logs it sequences, partitions,
-    disk used and free, and ranges of corrupt copies it found; then the
-    rebuilding under way, per donor (records and bytes re-created).
-
-    Exits with 1 when a node is not alive (dead, or alive in the membership but
-    not answering).
-    """
-
-    with open_store(url) as store:
-        nodes = store.nodes()
-        members = store.members()
-        alive = frozenset(members)
-        store_url = store.url
-        rebuilding = rebuilding_doc(store, alive)
-    rows: list[dict[str, Any]] = []
-    with connect_client(require_url(url)) as client:
-        for node_id, cfg in sorted(nodes.items()):
-            st = client.node_status(node_id) if node_id in alive else None
-            rows.append(
-                {
-                    "node_id": node_id,
-                    "address": f"{cfg.host}:{cfg.port}",
-                    "location": cfg.location,
-                    "state": _state(st is not None, node_id in alive, st),
-                    "clock_offset_ms": m.clock_offset_ms if (m := members.get(node_id)) else None,
-                    "takes_sequencers": m.sequencer if m else None,
-                    "why_not": m.why if m and not m.sequencer else None,
-                    "storage_state": rebuilding["storage_state"].get(node_id),
-                    "sequencing": list(st.sequencing) if st else [],
-                    "partitions": st.partitions if st else None,
-                    "disk_bytes": st.disk_bytes if st else None,
-                    "logs": st.logs if st else None,
-                    "uptime_s": st.uptime_s if st else None,
-                    "corrupt_copies": st.corrupt_copies if st else None,
-                    "free_bytes": st.free_bytes if st else None,
-                    "space_low": bool(st.space_low) if st else None,
-                }
-            )
-    unhealthy = any(r["state"] not in ("alive", "no space") for r in rows)
-    if as_json:
-        print_json({"epoch_store": store_url, "nodes": rows, **rebuilding})
-        if unhealthy:
-            raise typer.Exit(EXIT_FAILED)
-        return
-    console.print(f"epoch store: {store_url}", highlight=False)
-    table = Table()
-    cols = ("node", "address", "location", "state", "storage", "sequences", "clock", "partitions")
-    for col in (*cols, "disk", "free", "corrupt copies"):
-        # Addresses and locations whole, however narrow the terminal: the
-        # other columns wrap instead.
-        widest = max((len(r[col] or "") for r in rows), default=0) if col in _WHOLE else 0
-        table.add_column(col, min_width=widest or None, no_wrap=col in _WHOLE)
-    for r in rows:
-        state = r["state"]
-        colour = {"alive": "green", "dead": "red"}.get(state, "yellow")
-        table.add_row(
-            str(r["node_id"]),
-            r["address"],
-            r["location"] or "-",
-            f"[{colour}]{state}[/]",
-            _storage(r["storage_state"]),
-            _sequences(r),
-            _clock(r["clock_offset_ms"]),
-            "-" if r["partitions"] is None else str(r["partitions"]),
-            "-" if r["disk_bytes"] is None else format_bytes(r["disk_bytes"]),
-            "-" if r["free_bytes"] is None else format_bytes(r["free_bytes"]),
-            "-" if r["corrupt_copies"] is None else _corrupt(r["corrupt_copies"]),
-        )
-    console.print(table)
-    _print_rebuilding(rebuilding)
-    if unhealthy:
-        raise typer.Exit(EXIT_FAILED)
-
-
-_WHOLE = ("address", "location")
-
-
-def _storage(state: str | None) -> str:
-    short = {
-        "FULLY_AUTHORITATIVE": "[green]full[/]",
-        "UNAVAILABLE": "[red]unavailable[/]",
-        "REBUILDING": "[yellow]rebuilding[/]",
-        "UNDERREPLICATION": "[red]underreplicated[/]",
-        "AUTHORITATIVE_EMPTY": "empty",
-    }
-    return "-" if state is None else short.get(state, state)
-
-
-def _print_rebuilding(doc: dict[str, Any]) -> None:
-    run = doc["rebuilding"]
-    if run is None:
-        return
-    what = ", ".join(f"{n} ({run['modes'].get(str(n), '?')})" for n in run["nodes"])
-    console.print(
-        f"rebuilding {run['id']} of nodes {what}: {run['donors_done']}/{len(run['donors'])} "
-        f"donors done, {run['records']:,} records, {format_bytes(run['bytes'])}",
-        highlight=False,
-    )
-    for donor, p in sorted(run["per_donor"].items(), key=lambda kv: int(kv[0])):
-        console.print(
-            f"  donor {donor}: {'done' if p['done'] else 'working'}, {p['records']:,} records, "
-            f"{format_bytes(p['bytes'])}",
-            highlight=False,
-        )
-
-
-def _corrupt(ranges: int) -> str:
-    """Ranges of unreadable copies a node reported since it started (red when any)."""
-    return f"[red]{ranges}[/]" if ranges else "0"
-
-
-def _state(answered: bool, member: bool, st: NodeStatus | None = None) -> str:
-    if answered:
-        # Alive but below its free-space floor: it serves reads, takes no STOREs.
-        return "no space" if st is not None and st.space_low else "alive"
-    # In the membership but silent: stopped, overloaded, or just dying.
-    return "unreachable" if member else "dead"
-
-
-def _sequences(row: dict[str, Any]) -> str:
-    """The logs a node sequences, or why it takes no sequencers."""
-    if not row["why_not"]:
-        return _ids(row["sequencing"])
-    now = f"{_ids(row['sequencing'])}; " if row["sequencing"] else ""
-    return f"[yellow]{now}takes none: {row['why_not']}[/]"
-
-
-def _clock(offset_ms: int | None) -> str:
-    """A node's clock against the cluster's (yellow past a second)."""
-    if offset_ms is None:
-        return "-"
-    text = describe_offset(offset_ms) if abs(offset_ms) >= 1000 else "ok"
-    return f"[yellow]{text}[/]" if abs(offset_ms) >= 1000 else text
-
-
-def _ids(ids: list[int]) -> str:
-    if not ids:
-        return "-"
-    if len(ids) > 8:
-        return " ".join(str(i) for i in ids[:8]) + f" … ({len(ids)})"
-    return " ".join(str(i) for i in ids)

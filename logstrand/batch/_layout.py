@@ -1,15 +1,15 @@
-"""The fixed part of a packed batch's layout (``logstrand.packed`` describes
-it): the header's fields and layout bits, and how a header is built."""
+"""The fixed part of a packed batch's layout (``_packed`` describes it): the
+header's fields and layout bits, and how a header is built."""
 
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Required, TypedDict, Unpack
 
 import google_crc32c
 
-from .errors import InvalidArgumentError
-from .records import COPYSET_SIZE_MAX
+from ..errors import InvalidArgumentError
+from ..records import COPYSET_SIZE_MAX
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -19,36 +19,40 @@ LSNS: Final = 0x01
 TIMESTAMPS: Final = 0x02
 FLAGS: Final = 0x04
 PRODUCER: Final = 0x08
-_LAYOUT_ALL: Final = LSNS | TIMESTAMPS | FLAGS | PRODUCER
-_PRODUCER = struct.Struct("<QQ")
+LAYOUT_ALL: Final = LSNS | TIMESTAMPS | FLAGS | PRODUCER
+PRODUCER_FIELDS = struct.Struct("<QQ")
 
-_HEAD = struct.Struct("<HBBIQQIHBxIIII")
-HEAD_BYTES: Final = _HEAD.size  # 48
-_CRC_AT: Final = 44
+HEAD = struct.Struct("<HBBIQQIHBxIIII")
+HEAD_BYTES: Final = HEAD.size  # 48
+CRC_AT: Final = 44
 crc32c = google_crc32c.value
-_crc_extend = google_crc32c.extend
+crc_extend = google_crc32c.extend
 
 
-def _pad8(n: int) -> int:
+def pad8(n: int) -> int:
     return (n + 7) & ~7
 
 
-def _header(
-    body_len: int,
-    raw_len: int,
-    body_crc: int,
-    codec: int,
-    count: int,
-    first_lsn: int,
-    timestamps_ms: Sequence[int] | int,
-    flags: Sequence[int] | int,
-    lsns: Sequence[int] | None,
-    wave: int,
-    copyset: tuple[int, ...],
-    producer: tuple[int, int] | None = None,
+class Head(TypedDict, total=False):
+    """A header's fields beyond the body's (``header``, ``PackedBatch.assemble``)."""
+
+    first_lsn: Required[int]
+    timestamps_ms: Required[Sequence[int] | int]
+    flags: Sequence[int] | int
+    lsns: Sequence[int] | None
+    wave: int
+    copyset: tuple[int, ...]
+    producer: tuple[int, int] | None
+
+
+def header(
+    body_len: int, raw_len: int, body_crc: int, codec: int, count: int, **head: Unpack[Head]
 ) -> bytes:
     """Everything before the body: the fixed header with its checksum, the
     copyset, and the columns that are not constant."""
+    first_lsn, timestamps_ms = head["first_lsn"], head["timestamps_ms"]
+    flags, lsns = head.get("flags", 0), head.get("lsns")
+    copyset, producer = head.get("copyset", ()), head.get("producer")
     if len(copyset) > COPYSET_SIZE_MAX:
         raise InvalidArgumentError(f"copyset of {len(copyset)} nodes is too large")
     layout = 0
@@ -57,7 +61,7 @@ def _header(
         cols.append(b"\0" * 4)
     if producer is not None:
         layout |= PRODUCER
-        cols.append(_PRODUCER.pack(*producer))
+        cols.append(PRODUCER_FIELDS.pack(*producer))
     if lsns is not None and (lsns[0] != first_lsn or lsns[-1] - lsns[0] != count - 1):
         layout |= LSNS
         cols.append(struct.pack(f"<{count}Q", *lsns))
@@ -69,22 +73,22 @@ def _header(
     if not isinstance(flags, int) and flags.count(fl0) != count:
         layout |= FLAGS
         col = struct.pack(f"<{count}H", *flags)
-        cols.append(col + b"\0" * (_pad8(len(col)) - len(col)))
+        cols.append(col + b"\0" * (pad8(len(col)) - len(col)))
     tail = b"".join(cols)
-    head = _HEAD.pack(
+    fixed = HEAD.pack(
         FORMAT,
         codec,
         layout,
         count,
         first_lsn,
         ts0,
-        wave,
+        head.get("wave", 0),
         fl0,
         len(copyset),
         body_len,
         raw_len,
         body_crc,
         0,
-    )[:_CRC_AT]
-    hcrc = _crc_extend(crc32c(head), tail)
-    return b"".join((head, hcrc.to_bytes(4, "little"), tail))
+    )[:CRC_AT]
+    hcrc = crc_extend(crc32c(fixed), tail)
+    return b"".join((fixed, hcrc.to_bytes(4, "little"), tail))

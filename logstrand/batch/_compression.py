@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import google_crc32c
 
-from .errors import InvalidArgumentError, ProtocolError
+from ..errors import InvalidArgumentError, ProtocolError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -1,5 +1,5 @@
 """Consumer groups in the client: positions committed to, and read back
-from, the internal positions log (``logstrand.positions`` says how it is laid out).
+from, the internal positions log (``_model`` says how it is laid out).
 
 ``Groups`` keeps a ``PositionTable`` of that log and brings it up to the
 log's tail before it answers; ``GroupCursor`` is what a reader opened with
@@ -11,14 +11,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import trio
 
 from ..epochstore import LogAttributes
 from ..errors import ExistsError, InvalidArgumentError, LogstrandError, NotFoundError, Status
-from ..positions import (
+from ..records import POSITIONS_LOG_ID, check_log_id
+from ..types import LSN_MAX, LSN_OLDEST, Record
+from ..wire import LogInfo
+from ._model import (
     GroupLag,
     Position,
     PositionTable,
@@ -29,16 +32,44 @@ from ..positions import (
     lag_of,
     reset_target,
 )
-from ..records import POSITIONS_LOG_ID, check_log_id
-from ..types import LSN_MAX, LSN_OLDEST, Record
-from ..wire import LogInfo
-from ._reader import ReadStream
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from contextlib import AbstractAsyncContextManager
+
     from ..epochstore import EpochEnd, EpochStore
-    from ..rpc import Links
-    from ._admin import Admin
-    from ._appender import Appender
+
+
+class Admin(Protocol):
+    """The client's admin calls the positions need (``client._admin.Admin``)."""
+
+    @property
+    def view(self) -> Any: ...
+    async def ask_nodes(
+        self,
+        log_id: int,
+        make: Callable[[int], Any],
+        *,
+        timeout_s: float = ...,
+        nodes: tuple[int, ...] | None = ...,
+    ) -> dict[int, Any]: ...
+    async def tail_lsn(self, log_id: int) -> int: ...
+    async def log_attributes(self, log_id: int) -> LogAttributes: ...
+    async def epoch_end(self, log_id: int, epoch: int) -> EpochEnd | None: ...
+    async def find_time(self, log_id: int, timestamp_ms: int) -> int: ...
+
+
+class Appender(Protocol):
+    """The client's appends (``client._appender.Appender``)."""
+
+    async def append(self, log_id: int, payload: bytes | None, key: bytes | None) -> int: ...
+    async def append_batch(
+        self,
+        log_id: int,
+        payloads: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None,
+    ) -> list[int]: ...
+
 
 _log = logging.getLogger("logstrand.client")
 #: The positions log keeps up to this many copies (fewer with fewer nodes).
@@ -67,10 +98,16 @@ def _create_positions_log(store: EpochStore) -> None:
 class Groups:
     """The client's part of consumer groups (see the module docstring)."""
 
-    def __init__(self, admin: Admin, links: Links, appender: Appender) -> None:
+    def __init__(
+        self,
+        admin: Admin,
+        appender: Appender,
+        open_reader: Callable[[int, int, int], AbstractAsyncContextManager[Any]],
+    ) -> None:
         self.admin = admin
-        self.links = links
         self.appender = appender
+        #: ``open_reader(log, start, until)``: a read stream (``client._reader``).
+        self.open_reader = open_reader
         self.table = PositionTable()
         self._refreshing = trio.Lock()
 
@@ -107,9 +144,7 @@ class Groups:
             tail = await self.admin.tail_lsn(POSITIONS_LOG_ID)
             if tail <= table.read_through:
                 return table
-            async with ReadStream(
-                self.admin, self.links, POSITIONS_LOG_ID, table.read_through + 1, tail
-            ) as reader:
+            async with self.open_reader(POSITIONS_LOG_ID, table.read_through + 1, tail) as reader:
                 while items := await reader.next_objects():
                     for item in items:
                         if isinstance(item, Record):
@@ -169,7 +204,7 @@ class Groups:
     async def _first_unread_ms(self, log_id: int, after: int, tail: int) -> int | None:
         if tail <= after:
             return None
-        async with ReadStream(self.admin, self.links, log_id, after + 1, tail) as reader:
+        async with self.open_reader(log_id, after + 1, tail) as reader:
             for _ in range(FIRST_UNREAD_BATCHES_MAX):
                 items = await reader.next_objects()
                 if not items:

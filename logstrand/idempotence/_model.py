@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from .errors import ProtocolError
+from ..errors import ProtocolError
+from ..records import PRODUCER_ENTRY_BYTES
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -55,7 +56,8 @@ EXPIRY_MS: Final = 24 * 3600 * 1000
 DERIVED_BIT: Final = 1 << 63
 
 _ENTRY = struct.Struct("<QQIQQ")  # producer id, seq, count, first lsn, timestamp
-ENTRY_BYTES: Final = _ENTRY.size
+ENTRY_BYTES: Final = PRODUCER_ENTRY_BYTES
+assert _ENTRY.size == ENTRY_BYTES
 
 
 @attrs.frozen(slots=True)

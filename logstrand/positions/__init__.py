@@ -1,0 +1,49 @@
+"""Consumer positions, in one place (docs/groups.md).
+
+* ``_model``: what a position is, how the internal positions log keys and
+  holds them, the table they make, lag and resets; pure.
+* ``_client``: the client's part (``Groups``): commit, read back, describe,
+  reset, delete; written against the client's parts as protocols.
+* ``_monitor``: the node extension that exports groups' lag as metrics.
+
+This face holds the pure model; the client and the node import the piece
+they use.
+"""
+
+from ._model import (
+    EPOCHS_WALKED_MAX,
+    GROUP_RE,
+    POSITIONS_LOG_ID,
+    GroupLag,
+    Position,
+    PositionTable,
+    check_group,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+    epochs_to_walk,
+    lag_of,
+    last_lsn_of,
+    records_between,
+    reset_target,
+)
+
+__all__ = [
+    "EPOCHS_WALKED_MAX",
+    "GROUP_RE",
+    "POSITIONS_LOG_ID",
+    "GroupLag",
+    "Position",
+    "PositionTable",
+    "check_group",
+    "decode_key",
+    "decode_value",
+    "encode_key",
+    "encode_value",
+    "epochs_to_walk",
+    "lag_of",
+    "last_lsn_of",
+    "records_between",
+    "reset_target",
+]

@@ -1,0 +1,70 @@
+"""``Client`` (blocking) offers every public method of ``AsyncClient``, with
+the same signature where it forwards (``client._sync._blocking``)."""
+
+from __future__ import annotations
+
+import inspect
+
+from logstrand.client._async import AsyncClient
+from logstrand.client._sync import Client, _blocking
+
+#: Methods of AsyncClient that the blocking client offers in another form.
+_RESHAPED = {
+    "read": "an iterator of records and gaps, pulled in batches",
+    "read_many": "an iterator of (log, item) pairs",
+    "aclose": "close()",
+}
+
+
+def _public(cls: type) -> dict[str, object]:
+    return {
+        name: value
+        for name, value in vars(cls).items()
+        if not name.startswith("_") and (callable(value) or isinstance(value, _blocking))
+    }
+
+
+def test_every_public_async_method_has_its_blocking_twin() -> None:
+    mine = _public(Client)
+    for name, method in _public(AsyncClient).items():
+        if name == "aclose":
+            assert callable(mine["close"])
+            continue
+        assert name in mine, f"Client has no twin of AsyncClient.{name}"
+        twin = vars(Client)[name]
+        if isinstance(twin, _blocking):
+            assert twin.method is method
+            continue
+        if name in _RESHAPED:
+            continue
+        if inspect.iscoroutinefunction(method):
+            raise AssertionError(f"Client.{name} repeats AsyncClient.{name}: use _blocking")
+        # A plain method (no waiting): the same parameters.
+        assert inspect.signature(twin) == inspect.signature(method), name  # type: ignore[arg-type]
+
+
+def test_a_twin_has_the_signature_and_the_docstring_of_its_method() -> None:
+    twin = vars(Client)["trim"]
+    assert isinstance(twin, _blocking)
+    assert twin.__doc__ == AsyncClient.trim.__doc__
+
+    class Fake(Client):
+        def __init__(self) -> None:  # no cluster: only the forwarding is looked at
+            self.calls: list[object] = []
+
+        def _call(self, fn: object, *args: object) -> object:
+            self.calls.append(fn)
+            return 7
+
+        @property
+        def async_client(self) -> AsyncClient:
+            return None  # type: ignore[return-value]
+
+    fake = Fake()
+    bound = fake.trim
+    assert inspect.signature(bound) == inspect.signature(AsyncClient.trim).replace(
+        parameters=list(inspect.signature(AsyncClient.trim).parameters.values())[1:]
+    )
+    assert bound(3, 10) == 7
+    assert fake.trim is bound  # made once per client
+    assert len(fake.calls) == 1
