@@ -20,10 +20,10 @@ import trio
 from ..errors import AccessDeniedError, LogstrandError, Status, TransientError
 from ..positions import last_lsn_of
 from ..rebuilding import Authority
-from ..types import LSN_MAX, TAIL, Gap, GapType, Record, _Tail
+from ..types import LSN_MAX, TAIL, Gap, Record, _Tail
 from ..wire import ReadCredit, StartRead, StopRead
 from ._reader_core import GapItem, GrantCredit, Item, ReaderCore, RecordRun, StartStream
-from ._views import BatchView
+from ._reader_intake import Verdict, absorb, access_gap
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -197,13 +197,8 @@ class ReadStream:
         if self._access_gap_sent:
             return []
         self._access_gap_sent = True
-        lo = self.core.next_lsn if self.core is not None else self.start
-        hi = (
-            self.core.until
-            if self.core is not None
-            else (self.until_arg if isinstance(self.until_arg, int) else LSN_MAX)
-        )
-        return [GapItem(GapType.ACCESS, lo, max(lo, hi))]
+        until = self.until_arg if isinstance(self.until_arg, int) else LSN_MAX
+        return [access_gap(self.core, self.start, until)]
 
     async def _wait(self, core: ReaderCore, now: float) -> None:
         deadline = core.next_deadline(now)
@@ -237,44 +232,13 @@ class ReadStream:
             self._retry_at[node] = now + RECONNECT_S
             core.on_unreachable(node, now)
             return
-        if msg.status != Status.OK:
-            if msg.status == Status.ACCESS:
-                self._denied = True
-                return
-            if msg.status == Status.NOTFOUND:
-                raise LogstrandError(f"log {self.log_id} does not exist", Status.NOTFOUND)
-            core.on_unreachable(node, now)
+        verdict = absorb(core, node, msg, now)
+        if verdict is Verdict.DENIED:
+            self._denied = True
+        elif verdict is Verdict.NOT_FOUND:
+            raise LogstrandError(f"log {self.log_id} does not exist", Status.NOTFOUND)
+        elif verdict is Verdict.RECONNECT:
             self._retry_at[node] = now + RECONNECT_S
-            return
-        views = []
-        unreadable = [
-            (msg.unreadable[i], msg.unreadable[i + 1]) for i in range(0, len(msg.unreadable), 2)
-        ]
-        w = msg.windows
-        for i, pb in enumerate(msg.batches):
-            if not pb.body_ok():
-                # Changed on its way here (or on the node's disk): never
-                # delivered.  Like a copy the node itself found unreadable:
-                # another holder is asked for it at once.
-                _log.warning(
-                    "log %d: node %d sent a batch at %#x that fails its checksum",
-                    self.log_id,
-                    node,
-                    pb.first_lsn,
-                )
-                unreadable.append((w[2 * i], w[2 * i + 1]))
-                continue
-            views.append(BatchView(pb, w[2 * i], w[2 * i + 1]))
-        core.on_records(
-            node,
-            msg.generation,
-            msg.next_lsn,
-            msg.trim_point,
-            views,
-            now,
-            msg.clean_point,
-            unreadable,
-        )
 
     # -- iteration -------------------------------------------------------------
 

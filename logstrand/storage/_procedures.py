@@ -19,6 +19,7 @@ from ..errors import LogstrandError, Status
 from ..placement import CopysetSelector
 from ..rpc import Waiters
 from ..sequencer import _procedures as procs
+from ..sequencer._commands import Finished, Gathering, advance
 from ..sequencer._decisions import RECOVERY_STORE_BIT
 from ..wire import Release, StoreReply
 
@@ -69,10 +70,11 @@ class ProcedureRunner:
         value: Any = None
         error: LogstrandError | None = None
         while True:
-            try:
-                cmd = proc.throw(error) if error is not None else proc.send(value)
-            except StopIteration as stop:
-                return stop.value
+            cmd = advance(proc, value, error)
+            if isinstance(cmd, Finished):
+                if cmd.error is not None:
+                    raise cmd.error
+                return cmd.value
             value, error = None, None
             try:
                 value = await self._execute(cmd)
@@ -143,11 +145,9 @@ class ProcedureRunner:
         return None
 
     async def _ask(self, cmd: procs.Ask) -> dict[int, Any]:
-        replies: dict[int, Any] = {}
-        settling = False
+        gathering = Gathering(cmd, trio.current_time())
 
         async def one(node_id: int, msg: Any, scope: trio.CancelScope) -> None:
-            nonlocal settling
             if node_id == self.node_id:  # this node: answer directly
                 try:
                     reply = self.answer(msg)
@@ -160,41 +160,36 @@ class ProcedureRunner:
                 reply = await self.peers.request(
                     node_id, lambda rid: attrs.evolve(msg, request_id=rid), cmd.timeout_s
                 )
-            if reply is None:
-                return
-            replies[node_id] = reply
-            if len(replies) == len(cmd.requests):
-                scope.cancel()
-            elif not settling and cmd.enough is not None and cmd.enough(replies):
-                # Enough answers: wait a little longer for the rest, no more.
-                settling = True
-                scope.deadline = min(scope.deadline, trio.current_time() + cmd.settle_s)
+            if reply is not None:
+                if gathering.add(node_id, reply, trio.current_time()):
+                    scope.cancel()
+                scope.deadline = gathering.deadline
 
-        with trio.move_on_after(cmd.timeout_s):
-            async with trio.open_nursery() as nursery:
-                for node_id, msg in cmd.requests:
-                    nursery.start_soon(one, node_id, msg, nursery.cancel_scope)
-        return replies
+        async with trio.open_nursery() as nursery:
+            nursery.cancel_scope.deadline = gathering.deadline
+            for node_id, msg in cmd.requests:
+                nursery.start_soon(one, node_id, msg, nursery.cancel_scope)
+        return gathering.replies
 
     async def _store(self, cmd: procs.StoreCopies) -> dict[int, int]:
         store_id = RECOVERY_STORE_BIT | next(self._store_ids)
         msg = attrs.evolve(cmd.message, store_id=store_id)
-        statuses: dict[int, int] = {}
+        gathering = Gathering(cmd, trio.current_time())
         slots = {n: self._stores.expect((store_id, n)) for n in msg.copyset}
 
-        async def one(n: int) -> None:
+        async def one(n: int, scope: trio.CancelScope) -> None:
             if not await self.peers.send_store(n, msg):
                 self._stores.resolve((store_id, n), None)
-                statuses[n] = int(Status.CONNFAILED)
-                return
-            status = await self._stores.wait((store_id, n), slots[n], cmd.timeout_s)
-            if status is not None:
-                statuses[n] = status
+                status: int | None = int(Status.CONNFAILED)
+            else:
+                status = await self._stores.wait((store_id, n), slots[n], cmd.timeout_s)
+            if status is not None and gathering.add(n, status, trio.current_time()):
+                scope.cancel()
 
-        with trio.move_on_after(cmd.timeout_s):
-            async with trio.open_nursery() as nursery:
-                for n in msg.copyset:
-                    nursery.start_soon(one, n)
+        async with trio.open_nursery() as nursery:
+            nursery.cancel_scope.deadline = gathering.deadline
+            for n in msg.copyset:
+                nursery.start_soon(one, n, nursery.cancel_scope)
         for n in msg.copyset:
             self._stores.resolve((store_id, n), None)  # forget what did not come
-        return statuses
+        return gathering.replies

@@ -40,7 +40,9 @@ CORRUPT_REMEMBERED = 4096
 class ReadPort(Protocol):
     """What read streams need of the node's LogsDB (the committer)."""
 
-    def read_packed(self, log_id: int, start: int, until: int, **limits: Any) -> PackedRead: ...
+    def read_windows(
+        self, log_id: int, step: ReadFrom, core: ReadStreamCore, **limits: Any
+    ) -> tuple[PackedRead, list[tuple[PackedBatch, int, int]]]: ...
     def trim_point(self, log_id: int) -> int: ...
     def clean_point(self, log_id: int) -> int: ...
     def release_of(self, log_id: int) -> int: ...
@@ -227,19 +229,7 @@ class ReadStreams:
         connection's ``bulk`` lock and there is room in its queue)."""
         core = st.core
         log_id = st.msg.log_id
-        got = self.db.read_packed(
-            log_id,
-            step.start,
-            step.until,
-            max_records=step.max_records,
-            max_bytes=step.max_bytes,
-            # Single-copy delivery: batches another node sends are passed
-            # over without being sent or decoded.
-            skip=core.not_mine if core.scd else None,
-            tolerant=True,
-        )
-        lo = max(step.start, self.db.trim_point(log_id) + 1)
-        items = [(b, max(b.first_lsn, lo), min(b.last_lsn, step.until)) for b in got.batches]
+        got, items = self.db.read_windows(log_id, step, core)
         try:
             items = await self.servable(log_id, items, release)
         except LogstrandError as exc:  # the epoch store is away: try again soon

@@ -34,10 +34,9 @@ from ..errors import LogstrandError, Status
 from ..rebuilding import DonorProgress, Mode, RebuildingState, Run, Start, new_copies, on_start
 from ..rebuilding._core import due_for_grace
 from ..rebuilding._model import StorageState
-from ..records import WRITTEN_BY_REBUILDING
 from ..sequencer._decisions import RECOVERY_STORE_BIT
-from ..wire import Amend, AmendReply, Store, StoreReply
-from ._rules import cut_to_windows, donation_windows
+from ..wire import Amend, AmendReply, StoreReply
+from ._rules import REBUILDING_STORE_BIT, cut_to_windows, donation_windows, rebuilt_copies
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -54,7 +53,6 @@ if TYPE_CHECKING:
 _log = logging.getLogger("logstrand.rebuilding")
 
 #: STOREs of rebuilding carry this bit in their id (recovery's use bit 63).
-REBUILDING_STORE_BIT = 1 << 62
 MARKER_FILE = "LOGSTRAND_NODE"  # not IDENTITY: RocksDB keeps its own file of that name here
 STORE_TIMEOUT_S = 5.0
 #: Stored batches re-created at once (each waits for its STOREs' replies).
@@ -443,12 +441,11 @@ class Rebuilder:
         if not plan.recipients:
             return set()
         await self._throttle(len(pb.data) * len(plan.recipients))
-        batch = pb.reheader(copyset=plan.copyset, add_flags=WRITTEN_BY_REBUILDING)
         self._store_ids += 1
-        store_id = REBUILDING_STORE_BIT | self._store_ids
+        msg = rebuilt_copies(self._store_ids, log_id, pb, plan.copyset, release)
+        store_id = msg.store_id
         send, receive = trio.open_memory_channel[StoreReply](len(plan.recipients))
         self._replies[store_id] = send
-        msg = Store(store_id, log_id, pb.wave, plan.copyset, release, False, batch, 0, True)
         failed: set[int] = set()
         try:
             waiting = set()

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..errors import Status
 from ..records import PRODUCER_ENTRY_BYTES as ENTRY_BYTES
-from ..records import WRITTEN_BY_RECOVERY
+from ..records import WRITTEN_BY_REBUILDING, WRITTEN_BY_RECOVERY
 from ..wire import (
     Digest,
     GetDigest,
@@ -41,6 +41,7 @@ from ..wire import (
     LogInfoReply,
     Seal,
     SealReply,
+    Store,
 )
 
 if TYPE_CHECKING:
@@ -49,7 +50,6 @@ if TYPE_CHECKING:
     from ..batch import PackedBatch
     from ..epochstore._model import EpochEnd
     from ..logsdb._format import DirEntry, StoredBatch
-    from ..wire import Store
 
 
 class LogStore(Protocol):
@@ -224,6 +224,24 @@ def donation_windows(
         for b in batches
         if b.last_lsn >= pos and b.first_lsn <= until
     ]
+
+
+#: Rebuilding's STOREs carry this bit in their id (recovery's carry
+#: ``RECOVERY_STORE_BIT``): their replies go to the rebuilder.
+REBUILDING_STORE_BIT = 1 << 62
+
+
+def rebuilt_copies(
+    store_id: int, log_id: int, pb: PackedBatch, copyset: tuple[int, ...], release: int
+) -> Store:
+    """Rebuilding's STORE of the new copies of one stored batch: the same
+    records, LSNs and wave under the new ``copyset``, flagged as written by
+    rebuilding, carrying the release pointer the donor walked to (they are
+    released records); unsynced (the donor's progress is saved after)."""
+    batch = pb.reheader(copyset=copyset, add_flags=WRITTEN_BY_REBUILDING)
+    return Store(
+        REBUILDING_STORE_BIT | store_id, log_id, pb.wave, copyset, release, False, batch, 0, True
+    )
 
 
 def cut_to_windows(windows: Sequence[tuple[PackedBatch, int, int]]) -> list[PackedBatch]:

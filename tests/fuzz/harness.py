@@ -79,8 +79,7 @@ class Harness:
             on_stored=lambda log, last, release: None,
             clock=NodeClock(lambda: 10_000, 5_000),
         )
-        c._db = memory_logsdb()
-        c.release = {}
+        c.attach(memory_logsdb())
         self.facts = Facts()
         self.acked: dict[int, bytes] = {}
         for epoch in (1, 2, 3):

@@ -96,7 +96,9 @@ def test_single_copy_delivery_with_a_node_down_still_delivers_everything(tmp_pat
             got = list(client.read(1))
             full = list(client.read(1, single_copy=False))
         assert [r.lsn for r in records(got)] == lsns
-        assert gaps(got) == []
+        # If node 3 ran the sequencer, the read's tail query moves it and recovery
+        # closes epoch 1 with a BRIDGE: the end of an epoch, not a loss.
+        assert [g for g in gaps(got) if g.type is not GapType.BRIDGE] == []
         assert [r.lsn for r in records(full)] == lsns
 
 

@@ -2,6 +2,7 @@
 
 python -m tests.sim --seeds 0:2000         # a soak: every seed in the range
 python -m tests.sim --seed 1234 --trace    # replay one run, printing its events
+python -m tests.sim --maintenance --seeds 0:500   # runs followed by trim, compaction, rebuilding
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import logging
 import sys
 import time
 
+from .maintenance import run_maintenance
 from .world import Violation, run_seed
 
 
@@ -19,6 +21,11 @@ def main() -> int:
     parser.add_argument("--seeds", default="0:200", help="a range LO:HI of seeds")
     parser.add_argument("--seed", type=int, help="run this one seed")
     parser.add_argument("--trace", action="store_true", help="print the run's events")
+    parser.add_argument(
+        "--maintenance",
+        action="store_true",
+        help="after each run: a trim, a compaction pass, a lost disk rebuilt",
+    )
     args = parser.parse_args()
     # Recovery retries log warnings by design; the run's own trace says more.
     logging.getLogger("logstrand").setLevel(logging.ERROR)
@@ -31,7 +38,7 @@ def main() -> int:
     t0 = time.monotonic()
     for seed in seeds:
         try:
-            world, summary = run_seed(seed)
+            world, summary = (run_maintenance if args.maintenance else run_seed)(seed)
         except Violation as exc:
             print(exc, file=sys.stderr)
             failed.append(seed)

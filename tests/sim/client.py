@@ -77,7 +77,13 @@ class SimClient(Endpoint):
             number = (self.producer, self.next_seq)
             self.next_seq += n
             self.out.append(number)
-        batch = PackedBatch.for_append([None] * n, payloads, producer=number)
+        keys = self.world.config.keys
+        rng = self.world.rng
+        batch = PackedBatch.for_append(
+            [b"k%d" % rng.randrange(keys) if keys else None for _ in payloads],
+            payloads,
+            producer=number,
+        )
         self._send(payloads, self.world.now, batch, 0)
 
     def _send(self, payloads: list[bytes], sent: float, batch: PackedBatch, attempt: int) -> None:

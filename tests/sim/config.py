@@ -55,6 +55,9 @@ class Config:
     #: Nodes' clocks disagree by up to this much (node n is -1, 0 or +1 times
     #: it): timestamps in the log must still never go backwards.
     clock_skew_ms: int = 0
+    #: Clients key their records with one of this many keys (0: no keys), so
+    #: that a compaction pass has superseded records to remove.
+    keys: int = 0
     #: Bugs to plant on purpose, to show the checkers catch them.
     break_sealing: bool = False  # nodes take every STORE, sealed or not
     break_release: bool = False  # sequencers release before recovery is done
@@ -70,6 +73,11 @@ class Config:
     #: Clients retry as above but without producer numbers (idempotence off):
     #: a retried batch may be stored twice.
     break_idempotence: bool = False
+    #: Maintenance: donors re-create no copies of a lost node's batches.
+    break_rebuild: bool = False
+    #: Maintenance: nodes drop superseded copies without moving the clean
+    #: point first (readers cannot tell compaction from loss).
+    break_clean_point: bool = False
 
     @classmethod
     def for_seed(cls, seed: int) -> Config:

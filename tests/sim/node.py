@@ -1,9 +1,11 @@
-"""A simulated storage node: LogsDB on an in-memory engine, the node's rules,
-the production sequencer host core and release watch, and the driver of the
-sequencer's procedures."""
+"""A simulated storage node: the production request rules (``NodeStore``)
+over a LogsDB on an in-memory engine, the production sequencer host core and
+release watch, and the driver of the sequencer's procedures.  What is here
+is the node's shell: it moves messages between them and the world."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 from typing import TYPE_CHECKING, Any
@@ -13,7 +15,6 @@ import attrs
 from logstrand import wire
 from logstrand.epochstore import Placement
 from logstrand.errors import LogstrandError, Status
-from logstrand.logsdb import PutBatch
 from logstrand.placement import CopysetSelector, rendezvous_owner
 from logstrand.sequencer import (
     ConfirmRefusal,
@@ -24,8 +25,11 @@ from logstrand.sequencer import (
 )
 from logstrand.sequencer import _host as host_core
 from logstrand.sequencer import _procedures as procs
+from logstrand.sequencer._commands import Finished, Gathering, advance
 from logstrand.sequencer._decisions import RECOVERY_STORE_BIT
-from logstrand.storage import _rules as node_rules
+from logstrand.storage._health_core import NodeClock
+from logstrand.storage._metrics import NodeMetrics
+from logstrand.storage._node_store import NodeStore
 from logstrand.storage._release_watch import ReleaseWatch
 from logstrand.testing import MemoryEngine, memory_logsdb
 
@@ -33,8 +37,6 @@ from .config import LOG, Address
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-    from logstrand.logsdb import LogsDB
 
     from .world import World
 
@@ -62,9 +64,8 @@ class SimNode(Endpoint):
         super().__init__(world, node_id)
         self.up = False
         self.engine = MemoryEngine()
-        self.db: LogsDB | None = None
+        self.store: NodeStore | None = None
         self.incarnation = 0
-        self.release: dict[int, int] = {}
         self.host = host_core.SequencerHostCore(node_id)
         self.replies: dict[int, Callable[[Any], None]] = {}
         self.ids = itertools.count(1)
@@ -88,11 +89,26 @@ class SimNode(Endpoint):
         world = self.world
         self.up = True
         self.incarnation += 1
-        self.db = memory_logsdb(self.engine, clock_ms=world.clock_ms)
-        self.release = {log: self.db.release_pointer(log) for log in self.db.logs()}
-        self.watch = ReleaseWatch()
-        for log, release in self.release.items():
-            self.watch.stored(log, self.db.last_lsn(log), release, world.now)
+        watch = self.watch = ReleaseWatch()
+        clock = NodeClock(self.clock_ms, 5_000)
+        clock.offset_ms = 0  # measured: retention by time may run
+        store_class = (
+            _AdmitAll
+            if world.config.break_sealing
+            else _NoCleanPoint
+            if world.config.break_clean_point
+            else NodeStore
+        )
+        store = self.store = store_class(
+            self.id,
+            _metrics(self.id),
+            lambda log, lsn: watch.released(log, lsn, world.now),
+            lambda log, last, release: watch.stored(log, last, release, world.now),
+            clock,
+        )
+        store.attach(memory_logsdb(self.engine, clock_ms=world.clock_ms))
+        for log, release in store.release.items():
+            watch.stored(log, store.last_lsn(log), release, world.now)
         host_class = _RetireWhenIdle if world.config.break_retire else host_core.SequencerHostCore
         self.host = host_class(
             self.id, host_core.HostOptions(recovery_stall_s=world.config.recovery_stall_s)
@@ -109,7 +125,7 @@ class SimNode(Endpoint):
         self.world.stats["crashes"] += 1
         self.up = False
         self.engine.crash()  # unsynced writes are gone
-        self.db = None
+        self.store = None
         self.host = host_core.SequencerHostCore(self.id)
         self.replies.clear()
         self.paused_until = 0.0
@@ -121,6 +137,10 @@ class SimNode(Endpoint):
         self.paused_until = self.world.now + seconds
         self.world.check_service()
         self.world.at(seconds, self.world.check_service)
+
+    def released(self, log_id: int) -> int:
+        """The node's release pointer of ``log_id`` (0 while it is down)."""
+        return self.store.release_of(log_id) if self.store is not None else 0
 
     def alive(self, incarnation: int) -> bool:
         return self.up and self.incarnation == incarnation
@@ -167,8 +187,8 @@ class SimNode(Endpoint):
 
         def on_reply(reply: wire.SeqState) -> None:
             self.replies.pop(rid, None)
-            if reply.status == Status.OK:
-                self.on_release(log, reply.released_lsn)
+            if reply.status == Status.OK and self.store is not None:
+                self.store.on_release(log, reply.released_lsn)
 
         self.replies[rid] = on_reply
         self.send(owner, wire.GetSeqState(rid, log))
@@ -193,15 +213,15 @@ class SimNode(Endpoint):
     # messages
 
     def receive(self, src: Address, msg: Any) -> None:
-        db = self.db
-        assert db is not None
+        store = self.store
+        assert store is not None
         if isinstance(msg, wire.Store):
-            self._store(src, msg)
+            [reply] = store.commit([msg])
+            self.send(src, reply)
         elif isinstance(msg, wire.Release):
-            self.on_release(msg.log_id, msg.lsn)
+            store.on_release(msg.log_id, msg.lsn)
         elif isinstance(msg, wire.Seal | wire.GetDigest | wire.LogInfo):
-            release = self.release.get(msg.log_id, 0)
-            self.send(src, node_rules.answer(db, self.id, release, msg))
+            self.send(src, store.answer(msg))
         elif isinstance(msg, wire.Append):
             self._append(src, msg)
         elif isinstance(msg, wire.StoreReply):
@@ -228,32 +248,6 @@ class SimNode(Endpoint):
         handler = self.replies.get(request_id)
         if handler is not None:
             handler(msg)
-
-    def _store(self, src: Address, msg: wire.Store) -> None:
-        db = self.db
-        assert db is not None
-        admitted = self.world.config.break_sealing or node_rules.admit_store(db, msg)
-        status = Status.PREEMPTED
-        if admitted:
-            if msg.released_lsn:
-                self.on_release(msg.log_id, msg.released_lsn)
-            db.write(
-                [PutBatch(msg.log_id, msg.batch, msg.producers)],
-                sync=msg.sync,
-                releases={msg.log_id: self.release.get(msg.log_id, 0)},
-            )
-            status = Status.OK
-            if msg.batch.count:
-                release = self.release.get(msg.log_id, 0)
-                self.watch.stored(msg.log_id, msg.batch.last_lsn, release, self.world.now)
-        self.send(src, wire.StoreReply(msg.store_id, msg.log_id, int(status), self.id))
-
-    def on_release(self, log_id: int, lsn: int) -> None:
-        old = self.release.get(log_id, 0)
-        if lsn <= old:
-            return
-        self.release[log_id] = lsn
-        self.watch.released(log_id, lsn, self.world.now)
 
     # sequencer host: the production core decides, this performs
 
@@ -381,7 +375,8 @@ class SimNode(Endpoint):
             elif isinstance(a, host_core.ReplySeqState):
                 src, rid = a.token
                 seq = self.host.sequencer(LOG)
-                released = self.release.get(LOG, 0)
+                assert self.store is not None
+                released = self.store.release_of(LOG)
                 if seq is not None:
                     released = max(released, seq.released_lsn)
                 self.send(src, wire.SeqState(rid, int(a.status), released_lsn=released))
@@ -430,13 +425,9 @@ class SimNode(Endpoint):
                 self.paused_until - world.now, self._step, proc, incarnation, value, error, done
             )
             return
-        try:
-            cmd = proc.throw(error) if error is not None else proc.send(value)
-        except StopIteration as stop:
-            done(stop.value, None)
-            return
-        except LogstrandError as exc:
-            done(None, exc)
+        cmd = advance(proc, value, error)
+        if isinstance(cmd, Finished):
+            done(cmd.value, cmd.error)
             return
 
         def resume(value: Any = None, error: BaseException | None = None) -> None:
@@ -461,56 +452,55 @@ class SimNode(Endpoint):
             world.at(cmd.seconds, resume)
 
     def _ask(self, cmd: procs.Ask, resume: Callable[..., None]) -> None:
-        replies: dict[int, Any] = {}
+        gathering = Gathering(cmd, self.world.now)
         ids: list[int] = []
-        finished = [False]
-        settling = [False]
-
-        def finish() -> None:
-            if not finished[0]:
-                finished[0] = True
-                for rid in ids:
-                    self.replies.pop(rid, None)
-                resume(dict(replies))
-
+        finish = self._finisher(gathering, ids, resume)
         for node_id, msg in cmd.requests:
             rid = next(self.ids)
             ids.append(rid)
-
-            def on_reply(reply: Any, node_id: int = node_id) -> None:
-                replies.setdefault(node_id, reply)
-                if len(replies) == len(cmd.requests):
-                    finish()
-                elif not settling[0] and cmd.enough is not None and cmd.enough(replies):
-                    settling[0] = True
-                    self.world.at(cmd.settle_s, finish)
-
-            self.replies[rid] = on_reply
+            self.replies[rid] = functools.partial(self._gathered, gathering, node_id, finish)
             self.send(node_id, attrs.evolve(msg, request_id=rid))
         self.world.at(cmd.timeout_s, finish)
 
     def _store_copies(self, cmd: procs.StoreCopies, resume: Callable[..., None]) -> None:
         store_id = RECOVERY_STORE_BIT | next(self.ids)
         msg = attrs.evolve(cmd.message, store_id=store_id)
-        statuses: dict[int, int] = {}
-        finished = [False]
-
-        def finish() -> None:
-            if not finished[0]:
-                finished[0] = True
-                self.replies.pop(store_id, None)
-                resume(dict(statuses))
+        gathering = Gathering(cmd, self.world.now)
+        finish = self._finisher(gathering, [store_id], resume)
 
         def on_reply(reply: wire.StoreReply) -> None:
-            if reply.node_id in msg.copyset:
-                statuses.setdefault(reply.node_id, reply.status)
-                if len(statuses) == len(msg.copyset):
-                    finish()
+            self._gathered(gathering, reply.node_id, finish, reply.status)
 
         self.replies[store_id] = on_reply
         for n in msg.copyset:
             self.send(n, msg)
         self.world.at(cmd.timeout_s, finish)
+
+    def _finisher(
+        self, gathering: Gathering, ids: list[int], resume: Callable[..., None]
+    ) -> Callable[[], None]:
+        """Resume the procedure once, with what was gathered, at the first of:
+        every reply, the settle time after enough, the timeout."""
+        finished = False
+
+        def finish() -> None:
+            nonlocal finished
+            if not finished:
+                finished = True
+                for rid in ids:
+                    self.replies.pop(rid, None)
+                resume(dict(gathering.replies))
+
+        return finish
+
+    def _gathered(
+        self, gathering: Gathering, node_id: int, finish: Callable[[], None], reply: Any
+    ) -> None:
+        deadline = gathering.deadline
+        if gathering.add(node_id, reply, self.world.now):
+            finish()
+        elif gathering.deadline < deadline:
+            self.world.at(gathering.deadline - self.world.now, finish)
 
 
 class _RetireWhenIdle(host_core.SequencerHostCore):
@@ -520,3 +510,28 @@ class _RetireWhenIdle(host_core.SequencerHostCore):
 
     def _retirable(self, core: SequencerCore, owner: Callable[[], int | None]) -> bool:
         return core.idle and (core.preempted or owner() != self.node_id)
+
+
+class _AdmitAll(NodeStore):
+    """``break_sealing``: a node that takes STOREs into sealed epochs."""
+
+    def admit(self, msg: wire.Store) -> bool:
+        return True
+
+
+class _NoCleanPoint(NodeStore):
+    """``break_clean_point``: a node that drops copies but never moves its
+    clean point, so readers cannot tell what compaction removed from loss."""
+
+    def set_clean_point(self, log_id: int, lsn: int) -> None:
+        pass
+
+
+_METRICS: dict[int, NodeMetrics] = {}
+
+
+def _metrics(node_id: int) -> NodeMetrics:
+    """One registry per node id for the whole process (counted, not read)."""
+    if node_id not in _METRICS:
+        _METRICS[node_id] = NodeMetrics(node_id)
+    return _METRICS[node_id]

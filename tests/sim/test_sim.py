@@ -13,6 +13,7 @@ import pytest
 
 from logstrand.records import ESN_MAX
 
+from .maintenance import KEYS, run_maintenance
 from .world import Config, Violation, run_seed
 
 CI_SEEDS = range(100)
@@ -74,3 +75,65 @@ def test_the_checkers_catch_planted_bugs(bug: str) -> None:
         except Violation:
             return
     pytest.fail(f"{bug}: 40 seeds and no violation found")
+
+
+MAINTENANCE_SEEDS = range(30)
+
+
+@pytest.mark.parametrize("seed", MAINTENANCE_SEEDS)
+def test_trim_compaction_and_rebuilding_lose_only_what_they_remove(seed: int) -> None:
+    _, summary = run_maintenance(seed)
+    assert summary["removed"] > 0  # the pass had superseded copies to drop
+    assert summary["records"] > 0
+
+
+@pytest.mark.parametrize("bug", ["break_rebuild", "break_clean_point"])
+def test_the_maintenance_checkers_catch_planted_bugs(bug: str) -> None:
+    for seed in range(10):
+        config = attrs.evolve(Config.for_seed(seed), keys=KEYS, **{bug: True})
+        try:
+            run_maintenance(seed, config)
+        except Violation:
+            return
+    pytest.fail(f"{bug}: 10 seeds and no violation found")
+
+
+def test_the_simulation_runs_the_production_modules() -> None:
+    """What the simulation proves is the code that ships: the rules, the
+    procedures' driver and the reader are imported, not copied.  Its own
+    classes are the world's models and the planted bugs, nothing else."""
+    import inspect
+
+    from logstrand.client import _reader_core, _reader_intake
+    from logstrand.sequencer import _commands, _host
+    from logstrand.storage import _node_store, _read_core, _rules
+
+    from . import checks, client, config, maintenance, node, world
+
+    assert node.NodeStore is _node_store.NodeStore
+    assert node.advance is _commands.advance
+    assert node.Gathering is _commands.Gathering
+    assert node.host_core is _host
+    assert checks.ReaderCore is _reader_core.ReaderCore
+    assert checks.absorb is _reader_intake.absorb
+    assert checks.ReadStreamCore is _read_core.ReadStreamCore
+    assert checks.node_rules is _rules
+    assert maintenance.node_rules is _rules
+    own = {
+        f"{m.__name__.rsplit('.', 1)[1]}.{name}"
+        for m in (checks, client, config, maintenance, node, world)
+        for name, obj in vars(m).items()
+        if inspect.isclass(obj) and obj.__module__ == m.__name__
+    }
+    assert own == {
+        "checks._ReadEndpoint",  # a node's read stream, served by its ReadStreamCore
+        "client.SimClient",  # appends and retries (the model of a client)
+        "config.Config",
+        "config.Violation",
+        "node.Endpoint",
+        "node.SimNode",  # the shell: moves messages between the cores and the world
+        "node._AdmitAll",  # planted bugs, one rule overridden each
+        "node._NoCleanPoint",
+        "node._RetireWhenIdle",
+        "world.World",  # time, the network, membership, faults
+    }

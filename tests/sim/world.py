@@ -87,6 +87,10 @@ class World:
         # Since when enough nodes are up, and none paused (None: not now).
         self.serviceable_since: float | None = None
         self.liveness_checks = 0
+        #: Payloads removed on purpose (trimmed, compacted away): no reader owes them.
+        self.excused: set[bytes] = set()
+        #: Nodes whose lost copies rebuilding re-created (AUTHORITATIVE_EMPTY).
+        self.rebuilt: frozenset[int] = frozenset()
 
     # scheduling
 
@@ -281,7 +285,7 @@ class World:
             raise Violation(f"the log made no progress after healing\n{self.tail()}")
 
     def _all_released(self, lsn: int) -> bool:
-        return all(n.release.get(LOG, 0) >= lsn for n in self.nodes.values())
+        return all(n.released(LOG) >= lsn for n in self.nodes.values())
 
     def tail(self) -> str:
         return "\n".join(self.trace)
@@ -293,12 +297,14 @@ class World:
         answering = [
             n for n, node in self.nodes.items() if node.up and node.paused_until <= self.now
         ]
-        until = max((self.nodes[n].release.get(LOG, 0) for n in answering), default=0)
+        until = max((self.nodes[n].released(LOG) for n in answering), default=0)
         flat: list[tuple[str, int, int, bytes | None]] = []
         if until:
             scd = self.rng.random() < 0.7
             flat = checks.flatten(
-                checks.read(self, until, scd=scd, answering=answering, partial=True)
+                checks.read(
+                    self, until, scd=scd, answering=answering, partial=True, empty=self.rebuilt
+                )
             )
             self.snapshots.append(flat)
         checks.check_liveness(self, flat)

@@ -1,0 +1,401 @@
+"""A node's LogsDB and the rules of what is asked of it (pure: no trio).
+
+``NodeStore`` decides and does what a node's requests mean for its LogsDB;
+the group commit (``_group_commit.Committer``) feeds it from a queue on the
+node, and the seeded simulation (``tests/sim``) calls it directly over a
+LogsDB in memory: both run these rules, not copies of them.
+
+Rules
+-----
+1. A STORE whose batch fails its checksum is refused (CHECKSUM_MISMATCH: the
+   sequencer stores it elsewhere); one of a sealed epoch is refused
+   (PREEMPTED) unless it is a newer recovery's (``_rules.admit_store``).
+2. The STOREs admitted together are one LogsDB write; its result answers
+   them all.
+3. Release pointers live in memory, move with RELEASEs and with the pointer
+   every STORE carries, ride along with the next write, and are persisted by
+   the shell now and then (``dirty_releases``).
+4. A full disk never stops the node.  While ``space_low`` (free space under
+   the node's floor) STOREs are refused with NOSPC without a write.  A write
+   that fails for want of space leaves RocksDB refusing every later write, so
+   the LogsDB is *broken*: STOREs get NOSPC until the shell reopens it.
+5. A read stream is served the copies above the trim point and within what
+   the node may hand readers at all (``read_windows``, ``_rules.servable``).
+6. Compaction removes only released copies, at or below the pass's end, that
+   a newer record of their key supersedes (``compaction.drops``); the clean
+   point moves first, so readers take what is missing there for COMPACTED.
+7. A STORE never replaces a copy of its records that wins over it (a later
+   wave, a recovery's): it is answered OK and not written (``_superseded``).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import time
+from typing import TYPE_CHECKING, Any, Protocol
+
+import attrs
+
+from ..compaction import OffsetMap, drops
+from ..errors import LogstrandError, Status
+from ..logsdb import LogsDB, PutBatch
+from ..records import TOMBSTONE, precedence
+from ..wire import AmendReply, DropReply, FindTimeReply, StoreReply, TrimReply
+from . import _rules
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Generator, Mapping
+
+    from ..batch import PackedBatch
+    from ..logsdb import PackedRead, StoredBatch
+    from ..wire import (
+        Amend,
+        Digest,
+        DropCopies,
+        FindTime,
+        GetDigest,
+        GetLogDirectory,
+        LogDirectory,
+        LogInfo,
+        LogInfoReply,
+        Seal,
+        SealReply,
+        Store,
+        Trim,
+    )
+    from ._metrics import NodeMetrics
+    from ._read_core import ReadFrom, ReadStreamCore
+
+_log = logging.getLogger("logstrand.node")
+#: Copies scanned per step of a DROP_COPIES.
+DROP_SCAN_RECORDS = 4096
+
+
+class Clock(Protocol):
+    """The node's clock (``_health_core.NodeClock``)."""
+
+    @property
+    def trusted(self) -> bool: ...
+    def now_ms(self) -> int: ...
+
+
+def _no_space(exc: BaseException) -> bool:
+    """Did a LogsDB write fail because the disk is full?"""
+    return (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or (
+        "No space left on device" in str(exc)
+    )
+
+
+@attrs.define(eq=False)
+class NodeStore:
+    """A node's LogsDB and its request rules (see the module docstring)."""
+
+    node_id: int
+    metrics: NodeMetrics
+    #: ``on_released(log, lsn)`` when a release pointer moves.
+    _on_released: Callable[[int, int], None]
+    #: ``on_stored(log, last_lsn, release_lsn)`` after copies were written.
+    _on_stored: Callable[[int, int, int], None]
+    #: This node's clock: when copies were written, and what retention by
+    #: time measures ages against.
+    clock: Clock
+    release: dict[int, int] = attrs.field(init=False, factory=dict)
+    _release_dirty: set[int] = attrs.field(init=False, factory=set)
+    _db: LogsDB | None = attrs.field(init=False, default=None)
+    #: Free space is under the floor: STOREs are refused (rule 4).
+    space_low: bool = attrs.field(init=False, default=False)
+    #: A write failed for want of space: the LogsDB needs reopening (rule 4).
+    broken: bool = attrs.field(init=False, default=False)
+
+    @property
+    def db(self) -> LogsDB:
+        assert self._db is not None, "the node has not opened its LogsDB"
+        return self._db
+
+    def attach(self, db: LogsDB) -> None:
+        """Take ``db`` as the node's LogsDB, and its persisted release pointers."""
+        self._db = db
+        self.release = {log: db.release_pointer(log) for log in db.logs()}
+
+    # -- storing (rules 1, 2, 4) ------------------------------------------------------
+
+    def admit(self, msg: Store) -> bool:
+        """May ``msg`` write?  Not into a sealed epoch, but for a newer recovery."""
+        return _rules.admit_store(self.db, msg)
+
+    def commit(self, stores: list[Store]) -> list[StoreReply]:
+        """Take these STOREs together: one write for those admitted; a reply each."""
+        puts: list[PutBatch] = []
+        verdicts: list[Status | None] = []
+        sync = False
+        for msg in stores:
+            if not msg.batch.body_ok():
+                # Changed on its way here: the sequencer stores it elsewhere.
+                _log.warning(
+                    "node %d: STORE of log %d at %#x failed its checksum",
+                    self.node_id,
+                    msg.log_id,
+                    msg.batch.first_lsn,
+                )
+                verdicts.append(Status.CHECKSUM_MISMATCH)
+            elif not self.admit(msg):
+                verdicts.append(Status.PREEMPTED)  # sealed: only a newer recovery may write
+            elif self._superseded(msg, puts):
+                verdicts.append(Status.OK)  # rule 7: a copy that wins is here already
+            else:
+                if msg.released_lsn:
+                    # The sequencer's release pointer rides along with its STOREs.
+                    self.on_release(msg.log_id, msg.released_lsn)
+                puts.append(PutBatch(msg.log_id, msg.batch, msg.producers))
+                verdicts.append(None)
+                sync = sync or msg.sync
+        status = Status.OK
+        if puts and (self.space_low or self.broken):
+            status = Status.NOSPC  # rule 4: no write is tried
+        elif puts:
+            status = self._write(puts, sync)
+        return [
+            StoreReply(msg.store_id, msg.log_id, int(status if v is None else v), self.node_id)
+            for msg, v in zip(stores, verdicts, strict=True)
+        ]
+
+    def _superseded(self, msg: Store, puts: list[PutBatch]) -> bool:
+        """Rule 7: does a copy that wins over ``msg``'s (``records.precedence``)
+        already cover its LSNs here, stored or about to be in this write?
+
+        A STORE may arrive after a later one for the same records: a wave the
+        sequencer gave up on, sent on a connection since replaced, or a late
+        recovery's.  Written, it would replace the better copy, and its
+        copyset with one that no longer says where the copies are (rebuilding
+        then misses them: found by the maintenance simulation).  Only a STORE
+        at or below the log's tail here can meet one, so appends in order pay
+        nothing."""
+        b = msg.batch
+        mine = precedence(b.flag_bits, msg.wave)
+
+        def wins(other: PackedBatch) -> bool:
+            covers = other.first_lsn <= b.first_lsn and other.last_lsn >= b.last_lsn
+            return covers and precedence(other.flag_bits, other.wave) > mine
+
+        if any(put.log_id == msg.log_id and wins(put.batch) for put in puts):
+            return True
+        if b.first_lsn > self.db.last_lsn(msg.log_id):
+            return False
+        got = self.db.read_packed(msg.log_id, b.first_lsn, b.last_lsn, max_records=b.count)
+        return any(wins(stored) for stored in got.batches)
+
+    def _write(self, puts: list[PutBatch], sync: bool) -> Status:
+        t0 = time.perf_counter()
+        status = Status.OK
+        # Release pointers ride along with the data (atomic, no extra write).
+        dirty = self.dirty_releases()
+        try:
+            self.db.write(puts, sync=sync, releases=dirty)
+        except LogstrandError as exc:
+            _log.error("node %d: store failed: %s", self.node_id, exc)
+            status = exc.status
+        except Exception as exc:
+            if not _no_space(exc):
+                _log.exception("node %d: store failed", self.node_id)
+                status = Status.FAILED
+            else:
+                _log.error("node %d: store failed, the disk is full: %s", self.node_id, exc)
+                status = Status.NOSPC
+                self.broken = True
+        if status != Status.OK:
+            # The pointers that were to ride along go with a later write.
+            self.undirty(dirty)
+        m = self.metrics
+        m.group_commit_seconds.observe(time.perf_counter() - t0)
+        m.group_commits.inc()
+        m.stores.inc(len(puts))
+        m.store_records.inc(sum(p.batch.count for p in puts))
+        m.store_bytes.inc(sum(p.batch.payload_bytes for p in puts))
+        if status == Status.OK:
+            for p in puts:
+                self._on_stored(p.log_id, p.batch.last_lsn, self.release.get(p.log_id, 0))
+        return status
+
+    # -- release pointers ---------------------------------------------------------
+
+    def on_release(self, log_id: int, lsn: int) -> None:
+        if lsn > self.release.get(log_id, 0):
+            self.release[log_id] = lsn
+            self._release_dirty.add(log_id)
+            self._on_released(log_id, lsn)
+
+    def release_of(self, log_id: int) -> int:
+        return self.release.get(log_id, 0)
+
+    def dirty_releases(self) -> dict[int, int]:
+        """The release pointers moved since they were last written (taken:
+        ``undirty`` them again if writing them fails)."""
+        dirty = {log: self.release[log] for log in self._release_dirty}
+        self._release_dirty.clear()
+        return dirty
+
+    def undirty(self, releases: Mapping[int, int]) -> None:
+        self._release_dirty.update(releases)
+
+    def read_windows(
+        self, log_id: int, step: ReadFrom, core: ReadStreamCore, **limits: Any
+    ) -> tuple[PackedRead, list[tuple[PackedBatch, int, int]]]:
+        """One read of a stream's step (rule 5): what LogsDB returned, and each
+        batch's window above the trim point and within the step (still to
+        be cut to what is servable: ``_rules.servable_windows``)."""
+        got = self.db.read_packed(
+            log_id,
+            step.start,
+            step.until,
+            max_records=limits.get("max_records", step.max_records),
+            max_bytes=step.max_bytes,
+            # Single-copy delivery: batches another node sends are passed
+            # over without being sent or decoded.
+            skip=core.not_mine if core.scd else None,
+            tolerant=True,
+        )
+        lo = max(step.start, self.db.trim_point(log_id) + 1)
+        items = [(b, max(b.first_lsn, lo), min(b.last_lsn, step.until)) for b in got.batches]
+        return got, items
+
+    # -- answers ---------------------------------------------------------------------
+
+    def answer(self, msg: LogInfo | Seal | GetDigest) -> LogInfoReply | SealReply | Digest:
+        """This node's answer to a recovery's question (from a peer or itself)."""
+        return _rules.answer(self.db, self.node_id, self.release_of(msg.log_id), msg)
+
+    def amend(self, msg: Amend) -> AmendReply:
+        n = self.db.amend(msg.log_id, msg.first_lsn, msg.last_lsn, msg.old_copyset, msg.copyset)
+        return AmendReply(msg.request_id, int(Status.OK), self.node_id, n)
+
+    def trim(self, msg: Trim) -> TrimReply:
+        try:
+            point = self.db.trim(msg.log_id, msg.lsn)
+        except LogstrandError as exc:
+            return TrimReply(msg.request_id, int(exc.status), self.node_id)
+        self.metrics.trims.inc()
+        return TrimReply(msg.request_id, int(Status.OK), self.node_id, point)
+
+    def find_time(self, msg: FindTime) -> FindTimeReply:
+        db = self.db
+        lsn = db.find_time(msg.log_id, msg.timestamp_ms)
+        found = lsn if lsn <= db.last_lsn(msg.log_id) else 0
+        return FindTimeReply(msg.request_id, int(Status.OK), found)
+
+    def log_directory(self, msg: GetLogDirectory) -> LogDirectory:
+        return _rules.log_directory(self.db, msg)
+
+    def counts(self) -> tuple[int, int, int]:
+        """Partitions, bytes on disk, and logs held (zeros while a reopen
+        after a full disk has not succeeded: the node still answers)."""
+        db = self._db
+        if db is None or db.closed:
+            return 0, 0, 0
+        return len(db.partitions()), db.disk_bytes(), len(db.logs())
+
+    # -- reads (for read streams and rebuilding) ------------------------------------------------
+
+    def read_packed(self, log_id: int, start: int, until: int, **limits: Any) -> PackedRead:
+        return self.db.read_packed(log_id, start, until, **limits)
+
+    def read_batch(self, log_id: int, start: int, until: int, **limits: Any) -> StoredBatch:
+        return self.db.read_batch(log_id, start, until, **limits)
+
+    def trim_point(self, log_id: int) -> int:
+        return self.db.trim_point(log_id)
+
+    def clean_point(self, log_id: int) -> int:
+        return self.db.clean_point(log_id)
+
+    def last_lsn(self, log_id: int) -> int:
+        return self.db.last_lsn(log_id)
+
+    def logs(self) -> list[int]:
+        return self.db.logs()
+
+    # -- compaction's removals ----------------------------------------------------
+
+    def set_clean_point(self, log_id: int, lsn: int) -> None:
+        self.db.set_clean_point(log_id, lsn)
+
+    def remove(self, log_id: int, lsns: list[int]) -> None:
+        """Remove copies (stored batches rewritten without them), unsynced:
+        ``reclaim`` syncs."""
+        self.db.delete(log_id, lsns, sync=False)
+
+    def drop_copies(self, msg: DropCopies) -> Generator[int, None, DropReply]:
+        """DROP_COPIES (rule 6): remove this node's copies that ``msg``'s
+        offset map says are superseded, at or below its end.  Yields the bytes
+        scanned after each batch (the shell throttles there); returns the
+        reply.  The shell syncs and gives the space back afterwards."""
+        log = msg.log_id
+        offsets = OffsetMap.from_entries(msg.offsets)
+        # Only released records are ever cleaned, as this node knows them.
+        end = min(msg.end_lsn, self.release_of(log))
+        # Readers may take LSNs missing up to here for compacted from now on:
+        # only superseded copies go, never a key's latest record.
+        self.set_clean_point(log, end)
+        scanned = removed = removed_bytes = kept_bytes = 0
+        lsn = self.trim_point(log) + 1
+        while lsn <= end:
+            batch = self.read_batch(log, lsn, end, max_records=DROP_SCAN_RECORDS)
+            if not batch.lsns:
+                break
+            gone = drops(
+                batch.lsns,
+                batch.timestamps_ms,
+                batch.keys,
+                [bool(f & TOMBSTONE) for f in batch.flags],
+                offsets,
+                end=end,
+                old_clean_point=msg.old_clean_point,
+                tombstone_horizon_ms=msg.tombstone_horizon_ms,
+            )
+            sizes = [len(p) if p is not None else 0 for p in batch.payloads]
+            if gone:
+                self.remove(log, [batch.lsns[i] for i in gone])
+            gone_bytes = sum(sizes[i] for i in gone)
+            scanned += len(batch.lsns)
+            removed += len(gone)
+            removed_bytes += gone_bytes
+            kept_bytes += sum(sizes) - gone_bytes
+            lsn = batch.scanned_to + 1
+            yield sum(sizes)
+        self.metrics.compaction_records_removed.inc(removed)
+        self.metrics.compaction_bytes_removed.inc(removed_bytes)
+        ok = int(Status.OK)
+        return DropReply(
+            msg.request_id, ok, self.node_id, scanned, removed, removed_bytes, kept_bytes, end
+        )
+
+    # -- maintenance -----------------------------------------------------------------
+
+    def maintain(
+        self,
+        trim_points: Mapping[int, int],
+        retention_ms: Mapping[int, int],
+        retention_bytes: Mapping[int, int] | None = None,
+    ) -> None:
+        """Apply trims missed while down, time and space retention, and drop
+        partitions whose records are all trimmed.  Retention by time waits
+        while this node's clock is not measured or is off (``NodeClock``)."""
+        db = self.db
+        for log, point in trim_points.items():
+            if point > db.trim_point(log):
+                db.trim(log, point)
+                self.metrics.trims.inc()
+        if not self.clock.trusted:
+            retention_ms = {}
+        if retention_ms or retention_bytes:
+            moved = db.apply_retention(
+                retention_ms, now_ms=self.clock.now_ms(), retention_bytes=retention_bytes
+            )
+            if moved:
+                _log.info("node %d: retention trimmed logs %s", self.node_id, sorted(moved))
+        dropped = db.drop_partitions()
+        if dropped:
+            _log.info("node %d: dropped partitions %s", self.node_id, dropped)
+            self.metrics.partitions_dropped.inc(len(dropped))
+        self.metrics.partitions.set(len(db.partitions()))
+        self.metrics.disk_bytes.set(db.disk_bytes())
