@@ -54,6 +54,7 @@ lint: venv-test
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/python tools/house.py logstrand
 
 format: venv-test
 	$(BIN)/ruff check --fix --unsafe-fixes .

@@ -61,6 +61,11 @@ def lsn_esn(lsn: int) -> int:
     return lsn & 0xFFFFFFFF
 
 
+def next_epoch_lsn(lsn: int) -> int:
+    """The first LSN of the epoch after ``lsn``'s (ESN 0: no record there)."""
+    return ((lsn >> 32) + 1) << 32
+
+
 def format_lsn(lsn: int) -> str:
     """The conventional human form ``e<epoch>n<esn>``, as LogDevice prints it."""
     return f"e{lsn >> 32}n{lsn & 0xFFFFFFFF}"

@@ -126,28 +126,8 @@ class PackedBatch(Building):
         (fmt, codec, layout, count, first, ts, wave, flags0, ncs, body_len, raw_len, bcrc, hcrc) = (
             HEAD.unpack_from(data, 0)
         )
-        if fmt != FORMAT:
-            raise ProtocolError(f"packed batch format {fmt} is not {FORMAT}")
-        if codec not in Codec._value2member_map_:
-            raise ProtocolError(f"packed batch codec {codec} unknown")
-        if layout & ~LAYOUT_ALL:
-            raise ProtocolError(f"packed batch layout bits {layout:#x} unknown")
-        if count == 0 or count > COUNT_MAX:
-            raise ProtocolError(f"packed batch of {count} records")
-        if raw_len > RAW_BYTES_MAX:
-            raise ProtocolError(f"packed batch body claims {raw_len} bytes")
-        body_start = HEAD_BYTES + pad8(4 * ncs)
-        producer = None
-        if layout & PRODUCER:
-            if len(data) >= body_start + 16:
-                producer = PRODUCER_FIELDS.unpack_from(data, body_start)
-            body_start += 16
-        if layout & LSNS:
-            body_start += 8 * count
-        if layout & TIMESTAMPS:
-            body_start += 8 * count
-        if layout & FLAGS:
-            body_start += pad8(2 * count)
+        _check_head(fmt, codec, layout, count, raw_len)
+        body_start, producer = _body_start(data, layout, count, ncs)
         if len(data) != body_start + body_len or body_len < 8 * count:
             raise ProtocolError("packed batch length disagrees with its header")
         crc = crc_extend(crc32c(data[:CRC_AT]), data[HEAD_BYTES:body_start])
@@ -168,13 +148,8 @@ class PackedBatch(Building):
         b.body_crc = bcrc
         b.producer = producer
         b._blob = None
-        lens = b._lens = memoryview(data)[body_start : body_start + 8 * count].cast("i").tolist()
-        if min(lens) < -1:
-            raise ProtocolError("packed batch has a bad key or payload length")
-        total = sum(lens) + lens.count(-1)
-        if total != raw_len:
-            raise ProtocolError("packed batch lengths disagree with its body")
-        b.payload_bytes = total - sum(lens[:count]) - lens[:count].count(-1)
+        b._lens = _lengths(data, body_start, count, raw_len)
+        b.payload_bytes = _payload_bytes(b._lens, count)
         if layout & LSNS:
             lsns = b.lsns()
             if any(x >= y for x, y in itertools.pairwise(lsns)) or lsns[0] != first:
@@ -262,6 +237,55 @@ class PackedBatch(Building):
         """Every record as columns (decompresses the body when it is compressed)."""
         keys, payloads = self.keys_payloads()
         return Columns(self.lsns(), self.timestamps(), self.flags(), keys, payloads)
+
+
+def _check_head(fmt: int, codec: int, layout: int, count: int, raw_len: int) -> None:
+    if fmt != FORMAT:
+        raise ProtocolError(f"packed batch format {fmt} is not {FORMAT}")
+    if codec not in Codec._value2member_map_:
+        raise ProtocolError(f"packed batch codec {codec} unknown")
+    if layout & ~LAYOUT_ALL:
+        raise ProtocolError(f"packed batch layout bits {layout:#x} unknown")
+    if count == 0 or count > COUNT_MAX:
+        raise ProtocolError(f"packed batch of {count} records")
+    if raw_len > RAW_BYTES_MAX:
+        raise ProtocolError(f"packed batch body claims {raw_len} bytes")
+
+
+def _body_start(
+    data: bytes, layout: int, count: int, ncs: int
+) -> tuple[int, tuple[int, int] | None]:
+    """Where the body starts, past the copyset and the columns the layout
+    says are there; and the producer fields, when present."""
+    body_start = HEAD_BYTES + pad8(4 * ncs)
+    producer = None
+    if layout & PRODUCER:
+        if len(data) >= body_start + 16:
+            producer = PRODUCER_FIELDS.unpack_from(data, body_start)
+        body_start += 16
+    if layout & LSNS:
+        body_start += 8 * count
+    if layout & TIMESTAMPS:
+        body_start += 8 * count
+    if layout & FLAGS:
+        body_start += pad8(2 * count)
+    return body_start, producer
+
+
+def _lengths(data: bytes, body_start: int, count: int, raw_len: int) -> list[int]:
+    """The body's key and payload lengths (-1: none), checked against its size."""
+    lens: list[int] = memoryview(data)[body_start : body_start + 8 * count].cast("i").tolist()
+    if min(lens) < -1:
+        raise ProtocolError("packed batch has a bad key or payload length")
+    if sum(lens) + lens.count(-1) != raw_len:
+        raise ProtocolError("packed batch lengths disagree with its body")
+    return lens
+
+
+def _payload_bytes(lens: list[int], count: int) -> int:
+    """The bytes of the payloads alone (keys left out; a missing one counts 1)."""
+    total = sum(lens) + lens.count(-1)
+    return total - sum(lens[:count]) - lens[:count].count(-1)
 
 
 def last_lsn_of(data: bytes) -> int:

@@ -17,7 +17,8 @@ from ._common import (
 )
 
 if TYPE_CHECKING:
-    pass
+    from ..client import Client
+    from ..testing import LocalCluster
 
 dev_app = typer.Typer(help="Run a local cluster for development.", no_args_is_help=True)
 
@@ -90,8 +91,6 @@ def dev_demo(
     nodes: Annotated[int, typer.Option("--nodes", min=1, max=16)] = 3,
 ) -> None:
     """Start a local cluster, create a log, append to it three ways, and stop."""
-    import urllib.request
-
     from ..epochstore import LogAttributes, open_epoch_store
     from ..errors import ExistsError
     from ..testing import LocalCluster
@@ -110,53 +109,69 @@ def dev_demo(
             except ExistsError:
                 console.print("logs 1..10 exist already")
         with connect_client(cluster.url) as client:
-            lsn = client.append(1, b"hello, logstrand")
-            console.print(f"append(1, b'hello, logstrand') -> LSN {lsn} ({format_lsn(lsn)})")
-            lsns = client.append_batch(1, [b"record %d" % i for i in range(1000)])
-            console.print(
-                f"append_batch(1, 1000 records) -> LSNs {format_lsn(lsns[0])} .. "
-                f"{format_lsn(lsns[-1])}"
-            )
-            t0 = time.perf_counter()
-            futures = [client.append_async(2, b"async %d" % i) for i in range(5000)]
-            got = [f.result(timeout=60) for f in futures]
-            took = time.perf_counter() - t0
-            console.print(
-                f"append_async(2, ...) x 5000 -> {len(set(got))} distinct LSNs in {took:.2f} s "
-                f"({5000 / took:,.0f} appends/s, coalesced into few APPENDs)"
-            )
-            t0 = time.perf_counter()
-            payloads = [b"x" * 100] * 1000
-            for _ in range(100):
-                client.append_batch(3, payloads)
-            took = time.perf_counter() - t0
-            console.print(
-                f"append_batch(3, 1000 x 100 B) x 100 -> {100_000 / took:,.0f} records/s "
-                f"with {replication} copies each"
-            )
-            first = next(iter(client.read(1)))
-            console.print(f"read(1) first item -> {first}")
-            t0 = time.perf_counter()
-            items = list(client.read(3))
-            took = time.perf_counter() - t0
-            console.print(
-                f"read(3) from the start to the tail -> {len(items):,} records in {took:.2f} s "
-                f"({len(items) / took:,.0f} records/s), no gaps: "
-                f"{all(isinstance(x, Record) for x in items)}"
-            )
-            mid = items[len(items) // 2]
-            if isinstance(mid, Record):
-                found = format_lsn(client.find_time(3, mid.timestamp))
-                tail = format_lsn(client.tail_lsn(3))
-                console.print(f"find_time(3, {mid.timestamp}) -> {found}; tail_lsn(3) -> {tail}")
-        for node_id, cfg in sorted(cluster.nodes.items()):
-            url = f"http://127.0.0.1:{cfg.metrics_port}/metrics"
-            with urllib.request.urlopen(url) as resp:
-                text = resp.read().decode()
-            stored = sum(
-                float(line.split()[1])
-                for line in text.splitlines()
-                if line.startswith("logstrand_store_records_total")
-            )
-            console.print(f"node {node_id} ({cfg.address}) stored {stored:,.0f} record copies")
+            _demo_appends(client, replication)
+            _demo_reads(client)
+        _demo_stored(cluster)
     console.print(f"cluster stopped; its data stays in {directory}")
+
+
+def _demo_appends(client: Client, replication: int) -> None:
+    """The demo's appends: one, a batch, many async, and a throughput run."""
+    lsn = client.append(1, b"hello, logstrand")
+    console.print(f"append(1, b'hello, logstrand') -> LSN {lsn} ({format_lsn(lsn)})")
+    lsns = client.append_batch(1, [b"record %d" % i for i in range(1000)])
+    console.print(
+        f"append_batch(1, 1000 records) -> LSNs {format_lsn(lsns[0])} .. {format_lsn(lsns[-1])}"
+    )
+    t0 = time.perf_counter()
+    futures = [client.append_async(2, b"async %d" % i) for i in range(5000)]
+    got = [f.result(timeout=60) for f in futures]
+    took = time.perf_counter() - t0
+    console.print(
+        f"append_async(2, ...) x 5000 -> {len(set(got))} distinct LSNs in {took:.2f} s "
+        f"({5000 / took:,.0f} appends/s, coalesced into few APPENDs)"
+    )
+    t0 = time.perf_counter()
+    payloads = [b"x" * 100] * 1000
+    for _ in range(100):
+        client.append_batch(3, payloads)
+    took = time.perf_counter() - t0
+    console.print(
+        f"append_batch(3, 1000 x 100 B) x 100 -> {100_000 / took:,.0f} records/s "
+        f"with {replication} copies each"
+    )
+
+
+def _demo_reads(client: Client) -> None:
+    """The demo's reads: the first record, a whole log, find_time."""
+    first = next(iter(client.read(1)))
+    console.print(f"read(1) first item -> {first}")
+    t0 = time.perf_counter()
+    items = list(client.read(3))
+    took = time.perf_counter() - t0
+    console.print(
+        f"read(3) from the start to the tail -> {len(items):,} records in {took:.2f} s "
+        f"({len(items) / took:,.0f} records/s), no gaps: "
+        f"{all(isinstance(x, Record) for x in items)}"
+    )
+    mid = items[len(items) // 2]
+    if isinstance(mid, Record):
+        found = format_lsn(client.find_time(3, mid.timestamp))
+        tail = format_lsn(client.tail_lsn(3))
+        console.print(f"find_time(3, {mid.timestamp}) -> {found}; tail_lsn(3) -> {tail}")
+
+
+def _demo_stored(cluster: LocalCluster) -> None:
+    """What each node says it stored (its /metrics)."""
+    import urllib.request
+
+    for node_id, cfg in sorted(cluster.nodes.items()):
+        url = f"http://127.0.0.1:{cfg.metrics_port}/metrics"
+        with urllib.request.urlopen(url) as resp:
+            text = resp.read().decode()
+        stored = sum(
+            float(line.split()[1])
+            for line in text.splitlines()
+            if line.startswith("logstrand_store_records_total")
+        )
+        console.print(f"node {node_id} ({cfg.address}) stored {stored:,.0f} record copies")

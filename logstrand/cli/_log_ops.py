@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -31,6 +31,13 @@ from ._common import (
     require_url,
 )
 from ._nodes import corrupt_text
+
+if TYPE_CHECKING:
+    from collections.abc import Collection
+
+    from ..client import Client
+    from ..epochstore import LogAttributes, LogEpochs
+    from ..wire import LogInfoReply
 
 
 def _ts(ms: int) -> str:
@@ -72,37 +79,10 @@ def trim(
         except ValueError as exc:
             fail(f"--to: {exc}")
     age_ms = duration_option(older_than, "--older-than")
-    results: list[dict[str, Any]] = []
-    failed = 0
+    ids = range(first, last + 1)
     with connect_client(require_url(url)) as client:
-        ids = range(first, last + 1)
-        with Progress(
-            TextColumn("trimming"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=err_console,
-            transient=True,
-            disable=len(ids) < 5 or as_json,
-        ) as progress:
-            task = progress.add_task("trim", total=len(ids))
-            for log in ids:
-                try:
-                    if age_ms is not None:
-                        cutoff = int(time.time() * 1000) - age_ms
-                        # The first record to keep (past the tail if none is that recent).
-                        target = client.find_time(log, cutoff) - 1
-                    else:
-                        assert lsn is not None
-                        target = lsn
-                    point = client.trim(log, target) if target else client.trim_point(log)
-                    results.append({"log_id": log, "trim_point": point})
-                except LogstrandError as exc:
-                    if len(ids) == 1:
-                        raise
-                    failed += 1
-                    results.append({"log_id": log, "error": str(exc.args[0])})
-                progress.advance(task)
+        results = _trim_each(client, ids, lsn, age_ms, quiet=as_json)
+    failed = sum("error" in r for r in results)
     if as_json:
         print_json(results)
     else:
@@ -113,6 +93,42 @@ def trim(
                 console.print(f"log {r['log_id']}: trimmed to {format_lsn(r['trim_point'])}")
     if failed:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _trim_each(
+    client: Client, ids: range, lsn: int | None, age_ms: int | None, *, quiet: bool
+) -> list[dict[str, Any]]:
+    """Trim each log (to ``lsn``, or past its records older than ``age_ms``),
+    with a progress bar for many; one result each (an error for a log that
+    failed, when there are several)."""
+    results: list[dict[str, Any]] = []
+    with Progress(
+        TextColumn("trimming"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+        disable=len(ids) < 5 or quiet,
+    ) as progress:
+        task = progress.add_task("trim", total=len(ids))
+        for log in ids:
+            try:
+                if age_ms is not None:
+                    cutoff = int(time.time() * 1000) - age_ms
+                    # The first record to keep (past the tail if none is that recent).
+                    target = client.find_time(log, cutoff) - 1
+                else:
+                    assert lsn is not None
+                    target = lsn
+                point = client.trim(log, target) if target else client.trim_point(log)
+                results.append({"log_id": log, "trim_point": point})
+            except LogstrandError as exc:
+                if len(ids) == 1:
+                    raise
+                results.append({"log_id": log, "error": str(exc.args[0])})
+            progress.advance(task)
+    return results
 
 
 def _sequencer_doc(state: SeqState | None) -> dict[str, Any] | None:
@@ -144,24 +160,18 @@ def _recovery_text(seq: dict[str, Any] | None) -> str:
     return text
 
 
-def info(
-    log: LogArg,
-    url: UrlOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """A log at a glance: head and tail, epoch and sequencer, placement, size, times."""
-
-    with open_store(url) as store:
-        attributes = store.log_attributes(log)  # NotFoundError for an unknown log
-        epochs = store.log_epochs(log)
-        lce = store.last_clean_epoch(log)
-        alive = store.alive_nodes()
-        compaction = store.compaction(log) if attributes.compacted else None
-    with connect_client(require_url(url)) as client:
-        tail = client.tail_lsn(log)
-        infos = client.log_info(log)
-        sequencer = client.sequencer_node(log)
-        seq_state = client.sequencer_state(log)
+def _info_doc(
+    log: int,
+    attributes: LogAttributes,
+    epochs: LogEpochs,
+    lce: int,
+    alive: Collection[int],
+    compaction: dict[str, Any] | None,
+    tail: int,
+    infos: list[LogInfoReply],
+    sequencer: int | None,
+) -> dict[str, Any]:
+    """``info``'s document: what the epoch store and the nodes said of the log."""
     current = epochs.current
     nodeset = list(current.nodeset) if current else []
     copies = max(1, attributes.replication_factor)
@@ -173,7 +183,7 @@ def info(
         "epoch": epochs.next_epoch - 1,
         "last_clean_epoch": lce,
         "sequencer_node": sequencer,
-        "sequencer": _sequencer_doc(seq_state),
+        "sequencer": None,
         "nodeset": nodeset,
         "replication_factor": attributes.replication_factor,
         "replicate_across": attributes.replicate_across,
@@ -202,18 +212,19 @@ def info(
             "passes": int(state.get("passes", 0)),
             "last_pass": state.get("last_pass"),
         }
-    if as_json:
-        print_json(doc)
-        return
-    table = Table(show_header=False, box=None)
-    table.add_column(style="bold")
-    table.add_column()
+    return doc
+
+
+def _info_rows(
+    doc: dict[str, Any], attributes: LogAttributes, answered: int
+) -> list[tuple[str, str]]:
+    """``info``'s table, row by row."""
     retention = attributes.retention_ms
     rows = [
-        ("head (trim point)", format_lsn(head)),
-        ("tail", format_lsn(tail)),
-        ("epoch", f"{doc['epoch']} (last clean {lce})"),
-        ("sequencer", "-" if sequencer is None else f"node {sequencer}"),
+        ("head (trim point)", format_lsn(doc["head"])),
+        ("tail", format_lsn(doc["tail"])),
+        ("epoch", f"{doc['epoch']} (last clean {doc['last_clean_epoch']})"),
+        ("sequencer", "-" if doc["sequencer_node"] is None else f"node {doc['sequencer_node']}"),
         ("recovery", _recovery_text(doc["sequencer"])),
         ("nodeset", " ".join(str(n) for n in doc["nodeset"]) or "-"),
         ("replication", f"{attributes.replication_factor} across {attributes.replicate_across}"),
@@ -223,7 +234,7 @@ def info(
         ("bytes", f"~{format_bytes(doc['bytes_approx'])} (approximate)"),
         ("oldest", _ts(doc["oldest_timestamp_ms"])),
         ("newest", _ts(doc["newest_timestamp_ms"])),
-        ("nodes answering", f"{len(infos)} of {len(doc['nodeset'])}"),
+        ("nodes answering", f"{answered} of {len(doc['nodeset'])}"),
         ("corrupt copies", corrupt_text(doc["corrupt_copies"])),
     ]
     if "compaction" in doc:
@@ -240,7 +251,36 @@ def info(
                 f"{last['keys']:,} keys, {last['seconds']:.2f}s ({c['passes']} passes)",
             ),
         ]
-    for k, v in rows:
+    return rows
+
+
+def info(
+    log: LogArg,
+    url: UrlOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """A log at a glance: head and tail, epoch and sequencer, placement, size, times."""
+
+    with open_store(url) as store:
+        attributes = store.log_attributes(log)  # NotFoundError for an unknown log
+        epochs = store.log_epochs(log)
+        lce = store.last_clean_epoch(log)
+        alive = store.alive_nodes()
+        compaction = store.compaction(log) if attributes.compacted else None
+    with connect_client(require_url(url)) as client:
+        tail = client.tail_lsn(log)
+        infos = client.log_info(log)
+        sequencer = client.sequencer_node(log)
+        seq_state = client.sequencer_state(log)
+    doc = _info_doc(log, attributes, epochs, lce, alive, compaction, tail, infos, sequencer)
+    doc["sequencer"] = _sequencer_doc(seq_state)
+    if as_json:
+        print_json(doc)
+        return
+    table = Table(show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column()
+    for k, v in _info_rows(doc, attributes, len(infos)):
         table.add_row(k, v)
     console.print(table)
 

@@ -72,86 +72,50 @@ def _attributes_row(r: LogRange) -> list[str]:
     ]
 
 
+#: The attributes' options, after which ``--compact`` comes: (parameter, type, flags, help).
+_BEFORE_COMPACT: tuple[tuple[str, type, tuple[str, ...], str], ...] = (
+    ("replication", int, ("--replication", "-r"), "Copies of each record (R)."),
+    ("nodeset", int, ("--nodeset",), "Nodes that hold the log (default: all)."),
+    ("replicate_across", str, ("--replicate-across",), f"Failure domain: {', '.join(SCOPES)}."),
+    ("retention", str, ("--retention",), "Trim records older than this, e.g. 7d."),
+)
+_AFTER_COMPACT: tuple[tuple[str, type, tuple[str, ...], str], ...] = (
+    ("delete_retention", str, ("--delete-retention",), "How long tombstones stay (default 1d)."),
+    ("min_compaction_lag", str, ("--min-compaction-lag",), "Never compact younger records."),
+    ("max_compaction_lag", str, ("--max-compaction-lag",), "Compact records at most this old."),
+    (
+        "min_cleanable_ratio",
+        float,
+        ("--min-cleanable-ratio",),
+        "Dirty share that triggers cleaning (0-1).",
+    ),
+    ("durability", str, ("--durability",), f"Store writes: {', '.join(DURABILITIES)}."),
+    (
+        "compression",
+        str,
+        ("--compression",),
+        f"How clients compress batches: {', '.join(COMPRESSIONS)} (default none).",
+    ),
+    (
+        "retention_bytes",
+        str,
+        ("--retention-bytes",),
+        "Keep about this much of the log (one copy of each record), e.g. 10GiB; "
+        "the oldest records are trimmed first.",
+    ),
+)
+
+
 def _attribute_options(compact: inspect.Parameter) -> list[inspect.Parameter]:
     """The options of ``logs create`` and ``logs update``: one per attribute."""
-    return [
-        keyword(
-            "replication",
-            int | None,
-            None,
-            typer.Option("--replication", "-r", help="Copies of each record (R)."),
-        ),
-        keyword(
-            "nodeset",
-            int | None,
-            None,
-            typer.Option("--nodeset", help="Nodes that hold the log (default: all)."),
-        ),
-        keyword(
-            "replicate_across",
-            str | None,
-            None,
-            typer.Option("--replicate-across", help=f"Failure domain: {', '.join(SCOPES)}."),
-        ),
-        keyword(
-            "retention",
-            str | None,
-            None,
-            typer.Option("--retention", help="Trim records older than this, e.g. 7d."),
-        ),
-        compact,
-        keyword(
-            "delete_retention",
-            str | None,
-            None,
-            typer.Option("--delete-retention", help="How long tombstones stay (default 1d)."),
-        ),
-        keyword(
-            "min_compaction_lag",
-            str | None,
-            None,
-            typer.Option("--min-compaction-lag", help="Never compact younger records."),
-        ),
-        keyword(
-            "max_compaction_lag",
-            str | None,
-            None,
-            typer.Option("--max-compaction-lag", help="Compact records at most this old."),
-        ),
-        keyword(
-            "min_cleanable_ratio",
-            float | None,
-            None,
-            typer.Option("--min-cleanable-ratio", help="Dirty share that triggers cleaning (0-1)."),
-        ),
-        keyword(
-            "durability",
-            str | None,
-            None,
-            typer.Option("--durability", help=f"Store writes: {', '.join(DURABILITIES)}."),
-        ),
-        keyword(
-            "compression",
-            str | None,
-            None,
-            typer.Option(
-                "--compression",
-                help=f"How clients compress batches: {', '.join(COMPRESSIONS)} (default none).",
-            ),
-        ),
-        keyword(
-            "retention_bytes",
-            str | None,
-            None,
-            typer.Option(
-                "--retention-bytes",
-                help="Keep about this much of the log (one copy of each record), e.g. 10GiB; "
-                "the oldest records are trimmed first.",
-            ),
-        ),
-        URL,
-        JSON,
-    ]
+
+    def made(table: tuple[tuple[str, type, tuple[str, ...], str], ...]) -> list[inspect.Parameter]:
+        return [
+            keyword(name, kind | None, None, typer.Option(*flags, help=text))
+            for name, kind, flags, text in table
+        ]
+
+    return [*made(_BEFORE_COMPACT), compact, *made(_AFTER_COMPACT), URL, JSON]
 
 
 def _changes(p: dict[str, Any]) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from ._common import (
 )
 
 if TYPE_CHECKING:
-    from ..epochstore import EpochStore
+    from ..epochstore import EpochStore, Member, NodeConfig
     from ..rebuilding import RebuildingState
 
 nodes_app = typer.Typer(help="The nodes of the cluster configuration.", no_args_is_help=True)
@@ -299,26 +299,8 @@ def status(url: UrlOption = None, as_json: JsonOption = False) -> None:
     with connect_client(require_url(url)) as client:
         for node_id, cfg in sorted(nodes.items()):
             st = client.node_status(node_id) if node_id in alive else None
-            rows.append(
-                {
-                    "node_id": node_id,
-                    "address": f"{cfg.host}:{cfg.port}",
-                    "location": cfg.location,
-                    "state": _state(st is not None, node_id in alive, st),
-                    "clock_offset_ms": m.clock_offset_ms if (m := members.get(node_id)) else None,
-                    "takes_sequencers": m.sequencer if m else None,
-                    "why_not": m.why if m and not m.sequencer else None,
-                    "storage_state": rebuilding["storage_state"].get(node_id),
-                    "sequencing": list(st.sequencing) if st else [],
-                    "partitions": st.partitions if st else None,
-                    "disk_bytes": st.disk_bytes if st else None,
-                    "logs": st.logs if st else None,
-                    "uptime_s": st.uptime_s if st else None,
-                    "corrupt_copies": st.corrupt_copies if st else None,
-                    "free_bytes": st.free_bytes if st else None,
-                    "space_low": bool(st.space_low) if st else None,
-                }
-            )
+            storage = rebuilding["storage_state"].get(node_id)
+            rows.append(_status_row(node_id, cfg, st, members.get(node_id), alive, storage))
     unhealthy = any(r["state"] not in ("alive", "no space") for r in rows)
     if as_json:
         print_json({"epoch_store": store_url, "nodes": rows, **rebuilding})
@@ -326,6 +308,43 @@ def status(url: UrlOption = None, as_json: JsonOption = False) -> None:
             raise typer.Exit(EXIT_FAILED)
         return
     console.print(f"epoch store: {store_url}", highlight=False)
+    console.print(_status_table(rows))
+    _print_rebuilding(rebuilding)
+    if unhealthy:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _status_row(
+    node_id: int,
+    cfg: NodeConfig,
+    st: NodeStatus | None,
+    m: Member | None,
+    alive: frozenset[int],
+    storage_state: str | None,
+) -> dict[str, Any]:
+    """One node's line of ``status``: what the epoch store and the node said
+    (``st`` None: it did not answer, or is not a member)."""
+    return {
+        "node_id": node_id,
+        "address": f"{cfg.host}:{cfg.port}",
+        "location": cfg.location,
+        "state": _state(st is not None, node_id in alive, st),
+        "clock_offset_ms": m.clock_offset_ms if m else None,
+        "takes_sequencers": m.sequencer if m else None,
+        "why_not": m.why if m and not m.sequencer else None,
+        "storage_state": storage_state,
+        "sequencing": list(st.sequencing) if st else [],
+        "partitions": st.partitions if st else None,
+        "disk_bytes": st.disk_bytes if st else None,
+        "logs": st.logs if st else None,
+        "uptime_s": st.uptime_s if st else None,
+        "corrupt_copies": st.corrupt_copies if st else None,
+        "free_bytes": st.free_bytes if st else None,
+        "space_low": bool(st.space_low) if st else None,
+    }
+
+
+def _status_table(rows: list[dict[str, Any]]) -> Table:
     table = Table()
     cols = ("node", "address", "location", "state", "storage", "sequences", "clock", "partitions")
     for col in (*cols, "disk", "free", "corrupt copies"):
@@ -349,10 +368,7 @@ def status(url: UrlOption = None, as_json: JsonOption = False) -> None:
             "-" if r["free_bytes"] is None else format_bytes(r["free_bytes"]),
             "-" if r["corrupt_copies"] is None else corrupt_text(r["corrupt_copies"]),
         )
-    console.print(table)
-    _print_rebuilding(rebuilding)
-    if unhealthy:
-        raise typer.Exit(EXIT_FAILED)
+    return table
 
 
 _WHOLE = ("address", "location")

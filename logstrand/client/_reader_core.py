@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ..records import BRIDGE, HOLE, WRITTEN_BY_RECOVERY, precedence
-from ..types import LSN_MAX, GapType
+from ..types import LSN_MAX, GapType, compose_lsn, lsn_epoch, next_epoch_lsn
 from ._views import RecordRun
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ class ReaderCore:
         assert 1 <= replication <= len(nodeset)
         self.log_id = log_id
         # Epochs start at 1 and ESN 0 is never used: nothing exists below e1n1.
-        self.next_lsn = max(start, (1 << 32) | 1)
+        self.next_lsn = max(start, compose_lsn(1, 1))
         self.until = until
         self.nodeset = nodeset
         self.replication = replication
@@ -395,7 +395,7 @@ class ReaderCore:
                 self.items.append(RecordRun(batch, run, i))
             run = i + 1
             if fl & BRIDGE:
-                epoch_end = min(((lsn >> 32) + 1) << 32, self.until)
+                epoch_end = min(next_epoch_lsn(lsn), self.until)
                 self.items.append(GapItem(GapType.BRIDGE, lsn, epoch_end))
                 after = epoch_end + 1
                 # Whatever follows a bridge in its epoch is a copy left by a
@@ -430,9 +430,9 @@ class ReaderCore:
             self.next_lsn = hi + 1
             return True
         hi = min([hi] + [first - 1 for first, _ in bad])
-        if hi >> 32 > x >> 32:
+        if lsn_epoch(hi) > lsn_epoch(x):
             # The rest of x's epoch is empty everywhere: the epoch ended.
-            hi = min(((x >> 32) + 1) << 32, hi)
+            hi = min(next_epoch_lsn(x), hi)
             gap = GapType.BRIDGE
         else:
             gap = GapType.DATALOSS

@@ -320,5 +320,4 @@ class Cleaner:
             _log.exception("node %d: compaction of log %d failed", self.host.node_id, msg.log_id)
             error = json.dumps({"error": f"the pass failed: {exc!r}"[:1000]})
             reply = CompactReply(msg.request_id, int(Status.FAILED), error)
-        with contextlib.suppress(LogstrandError):
-            await conn.send(reply)
+        await conn.reply(reply)

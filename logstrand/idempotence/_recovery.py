@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import ProtocolError
+from ..types import lsn_epoch
 from ..wire import Digest, SealReply
 from ._model import Producers, Sent, pack_entries
 
@@ -54,7 +55,7 @@ def digest_entries(reply: Digest) -> list[Entry]:
 
 
 def in_epoch(entries: Iterable[Entry], epoch: int) -> list[Entry]:
-    return [(p, s) for p, s in entries if s.lsn >> 32 == epoch]
+    return [(p, s) for p, s in entries if lsn_epoch(s.lsn) == epoch]
 
 
 def kept(entries: Iterable[Entry], lng_esn: int, records: frozenset[int]) -> Iterator[Entry]:

@@ -153,6 +153,16 @@ class Connection:
             raise TransientError(f"connection to {self.peer} closed", Status.PEER_CLOSED)
         self._put(frame, msg)
 
+    async def reply(self, msg: Any) -> bool:
+        """Send the answer to a request of the peer's; False when the
+        connection is gone (whoever asked went with it, and retries or gave
+        up: there is no one to tell)."""
+        try:
+            await self.send(msg)
+        except TransientError:  # PEER_CLOSED: the only failure of ``send``
+            return False
+        return True
+
     async def wait_for_room(self) -> None:
         """Wait (bounded by ``send_stall_s``, then cut) until the queue is below its limit."""
         if not self._full(1) or self.closed:

@@ -145,20 +145,9 @@ async def serve_connection(
             if not isinstance(hello, Hello):
                 raise ProtocolError("first message must be Hello")
             version = choose_version(hello.protocol_min, hello.protocol_max)
-            reason = ""
-            principal = None
-            if hello.cluster != cluster:
-                status, reason = Status.ACCESS, f"this node is of cluster {cluster!r}"
-            elif version is None:
-                status = Status.PROTONOSUPPORT
-            else:
-                status = Status.OK
-                if authenticate is not None:
-                    got = await authenticate(hello, identity)
-                    if isinstance(got, tuple):
-                        status, reason = got
-                    else:
-                        principal = got
+            status, reason, principal = await _admit(
+                hello, version, cluster, identity, authenticate
+            )
             ack = HelloAck(int(status), version or 0, node_id, reason[:1024])
             await wrapped.send_all(encode_frame(ack))
             if status != Status.OK:
@@ -183,6 +172,28 @@ async def serve_connection(
     decoder.frame_bytes_max = FRAME_BYTES_MAX_DEFAULT
     decoder.items_max = limits.items_max
     return conn
+
+
+async def _admit(
+    hello: Hello,
+    version: int | None,
+    cluster: str,
+    identity: tuple[str, str] | None,
+    authenticate: Callable[[Hello, tuple[str, str] | None], Awaitable[Any]] | None,
+) -> tuple[Status, str, Any]:
+    """The server's answer to a Hello: its status, why (when refused), and
+    the peer's principal."""
+    if hello.cluster != cluster:
+        return Status.ACCESS, f"this node is of cluster {cluster!r}", None
+    if version is None:
+        return Status.PROTONOSUPPORT, "", None
+    if authenticate is None:
+        return Status.OK, "", None
+    got = await authenticate(hello, identity)
+    if isinstance(got, tuple):
+        status, reason = got
+        return status, reason, None
+    return Status.OK, "", got
 
 
 def handshake_sync(

@@ -19,7 +19,7 @@ import trio
 from ..epochstore import LogAttributes
 from ..errors import ExistsError, InvalidArgumentError, LogstrandError, NotFoundError, Status
 from ..records import POSITIONS_LOG_ID, check_log_id
-from ..types import LSN_MAX, LSN_OLDEST, Record
+from ..types import LSN_MAX, LSN_OLDEST, Record, lsn_epoch
 from ..wire import LogInfo
 from ._model import (
     GroupLag,
@@ -195,7 +195,7 @@ class Groups:
         tail = await admin.tail_lsn(log_id)
         after = position.lsn if position is not None else 0
         ends: dict[int, EpochEnd | None] = {}
-        if tail > after and tail >> 32 != after >> 32:
+        if tail > after and lsn_epoch(tail) != lsn_epoch(after):
             for epoch in epochs_to_walk(after, tail):
                 ends[epoch] = await admin.epoch_end(log_id, epoch)
         first_ms = await self._first_unread_ms(log_id, after, tail)

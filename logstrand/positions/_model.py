@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING, Final
 import attrs
 
 from ..errors import InvalidArgumentError
-from ..records import ESN_MAX as ESN_MASK
 from ..records import LOG_ID_MAX, POSITIONS_LOG_ID, check_log_id
-from ..types import LSN_MAX
+from ..types import LSN_MAX, lsn_epoch, lsn_esn
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -165,8 +164,8 @@ def records_between(after: int, tail: int, ends: Mapping[int, EpochEnd | None]) 
     """
     if tail <= after:
         return 0
-    first_epoch, first_esn = after >> 32, after & ESN_MASK
-    last_epoch, last_esn = tail >> 32, tail & ESN_MASK
+    first_epoch, first_esn = lsn_epoch(after), lsn_esn(after)
+    last_epoch, last_esn = lsn_epoch(tail), lsn_esn(tail)
     if first_epoch == last_epoch:
         return last_esn - first_esn
     total = last_esn
@@ -183,7 +182,7 @@ def records_between(after: int, tail: int, ends: Mapping[int, EpochEnd | None]) 
 def epochs_to_walk(after: int, tail: int) -> range:
     """The epochs whose ends ``records_between`` needs (at most ``EPOCHS_WALKED_MAX``,
     the most recent: older ones count as empty)."""
-    first_epoch, last_epoch = after >> 32, tail >> 32
+    first_epoch, last_epoch = lsn_epoch(after), lsn_epoch(tail)
     return range(max(first_epoch, last_epoch - EPOCHS_WALKED_MAX), last_epoch)
 
 

@@ -50,6 +50,7 @@ import attrs
 from ..errors import Status
 from ..idempotence import EXPIRY_MS, Producers, Sent, Verdict
 from ..records import ESN_MAX
+from ..types import compose_lsn
 from ..wire import Store
 
 if TYPE_CHECKING:
@@ -244,7 +245,7 @@ class SequencerCore:
             return [ReplyAppend(token, Status.NOTREADY, message="epoch is out of ESNs")]
         first = self.next_esn
         self.next_esn += n
-        base = (self.epoch << 32) | first
+        base = compose_lsn(self.epoch, first)
         stamp = self.last_timestamp_ms = max(now_ms, self.last_timestamp_ms)
         app = _Appender(next(self._ids), first, batch, base, stamp, token, size)
         if batch.producer is not None:
@@ -338,11 +339,11 @@ class SequencerCore:
 
     @property
     def last_known_good_lsn(self) -> int:
-        return (self.epoch << 32) | self.lng_esn if self.lng_esn else 0
+        return compose_lsn(self.epoch, self.lng_esn) if self.lng_esn else 0
 
     @property
     def released_lsn(self) -> int:
-        return (self.epoch << 32) | self.released_esn if self.released_esn else 0
+        return compose_lsn(self.epoch, self.released_esn) if self.released_esn else 0
 
     @property
     def idle(self) -> bool:
@@ -438,7 +439,7 @@ class SequencerCore:
 
     def _complete(self, app: _Appender) -> list[Action]:
         app.done = True
-        first_lsn = (self.epoch << 32) | app.first_esn
+        first_lsn = compose_lsn(self.epoch, app.first_esn)
         actions: list[Action] = [
             ReplyAppend(t, Status.OK, first_lsn, len(app.batch), app.timestamp_ms)
             for t in (app.token, *app.also)
@@ -459,7 +460,7 @@ class SequencerCore:
         if not self.recovered or self.lng_esn <= self.released_esn:
             return []
         self.released_esn = self.lng_esn
-        lsn = (self.epoch << 32) | self.released_esn
+        lsn = compose_lsn(self.epoch, self.released_esn)
         return [SendRelease(self.log_id, self.selector.nodeset, lsn)]
 
     def _preempt(self) -> list[Action]:

@@ -59,7 +59,7 @@ import attrs
 from ..epochstore._model import EpochEnd, LogEpochs
 from ..errors import LogstrandError, PreemptedError, StaleError, Status
 from ..idempotence._recovery import Entry, digest_entries, in_epoch, kept, sealed_entries
-from ..types import lsn_epoch, lsn_esn
+from ..types import compose_lsn, lsn_epoch, lsn_esn
 from ..wire import Digest, GetDigest, LogInfo, LogInfoReply, Release, Seal, SealReply
 from ._commands import (
     Ask,
@@ -234,38 +234,15 @@ def recover(
     sequencer sealed the log) or ``cancelled()``.
     """
     state = LogEpochs(epoch + 1, tuple(history))
+    timeouts = _Timeouts(ask_timeout_s, digest_timeout_s, store_timeout_s, settle_s)
     backoff = RETRY_FIRST_S
     while not cancelled():
         try:
-            # The snapshot is read after the LCE, so it covers at least that.
-            lce, (_, producers) = yield EpochStoreCall(
-                lambda s: (s.last_clean_epoch(log_id), s.producer_snapshot(log_id))
-            )
-            starts, standing = yield EpochStoreCall(
-                lambda s: (s.epoch_starts(log_id), _standing(s))
-            )
-            for e in range(lce + 1, epoch):
-                meta = state.metadata_for(e)
-                if meta is None:
-                    continue  # no sequencer ever had this epoch
-                decided = yield from _recover_epoch(
-                    log_id,
-                    e,
-                    meta,
-                    epoch,
-                    make_selector(meta),
-                    alive,
-                    # No later epoch starts below what this one ends with.
-                    min([stamp_cap_ms] + [t for x, t in starts.items() if e < x < epoch]),
-                    _Timeouts(ask_timeout_s, digest_timeout_s, store_timeout_s, settle_s),
-                    standing,
-                    in_epoch(sealed or (), e),
+            return (
+                yield from _recover_once(
+                    log_id, epoch, state, make_selector, alive, stamp_cap_ms, timeouts, sealed
                 )
-                producers.update(decided)
-                producers.expire(stamp_cap_ms)
-                with contextlib.suppress(StaleError):  # a later sequencer got further
-                    yield EpochStoreCall(partial(_set_clean, log_id, e, producers))
-            return producers
+            )
         except PreemptedError as exc:
             _log.info("log %d: recovery in epoch %d overtaken: %s", log_id, epoch, exc)
             return None
@@ -278,6 +255,47 @@ def recover(
             backoff = min(backoff * 2, RETRY_MAX_S)
     _log.info("log %d: recovery in epoch %d stops: the sequencer was replaced", log_id, epoch)
     return None
+
+
+def _recover_once(
+    log_id: int,
+    epoch: int,
+    state: LogEpochs,
+    make_selector: Callable[[EpochMetadata], CopysetSelector],
+    alive: Callable[[], Container[int]],
+    stamp_cap_ms: int,
+    timeouts: _Timeouts,
+    sealed: list[Entry] | None,
+) -> Procedure:
+    """One attempt of ``recover``: every unclean epoch in turn, each marked
+    clean as it is done.  Raises what made it fail."""
+    # The snapshot is read after the LCE, so it covers at least that.
+    lce, (_, producers) = yield EpochStoreCall(
+        lambda s: (s.last_clean_epoch(log_id), s.producer_snapshot(log_id))
+    )
+    starts, standing = yield EpochStoreCall(lambda s: (s.epoch_starts(log_id), _standing(s)))
+    for e in range(lce + 1, epoch):
+        meta = state.metadata_for(e)
+        if meta is None:
+            continue  # no sequencer ever had this epoch
+        decided = yield from _recover_epoch(
+            log_id,
+            e,
+            meta,
+            epoch,
+            make_selector(meta),
+            alive,
+            # No later epoch starts below what this one ends with.
+            min([stamp_cap_ms] + [t for x, t in starts.items() if e < x < epoch]),
+            timeouts,
+            standing,
+            in_epoch(sealed or (), e),
+        )
+        producers.update(decided)
+        producers.expire(stamp_cap_ms)
+        with contextlib.suppress(StaleError):  # a later sequencer got further
+            yield EpochStoreCall(partial(_set_clean, log_id, e, producers))
+    return producers
 
 
 @attrs.frozen
@@ -427,7 +445,7 @@ def _recover_epoch(
     # later recovery knows there is nothing left to decide in it (ESN 0 is
     # never used, so nothing of the next epoch is released by this).
     for n in meta.nodeset:
-        yield Tell(n, Release(log_id, (e + 1) << 32))
+        yield Tell(n, Release(log_id, compose_lsn(e + 1, 0)))
     _log.info(
         "log %d epoch %d recovered: %d decisions up to ESN %d", log_id, e, len(plan), plan[-1].esn
     )

@@ -35,6 +35,7 @@ import attrs
 
 from ..errors import Status
 from ..records import INTERNAL_LOGS, LOG_ID_MAX
+from ..types import lsn_epoch, lsn_esn
 from ..wire import (
     Amend,
     CleanPoint,
@@ -46,8 +47,6 @@ from ..wire import (
     Trim,
     TrimLog,
 )
-
-ESN_MASK = 0xFFFFFFFF
 
 
 class Facts(Protocol):
@@ -94,13 +93,13 @@ def check(msg: Any, facts: Facts) -> Refusal | None:
     if kind is Store:
         return _store(msg, facts)
     if kind is Release:
-        return _epoch_refusal(facts, log_id, msg.lsn >> 32, "RELEASE")
+        return _epoch_refusal(facts, log_id, lsn_epoch(msg.lsn), "RELEASE")
     if kind is Seal:
         return _epoch_refusal(facts, log_id, msg.seal_epoch, "SEAL")
     if kind is GetDigest:
         return _epoch_refusal(facts, log_id, max(msg.epoch, msg.seal_epoch), "a digest request")
     if kind is TrimLog:
-        return _epoch_refusal(facts, log_id, msg.lsn >> 32, "TRIM")
+        return _epoch_refusal(facts, log_id, lsn_epoch(msg.lsn), "TRIM")
     if kind is Trim:
         recorded = facts.trim_point(log_id)
         if msg.lsn > recorded:
@@ -137,9 +136,9 @@ def _store(msg: Store, facts: Facts) -> Refusal | None:
                 Status.INVALID_PARAM, f"STORE's copyset names node {node}, not a member", "config"
             )
     first = msg.batch.first_lsn
-    if first & ESN_MASK == 0:
+    if lsn_esn(first) == 0:
         return Refusal(Status.INVALID_PARAM, f"log {log_id}: ESN 0 is never a record")
-    epoch = first >> 32
+    epoch = lsn_epoch(first)
     refused = _epoch_refusal(facts, log_id, epoch, "STORE")
     if refused is not None or not msg.recovery_seal:
         return refused

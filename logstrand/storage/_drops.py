@@ -57,8 +57,7 @@ class Drops:
         except Exception:
             _log.exception("node %d: drop for log %d failed", self.node_id, msg.log_id)
             reply = DropReply(msg.request_id, int(Status.FAILED), self.node_id)
-        with contextlib.suppress(LogstrandError):
-            await conn.send(reply)
+        await conn.reply(reply)
 
     async def drop(self, msg: DropCopies) -> DropReply:
         """Remove this node's superseded copies at or below ``msg.end_lsn``

@@ -68,6 +68,43 @@ class HandlerHost(Protocol):
     def status(self, msg: GetNodeStatus) -> NodeStatus: ...
 
 
+class _Background:
+    """Runs a handler as a background pass (DROP_COPIES): at most
+    ``--background-passes`` at once, more refused with OVERLOADED; a pass
+    that fails is logged, never taken down with the connection."""
+
+    def __init__(self, node: HandlerHost, nursery: trio.Nursery) -> None:
+        self.node_id = node.node_id
+        self.passes_max = node.options.background_passes_max
+        self.gauge = node.metrics.background_passes
+        self.nursery = nursery
+        self.running = 0
+
+    def __call__(
+        self, fn: Callable[[Connection, Any], Awaitable[None]]
+    ) -> Callable[[Connection, Any], Awaitable[None]]:
+        async def run(conn: Connection, msg: Any) -> None:
+            try:
+                await fn(conn, msg)
+            except Exception:
+                _log.exception("node %d: %s failed", self.node_id, type(msg).__name__)
+            finally:
+                self.running -= 1
+                self.gauge.set(self.running)
+
+        async def handle(conn: Connection, msg: Any) -> None:
+            if self.running >= self.passes_max:
+                raise LogstrandError(
+                    f"{self.passes_max} background passes are running (--background-passes)",
+                    Status.OVERLOADED,
+                )
+            self.running += 1
+            self.gauge.set(self.running)
+            self.nursery.start_soon(run, conn, msg)
+
+        return handle
+
+
 def register_handlers(
     node: HandlerHost, committer: Committer, reads: ReadStreams, drops: Drops, nursery: trio.Nursery
 ) -> None:
@@ -81,33 +118,7 @@ def register_handlers(
 
         return handle
 
-    passes_max = node.options.background_passes_max
-    gauge = node.metrics.background_passes
-    running = [0]
-
-    def in_background(
-        fn: Callable[[Connection, Any], Awaitable[None]],
-    ) -> Callable[[Connection, Any], Awaitable[None]]:
-        async def run(conn: Connection, msg: Any) -> None:
-            try:
-                await fn(conn, msg)
-            except Exception:
-                _log.exception("node %d: %s failed", node.node_id, type(msg).__name__)
-            finally:
-                running[0] -= 1
-                gauge.set(running[0])
-
-        async def handle(conn: Connection, msg: Any) -> None:
-            if running[0] >= passes_max:
-                raise LogstrandError(
-                    f"{passes_max} background passes are running (--background-passes)",
-                    Status.OVERLOADED,
-                )
-            running[0] += 1
-            gauge.set(running[0])
-            nursery.start_soon(run, conn, msg)
-
-        return handle
+    in_background = _Background(node, nursery)
 
     async def store(conn: Connection, msg: Store) -> None:
         await committer.submit(msg, conn.offer)

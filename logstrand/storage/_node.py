@@ -201,11 +201,48 @@ class Node:
         metrics_at: tuple[str, int] | None,
     ) -> None:
         """Make the parts and start their tasks (they stop with ``nursery``)."""
-        view, opts, metrics = self.view, self.options, self.metrics
-        watch = self.release_watch
-        reads: ReadStreams | None = None
+        marker = await self._open_store(data_dir)
+        drops = self._make_parts(nursery, data_dir)
+        await self.rebuilder.on_start(marker, data_dir)
+        register_handlers(self, self.committer, self.reads, drops, nursery)
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        health, gossiper = await self._join(self.peers)
+        if metrics_at is not None:
+            server = self.metrics.serve(metrics_at[1], metrics_at[0])
+            self._closing.append(_sync(server.shutdown))
+        view = self.view
+        await nursery.start(view.run)
+        if self.guard.secure:
+            await self.guard.refresh_security(force=True)
+            nursery.start_soon(self._supervised, self.guard.run_security)
+        view.on_membership(self.sequencers.on_membership)
+        view.on_authority(lambda a: self.sequencers.core.on_no_writes(a.no_writes))
+        self.sequencers.core.on_no_writes(view.authority.no_writes)
+        committer, upkeep = self.committer, self.upkeep
+        for task in (
+            committer.run,
+            committer.persist_releases,
+            self.peers.pump_replies,
+            self.sequencers.release_flusher,
+            self._ticker,
+            upkeep.maintain,
+            upkeep.watch_space,
+            self.rebuilder.run,
+            health.run,
+            gossiper.run,
+        ):
+            nursery.start_soon(self._supervised, task)
+        for extension in self.extensions:
+            await nursery.start(extension.run, self)
+        await nursery.start(self.server.serve, listeners)
+
+    async def _open_store(self, data_dir: str) -> str | None:
+        """Open the node's LogsDB behind its group commit; the data
+        directory's marker (what rebuilding knows it by)."""
+        opts, watch = self.options, self.release_watch
 
         def released(log_id: int, lsn: int) -> None:
+            reads = getattr(self, "reads", None)  # made after the store: see ``_make_parts``
             if reads is not None:
                 reads.released(log_id)
             watch.released(log_id, lsn, trio.current_time())
@@ -215,7 +252,7 @@ class Node:
 
         committer = self.committer = Committer(
             node_id=self.node_id,
-            metrics=metrics,
+            metrics=self.metrics,
             queue_max=opts.store_queue_max,
             records_max=opts.group_commit_records_max,
             bytes_max=opts.group_commit_bytes_max,
@@ -224,12 +261,19 @@ class Node:
             on_stored=stored,
             clock=self.health_core.clock,
         )
+        view = self.view
         marker = await trio.to_thread.run_sync(read_marker, data_dir, view.cluster, self.node_id)
         committer.open(data_dir, self.logsdb_options)
         self._closing.append(_sync(committer.close))  # on this thread: the LogsDB's
         now = trio.current_time()
         for log, release in committer.release.items():
             watch.stored(log, committer.last_lsn(log), release, now)
+        return marker
+
+    def _make_parts(self, nursery: trio.Nursery, data_dir: str) -> Drops:
+        """The parts over the store: peers, read streams, rebuilding,
+        sequencers, the server, upkeep (and compaction's drops, returned)."""
+        view, opts, metrics, committer = self.view, self.options, self.metrics, self.committer
         peers = self.peers = Peers(
             self.node_id, view, nursery, committer, self._on_store_reply, self.credentials
         )
@@ -242,10 +286,9 @@ class Node:
             streams_per_connection=opts.read_streams_per_connection,
             credit_max=opts.read_credit_max,
         )
-        rebuilder = self.rebuilder = Rebuilder(
+        self.rebuilder = Rebuilder(
             self.node_id, view, committer, peers, metrics, opts, reads.servable
         )
-        await rebuilder.on_start(marker, data_dir)
         procedures = ProcedureRunner(self.node_id, view, peers, committer.answer, metrics)
         self.sequencers = SequencerHost(
             self.node_id,
@@ -259,7 +302,6 @@ class Node:
             nursery,
             self.clock_ms,
         )
-        drops = Drops(self.node_id, committer, view, metrics)
         self.server = Server(
             self.node_id,
             view.cluster,
@@ -270,36 +312,8 @@ class Node:
             on_closed=reads.connection_closed,
             busy=reads.busy,
         )
-        upkeep = self.upkeep = Upkeep(self.node_id, opts, committer, metrics, view, data_dir)
-        register_handlers(self, committer, reads, drops, nursery)
-        listeners = await trio.open_tcp_listeners(port, host=host)
-        health, gossiper = await self._join(peers)
-        if metrics_at is not None:
-            server = metrics.serve(metrics_at[1], metrics_at[0])
-            self._closing.append(_sync(server.shutdown))
-        await nursery.start(view.run)
-        if self.guard.secure:
-            await self.guard.refresh_security(force=True)
-            nursery.start_soon(self._supervised, self.guard.run_security)
-        view.on_membership(self.sequencers.on_membership)
-        view.on_authority(lambda a: self.sequencers.core.on_no_writes(a.no_writes))
-        self.sequencers.core.on_no_writes(view.authority.no_writes)
-        for task in (
-            committer.run,
-            committer.persist_releases,
-            peers.pump_replies,
-            self.sequencers.release_flusher,
-            self._ticker,
-            upkeep.maintain,
-            upkeep.watch_space,
-            rebuilder.run,
-            health.run,
-            gossiper.run,
-        ):
-            nursery.start_soon(self._supervised, task)
-        for extension in self.extensions:
-            await nursery.start(extension.run, self)
-        await nursery.start(self.server.serve, listeners)
+        self.upkeep = Upkeep(self.node_id, opts, committer, metrics, view, data_dir)
+        return Drops(self.node_id, committer, view, metrics)
 
     async def _join(self, peers: Peers) -> tuple[Health, Gossiper]:
         """Make the node's health and failure detector, and join the membership."""

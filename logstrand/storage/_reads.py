@@ -19,7 +19,7 @@ import trio
 
 from ..errors import LogstrandError, Status
 from ..records import BRIDGE, HOLE
-from ..types import format_lsn
+from ..types import format_lsn, lsn_epoch
 from ..wire import ReadCredit, ReadRecords, StartRead, StopRead
 from . import _rules
 from ._read_core import Out, ReadFrom, ReadStreamCore, Report, Wait
@@ -256,9 +256,13 @@ class ReadStreams:
     ) -> list[tuple[PackedBatch, int, int]]:
         """The windows of copies this node may hand readers at all (also what
         its rebuilding donates: ``Rebuilder``)."""
-        current = release >> 32
+        current = lsn_epoch(release)
         epochs = sorted(
-            {e for b, _, _ in items for e in range(b.first_lsn >> 32, (b.last_lsn >> 32) + 1)}
+            {
+                e
+                for b, _, _ in items
+                for e in range(lsn_epoch(b.first_lsn), lsn_epoch(b.last_lsn) + 1)
+            }
         )
         epochs = [e for e in epochs if e < current]
         if not epochs:

@@ -35,6 +35,7 @@ from ..rebuilding import DonorProgress, Mode, RebuildingState, Run, Start, new_c
 from ..rebuilding._core import due_for_grace
 from ..rebuilding._model import StorageState
 from ..sequencer._decisions import RECOVERY_STORE_BIT
+from ..types import lsn_epoch
 from ..wire import Amend, AmendReply, StoreReply
 from ._rules import REBUILDING_STORE_BIT, cut_to_windows, donation_windows, rebuilt_copies
 
@@ -339,7 +340,7 @@ class Rebuilder:
             limiter = trio.CapacityLimiter(IN_FLIGHT)
             async with trio.open_nursery() as nursery:
                 for pb in cut_to_windows(await self.servable(log_id, work, until)):
-                    meta = epochs.metadata_for(pb.first_lsn >> 32)
+                    meta = epochs.metadata_for(lsn_epoch(pb.first_lsn))
                     nodeset = meta.nodeset if meta is not None else tuple(weights)
                     domains = self.view.domains(meta.replicate_across if meta else "node")
                     place = (nodeset, weights, domains)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Protocol
 from ..errors import Status
 from ..records import PRODUCER_ENTRY_BYTES as ENTRY_BYTES
 from ..records import WRITTEN_BY_REBUILDING, WRITTEN_BY_RECOVERY
+from ..types import compose_lsn, lsn_epoch
 from ..wire import (
     Digest,
     GetDigest,
@@ -92,7 +93,7 @@ def admit_store(db: LogStore, msg: Store) -> bool:
         if msg.recovery_seal - 1 > seal:
             db.seal(msg.log_id, msg.recovery_seal - 1)
         return True
-    return first >> 32 > seal
+    return lsn_epoch(first) > seal
 
 
 def digest(db: LogStore, node_id: int, msg: GetDigest) -> Digest:
@@ -103,7 +104,7 @@ def digest(db: LogStore, node_id: int, msg: GetDigest) -> Digest:
     """
     if msg.seal_epoch > db.seal_epoch(msg.log_id):
         db.seal(msg.log_id, msg.seal_epoch)
-    base = msg.epoch << 32
+    base = compose_lsn(msg.epoch, 0)
     batch = db.read_batch(
         msg.log_id,
         base | max(msg.start_esn, 1),
@@ -180,26 +181,26 @@ def servable(
     ``end_of(epoch)`` is the recorded end of an epoch before the release
     pointer's (None: nothing was recovered in it, every copy is good).
     """
-    current = release_lsn >> 32
+    current = lsn_epoch(release_lsn)
     n = len(lsns)
-    if not n or lsns[0] >> 32 >= current:
+    if not n or lsn_epoch(lsns[0]) >= current:
         return None  # the epoch being released: every copy is good
     keep: list[int] = []
     dropped = False
     i = 0
     while i < n:
-        e = lsns[i] >> 32
+        e = lsn_epoch(lsns[i])
         if e >= current:
             keep.extend(range(i, n))
             break
-        j = bisect.bisect_left(lsns, (e + 1) << 32, i)
+        j = bisect.bisect_left(lsns, compose_lsn(e + 1, 0), i)
         end = end_of(e)
         if end is None:
             keep.extend(range(i, j))
         else:
-            good = bisect.bisect_right(lsns, (e << 32) | end.lng_esn, i, j)
+            good = bisect.bisect_right(lsns, compose_lsn(e, end.lng_esn), i, j)
             keep.extend(range(i, good))
-            bridge = (e << 32) | end.bridge_esn
+            bridge = compose_lsn(e, end.bridge_esn)
             for k in range(good, j):
                 # A later recovery that got this far saw this one's copies and
                 # decided the same (see EpochEnd): its copies are good too.
@@ -273,10 +274,10 @@ def servable_windows(
     it is a run of LSNs: its window shrinks.  Should that ever not be one
     run, the batch is rewritten with only the copies allowed (decoded: rare).
     """
-    current = release_lsn >> 32
+    current = lsn_epoch(release_lsn)
     out: list[tuple[PackedBatch, int, int]] = []
     for b, lo, hi in items:
-        if b.first_lsn >> 32 >= current:
+        if lsn_epoch(b.first_lsn) >= current:
             out.append((b, lo, hi))
             continue
         all_lsns = b.lsns()

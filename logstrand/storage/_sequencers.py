@@ -241,8 +241,7 @@ class SequencerHost:
             action.redirect,
             action.message,
         )
-        with contextlib.suppress(LogstrandError):  # the client went away; it retries
-            await conn.send(reply)
+        await conn.reply(reply)  # the client went away; it retries
 
     async def _reply_seq_state(self, action: ReplySeqState) -> None:
         conn, request_id, log_id = action.token
@@ -266,8 +265,7 @@ class SequencerHost:
             )
         if conn is None:
             return  # this node asked itself (an overdue release): activation was the point
-        with contextlib.suppress(LogstrandError):
-            await conn.send(reply)
+        await conn.reply(reply)
 
     async def poke(self, log_id: int) -> None:
         """This node is the log's owner and holds overdue copies: make sure a

@@ -134,9 +134,14 @@ class Network:
     def open(self) -> None:
         remove_stale()
         rng = random.Random()
-        # One harness per process at a time in practice; the letter tells
-        # two of one process apart.
-        self._tag = f"{PREFIX}{os.getpid()}{rng.choice('abcdefghijklmnopqrstuvwxyz')}"
+        # The letter tells harnesses of one process apart (a module's shared
+        # network and a test's own): one that no bridge of this process has.
+        bridges = _run("ip", "-o", "link", "show", "type", "bridge", check=False).stdout
+        mine = f"{PREFIX}{os.getpid()}b"
+        free = [c for c in "abcdefghijklmnopqrstuvwxyz" if f" {mine}{c}:" not in bridges]
+        if not free:
+            raise RuntimeError(f"26 networks of process {os.getpid()} are open")
+        self._tag = f"{PREFIX}{os.getpid()}{rng.choice(free)}"
         self.subnet = _free_subnet(rng)
         self.bridge = f"{PREFIX}{os.getpid()}b{self._tag[-1]}"
         _run("ip", "link", "add", self.bridge, "type", "bridge")

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import attrs
 
 from ..records import PRODUCER_ENTRY_BYTES as ENTRY_BYTES
+from ..types import lsn_epoch
 from . import _fields as f
 from ._registry import _packed, _packed_from_wire, _status, message
 
@@ -177,7 +178,7 @@ class Store:
         if not self.copyset:
             raise ValueError("empty copyset")
         b = self.batch
-        if b.first_lsn >> 32 != b.last_lsn >> 32:
+        if lsn_epoch(b.first_lsn) != lsn_epoch(b.last_lsn):
             raise ValueError("a STORE carries records of one epoch")
         if b.wave != self.wave or b.copyset != self.copyset:
             raise ValueError("the batch's wave or copyset differs from the STORE's")

@@ -140,3 +140,25 @@ def test_the_import_contracts_hold_and_catch_a_violation(tmp_path: Path) -> None
     assert "Pure cores import no trio" in done.stdout
     assert "logstrand.records -> trio" in done.stdout
     assert "The client never imports storage or LogsDB BROKEN" in done.stdout
+
+
+def test_the_house_rules_hold_and_catch_a_breach(tmp_path: Path) -> None:
+    """``tools/house.py`` (in ``make lint``): no long function, no raw LSN shift."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import house  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    assert house.breaches(PACKAGE) == []
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "types.py").write_text("def lsn_epoch(lsn):\n    return lsn >> 32\n")
+    body = "".join(f"    x = {i}\n" for i in range(house.FUNCTION_LINES_MAX))
+    (pkg / "bad.py").write_text(
+        f"def long():\n{body}\n\ndef epoch(lsn):\n    return lsn >> 32\n\n"
+        "def fine(h):\n    return h >> 32  # not an LSN\n"
+    )
+    found = house.breaches(pkg)
+    assert len(found) == 2, found
+    assert "long is" in found[0]
+    assert "raw 32-bit shift" in found[1]
