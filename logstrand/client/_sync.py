@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from ._columns import ColumnBatch
+    from ._reader import ReadStream
     from ._settings import ClientSettings
 
 
@@ -174,15 +175,8 @@ class Client:
             group=group,
             autocommit=autocommit,
         )
-        try:
-            while True:
-                items = self._call(stream.next_objects)
-                if not items:
-                    return
-                yield from items
-        finally:
-            with contextlib.suppress(ClosedError):
-                self._call(stream.aclose)
+        for items in self._drain(stream, stream.next_objects):
+            yield from items
 
     def read_batches(
         self,
@@ -196,14 +190,22 @@ class Client:
         """Like ``read``, but columnar: lists of ``RecordRun`` and ``GapItem``."""
         client = self.async_client
         stream = client.read(log_id, start, until, group=group, autocommit=autocommit)
+        return self._drain(stream, stream._next_items)
+
+    def _drain(
+        self, stream: ReadStream, step: Callable[[], Awaitable[list[Any]]]
+    ) -> Iterator[list[Any]]:
+        """What ``step`` takes from ``stream`` on the client's trio thread, a
+        list at a time, until the stream ends; closing the generator closes
+        the stream (its node streams stop)."""
         try:
             while True:
-                items = self._call(stream._next_items)
+                items = self._call(step)
                 if not items:
                     return
                 yield items
         finally:
-            with contextlib.suppress(ClosedError):
+            with contextlib.suppress(ClosedError):  # closing ends its streams with it
                 self._call(stream.aclose)
 
     def read_columns(

@@ -10,10 +10,10 @@ This face holds the pure model; the client and the node import the piece
 they use.
 """
 
+from ..records import POSITIONS_LOG_ID
 from ._model import (
     EPOCHS_WALKED_MAX,
     GROUP_RE,
-    POSITIONS_LOG_ID,
     GroupLag,
     Position,
     PositionTable,

@@ -21,26 +21,13 @@ from typing import TYPE_CHECKING, Final
 import attrs
 
 from ..errors import InvalidArgumentError
-from ..records import LOG_ID_MAX, POSITIONS_LOG_ID, check_log_id
+from ..records import LOG_ID_MAX, check_log_id
 from ..types import LSN_MAX, lsn_epoch, lsn_esn
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
     from ..epochstore._model import EpochEnd
-
-__all__ = [
-    "POSITIONS_LOG_ID",
-    "GroupLag",
-    "Position",
-    "PositionTable",
-    "check_group",
-    "decode_key",
-    "decode_value",
-    "encode_key",
-    "encode_value",
-    "records_between",
-]
 
 GROUP_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}")
 _LOG = struct.Struct(">Q")
