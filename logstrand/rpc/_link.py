@@ -183,9 +183,14 @@ class Link:
             if isinstance(msg, ReadRecords):
                 inbox = self.streams.get(msg.stream_id)
                 if inbox is not None:
-                    # Never full: a node sends at most the credit it was given.
-                    with contextlib.suppress(trio.WouldBlock, trio.BrokenResourceError):
+                    try:
                         inbox.send_nowait((self.node_id, msg))
+                    except trio.WouldBlock:
+                        # A node sends at most the credit it was given: this one
+                        # is broken.  Cut it; its streams rewind to other nodes.
+                        self.conn.cut(f"node {self.node_id} sent past a read stream's credit")
+                    except trio.BrokenResourceError:
+                        pass  # the reader closed that stream meanwhile
                 return
             request_id = getattr(msg, "request_id", None)
             if request_id is not None and self.waiters.resolve(request_id, msg):
