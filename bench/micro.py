@@ -98,7 +98,7 @@ def main() -> None:
         trio.run(ping, cluster)
     with tempfile.TemporaryDirectory() as d:
         url = f"sqlite://{d}/c.db"
-        with open_epoch_store(url) as store:
+        with open_epoch_store(url, create=True) as store:
             store.add_node(NodeConfig(1, f"127.0.0.1:{free_port()}", data_dir=f"{d}/n1"))
             store.create_logs(1, 1, LogAttributes(replication_factor=1))
         trio.run(in_process, url)

@@ -1,6 +1,6 @@
 """Replay logs into Parquet, with an aggregation: the backfill job.
 
-    python examples/replay_to_parquet.py --url sqlite:///run-data/demo/epochs.db \
+    python examples/replay_to_parquet.py --url "sqlite://$PWD/run-data/demo/cluster.db" \
         --logs 1-3 --out /tmp/replay [--since 2026-11-01T00:00:00]
 
 Writes ``OUT/records`` (every record: log, LSN, time, key, payload, as the
@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import sys
 from typing import Any
 
 
@@ -52,7 +51,6 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--since", type=dt.datetime.fromisoformat, help="ISO time, UTC")
     args = ap.parse_args()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.appName("logstrand-replay").getOrCreate()

@@ -1,6 +1,6 @@
 """A streaming job that keeps per-key counts of a log, restartable.
 
-    python examples/streaming_counts.py --url sqlite:///run-data/demo/epochs.db \
+    python examples/streaming_counts.py --url "sqlite://$PWD/run-data/demo/cluster.db" \
         --log 1 --state /tmp/counts [--once]
 
 Tails the log with Structured Streaming (offsets, one next LSN per log, live
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from typing import Any
 
 
@@ -30,6 +29,8 @@ def run(spark: Any, url: str, log: int, state: str, *, once: bool = True) -> Any
         # The aggregation state lives in the checkpoint; each batch carries
         # the whole table (complete mode), so the newest write is the answer.
         batch.write.mode("overwrite").parquet(counts_path)
+        if not once:
+            print(f"batch {batch_id}: {batch.count()} keys written to {counts_path}", flush=True)
 
     counts = (
         spark.readStream.format("logstrand")
@@ -63,7 +64,6 @@ def main() -> None:
     ap.add_argument("--state", required=True, help="directory for checkpoint and counts")
     ap.add_argument("--once", action="store_true", help="read what is there now, then stop")
     args = ap.parse_args()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.appName("logstrand-counts").getOrCreate()
@@ -71,8 +71,24 @@ def main() -> None:
         query = run(spark, args.url, args.log, args.state, once=args.once)
         if not args.once:
             query.awaitTermination()
+        else:
+            print_counts(spark, args.state)
     finally:
         spark.stop()
+
+
+def print_counts(spark: Any, state: str, top: int = 20) -> None:
+    """What the counts say now: the busiest keys and the totals."""
+    path = os.path.join(state, "counts")
+    if not os.path.exists(path):
+        print("no records yet")
+        return
+    rows = spark.read.parquet(path).orderBy("count", ascending=False).collect()
+    total = sum(r["count"] for r in rows)
+    print(f"{total} records, {len(rows)} keys; the busiest:")
+    for r in rows[:top]:
+        key = "(no key)" if r.key is None else bytes(r.key).decode(errors="backslashreplace")
+        print(f"{r['count']:>10}  {key}")
 
 
 if __name__ == "__main__":

@@ -36,11 +36,18 @@ from .types import (
 )
 
 if TYPE_CHECKING:
-    from .client import AsyncClient, Client, ClientSettings, connect, open_client
+    from .client import AsyncClient, AsyncioClient, Client, ClientSettings, connect, open_client
 
 __version__ = "0.1.0"
 
-_CLIENT_NAMES = {"AsyncClient", "Client", "ClientSettings", "connect", "open_client"}
+_CLIENT_NAMES = {
+    "AsyncClient",
+    "AsyncioClient",
+    "Client",
+    "ClientSettings",
+    "connect",
+    "open_client",
+}
 
 
 def __getattr__(name: str) -> object:
@@ -60,6 +67,7 @@ __all__ = [
     "TAIL",
     "AccessDeniedError",
     "AsyncClient",
+    "AsyncioClient",
     "Client",
     "ClientSettings",
     "ClosedError",

@@ -86,6 +86,11 @@ def precedence(flags: int, wave: int) -> tuple[int, int]:
     return (1 if flags & WRITTEN_BY_RECOVERY else 0, wave)
 
 
+def log_name(log_id: int) -> str:
+    """How a log is shown to people: its id, or the name of an internal log."""
+    return "positions" if log_id == POSITIONS_LOG_ID else str(log_id)
+
+
 def check_log_id(log_id: int, *, internal: bool = False) -> int:
     """``log_id`` if it names a log: a user's, one of ``INTERNAL_LOGS``, or
     with ``internal`` any id with the top bit set.

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import pytest
 from hypothesis import HealthCheck, settings
 
+from logstrand.epochstore import open_epoch_store
 from logstrand.testing import ZooKeeperServer, zookeeper_available
 
 if TYPE_CHECKING:
@@ -39,7 +40,9 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """An epoch store URL of each kind, fresh for each test."""
     cluster = "t" + uuid.uuid4().hex[:12]
     if request.param == "sqlite":
-        return f"sqlite://{tmp_path}/{cluster}.db"
+        url = f"sqlite://{tmp_path}/{cluster}.db"
+        open_epoch_store(url, create=True).close()  # others refuse a store that is not there
+        return url
     zk: ZooKeeperServer = request.getfixturevalue("zookeeper")
     return f"zk://{zk.address}/{cluster}"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import sys
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -19,8 +20,21 @@ if TYPE_CHECKING:
 
     from ..client import Client
 
-console = Console()
-err_console = Console(stderr=True, soft_wrap=True)
+
+def _console(*, stderr: bool = False) -> Console:
+    """Rich output as a terminal shows it; into a pipe or a file, whole lines
+    (no wrapping, tables at their full width, no colour), unless COLUMNS says
+    otherwise."""
+    stream = sys.stderr if stderr else sys.stdout
+    if stream.isatty() or os.environ.get("COLUMNS"):
+        return Console(stderr=stderr, soft_wrap=stderr)
+    return Console(stderr=stderr, width=PIPE_WIDTH, soft_wrap=True, no_color=True)
+
+
+#: Width of tables written into a pipe: wide enough that no column is cut.
+PIPE_WIDTH = 10_000
+console = _console()
+err_console = _console(stderr=True)
 
 UrlOption = Annotated[
     str | None,
@@ -82,8 +96,10 @@ def connect_client(url: str) -> Client:
     return connect(url, credentials=credentials_from_env())
 
 
-def open_store(url: str | None) -> EpochStore:
-    return open_epoch_store(require_url(url))
+def open_store(url: str | None, *, create: bool = False) -> EpochStore:
+    """The epoch store of ``--url``; ``create``: for the commands that make a
+    cluster (an SQLite file that is not there yet), the others refuse."""
+    return open_epoch_store(require_url(url), create=create)
 
 
 def duration_option(value: str | None, name: str) -> int | None:

@@ -13,7 +13,7 @@ from rich.table import Table
 from .._units import format_bytes, format_duration_ms
 from ..errors import InvalidArgumentError, LogstrandError, Status
 from ..records import parse_log_range
-from ..types import format_lsn, parse_lsn
+from ..types import compose_lsn, format_lsn, lsn_epoch, lsn_esn, parse_lsn
 from ..wire import SeqState
 from ._common import (
     EXIT_FAILED,
@@ -78,6 +78,13 @@ def trim(
             lsn = parse_lsn(to)
         except ValueError as exc:
             fail(f"--to: {exc}")
+        if lsn_epoch(lsn) == 0:
+            # A bare small number is an LSN of epoch 0, where no record is.
+            fail(
+                f"--to {to} is LSN {format_lsn(lsn)}, before every record (epochs start "
+                f"at 1): give an LSN as e1n{lsn_esn(lsn)} or as its number "
+                f"{compose_lsn(1, lsn_esn(lsn))} (`logstrand info` shows the head and tail)"
+            )
     age_ms = duration_option(older_than, "--older-than")
     ids = range(first, last + 1)
     with connect_client(require_url(url)) as client:

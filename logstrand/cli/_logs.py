@@ -11,6 +11,7 @@ from rich.table import Table
 from .._units import format_bytes, format_duration_ms
 from ..epochstore import COMPRESSIONS, DURABILITIES, SCOPES, LogAttributes, LogRange
 from ..errors import InvalidArgumentError
+from ..logsdb import LogsDBOptions
 from ..records import parse_log_range as _parse_range
 from ._common import (
     JSON,
@@ -22,6 +23,7 @@ from ._common import (
     console,
     declared,
     duration_option,
+    err_console,
     fail,
     keyword,
     open_store,
@@ -139,7 +141,22 @@ def _changes(p: dict[str, Any]) -> dict[str, Any]:
         compact, retained = p["compact"], p["retention"] or retention_bytes
         policy = "compact,delete" if compact and retained else "compact" if compact else "delete"
         changes["cleanup_policy"] = policy
+    _warn_short_retention(changes.get("retention_ms"))
     return {k: v for k, v in changes.items() if v is not None}
+
+
+def _warn_short_retention(retention_ms: int | None) -> None:
+    """Retention drops whole partitions: one shorter than a partition's span
+    keeps records about a partition's span (nodes' --partition-duration)."""
+    span = LogsDBOptions().partition_duration_ms
+    if retention_ms is not None and retention_ms < span:
+        err_console.print(
+            f"[yellow]warning:[/] records go when the partition that holds them is older "
+            f"than the retention; with the nodes' default --partition-duration "
+            f"({format_duration_ms(span)}) a retention of {format_duration_ms(retention_ms)} "
+            f"keeps them up to about {format_duration_ms(span + retention_ms)}",
+            highlight=False,
+        )
 
 
 @logs_app.command("create")

@@ -15,6 +15,7 @@ from .._units import format_bytes, format_duration_ms, parse_duration_ms
 from ..epochstore import NodeConfig, describe_offset
 from ..rebuilding import Mode, StorageState
 from ..rebuilding._core import removable
+from ..records import log_name
 from ..wire import NodeStatus
 from ._common import (
     EXIT_FAILED,
@@ -224,7 +225,7 @@ def nodes_add(
 ) -> None:
     """Add a node to the configuration."""
     config = NodeConfig(node_id, address, location, weight, tuple(roles.split(",")))
-    with open_store(url) as store:
+    with open_store(url, create=True) as store:
         store.add_node(config)
     if as_json:
         print_json(config.to_json())
@@ -435,6 +436,7 @@ def _clock(offset_ms: int | None) -> str:
 def _ids(ids: list[int]) -> str:
     if not ids:
         return "-"
-    if len(ids) > 8:
-        return " ".join(str(i) for i in ids[:8]) + f" … ({len(ids)})"
-    return " ".join(str(i) for i in ids)
+    names = [log_name(i) for i in ids]
+    if len(names) > 8:
+        return " ".join(names[:8]) + f" and {len(names) - 8} more"
+    return " ".join(names)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import re
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import (
@@ -32,6 +34,24 @@ from ._common import (
     require_url,
 )
 
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+
+#: ``--from`` words: the start of the log, or just past its tail (new records only).
+OLDEST_WORDS = ("oldest", "beginning", "earliest", "start")
+TAIL_WORDS = ("end", "tail", "latest", "now")
+FROM_HELP = (
+    "Where to start: an LSN (123 or e1n5), a time (ISO 8601, '10m ago'), "
+    f"{'/'.join(OLDEST_WORDS)} (the first record) or {'/'.join(TAIL_WORDS)} "
+    "(only records appended from now on)."
+)
+FORMAT_HELP = (
+    "Print each record as this format, as kcat's -f: %s payload, %k key, %o LSN "
+    "(number), %O LSN (e1n5), %T timestamp (ms), %l log, %S payload bytes, "
+    "%K key bytes, \\n, \\t, %%%%.  Payload and key go out as they are."
+)
+
 
 def _lsn_or_time(client: Any, log: int, text: str, name: str) -> int:
     try:
@@ -40,6 +60,16 @@ def _lsn_or_time(client: Any, log: int, text: str, name: str) -> int:
         return parse_lsn(text)
     except ValueError as exc:
         fail(f"{name}: {exc}")
+
+
+def _start(client: Any, log: int, text: str) -> int:
+    """``--from``: a word, an LSN or a time."""
+    word = text.strip().lower()
+    if word in OLDEST_WORDS:
+        return LSN_OLDEST
+    if word in TAIL_WORDS:
+        return int(client.tail_lsn(log)) + 1
+    return _lsn_or_time(client, log, text, "--from")
 
 
 def _text(data: bytes | None) -> str:
@@ -63,15 +93,66 @@ def _item_json(log: int, item: Record | Gap) -> dict[str, Any]:
     return {"log_id": log, "gap": item.type.name, "lo": item.lo, "hi": item.hi}
 
 
+def _escaped(data: bytes | None) -> str:
+    """A payload on one line: UTF-8 as it is, other bytes and control
+    characters (newlines, tabs) escaped as Python writes them."""
+    if data is None:
+        return "(tombstone)"
+    text = data.decode("utf-8", "backslashreplace")
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _formatter(fmt: str | None) -> Callable[[int, Record], bytes]:
+    """One record as bytes: the default line (LSN, timestamp, payload
+    escaped onto one line, tab-separated) or a kcat-style ``--format``."""
+    if fmt is None:
+        return lambda log, r: (
+            f"{format_lsn(r.lsn)}\t{r.timestamp}\t{_escaped(r.payload)}\n".encode()
+        )
+    fmt = fmt.replace("\\n", "\n").replace("\\t", "\t")
+    parts = re.split(r"(%.)", fmt)
+    fields: dict[str, Callable[[int, Record], bytes]] = {
+        "%s": lambda log, r: r.payload or b"",
+        "%k": lambda log, r: r.key or b"",
+        "%o": lambda log, r: str(r.lsn).encode(),
+        "%O": lambda log, r: format_lsn(r.lsn).encode(),
+        "%T": lambda log, r: str(r.timestamp).encode(),
+        "%l": lambda log, r: str(log).encode(),
+        "%S": lambda log, r: str(len(r.payload or b"")).encode(),
+        "%K": lambda log, r: str(len(r.key or b"")).encode(),
+        "%%": lambda log, r: b"%",
+    }
+    bad = [x for x in parts if len(x) == 2 and x[0] == "%" and x not in fields]
+    if bad:
+        fail(f"--format: unknown field {bad[0]} (see --help)")
+    pieces = [fields.get(x) or _literal(x.encode()) for x in parts if x]
+    return lambda log, r: b"".join(f(log, r) for f in pieces)
+
+
+def _literal(text: bytes) -> Callable[[int, Record], bytes]:
+    return lambda log, r: text
+
+
 def read(
     log: LogArg,
-    start: Annotated[
-        str, typer.Option("--from", help="An LSN (123 or e1n5) or a time (ISO 8601, '10m ago').")
-    ] = "oldest",
+    start: Annotated[str, typer.Option("--from", help=FROM_HELP)] = "oldest",
     until: Annotated[str, typer.Option(help="An LSN, or 'tail' (the tail now).")] = "tail",
     follow: Annotated[bool, typer.Option(help="Keep reading new records as they come.")] = False,
     limit: Annotated[int | None, typer.Option(help="Stop after this many records.", min=1)] = None,
-    gaps: Annotated[bool, typer.Option(help="Show gaps (trim, bridge, data loss).")] = True,
+    gaps: Annotated[
+        bool, typer.Option(help="Show gaps (trim, bridge, data loss), on stderr.")
+    ] = True,
+    group: Annotated[
+        str | None,
+        typer.Option(
+            "--group",
+            "-g",
+            help="Read as this consumer group: from its position, committing what was printed.",
+        ),
+    ] = None,
+    fmt: Annotated[str | None, typer.Option("--format", "-f", help=FORMAT_HELP)] = None,
     output: Annotated[
         Path | None,
         typer.Option(
@@ -84,48 +165,74 @@ def read(
     url: UrlOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Print a log's records (and gaps) in LSN order; one JSON object a line with --json."""
+    """Print a log's records in LSN order, one line each (gaps on stderr); one
+    JSON object a line with --json, records and gaps alike."""
 
     url = require_url(url)
     if follow and until != "tail":
         fail("--follow and --until exclude each other")
+    if group is not None and start != "oldest":
+        fail("--group reads from the group's position: leave out --from")
+    if fmt is not None and as_json:
+        fail("--format and --json exclude each other")
     if output is not None:
-        if follow:
-            fail("--output and --follow exclude each other")
+        if follow or group is not None:
+            fail("--output excludes --follow and --group")
         _read_to_file(url, log, start, until, limit, gaps, output)
         return
+    line = _formatter(fmt)
     with connect_client(url) as client:
-        first = LSN_OLDEST if start == "oldest" else _lsn_or_time(client, log, start, "--from")
+        first = _start(client, log, start) if group is None else LSN_OLDEST
         if follow:
             last: int | Any = None
         elif until == "tail":
             last = TAIL
         else:
             last = _lsn_or_time(client, log, until, "--until")
-        count = 0
-        try:
-            for item in client.read(log, first, last):
-                if isinstance(item, Gap) and not gaps:
+        reader = client.read(log, first, last, group=group, autocommit=group is not None)
+        with contextlib.closing(reader):
+            _print_items(reader, log, line, gaps=gaps, as_json=as_json, follow=follow, limit=limit)
+
+
+def _print_items(
+    items: Iterator[Record | Gap],
+    log: int,
+    line: Callable[[int, Record], bytes],
+    *,
+    gaps: bool,
+    as_json: bool,
+    follow: bool,
+    limit: int | None,
+) -> None:
+    out = sys.stdout.buffer
+    count = 0
+    try:
+        for item in items:
+            if isinstance(item, Gap):
+                if not gaps:
                     continue
                 if as_json:
-                    sys.stdout.write(json.dumps(_item_json(log, item)) + "\n")
-                elif isinstance(item, Record):
-                    console.print(
-                        f"{format_lsn(item.lsn)}\t{item.timestamp}\t{_text(item.payload)}",
-                        highlight=False,
-                        markup=False,
-                    )
+                    out.write(json.dumps(_item_json(log, item)).encode() + b"\n")
                 else:
                     lo, hi = format_lsn(item.lo), format_lsn(item.hi)
-                    console.print(f"[yellow]gap {item.type.name} {lo}..{hi}[/]")
-                if follow:
-                    sys.stdout.flush()
-                if isinstance(item, Record):
-                    count += 1
-                    if limit is not None and count >= limit:
-                        break
-        except KeyboardInterrupt:
-            pass
+                    err_console.print(f"[yellow]gap {item.type.name} {lo}..{hi}[/]")
+                continue
+            if as_json:
+                out.write(json.dumps(_item_json(log, item)).encode() + b"\n")
+            else:
+                out.write(line(log, item))
+            if follow:
+                out.flush()
+            count += 1
+            if limit is not None and count >= limit:
+                break
+    except KeyboardInterrupt:
+        pass
+    except BrokenPipeError:  # `| head`: the reader of our output is gone
+        sys.stderr.close()
+    finally:
+        with contextlib.suppress(BrokenPipeError):
+            out.flush()
 
 
 def _read_to_file(
@@ -138,7 +245,7 @@ def _read_to_file(
         fail(f"--output: {exc.strerror}: {output}")
     records = size = 0
     with out, connect_client(url) as client:
-        first = LSN_OLDEST if start == "oldest" else _lsn_or_time(client, log, start, "--from")
+        first = _start(client, log, start)
         last = TAIL if until == "tail" else _lsn_or_time(client, log, until, "--until")
         infos = client.log_info(log)
         copies = client.log_attributes(log).replication_factor

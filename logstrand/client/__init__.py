@@ -6,8 +6,10 @@ from ._reader_core import GapItem, RecordRun
 
 if TYPE_CHECKING:
     from ._arrow import ARROW_SCHEMA
-    from ._async import AsyncClient, open_client
+    from ._async import AsyncClient
+    from ._asyncio import AsyncioClient, open_asyncio_client
     from ._columns import ColumnBatch
+    from ._open import open_client
     from ._reader import ReadStream
     from ._settings import ClientSettings
     from ._sync import Client, connect
@@ -19,7 +21,9 @@ _LAZY = {
     "ColumnBatch": "_columns",
     "LogSegment": "_views",
     "AsyncClient": "_async",
-    "open_client": "_async",
+    "open_client": "_open",
+    "AsyncioClient": "_asyncio",
+    "open_asyncio_client": "_asyncio",
     "ReadStream": "_reader",
     "ClientSettings": "_settings",
     "Client": "_sync",
@@ -39,6 +43,7 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "ARROW_SCHEMA",
     "AsyncClient",
+    "AsyncioClient",
     "Client",
     "ClientSettings",
     "ColumnBatch",
@@ -47,5 +52,6 @@ __all__ = [
     "ReadStream",
     "RecordRun",
     "connect",
+    "open_asyncio_client",
     "open_client",
 ]

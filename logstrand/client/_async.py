@@ -13,6 +13,7 @@ threaded code.
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -21,7 +22,7 @@ from ..epochstore import open_epoch_store
 from ..errors import InvalidArgumentError, collapse
 from ..positions._client import Groups
 from ..rpc import ClusterView, Links
-from ..security import Credentials
+from ..security import Credentials, credentials_from_env
 from ..types import LSN_OLDEST, TAIL, Gap, Record, _Tail
 from ._admin import Admin
 from ._appender import Appender
@@ -102,6 +103,7 @@ class AsyncClient:
         show_compacted: bool = False,
         group: str | None = None,
         autocommit: bool = False,
+        access_gaps: bool = False,
     ) -> ReadStream:
         """Read a log in LSN order: an async iterator of ``Record`` and ``Gap``.
 
@@ -122,6 +124,8 @@ class AsyncClient:
         Raises:
             InvalidArgumentError: ``start`` together with ``group``, or
                 ``autocommit`` without one.
+            AccessDeniedError: (while iterating) the user may not read the
+                log; with ``access_gaps`` an ACCESS gap over the range instead.
         """
         cursor = None
         if group is not None:
@@ -144,6 +148,7 @@ class AsyncClient:
             single_copy=single_copy,
             show_compacted=show_compacted,
             cursor=cursor,
+            access_gaps=access_gaps,
         )
 
     async def read_many(
@@ -342,26 +347,31 @@ class AsyncClient:
         await self.links.aclose()
 
 
-@contextlib.asynccontextmanager
-async def open_client(
-    url: str,
-    *,
-    settings: ClientSettings | None = None,
-    token: str | None = None,
-    ca: str | None = None,
-    cert: str | None = None,
-    key: str | None = None,
-    credentials: Credentials | None = None,
-) -> AsyncIterator[AsyncClient]:
-    """A client for trio code::
-
-        async with logstrand.open_client("sqlite:///tmp/c/cluster.db") as client:
-            lsn = await client.append(1, b"hello")
-
-    ``token``, ``ca``, ``cert``, ``key``: as for ``logstrand.connect``.
-    """
+def resolve_connection(
+    url: str | None,
+    token: str | None,
+    ca: str | None,
+    cert: str | None,
+    key: str | None,
+    credentials: Credentials | None,
+) -> tuple[str, Credentials | None]:
+    """The cluster URL and credentials of a client, as the CLI finds them:
+    what is passed, else ``LOGSTRAND_URL``, ``LOGSTRAND_CA``,
+    ``LOGSTRAND_TOKEN`` (or ``LOGSTRAND_TOKEN_FILE``), ``LOGSTRAND_CERT``,
+    ``LOGSTRAND_KEY``."""
+    url = url or os.environ.get("LOGSTRAND_URL") or None
+    if url is None:
+        raise InvalidArgumentError("no cluster URL: pass one or set LOGSTRAND_URL")
     if credentials is None:
-        credentials = Credentials.build(token=token, ca=ca, cert=cert, key=key)
+        credentials = credentials_from_env(token=token, ca=ca, cert=cert, key=key)
+    return url, credentials
+
+
+@contextlib.asynccontextmanager
+async def open_trio_client(
+    url: str, settings: ClientSettings | None, credentials: Credentials | None
+) -> AsyncIterator[AsyncClient]:
+    """An ``AsyncClient`` in this trio run, until the block ends."""
     store = await trio.to_thread.run_sync(open_epoch_store, url)
     try:
         view = ClusterView(store)

@@ -28,7 +28,7 @@ class LazyClient:
         return self._client
 
     async def _run(self, task_status: trio.TaskStatus[None]) -> None:
-        from ._async import open_client
+        from ._open import open_client
 
         async with open_client(self.url, credentials=self.credentials) as client:
             self._client = client

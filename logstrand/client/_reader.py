@@ -68,6 +68,9 @@ class ReadStream:
     single_copy: bool = attrs.field(default=True, kw_only=True)
     credit: int = attrs.field(default=8192, kw_only=True)
     show_compacted: bool = attrs.field(default=False, kw_only=True)
+    #: No permission to read: an ACCESS gap over the range (True), or
+    #: ``AccessDeniedError`` (the default).
+    access_gaps: bool = attrs.field(default=False, kw_only=True)
     #: A consumer group's cursor: the reader starts after the group's
     #: position and reports what it hands out (``_groups.GroupCursor``).
     cursor: ReadCursor | None = attrs.field(default=None, kw_only=True)
@@ -192,8 +195,14 @@ class ReadStream:
 
     def _deny(self) -> list[Item]:
         """No permission to read the log: one ACCESS gap over the rest of the
-        range, and the stream ends (nothing of the log is delivered)."""
+        range, and the stream ends (nothing of the log is delivered); or,
+        unless the caller asked for such gaps, ``AccessDeniedError``."""
         self._denied = True
+        if not self.access_gaps:
+            raise AccessDeniedError(
+                f"log {self.log_id}: this user may not read it (it needs a grant of "
+                f"'read': logstrand acl grant USER --logs {self.log_id} --ops read)"
+            )
         if self._access_gap_sent:
             return []
         self._access_gap_sent = True

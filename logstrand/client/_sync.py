@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar,
 import trio
 
 from ..errors import ClosedError, collapse
-from ..security import Credentials
 from ..types import LSN_OLDEST, TAIL, Gap, Record, _Tail
-from ._async import AsyncClient, open_client
+from ._async import AsyncClient, open_trio_client, resolve_connection
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterator
+    from collections.abc import Awaitable, Callable, Generator, Iterator
 
     import pyarrow as pa
 
+    from ..security import Credentials
     from ._columns import ColumnBatch
     from ._reader import ReadStream
     from ._settings import ClientSettings
@@ -104,9 +104,7 @@ class Client:
             self._ready.set()
 
     async def _main(self) -> None:
-        async with open_client(
-            self.url, settings=self._settings, credentials=self._credentials
-        ) as client:
+        async with open_trio_client(self.url, self._settings, self._credentials) as client:
             self._client = client
             self._token = trio.lowlevel.current_trio_token()
             self._stop = trio.Event()
@@ -130,19 +128,28 @@ class Client:
         self, log_id: int, payload: bytes | None, *, key: bytes | None = None
     ) -> concurrent.futures.Future[int]:
         """Start an append and return at once; the future gets the LSN or the error."""
+        return self.submit(lambda c: c.append(log_id, payload, key=key))
+
+    def submit(self, call: Callable[[AsyncClient], Awaitable[R]]) -> concurrent.futures.Future[R]:
+        """Start ``call(async_client)`` on the client's trio thread and return
+        at once, without waiting for that thread; the future gets its result
+        or its error (one error, not a group).  What the asyncio client and
+        ``append_async`` are made of."""
         client = self._client
         if client is None or self._token is None:
             raise ClosedError("client is closed")
-        fut: concurrent.futures.Future[int] = concurrent.futures.Future()
+        fut: concurrent.futures.Future[R] = concurrent.futures.Future()
 
         async def run() -> None:
             try:
-                fut.set_result(await client.append(log_id, payload, key=key))
+                fut.set_result(await call(client))
+            except BaseExceptionGroup as group:  # concurrent work inside: one error
+                fut.set_exception(collapse(group))
             except BaseException as exc:  # handed to the future's owner
                 fut.set_exception(exc)
 
         try:
-            trio.from_thread.run_sync(client.nursery.start_soon, run, trio_token=self._token)
+            self._token.run_sync_soon(client.nursery.start_soon, run)
         except trio.RunFinishedError:
             raise ClosedError("client is closed") from None
         return fut
@@ -157,7 +164,8 @@ class Client:
         show_compacted: bool = False,
         group: str | None = None,
         autocommit: bool = False,
-    ) -> Iterator[Record | Gap]:
+        access_gaps: bool = False,
+    ) -> Generator[Record | Gap]:
         """Read a log in LSN order: ``Record`` and ``Gap`` items (see ``AsyncClient.read``).
 
         Items cross from the client's trio thread in batches.  Close the
@@ -174,6 +182,7 @@ class Client:
             show_compacted=show_compacted,
             group=group,
             autocommit=autocommit,
+            access_gaps=access_gaps,
         )
         for items in self._drain(stream, stream.next_objects):
             yield from items
@@ -321,7 +330,7 @@ class Client:
 
 
 def connect(
-    url: str,
+    url: str | None = None,
     *,
     settings: ClientSettings | None = None,
     token: str | None = None,
@@ -335,13 +344,17 @@ def connect(
         with logstrand.connect("sqlite:///tmp/c/cluster.db") as client:
             lsn = client.append(1, b"hello")
 
-    For a cluster with TLS (docs/security.md): ``ca`` is the cluster's CA
+    ``url``: the cluster's epoch store; without it, ``LOGSTRAND_URL``.  For a
+    cluster with TLS (docs/security.md): ``ca`` is the cluster's CA
     certificate, and the client authenticates with ``token`` (from
     ``logstrand users add``) or a client certificate (``cert`` and ``key``).
+    What is not passed comes from the environment as for the CLI:
+    ``LOGSTRAND_CA``, ``LOGSTRAND_TOKEN`` (or ``LOGSTRAND_TOKEN_FILE``),
+    ``LOGSTRAND_CERT``, ``LOGSTRAND_KEY``.
 
     Raises:
+        InvalidArgumentError: no URL, or credentials that do not fit together.
         AccessDeniedError: (on first use) the nodes do not accept the credentials.
     """
-    if credentials is None:
-        credentials = Credentials.build(token=token, ca=ca, cert=cert, key=key)
+    url, credentials = resolve_connection(url, token, ca, cert, key, credentials)
     return Client(url, settings=settings, credentials=credentials)

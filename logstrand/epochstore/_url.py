@@ -13,17 +13,22 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, NotFoundError
 
 if TYPE_CHECKING:
     from ._base import EpochStore
 
 
-def open_epoch_store(url: str, **options: float) -> EpochStore:
+def open_epoch_store(url: str, *, create: bool = False, **options: float) -> EpochStore:
     """Open the epoch store named by ``url``.
+
+    ``create``: make an SQLite store that is not there yet (what ``dev up``
+    and ``nodes add`` do); otherwise a path that names no store is refused,
+    so that a mistyped URL never makes an empty cluster.
 
     Raises:
         InvalidArgumentError: the URL has no known scheme or is malformed.
+        NotFoundError: no SQLite store at that path (and not ``create``).
         EpochStoreUnavailableError: the store cannot be reached.
     """
     if url.startswith("sqlite://"):
@@ -32,6 +37,13 @@ def open_epoch_store(url: str, **options: float) -> EpochStore:
         path = url.removeprefix("sqlite://")
         if not path:
             raise InvalidArgumentError(f"bad URL {url!r}: use sqlite:///path/cluster.db")
+        if not create and not os.path.exists(path):
+            raise NotFoundError(
+                f"no cluster at {os.path.abspath(path)} ({url}): `logstrand dev up` makes one, "
+                "and so does `logstrand nodes add` for its first node. sqlite:///abs/path.db "
+                "names an absolute path, sqlite://rel/path.db one relative to the current "
+                "directory"
+            )
         return SqliteEpochStore(path, **options)  # type: ignore[arg-type]
     if url.startswith("zk://"):
         from ._zookeeper import ZooKeeperEpochStore

@@ -94,6 +94,13 @@ async def connect(
         ProtocolError,
         TransientError,
     ) as exc:
+        cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) else exc
+        if isinstance(cause, ssl.SSLError) and cause.reason == "WRONG_VERSION_NUMBER":
+            # Plain bytes where a TLS handshake was expected.
+            raise AccessDeniedError(
+                f"{host}:{port} does not speak TLS (a cluster without security): "
+                "connect without a CA certificate (--ca, LOGSTRAND_CA)"
+            ) from None
         raise TransientError(f"cannot connect to {host}:{port}: {exc}", Status.CONNFAILED) from None
     finally:
         # Failed, timed out or cancelled half-way: never leak the socket.
@@ -135,6 +142,8 @@ async def serve_connection(
         with trio.fail_after(limits.handshake_s):
             wrapped: trio.abc.Stream = stream
             identity = None
+            if await _wrong_security(stream, ssl_context is not None, node_id):
+                return None
             if ssl_context is not None:
                 tls = TlsStream(stream, ssl_context, server_side=True)
                 await tls.do_handshake()
@@ -172,6 +181,33 @@ async def serve_connection(
     decoder.frame_bytes_max = FRAME_BYTES_MAX_DEFAULT
     decoder.items_max = limits.items_max
     return conn
+
+
+#: The first byte of a TLS connection (a handshake record); a frame of ours
+#: starts with its length's high byte, 0 for anything under 16 MiB.
+TLS_HANDSHAKE_BYTE = 0x16
+TLS_EXPECTED = (
+    "this node speaks TLS: give the client the cluster's CA certificate "
+    "(--ca or LOGSTRAND_CA) and a token (--token, LOGSTRAND_TOKEN or LOGSTRAND_TOKEN_FILE)"
+)
+
+
+async def _wrong_security(stream: trio.SocketStream, tls: bool, node_id: int) -> bool:
+    """Does the peer speak TLS to a node without it, or plain text to a node
+    with it?  Then it is told so at once (rather than after a timeout), in
+    a form it can read, and the connection ends: True."""
+    first = await stream.socket.recv(1, socket.MSG_PEEK)
+    if not first or (first[0] == TLS_HANDSHAKE_BYTE) == tls:
+        return False
+    if tls:  # a plain-text client: our refusal, in plain text
+        message = TLS_EXPECTED
+    else:  # a TLS client: any plain bytes make its TLS layer fail at once
+        message = "this node does not speak TLS"
+    ack = HelloAck(int(Status.ACCESS), 0, node_id, message)
+    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        await stream.send_all(encode_frame(ack))
+    await close_stream(stream)
+    return True
 
 
 async def _admit(

@@ -88,16 +88,19 @@ class GroupsMonitor:
         r = host.metrics.registry
         names = ["group", "log"]
         self.committed = Gauge(
-            "logstrand_group_committed_lsn", "A group's committed LSN on a log", names, registry=r
+            "logstrand_consumer_group_committed_lsn",
+            "A group's committed LSN on a log",
+            names,
+            registry=r,
         )
         self.lag_records = Gauge(
-            "logstrand_group_lag_records",
+            "logstrand_consumer_group_lag_records",
             "Records above a group's committed LSN on a log (an estimate)",
             names,
             registry=r,
         )
         self.lag_seconds = Gauge(
-            "logstrand_group_lag_seconds",
+            "logstrand_consumer_group_lag_seconds",
             "Age of the first record above a group's committed LSN on a log",
             names,
             registry=r,

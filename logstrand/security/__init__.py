@@ -25,6 +25,7 @@ from ._tls import (
     client_context,
     credentials_from_env,
     peer_identity,
+    read_token,
     server_context,
 )
 
@@ -45,6 +46,7 @@ __all__ = [
     "parse_log_range",
     "parse_ops",
     "peer_identity",
+    "read_token",
     "refusal",
     "server_context",
     "user_principal",

@@ -123,7 +123,7 @@ def credentials_from_env(
     env = os.environ
     token = token or env.get("LOGSTRAND_TOKEN") or None
     if token is None and env.get("LOGSTRAND_TOKEN_FILE"):
-        token = _read_token(env["LOGSTRAND_TOKEN_FILE"])
+        token = read_token(env["LOGSTRAND_TOKEN_FILE"])
     return Credentials.build(
         token=token,
         ca=ca or env.get("LOGSTRAND_CA") or None,
@@ -132,7 +132,7 @@ def credentials_from_env(
     )
 
 
-def _read_token(path: str) -> str:
+def read_token(path: str) -> str:
     try:
         with open(path, encoding="utf-8") as f:
             return f.read().strip()

@@ -18,7 +18,7 @@ import attrs
 from ..errors import InvalidArgumentError
 from ..positions import check_group
 from ..records import check_log_id
-from ..security import Credentials
+from ..security import Credentials, read_token
 from ..types import parse_lsn
 
 if TYPE_CHECKING:
@@ -157,6 +157,9 @@ class Auth:
             name: _get(options, name) or env.get(f"LOGSTRAND_{name.upper()}") or None
             for name in ("token", "ca", "cert", "key")
         }
+        if got["token"] is None and env.get("LOGSTRAND_TOKEN_FILE"):
+            # As the CLI and ``logstrand.connect`` read it (what `dev up --secure` says).
+            got["token"] = read_token(env["LOGSTRAND_TOKEN_FILE"])
         return cls(**got)
 
     def credentials(self) -> Credentials | None:

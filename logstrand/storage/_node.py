@@ -188,7 +188,11 @@ class Node:
             return cfg
         new = attrs.evolve(cfg, address=address, metrics_port=metrics_port)
         await self.view.astore.run(lambda s: s.update_node(new))
-        _log.warning("node %d: configuration now says %s (was %s)", self.node_id, new, cfg)
+        if address == cfg.address and not cfg.metrics_port:
+            # The first start with --metrics: a port recorded, nothing changed.
+            _log.info("node %d: metrics port %s recorded", self.node_id, metrics_port)
+        else:
+            _log.warning("node %d: configuration now says %s (was %s)", self.node_id, new, cfg)
         await self.view.refresh()
         return new
 

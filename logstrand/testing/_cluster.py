@@ -62,7 +62,7 @@ class LocalCluster(Harness):
     def configure(self) -> None:
         """Write the nodes configuration (fresh ports for nodes not serving now)."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        with open_epoch_store(self.url) as store:
+        with open_epoch_store(self.url, create=True) as store:
             self.cluster = store.cluster
             existing = store.nodes()
             # Fresh ports, none used twice (the kernel may hand a just-freed

@@ -98,7 +98,7 @@ class NodeHarness:
     def __init__(self) -> None:
         self.dir = tempfile.mkdtemp(prefix="logstrand-fuzz-")
         self.url = f"sqlite://{self.dir}/cluster.db"
-        with open_epoch_store(self.url) as store:
+        with open_epoch_store(self.url, create=True) as store:
             store.add_node(NodeConfig(1, f"127.0.0.1:{free_port()}", data_dir=f"{self.dir}/n1"))
             # Node 2 never runs: it is the peer a session may speak as.
             store.add_node(

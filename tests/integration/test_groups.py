@@ -59,7 +59,7 @@ def group_metrics(c: LocalCluster) -> dict[str, float]:
         url = f"http://127.0.0.1:{cfg.metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=10) as r:
             for line in r.read().decode().splitlines():
-                if line.startswith("logstrand_group_"):
+                if line.startswith("logstrand_consumer_group_"):
                     name, _, value = line.rpartition(" ")
                     out[name] = float(value)
     return out
@@ -125,12 +125,12 @@ def test_positions_survive_a_restart_of_every_node_and_lag_is_counted(
     labels = '{group="g",log="1"}'
     while True:
         samples = group_metrics(c)
-        if samples.get(f"logstrand_group_lag_records{labels}") == 7:
+        if samples.get(f"logstrand_consumer_group_lag_records{labels}") == 7:
             break
         assert time.monotonic() < deadline, samples
         time.sleep(0.3)
-    assert samples[f"logstrand_group_committed_lsn{labels}"] == second[1]
-    assert samples[f"logstrand_group_lag_seconds{labels}"] > 0
+    assert samples[f"logstrand_consumer_group_committed_lsn{labels}"] == second[1]
+    assert samples[f"logstrand_consumer_group_lag_seconds{labels}"] > 0
 
 
 def test_resets_dry_runs_and_delete(

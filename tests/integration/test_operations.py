@@ -131,7 +131,7 @@ def test_trim_info_status_and_errors_from_the_cli(tmp_path: Path) -> None:
         assert "tail" in msg
         assert "--older-than" in error(url, 2, "trim", "1", "--older-than", "7x")
         assert "log 999" in error(url, 1, "info", "999")
-        assert "log 999" in error(url, 1, "trim", "999", "--to", "5")
+        assert "log 999" in error(url, 1, "trim", "999", "--to", "e1n5")
         error(url, 2, "trim", "1")  # neither --to nor --older-than
         error(url, 2, "trim", "1", "--to", "nonsense")
         assert json.loads(ok(url, "info", "1", "--json"))["head"] == lsns[49]

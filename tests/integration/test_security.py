@@ -38,6 +38,7 @@ from logstrand.wire import (
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +122,9 @@ def test_read_only_user_reads_and_is_refused_the_rest(
             client.append(2, b"x")
         with pytest.raises(logstrand.AccessDeniedError, match="may not trim on log 2"):
             client.trim(2, lsn)
-        items = list(client.read(7, 1, 100))
+        with pytest.raises(logstrand.AccessDeniedError, match="log 7: this user may not read"):
+            list(client.read(7, 1, 100))
+        items = list(client.read(7, 1, 100, access_gaps=True))  # asked for: a gap
         assert len(items) == 1
         assert isinstance(items[0], Gap)
         assert items[0].type == GapType.ACCESS
@@ -210,6 +213,13 @@ def test_cli_users_and_acl(secure: tuple[LocalCluster, dict[str, str]]) -> None:
     assert refused.returncode == 1
     assert len(refused.stderr.strip().splitlines()) == 1
     assert "ACCESS" in refused.stderr
+    # A read without the grant fails, one line, exit 1 (it printed a gap and exited 0).
+    denied = cli("read", "1", extra_env=as_carol)
+    assert denied.returncode == 1, denied.stdout
+    assert denied.stderr.strip().splitlines() == [
+        "error: log 1: this user may not read it (it needs a grant of 'read': logstrand acl "
+        "grant USER --logs 1 --ops read) (ACCESS)"
+    ]
     bad = cli("acl", "grant", "carol", "--logs", "4..5", "--ops", "fly")
     assert bad.returncode == 2
     assert "unknown operations" in bad.stderr
@@ -220,3 +230,47 @@ def test_cli_users_and_acl(secure: tuple[LocalCluster, dict[str, str]]) -> None:
     assert cli("users", "remove", "carol").returncode == 0
     time.sleep(2.5)
     assert cli("append", "5", "gone", extra_env=as_carol).returncode == 1
+
+
+def test_a_client_without_tls_is_told_the_cluster_speaks_it(
+    secure: tuple[LocalCluster, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plain text at a TLS node: refused at once, saying what to pass (it
+    waited 10 s for PEER_CLOSED before); the reverse too."""
+    cluster, _ = secure
+    for name in ("LOGSTRAND_CA", "LOGSTRAND_TOKEN", "LOGSTRAND_TOKEN_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    t0 = time.monotonic()
+    with (
+        pytest.raises(logstrand.AccessDeniedError, match=r"speaks TLS.*LOGSTRAND_CA"),
+        _client(cluster) as client,
+    ):
+        client.append(2, b"x")
+    assert time.monotonic() - t0 < 5.0
+    done = subprocess.run(
+        [sys.executable, "-m", "logstrand", "append", "2", "x", "--url", cluster.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if not k.startswith("LOGSTRAND_")},
+    )
+    assert done.returncode == 1
+    assert "speaks TLS" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_a_tls_client_is_told_the_cluster_does_not_speak_it(
+    secure: tuple[LocalCluster, dict[str, str]], tmp_path: Path
+) -> None:
+    cluster, tokens = secure
+    assert cluster.ca_path is not None
+    with LocalCluster(tmp_path / "plain", nodes=1) as plain:
+        with open_epoch_store(plain.url) as store:
+            store.create_logs(1, 1, LogAttributes(replication_factor=1))
+        t0 = time.monotonic()
+        with (
+            pytest.raises(logstrand.AccessDeniedError, match="does not speak TLS"),
+            _client(plain, ca=cluster.ca_path, token=tokens["writer"]) as client,
+        ):
+            client.append(1, b"x")
+        assert time.monotonic() - t0 < 5.0

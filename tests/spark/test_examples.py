@@ -61,3 +61,30 @@ def test_streaming_counts_restart(spark: Any, cluster: LocalCluster, tmp_path: P
         client.append_batch(62, [b"."] * 4, keys=[b"a", b"d", b"d", b"d"])
     mod.run(spark, cluster.url, 62, str(tmp_path))  # from the checkpoint
     assert counts() == dict(Counter(words * 100 + [b"a", b"d", b"d", b"d"]))
+
+
+def test_an_example_runs_as_a_script_without_pyspark_python(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """As a newcomer runs it: no PYSPARK_PYTHON (the workers would start a
+    `python3` without logstrand), and it prints what it computed."""
+    import os
+    import subprocess
+    import sys
+
+    with logstrand.connect(cluster.url) as client:
+        client.append_batch(63, [b"."] * 6, keys=[b"a", b"b", b"b", b"c", b"c", b"c"])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "streaming_counts.py"), "--url", cluster.url,
+         "--log", "63", "--state", str(tmp_path), "--once"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "6 records, 3 keys; the busiest:"
+    assert lines[1].split() == ["3", "c"]

@@ -307,7 +307,7 @@ SKEWED = textwrap.dedent(
     from logstrand.testing._skew import skew
     skew(int(sys.argv[2]))
     from logstrand.epochstore import open_epoch_store
-    store = open_epoch_store(sys.argv[1])
+    store = open_epoch_store(sys.argv[1], create=True)
     store.register_member(7)
     print("registered", flush=True)
     time.sleep(600)
@@ -349,7 +349,7 @@ RACER = textwrap.dedent(
     """
     import sys, time
     from logstrand.epochstore import open_epoch_store, Placement
-    store = open_epoch_store(sys.argv[1])
+    store = open_epoch_store(sys.argv[1], create=True)
     time.sleep(max(0.0, float(sys.argv[3]) - time.time()))  # all start together
     got = [store.take_epoch(42, Placement((1, 2, 3), 2))[0] for _ in range(int(sys.argv[2]))]
     print(" ".join(map(str, got)))

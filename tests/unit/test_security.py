@@ -148,7 +148,7 @@ def test_parse_ops_and_ranges() -> None:
 
 
 def test_users_and_grants_in_the_epoch_store(tmp_path: Path) -> None:
-    with open_epoch_store(f"sqlite://{tmp_path}/c.db") as store:
+    with open_epoch_store(f"sqlite://{tmp_path}/c.db", create=True) as store:
         store.add_user("ann", "00" * 32)
         with pytest.raises(Exception, match="exists"):
             store.add_user("ann", "11" * 32)

@@ -1,0 +1,206 @@
+"""The client for asyncio code: ``AsyncClient``'s methods, awaited on the
+asyncio loop, carried out by one client's trio thread.
+
+There is one implementation of the client (``AsyncClient``, on trio); this is
+its face for asyncio, as ``Client`` is its face for blocking code.  A call
+starts on the client's thread without waiting for it (``Client.submit``) and
+the asyncio task awaits the result (``asyncio.wrap_future``): the loop is
+never blocked, and many appends in flight cost one scheduling each.  Reads
+cross a batch of items at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+from collections import deque
+from typing import TYPE_CHECKING, Concatenate, Generic, ParamSpec, TypeVar, overload
+
+from ..types import LSN_OLDEST, TAIL, Gap, Record, _Tail
+from ._async import AsyncClient
+from ._sync import Client
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable
+
+    from ..security import Credentials
+    from ._reader import ReadStream
+    from ._settings import ClientSettings
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class _awaited(Generic[P, R]):
+    """``AsyncioClient``'s twin of an ``AsyncClient`` method: the same
+    signature and docstring, awaited on the asyncio loop."""
+
+    def __init__(self, method: Callable[Concatenate[AsyncClient, P], Awaitable[R]]) -> None:
+        self.method = method
+        self.name = method.__name__
+        self.__doc__ = method.__doc__
+        whole = inspect.signature(method)
+        self.signature = whole.replace(parameters=list(whole.parameters.values())[1:])
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        assert name == self.name, f"AsyncioClient.{name} forwards to AsyncClient.{self.name}"
+
+    @overload
+    def __get__(self, client: None, owner: type) -> _awaited[P, R]: ...
+    @overload
+    def __get__(self, client: AsyncioClient, owner: type) -> Callable[P, Awaitable[R]]: ...
+    def __get__(
+        self, client: AsyncioClient | None, owner: type
+    ) -> _awaited[P, R] | Callable[P, Awaitable[R]]:
+        if client is None:
+            return self
+        method = self.method
+
+        @functools.wraps(method)
+        async def call(*args: P.args, **kwargs: P.kwargs) -> R:
+            return await client.run(lambda c: method(c, *args, **kwargs))
+
+        call.__signature__ = self.signature  # type: ignore[attr-defined]
+        client.__dict__[self.name] = call
+        return call
+
+
+class AsyncioClient:
+    """A logstrand client for asyncio.  Make one with ``logstrand.open_client``
+    under asyncio (or ``open_asyncio_client``)."""
+
+    def __init__(self, blocking: Client) -> None:
+        self.blocking = blocking
+
+    async def run(self, call: Callable[[AsyncClient], Awaitable[R]]) -> R:
+        """Await ``call(async_client)`` carried out on the client's trio thread."""
+        return await asyncio.wrap_future(self.blocking.submit(call))
+
+    append = _awaited(AsyncClient.append)
+    append_batch = _awaited(AsyncClient.append_batch)
+
+    def read(
+        self,
+        log_id: int,
+        start: int = LSN_OLDEST,
+        until: int | _Tail | None = TAIL,
+        *,
+        single_copy: bool = True,
+        show_compacted: bool = False,
+        group: str | None = None,
+        autocommit: bool = False,
+        access_gaps: bool = False,
+    ) -> AsyncioReadStream:
+        """Read a log in LSN order: an async iterator of ``Record`` and ``Gap``
+        (see ``AsyncClient.read``); use it as a context manager so the node
+        streams stop when you are done."""
+
+        def make(c: AsyncClient) -> ReadStream:
+            return c.read(
+                log_id,
+                start,
+                until,
+                single_copy=single_copy,
+                show_compacted=show_compacted,
+                group=group,
+                autocommit=autocommit,
+                access_gaps=access_gaps,
+            )
+
+        return AsyncioReadStream(self, make)
+
+    commit = _awaited(AsyncClient.commit)
+    committed = _awaited(AsyncClient.committed)
+    group_positions = _awaited(AsyncClient.group_positions)
+    describe_group = _awaited(AsyncClient.describe_group)
+    reset_group = _awaited(AsyncClient.reset_group)
+    delete_group = _awaited(AsyncClient.delete_group)
+    compact = _awaited(AsyncClient.compact)
+    compaction_state = _awaited(AsyncClient.compaction_state)
+    log_directory = _awaited(AsyncClient.log_directory)
+    log_attributes = _awaited(AsyncClient.log_attributes)
+    placement = _awaited(AsyncClient.placement)
+    epoch_end = _awaited(AsyncClient.epoch_end)
+    ensure_sequencer = _awaited(AsyncClient.ensure_sequencer)
+    sequencer_state = _awaited(AsyncClient.sequencer_state)
+    tail_lsn = _awaited(AsyncClient.tail_lsn)
+    trim_point = _awaited(AsyncClient.trim_point)
+    find_time = _awaited(AsyncClient.find_time)
+    is_empty = _awaited(AsyncClient.is_empty)
+    data_size = _awaited(AsyncClient.data_size)
+    trim = _awaited(AsyncClient.trim)
+    node_status = _awaited(AsyncClient.node_status)
+    log_info = _awaited(AsyncClient.log_info)
+    ask_nodes = _awaited(AsyncClient.ask_nodes)
+    ask_node = _awaited(AsyncClient.ask_node)
+    tell_nodes = _awaited(AsyncClient.tell_nodes)
+
+    def sequencer_node(self, log_id: int) -> int | None:
+        """The live node that runs the log's sequencer, as this client sees it."""
+        return self.blocking.sequencer_node(log_id)
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.blocking.close)
+
+
+class AsyncioReadStream:
+    """One log's records and gaps for asyncio (see ``AsyncioClient.read``)."""
+
+    def __init__(self, client: AsyncioClient, make: Callable[[AsyncClient], ReadStream]) -> None:
+        self._client = client
+        self._make = make
+        self._stream: ReadStream | None = None
+        self._items: deque[Record | Gap] = deque()
+        self._done = False
+
+    def __aiter__(self) -> AsyncioReadStream:
+        return self
+
+    async def __anext__(self) -> Record | Gap:
+        while not self._items:
+            if self._done:
+                raise StopAsyncIteration
+            batch = await self._client.run(self._next)
+            if not batch:
+                await self.aclose()
+                raise StopAsyncIteration
+            self._items.extend(batch)
+        return self._items.popleft()
+
+    async def _next(self, client: AsyncClient) -> list[Record | Gap]:
+        if self._stream is None:
+            self._stream = self._make(client)
+        return await self._stream.next_objects()
+
+    async def aclose(self) -> None:
+        """Stop the node streams (iterating to the end does it too)."""
+        if self._done:
+            return
+        self._done = True
+        stream = self._stream
+        if stream is not None:
+            await self._client.run(lambda _c: stream.aclose())
+
+    async def __aenter__(self) -> AsyncioReadStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+@contextlib.asynccontextmanager
+async def open_asyncio_client(
+    url: str, settings: ClientSettings | None = None, credentials: Credentials | None = None
+) -> AsyncIterator[AsyncioClient]:
+    """An ``AsyncioClient`` until the block ends (its thread is started and
+    joined off the loop)."""
+    blocking = await asyncio.to_thread(
+        functools.partial(Client, url, settings=settings, credentials=credentials)
+    )
+    client = AsyncioClient(blocking)
+    try:
+        yield client
+    finally:
+        await client.aclose()
