@@ -133,3 +133,15 @@ def test_nodes_list_json(url: str, capsys: pytest.CaptureFixture[str]) -> None:
         (2, "127.0.0.1:4442", False),
         (3, "127.0.0.1:4443", False),
     ]
+
+
+def test_a_retention_shorter_than_a_partition_is_warned_about(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(capsys, "logs", "create", "300", "--retention", "10s")
+    assert code == 0
+    assert "warning:" in err
+    assert "15m" in err
+    code, _, err = run(capsys, "logs", "create", "301", "--retention", "7d")
+    assert code == 0
+    assert "warning" not in err

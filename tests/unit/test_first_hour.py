@@ -1,0 +1,58 @@
+"""What a newcomer meets first, without a cluster: the read command's lines,
+credentials from the environment, the Spark source's token file."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from logstrand.cli._read import _escaped, _formatter
+from logstrand.client._async import resolve_connection
+from logstrand.errors import InvalidArgumentError
+from logstrand.records import POSITIONS_LOG_ID, log_name
+from logstrand.spark._options import Auth
+from logstrand.types import Record, compose_lsn
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def test_a_record_is_one_line_whatever_its_bytes() -> None:
+    assert _escaped(b"plain text") == "plain text"
+    assert _escaped(b"two\nlines\tand a tab") == "two\\nlines\\tand a tab"
+    assert _escaped(b"\x00\xff caf\xc3\xa9") == "\\x00\\xff café"
+    assert _escaped(None) == "(tombstone)"
+    line = _formatter(None)(7, Record(compose_lsn(1, 5), 1000, b"a\nb", None))
+    assert line == b"e1n5\t1000\ta\\nb\n"
+
+
+def test_a_format_as_kcat_writes_fields_as_they_are() -> None:
+    r = Record(compose_lsn(2, 3), 1234, b"p\x00y", b"k")
+    out = _formatter("%l %o %O %T %k=%s (%S/%K) 100%%\\n")(9, r)
+    assert out == f"9 {compose_lsn(2, 3)} e2n3 1234 k=p\x00y (3/1) 100%\n".encode()
+
+
+def test_credentials_and_url_come_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for name in ("LOGSTRAND_URL", "LOGSTRAND_TOKEN", "LOGSTRAND_CA", "LOGSTRAND_TOKEN_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(InvalidArgumentError, match="LOGSTRAND_URL"):
+        resolve_connection(None, None, None, None, None, None)
+    monkeypatch.setenv("LOGSTRAND_URL", "zk://127.0.0.1:2181/x")
+    assert resolve_connection(None, None, None, None, None, None) == ("zk://127.0.0.1:2181/x", None)
+    monkeypatch.setenv("LOGSTRAND_TOKEN", "lst_x")
+    with pytest.raises(InvalidArgumentError, match="LOGSTRAND_CA"):  # a token needs the CA
+        resolve_connection(None, None, None, None, None, None)
+    token = tmp_path / "admin.token"
+    token.write_text("lst_from_file\n")
+    monkeypatch.delenv("LOGSTRAND_TOKEN")
+    monkeypatch.setenv("LOGSTRAND_TOKEN_FILE", str(token))
+    assert Auth.parse({}).token == "lst_from_file"  # the Spark source, as `dev up --secure` says
+    assert Auth.parse({"token": "lst_option"}).token == "lst_option"
+
+
+def test_internal_logs_are_shown_by_name() -> None:
+    assert log_name(POSITIONS_LOG_ID) == "positions"
+    assert log_name(7) == "7"
