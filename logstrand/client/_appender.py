@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import random
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -45,7 +45,7 @@ from ..records import KEY_BYTES_MAX, check_log_id
 from ..wire import Append, AppendReply, ErrorReply
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from ..rpc import ClusterView, Links
     from ._nodewatch import NodeWatch
@@ -65,12 +65,23 @@ _SEQUENCE = (Status.OUT_OF_SEQUENCE, Status.UNKNOWN_PRODUCER)
 
 
 class _Pending:
-    __slots__ = ("error", "event", "lsn")
+    """One record's outcome: woken (an append awaiting it) or called back
+    (``done``: a record from another thread, through the accumulator)."""
 
-    def __init__(self) -> None:
-        self.event = trio.Event()
+    __slots__ = ("done", "error", "event", "lsn")
+
+    def __init__(self, done: Callable[[int, BaseException | None], None] | None = None) -> None:
+        self.event = trio.Event() if done is None else None
+        self.done = done
         self.lsn = 0
         self.error: BaseException | None = None
+
+    def finish(self) -> None:
+        if self.done is not None:
+            self.done(self.lsn, self.error)
+        else:
+            assert self.event is not None
+            self.event.set()
 
 
 def _size(payload: bytes | None) -> int:
@@ -96,17 +107,35 @@ class _LogBatcher:
         self.keys.append(key)
         self.waiters.append(w)
         self.bytes += _size(payload)
+        self._start()
+        assert w.event is not None
+        await w.event.wait()
+        if w.error is not None:
+            raise w.error
+        return w.lsn
+
+    def enqueue(
+        self,
+        payloads: list[bytes | None],
+        keys: list[bytes | None],
+        dones: list[Callable[[int, BaseException | None], None]],
+    ) -> None:
+        """Records from the accumulator, each with its callback (no task each)."""
+        self.payloads += payloads
+        self.keys += keys
+        self.waiters += [_Pending(d) for d in dones]
+        self.bytes += sum(_size(p) for p in payloads)
+        self._start()
+
+    def _start(self) -> None:
+        """Send what waits now, or linger for more (``linger_ms``)."""
         s = self.appender.settings
         if self._may_launch():
             if s.linger_ms > 0 and self.bytes < s.batch_bytes_max:
                 self.lingering = True
                 self.appender.nursery.start_soon(self._linger)
             else:
-                self._launch()
-        await w.event.wait()
-        if w.error is not None:
-            raise w.error
-        return w.lsn
+                self.poke()
 
     async def _linger(self) -> None:
         await trio.sleep(self.appender.settings.linger_ms / 1000)
@@ -122,8 +151,8 @@ class _LogBatcher:
         )
 
     def poke(self) -> None:
-        """Launch what waits, if there is room (a batch of the log finished)."""
-        if self.waiters and self._may_launch():
+        """Launch what waits, as far as there is room (a batch of the log finished)."""
+        while self.waiters and self._may_launch():
             self._launch()
 
     def _launch(self) -> None:
@@ -144,7 +173,7 @@ class _LogBatcher:
                 producer.done(*number, failed=True)
             for w in waiters:
                 w.error = ClosedError("client is closed")
-                w.event.set()
+                w.finish()
 
     async def _send(
         self,
@@ -160,11 +189,31 @@ class _LogBatcher:
         except LogstrandError as exc:
             for w in waiters:
                 w.error = exc
+        except BaseException:  # cancelled: the client is closing
+            for w in waiters:
+                w.error = ClosedError("client is closed")
+            raise
         finally:
             self.inflight -= 1
             for w in waiters:
-                w.event.set()
+                w.finish()
             self.poke()
+
+    def fail_waiting(self, error: LogstrandError) -> None:
+        """The client closes: what was never sent fails with ``error``."""
+        waiters, self.waiters = self.waiters, []
+        self.payloads, self.keys, self.bytes = [], [], 0
+        for w in waiters:
+            w.error = error
+            w.finish()
+
+
+def check_record(log_id: int, payload: bytes | None, key: bytes | None, payload_max: int) -> None:
+    """What ``Appender.check`` refuses of one record without waiting: a bad
+    log id, a key or payload that is not bytes or too big."""
+    check_log_id(log_id)
+    _check_bytes("payload", (payload,), payload_max)
+    _check_bytes("key", (key,), KEY_BYTES_MAX)
 
 
 def _check_bytes(what: str, values: Sequence[bytes | None], limit: int) -> None:
@@ -190,6 +239,8 @@ class Appender:
     #: Gives up on a node the other nodes find dead (``_nodewatch``).
     watch: NodeWatch
     _batchers: dict[int, _LogBatcher] = attrs.field(init=False, factory=dict)
+    #: Records of logs being looked up (``enqueue``), in the order they came.
+    _cold: dict[int, list[tuple[Any, Any, Any]]] = attrs.field(init=False, factory=dict)
     #: Where a node said a log's sequencer runs (REDIRECTED).
     _hint: dict[int, int] = attrs.field(init=False, factory=dict)
     _ids: ProducerIds = attrs.field(init=False)
@@ -217,12 +268,60 @@ class Appender:
         if batcher is not None:
             batcher.poke()
 
-    async def append(self, log_id: int, payload: bytes | None, key: bytes | None) -> int:
-        await self.check(log_id, [payload], [key])
+    def _batcher(self, log_id: int) -> _LogBatcher:
         batcher = self._batchers.get(log_id)
         if batcher is None:
             batcher = self._batchers[log_id] = _LogBatcher(self, log_id)
-        return await batcher.add(payload, key)
+        return batcher
+
+    async def append(self, log_id: int, payload: bytes | None, key: bytes | None) -> int:
+        await self.check(log_id, [payload], [key])
+        return await self._batcher(log_id).add(payload, key)
+
+    def enqueue(
+        self,
+        log_id: int,
+        payloads: list[bytes | None],
+        keys: list[bytes | None],
+        dones: list[Callable[[int, BaseException | None], None]],
+    ) -> None:
+        """Records from the accumulator (on the loop's thread, without
+        waiting; keys and payloads were checked by the caller's thread).  A
+        log not known yet (or before the producer ids are) is looked up by
+        one task, and what comes for it meanwhile queues behind, in order."""
+        cold = self._cold.get(log_id)
+        if cold is not None:
+            cold.append((payloads, keys, dones))
+            return
+        ready = not self.settings.idempotent or self._ids.is_ready
+        if ready and self.view.log_attributes(log_id) is not None:
+            self._batcher(log_id).enqueue(payloads, keys, dones)
+            return
+        self._cold[log_id] = [(payloads, keys, dones)]
+        self.nursery.start_soon(self._warm, log_id)
+
+    def fail_waiting(self, error: LogstrandError) -> None:
+        """The client closes: records not sent yet fail with ``error``."""
+        for chunks in self._cold.values():
+            for _, _, dones in chunks:
+                for done in dones:
+                    done(0, error)
+        self._cold.clear()
+        for batcher in self._batchers.values():
+            batcher.fail_waiting(error)
+
+    async def _warm(self, log_id: int) -> None:
+        error: LogstrandError | None = None
+        try:
+            await self.check(log_id, (), ())
+        except LogstrandError as exc:
+            error = exc
+        for payloads, keys, dones in self._cold.pop(log_id, []):
+            if error is None:
+                self._batcher(log_id).enqueue(payloads, keys, dones)
+            else:
+                for done in dones:
+                    done(0, error)
 
     async def append_batch(
         self,

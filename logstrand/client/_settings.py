@@ -40,6 +40,12 @@ class ClientSettings:
     #: A reader with ``autocommit`` commits its group's position at most
     #: this often (and when it closes).
     autocommit_interval_s: float = 1.0
+    #: Records appended through ``Client.append_async`` (and ``append``) and
+    #: not yet acknowledged may hold this many bytes (Kafka's
+    #: ``buffer.memory``); past it, appends wait up to ``max_block_ms`` for
+    #: room, then raise ``BufferFullError`` (Kafka's ``max.block.ms``).
+    buffer_bytes_max: int = 32 * 1024 * 1024
+    max_block_ms: float = 60_000.0
 
     def __attrs_post_init__(self) -> None:
         if self.append_timeout_s <= 0 or self.linger_ms < 0:
@@ -51,6 +57,10 @@ class ClientSettings:
         if self.idempotent and self.inflight_batches_per_log > WINDOW:
             raise InvalidArgumentError(
                 f"idempotent appends keep at most {WINDOW} batches per log in flight"
+            )
+        if self.buffer_bytes_max <= 0 or self.max_block_ms < 0:
+            raise InvalidArgumentError(
+                "buffer_bytes_max must be positive, max_block_ms not negative"
             )
         if self.autocommit_interval_s < 0:
             raise InvalidArgumentError("autocommit_interval_s must not be negative")

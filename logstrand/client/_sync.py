@@ -11,14 +11,18 @@ import concurrent.futures
 import contextlib
 import functools
 import inspect
+import logging
 import threading
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 import trio
 
-from ..errors import ClosedError, collapse
+from ..errors import ClosedError, LogstrandError, collapse
 from ..types import LSN_OLDEST, TAIL, Gap, Record, _Tail
+from ._accumulator import Accumulator, cost
+from ._appender import check_record
 from ._async import AsyncClient, open_trio_client, resolve_connection
+from ._settings import ClientSettings
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Generator, Iterator
@@ -28,9 +32,9 @@ if TYPE_CHECKING:
     from ..security import Credentials
     from ._columns import ColumnBatch
     from ._reader import ReadStream
-    from ._settings import ClientSettings
 
 
+_log = logging.getLogger("logstrand.client")
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -88,6 +92,10 @@ class Client:
         self._client: AsyncClient | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self._stop: trio.Event | None = None
+        s = settings or ClientSettings()
+        self._append_wait_s = s.append_timeout_s + 30.0
+        #: Records appended from any thread wait here for the client's loop.
+        self._accumulator = Accumulator(s.buffer_bytes_max, s.max_block_ms / 1000, self._wake)
         self._thread = threading.Thread(target=self._run, name="logstrand-client", daemon=True)
         self._thread.start()
         self._ready.wait()
@@ -110,6 +118,10 @@ class Client:
             self._stop = trio.Event()
             self._ready.set()
             await self._stop.wait()
+            # Closing: what was accepted and never sent fails now.
+            closed = ClosedError("client is closed")
+            self._fail_accumulated(closed)
+            client._appender.fail_waiting(closed)
 
     def _call(self, fn: Any, *args: Any) -> Any:
         if self._client is None or self._token is None or self._stop is None:
@@ -121,14 +133,83 @@ class Client:
         except BaseExceptionGroup as group:  # concurrent work inside: one error
             raise collapse(group) from None
 
-    append = _blocking(AsyncClient.append)
+    def append(self, log_id: int, payload: bytes | None, *, key: bytes | None = None) -> int:
+        """Append one record and wait for its LSN (see ``AsyncClient.append``).
+        Threads appending at once share APPENDs (``append_async``)."""
+        return self.append_async(log_id, payload, key=key).result(self._append_wait_s)
+
     append_batch = _blocking(AsyncClient.append_batch)
 
     def append_async(
-        self, log_id: int, payload: bytes | None, *, key: bytes | None = None
+        self,
+        log_id: int,
+        payload: bytes | None,
+        *,
+        key: bytes | None = None,
+        on_delivery: Callable[[int, BaseException | None], None] | None = None,
     ) -> concurrent.futures.Future[int]:
-        """Start an append and return at once; the future gets the LSN or the error."""
-        return self.submit(lambda c: c.append(log_id, payload, key=key))
+        """Start an append and return at once; the future gets the LSN or the
+        error, and ``on_delivery(lsn, error)`` is called too (on the client's
+        thread: keep it short).  The record waits in the producer's buffer
+        with others (docs/write-path.md); when the buffer is full this waits
+        up to ``max_block_ms`` for room, then raises ``BufferFullError``.
+
+        Raises:
+            InvalidArgumentError: a bad log id, or a key or payload no node takes.
+            ClosedError: the client is closed.
+        """
+        if self._client is None:
+            raise ClosedError("client is closed")
+        check_record(log_id, payload, key, self.async_client.settings.payload_bytes_max)
+        fut: concurrent.futures.Future[int] = concurrent.futures.Future()
+        size = cost(payload, key)
+        accumulator = self._accumulator
+
+        def done(lsn: int, error: BaseException | None) -> None:
+            accumulator.finished(size)
+            if error is None:
+                fut.set_result(lsn)
+            else:
+                fut.set_exception(error)
+            if on_delivery is not None:
+                try:
+                    on_delivery(lsn, error)
+                except Exception:
+                    _log.exception("on_delivery callback failed")
+
+        accumulator.add(log_id, payload, key, done)
+        return fut
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Wait until every record accepted so far is acknowledged or failed;
+        the number still outstanding when ``timeout`` (seconds) ran out."""
+        self._accumulator.flush(timeout)
+        return self._accumulator.pending()
+
+    def _wake(self) -> None:
+        """The first record after a drain: one wake-up of the client's loop."""
+        token = self._token
+        try:
+            if token is None:
+                raise trio.RunFinishedError
+            token.run_sync_soon(self._hand_over)
+        except trio.RunFinishedError:
+            self._fail_accumulated(ClosedError("client is closed"))
+
+    def _hand_over(self) -> None:
+        """On the client's loop: hand what the threads appended to the batchers."""
+        client = self._client
+        if client is None:
+            self._fail_accumulated(ClosedError("client is closed"))
+            return
+        appender = client._appender
+        for log_id, (payloads, keys, dones) in self._accumulator.take().items():
+            appender.enqueue(log_id, payloads, keys, dones)
+
+    def _fail_accumulated(self, error: LogstrandError) -> None:
+        for _payloads, _keys, dones in self._accumulator.take().values():
+            for done in dones:
+                done(0, error)
 
     def submit(self, call: Callable[[AsyncClient], Awaitable[R]]) -> concurrent.futures.Future[R]:
         """Start ``call(async_client)`` on the client's trio thread and return
@@ -313,8 +394,12 @@ class Client:
             raise ClosedError("client is closed")
         return self._client
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> None:
+        """Deliver what was accepted (waiting up to ``timeout`` seconds, by
+        default the append timeout), then stop; what is left fails with
+        ``ClosedError``."""
         if self._stop is not None and self._token is not None:
+            self._accumulator.flush(self._append_wait_s if timeout is None else timeout)
             stop = self._stop
             self._stop = None
             with contextlib.suppress(trio.RunFinishedError):

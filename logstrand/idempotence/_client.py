@@ -44,6 +44,11 @@ class ProducerIds:
         self._spares: list[int] = []
         self._lock = trio.Lock()
 
+    @property
+    def is_ready(self) -> bool:
+        """``ready`` would not wait."""
+        return self.main is not None and bool(self._spares or self.fixed)
+
     async def ready(self) -> None:
         """Make sure ``main`` and a spare exist (one epoch store call, rarely;
         no await at all otherwise, so appends keep the order they came in)."""

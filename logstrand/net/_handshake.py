@@ -142,7 +142,7 @@ async def serve_connection(
         with trio.fail_after(limits.handshake_s):
             wrapped: trio.abc.Stream = stream
             identity = None
-            if await _wrong_security(stream, ssl_context is not None, node_id):
+            if await _wrong_security(stream, ssl_context is not None):
                 return None
             if ssl_context is not None:
                 tls = TlsStream(stream, ssl_context, server_side=True)
@@ -192,7 +192,7 @@ TLS_EXPECTED = (
 )
 
 
-async def _wrong_security(stream: trio.SocketStream, tls: bool, node_id: int) -> bool:
+async def _wrong_security(stream: trio.SocketStream, tls: bool) -> bool:
     """Does the peer speak TLS to a node without it, or plain text to a node
     with it?  Then it is told so at once (rather than after a timeout), in
     a form it can read, and the connection ends: True."""
@@ -203,7 +203,7 @@ async def _wrong_security(stream: trio.SocketStream, tls: bool, node_id: int) ->
         message = TLS_EXPECTED
     else:  # a TLS client: any plain bytes make its TLS layer fail at once
         message = "this node does not speak TLS"
-    ack = HelloAck(int(Status.ACCESS), 0, node_id, message)
+    ack = HelloAck(int(Status.ACCESS), 0, 0, message)  # nothing of the node in clear
     with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
         await stream.send_all(encode_frame(ack))
     await close_stream(stream)

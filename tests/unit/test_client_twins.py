@@ -10,6 +10,7 @@ from logstrand.client._sync import Client, _blocking
 
 #: Methods of AsyncClient that the blocking client offers in another form.
 _RESHAPED = {
+    "append": "through the producer's buffer, shared by every thread (append_async)",
     "read": "an iterator of records and gaps, pulled in batches",
     "read_many": "an iterator of (log, item) pairs",
     "aclose": "close()",
@@ -68,3 +69,29 @@ def test_a_twin_has_the_signature_and_the_docstring_of_its_method() -> None:
     assert bound(3, 10) == 7
     assert fake.trim is bound  # made once per client
     assert len(fake.calls) == 1
+
+
+def test_every_public_async_method_has_its_asyncio_twin() -> None:
+    """``AsyncioClient`` (the client under asyncio) offers what ``AsyncClient``
+    does, forwarded with the same signature, or reshaped for asyncio."""
+    from logstrand.client._asyncio import AsyncioClient, _awaited
+
+    reshaped = {
+        "read": "an AsyncioReadStream: the same arguments, records crossing in batches",
+        "read_many": "not offered: one read per log, gathered by the caller",
+    }
+    mine = vars(AsyncioClient)
+    for name, method in _public(AsyncClient).items():
+        if name in reshaped and name not in mine:
+            continue
+        assert name in mine, f"AsyncioClient has no twin of AsyncClient.{name}"
+        twin = mine[name]
+        if isinstance(twin, _awaited):
+            assert twin.method is method
+        elif name == "read":
+            assert (
+                list(inspect.signature(twin).parameters)[1:]
+                == list(inspect.signature(method).parameters)[1:]
+            )
+        elif inspect.iscoroutinefunction(method) and name != "aclose":
+            raise AssertionError(f"AsyncioClient.{name} repeats AsyncClient.{name}: use _awaited")
