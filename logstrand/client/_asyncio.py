@@ -14,12 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import inspect
 from collections import deque
-from typing import TYPE_CHECKING, Concatenate, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, ParamSpec, TypeVar, overload
 
 from ..types import LSN_OLDEST, TAIL, Gap, Record, _Tail
 from ._async import AsyncClient
+from ._forward import Forward
 from ._sync import Client
 
 if TYPE_CHECKING:
@@ -33,19 +33,9 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class _awaited(Generic[P, R]):
+class _awaited(Forward[P, R]):
     """``AsyncioClient``'s twin of an ``AsyncClient`` method: the same
     signature and docstring, awaited on the asyncio loop."""
-
-    def __init__(self, method: Callable[Concatenate[AsyncClient, P], Awaitable[R]]) -> None:
-        self.method = method
-        self.name = method.__name__
-        self.__doc__ = method.__doc__
-        whole = inspect.signature(method)
-        self.signature = whole.replace(parameters=list(whole.parameters.values())[1:])
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        assert name == self.name, f"AsyncioClient.{name} forwards to AsyncClient.{self.name}"
 
     @overload
     def __get__(self, client: None, owner: type) -> _awaited[P, R]: ...
@@ -62,9 +52,7 @@ class _awaited(Generic[P, R]):
         async def call(*args: P.args, **kwargs: P.kwargs) -> R:
             return await client.run(lambda c: method(c, *args, **kwargs))
 
-        call.__signature__ = self.signature  # type: ignore[attr-defined]
-        client.__dict__[self.name] = call
-        return call
+        return self.keep(client, call)  # type: ignore[no-any-return]
 
 
 class AsyncioClient:

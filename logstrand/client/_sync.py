@@ -10,10 +10,9 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import functools
-import inspect
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 import trio
 
@@ -22,6 +21,7 @@ from ..types import LSN_OLDEST, TAIL, Gap, Record, _Tail
 from ._accumulator import Accumulator, cost
 from ._appender import check_record
 from ._async import AsyncClient, open_trio_client, resolve_connection
+from ._forward import Forward
 from ._settings import ClientSettings
 
 if TYPE_CHECKING:
@@ -39,20 +39,10 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class _blocking(Generic[P, R]):
+class _blocking(Forward[P, R]):
     """``Client``'s twin of an ``AsyncClient`` method: the same signature and
     docstring (mypy checks calls against them), run on the client's trio
     thread and waited for.  Made once per client and method, on first use."""
-
-    def __init__(self, method: Callable[Concatenate[AsyncClient, P], Awaitable[R]]) -> None:
-        self.method = method
-        self.name = method.__name__
-        self.__doc__ = method.__doc__
-        whole = inspect.signature(method)
-        self.signature = whole.replace(parameters=list(whole.parameters.values())[1:])
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        assert name == self.name, f"Client.{name} forwards to AsyncClient.{self.name}"
 
     @overload
     def __get__(self, client: None, owner: type) -> _blocking[P, R]: ...
@@ -69,9 +59,7 @@ class _blocking(Generic[P, R]):
             result: R = client._call(lambda: method(target, *args, **kwargs))
             return result
 
-        call.__signature__ = self.signature  # type: ignore[attr-defined]
-        client.__dict__[self.name] = call  # later lookups find it first
-        return call
+        return self.keep(client, call)  # type: ignore[no-any-return]
 
 
 class Client:
