@@ -297,8 +297,13 @@ class Appender:
         if ready and self.view.log_attributes(log_id) is not None:
             self._batcher(log_id).enqueue(payloads, keys, dones)
             return
+        try:
+            self.nursery.start_soon(self._warm, log_id)
+        except RuntimeError:  # the client is closing: its nursery takes no new tasks
+            for done in dones:
+                done(0, ClosedError("client is closed"))
+            return
         self._cold[log_id] = [(payloads, keys, dones)]
-        self.nursery.start_soon(self._warm, log_id)
 
     def fail_waiting(self, error: LogstrandError) -> None:
         """The client closes: records not sent yet fail with ``error``."""
