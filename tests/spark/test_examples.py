@@ -45,7 +45,9 @@ def test_replay_to_parquet(spark: Any, cluster: LocalCluster, tmp_path: Path) ->
     assert spark.read.parquet(str(tmp_path / "records")).count() == 3010
 
 
-def test_streaming_counts_restart(spark: Any, cluster: LocalCluster, tmp_path: Path) -> None:
+def test_streaming_counts_restart(
+    spark: Any, cluster: LocalCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     mod = example("streaming_counts")
     words = [b"a", b"b", b"b", b"c", b"c", b"c"]
 
@@ -61,30 +63,8 @@ def test_streaming_counts_restart(spark: Any, cluster: LocalCluster, tmp_path: P
         client.append_batch(62, [b"."] * 4, keys=[b"a", b"d", b"d", b"d"])
     mod.run(spark, cluster.url, 62, str(tmp_path))  # from the checkpoint
     assert counts() == dict(Counter(words * 100 + [b"a", b"d", b"d", b"d"]))
-
-
-def test_an_example_runs_as_a_script_without_pyspark_python(
-    cluster: LocalCluster, tmp_path: Path
-) -> None:
-    """As a newcomer runs it: no PYSPARK_PYTHON (the workers would start a
-    `python3` without logstrand), and it prints what it computed."""
-    import os
-    import subprocess
-    import sys
-
-    with logstrand.connect(cluster.url) as client:
-        client.append_batch(63, [b"."] * 6, keys=[b"a", b"b", b"b", b"c", b"c", b"c"])
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
-    env["SPARK_LOCAL_IP"] = "127.0.0.1"
-    done = subprocess.run(
-        [sys.executable, str(EXAMPLES / "streaming_counts.py"), "--url", cluster.url,
-         "--log", "63", "--state", str(tmp_path), "--once"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = done.stdout.splitlines()
-    assert lines[0] == "6 records, 3 keys; the busiest:"
-    assert lines[1].split() == ["3", "c"]
+    # What `--once` prints: the totals, then the busiest keys.
+    mod.print_counts(spark, str(tmp_path))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "604 records, 4 keys; the busiest:"
+    assert lines[1].split() == ["300", "c"]

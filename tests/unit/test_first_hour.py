@@ -56,3 +56,52 @@ def test_credentials_and_url_come_from_the_environment(
 def test_internal_logs_are_shown_by_name() -> None:
     assert log_name(POSITIONS_LOG_ID) == "positions"
     assert log_name(7) == "7"
+
+
+class _FakeSession:
+    """What ``logstrand.spark.register`` touches of a SparkSession."""
+
+    def __init__(self, conf: dict[str, str]) -> None:
+        self.registered: list[object] = []
+        session = self
+
+        class Conf:
+            def get(self, name: str) -> str | None:
+                return conf.get(name)
+
+        class Context:
+            pythonExec = "python3"  # what PySpark takes when nothing names one
+
+            def getConf(self) -> Conf:
+                return Conf()
+
+        class Sources:
+            def register(self, source: object) -> None:
+                session.registered.append(source)
+
+        self.sparkContext = Context()
+        self.dataSource = Sources()
+
+
+def test_spark_workers_run_this_interpreter_unless_one_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without it the workers started `python3` from PATH, which had neither
+    pyarrow nor logstrand (ModuleNotFoundError deep in a Py4J trace)."""
+    import sys
+
+    pytest.importorskip("pyspark")
+    import logstrand.spark
+
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    fake = _FakeSession({})
+    logstrand.spark.register(fake)  # type: ignore[arg-type]
+    assert fake.sparkContext.pythonExec == sys.executable
+    assert fake.registered == [logstrand.spark.LogstrandDataSource]
+    named = _FakeSession({"spark.pyspark.python": "/opt/py/bin/python"})
+    logstrand.spark.register(named)  # type: ignore[arg-type]
+    assert named.sparkContext.pythonExec == "python3"  # named: left alone
+    monkeypatch.setenv("PYSPARK_PYTHON", "/opt/py/bin/python")
+    by_env = _FakeSession({})
+    logstrand.spark.register(by_env)  # type: ignore[arg-type]
+    assert by_env.sparkContext.pythonExec == "python3"
