@@ -93,6 +93,7 @@ faults: venv-test zookeeper
 # The seeded simulation over many more seeds than CI runs (tests/sim).
 soak: venv-test
 	$(BIN)/python -m tests.sim --seeds $(SEEDS)
+	$(BIN)/python -m tests.sim --maintenance --seeds 0:500
 
 clean:
 	rm -rf run-data .pytest_cache .mypy_cache .ruff_cache
