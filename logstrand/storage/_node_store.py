@@ -103,6 +103,9 @@ class NodeStore:
     release: dict[int, int] = attrs.field(init=False, factory=dict)
     _release_dirty: set[int] = attrs.field(init=False, factory=set)
     _db: LogsDB | None = attrs.field(init=False, default=None)
+    #: Each log's highest stored LSN as far as STOREs go (rule 7 reads it per
+    #: STORE; LogsDB's own ``last_lsn`` walks every partition of the log).
+    _tails: dict[int, int] = attrs.field(init=False, factory=dict)
     #: Free space is under the floor: STOREs are refused (rule 4).
     space_low: bool = attrs.field(init=False, default=False)
     #: A write failed for want of space: the LogsDB needs reopening (rule 4).
@@ -116,6 +119,7 @@ class NodeStore:
     def attach(self, db: LogsDB) -> None:
         """Take ``db`` as the node's LogsDB, and its persisted release pointers."""
         self._db = db
+        self._tails.clear()
         self.release = {log: db.release_pointer(log) for log in db.logs()}
 
     # -- storing (rules 1, 2, 4) ------------------------------------------------------
@@ -155,6 +159,11 @@ class NodeStore:
             status = Status.NOSPC  # rule 4: no write is tried
         elif puts:
             status = self._write(puts, sync)
+            if status == Status.OK:
+                for put in puts:
+                    tail = self._tails.get(put.log_id)
+                    if tail is not None and put.batch.last_lsn > tail:
+                        self._tails[put.log_id] = put.batch.last_lsn
         return [
             StoreReply(msg.store_id, msg.log_id, int(status if v is None else v), self.node_id)
             for msg, v in zip(stores, verdicts, strict=True)
@@ -180,7 +189,10 @@ class NodeStore:
 
         if any(put.log_id == msg.log_id and wins(put.batch) for put in puts):
             return True
-        if b.first_lsn > self.db.last_lsn(msg.log_id):
+        tail = self._tails.get(msg.log_id)
+        if tail is None:
+            tail = self._tails[msg.log_id] = self.db.last_lsn(msg.log_id)
+        if b.first_lsn > tail:
             return False
         got = self.db.read_packed(msg.log_id, b.first_lsn, b.last_lsn, max_records=b.count)
         return any(wins(stored) for stored in got.batches)
