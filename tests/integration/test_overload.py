@@ -207,7 +207,9 @@ def test_a_client_that_never_reads_slows_only_itself(tmp_path: Path) -> None:
             )
             assert count[0] > 100  # the flood was on
             assert p50 < 10 * alone
-            assert p50 < 0.050
+            # Absolute bound loose enough for a CI host that runs another test
+            # module beside this one (alone was 11 ms there); the old code gave 3.7 s.
+            assert p50 < 0.250
             assert peak - rss0 < BUDGET_MB + 100
             with contextlib.suppress(OSError):
                 client.append(victim_log, b"after")
