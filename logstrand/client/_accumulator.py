@@ -26,6 +26,11 @@ from ..errors import LogstrandError, Status
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from ._appender import Ticket
+
+    #: One log's waiting records: payloads, keys and tickets, in the order they came.
+    Waiting = tuple[list[bytes | None], list[bytes | None], list[Ticket]]
+
 #: What a record costs beyond its key and payload (its future, its slots).
 RECORD_OVERHEAD = 128
 #: A waiting thread looks again at least this often.
@@ -49,10 +54,7 @@ class Accumulator:
         self._wake = wake
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
-        #: log -> (payloads, keys, done callbacks), in the order they came.
-        self._logs: dict[
-            int, tuple[list[bytes | None], list[bytes | None], list[Callable[..., None]]]
-        ] = {}
+        self._logs: dict[int, Waiting] = {}
         self._woken = False
         #: Sizes of records finished on the I/O thread, not yet counted.
         self._freed: list[int] = []
@@ -68,10 +70,12 @@ class Accumulator:
         log_id: int,
         payload: bytes | None,
         key: bytes | None,
-        done: Callable[[int, BaseException | None], None],
+        ticket: Ticket,
+        size: int,
     ) -> None:
-        """Accept one record (waiting for room, up to ``max_block_s``)."""
-        size = cost(payload, key)
+        """Accept one record of ``size`` (``cost``), waiting for room up to
+        ``max_block_s``; ``ticket.finish`` gets its outcome and must call
+        ``finished(size)``."""
         with self._changed:
             self._fold()
             if self.bytes + size > self.buffer_bytes_max and self.bytes:
@@ -81,7 +85,7 @@ class Accumulator:
                 waiting = self._logs[log_id] = ([], [], [])
             waiting[0].append(payload)
             waiting[1].append(key)
-            waiting[2].append(done)
+            waiting[2].append(ticket)
             self.bytes += size
             self.outstanding += 1
             wake = not self._woken
@@ -111,9 +115,7 @@ class Accumulator:
         finally:
             self._waiting -= 1
 
-    def take(
-        self,
-    ) -> dict[int, tuple[list[bytes | None], list[bytes | None], list[Callable[..., None]]]]:
+    def take(self) -> dict[int, Waiting]:
         """Everything waiting (on the I/O thread); the next record wakes it again."""
         with self._lock:
             logs, self._logs = self._logs, {}

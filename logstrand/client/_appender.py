@@ -21,13 +21,15 @@ is at least once: such a batch may be stored twice.
 from __future__ import annotations
 
 import contextlib
+import copy
 import random
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import trio
 
+from .. import _trace
 from ..batch import Codec, PackedBatch
 from ..errors import (
     AccessDeniedError,
@@ -45,7 +47,7 @@ from ..records import KEY_BYTES_MAX, check_log_id
 from ..wire import Append, AppendReply, ErrorReply
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
 
     from ..rpc import ClusterView, Links
     from ._nodewatch import NodeWatch
@@ -64,24 +66,45 @@ _FATAL = {
 _SEQUENCE = (Status.OUT_OF_SEQUENCE, Status.UNKNOWN_PRODUCER)
 
 
+class Ticket(Protocol):
+    """What learns one record's outcome: called once, on the client's loop."""
+
+    def finish(self, lsn: int, error: BaseException | None) -> None: ...
+
+
 class _Pending:
-    """One record's outcome: woken (an append awaiting it) or called back
-    (``done``: a record from another thread, through the accumulator)."""
+    """One record of an ``AsyncClient.append`` awaiting its outcome."""
 
-    __slots__ = ("done", "error", "event", "lsn")
+    __slots__ = ("error", "event", "lsn")
 
-    def __init__(self, done: Callable[[int, BaseException | None], None] | None = None) -> None:
-        self.event = trio.Event() if done is None else None
-        self.done = done
+    def __init__(self) -> None:
+        self.event = trio.Event()
         self.lsn = 0
         self.error: BaseException | None = None
 
-    def finish(self) -> None:
-        if self.done is not None:
-            self.done(self.lsn, self.error)
-        else:
-            assert self.event is not None
-            self.event.set()
+    def finish(self, lsn: int, error: BaseException | None) -> None:
+        self.lsn = lsn
+        self.error = error
+        self.event.set()
+
+
+def _finish_all(tickets: Sequence[Ticket], first: int, error: BaseException | None) -> None:
+    """Each record of a batch learns its LSN, or the batch's error (a copy
+    each: threads that raise it at once must not share one traceback)."""
+    if error is None:
+        for i, t in enumerate(tickets):
+            t.finish(first + i, None)
+    else:
+        for t in tickets:
+            t.finish(0, _own(error))
+
+
+def _own(error: BaseException) -> BaseException:
+    try:
+        mine = copy.copy(error)
+    except Exception:  # an exception that cannot be copied: shared, as before
+        return error
+    return mine if type(mine) is type(error) else error
 
 
 def _size(payload: bytes | None) -> int:
@@ -96,7 +119,7 @@ class _LogBatcher:
         self.log_id = log_id
         self.payloads: list[bytes | None] = []
         self.keys: list[bytes | None] = []
-        self.waiters: list[_Pending] = []
+        self.waiters: list[Ticket] = []
         self.bytes = 0
         self.inflight = 0
         self.lingering = False
@@ -108,7 +131,6 @@ class _LogBatcher:
         self.waiters.append(w)
         self.bytes += _size(payload)
         self._start()
-        assert w.event is not None
         await w.event.wait()
         if w.error is not None:
             raise w.error
@@ -118,12 +140,12 @@ class _LogBatcher:
         self,
         payloads: list[bytes | None],
         keys: list[bytes | None],
-        dones: list[Callable[[int, BaseException | None], None]],
+        tickets: list[Ticket],
     ) -> None:
-        """Records from the accumulator, each with its callback (no task each)."""
+        """Records from the accumulator, each with its ticket (no task each)."""
         self.payloads += payloads
         self.keys += keys
-        self.waiters += [_Pending(d) for d in dones]
+        self.waiters += tickets
         self.bytes += sum(_size(p) for p in payloads)
         self._start()
 
@@ -171,41 +193,34 @@ class _LogBatcher:
             self.inflight -= 1
             if producer is not None and number is not None:
                 producer.done(*number, failed=True)
-            for w in waiters:
-                w.error = ClosedError("client is closed")
-                w.finish()
+            _finish_all(waiters, 0, ClosedError("client is closed"))
 
     async def _send(
         self,
         payloads: list[bytes | None],
         keys: list[bytes | None],
-        waiters: list[_Pending],
+        waiters: list[Ticket],
         number: tuple[int, int] | None,
     ) -> None:
+        first = 0
+        error: BaseException | None = None
         try:
             first = await self.appender.append_rpc(self.log_id, payloads, keys, number)
-            for i, w in enumerate(waiters):
-                w.lsn = first + i
         except LogstrandError as exc:
-            for w in waiters:
-                w.error = exc
+            error = exc
         except BaseException:  # cancelled: the client is closing
-            for w in waiters:
-                w.error = ClosedError("client is closed")
+            error = ClosedError("client is closed")
             raise
         finally:
             self.inflight -= 1
-            for w in waiters:
-                w.finish()
+            _finish_all(waiters, first, error)
             self.poke()
 
     def fail_waiting(self, error: LogstrandError) -> None:
         """The client closes: what was never sent fails with ``error``."""
         waiters, self.waiters = self.waiters, []
         self.payloads, self.keys, self.bytes = [], [], 0
-        for w in waiters:
-            w.error = error
-            w.finish()
+        _finish_all(waiters, 0, error)
 
 
 def check_record(log_id: int, payload: bytes | None, key: bytes | None, payload_max: int) -> None:
@@ -240,7 +255,7 @@ class Appender:
     watch: NodeWatch
     _batchers: dict[int, _LogBatcher] = attrs.field(init=False, factory=dict)
     #: Records of logs being looked up (``enqueue``), in the order they came.
-    _cold: dict[int, list[tuple[Any, Any, Any]]] = attrs.field(init=False, factory=dict)
+    _cold: dict[int, list[tuple[Any, Any, list[Ticket]]]] = attrs.field(init=False, factory=dict)
     #: Where a node said a log's sequencer runs (REDIRECTED).
     _hint: dict[int, int] = attrs.field(init=False, factory=dict)
     _ids: ProducerIds = attrs.field(init=False)
@@ -283,7 +298,7 @@ class Appender:
         log_id: int,
         payloads: list[bytes | None],
         keys: list[bytes | None],
-        dones: list[Callable[[int, BaseException | None], None]],
+        tickets: list[Ticket],
     ) -> None:
         """Records from the accumulator (on the loop's thread, without
         waiting; keys and payloads were checked by the caller's thread).  A
@@ -291,26 +306,24 @@ class Appender:
         one task, and what comes for it meanwhile queues behind, in order."""
         cold = self._cold.get(log_id)
         if cold is not None:
-            cold.append((payloads, keys, dones))
+            cold.append((payloads, keys, tickets))
             return
         ready = not self.settings.idempotent or self._ids.is_ready
         if ready and self.view.log_attributes(log_id) is not None:
-            self._batcher(log_id).enqueue(payloads, keys, dones)
+            self._batcher(log_id).enqueue(payloads, keys, tickets)
             return
         try:
             self.nursery.start_soon(self._warm, log_id)
         except RuntimeError:  # the client is closing: its nursery takes no new tasks
-            for done in dones:
-                done(0, ClosedError("client is closed"))
+            _finish_all(tickets, 0, ClosedError("client is closed"))
             return
-        self._cold[log_id] = [(payloads, keys, dones)]
+        self._cold[log_id] = [(payloads, keys, tickets)]
 
     def fail_waiting(self, error: LogstrandError) -> None:
         """The client closes: records not sent yet fail with ``error``."""
         for chunks in self._cold.values():
-            for _, _, dones in chunks:
-                for done in dones:
-                    done(0, error)
+            for _, _, tickets in chunks:
+                _finish_all(tickets, 0, error)
         self._cold.clear()
         for batcher in self._batchers.values():
             batcher.fail_waiting(error)
@@ -321,12 +334,11 @@ class Appender:
             await self.check(log_id, (), ())
         except LogstrandError as exc:
             error = exc
-        for payloads, keys, dones in self._cold.pop(log_id, []):
+        for payloads, keys, tickets in self._cold.pop(log_id, []):
             if error is None:
-                self._batcher(log_id).enqueue(payloads, keys, dones)
+                self._batcher(log_id).enqueue(payloads, keys, tickets)
             else:
-                for done in dones:
-                    done(0, error)
+                _finish_all(tickets, 0, error)
 
     async def append_batch(
         self,
@@ -474,12 +486,16 @@ class Appender:
             # The first attempt may still succeed later; idempotent appends
             # make a second one harmless.
             watch = self.watch
+            if _trace.ON:
+                _trace.mark("client.send")
             reply, gone = await link.request_or_give_up(
                 Append(rid, log_id, batch),
                 rid,
                 partial(watch.wait_gone, node),
                 watch.suspect_after_s,
             )
+        if _trace.ON:
+            _trace.mark("client.reply")
         if gone:
             return None, f"node {node} stopped answering (the other nodes find it dead)"
         if attempt.cancelled_caught:

@@ -10,17 +10,19 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import functools
-import logging
 import threading
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 import trio
 
+from .. import _trace
 from ..errors import ClosedError, LogstrandError, collapse
+from ..records import KEY_BYTES_MAX, LOG_ID_MAX
 from ..types import LSN_OLDEST, TAIL, Gap, Record, _Tail
 from ._accumulator import Accumulator, cost
 from ._appender import check_record
 from ._async import AsyncClient, open_trio_client, resolve_connection
+from ._delivery import Delivery, Waiters
 from ._forward import Forward
 from ._settings import ClientSettings
 
@@ -34,7 +36,6 @@ if TYPE_CHECKING:
     from ._reader import ReadStream
 
 
-_log = logging.getLogger("logstrand.client")
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -84,6 +85,8 @@ class Client:
         self._append_wait_s = s.append_timeout_s + 30.0
         #: Records appended from any thread wait here for the client's loop.
         self._accumulator = Accumulator(s.buffer_bytes_max, s.max_block_ms / 1000, self._wake)
+        self._waiters = Waiters(self._accumulator)
+        self._payload_max = s.payload_bytes_max
         self._thread = threading.Thread(target=self._run, name="logstrand-client", daemon=True)
         self._thread.start()
         self._ready.wait()
@@ -123,8 +126,18 @@ class Client:
 
     def append(self, log_id: int, payload: bytes | None, *, key: bytes | None = None) -> int:
         """Append one record and wait for its LSN (see ``AsyncClient.append``).
-        Threads appending at once share APPENDs (``append_async``)."""
-        return self.append_async(log_id, payload, key=key).result(self._append_wait_s)
+        Threads appending at once share APPENDs: the record waits in the
+        producer's buffer with theirs (``append_async``)."""
+        if _trace.ON:
+            _trace.mark("client.call")
+        self._check(log_id, payload, key)
+        size = cost(payload, key)
+        waiter = self._waiters.get(size)
+        self._accumulator.add(log_id, payload, key, waiter, size)
+        lsn = self._waiters.outcome(waiter, self._append_wait_s)
+        if _trace.ON:
+            _trace.mark("client.return")
+        return lsn
 
     append_batch = _blocking(AsyncClient.append_batch)
 
@@ -146,27 +159,23 @@ class Client:
             InvalidArgumentError: a bad log id, or a key or payload no node takes.
             ClosedError: the client is closed.
         """
+        self._check(log_id, payload, key)
+        size = cost(payload, key)
+        fut = Delivery(self._accumulator, size, on_delivery)
+        self._accumulator.add(log_id, payload, key, fut, size)
+        return fut
+
+    def _check(self, log_id: int, payload: bytes | None, key: bytes | None) -> None:
         if self._client is None:
             raise ClosedError("client is closed")
-        check_record(log_id, payload, key, self.async_client.settings.payload_bytes_max)
-        fut: concurrent.futures.Future[int] = concurrent.futures.Future()
-        size = cost(payload, key)
-        accumulator = self._accumulator
-
-        def done(lsn: int, error: BaseException | None) -> None:
-            accumulator.finished(size)
-            if error is None:
-                fut.set_result(lsn)
-            else:
-                fut.set_exception(error)
-            if on_delivery is not None:
-                try:
-                    on_delivery(lsn, error)
-                except Exception:
-                    _log.exception("on_delivery callback failed")
-
-        accumulator.add(log_id, payload, key, done)
-        return fut
+        if not (
+            type(log_id) is int
+            and 0 < log_id <= LOG_ID_MAX
+            and type(payload) is bytes
+            and len(payload) <= self._payload_max
+            and (key is None or (type(key) is bytes and len(key) <= KEY_BYTES_MAX))
+        ):  # the common case passes above; the rest is checked and explained here
+            check_record(log_id, payload, key, self._payload_max)
 
     def flush(self, timeout: float | None = None) -> int:
         """Wait until every record accepted so far is acknowledged or failed;
@@ -190,14 +199,16 @@ class Client:
         if client is None:
             self._fail_accumulated(ClosedError("client is closed"))
             return
+        if _trace.ON:
+            _trace.mark("client.loop")
         appender = client._appender
-        for log_id, (payloads, keys, dones) in self._accumulator.take().items():
-            appender.enqueue(log_id, payloads, keys, dones)
+        for log_id, (payloads, keys, tickets) in self._accumulator.take().items():
+            appender.enqueue(log_id, payloads, keys, tickets)
 
     def _fail_accumulated(self, error: LogstrandError) -> None:
-        for _payloads, _keys, dones in self._accumulator.take().values():
-            for done in dones:
-                done(0, error)
+        for _payloads, _keys, tickets in self._accumulator.take().values():
+            for ticket in tickets:
+                ticket.finish(0, error)
 
     def submit(self, call: Callable[[AsyncClient], Awaitable[R]]) -> concurrent.futures.Future[R]:
         """Start ``call(async_client)`` on the client's trio thread and return

@@ -8,6 +8,11 @@ Rules:
    of that scope, while the candidates span at least R domains.
 3. Nodes in ``exclude`` (failed or slow in an earlier wave, known dead) are
    not picked; if too few remain, selection fails and the caller waits.
+4. ``local`` (the node running the sequencer) is picked first whenever it
+   is a candidate: its copy is a write into its own queue, not a network
+   round trip, so an append waits for R-1 peers instead of R.  It comes
+   last in the copyset, so the STOREs to peers leave before the local write
+   takes the node's loop.
 
 Weighted sampling without replacement: each pick takes a node with
 probability proportional to its weight among the remaining candidates, then
@@ -34,6 +39,7 @@ class CopysetSelector:
         weights: Mapping[int, float] | None = None,
         domains: Mapping[int, str] | None = None,
         rng: random.Random | None = None,
+        local: int | None = None,
     ) -> None:
         if not 1 <= replication <= len(nodeset):
             raise ValueError(f"cannot place {replication} copies on nodeset {nodeset}")
@@ -42,11 +48,17 @@ class CopysetSelector:
         self._weights = {n: (weights or {}).get(n, 1.0) for n in nodeset}
         self._domains = {n: (domains or {}).get(n, f"node{n}") for n in nodeset}
         self._rng = rng or random.Random()
+        self.local = local
 
     def select(self, exclude: Collection[int] = ()) -> tuple[int, ...] | None:
         """R nodes for the next copyset, or None when the rules cannot be met."""
         candidates = [n for n in self.nodeset if n not in exclude and self._weights[n] > 0]
         picked: list[int] = []
+        local = self.local
+        if local is not None and local in candidates:  # rule 4
+            dom = self._domains[local]
+            candidates = [n for n in candidates if self._domains[n] != dom]
+            picked.append(local)
         while len(picked) < self.replication:
             if not candidates:
                 return None
@@ -61,4 +73,6 @@ class CopysetSelector:
             picked.append(choice)
             dom = self._domains[choice]
             candidates = [n for n in candidates if self._domains[n] != dom]
+        if picked[0] == local:
+            return (*picked[1:], local)
         return tuple(picked)

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
+from .. import _trace
 from ..logsdb import LogsDB
 from ..wire import Store
 from ._node_store import NodeStore, _no_space
@@ -109,6 +110,11 @@ class Committer(NodeStore):
     async def run(self) -> None:
         """Group commit, until cancelled."""
         async for first in self._out:
+            # Let the tasks woken with this one run first: the connection
+            # writers carrying a sequencer's STOREs to its peers leave before
+            # this node's own copy takes the loop for a RocksDB write, and
+            # STOREs that came in the same round join the group.
+            await trio.lowlevel.checkpoint()
             items = [first]
             records = len(first[0].batch)
             size = first[0].batch.payload_bytes
@@ -120,7 +126,11 @@ class Committer(NodeStore):
                 items.append(item)
                 records += len(item[0].batch)
                 size += item[0].batch.payload_bytes
+            if _trace.ON:
+                _trace.mark("store.write")
             replies = self.commit([msg for msg, _ in items])
+            if _trace.ON:
+                _trace.mark("store.written")
             for (_, sink), reply in zip(items, replies, strict=True):
                 # If the sequencer's connection is gone, it will retry elsewhere.
                 sink(reply)

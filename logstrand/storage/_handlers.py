@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .. import _trace
 from ..errors import LogstrandError, Status
 from ..wire import (
     Amend,
@@ -121,6 +122,8 @@ def register_handlers(
     in_background = _Background(node, nursery)
 
     async def store(conn: Connection, msg: Store) -> None:
+        if _trace.ON:
+            _trace.mark("store.in")
         await committer.submit(msg, conn.offer)
 
     async def release(conn: Connection, msg: Release) -> None:

@@ -20,6 +20,7 @@ import attrs
 import trio
 import trio.lowlevel
 
+from .. import _trace
 from ..epochstore import Placement
 from ..errors import EpochStoreUnavailableError, LogstrandError, Status
 from ..placement import CopysetSelector, select_nodeset
@@ -103,6 +104,8 @@ class SequencerHost:
     # -- from clients ---------------------------------------------------------
 
     async def handle_append(self, conn: Connection, msg: Append) -> None:
+        if _trace.ON:
+            _trace.mark("seq.append")
         owner = await self._owner(msg.log_id)
         attributes = await self._attributes(msg.log_id)
         m = self.metrics
@@ -118,6 +121,8 @@ class SequencerHost:
             owner=owner,
             attributes=attributes,
         )
+        if _trace.ON:
+            _trace.mark("seq.sequenced")
         await self.execute(actions)
 
     async def handle_get_seq_state(self, conn: Connection, msg: GetSeqState) -> None:
@@ -169,6 +174,10 @@ class SequencerHost:
                 self._release_sent[key] = max(
                     self._release_sent.get(key, 0), action.message.released_lsn
                 )
+                if _trace.ON:
+                    _trace.mark(
+                        "seq.store_sent" if action.node_id != self.node_id else "seq.store_local"
+                    )
                 if not await self.peers.send_store(action.node_id, action.message):
                     # Could not even send: answer for the node, so a new wave starts.
                     fail = StoreReply(
@@ -242,6 +251,8 @@ class SequencerHost:
             action.message,
         )
         await conn.reply(reply)  # the client went away; it retries
+        if _trace.ON:
+            _trace.mark("seq.replied")
 
     async def _reply_seq_state(self, action: ReplySeqState) -> None:
         conn, request_id, log_id = action.token
@@ -328,6 +339,7 @@ class SequencerHost:
             meta.replication_factor,
             weights=weights,
             domains=view.domains(meta.replicate_across),
+            local=self.node_id,
         )
         core = SequencerCore(
             log_id,
@@ -395,6 +407,8 @@ class SequencerHost:
                         await self.peers.send_release(n, release)
 
     async def on_store_reply(self, reply: StoreReply) -> None:
+        if _trace.ON:
+            _trace.mark("seq.stored")
         await self.execute(self._stored(reply))
 
     def _stored(self, reply: StoreReply) -> list[HostAction]:

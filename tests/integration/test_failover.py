@@ -135,7 +135,12 @@ async def test_a_recovery_that_cannot_finish_is_reported_and_appends_wait(
             c.pause_node(other)  # before the recovery starts (0.5 s grace)
             try:
                 await trio.sleep(3.0)
-                state = await client.sequencer_state(1)
+                # With one node dead and one stopped, the client may first
+                # try those (their membership has not lapsed yet): ask again.
+                state = None
+                with trio.move_on_after(20):
+                    while state is None:
+                        state = await client.sequencer_state(1)
                 assert state is not None
                 assert state.stalled, state
                 assert state.epoch == lsn_epoch(second)

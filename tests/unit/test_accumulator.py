@@ -10,18 +10,25 @@ import pytest
 from logstrand.client._accumulator import RECORD_OVERHEAD, Accumulator, BufferFullError, cost
 
 
+class _Nobody:
+    def finish(self, lsn: int, error: BaseException | None) -> None:
+        pass
+
+
+_NOBODY = _Nobody()
+
+
 def test_records_wait_per_log_in_order_and_one_wake_up_carries_them() -> None:
     wakes: list[int] = []
     acc = Accumulator(1 << 20, 1.0, lambda: wakes.append(1))
-    done = [lambda lsn, err: None] * 5
-    acc.add(1, b"a", None, done[0])
-    acc.add(2, b"b", b"k", done[1])
-    acc.add(1, b"c", None, done[2])
+    acc.add(1, b"a", None, _NOBODY, cost(b"a", None))
+    acc.add(2, b"b", b"k", _NOBODY, cost(b"b", b"k"))
+    acc.add(1, b"c", None, _NOBODY, cost(b"c", None))
     assert wakes == [1]  # the first record woke the loop; the others ride along
     taken = acc.take()
     assert taken[1][0] == [b"a", b"c"]
     assert taken[2][:2] == ([b"b"], [b"k"])
-    acc.add(1, b"d", None, done[3])
+    acc.add(1, b"d", None, _NOBODY, cost(b"d", None))
     assert wakes == [1, 1]  # after a take, the next record wakes it again
     assert acc.pending() == 4
     assert acc.bytes == 4 + 1 + RECORD_OVERHEAD * 4
@@ -31,17 +38,17 @@ def test_a_full_buffer_blocks_then_fails_and_frees_when_records_finish() -> None
     size = cost(b"x" * 100, None)
     acc = Accumulator(3 * size, 0.3, lambda: None)
     for _ in range(3):
-        acc.add(1, b"x" * 100, None, lambda lsn, err: None)
+        acc.add(1, b"x" * 100, None, _NOBODY, size)
     t0 = time.monotonic()
     with pytest.raises(BufferFullError, match="buffer_bytes_max"):
-        acc.add(1, b"x" * 100, None, lambda lsn, err: None)
+        acc.add(1, b"x" * 100, None, _NOBODY, size)
     assert 0.25 < time.monotonic() - t0 < 2.0
     assert acc.pending() == 3
     # A blocked producer goes on as soon as a record finishes.
     got: list[float] = []
 
     def producer() -> None:
-        acc.add(1, b"x" * 100, None, lambda lsn, err: None)
+        acc.add(1, b"x" * 100, None, _NOBODY, size)
         got.append(time.monotonic())
 
     acc.max_block_s = 5.0
@@ -61,7 +68,7 @@ def test_flush_waits_for_every_accepted_record() -> None:
     acc = Accumulator(1 << 20, 1.0, lambda: None)
     sizes = []
     for i in range(10):
-        acc.add(1, b"r%d" % i, None, lambda lsn, err: None)
+        acc.add(1, b"r%d" % i, None, _NOBODY, cost(b"r%d" % i, None))
         sizes.append(cost(b"r%d" % i, None))
     assert acc.flush(0.1) is False
     threading.Timer(0.1, lambda: [acc.finished(s) for s in sizes]).start()

@@ -40,11 +40,16 @@ def test_nodeset_is_deterministic_and_spans_domains() -> None:
     assert len(select_nodeset(7, weights, domains, size=1, replication=2)) == 2  # raised to R
 
 
-@given(st.integers(1, 5), st.integers(0, 2**32), st.sets(st.integers(1, 8), max_size=8))
-def test_copysets_follow_the_rules(r: int, seed: int, exclude: set[int]) -> None:
+@given(
+    st.integers(1, 5),
+    st.integers(0, 2**32),
+    st.sets(st.integers(1, 8), max_size=8),
+    st.sampled_from([None, 1, 5, 9]),
+)
+def test_copysets_follow_the_rules(r: int, seed: int, exclude: set[int], local: int | None) -> None:
     nodeset = tuple(range(1, 9))
     domains = {n: f"rack{n % 4}" for n in nodeset}
-    sel = CopysetSelector(nodeset, min(r, 4), domains=domains, rng=random.Random(seed))
+    sel = CopysetSelector(nodeset, min(r, 4), domains=domains, rng=random.Random(seed), local=local)
     cs = sel.select(exclude)
     free = [n for n in nodeset if n not in exclude]
     if cs is None:
@@ -54,6 +59,8 @@ def test_copysets_follow_the_rules(r: int, seed: int, exclude: set[int]) -> None
     assert len(set(cs)) == len(cs)
     assert not set(cs) & exclude
     assert len({domains[n] for n in cs}) == len(cs)  # one copy per rack
+    if local in free:  # the sequencer's own node holds a copy when it may, last
+        assert cs[-1] == local
 
 
 def test_copysets_are_weighted() -> None:
@@ -66,3 +73,14 @@ def test_copysets_are_weighted() -> None:
 def test_selector_rejects_impossible_replication() -> None:
     with pytest.raises(ValueError, match="cannot place"):
         CopysetSelector((1, 2), 3)
+
+
+def test_the_local_node_is_one_copy_and_the_others_stay_spread() -> None:
+    sel = CopysetSelector((1, 2, 3, 4), 2, rng=random.Random(3), local=2)
+    picks = [sel.select() for _ in range(3000)]
+    assert all(cs is not None and cs[-1] == 2 for cs in picks)
+    others = collections.Counter(cs[0] for cs in picks if cs is not None)
+    assert set(others) == {1, 3, 4}
+    assert all(800 < n < 1200 for n in others.values())
+    assert sel.select(exclude={2}) is not None  # a local node that failed is left out
+    assert 2 not in sel.select(exclude={2})  # type: ignore[operator]
