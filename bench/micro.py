@@ -7,7 +7,11 @@
 - packing, checking and decoding a batch of 100 B records (no RocksDB);
 - a Ping/Pong round trip through the project's connection code to a node process;
 - append latency with the node and the client in one trio loop (one process, R=1),
-  to tell Python work from cross-process wake-ups.
+  to tell Python work from cross-process wake-ups;
+- one LogsDB write of a 100 B record back to back, and after the process slept
+  0.5, 2 and 4 ms (what a node that waits for the next sequential append pays).
+
+``--idle``: only the last one.
 """
 
 from __future__ import annotations
@@ -89,9 +93,38 @@ async def in_process(url: str) -> None:
     print(f"append, node and client in one process (R=1): p50 {lat[1500] * 1e3:.3f} ms")
 
 
+def idle_write() -> None:
+    """The same small write, hot and after idle gaps: on this machine a process
+    that slept a few milliseconds does the same work several times slower."""
+    from logstrand.logsdb import LogsDB, PutBatch
+    from logstrand.types import compose_lsn
+
+    with tempfile.TemporaryDirectory() as d:
+        db = LogsDB.open(d, None)
+        esn = 0
+        for gap in (0.0, 0.0005, 0.002, 0.004):
+            lat = []
+            for _ in range(400):
+                esn += 1
+                pb = make_batch([compose_lsn(1, esn)], [b"x" * 100], timestamps_ms=1)
+                if gap:
+                    time.sleep(gap)
+                t0 = time.perf_counter()
+                db.write([PutBatch(1, pb, b"")], releases={1: compose_lsn(1, esn)})
+                lat.append(time.perf_counter() - t0)
+            print(
+                f"LogsDB write of one 100 B record after {gap * 1e3:g} ms idle: "
+                f"p50 {statistics.median(lat) * 1e6:.0f} us"
+            )
+        db.close()
+
+
 def main() -> None:
     if sys.argv[1:] == ["--packed"]:
         codec()
+        return
+    if sys.argv[1:] == ["--idle"]:
+        idle_write()
         return
     codec()
     with tempfile.TemporaryDirectory() as d, LocalCluster(d, nodes=1) as cluster:
@@ -102,6 +135,7 @@ def main() -> None:
             store.add_node(NodeConfig(1, f"127.0.0.1:{free_port()}", data_dir=f"{d}/n1"))
             store.create_logs(1, 1, LogAttributes(replication_factor=1))
         trio.run(in_process, url)
+    idle_write()
 
 
 if __name__ == "__main__":

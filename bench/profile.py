@@ -3,6 +3,7 @@
     python bench/profile.py backfill-10k [--seconds 8] [--top 15]
     python bench/profile.py append-10k
     python bench/profile.py arrow-100b     # read_arrow, what each Spark task runs
+    python bench/profile.py sequential-100b  # append one record, wait, again
 
 A local 3-node cluster (R=2) gets the workload's records; then the workload
 runs again in a loop while ``py-spy record`` samples (at 200 Hz, native frames
@@ -52,6 +53,9 @@ def _workload(case: str, url: str, stop: threading.Event) -> int:
             if case == "append-10k":
                 client.append_batch(1, payloads)
                 done += WINDOW
+            elif case == "sequential-100b":
+                client.append(1, payloads[0][:100])
+                done += 1
             elif case == "arrow-100b":
                 for rb in client.read_arrow(1, 0, client.tail_lsn(1)):
                     done += rb.num_rows
@@ -79,7 +83,7 @@ def _top(raw: Path, n: int) -> list[tuple[str, float]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    ap.add_argument("case", choices=("backfill-10k", "append-10k", "arrow-100b"))
+    ap.add_argument("case", choices=("backfill-10k", "append-10k", "arrow-100b", "sequential-100b"))
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--top", type=int, default=15)
     args = ap.parse_args()
@@ -127,6 +131,7 @@ def main() -> None:
         cpu = {name: (cpu_s([pid]) - cpu0[name]) / args.seconds for name, pid in pids.items()}
         stop.set()
         worker.join(timeout=60)
+        print(f"{result[0] if result else 0:,} records in the run")
         for name in pids:
             print(f"\n## {name}: {cpu[name]:.0%} of a core\n")
             print("| share of samples | function (self) |")

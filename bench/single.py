@@ -182,12 +182,13 @@ def stage_table(marks: list[tuple[int, int, str]]) -> str:
 
 
 def _first_times(one: list[tuple[int, int, str]]) -> dict[str, float]:
-    t0 = one[0][0]
+    t0, client_pid = one[0][0], one[0][1]
     seq_pid = next((pid for _, pid, stage in one if stage == "seq.append"), None)
     first: dict[str, float] = {}
     for ns, pid, stage in one:
-        if stage.startswith("store."):
-            stage += "@sequencer" if pid == seq_pid else "@peer"
+        if stage.startswith(("store.", "net.")):
+            role = "client" if pid == client_pid else "sequencer" if pid == seq_pid else "peer"
+            stage += f"@{role}"
         name, n = stage, 1
         while name in first:  # a stage met again: its second time, and so on
             n += 1

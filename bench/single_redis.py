@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent.parent / "shared" / "bench")]
@@ -22,6 +23,9 @@ sys.path[:0] = [str(HERE), str(HERE.parent.parent / "shared" / "bench")]
 import peers  # noqa: E402
 import redis  # noqa: E402
 from _single_cases import PAYLOAD, sequential, steady, threads  # noqa: E402
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 def main() -> None:
@@ -41,7 +45,7 @@ def run(port: int, records: int, seconds: float) -> dict[str, float]:
     def connect() -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=port, socket_timeout=60)
 
-    def make_append():  # type: ignore[no-untyped-def]
+    def make_append() -> Callable[[], object]:
         r = connect()
         return lambda: r.xadd("t", {"d": PAYLOAD})
 

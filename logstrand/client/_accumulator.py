@@ -26,7 +26,7 @@ from ..errors import LogstrandError, Status
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ._appender import Ticket
+    from ._batcher import Ticket
 
     #: One log's waiting records: payloads, keys and tickets, in the order they came.
     Waiting = tuple[list[bytes | None], list[bytes | None], list[Ticket]]

@@ -7,9 +7,8 @@ is moving (PREEMPTED, NOSEQUENCER, NOTREADY) or overload are retried with
 backoff until the append timeout.  What cannot succeed raises at once:
 NOTFOUND (unknown log), TOOBIG, BADPAYLOAD, NOKEY.
 
-Coalescing: concurrent appends to one log wait in a ``_LogBatcher`` while
-``inflight_batches_per_log`` APPENDs are out, then leave together in the next
-one (``linger_ms`` makes a lone append wait for company first).
+Coalescing: concurrent appends to one log wait in a batcher (``_batcher``)
+while ``inflight_batches_per_log`` APPENDs are out, then leave together.
 
 Idempotence (on by default, ``idempotence._client``): every batch carries the
 client's producer id and the number of its first record, kept through every
@@ -21,10 +20,9 @@ is at least once: such a batch may be stored twice.
 from __future__ import annotations
 
 import contextlib
-import copy
 import random
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -45,6 +43,7 @@ from ..errors import (
 from ..idempotence._client import LogProducer, ProducerIds
 from ..records import KEY_BYTES_MAX, check_log_id
 from ..wire import Append, AppendReply, ErrorReply
+from ._batcher import Ticket, _finish_all, _LogBatcher
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -64,163 +63,6 @@ _FATAL = {
 #: Refusals of an idempotent batch that mean "not yet" while an earlier
 #: batch of the same producer is still out, and "never" once it is the oldest.
 _SEQUENCE = (Status.OUT_OF_SEQUENCE, Status.UNKNOWN_PRODUCER)
-
-
-class Ticket(Protocol):
-    """What learns one record's outcome: called once, on the client's loop."""
-
-    def finish(self, lsn: int, error: BaseException | None) -> None: ...
-
-
-class _Pending:
-    """One record of an ``AsyncClient.append`` awaiting its outcome."""
-
-    __slots__ = ("error", "event", "lsn")
-
-    def __init__(self) -> None:
-        self.event = trio.Event()
-        self.lsn = 0
-        self.error: BaseException | None = None
-
-    def finish(self, lsn: int, error: BaseException | None) -> None:
-        self.lsn = lsn
-        self.error = error
-        self.event.set()
-
-
-def _finish_all(tickets: Sequence[Ticket], first: int, error: BaseException | None) -> None:
-    """Each record of a batch learns its LSN, or the batch's error (a copy
-    each: threads that raise it at once must not share one traceback)."""
-    if error is None:
-        for i, t in enumerate(tickets):
-            t.finish(first + i, None)
-    else:
-        for t in tickets:
-            t.finish(0, _own(error))
-
-
-def _own(error: BaseException) -> BaseException:
-    try:
-        mine = copy.copy(error)
-    except Exception:  # an exception that cannot be copied: shared, as before
-        return error
-    return mine if type(mine) is type(error) else error
-
-
-def _size(payload: bytes | None) -> int:
-    return len(payload) if payload else 0
-
-
-class _LogBatcher:
-    """Coalesces concurrent appends to one log into few APPENDs."""
-
-    def __init__(self, appender: Appender, log_id: int) -> None:
-        self.appender = appender
-        self.log_id = log_id
-        self.payloads: list[bytes | None] = []
-        self.keys: list[bytes | None] = []
-        self.waiters: list[Ticket] = []
-        self.bytes = 0
-        self.inflight = 0
-        self.lingering = False
-
-    async def add(self, payload: bytes | None, key: bytes | None) -> int:
-        w = _Pending()
-        self.payloads.append(payload)
-        self.keys.append(key)
-        self.waiters.append(w)
-        self.bytes += _size(payload)
-        self._start()
-        await w.event.wait()
-        if w.error is not None:
-            raise w.error
-        return w.lsn
-
-    def enqueue(
-        self,
-        payloads: list[bytes | None],
-        keys: list[bytes | None],
-        tickets: list[Ticket],
-    ) -> None:
-        """Records from the accumulator, each with its ticket (no task each)."""
-        self.payloads += payloads
-        self.keys += keys
-        self.waiters += tickets
-        self.bytes += sum(_size(p) for p in payloads)
-        self._start()
-
-    def _start(self) -> None:
-        """Send what waits now, or linger for more (``linger_ms``)."""
-        s = self.appender.settings
-        if self._may_launch():
-            if s.linger_ms > 0 and self.bytes < s.batch_bytes_max:
-                self.lingering = True
-                self.appender.nursery.start_soon(self._linger)
-            else:
-                self.poke()
-
-    async def _linger(self) -> None:
-        await trio.sleep(self.appender.settings.linger_ms / 1000)
-        self.lingering = False
-        self.poke()
-
-    def _may_launch(self) -> bool:
-        producer = self.appender.producer(self.log_id)
-        return (
-            self.inflight < self.appender.settings.inflight_batches_per_log
-            and not self.lingering
-            and (producer is None or producer.room())
-        )
-
-    def poke(self) -> None:
-        """Launch what waits, as far as there is room (a batch of the log finished)."""
-        while self.waiters and self._may_launch():
-            self._launch()
-
-    def _launch(self) -> None:
-        n = self.appender.batch_end(self.payloads, 0)
-        size = sum(_size(p) for p in self.payloads[:n])
-        payloads, self.payloads = self.payloads[:n], self.payloads[n:]
-        keys, self.keys = self.keys[:n], self.keys[n:]
-        waiters, self.waiters = self.waiters[:n], self.waiters[n:]
-        self.bytes -= size
-        self.inflight += 1
-        producer = self.appender.producer(self.log_id)
-        number = producer.number(n) if producer is not None else None
-        try:
-            self.appender.nursery.start_soon(self._send, payloads, keys, waiters, number)
-        except RuntimeError:  # the client is closing: its nursery takes no new tasks
-            self.inflight -= 1
-            if producer is not None and number is not None:
-                producer.done(*number, failed=True)
-            _finish_all(waiters, 0, ClosedError("client is closed"))
-
-    async def _send(
-        self,
-        payloads: list[bytes | None],
-        keys: list[bytes | None],
-        waiters: list[Ticket],
-        number: tuple[int, int] | None,
-    ) -> None:
-        first = 0
-        error: BaseException | None = None
-        try:
-            first = await self.appender.append_rpc(self.log_id, payloads, keys, number)
-        except LogstrandError as exc:
-            error = exc
-        except BaseException:  # cancelled: the client is closing
-            error = ClosedError("client is closed")
-            raise
-        finally:
-            self.inflight -= 1
-            _finish_all(waiters, first, error)
-            self.poke()
-
-    def fail_waiting(self, error: LogstrandError) -> None:
-        """The client closes: what was never sent fails with ``error``."""
-        waiters, self.waiters = self.waiters, []
-        self.payloads, self.keys, self.bytes = [], [], 0
-        _finish_all(waiters, 0, error)
 
 
 def check_record(log_id: int, payload: bytes | None, key: bytes | None, payload_max: int) -> None:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
+from .. import _trace
 from ..errors import ProtocolError, Status, TransientError
 from ..wire import (
     FrameDecoder,
@@ -237,6 +238,8 @@ class Connection:
                 room, self._room = self._room, trio.Event()
                 room.set()
                 await self.stream.send_all(b"".join(frames) if len(frames) > 1 else frames[0])
+                if _trace.ON:
+                    _trace.mark("net.sent")
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
         finally:
@@ -316,6 +319,8 @@ class Connection:
                 intake.received(len(data), want)
             if not data:
                 return
+            if _trace.ON:
+                _trace.mark("net.received")
             decoder.feed(bytes(data))
             while (msg := decoder.next_message()) is not None:
                 frame = None

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from logstrand.client._accumulator import Accumulator
-from logstrand.client._appender import _finish_all
+from logstrand.client._batcher import _finish_all
 from logstrand.client._delivery import Delivery, Waiters
 from logstrand.errors import Status, TransientError
 
@@ -28,8 +28,11 @@ def test_a_delivery_finished_before_anyone_looks_never_makes_a_lock() -> None:
     d = Delivery(acc, 10, None)
     d.finish(42, None)
     assert "_condition" not in d.__dict__
-    assert d.done() and d.result() == 42 and d.exception() is None
-    assert not d.cancel() and not d.cancelled()
+    assert d.done()
+    assert d.result() == 42
+    assert d.exception() is None
+    assert not d.cancel()
+    assert not d.cancelled()
 
 
 def test_a_thread_waiting_on_a_delivery_is_woken_by_its_finish() -> None:
@@ -60,7 +63,8 @@ def test_wait_as_completed_and_callbacks_work_before_and_after_finish() -> None:
     for i, d in enumerate(ds):
         _later(0.02 * (i + 1), d.finish, 100 + i, None)
     done, not_done = concurrent.futures.wait(ds, timeout=5)
-    assert len(done) == 4 and not not_done
+    assert len(done) == 4
+    assert not not_done
     assert sorted(f.result() for f in concurrent.futures.as_completed(ds, timeout=5)) == [
         100,
         101,
@@ -93,7 +97,8 @@ def test_finish_frees_the_room_and_calls_on_delivery_even_if_it_fails() -> None:
     acc.bytes, acc.outstanding = 10, 1
     d.finish(5, None)
     assert calls == [(5, None)]
-    assert acc.pending() == 0 and acc.bytes == 0
+    assert acc.pending() == 0
+    assert acc.bytes == 0
 
 
 def test_each_record_of_a_failed_batch_gets_its_own_copy_of_the_error() -> None:
