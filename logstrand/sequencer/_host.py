@@ -46,6 +46,13 @@ Rules:
    appends: they wait, and once its appends in flight are done the log is
    activated again, in a new epoch (whose recovery ends the old one with a
    bridge).  Readers see one BRIDGE gap; appends never fail for it.
+7. A tick costs what is pending, not what is configured: it looks only at
+   the logs that need it (the *attention* set): a log enters it with every
+   event about it (an append, a STORE reply, an activation, a recovery's
+   end) and with every membership change (the owner may have moved), and
+   leaves it once nothing of it can change with time alone: no wave in
+   flight, recovered, released, not exhausted, and either owned here or
+   still busy.  Ten thousand idle logs cost a tick nothing.
 """
 
 from __future__ import annotations
@@ -58,6 +65,28 @@ import attrs
 
 from ..errors import Status
 from ._core import Action, ConfirmRefusal, ReplyAppend, SequencerCore
+from ._host_actions import (
+    Activate,
+    HostAction,
+    HostOptions,
+    Recover,
+    RecoveryStalled,
+    ReplySeqState,
+    SequencerState,
+    check_records,
+)
+
+__all__ = [
+    "Activate",
+    "HostAction",
+    "HostOptions",
+    "Recover",
+    "RecoveryStalled",
+    "ReplySeqState",
+    "SequencerHostCore",
+    "SequencerState",
+    "check_records",
+]
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -65,69 +94,6 @@ if TYPE_CHECKING:
     from ..batch import PackedBatch
     from ..epochstore._model import EpochMetadata, LogAttributes
     from ..idempotence import Producers
-
-
-@attrs.frozen
-class Activate:
-    """Run the activation procedure for the log, then report ``on_activated``
-    (or ``on_activation_failed``)."""
-
-    log_id: int
-
-
-@attrs.frozen
-class Recover:
-    """Run the recovery of the epochs before ``core.epoch`` (``history``: every
-    placement the log had, as the activation read it); report each failed
-    attempt with ``on_recovery_error`` and the end with ``on_recovery_done``.
-    Stop when ``recovery_wanted(log_id, core)`` turns false."""
-
-    log_id: int
-    core: SequencerCore
-    history: tuple[EpochMetadata, ...] = ()
-
-
-@attrs.frozen
-class RecoveryStalled:
-    """A recovery has not finished within the bound: say so loudly."""
-
-    log_id: int
-    epoch: int
-    seconds: float
-    attempts_failed: int
-    error: str
-
-
-@attrs.frozen
-class ReplySeqState:
-    """The answer to a GET_SEQ_STATE (after activation when there was none)."""
-
-    token: Any
-    status: Status
-    message: str = ""
-
-
-HostAction = Action | Activate | Recover | RecoveryStalled | ReplySeqState
-
-
-@attrs.frozen
-class HostOptions:
-    payload_bytes_max: int = 1024 * 1024
-    key_bytes_max: int = 4096
-    waiting_appends_max: int = 4096
-    recovery_stall_s: float = 10.0
-
-
-@attrs.frozen
-class SequencerState:
-    """What a node says of one log's sequencer (``logstrand info`` shows it)."""
-
-    epoch: int
-    recovered: bool
-    recovering_s: float
-    stalled: bool
-    attempts_failed: int
-    error: str
 
 
 @attrs.define(eq=False)
@@ -143,32 +109,6 @@ class _Slot:
     stall_reported: bool = False
 
 
-def check_records(
-    batch: PackedBatch, attributes: LogAttributes, options: HostOptions
-) -> tuple[Status, str] | None:
-    """Why a log cannot take these records, or None.  Checked before any STORE
-    (a record LogsDB cannot hold would fail the whole group commit it lands
-    in, other clients' records with it), from the lengths in the batch's
-    body: nothing is decompressed.  The body must match the checksum the
-    client computed."""
-    if not batch.body_ok():
-        return Status.CHECKSUM_MISMATCH, "the batch's body does not match its checksum"
-    compacted = attributes.compacted
-    limit = options.payload_bytes_max
-    lens = batch.payload_lens()
-    if -1 in lens and not compacted:
-        return Status.BADPAYLOAD, "a tombstone (payload None) needs a compacted log"
-    if max(lens) > limit:
-        return Status.TOOBIG, f"payload of {max(lens)} bytes exceeds the limit of {limit}"
-    keys = batch.key_lens()
-    if compacted and -1 in keys:
-        return Status.NOKEY, "the log is compacted: every record needs a key"
-    key_max = options.key_bytes_max
-    if max(keys) > key_max:
-        return Status.TOOBIG, f"a key is longer than {key_max} bytes"
-    return None
-
-
 class SequencerHostCore:
     """The sequencers of one node (see the module docstring)."""
 
@@ -176,6 +116,8 @@ class SequencerHostCore:
         self.node_id = node_id
         self.options = options or HostOptions()
         self._slots: dict[int, _Slot] = {}
+        #: The logs a tick looks at (rule 7).
+        self._attention: set[int] = set()
         #: Store waves started again, over every core this host ran.
         self.waves_retried = 0
 
@@ -199,6 +141,7 @@ class SequencerHostCore:
         problem = check_records(batch, attributes, self.options)
         if problem is not None:
             return [ReplyAppend(token, problem[0], message=f"log {log_id}: {problem[1]}")]
+        self._attention.add(log_id)
         slot = self._slots.setdefault(log_id, _Slot())
         core = slot.core
         if core is not None and not core.preempted:
@@ -224,6 +167,7 @@ class SequencerHostCore:
         if refusal is not None:
             assert isinstance(refusal, ReplyAppend)
             return [ReplySeqState(token, refusal.status, refusal.message)]
+        self._attention.add(log_id)
         slot = self._slots.setdefault(log_id, _Slot())
         if slot.core is not None and not slot.core.preempted:
             return [ReplySeqState(token, Status.OK)]
@@ -276,6 +220,7 @@ class SequencerHostCore:
     ) -> list[HostAction]:
         """The driver activated ``core`` (epoch taken, earlier epochs sealed;
         ``history``: the log's placements, which its recovery reads)."""
+        self._attention.add(log_id)
         slot = self._slots.setdefault(log_id, _Slot())
         assert slot.core is None or slot.core.epoch < core.epoch, "epochs only increase"
         slot.activating = False
@@ -318,6 +263,7 @@ class SequencerHostCore:
         later epoch handed out the refusal stands; else this core steps down
         and the batch waits for a new epoch's sequencer (its recovery brings
         every producer's batches), or goes to a newer core already here."""
+        self._attention.add(action.log_id)
         slot = self._slots.get(action.log_id)
         if slot is None:
             return [ReplyAppend(action.reply.token, Status.PREEMPTED, message="retry")]
@@ -356,6 +302,7 @@ class SequencerHostCore:
         """The recovery ended: every earlier epoch is clean (``recovered``,
         with the idempotent ``producers`` they hold), or a newer sequencer
         overtook it."""
+        self._attention.add(log_id)
         slot = self._slots.get(log_id)
         if slot is None or slot.core is not core:
             return []
@@ -377,6 +324,7 @@ class SequencerHostCore:
         core = slot.core if slot is not None else None
         if core is None:
             return []
+        self._attention.add(log_id)
         actions = self._appended(core, core.on_stored(store_id, node_id, status, now))
         assert slot is not None
         if core.preempted and core.idle and not slot.waiting and not slot.activating:
@@ -386,33 +334,65 @@ class SequencerHostCore:
         return actions
 
     def tick(self, now: float, owner_of: Callable[[int], int | None]) -> list[HostAction]:
-        """Store timeouts, stalled recoveries, retirement."""
+        """Store timeouts, stalled recoveries, retirement: of the logs that
+        need attention (rule 7)."""
         actions: list[HostAction] = []
-        for log_id, slot in list(self._slots.items()):
-            core = slot.core
-            if core is None:
-                if not slot.activating and not slot.waiting:
-                    del self._slots[log_id]
+        for log_id in list(self._attention):
+            slot = self._slots.get(log_id)
+            if slot is None:
+                self._attention.discard(log_id)
                 continue
-            deadline = core.next_deadline()
-            if deadline is not None and deadline <= now:
-                actions += self._appended(core, core.tick(now))
-            if core.exhausted:
-                actions += self._activate_if_due(log_id, slot)
-            if self._stalled(slot, core, now) and not slot.stall_reported:
-                slot.stall_reported = True
-                actions.append(
-                    RecoveryStalled(
-                        log_id,
-                        core.epoch,
-                        now - slot.activated_at,
-                        slot.attempts_failed,
-                        slot.error,
-                    )
-                )
-            if not slot.activating and self._retirable(core, functools.partial(owner_of, log_id)):
-                del self._slots[log_id]
+            actions += self._tick_one(log_id, slot, now, owner_of)
         return actions
+
+    def _tick_one(
+        self, log_id: int, slot: _Slot, now: float, owner_of: Callable[[int], int | None]
+    ) -> list[HostAction]:
+        actions: list[HostAction] = []
+        core = slot.core
+        if core is None:
+            if not slot.activating and not slot.waiting:
+                del self._slots[log_id]
+                self._attention.discard(log_id)
+            return actions
+        deadline = core.next_deadline()
+        if deadline is not None and deadline <= now:
+            actions += self._appended(core, core.tick(now))
+        if core.exhausted:
+            actions += self._activate_if_due(log_id, slot)
+        if self._stalled(slot, core, now) and not slot.stall_reported:
+            slot.stall_reported = True
+            actions.append(
+                RecoveryStalled(
+                    log_id,
+                    core.epoch,
+                    now - slot.activated_at,
+                    slot.attempts_failed,
+                    slot.error,
+                )
+            )
+        owner = functools.cache(functools.partial(owner_of, log_id))  # one look per tick
+        if not slot.activating and self._retirable(core, owner):
+            del self._slots[log_id]
+            self._attention.discard(log_id)
+        elif self._settled(slot, core, owner):
+            self._attention.discard(log_id)
+        return actions
+
+    def _settled(self, slot: _Slot, core: SequencerCore, owner: Callable[[], int | None]) -> bool:
+        """Rule 7: nothing of this log changes with time alone."""
+        if slot.activating or slot.waiting or core.exhausted:
+            return False
+        if core.next_deadline() is not None or not core.recovered or core.preempted:
+            return False
+        if core.released_lsn < core.last_known_good_lsn:
+            return False
+        return not core.idle or owner() == self.node_id
+
+    def on_owners_changed(self) -> None:
+        """The membership changed, so a log's owner may have: every log gets
+        one look (its retirement) at the next tick.  Once per change."""
+        self._attention.update(self._slots)
 
     def on_node_down(self, node_id: int, now: float) -> list[HostAction]:
         actions: list[HostAction] = []
@@ -457,11 +437,19 @@ class SequencerHostCore:
         )
 
     def stalled_logs(self, now: float) -> list[int]:
+        # A log not recovered keeps the attention of ticks (rule 7).
+        slots = self._slots
         return sorted(
             log
-            for log, s in self._slots.items()
-            if s.core is not None and self._stalled(s, s.core, now)
+            for log in self._attention
+            if (s := slots.get(log)) is not None
+            and s.core is not None
+            and self._stalled(s, s.core, now)
         )
+
+    def sequencer_count(self) -> int:
+        """Sequencers here, and activations under way (for a gauge)."""
+        return len(self._slots)
 
     # -- internals --------------------------------------------------------------
 

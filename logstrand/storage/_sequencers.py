@@ -424,7 +424,7 @@ class SequencerHost:
     def gauges(self) -> None:
         """Refresh the sequencer gauges (from the node's ticker, not per append)."""
         metrics = self.metrics
-        metrics.sequencers.set(len(self.core.logs()))
+        metrics.sequencers.set(self.core.sequencer_count())
         metrics.recovery_stalled.set(len(self.core.stalled_logs(trio.current_time())))
 
     async def tick(self) -> None:
@@ -440,6 +440,7 @@ class SequencerHost:
 
     def on_membership(self, old: frozenset[int], new: frozenset[int]) -> None:
         """Tell the cores about nodes that died or came back (their waves move on at once)."""
+        self.core.on_owners_changed()
         now = trio.current_time()
         for n in new - old:
             self.core.on_node_up(n)

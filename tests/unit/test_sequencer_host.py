@@ -212,3 +212,38 @@ def test_an_epoch_out_of_esns_moves_the_log_to_a_new_epoch() -> None:
         ("fourth", Status.OK, 2),
         ("fifth", Status.OK, 2),
     ]
+
+
+def test_ticks_cost_nothing_for_idle_logs_until_the_membership_changes() -> None:
+    """Rule 7: 2,000 logs active and idle here; a tick asks nobody who owns
+    them (no rendezvous per log per tick); a membership change makes the next
+    tick look at each once, and the logs whose owner moved retire."""
+    h = host()
+    logs = range(1, 2001)
+    for log in logs:
+        assert h.on_append(log, batch(), "t", 0.0, 1000, owner=ME, attributes=PLAIN) == [
+            Activate(log)
+        ]
+        sel = CopysetSelector((1, 2, 3), 2, rng=random.Random(log))
+        acts = h.on_activated(log, SequencerCore(log, 1, sel, recovered=True), 0.0, 1000)
+        for a in acts:
+            if isinstance(a, SendStore):
+                h.on_stored(log, a.message.store_id, a.node_id, Status.OK, 0.0)
+    asked: list[int] = []
+
+    def owner_of(log: int) -> int:
+        asked.append(log)
+        return ME if log % 3 else 2  # a third of the logs moved away
+
+    h.tick(1.0, lambda log: ME)  # the first tick settles them
+    for t in range(2, 12):
+        assert h.tick(float(t), owner_of) == []
+    assert asked == []  # ten ticks, not one owner looked up
+    assert len(h.logs()) == 2000
+    h.on_owners_changed()
+    h.tick(12.0, owner_of)
+    assert sorted(asked) == list(logs)  # each log looked at once
+    assert h.logs() == [log for log in logs if log % 3]  # the moved ones retired
+    asked.clear()
+    h.tick(13.0, owner_of)
+    assert asked == []

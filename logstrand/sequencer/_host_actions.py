@@ -1,0 +1,104 @@
+"""What the sequencer host asks of its driver (actions), its options, what it
+reports of a log, and the checks of records before any STORE.  Pure."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ..errors import Status
+from ._core import Action, SequencerCore
+
+if TYPE_CHECKING:
+    from ..batch import PackedBatch
+    from ..epochstore._model import EpochMetadata, LogAttributes
+
+
+@attrs.frozen
+class Activate:
+    """Run the activation procedure for the log, then report ``on_activated``
+    (or ``on_activation_failed``)."""
+
+    log_id: int
+
+
+@attrs.frozen
+class Recover:
+    """Run the recovery of the epochs before ``core.epoch`` (``history``: every
+    placement the log had, as the activation read it); report each failed
+    attempt with ``on_recovery_error`` and the end with ``on_recovery_done``.
+    Stop when ``recovery_wanted(log_id, core)`` turns false."""
+
+    log_id: int
+    core: SequencerCore
+    history: tuple[EpochMetadata, ...] = ()
+
+
+@attrs.frozen
+class RecoveryStalled:
+    """A recovery has not finished within the bound: say so loudly."""
+
+    log_id: int
+    epoch: int
+    seconds: float
+    attempts_failed: int
+    error: str
+
+
+@attrs.frozen
+class ReplySeqState:
+    """The answer to a GET_SEQ_STATE (after activation when there was none)."""
+
+    token: Any
+    status: Status
+    message: str = ""
+
+
+HostAction = Action | Activate | Recover | RecoveryStalled | ReplySeqState
+
+
+@attrs.frozen
+class HostOptions:
+    payload_bytes_max: int = 1024 * 1024
+    key_bytes_max: int = 4096
+    waiting_appends_max: int = 4096
+    recovery_stall_s: float = 10.0
+
+
+@attrs.frozen
+class SequencerState:
+    """What a node says of one log's sequencer (``logstrand info`` shows it)."""
+
+    epoch: int
+    recovered: bool
+    recovering_s: float
+    stalled: bool
+    attempts_failed: int
+    error: str
+
+
+def check_records(
+    batch: PackedBatch, attributes: LogAttributes, options: HostOptions
+) -> tuple[Status, str] | None:
+    """Why a log cannot take these records, or None.  Checked before any STORE
+    (a record LogsDB cannot hold would fail the whole group commit it lands
+    in, other clients' records with it), from the lengths in the batch's
+    body: nothing is decompressed.  The body must match the checksum the
+    client computed."""
+    if not batch.body_ok():
+        return Status.CHECKSUM_MISMATCH, "the batch's body does not match its checksum"
+    compacted = attributes.compacted
+    limit = options.payload_bytes_max
+    lens = batch.payload_lens()
+    if -1 in lens and not compacted:
+        return Status.BADPAYLOAD, "a tombstone (payload None) needs a compacted log"
+    if max(lens) > limit:
+        return Status.TOOBIG, f"payload of {max(lens)} bytes exceeds the limit of {limit}"
+    keys = batch.key_lens()
+    if compacted and -1 in keys:
+        return Status.NOKEY, "the log is compacted: every record needs a key"
+    key_max = options.key_bytes_max
+    if max(keys) > key_max:
+        return Status.TOOBIG, f"a key is longer than {key_max} bytes"
+    return None
