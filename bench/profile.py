@@ -4,6 +4,7 @@
     python bench/profile.py append-10k
     python bench/profile.py arrow-100b     # read_arrow, what each Spark task runs
     python bench/profile.py sequential-100b  # append one record, wait, again
+    python bench/profile.py many-logs      # one record to each of 10,000 logs, again
 
 A local 3-node cluster (R=2) gets the workload's records; then the workload
 runs again in a loop while ``py-spy record`` samples (at 200 Hz, native frames
@@ -32,6 +33,7 @@ from logstrand.testing import LocalCluster, cpu_s
 
 SIZE = 10 * 1024
 WINDOW = 1000
+MANY = 3_000
 
 
 def _workload(case: str, url: str, stop: threading.Event) -> int:
@@ -49,8 +51,17 @@ def _workload(case: str, url: str, stop: threading.Event) -> int:
                 client.append_batch(
                     1, [b"%012d" % i + pad for i in range(lo, lo + 10_000)], keys=keys
                 )
+        if case == "many-logs":
+            for log in range(1, MANY + 1):
+                client.append_async(log, b"first")
+            client.flush(600)
         while not stop.is_set():
-            if case == "append-10k":
+            if case == "many-logs":
+                for log in range(1, MANY + 1):
+                    client.append_async(log, payloads[0][:100])
+                client.flush(600)
+                done += MANY
+            elif case == "append-10k":
                 client.append_batch(1, payloads)
                 done += WINDOW
             elif case == "sequential-100b":
@@ -83,7 +94,7 @@ def _top(raw: Path, n: int) -> list[tuple[str, float]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    ap.add_argument("case", choices=("backfill-10k", "append-10k", "arrow-100b", "sequential-100b"))
+    ap.add_argument("case", choices=("backfill-10k", "append-10k", "arrow-100b", "sequential-100b", "many-logs"))
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--top", type=int, default=15)
     args = ap.parse_args()
@@ -93,14 +104,14 @@ def main() -> None:
         LocalCluster(Path(d) / "cluster", nodes=3) as cluster,
     ):
         with open_epoch_store(cluster.url) as store:
-            store.create_logs(1, 1, LogAttributes(replication_factor=2))
+            store.create_logs(1, MANY, LogAttributes(replication_factor=2))
         stop = threading.Event()
         result: list[int] = []
         worker = threading.Thread(
             target=lambda: result.append(_workload(args.case, cluster.url, stop)), daemon=True
         )
         worker.start()
-        time.sleep(3.0)  # past the warm-up (and the backfill's appends)
+        time.sleep(30.0 if args.case == "many-logs" else 3.0)  # past the warm-up
         pids = {"client": os.getpid()} | {f"node {n}": p.pid for n, p in cluster.procs.items()}
         outs = {name: Path(d) / f"{name.replace(' ', '')}.txt" for name in pids}
         cpu0 = {name: cpu_s([pid]) for name, pid in pids.items()}

@@ -58,8 +58,10 @@ class Accumulator:
         self._woken = False
         #: Sizes of records finished on the I/O thread, not yet counted.
         self._freed: list[int] = []
-        #: Threads waiting for room or for a flush (they need a notify).
+        #: Threads waiting for room or for a flush (they need a notify), and
+        #: of them those waiting for room.
         self._waiting = 0
+        self._waiting_room = 0
         #: Bytes of records accepted and not yet acknowledged or failed.
         self.bytes = 0
         #: Records accepted and not yet acknowledged or failed.
@@ -96,6 +98,7 @@ class Accumulator:
     def _wait_for_room(self, size: int) -> None:
         deadline = time.monotonic() + self.max_block_s
         self._waiting += 1
+        self._waiting_room += 1
         try:
             while True:
                 self._fold()
@@ -114,6 +117,7 @@ class Accumulator:
                 self._changed.wait(min(left, POLL_S))
         finally:
             self._waiting -= 1
+            self._waiting_room -= 1
 
     def take(self) -> dict[int, Waiting]:
         """Everything waiting (on the I/O thread); the next record wakes it again."""
@@ -126,8 +130,12 @@ class Accumulator:
         """A record was acknowledged or failed: its room is free.  Called on
         the I/O thread for every record, so it takes no lock (``list.append``
         is atomic) unless someone waits for room or for a flush."""
-        self._freed.append(size)
-        if self._waiting:
+        freed = self._freed
+        freed.append(size)
+        # A producer waiting for room wants every release; a flush only the
+        # last one (read without the lock: a notify missed by a race is made
+        # up by the waiters' POLL_S).
+        if self._waiting_room or (self._waiting and len(freed) >= self.outstanding):
             with self._changed:
                 self._fold()
                 self._changed.notify_all()

@@ -29,6 +29,15 @@ if TYPE_CHECKING:
 SUSPECT_S = 5.0
 
 
+class _Watch:
+    __slots__ = ("found", "started", "waiters")
+
+    def __init__(self) -> None:
+        self.found = trio.Event()
+        self.waiters = 0
+        self.started = False
+
+
 class NodeWatch:
     def __init__(
         self,
@@ -50,28 +59,68 @@ class NodeWatch:
         #: The last answer (when, the node that gave it, whom it finds dead):
         #: requests waiting on slow nodes together ask once per ``poll_s``.
         self._last: tuple[float, int, frozenset[int]] = (-1e9, 0, frozenset())
+        #: Set when the question being asked now is answered: the others wait
+        #: for it instead of asking too (ten thousand slow appends ask once).
+        self._asking: trio.Event | None = None
+        #: Nodes being asked about, with the requests waiting on each.
+        self._watches: dict[int, _Watch] = {}
 
     async def wait_gone(self, node: int) -> None:
         """Return once ``node`` is found gone: out of the membership, suspected,
         or dead to the nodes' failure detector.  (Runs beside a request to
         ``node`` that has waited ``suspect_after_s``, and is cancelled when
-        the answer comes.)"""
-        while not self._gone(node):
-            dead = await self._ask(exclude=node)
-            if node in dead:
-                self._suspect(node)
-                return
-            await trio.sleep(self.poll_s)
+        the answer comes.)  However many requests wait on one node, one task
+        asks about it."""
+        if self._gone(node):
+            return
+        watch = self._watches.get(node)
+        if watch is None:
+            watch = self._watches[node] = _Watch()
+            self.nursery.start_soon(self._poll, node, watch)
+        watch.waiters += 1
+        try:
+            await watch.found.wait()
+        finally:
+            watch.waiters -= 1
+
+    async def _poll(self, node: int, watch: _Watch) -> None:
+        """Ask about ``node`` every ``poll_s`` while requests wait on it."""
+        try:
+            while watch.waiters or not watch.started:
+                watch.started = True
+                if self._gone(node):
+                    break
+                dead = await self._ask(exclude=node)
+                if node in dead:
+                    self._suspect(node)
+                    break
+                await trio.sleep(self.poll_s)
+        finally:
+            del self._watches[node]
+            watch.found.set()
 
     def _gone(self, node: int) -> bool:
         return node not in self.view.up or self.view.suspected(node)
 
     async def _ask(self, *, exclude: int) -> frozenset[int]:
         """Who another node's failure detector finds dead (nothing when no
-        other node answers in time)."""
-        at, asked, dead = self._last
-        if trio.current_time() - at < self.poll_s and asked != exclude:
-            return dead
+        other node answers in time).  One question at a time per client."""
+        for _ in range(2):
+            at, asked, dead = self._last
+            if trio.current_time() - at < self.poll_s and asked != exclude:
+                return dead
+            asking = self._asking
+            if asking is None:
+                break
+            await asking.wait()  # then its answer, unless it came from ``exclude``
+        self._asking = asking = trio.Event()
+        try:
+            return await self._ask_one(exclude)
+        finally:
+            self._asking = None
+            asking.set()
+
+    async def _ask_one(self, exclude: int) -> frozenset[int]:
         others = sorted(n for n in self.view.up if n != exclude and not self.view.suspected(n))
         if not others:
             return frozenset()

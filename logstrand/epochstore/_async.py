@@ -23,11 +23,56 @@ if TYPE_CHECKING:
 R = TypeVar("R")
 
 
+class _Call:
+    __slots__ = ("done", "fn", "ok", "value")
+
+    def __init__(self, fn: Callable[[EpochStore], Any]) -> None:
+        self.fn = fn
+        self.done = False
+        self.ok = False
+        self.value: Any = None
+
+
 class AsyncEpochStore:
     def __init__(self, store: EpochStore, *, threads_max: int = 8) -> None:
         self.store = store
         self.cluster = store.cluster
         self._limiter = trio.CapacityLimiter(threads_max)
+        #: ``grouped`` calls waiting for the next group, and whether one runs.
+        self._queue: list[_Call] = []
+        self._leading = False
+        self._turn = trio.Event()
+
+    async def grouped(self, fn: Callable[[EpochStore], R]) -> R:
+        """``fn(store)`` in a worker thread together with the other grouped
+        calls waiting now: one thread hop, and on SQLite one transaction and
+        one fsync, for a burst of activations (``EpochStore.calls``).  For
+        short calls only: each waits for the whole group."""
+        call = _Call(fn)
+        self._queue.append(call)
+        while not call.done:
+            if self._leading:
+                await self._turn.wait()
+                continue
+            self._leading = True
+            group, self._queue = self._queue, []
+            try:
+                # Not abandoned on cancel: the group's results must reach its callers.
+                outcomes = await trio.to_thread.run_sync(
+                    functools.partial(self.store.calls, [c.fn for c in group]),
+                    limiter=self._limiter,
+                )
+                for c, (ok, value) in zip(group, outcomes, strict=True):
+                    c.ok, c.value, c.done = ok, value, True
+            finally:
+                self._queue[:0] = [c for c in group if not c.done]  # cancelled before it ran
+                self._leading = False
+                turn, self._turn = self._turn, trio.Event()
+                turn.set()
+        if not call.ok:
+            raise call.value
+        result: R = call.value
+        return result
 
     async def run(self, fn: Callable[[EpochStore], R]) -> R:
         """``fn(store)`` in a worker thread (the sequencer's procedures ask
@@ -59,6 +104,9 @@ class AsyncEpochStore:
 
     async def trim_point(self, log_id: int) -> int:
         return await self._call(self.store.trim_point, log_id)
+
+    async def trim_points(self, log_ids: list[int]) -> dict[int, int]:
+        return await self._call(self.store.trim_points, log_ids)
 
     async def set_trim_point(self, log_id: int, lsn: int) -> int:
         return await self._call(self.store.set_trim_point, log_id, lsn)

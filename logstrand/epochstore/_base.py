@@ -44,7 +44,7 @@ from ._rebuilding import RebuildingDocs
 from ._security import SecurityDocs
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     from ._members import Members
 
@@ -115,6 +115,31 @@ class EpochStore(SecurityDocs, RebuildingDocs, ProducerDocs, abc.ABC):
     @abc.abstractmethod
     def _get(self, path: str) -> tuple[bytes, int] | None:
         """The document at ``path`` and its version, or None."""
+
+    def calls(self, fns: list[Callable[[EpochStore], Any]]) -> list[tuple[bool, Any]]:
+        """Run ``fns`` one after another: for each, (True, its result) or
+        (False, the exception it raised); one failing does not stop the
+        others.  A backend may make them one durable write (SQLite: one
+        transaction, so a burst of activations pays one fsync, not one each);
+        if that write fails, every one of them gets its error, results and
+        all: nothing it decided is used unless it is stored."""
+        out: list[tuple[bool, Any]] = []
+        for fn in fns:
+            try:
+                out.append((True, fn(self)))
+            except Exception as exc:
+                out.append((False, exc))
+        return out
+
+    def _get_many(self, paths: list[str]) -> dict[str, bytes]:
+        """The documents that exist among ``paths`` (a backend may read them
+        in fewer round trips than one each)."""
+        out = {}
+        for path in paths:
+            got = self._get(path)
+            if got is not None:
+                out[path] = got[0]
+        return out
 
     @abc.abstractmethod
     def _cas(self, path: str, value: bytes, version: int | None) -> bool:
@@ -282,6 +307,17 @@ class EpochStore(SecurityDocs, RebuildingDocs, ProducerDocs, abc.ABC):
         _check_log(log_id)
         doc = self._doc(f"trims/{log_id}")
         return 0 if doc is None else int(doc["lsn"])
+
+    def trim_points(self, log_ids: Iterable[int]) -> dict[int, int]:
+        """``trim_point`` of many logs at once (those never trimmed: 0)."""
+        logs = list(log_ids)
+        for log in logs:
+            _check_log(log)
+        docs = self._get_many([f"trims/{log}" for log in logs])
+        return {
+            log: int(json.loads(docs[f"trims/{log}"])["lsn"]) if f"trims/{log}" in docs else 0
+            for log in logs
+        }
 
     def set_trim_point(self, log_id: int, lsn: int) -> int:
         """Move the log's trim point up to ``lsn`` (never down); returns it.

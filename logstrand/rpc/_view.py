@@ -65,9 +65,41 @@ class ClusterView:
         # before its membership lease lapses.  Safe to be wrong: two sequencers
         # of one log cannot both get appends acknowledged (sealing).
         self._suspects: dict[int, float] = {}
+        self._refreshing: trio.Event | None = None
+        self._queued: trio.Event | None = None
 
     async def refresh(self) -> None:
-        """Re-read nodes, log ranges and membership now."""
+        """Re-read nodes, log ranges and membership now.  Callers that come
+        while a refresh runs share the next one, which starts after it (so
+        each sees what was true when it called): a thousand appends retrying
+        at once read the store twice, not a thousand times."""
+        running = self._refreshing
+        if running is None:
+            await self._round(trio.Event())
+            return
+        queued = self._queued
+        if queued is not None:
+            await queued.wait()
+            return
+        self._queued = mine = trio.Event()
+        try:
+            await running.wait()
+        except BaseException:  # cancelled: the others waiting on it go on without
+            self._queued = None
+            mine.set()
+            raise
+        self._queued = None
+        await self._round(mine)
+
+    async def _round(self, done: trio.Event) -> None:
+        self._refreshing = done
+        try:
+            await self._refresh()
+        finally:
+            self._refreshing = None
+            done.set()
+
+    async def _refresh(self) -> None:
         nodes = await self.astore.nodes()
         ranges = await self.astore.log_ranges()
         members = await self.astore.members()

@@ -57,7 +57,7 @@ class Guard:
         #: Facts whose last reading failed (the store could not be reached).
         self._unread: dict[tuple[str, int], float] = {}
         self._inflight: dict[tuple[str, int], trio.Event] = {}
-        self._es = trio.CapacityLimiter(2)
+        self._es = trio.CapacityLimiter(64)
         self.users: dict[str, dict[str, Any]] = {}
         self.grants: tuple[Grant, ...] = ()
         self._security_read = -1e9
@@ -120,7 +120,9 @@ class Guard:
                 if fact == "config":
                     await self.view.refresh()
                 elif fact == "epochs":
-                    self._next_epoch[log_id] = (await store.log_epochs(log_id)).next_epoch
+                    # Grouped: a burst of new logs' first STOREs reads together.
+                    epochs = await store.grouped(lambda s: s.log_epochs(log_id))
+                    self._next_epoch[log_id] = epochs.next_epoch
                 elif fact == "trim":
                     self._trim[log_id] = await store.trim_point(log_id)
                 elif fact == "lce":
@@ -131,6 +133,14 @@ class Guard:
         return True
 
     # -- the checks ----------------------------------------------------------------
+
+    def must_read(self, msg: Any) -> bool:
+        """Whether ``check`` would read the epoch store for ``msg`` (a fact
+        it refuses on may be stale), so that it can wait aside."""
+        if type(msg) is Store and msg.recovery_seal:
+            return True
+        refused = _admission.check(msg, self)
+        return refused is not None and refused.recheck is not None
 
     async def check(self, principal: Principal, msg: Any) -> tuple[Status, str] | None:
         """Why ``msg`` from ``principal`` must be refused, or None."""

@@ -62,6 +62,21 @@ if TYPE_CHECKING:
 _log = logging.getLogger("logstrand.node")
 
 
+#: Messages of one connection whose checks wait on the epoch store at once
+#: (past this, the next one is checked in line, and reading waits).
+ASIDE_MAX = 1024
+
+
+class _Aside:
+    """A connection's messages being checked beside its reading."""
+
+    __slots__ = ("nursery", "running")
+
+    def __init__(self, nursery: trio.Nursery) -> None:
+        self.nursery = nursery
+        self.running = 0
+
+
 class Server:
     def __init__(
         self,
@@ -217,8 +232,9 @@ class Server:
             async with trio.open_nursery() as nursery:
                 conn.attach(nursery.cancel_scope)
                 nursery.start_soon(conn.writer)
+                aside = _Aside(nursery)
                 await conn.receive_messages(
-                    functools.partial(self._dispatch, conn),
+                    functools.partial(self._dispatch, conn, aside),
                     busy=functools.partial(self._busy, conn),
                 )
                 nursery.cancel_scope.cancel()
@@ -233,12 +249,28 @@ class Server:
         could lose a STORE in flight), or a connection with a read stream."""
         return conn.peer_node_id is not None or self.busy(conn)
 
-    async def _dispatch(self, conn: Connection, msg: Any) -> None:
+    async def _dispatch(self, conn: Connection, aside: _Aside, msg: Any) -> None:
         handler = self._handlers.get(type(msg))
         if handler is None:
             if conn.intake is not None:
                 conn.intake.unanswered(msg)  # nothing here answers it
             return
+        if aside.running < ASIDE_MAX and self.guard.must_read(msg):
+            # Its check reads the epoch store (a STORE of a log's first epoch
+            # this node has not seen yet): the connection goes on reading
+            # meanwhile, instead of every STORE behind it waiting a read each.
+            aside.running += 1
+            aside.nursery.start_soon(self._aside, conn, aside, handler, msg)
+            return
+        await self._handle(conn, handler, msg)
+
+    async def _aside(self, conn: Connection, aside: _Aside, handler: Any, msg: Any) -> None:
+        try:
+            await self._handle(conn, handler, msg)
+        finally:
+            aside.running -= 1
+
+    async def _handle(self, conn: Connection, handler: Any, msg: Any) -> None:
         try:
             refused = await self.guard.check(conn.principal, msg)
             if refused is not None:

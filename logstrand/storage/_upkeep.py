@@ -84,7 +84,7 @@ class Upkeep:
         while True:
             try:
                 logs = self.committer.logs()
-                trims = {log: await store.trim_point(log) for log in logs}
+                trims = await store.trim_points(sorted(logs))  # one hop, not one a log
                 retention, space = {}, {}
                 storage_nodes = max(1, len(view.storage_weights()))
                 for log in logs:

@@ -103,6 +103,14 @@ def test_trim_points_only_move_up(store: EpochStore) -> None:
     assert store.set_trim_point(1, 200) == 500
     assert store.trim_point(1) == 500
     assert store.trim_point(2) == 0
+    # Many at once (one query on SQLite, in chunks past its parameter bound).
+    for log in range(10, 1210, 3):
+        store.set_trim_point(log, log * 7)
+    got = store.trim_points(range(1, 1210))
+    assert got == {
+        log: 500 if log == 1 else log * 7 if log >= 10 and (log - 10) % 3 == 0 else 0
+        for log in range(1, 1210)
+    }
 
 
 def test_compaction_state_counts_passes_and_its_clean_point_only_moves_up(

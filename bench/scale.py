@@ -1,0 +1,126 @@
+"""Many logs: what each costs as their number grows.
+
+    .venv/bin/python bench/scale.py [--logs 1000,10000] [--repeat 1]
+
+For each N, on a fresh local 3-node cluster (R=2, 100 B records):
+
+- ``create``: ``create_logs(1, N)`` in the epoch store;
+- ``first``: one ``append_async`` to every log, at most 256 unanswered (each
+  activates the log's sequencer): seconds, activations/s and errors;
+- ``again``: one more record to every log, a loop of ``append_async``: rec/s;
+- ``tails``: ``tail_lsn`` of every log, 64 at a time: seconds;
+- ``idle``: the nodes' CPU (% of a core, each) and RSS over 10 s with
+  nothing written; RSS growth per active log against a cluster with none.
+
+Prints one table row per N and the growth of per-log costs from the
+smallest N to the largest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import logstrand
+from logstrand.epochstore import LogAttributes, open_epoch_store
+from logstrand.testing import LocalCluster, cpu_s, rss_mb
+
+PAYLOAD = b"x" * 100
+WINDOW = 256
+
+
+def windowed(client: logstrand.Client, logs: range) -> tuple[float, int]:
+    """One append_async per log, at most WINDOW unanswered: (seconds, errors)."""
+    room = threading.Semaphore(WINDOW)
+    errors = [0]
+
+    def done(lsn: int, error: BaseException | None) -> None:
+        if error is not None:
+            errors[0] += 1
+        room.release()
+
+    t0 = time.perf_counter()
+    for log in logs:
+        room.acquire()
+        client.append_async(log, PAYLOAD, on_delivery=done)
+    client.flush(600)
+    return time.perf_counter() - t0, errors[0]
+
+
+def idle(cluster: LocalCluster, seconds: float) -> tuple[float, float]:
+    """The nodes' mean CPU (% of a core) and mean RSS (MiB) over ``seconds``."""
+    pids = [p.pid for p in cluster.procs.values()]
+    c0 = cpu_s(pids)
+    time.sleep(seconds)
+    cpu = (cpu_s(pids) - c0) / seconds / len(pids) * 100
+    return cpu, statistics.mean(rss_mb(p) for p in pids)
+
+
+def one(n: int, idle_s: float) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as d, LocalCluster(f"{d}/c", nodes=3) as c:
+        out: dict[str, Any] = {"logs": n}
+        out["cpu0"], out["rss0"] = idle(c, min(idle_s, 5.0))
+        t0 = time.perf_counter()
+        with open_epoch_store(c.url) as es:
+            es.create_logs(1, n, LogAttributes(replication_factor=2))
+        out["create_s"] = time.perf_counter() - t0
+        settings = logstrand.ClientSettings(append_timeout_s=120.0)
+        with logstrand.connect(c.url, settings=settings) as client:
+            out["first_s"], out["first_errors"] = windowed(client, range(1, n + 1))
+            t0 = time.perf_counter()
+            for log in range(1, n + 1):
+                client.append_async(log, PAYLOAD)
+            left = client.flush(600)
+            out["again_rps"] = n / (time.perf_counter() - t0)
+            out["again_left"] = left
+            t0 = time.perf_counter()
+            with ThreadPoolExecutor(64) as pool:
+                list(pool.map(client.tail_lsn, range(1, n + 1)))
+            out["tails_s"] = time.perf_counter() - t0
+        out["cpu"], out["rss"] = idle(c, idle_s)
+        return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--logs", default="1000,10000")
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--idle-seconds", type=float, default=10.0)
+    args = ap.parse_args()
+    sizes = [int(x) for x in args.logs.split(",")]
+    rows = []
+    for n in sizes:
+        runs = [one(n, args.idle_seconds) for _ in range(args.repeat)]
+        rows.append({k: statistics.median(r[k] for r in runs) for k in runs[0]})
+    print(f"3 nodes, R=2, SQLite epoch store, medians of {args.repeat} run(s)\n")
+    print(
+        "| logs | create | first appends | activations/s | errors | one more each "
+        "| tail_lsn of all | idle CPU/node | RSS/node | RSS per active log |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        per_log_kib = (r["rss"] - r["rss0"]) * 1024 / r["logs"]
+        print(
+            f"| {r['logs']:,} | {r['create_s']:.2f} s | {r['first_s']:.1f} s "
+            f"| {r['logs'] / r['first_s']:,.0f} | {r['first_errors']:.0f} "
+            f"| {r['again_rps']:,.0f} rec/s | {r['tails_s']:.1f} s "
+            f"| {r['cpu']:.1f}% (none: {r['cpu0']:.1f}%) | {r['rss']:.0f} MiB "
+            f"| {per_log_kib:.1f} KiB |"
+        )
+    if len(rows) > 1:
+        a, b = rows[0], rows[-1]
+        print(
+            f"\nper-log growth {a['logs']:,} -> {b['logs']:,}: activation "
+            f"{(b['first_s'] / b['logs']) / (a['first_s'] / a['logs']):.2f}x, "
+            f"one more record {(a['again_rps'] / b['again_rps']):.2f}x, "
+            f"tail_lsn {(b['tails_s'] / b['logs']) / (a['tails_s'] / a['logs']):.2f}x"
+        )
+
+
+if __name__ == "__main__":
+    main()
