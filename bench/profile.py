@@ -94,7 +94,9 @@ def _top(raw: Path, n: int) -> list[tuple[str, float]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    ap.add_argument("case", choices=("backfill-10k", "append-10k", "arrow-100b", "sequential-100b", "many-logs"))
+    ap.add_argument(
+        "case", choices=("backfill-10k", "append-10k", "arrow-100b", "sequential-100b", "many-logs")
+    )
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--top", type=int, default=15)
     args = ap.parse_args()

@@ -39,12 +39,13 @@ from ..errors import (
 )
 from ..idempotence._docs import ProducerDocs
 from ..records import EPOCH_MAX, check_log_id
-from ._model import EpochEnd, EpochMetadata, LogAttributes, LogEpochs, LogRange, NodeConfig
+from ._log_docs import LogDocs
+from ._model import EpochMetadata, LogAttributes, LogEpochs, LogRange, NodeConfig
 from ._rebuilding import RebuildingDocs
 from ._security import SecurityDocs
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable
 
     from ._members import Members
 
@@ -99,7 +100,7 @@ class Watch:
         self._cancel()
 
 
-class EpochStore(SecurityDocs, RebuildingDocs, ProducerDocs, abc.ABC):
+class EpochStore(LogDocs, SecurityDocs, RebuildingDocs, ProducerDocs, abc.ABC):
     """Per-log epochs, the cluster configuration and membership.
 
     Every method is blocking and thread-safe; trio code calls them through
@@ -301,90 +302,6 @@ class EpochStore(SecurityDocs, RebuildingDocs, ProducerDocs, abc.ABC):
             return {"lce": epoch}
 
         return int(self._update(f"lce/{log_id}", change)["lce"])
-
-    def trim_point(self, log_id: int) -> int:
-        """The log's trim point as last set by ``set_trim_point`` (0: never trimmed)."""
-        _check_log(log_id)
-        doc = self._doc(f"trims/{log_id}")
-        return 0 if doc is None else int(doc["lsn"])
-
-    def trim_points(self, log_ids: Iterable[int]) -> dict[int, int]:
-        """``trim_point`` of many logs at once (those never trimmed: 0)."""
-        logs = list(log_ids)
-        for log in logs:
-            _check_log(log)
-        docs = self._get_many([f"trims/{log}" for log in logs])
-        return {
-            log: int(json.loads(docs[f"trims/{log}"])["lsn"]) if f"trims/{log}" in docs else 0
-            for log in logs
-        }
-
-    def set_trim_point(self, log_id: int, lsn: int) -> int:
-        """Move the log's trim point up to ``lsn`` (never down); returns it.
-
-        The authoritative copy: nodes apply it when they hear of it, and a
-        node that was down when a log was trimmed catches up from here.
-        """
-        _check_log(log_id)
-
-        def change(doc: Any) -> Any:
-            cur = 0 if doc is None else int(doc["lsn"])
-            return {"lsn": max(cur, lsn)}
-
-        return int(self._update(f"trims/{log_id}", change)["lsn"])
-
-    def compaction(self, log_id: int) -> dict[str, Any] | None:
-        """The log's compaction state: ``clean_point``, ``clean_bytes`` (one copy
-        of what lies at or below it), ``passes`` and ``last_pass`` (its stats);
-        None before the first pass."""
-        _check_log(log_id)
-        doc = self._doc(f"compaction/{log_id}")
-        return None if doc is None else dict(doc)
-
-    def record_compaction(
-        self, log_id: int, clean_point: int, clean_bytes: int, last_pass: dict[str, Any]
-    ) -> dict[str, Any]:
-        """Record a finished pass.  The clean point only moves up: a pass that
-        ended below a later one's point leaves it (and its byte count) alone."""
-        _check_log(log_id)
-
-        def change(doc: Any) -> Any:
-            cur = doc or {"clean_point": 0, "clean_bytes": 0, "passes": 0}
-            out = dict(cur)
-            out["passes"] = int(cur.get("passes", 0)) + 1
-            out["last_pass"] = last_pass
-            if clean_point >= int(cur.get("clean_point", 0)):
-                out["clean_point"] = clean_point
-                out["clean_bytes"] = clean_bytes
-            return out
-
-        result: dict[str, Any] = self._update(f"compaction/{log_id}", change)
-        return result
-
-    def epoch_end(self, log_id: int, epoch: int) -> EpochEnd | None:
-        """How recovery ended ``epoch`` (None: not recovered, or nothing to recover)."""
-        _check_log(log_id)
-        doc = self._doc(f"ends/{log_id}/{epoch}")
-        return None if doc is None else EpochEnd.from_json(doc)
-
-    def record_epoch_end(self, log_id: int, epoch: int, end: EpochEnd) -> EpochEnd:
-        """Record how a recovery ended ``epoch``; a recovery with a higher seal wins.
-
-        Returns the end in force afterwards: ``end``, or one recorded by a
-        recovery with a seal at least as high (which then stands).
-        """
-        _check_log(log_id)
-        if epoch >= end.seal:
-            raise InvalidArgumentError(
-                f"log {log_id}: epoch {epoch} recovered with seal {end.seal}"
-            )
-
-        def change(doc: Any) -> Any:
-            if doc is not None and EpochEnd.from_json(doc).seal >= end.seal:
-                return doc
-            return end.to_json()
-
-        return EpochEnd.from_json(self._update(f"ends/{log_id}/{epoch}", change))
 
     # nodes
 

@@ -4,6 +4,7 @@ runs share the next one, and each sees what was true when it called."""
 from __future__ import annotations
 
 import trio
+import trio.lowlevel
 
 from logstrand.epochstore import LogAttributes, NodeConfig
 from logstrand.rpc import ClusterView
@@ -32,7 +33,7 @@ async def test_a_thousand_refreshes_read_the_store_a_few_times_and_see_new_logs(
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(view.refresh)  # the refresh running when the log appears
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         store.create_logs(1, 10, LogAttributes(replication_factor=1))
         for _ in range(1000):
             nursery.start_soon(caller)

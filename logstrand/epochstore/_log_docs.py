@@ -1,0 +1,110 @@
+"""Per-log documents of the epoch store beside its epochs: trim points,
+compaction state, and how recoveries ended epochs."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from ..errors import InvalidArgumentError
+from ..records import check_log_id
+from ._model import EpochEnd
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+
+def _check_log(log_id: int) -> None:
+    check_log_id(log_id, internal=True)
+
+
+class LogDocs:
+    """Mixed into ``EpochStore``: needs its ``_doc``, ``_update`` and ``_get_many``."""
+
+    _doc: Callable[[str], Any]
+    _update: Callable[[str, Callable[[Any], Any]], Any]
+    _get_many: Callable[[list[str]], dict[str, bytes]]
+
+    def trim_point(self, log_id: int) -> int:
+        """The log's trim point as last set by ``set_trim_point`` (0: never trimmed)."""
+        _check_log(log_id)
+        doc = self._doc(f"trims/{log_id}")
+        return 0 if doc is None else int(doc["lsn"])
+
+    def trim_points(self, log_ids: Iterable[int]) -> dict[int, int]:
+        """``trim_point`` of many logs at once (those never trimmed: 0)."""
+        logs = list(log_ids)
+        for log in logs:
+            _check_log(log)
+        docs = self._get_many([f"trims/{log}" for log in logs])
+        return {
+            log: int(json.loads(docs[f"trims/{log}"])["lsn"]) if f"trims/{log}" in docs else 0
+            for log in logs
+        }
+
+    def set_trim_point(self, log_id: int, lsn: int) -> int:
+        """Move the log's trim point up to ``lsn`` (never down); returns it.
+
+        The authoritative copy: nodes apply it when they hear of it, and a
+        node that was down when a log was trimmed catches up from here.
+        """
+        _check_log(log_id)
+
+        def change(doc: Any) -> Any:
+            cur = 0 if doc is None else int(doc["lsn"])
+            return {"lsn": max(cur, lsn)}
+
+        return int(self._update(f"trims/{log_id}", change)["lsn"])
+
+    def compaction(self, log_id: int) -> dict[str, Any] | None:
+        """The log's compaction state: ``clean_point``, ``clean_bytes`` (one copy
+        of what lies at or below it), ``passes`` and ``last_pass`` (its stats);
+        None before the first pass."""
+        _check_log(log_id)
+        doc = self._doc(f"compaction/{log_id}")
+        return None if doc is None else dict(doc)
+
+    def record_compaction(
+        self, log_id: int, clean_point: int, clean_bytes: int, last_pass: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Record a finished pass.  The clean point only moves up: a pass that
+        ended below a later one's point leaves it (and its byte count) alone."""
+        _check_log(log_id)
+
+        def change(doc: Any) -> Any:
+            cur = doc or {"clean_point": 0, "clean_bytes": 0, "passes": 0}
+            out = dict(cur)
+            out["passes"] = int(cur.get("passes", 0)) + 1
+            out["last_pass"] = last_pass
+            if clean_point >= int(cur.get("clean_point", 0)):
+                out["clean_point"] = clean_point
+                out["clean_bytes"] = clean_bytes
+            return out
+
+        result: dict[str, Any] = self._update(f"compaction/{log_id}", change)
+        return result
+
+    def epoch_end(self, log_id: int, epoch: int) -> EpochEnd | None:
+        """How recovery ended ``epoch`` (None: not recovered, or nothing to recover)."""
+        _check_log(log_id)
+        doc = self._doc(f"ends/{log_id}/{epoch}")
+        return None if doc is None else EpochEnd.from_json(doc)
+
+    def record_epoch_end(self, log_id: int, epoch: int, end: EpochEnd) -> EpochEnd:
+        """Record how a recovery ended ``epoch``; a recovery with a higher seal wins.
+
+        Returns the end in force afterwards: ``end``, or one recorded by a
+        recovery with a seal at least as high (which then stands).
+        """
+        _check_log(log_id)
+        if epoch >= end.seal:
+            raise InvalidArgumentError(
+                f"log {log_id}: epoch {epoch} recovered with seal {end.seal}"
+            )
+
+        def change(doc: Any) -> Any:
+            if doc is not None and EpochEnd.from_json(doc).seal >= end.seal:
+                return doc
+            return end.to_json()
+
+        return EpochEnd.from_json(self._update(f"ends/{log_id}/{epoch}", change))
