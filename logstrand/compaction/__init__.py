@@ -3,7 +3,7 @@ decisions (pure), and the cleaner itself (``_cleaner.py``, trio: a node
 extension that works through the client library).  Each node's part of a
 pass is ``logstrand.storage._drops``.  See docs/compaction.md."""
 
-from ._core import Candidate, PassStats, choose, drops
+from ._core import Candidate, PassStats, choose, drops, order
 from ._offset_map import ENTRY_BYTES, MapFullError, OffsetMap, hash_keys
 
 __all__ = [
@@ -15,4 +15,5 @@ __all__ = [
     "choose",
     "drops",
     "hash_keys",
+    "order",
 ]

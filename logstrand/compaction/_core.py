@@ -104,10 +104,15 @@ class Candidate:
 
 def choose(candidates: Sequence[Candidate], now_ms: int) -> Candidate | None:
     """The log to clean next: the dirtiest eligible one (overdue ones first)."""
+    ready = order(candidates, now_ms)
+    return ready[0] if ready else None
+
+
+def order(candidates: Sequence[Candidate], now_ms: int) -> list[Candidate]:
+    """Every eligible log, in the order a round cleans them: overdue ones
+    first, then the dirtiest (Kafka's filthiest-first)."""
     ready = [c for c in candidates if c.eligible(now_ms)]
-    if not ready:
-        return None
-    return max(ready, key=lambda c: (c.overdue(now_ms), c.dirty_ratio))
+    return sorted(ready, key=lambda c: (c.overdue(now_ms), c.dirty_ratio), reverse=True)
 
 
 @attrs.frozen

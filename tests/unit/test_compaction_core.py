@@ -15,6 +15,7 @@ from logstrand.compaction import (
     choose,
     drops,
     hash_keys,
+    order,
 )
 
 keys_st = st.lists(st.binary(min_size=0, max_size=4), min_size=0, max_size=300)
@@ -93,6 +94,9 @@ def test_choose_the_dirtiest_eligible_log() -> None:
     assert choose([a, b, overdue], now) == overdue
     assert choose([a], now) is None
     assert not Candidate(5, 100, 100, 0.0).eligible(now)  # nothing dirty
+    # A round cleans every eligible log, overdue first, then the dirtiest.
+    d = Candidate(6, total_bytes=100, clean_bytes=30, min_cleanable_ratio=0.5)  # 0.7
+    assert order([a, d, b, c, overdue], now) == [overdue, b, d]
 
 
 def test_hashes_sharing_their_first_word_stay_two_keys() -> None:
