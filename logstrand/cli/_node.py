@@ -140,6 +140,17 @@ _OWN_OPTIONS = (
         typer.Option(help="Memory of the cleaner's offset map (24 bytes a key), e.g. 64MiB."),
     ),
     keyword(
+        "compaction_drop_entries",
+        int,
+        512 * 1024,
+        typer.Option(
+            min=1,
+            max=1_000_000,
+            help="Offset-map entries one DropCopies message carries; a larger map "
+            "goes to the nodes in parts (24 bytes an entry).",
+        ),
+    ),
+    keyword(
         "compaction_io_rate",
         str,
         "0",
@@ -259,7 +270,10 @@ def _build(params: dict[str, Any]) -> Callable[[str, TlsFiles | None], Node]:
         **_node_options.values(params), min_free_bytes=free_bytes, min_free_fraction=free_fraction
     )
     cleaner = CleanerOptions(
-        interval_s=params["compaction_interval"], map_bytes=map_bytes, io_bytes_s=io_rate
+        interval_s=params["compaction_interval"],
+        map_bytes=map_bytes,
+        io_bytes_s=io_rate,
+        drop_entries_max=params["compaction_drop_entries"],
     )
     monitor = MonitorOptions(params["group_metrics_interval"])
 

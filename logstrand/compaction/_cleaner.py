@@ -59,6 +59,10 @@ class CleanerOptions:
     io_bytes_s: int = 0
     #: How long the cleaner waits for the nodes to drop their copies.
     drop_timeout_s: float = 600.0
+    #: Map entries one DropCopies carries (24 bytes each: 12 MiB, far under
+    #: a frame's 32 MiB).  A larger map goes in parts, each its own keys, one
+    #: after the other: a copy is dropped by the part that holds its key.
+    drop_entries_max: int = 512 * 1024
 
 
 class _View(Protocol):
@@ -257,23 +261,21 @@ class Cleaner:
         horizon = now_ms - attrs_.delete_retention_ms
         entries = offsets.entries()
         nodes = (await client.placement(log)).nodes
-        replies = await client.ask_nodes(
-            log,
-            lambda rid: DropCopies(rid, log, end, clean_before, horizon, opts.io_bytes_s, entries),
-            timeout_s=opts.drop_timeout_s,
-        )
-        failed = [
-            n for n in nodes if not isinstance(replies.get(n), DropReply) or replies[n].status
-        ]
-        if failed:
-            raise LogstrandError(
-                f"log {log}: nodes {failed} did not finish dropping; the next pass redoes it",
-                Status.AGAIN,
-            )
-        done = [replies[n] for n in nodes]
-        # A node whose release pointer lagged went less far: the clean point
-        # is where every node got to.
-        end = max(clean_before, min(r.done_to for r in done))
+        step = 24 * opts.drop_entries_max
+        removed: dict[int, tuple[int, int]] = {}
+        done_to = end
+        parts = range(0, max(len(entries), 1), step)
+        for lo in parts:
+            part = entries[lo : lo + step]
+            done = await self._drop_part(log, nodes, (end, clean_before, horizon), part)
+            for r in done:
+                was = removed.get(r.node_id, (0, 0))
+                removed[r.node_id] = (was[0] + r.removed, was[1] + r.removed_bytes)
+            # A node whose release pointer lagged went less far: the clean
+            # point is where every node got to, in every part.
+            done_to = min(done_to, *(r.done_to for r in done))
+        # (``done``: the last part's replies, which say what is left.)
+        end = max(clean_before, done_to)
         copies = max(1, attrs_.replication_factor)
         stats = PassStats(
             log_id=log,
@@ -285,11 +287,12 @@ class Cleaner:
             map_bytes=offsets.nbytes,
             map_fill=round(offsets.fill, 4),
             partial=partial,
-            records_removed=sum(r.removed for r in done) // copies,
-            bytes_removed=sum(r.removed_bytes for r in done) // copies,
+            records_removed=sum(n for n, _ in removed.values()) // copies,
+            bytes_removed=sum(b for _, b in removed.values()) // copies,
             clean_bytes=sum(r.kept_bytes for r in done) // copies,
             nodes=len(nodes),
             seconds=round(time.monotonic() - started, 3),
+            parts=len(parts),
         )
         await host.view.astore.record_compaction(log, end, stats.clean_bytes, stats.to_json())
         with contextlib.suppress(LogstrandError):
@@ -306,6 +309,29 @@ class Cleaner:
             stats.seconds,
         )
         return stats
+
+    async def _drop_part(
+        self, log: int, nodes: tuple[int, ...], span: tuple[int, int, int], part: bytes
+    ) -> list[DropReply]:
+        """One DropCopies (``span``: end, old clean point, tombstone horizon)
+        with ``part`` of the map to every node of the log; their replies."""
+        opts = self.options
+        end, clean_before, horizon = span
+        client = await self.client()
+        replies = await client.ask_nodes(
+            log,
+            lambda rid: DropCopies(rid, log, end, clean_before, horizon, opts.io_bytes_s, part),
+            timeout_s=opts.drop_timeout_s,
+        )
+        failed = [
+            n for n in nodes if not isinstance(replies.get(n), DropReply) or replies[n].status
+        ]
+        if failed:
+            raise LogstrandError(
+                f"log {log}: nodes {failed} did not finish dropping; the next pass redoes it",
+                Status.AGAIN,
+            )
+        return [replies[n] for n in nodes]
 
     async def _attributes(self, log: int) -> LogAttributes:
         return await compacted_attributes(self.host.view, log)

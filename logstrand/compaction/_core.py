@@ -133,6 +133,8 @@ class PassStats:
     clean_bytes: int
     nodes: int
     seconds: float
+    #: DropCopies messages the map went to each node in (``drop_entries_max``).
+    parts: int = 1
 
     def to_json(self) -> dict[str, int | float | bool]:
         return attrs.asdict(self)

@@ -190,6 +190,27 @@ def test_several_passes_with_a_tiny_map(tmp_path: Path) -> None:
     assert len(got) == 50
 
 
+def test_a_map_larger_than_one_message_goes_to_the_nodes_in_parts(tmp_path: Path) -> None:
+    """3,000 keys, at most 500 map entries a DropCopies: six parts, each
+    dropping the copies its keys supersede; the log ends as one whole map
+    would leave it.  (The default part is 512 Ki entries, 12 MiB: a map of
+    1.6 million keys used to fail every pass, its one frame over 32 MiB.)"""
+    args = ("--compaction-interval", "0", "--compaction-drop-entries", "500")
+    with LocalCluster(tmp_path / "c", nodes=3, node_args=args) as c:
+        with open_epoch_store(c.url) as store:
+            store.create_logs(1, 1, compacted())
+        with logstrand.connect(c.url) as client:
+            appended = updates(client, 1, keys=3000, rounds=3)
+            stats = client.compact(1)
+            got = records(list(client.read(1)))
+    assert stats["keys"] == 3000
+    assert stats["parts"] == 6
+    assert not stats["partial"]
+    assert stats["records_removed"] == 6000
+    assert {r.key: (r.lsn, r.payload) for r in got} == latest(appended)
+    assert len(got) == 3000
+
+
 def test_a_node_killed_during_a_pass_leaves_nothing_wrong(tmp_path: Path) -> None:
     # Each node scans at 100 kB/s: a pass over ~1 MB of copies takes seconds.
     args = ("--compaction-interval", "0", "--compaction-io-rate", "100kB")
