@@ -141,6 +141,7 @@ async def test_a_recovery_that_cannot_finish_is_reported_and_appends_wait(
                 with trio.move_on_after(20):
                     while state is None:
                         state = await client.sequencer_state(1)
+                        await trio.sleep(0.2)
                 assert state is not None
                 assert state.stalled, state
                 assert state.epoch == lsn_epoch(second)
