@@ -102,6 +102,8 @@ class Appender:
     _hint: dict[int, int] = attrs.field(init=False, factory=dict)
     _ids: ProducerIds = attrs.field(init=False)
     _producers: dict[int, LogProducer] = attrs.field(init=False, factory=dict)
+    #: APPENDs out to each node (``appends_in_flight_per_node``).
+    _windows: dict[int, trio.Semaphore] = attrs.field(init=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
         astore = self.view.astore
@@ -312,6 +314,20 @@ class Appender:
         )
 
     async def _try(
+        self, node: int, log_id: int, batch: PackedBatch
+    ) -> tuple[AppendReply | None, str]:
+        # At most ``appends_in_flight_per_node`` APPENDs wait on one node; the
+        # rest wait here, their attempt's clock not yet running.  (Ten
+        # thousand logs' appends at once used to all be out, and past the
+        # node's intake they waited unread until their attempts timed out and
+        # were sent again.)
+        window = self._windows.get(node)
+        if window is None:
+            window = self._windows[node] = trio.Semaphore(self.settings.appends_in_flight_per_node)
+        async with window:
+            return await self._attempt(node, log_id, batch)
+
+    async def _attempt(
         self, node: int, log_id: int, batch: PackedBatch
     ) -> tuple[AppendReply | None, str]:
         timeout = self.settings.append_attempt_timeout_s

@@ -35,6 +35,14 @@ def test_a_burst_of_first_appends_to_new_logs_ends_without_error(tmp_path: Path)
             print(f"{LOGS} first appends in {took:.1f} s ({LOGS / took:.0f} activations/s)")
             assert errors == []
             assert len(lsns) == 1  # each the first record of its log's first epoch
+            # One more to each, all at once: at most a window of them out to
+            # each node, the rest waiting in the client, none timing out.
+            t0 = time.monotonic()
+            again = [client.append_async(log, b"again") for log in range(1, LOGS + 1)]
+            assert client.flush(120) == 0
+            print(f"one more to each: {LOGS / (time.monotonic() - t0):.0f} rec/s")
+            assert [f.exception() for f in again] == [None] * LOGS
+            assert {f.result() for f in again} == {min(lsns) + 1}
             pids = [p.pid for p in c.procs.values()]
             c0 = cpu_s(pids)
             time.sleep(3.0)
