@@ -135,9 +135,13 @@ class Guard:
     # -- the checks ----------------------------------------------------------------
 
     def must_read(self, msg: Any) -> bool:
-        """Whether ``check`` would read the epoch store for ``msg`` (a fact
-        it refuses on may be stale), so that it can wait aside."""
-        if type(msg) is Store and msg.recovery_seal:
+        """Whether ``check`` would read the epoch store for a STORE (a fact it
+        refuses on may be stale), so that it can wait aside.  Only STOREs:
+        they come in bursts of new logs; anything else is checked in line, in
+        the order it came (a connection that closes drops what waits aside)."""
+        if type(msg) is not Store:
+            return False
+        if msg.recovery_seal:
             return True
         refused = _admission.check(msg, self)
         return refused is not None and refused.recheck is not None
