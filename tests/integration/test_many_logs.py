@@ -1,6 +1,6 @@
 """Many logs: a burst of first appends right after the logs are created
-(every one activates a sequencer) ends with no error, and idle logs cost a node's ticks nothing (``bench/scale.py``
-measures the rest)."""
+(every one activates a sequencer) ends with no error, and idle logs cost a
+node's ticks nothing (``bench/scale.py`` measures the rest)."""
 
 from __future__ import annotations
 
