@@ -81,7 +81,6 @@ def logstrand_run(records: int, seconds: float) -> dict[str, float]:
 
 
 def redis_run(records: int, seconds: float) -> dict[str, float] | None:
-    sys.path.insert(0, str(HERE))
     from compare import _ensure_peers
 
     python = _ensure_peers()

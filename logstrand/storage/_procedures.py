@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 import trio
 
-from .. import _trace
 from ..errors import LogstrandError, Status
 from ..placement import CopysetSelector
 from ..rpc import Waiters
@@ -140,12 +139,7 @@ class ProcedureRunner:
         if isinstance(cmd, procs.StoreCopies):
             return await self._store(cmd)
         if isinstance(cmd, procs.EpochStoreCall):
-            if _trace.ON:
-                _trace.mark("store.call")
-            result = await self.view.astore.grouped(cmd.fn)
-            if _trace.ON:
-                _trace.mark("store.called")
-            return result
+            return await self.view.astore.grouped(cmd.fn)
         assert isinstance(cmd, procs.Sleep)
         await trio.sleep(cmd.seconds)
         return None

@@ -292,12 +292,8 @@ class SequencerHost:
     # -- activation and recovery ------------------------------------------------
 
     async def _activate(self, log_id: int) -> None:
-        if _trace.ON:
-            _trace.mark("act.start")
         try:
             core, history = await self._do_activate(log_id)
-            if _trace.ON:
-                _trace.mark("act.done")
         except LogstrandError as exc:
             _log.warning("node %d: log %d: activation failed: %s", self.node_id, log_id, exc)
             await self.execute(self.core.on_activation_failed(log_id, exc.status, str(exc)))
