@@ -29,6 +29,7 @@ from ._appender import Appender
 from ._nodewatch import NodeWatch
 from ._reader import ReadStream, _objects
 from ._settings import ClientSettings
+from ._tails import tail_lsns
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
@@ -246,6 +247,17 @@ class AsyncClient:
         does): a newly activated one brings the nodes' release pointers up to date.
         """
         return await self._admin.tail_lsn(log_id)
+
+    async def tail_lsns(self, log_ids: Sequence[int]) -> dict[int, int]:
+        """``tail_lsn`` of many logs at once: ``{log: tail}``, in one round
+        of requests per node for up to 4,096 logs (``_tails``); a log whose
+        sequencer is not running and whose nodes hold unreleased copies is
+        asked alone, as ``tail_lsn`` asks.
+
+        Raises:
+            NotFoundError: a log does not exist.
+        """
+        return await tail_lsns(self._admin, log_ids)
 
     async def ensure_sequencer(self, log_id: int) -> int:
         """Have the log's owner node activate its sequencer, if none runs.

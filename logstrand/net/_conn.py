@@ -39,6 +39,7 @@ import trio
 from .. import _trace
 from ..errors import ProtocolError, Status, TransientError
 from ..wire import (
+    PROTOCOL_VERSION_MIN,
     FrameDecoder,
     encode_frame,
 )
@@ -109,6 +110,8 @@ class Connection:
         #: Why this side cut the connection (None: it was not cut).
         self.cut_reason: str | None = None
         self.peer_node_id: int | None = None
+        #: The protocol version chosen at the handshake.
+        self.protocol = PROTOCOL_VERSION_MIN
         #: Who the peer is (``security.Principal``), fixed at the handshake.
         self.principal: Any = None
         #: Held by whoever reads a large reply before queueing it (read

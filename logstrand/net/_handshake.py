@@ -115,6 +115,7 @@ async def connect(
             raise AccessDeniedError(msg)
         raise TransientError(msg, Status.CONNFAILED)
     conn.peer_node_id = ack.node_id
+    conn.protocol = ack.protocol
     return conn
 
 
@@ -164,6 +165,7 @@ async def serve_connection(
                 return None
             conn.peer_node_id = hello.node_id
             conn.principal = principal
+            conn.protocol = version or PROTOCOL_VERSION_MIN
     except (
         ProtocolError,
         TransientError,

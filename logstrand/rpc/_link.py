@@ -296,7 +296,7 @@ class Links:
             AccessDeniedError: (a client) the node refused: no permission.
         """
         reply = await self._request(node_id, make, timeout_s)
-        self._check_access(reply)
+        self.check_access(reply)
         return reply
 
     async def _request(self, node_id: int, make: Callable[[int], Any], timeout_s: float) -> Any:
@@ -306,7 +306,7 @@ class Links:
         rid = self.next_request_id()
         return await link.request(make(rid), rid, timeout_s)
 
-    def _check_access(self, reply: Any) -> None:
+    def check_access(self, reply: Any) -> None:
         if self.node_id is None and isinstance(reply, ErrorReply) and reply.status == Status.ACCESS:
             raise AccessDeniedError(reply.message)
 
@@ -333,7 +333,7 @@ class Links:
         if errors:
             raise errors[0]
         for reply in replies.values():
-            self._check_access(reply)
+            self.check_access(reply)
         return replies
 
     async def aclose(self) -> None:

@@ -121,10 +121,14 @@ def refusal(principal: Principal, grants: tuple[Grant, ...], msg: Any) -> str | 
     if need is None:
         return None
     op, log_id = need
-    if any(g.user == principal.name and g.covers(op, log_id) for g in grants):
-        return None
-    where = f" on log {log_id}" if log_id is not None else ""
-    return f"{principal} may not {op}{where}"
+    mine = [g for g in grants if g.user == principal.name]
+    # A request on many logs (``GetTails``) needs the operation on each.
+    logs: tuple[int | None, ...] = getattr(msg, "log_ids", None) or (log_id,)
+    for log in logs:
+        if not any(g.covers(op, log) for g in mine):
+            where = f" on log {log}" if log is not None else ""
+            return f"{principal} may not {op}{where}"
+    return None
 
 
 # -- tokens ---------------------------------------------------------------------

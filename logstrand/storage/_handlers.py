@@ -18,6 +18,7 @@ from ..wire import (
     GetLogDirectory,
     GetNodeStatus,
     GetSeqState,
+    GetTails,
     LogInfo,
     Ping,
     Pong,
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 
     from ..net import Connection
     from ..rpc import ClusterView
-    from ..wire import LogInfoReply, NodeStatus
+    from ..wire import LogInfoReply, NodeStatus, TailsReply
     from ._drops import Drops
     from ._group_commit import Committer
     from ._guard import Guard
@@ -66,6 +67,7 @@ class HandlerHost(Protocol):
     sequencers: SequencerHost
 
     def log_info(self, msg: LogInfo) -> LogInfoReply: ...
+    def tails(self, msg: GetTails) -> TailsReply: ...
     def status(self, msg: GetNodeStatus) -> NodeStatus: ...
 
 
@@ -140,6 +142,7 @@ def register_handlers(
         ReadCredit: lambda c, m: sync(reads.credit, c, m),
         StopRead: lambda c, m: sync(reads.stop, c, m),
         LogInfo: reply(node.log_info),
+        GetTails: reply(node.tails),
         Seal: reply(committer.answer),
         GetDigest: reply(committer.answer),
         Amend: reply(committer.amend),

@@ -38,10 +38,12 @@ from ..security import Credentials, client_context, server_context
 from ..wire import (
     GetClusterState,
     GetNodeStatus,
+    GetTails,
     Gossip,
     LogInfo,
     LogInfoReply,
     NodeStatus,
+    TailsReply,
 )
 from ._detector import FailureDetector
 from ._drops import Drops
@@ -365,6 +367,17 @@ class Node:
         reply = self.committer.answer(msg)
         assert isinstance(reply, LogInfoReply)
         return attrs.evolve(reply, corrupt_copies=self.reads.corrupt_in(msg.log_id))
+
+    def tails(self, msg: GetTails) -> TailsReply:
+        """Many logs' tails as this node knows them (``TailsReply``)."""
+        committer = self.committer
+        db = committer.db
+        acked_tail = self.sequencers.acked_tail
+        out: list[int] = []
+        for log in msg.log_ids:
+            acked = acked_tail(log)
+            out += (acked is not None, acked or 0, committer.release_of(log), db.last_lsn(log))
+        return TailsReply(msg.request_id, int(Status.OK), tuple(int(x) for x in out))
 
     async def _supervised(self, task: Callable[[], Awaitable[None]]) -> None:
         """Run a background task for the node's life: a failure is logged and

@@ -280,6 +280,14 @@ class SequencerHost:
             return  # this node asked itself (an overdue release): activation was the point
         await conn.reply(reply)
 
+    def acked_tail(self, log_id: int) -> int | None:
+        """The acknowledged tail of the log's sequencer here (what ``SeqState``
+        says), or None when none runs here."""
+        seq = self.core.sequencer(log_id)
+        if seq is None:
+            return None
+        return max(self.release_of(log_id), seq.released_lsn, seq.last_known_good_lsn)
+
     async def poke(self, log_id: int) -> None:
         """This node is the log's owner and holds overdue copies: make sure a
         sequencer runs here (see ``ReleaseWatch``)."""

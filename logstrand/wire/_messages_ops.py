@@ -367,3 +367,41 @@ class AmendReply:
     node_id: int = attrs.field(validator=f.u32)
     #: Stored batches whose copyset changed.
     amended: int = attrs.field(default=0, validator=f.u32)
+
+
+#: Logs one ``GetTails`` may ask about.
+TAILS_LOGS_MAX = 4096
+#: Numbers per log in a ``TailsReply``.
+TAILS_FIELDS = 4
+
+
+@message(51, "read")
+@attrs.frozen(slots=True)
+class GetTails:
+    """Client → node: for each log, what this node knows of its tail (one
+    round per node for many logs, where ``LogInfo`` and ``GetSeqState`` take
+    one each).  The client needs ``read`` on every log named."""
+
+    TYPE_ID: ClassVar[int]
+    request_id: int = attrs.field(validator=f.u64)
+    log_ids: tuple[int, ...] = attrs.field(
+        converter=f.to_tuple, validator=f.tuple_of(f.u64, TAILS_LOGS_MAX)
+    )
+
+
+@message(52)
+@attrs.frozen(slots=True)
+class TailsReply:
+    """Per log of the ``GetTails``, in its order, ``TAILS_FIELDS`` numbers:
+    1 if a sequencer of the log runs on this node (else 0), that sequencer's
+    acknowledged tail (0 without one), this node's release pointer and its
+    highest stored LSN."""
+
+    TYPE_ID: ClassVar[int]
+    request_id: int = attrs.field(validator=f.u64)
+    status: int = attrs.field(validator=_status)
+    entries: tuple[int, ...] = attrs.field(
+        default=(),
+        converter=f.to_tuple,
+        validator=f.tuple_of(f.u64, TAILS_LOGS_MAX * TAILS_FIELDS),
+    )

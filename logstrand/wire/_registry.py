@@ -23,9 +23,10 @@ if TYPE_CHECKING:
 
 #: The protocol versions this build speaks.  A connection uses the highest
 #: version both ends support.  3: the failure detector's messages, digests
-#: carry a packed batch (the old record batch format is gone).
+#: carry a packed batch (the old record batch format is gone).  4: ``GetTails``
+#: (many logs' tails in one round); a v4 client asks a v3 node log by log.
 PROTOCOL_VERSION_MIN = 3
-PROTOCOL_VERSION_MAX = 3
+PROTOCOL_VERSION_MAX = 4
 
 MESSAGE_TYPES: dict[int, type[Any]] = {}
 #: Who may send each request, declared with it (``message``): "node", only

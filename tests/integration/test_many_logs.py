@@ -4,11 +4,17 @@ node's ticks nothing (``bench/scale.py`` measures the rest)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from typing import TYPE_CHECKING
 
+import pytest
+
 import logstrand
 from logstrand.epochstore import LogAttributes, open_epoch_store
+from logstrand.errors import InvalidArgumentError, NotFoundError
 from logstrand.testing import LocalCluster, cpu_s
 
 if TYPE_CHECKING:
@@ -52,3 +58,40 @@ def test_a_burst_of_first_appends_to_new_logs_ends_without_error(tmp_path: Path)
             idle = (cpu_s(pids) - c0) / 3.0 / len(pids)
             print(f"idle with {LOGS} active logs: {idle:.1%} of a core per node")
             assert idle < 0.10
+
+
+def test_tails_of_many_logs_in_one_round_agree_with_each_log_alone(tmp_path: Path) -> None:
+    """``tail_lsns`` asks each node once for many logs; it gives what
+    ``tail_lsn`` gives log by log, and with a node gone it asks alone the
+    logs whose sequencer did not answer."""
+    n = 300
+    with LocalCluster(tmp_path / "c", nodes=3) as c:
+        with open_epoch_store(c.url) as store:
+            store.create_logs(1, n, LogAttributes(replication_factor=2))
+        settings = logstrand.ClientSettings(append_timeout_s=60.0)
+        with logstrand.connect(c.url, settings=settings) as client:
+            for log in range(1, n + 1):
+                for _ in range(log % 4):  # 0 to 3 records
+                    client.append_async(log, b"r")
+            assert client.flush(120) == 0
+            tails = client.tail_lsns(range(1, n + 1))
+            assert tails == {log: client.tail_lsn(log) for log in range(1, n + 1)}
+            assert [log for log in tails if tails[log] == 0] == list(range(4, n + 1, 4))
+            assert client.tail_lsns([7, 7, 3]) == {7: tails[7], 3: tails[3]}
+            with pytest.raises(NotFoundError, match="log 1000000 does not exist"):
+                client.tail_lsns([1, 1_000_000])
+            with pytest.raises(InvalidArgumentError):
+                client.tail_lsns([0])
+            cli = [sys.executable, "-m", "logstrand", "logs", "tails", "--url", c.url]
+            done = subprocess.run([*cli, "1..8", "--json"], capture_output=True, timeout=60)
+            assert done.returncode == 0, done.stderr
+            assert json.loads(done.stdout) == [
+                {"log_id": log, "tail_lsn": tails[log]} for log in range(1, 9)
+            ]
+            done = subprocess.run([*cli, "8..1"], capture_output=True, timeout=60)
+            assert done.returncode == 2
+            assert done.stderr.startswith(b"error: ")
+            c.kill_node(3)
+            after = client.tail_lsns(range(1, n + 1))
+            # Every acknowledged append is still under its log's tail.
+            assert [log for log in tails if after[log] < tails[log]] == []

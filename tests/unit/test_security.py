@@ -35,6 +35,7 @@ from logstrand.wire import (
     FrameDecoder,
     GetDigest,
     GetNodeStatus,
+    GetTails,
     HelloAck,
     Ping,
     Release,
@@ -70,6 +71,15 @@ def test_grants_cover_ops_per_log_range() -> None:
     assert refusal(ann, grants, Ping(1)) is None
     bob = user_principal("bob")  # another user's grants are not his
     assert refusal(bob, grants, StartRead(1, 1, 3, 1, 10, 100, False, ())) is not None
+
+
+def test_a_request_on_many_logs_needs_the_grant_on_each() -> None:
+    grants = (Grant("ann", 1, 10, frozenset({"read"})), Grant("ann", 20, 20, frozenset({"read"})))
+    ann = user_principal("ann")
+    assert refusal(ann, grants, GetTails(1, (1, 10, 20))) is None
+    assert refusal(ann, grants, GetTails(1, (1, 11, 20))) == "user ann may not read on log 11"
+    assert refusal(ann, (), GetTails(1, (1,))) == "user ann may not read on log 1"
+    assert refusal(node_principal(2), (), GetTails(1, (11,))) is None
 
 
 def test_the_positions_log_needs_its_own_grant_or_all() -> None:
@@ -117,7 +127,8 @@ def test_who_may_send_what_is_declared_with_each_message() -> None:
         "node": {"Store", "Release", "Seal", "GetDigest", "Gossip", "Trim", "DropCopies"}
         | {"CleanPoint", "Amend"},
         "any": {"Ping", "GetClusterState", "ReadCredit", "StopRead"},
-        "read": {"GetSeqState", "StartRead", "LogInfo", "FindTime", "GetLogDirectory"},
+        "read": {"GetSeqState", "StartRead", "LogInfo", "FindTime", "GetLogDirectory"}
+        | {"GetTails"},
         "append": {"Append"},
         "trim": {"TrimLog"},
         "admin": {"GetNodeStatus", "Compact"},

@@ -32,6 +32,7 @@ from logstrand.wire import (
     GetLogDirectory,
     GetNodeStatus,
     GetSeqState,
+    GetTails,
     Gossip,
     Hello,
     LogDirectory,
@@ -48,6 +49,7 @@ from logstrand.wire import (
     StopRead,
     Store,
     StoreReply,
+    TailsReply,
     Trim,
     TrimLog,
     TrimReply,
@@ -202,6 +204,10 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     ),
     SealReply: st.builds(SealReply, u64, statuses, u32, u32),
     GetLogDirectory: st.builds(GetLogDirectory, u64, u64),
+    GetTails: st.builds(GetTails, u64, st.lists(u64, max_size=8).map(tuple)),
+    TailsReply: st.builds(
+        TailsReply, u64, statuses, st.lists(u64, max_size=4).map(lambda v: tuple(v * 4))
+    ),
     Compact: st.builds(Compact, u64, u64),
     CompactReply: st.builds(CompactReply, u64, statuses, st.text(max_size=20)),
     DropCopies: st.builds(
@@ -337,8 +343,9 @@ def test_directory_entries_come_whole() -> None:
 
 
 def test_version_negotiation() -> None:
-    assert choose_version(1, 5) == 3
-    assert choose_version(4, 5) is None
+    assert choose_version(1, 5) == 4
+    assert choose_version(3, 3) == 3  # a node of the last version: no GetTails
+    assert choose_version(5, 6) is None
     assert choose_version(1, 2) is None
 
 
