@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 from typing import TYPE_CHECKING
 
+import attrs
 import trio
 
 from ..epochstore._async import AsyncEpochStore
@@ -37,6 +39,24 @@ if TYPE_CHECKING:
 _log = logging.getLogger("logstrand.view")
 REFRESH_S = 2.0
 SUSPECT_S = 2.0
+
+
+#: Logs whose sequencer node ``ClusterView`` remembers at most.
+OWNERS_KEPT_MAX = 200_000
+
+
+@attrs.frozen(eq=False)
+class _Weights:
+    """``sequencer_weights`` and what it was worked out from."""
+
+    nodes: dict[int, NodeConfig]
+    members: Members
+    alive: frozenset[int]
+    dead: frozenset[int]
+    unwilling: frozenset[int]
+    suspects: int
+    until: float
+    weights: dict[int, float]
 
 
 class ClusterView:
@@ -65,6 +85,10 @@ class ClusterView:
         # before its membership lease lapses.  Safe to be wrong: two sequencers
         # of one log cannot both get appends acknowledged (sealing).
         self._suspects: dict[int, float] = {}
+        self._suspects_changed = 0
+        self._weights: _Weights | None = None
+        #: Each log's sequencer node under ``_weights`` (``sequencer_node``).
+        self._owners: dict[int, int | None] = {}
         self._refreshing: trio.Event | None = None
         self._queued: trio.Event | None = None
 
@@ -196,10 +220,12 @@ class ClusterView:
     def suspect(self, node_id: int, ttl_s: float = SUSPECT_S) -> None:
         """Leave ``node_id`` out of routing for a while (a connection to it failed)."""
         self._suspects[node_id] = time.monotonic() + ttl_s
+        self._suspects_changed += 1
 
     def trust(self, node_id: int) -> None:
         """A connection to ``node_id`` worked: route to it again."""
-        self._suspects.pop(node_id, None)
+        if self._suspects.pop(node_id, None) is not None:
+            self._suspects_changed += 1
 
     def suspected(self, node_id: int) -> bool:
         until = self._suspects.get(node_id)
@@ -212,7 +238,37 @@ class ClusterView:
 
     def sequencer_weights(self) -> dict[int, float]:
         """The nodes that may run sequencers now, with their weights (see the
-        module docstring)."""
+        module docstring).  Worked out again only when what it rests on
+        changed, or a suspicion ran out: every append asks."""
+        now = time.monotonic()
+        c = self._weights
+        if (
+            c is not None
+            and c.nodes is self.nodes
+            and c.members is self.members
+            and c.alive is self.alive
+            and c.dead is self.dead
+            and c.unwilling is self.unwilling
+            and c.suspects == self._suspects_changed
+            and now < c.until
+        ):
+            return c.weights
+        weights = self._sequencer_weights()
+        until = min((t for t in self._suspects.values() if t > now), default=math.inf)
+        self._weights = _Weights(
+            self.nodes,
+            self.members,
+            self.alive,
+            self.dead,
+            self.unwilling,
+            self._suspects_changed,
+            until,
+            weights,
+        )
+        self._owners = {}
+        return weights
+
+    def _sequencer_weights(self) -> dict[int, float]:
         up = self.up
         candidates = [
             n
@@ -226,8 +282,17 @@ class ClusterView:
         return {n.node_id: n.weight for n in willing or candidates}
 
     def sequencer_node(self, log_id: int) -> int | None:
-        """The live node that runs ``log_id``'s sequencer (rendezvous hashing)."""
-        return rendezvous_owner(log_id, self.sequencer_weights())
+        """The live node that runs ``log_id``'s sequencer (rendezvous hashing;
+        remembered until the weights change)."""
+        weights = self.sequencer_weights()
+        owners = self._owners
+        if log_id in owners:
+            return owners[log_id]
+        owner = rendezvous_owner(log_id, weights)
+        if len(owners) >= OWNERS_KEPT_MAX:
+            owners.clear()
+        owners[log_id] = owner
+        return owner
 
     def storage_weights(self) -> dict[int, float]:
         return {n.node_id: n.weight for n in self.nodes.values() if "storage" in n.roles}

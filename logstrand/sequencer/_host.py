@@ -52,7 +52,10 @@ Rules:
    end) and with every membership change (the owner may have moved), and
    leaves it once nothing of it can change with time alone: no wave in
    flight, recovered, released, not exhausted, and either owned here or
-   still busy.  Ten thousand idle logs cost a tick nothing.
+   still busy.  Ten thousand idle logs cost a tick nothing.  A log whose
+   only pending change is a wave's deadline waits for it in a timer queue
+   (``_timers.DeadlineQueue``) instead: ten thousand logs with appends in flight cost a
+   tick only those whose deadline has come.
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ from ._host_actions import (
     SequencerState,
     check_records,
 )
+from ._timers import DeadlineQueue, parkable
 
 __all__ = [
     "Activate",
@@ -118,6 +122,8 @@ class SequencerHostCore:
         self._slots: dict[int, _Slot] = {}
         #: The logs a tick looks at (rule 7).
         self._attention: set[int] = set()
+        #: Logs waiting for a wave's deadline (rule 7).
+        self._timers = DeadlineQueue()
         #: Store waves started again, over every core this host ran.
         self.waves_retried = 0
 
@@ -337,6 +343,7 @@ class SequencerHostCore:
         """Store timeouts, stalled recoveries, retirement: of the logs that
         need attention (rule 7)."""
         actions: list[HostAction] = []
+        self._attention.update(self._timers.due(now))
         for log_id in list(self._attention):
             slot = self._slots.get(log_id)
             if slot is None:
@@ -377,6 +384,11 @@ class SequencerHostCore:
             self._attention.discard(log_id)
         elif self._settled(slot, core, owner):
             self._attention.discard(log_id)
+        elif (deadline := parkable(core, slot.activating or bool(slot.waiting))) is not None:
+            self._attention.discard(log_id)
+            self._timers.park(log_id, deadline)
+            return actions
+        self._timers.forget(log_id)  # looked at now: an older entry is stale
         return actions
 
     def _settled(self, slot: _Slot, core: SequencerCore, owner: Callable[[], int | None]) -> bool:

@@ -247,3 +247,52 @@ def test_ticks_cost_nothing_for_idle_logs_until_the_membership_changes() -> None
     asked.clear()
     h.tick(13.0, owner_of)
     assert asked == []
+
+
+def test_logs_with_waves_in_flight_wait_for_their_deadline_not_for_each_tick() -> None:
+    """Rule 7's timer queue: 1,000 logs each with a STORE unanswered cost the
+    ticks before its deadline nothing; at the deadline each wave is sent
+    again, and a log answered meanwhile leaves with no retry."""
+    h = host()
+    logs = range(1, 1001)
+    stores: dict[int, list[SendStore]] = {}
+    for log in logs:
+        assert h.on_append(log, batch(), "t", 0.0, 1000, owner=ME, attributes=PLAIN) == [
+            Activate(log)
+        ]
+        sel = CopysetSelector((1, 2, 3), 2, rng=random.Random(log))
+        acts = h.on_activated(log, SequencerCore(log, 1, sel, recovered=True), 0.0, 1000)
+        stores[log] = [a for a in acts if isinstance(a, SendStore)]
+    deadline = min(h.sequencer(log).next_deadline() for log in logs)  # type: ignore[union-attr]
+    assert deadline > 0.5
+    asked: list[int] = []
+
+    def owner_of(log: int) -> int:
+        asked.append(log)
+        return ME
+
+    looked = 0
+    original = h._tick_one
+
+    def counting(*args: object) -> list[object]:
+        nonlocal looked
+        looked += 1
+        return original(*args)  # type: ignore[arg-type]
+
+    h._tick_one = counting  # type: ignore[method-assign]
+    h.tick(0.05, owner_of)  # the first tick parks them
+    assert looked == 1000
+    looked = 0
+    for i in range(2, 8):
+        assert h.tick(i * 0.05, owner_of) == []
+    assert looked == 0  # six ticks before the deadline: no log looked at
+    for a in stores[1]:  # log 1 is answered: it gets one look, and leaves
+        h.on_stored(1, a.message.store_id, a.node_id, Status.OK, 0.4)
+    h.tick(0.45, owner_of)
+    assert looked == 1
+    resent: set[int] = set()
+    t = 0.45
+    while t < deadline + 5.0:  # timed out, then a new wave after a pause
+        t += 0.05
+        resent |= {a.message.log_id for a in h.tick(t, owner_of) if isinstance(a, SendStore)}
+    assert resent == set(logs) - {1}

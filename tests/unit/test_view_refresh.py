@@ -39,3 +39,42 @@ async def test_a_thousand_refreshes_read_the_store_a_few_times_and_see_new_logs(
             nursery.start_soon(caller)
     assert seen == [True] * 1000  # each saw the log created before it called
     assert reads[0] <= 4
+
+
+async def test_owners_are_worked_out_once_per_change_of_what_they_rest_on(
+    monkeypatch: object,
+) -> None:
+    """Every append asks who runs its log's sequencer: the answer is hashed
+    once per log until the nodes, the membership, the health or a suspicion
+    changes, and a suspicion that runs out counts as a change."""
+    import logstrand.rpc._view as view_module
+
+    store = MemoryEpochStore()
+    for n in (1, 2, 3):
+        store.add_node(NodeConfig(n, f"127.0.0.1:{4000 + n}"))
+        store.register_member(n)
+    view = ClusterView(store)
+    await view.refresh()
+    hashed: list[int] = []
+    real = view_module.rendezvous_owner
+
+    def counting(log_id: int, weights: dict[int, float]) -> int | None:
+        hashed.append(log_id)
+        return real(log_id, weights)
+
+    monkeypatch.setattr(view_module, "rendezvous_owner", counting)  # type: ignore[attr-defined]
+    owners = {log: view.sequencer_node(log) for log in range(1, 1001)}
+    for _ in range(5):
+        assert {log: view.sequencer_node(log) for log in range(1, 1001)} == owners
+    assert len(hashed) == 1000
+    moved = next(iter(set(owners.values())))
+    view.suspect(moved, ttl_s=0.2)
+    assert all(view.sequencer_node(log) != moved for log in range(1, 1001))
+    assert len(hashed) == 2000
+    await trio.sleep(0.25)  # the suspicion ran out: the owners are back
+    assert {log: view.sequencer_node(log) for log in range(1, 1001)} == owners
+    assert len(hashed) == 3000
+    view.set_health(frozenset({moved}), frozenset())
+    assert all(view.sequencer_node(log) != moved for log in range(1, 1001))
+    view.set_health(frozenset(), frozenset())
+    assert {log: view.sequencer_node(log) for log in range(1, 1001)} == owners
