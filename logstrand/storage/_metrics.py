@@ -94,6 +94,11 @@ class NodeMetrics:
         "Logs whose sequencer here is past --recovery-stall without having recovered (their "
         "appends are refused)",
     )
+    activations_waiting = _declare(
+        Gauge,
+        "logstrand_activations_waiting",
+        "Sequencer activations waiting for a turn (--activations-in-flight run at once)",
+    )
     releases_overdue = _declare(
         Gauge,
         "logstrand_releases_overdue",

@@ -58,6 +58,15 @@ class NodeOptions:
     group_commit_bytes_max: int = 32 * MiB
     store_queue_max: int = 4096
     sequencer_appenders_max: int = 1024
+    activations_in_flight_max: int = option(
+        64,
+        "--activations-in-flight",
+        "int",
+        "Sequencer activations this node runs at once (each takes an epoch and seals "
+        "the log's nodeset); more wait their turn in order, their appends with them.",
+        low=1,
+        high=65536,
+    )
     esn_max: int = option(
         ESN_MAX,
         "--esn-max",

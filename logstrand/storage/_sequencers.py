@@ -21,12 +21,9 @@ import trio
 import trio.lowlevel
 
 from .. import _trace
-from ..epochstore import Placement
 from ..errors import EpochStoreUnavailableError, LogstrandError, Status
-from ..placement import CopysetSelector, select_nodeset
 from ..records import KEY_BYTES_MAX
-from ..sequencer import ConfirmRefusal, ReplyAppend, SendRelease, SendStore, SequencerCore
-from ..sequencer import _procedures as procs
+from ..sequencer import ConfirmRefusal, ReplyAppend, SendRelease, SendStore
 from ..sequencer._host import (
     Activate,
     HostAction,
@@ -37,11 +34,12 @@ from ..sequencer._host import (
     SequencerHostCore,
 )
 from ..wire import Append, AppendReply, GetSeqState, Release, SeqState, StoreReply
+from ._activation import Activations
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-    from ..epochstore import EpochMetadata, LogAttributes
+    from ..epochstore import LogAttributes
     from ..net import Connection
     from ..rpc import ClusterView, Link
     from ..wire import Store
@@ -84,9 +82,11 @@ class SequencerHost:
     _release_sent: dict[tuple[int, int], int] = attrs.field(init=False, factory=dict)
     # Shared by every core this node runs: STORE ids never repeat here.
     _store_ids: Iterator[int] = attrs.field(init=False, factory=lambda: itertools.count(1))
+    activations: Activations = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         opts = self.options
+        self.activations = Activations(self, self._store_ids)
         self.core = SequencerHostCore(
             self.node_id,
             HostOptions(
@@ -197,7 +197,7 @@ class SequencerHost:
             elif isinstance(action, ReplySeqState):
                 await self._reply_seq_state(action)
             elif isinstance(action, Activate):
-                self.nursery.start_soon(self._activate, action.log_id)
+                self.activations.soon(action.log_id)
             elif isinstance(action, Recover):
                 self.nursery.start_soon(self._recover, action)
             elif isinstance(action, ConfirmRefusal):
@@ -298,83 +298,6 @@ class SequencerHost:
         )
 
     # -- activation and recovery ------------------------------------------------
-
-    async def _activate(self, log_id: int) -> None:
-        try:
-            core, history = await self._do_activate(log_id)
-        except LogstrandError as exc:
-            _log.warning("node %d: log %d: activation failed: %s", self.node_id, log_id, exc)
-            await self.execute(self.core.on_activation_failed(log_id, exc.status, str(exc)))
-            return
-        except Exception as exc:  # a bug: fail the waiting appends, keep the node
-            _log.exception("node %d: log %d: activation failed", self.node_id, log_id)
-            await self.execute(self.core.on_activation_failed(log_id, Status.FAILED, repr(exc)))
-            return
-        now, now_ms = trio.current_time(), self.clock_ms()
-        await self.execute(self.core.on_activated(log_id, core, now, now_ms, history))
-
-    async def _do_activate(self, log_id: int) -> tuple[SequencerCore, tuple[EpochMetadata, ...]]:
-        view = self.view
-        opts = self.options
-        attrs_ = view.log_attributes(log_id)
-        if attrs_ is None:
-            raise LogstrandError(f"log {log_id} does not exist", Status.NOTFOUND)
-        weights = view.storage_weights()
-        domains = view.domains(attrs_.replicate_across)
-        nodeset = select_nodeset(
-            log_id,
-            weights,
-            domains,
-            size=attrs_.nodeset_size,
-            replication=attrs_.replication_factor,
-        )
-        if len(nodeset) < attrs_.replication_factor:
-            raise LogstrandError("not enough storage nodes for the log", Status.NOSEQUENCER)
-        placement = Placement(nodeset, attrs_.replication_factor, attrs_.replicate_across)
-        try:
-            epoch, meta, history, start_ms, sealed = await self.procedures.run(
-                procs.activate(
-                    log_id,
-                    placement,
-                    opts.seal_timeout_s,
-                    self.clock_ms,
-                )
-            )
-        except EpochStoreUnavailableError as exc:
-            raise LogstrandError(str(exc), Status.NOSEQUENCER) from exc
-        if epoch > 1:  # earlier epochs were sealed
-            self.metrics.seals.inc()
-        selector = CopysetSelector(
-            meta.nodeset,
-            meta.replication_factor,
-            weights=weights,
-            domains=view.domains(meta.replicate_across),
-            local=self.node_id,
-        )
-        core = SequencerCore(
-            log_id,
-            epoch,
-            selector,
-            sync=attrs_.durability == "fsync",
-            # Nothing of this epoch is released before the earlier ones are
-            # recovered (or when there are none).
-            recovered=epoch == 1,
-            appenders_max=opts.sequencer_appenders_max,
-            store_timeout_s=opts.store_timeout_s,
-            ids=self._store_ids,
-            esn_max=opts.esn_max,
-            last_timestamp_ms=start_ms,
-            producer_expiry_ms=opts.producer_expiry_ms,
-            sealed_producers=sealed,
-        )
-        core.down.update(n for n in meta.nodeset if n not in view.up)
-        core.no_writes = view.authority.no_writes
-        self.nursery.start_soon(
-            self.procedures.run, procs.rebroadcast_release(log_id, meta.nodeset, 2.0)
-        )
-        self.metrics.sequencer_activations.inc()
-        _log.info("node %d: sequencer for log %d active in epoch %d", self.node_id, log_id, epoch)
-        return core, tuple(history)
 
     async def _recover(self, action: Recover) -> None:
         host = self.core

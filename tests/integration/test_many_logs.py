@@ -8,11 +8,13 @@ import json
 import subprocess
 import sys
 import time
+import urllib.request
 from typing import TYPE_CHECKING
 
 import pytest
 
 import logstrand
+from logstrand import lsn_epoch
 from logstrand.epochstore import LogAttributes, open_epoch_store
 from logstrand.errors import InvalidArgumentError, NotFoundError
 from logstrand.testing import LocalCluster, cpu_s
@@ -95,3 +97,36 @@ def test_tails_of_many_logs_in_one_round_agree_with_each_log_alone(tmp_path: Pat
             after = client.tail_lsns(range(1, n + 1))
             # Every acknowledged append is still under its log's tail.
             assert [log for log in tails if after[log] < tails[log]] == []
+
+
+def _gauge(c: LocalCluster, node_id: int, name: str) -> float:
+    port = c.nodes[node_id].metrics_port
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    raise AssertionError(f"no {name} on node {node_id}")
+
+
+def test_activations_beyond_the_bound_wait_their_turn_and_none_fails(tmp_path: Path) -> None:
+    """With ``--activations-in-flight 1``, a burst of first appends to 600
+    logs queues activations on each node (the gauge shows them waiting) and
+    every append succeeds, in its log's first epoch."""
+    n = 600
+    args = ("--activations-in-flight", "1")
+    with LocalCluster(tmp_path / "c", nodes=3, node_args=args) as c:
+        with open_epoch_store(c.url) as store:
+            store.create_logs(1, n, LogAttributes(replication_factor=2))
+        settings = logstrand.ClientSettings(append_timeout_s=60.0)
+        with logstrand.connect(c.url, settings=settings) as client:
+            futures = [client.append_async(log, b"first") for log in range(1, n + 1)]
+            waiting = 0.0
+            while not all(f.done() for f in futures):
+                waiting = max(
+                    waiting, *(_gauge(c, i, "logstrand_activations_waiting") for i in c.nodes)
+                )
+                time.sleep(0.2)
+            assert [f.exception() for f in futures] == [None] * n
+            assert {lsn_epoch(f.result()) for f in futures} == {1}
+            print(f"at most {waiting:.0f} activations seen waiting on one node")
+            assert waiting > 0
