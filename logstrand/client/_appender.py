@@ -42,7 +42,8 @@ from ..errors import (
 )
 from ..idempotence._client import LogProducer, ProducerIds
 from ..records import KEY_BYTES_MAX, check_log_id
-from ..wire import Append, AppendReply, ErrorReply
+from ..wire import Append, AppendMany, AppendReply, ErrorReply
+from ._append_mux import MANY_PROTOCOL, Entry, NodeMux, send_alone, settle
 from ._batcher import Ticket, _finish_all, _LogBatcher
 
 if TYPE_CHECKING:
@@ -104,6 +105,8 @@ class Appender:
     _producers: dict[int, LogProducer] = attrs.field(init=False, factory=dict)
     #: APPENDs out to each node (``appends_in_flight_per_node``).
     _windows: dict[int, trio.Semaphore] = attrs.field(init=False, factory=dict)
+    #: Each node's outbox of APPENDs that leave together (``_append_mux``).
+    _muxes: dict[int, NodeMux] = attrs.field(init=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
         astore = self.view.astore
@@ -316,6 +319,18 @@ class Appender:
     async def _try(
         self, node: int, log_id: int, batch: PackedBatch
     ) -> tuple[AppendReply | None, str]:
+        """One attempt: alone, or with other logs' batches to the same node
+        (``_append_mux``)."""
+        mux = self._muxes.get(node)
+        if mux is None:
+            mux = self._muxes[node] = NodeMux(
+                self.nursery, partial(self._alone, node), partial(self._together, node)
+            )
+        return await mux.attempt(log_id, batch)
+
+    async def _alone(
+        self, node: int, log_id: int, batch: PackedBatch
+    ) -> tuple[AppendReply | None, str]:
         # At most ``appends_in_flight_per_node`` APPENDs wait on one node; the
         # rest wait here, their attempt's clock not yet running.  (Ten
         # thousand logs' appends at once used to all be out, and past the
@@ -326,6 +341,38 @@ class Appender:
             window = self._windows[node] = trio.Semaphore(self.settings.appends_in_flight_per_node)
         async with window:
             return await self._attempt(node, log_id, batch)
+
+    async def _together(self, node: int, entries: list[Entry]) -> None:
+        """One ``AppendMany`` attempt for ``entries`` (``_append_mux`` rule 3)."""
+        reply: object = None
+        gone = False
+        with trio.move_on_after(self.settings.append_attempt_timeout_s) as attempt:
+            try:
+                link = await self.links.get(node)
+            except TransientError as exc:
+                settle(entries, None, str(exc))
+                return
+            if link.conn.protocol < MANY_PROTOCOL:
+                send_alone(entries)
+                return
+            rid = self.links.next_request_id()
+            request = AppendMany(
+                rid, tuple(e.log_id for e in entries), tuple(e.batch for e in entries)
+            )
+            reply, gone = await link.request_or_give_up(
+                request, rid, partial(self.watch.wait_gone, node), self.watch.suspect_after_s
+            )
+        if isinstance(reply, ErrorReply):
+            send_alone(entries)
+            return
+        why = ""
+        if gone:
+            why = f"node {node} stopped answering (the other nodes find it dead)"
+        elif attempt.cancelled_caught:
+            why = f"node {node} did not answer in time"
+        elif reply is None:
+            why = f"connection to node {node} lost"
+        settle(entries, reply, why)
 
     async def _attempt(
         self, node: int, log_id: int, batch: PackedBatch

@@ -11,6 +11,7 @@ from ..errors import LogstrandError, Status
 from ..wire import (
     Amend,
     Append,
+    AppendMany,
     CleanPoint,
     DropCopies,
     FindTime,
@@ -31,6 +32,7 @@ from ..wire import (
     Trim,
     TrimLog,
 )
+from ._append_many import handle_append_many
 from ._trims import Trims
 
 if TYPE_CHECKING:
@@ -137,6 +139,7 @@ def register_handlers(
     table: dict[type, Callable[[Connection, Any], Awaitable[None]]] = {
         Store: store,
         Append: seq.handle_append,
+        AppendMany: lambda c, m: handle_append_many(node.guard, seq, c, m),
         Release: release,
         StartRead: lambda c, m: sync(reads.start, c, m),
         ReadCredit: lambda c, m: sync(reads.credit, c, m),

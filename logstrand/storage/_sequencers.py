@@ -60,6 +60,13 @@ class PeerPort(Protocol):
     def reachable(self) -> set[int]: ...
 
 
+class Answerer(Protocol):
+    """Where an append's answer goes: its connection, or the gathering of
+    an ``AppendMany``'s answers (``_append_many``)."""
+
+    async def reply(self, msg: Any) -> bool: ...
+
+
 @attrs.define(eq=False)
 class SequencerHost:
     node_id: int
@@ -103,7 +110,7 @@ class SequencerHost:
 
     # -- from clients ---------------------------------------------------------
 
-    async def handle_append(self, conn: Connection, msg: Append) -> None:
+    async def handle_append(self, conn: Answerer, msg: Append) -> None:
         if _trace.ON:
             _trace.mark("seq.append")
         owner = await self._owner(msg.log_id)

@@ -11,7 +11,10 @@ from ._codec import (
     encode_frame,
 )
 from ._messages import (
+    APPEND_MANY_MAX,
     Append,
+    AppendMany,
+    AppendManyReply,
     AppendReply,
     Digest,
     ErrorReply,
@@ -68,6 +71,7 @@ from ._registry import (
 
 __all__ = [
     "ACCESS",
+    "APPEND_MANY_MAX",
     "DIRECTORY_FIELDS",
     "FRAME_BYTES_MAX_DEFAULT",
     "HEADER_BYTES",
@@ -80,6 +84,8 @@ __all__ = [
     "Amend",
     "AmendReply",
     "Append",
+    "AppendMany",
+    "AppendManyReply",
     "AppendReply",
     "CleanPoint",
     "ClusterState",

@@ -10,7 +10,14 @@ import attrs
 from ..records import PRODUCER_ENTRY_BYTES as ENTRY_BYTES
 from ..types import lsn_epoch
 from . import _fields as f
-from ._registry import _packed, _packed_from_wire, _status, message
+from ._registry import (
+    _packed,
+    _packed_from_wire,
+    _packed_tuple,
+    _packed_tuple_from_wire,
+    _status,
+    message,
+)
 
 if TYPE_CHECKING:
     from ..batch import PackedBatch
@@ -106,6 +113,81 @@ class AppendReply:
     timestamp_ms: int = attrs.field(default=0, validator=f.u64)
     redirect: int | None = attrs.field(default=None, validator=f.optional(f.u32))
     message: str = attrs.field(default="", validator=f.text(1024))
+
+
+#: Logs' batches one ``AppendMany`` carries at most.
+APPEND_MANY_MAX = 1024
+
+
+def _same_length(what: str) -> Any:
+    def check(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+        if len(value) != len(getattr(inst, what)):
+            raise ValueError(f"{attr.name} and {what} differ in length")
+
+    return check
+
+
+@message(53, "append")
+@attrs.frozen(slots=True)
+class AppendMany:
+    """Client → sequencer node: batches of many logs whose sequencers run
+    there, one per log entry, each as an ``Append`` would carry it (a Kafka
+    ProduceRequest carries many partitions the same way).  The client needs
+    ``append`` on every log named."""
+
+    TYPE_ID: ClassVar[int]
+    request_id: int = attrs.field(validator=f.u64)
+    log_ids: tuple[int, ...] = attrs.field(
+        converter=f.to_tuple, validator=f.tuple_of(f.u64, APPEND_MANY_MAX)
+    )
+    batches: tuple[PackedBatch, ...] = attrs.field(
+        converter=_packed_tuple_from_wire,
+        validator=[_packed_tuple, _same_length("log_ids")],
+    )
+
+
+@message(54)
+@attrs.frozen(slots=True)
+class AppendManyReply:
+    """Per entry of an ``AppendMany``, in its order, what an ``AppendReply``
+    says: status, first LSN, timestamp, the node to go to (0: none) and why
+    (empty when OK)."""
+
+    TYPE_ID: ClassVar[int]
+    request_id: int = attrs.field(validator=f.u64)
+    statuses: tuple[int, ...] = attrs.field(
+        converter=f.to_tuple, validator=f.tuple_of(_status, APPEND_MANY_MAX)
+    )
+    first_lsns: tuple[int, ...] = attrs.field(
+        converter=f.to_tuple,
+        validator=[f.tuple_of(f.u64, APPEND_MANY_MAX), _same_length("statuses")],
+    )
+    timestamps_ms: tuple[int, ...] = attrs.field(
+        converter=f.to_tuple,
+        validator=[f.tuple_of(f.u64, APPEND_MANY_MAX), _same_length("statuses")],
+    )
+    redirects: tuple[int, ...] = attrs.field(
+        converter=f.to_tuple,
+        validator=[f.tuple_of(f.u32, APPEND_MANY_MAX), _same_length("statuses")],
+    )
+    messages: tuple[str, ...] = attrs.field(
+        converter=f.to_tuple,
+        validator=[f.tuple_of(f.text(1024), APPEND_MANY_MAX), _same_length("statuses")],
+    )
+
+    def reply(self, i: int, count: int) -> AppendReply:
+        """Entry ``i`` (of ``count`` records) as an ``AppendReply``."""
+        redirect = self.redirects[i] or None
+        status = self.statuses[i]
+        return AppendReply(
+            self.request_id,
+            status,
+            self.first_lsns[i],
+            count,
+            self.timestamps_ms[i],
+            redirect,
+            self.messages[i],
+        )
 
 
 def _producer_entries(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:

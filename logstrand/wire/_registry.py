@@ -25,8 +25,10 @@ if TYPE_CHECKING:
 #: version both ends support.  3: the failure detector's messages, digests
 #: carry a packed batch (the old record batch format is gone).  4: ``GetTails``
 #: (many logs' tails in one round); a v4 client asks a v3 node log by log.
+#: 5: ``AppendMany`` (many logs' batches in one request); a v5 client sends
+#: a v4 node each batch alone.
 PROTOCOL_VERSION_MIN = 3
-PROTOCOL_VERSION_MAX = 4
+PROTOCOL_VERSION_MAX = 5
 
 MESSAGE_TYPES: dict[int, type[Any]] = {}
 #: Who may send each request, declared with it (``message``): "node", only

@@ -143,6 +143,32 @@ def test_read_only_user_reads_and_is_refused_the_rest(
             client.append(6, b"w")
 
 
+def test_appends_to_logs_with_and_without_a_grant_gathered_in_one_request(
+    secure: tuple[LocalCluster, dict[str, str]],
+) -> None:
+    """The writer may append to 1..5, not 6..10.  Appends to both, all at
+    once, leave together in requests the node refuses as a whole (one of
+    their logs lacks the grant); each goes again alone: the granted ones
+    succeed, the others fail with the permission error, each its own."""
+    cluster, tokens = secure
+    assert cluster.ca_path is not None
+    with _client(cluster, ca=cluster.ca_path, token=tokens["writer"]) as client:
+        futures = {
+            (log, i): client.append_async(log, b"%d" % i) for i in range(20) for log in (4, 5, 8)
+        }
+        client.flush(30)
+        for (log, _), future in futures.items():
+            if log == 8:
+                assert isinstance(future.exception(), logstrand.AccessDeniedError)
+                assert "may not append on log 8" in str(future.exception())
+            else:
+                assert future.exception() is None
+        lsns = [futures[4, i].result() for i in range(20)]
+        assert [r.payload for r in client.read(4, lsns[0], lsns[-1])] == [
+            b"%d" % i for i in range(20)
+        ]
+
+
 def _tls_raw(cluster: LocalCluster, token: str | None, node_id: int | None = None) -> Any:
     assert cluster.ca_path is not None
     ctx = ssl.create_default_context(cafile=cluster.ca_path)

@@ -21,7 +21,7 @@ from logstrand.logsdb import LogsDB
 from logstrand.net import connect, handshake_sync
 from logstrand.testing import LocalCluster
 from logstrand.types import Record
-from logstrand.wire import Append, AppendReply
+from logstrand.wire import Append, AppendMany, AppendManyReply, AppendReply
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -98,6 +98,42 @@ async def test_node_refuses_oversized_payload_itself(cluster: LocalCluster) -> N
         assert isinstance(reply, AppendReply)
         assert reply.status == Status.TOOBIG
         assert await client.append(200, b"fine", key=b"k") > 0
+
+
+async def test_one_request_carries_many_logs_batches_each_answered_for_itself(
+    cluster: LocalCluster,
+) -> None:
+    """An ``AppendMany`` to a node: each entry is taken as its own APPEND would
+    be, and answered for itself (OK, REDIRECTED, NOTFOUND, TOOBIG) in one reply."""
+    async with logstrand.open_client(cluster.url) as client:
+        owner = client.sequencer_node(30)
+        assert owner is not None
+        mine = [log for log in range(30, 60) if client.sequencer_node(log) == owner][:2]
+        other = next(log for log in range(30, 60) if client.sequencer_node(log) != owner)
+        ok = PackedBatch.for_append([None], [b"together"])
+        too_big = PackedBatch.for_append([b"k" * 70_000], [b"b"])
+        logs = (mine[0], other, 1_000_000, mine[1], mine[0])
+        batches = (ok, ok, ok, too_big, ok)
+        reply = await client.ask_node(owner, lambda rid: AppendMany(rid, logs, batches))
+        assert isinstance(reply, AppendManyReply)
+        assert [Status(s) for s in reply.statuses] == [
+            Status.OK,
+            Status.REDIRECTED,
+            Status.NOTFOUND,
+            Status.TOOBIG,
+            Status.OK,
+        ]
+        assert reply.redirects[1] == client.sequencer_node(other)
+        assert reply.first_lsns[4] == reply.first_lsns[0] + 1  # one log, in entry order
+        got = [
+            r.payload
+            async for r in client.read(mine[0], 1, reply.first_lsns[4])
+            if isinstance(r, Record)
+        ]
+        assert got == [b"together", b"together"]
+        empty = await client.ask_node(owner, lambda rid: AppendMany(rid, (), ()))
+        assert isinstance(empty, AppendManyReply)
+        assert empty.statuses == ()
 
 
 def _send_raw(host: str, port: int, data: bytes) -> bytes:

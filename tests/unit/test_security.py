@@ -129,7 +129,7 @@ def test_who_may_send_what_is_declared_with_each_message() -> None:
         "any": {"Ping", "GetClusterState", "ReadCredit", "StopRead"},
         "read": {"GetSeqState", "StartRead", "LogInfo", "FindTime", "GetLogDirectory"}
         | {"GetTails"},
-        "append": {"Append"},
+        "append": {"Append", "AppendMany"},
         "trim": {"TrimLog"},
         "admin": {"GetNodeStatus", "Compact"},
     }

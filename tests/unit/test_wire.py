@@ -15,6 +15,8 @@ from logstrand.wire import (
     Amend,
     AmendReply,
     Append,
+    AppendMany,
+    AppendManyReply,
     AppendReply,
     CleanPoint,
     ClusterState,
@@ -205,6 +207,25 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     SealReply: st.builds(SealReply, u64, statuses, u32, u32),
     GetLogDirectory: st.builds(GetLogDirectory, u64, u64),
     GetTails: st.builds(GetTails, u64, st.lists(u64, max_size=8).map(tuple)),
+    AppendMany: st.integers(0, 3).flatmap(
+        lambda n: st.builds(
+            AppendMany,
+            u64,
+            st.lists(u64, min_size=n, max_size=n).map(tuple),
+            st.lists(packed_batches(), min_size=n, max_size=n).map(tuple),
+        )
+    ),
+    AppendManyReply: st.integers(0, 3).flatmap(
+        lambda n: st.builds(
+            AppendManyReply,
+            u64,
+            st.lists(statuses, min_size=n, max_size=n).map(tuple),
+            st.lists(u64, min_size=n, max_size=n).map(tuple),
+            st.lists(u64, min_size=n, max_size=n).map(tuple),
+            st.lists(u32, min_size=n, max_size=n).map(tuple),
+            st.lists(st.text(max_size=10), min_size=n, max_size=n).map(tuple),
+        )
+    ),
     TailsReply: st.builds(
         TailsReply, u64, statuses, st.lists(u64, max_size=4).map(lambda v: tuple(v * 4))
     ),
@@ -343,9 +364,10 @@ def test_directory_entries_come_whole() -> None:
 
 
 def test_version_negotiation() -> None:
-    assert choose_version(1, 5) == 4
-    assert choose_version(3, 3) == 3  # a node of the last version: no GetTails
-    assert choose_version(5, 6) is None
+    assert choose_version(1, 6) == 5
+    assert choose_version(3, 4) == 4  # a node without AppendMany
+    assert choose_version(3, 3) == 3  # nor GetTails
+    assert choose_version(6, 7) is None
     assert choose_version(1, 2) is None
 
 

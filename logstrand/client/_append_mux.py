@@ -1,0 +1,161 @@
+"""Many logs' APPENDs to one node leave together, in an ``AppendMany``.
+
+Rules
+-----
+1. An attempt goes to its node alone (an ``Append``) when nothing else is
+   out to that node: a lone append pays for no gathering.  While requests
+   to the node are out, attempts wait in the node's outbox, and what
+   gathered there leaves in one ``AppendMany`` (at most ``APPEND_MANY_MAX``
+   batches and ``MANY_BYTES_MAX`` bytes; a batch bigger than that goes
+   alone), as one log's records wait in its batcher while its batches are
+   out.  A Kafka producer sends one ProduceRequest per broker the same way.
+2. At most ``MANY_IN_FLIGHT`` requests per node are out; the outbox waits
+   meanwhile, and an entry's attempt clock starts when it leaves.
+3. Each entry's outcome is an ``AppendReply``, as if it had gone alone;
+   what befalls the request (no answer in time, the connection lost, the
+   node found dead) befalls each of its entries, whose appends retry as
+   they would have.  A request refused as a whole (no permission on one
+   of its logs; a node of protocol 4, which does not know it) is sent
+   again entry by entry, alone.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import trio
+
+from ..wire import APPEND_MANY_MAX, AppendManyReply, AppendReply
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from ..batch import PackedBatch
+
+#: Requests (``Append`` or ``AppendMany``) out to one node at once.
+MANY_IN_FLIGHT = 8
+#: Bytes of batches one ``AppendMany`` carries at most.
+MANY_BYTES_MAX = 4 * 1024 * 1024
+#: The protocol version that knows ``AppendMany``.
+MANY_PROTOCOL = 5
+
+Outcome = tuple[AppendReply | None, str]
+
+
+class Entry:
+    """One attempt waiting in an outbox, then for its outcome."""
+
+    __slots__ = ("alone", "batch", "done", "log_id", "outcome")
+
+    def __init__(self, log_id: int, batch: PackedBatch) -> None:
+        self.log_id = log_id
+        self.batch = batch
+        self.done = trio.Event()
+        self.outcome: Outcome = (None, "no attempt")
+        #: Refused as part of a request: goes again alone (rule 3).
+        self.alone = False
+
+    def finish(self, outcome: Outcome) -> None:
+        self.outcome = outcome
+        self.done.set()
+
+
+class NodeMux:
+    """The APPENDs of one client to one node (see the module docstring).
+
+    ``alone(log_id, batch)``: one attempt with an ``Append``;
+    ``together(entries)``: one attempt with an ``AppendMany``, which
+    finishes every entry (or marks it ``alone``)."""
+
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        alone: Callable[[int, PackedBatch], Awaitable[Outcome]],
+        together: Callable[[list[Entry]], Awaitable[None]],
+    ) -> None:
+        self._nursery = nursery
+        self._alone = alone
+        self._together = together
+        self._outbox: list[Entry] = []
+        self._out = 0
+        self._starting = False
+
+    async def attempt(self, log_id: int, batch: PackedBatch) -> Outcome:
+        if (self._out == 0 and not self._outbox) or len(batch.data) > MANY_BYTES_MAX:
+            return await self._single(log_id, batch)
+        entry = Entry(log_id, batch)
+        self._outbox.append(entry)
+        self._kick()
+        await entry.done.wait()
+        if entry.alone:
+            return await self._single(log_id, batch)
+        return entry.outcome
+
+    async def _single(self, log_id: int, batch: PackedBatch) -> Outcome:
+        self._out += 1
+        try:
+            return await self._alone(log_id, batch)
+        finally:
+            self._out -= 1
+            self._kick()
+
+    def _kick(self) -> None:
+        """Start a request for the outbox if there is room (rule 2); it takes
+        the outbox when it runs, after what is ready to queue has queued."""
+        if self._outbox and not self._starting and self._out < MANY_IN_FLIGHT:
+            self._starting = True
+            self._out += 1
+            try:
+                self._nursery.start_soon(self._send)
+            except RuntimeError:  # the client is closing
+                self._starting = False
+                self._out -= 1
+                for entry in self._outbox:
+                    entry.finish((None, "client is closed"))
+                self._outbox.clear()
+
+    async def _send(self) -> None:
+        self._starting = False
+        entries = self._take()
+        self._kick()  # more waits: another request may leave beside this one
+        try:
+            if entries:
+                await self._together(entries)
+        finally:
+            for entry in entries:
+                if not entry.done.is_set():
+                    entry.finish((None, "the request ended without an answer"))
+            self._out -= 1
+            self._kick()
+
+    def _take(self) -> list[Entry]:
+        outbox = self._outbox
+        size = 0
+        n = 0
+        while n < len(outbox) and n < APPEND_MANY_MAX:
+            size += len(outbox[n].batch.data)
+            if n and size > MANY_BYTES_MAX:
+                break
+            n += 1
+        taken, self._outbox = outbox[:n], outbox[n:]
+        return taken
+
+
+def settle(entries: list[Entry], reply: object, why: str) -> None:
+    """Finish each entry from a request's outcome (rule 3): its part of an
+    ``AppendManyReply``, or ``why`` when none came."""
+    if isinstance(reply, AppendManyReply) and len(reply.statuses) == len(entries):
+        for i, entry in enumerate(entries):
+            entry.finish((reply.reply(i, len(entry.batch)), ""))
+        return
+    if reply is not None and not why:
+        why = f"a malformed answer to APPEND_MANY ({type(reply).__name__})"
+    for entry in entries:
+        entry.finish((None, why))
+
+
+def send_alone(entries: list[Entry]) -> None:
+    """The request was refused as a whole: each entry goes again alone."""
+    for entry in entries:
+        entry.alone = True
+        entry.done.set()

@@ -1,0 +1,139 @@
+"""The client's per-node outbox (``client._append_mux``): a lone append goes
+alone, appends that come while others are out leave together, the number of
+requests out is bounded, and a request refused as a whole goes again entry
+by entry."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from logstrand.batch import PackedBatch, make_batch
+from logstrand.client._append_mux import (
+    MANY_BYTES_MAX,
+    MANY_IN_FLIGHT,
+    Entry,
+    NodeMux,
+    send_alone,
+    settle,
+)
+from logstrand.errors import Status
+from logstrand.wire import AppendManyReply, AppendReply
+
+
+def batch(size: int = 10) -> PackedBatch:
+    return make_batch(range(1), [b"x" * size], timestamps_ms=0, keys=[None])
+
+
+class FakeNode:
+    """Answers each request after ``gate`` opens; LSN = log id * 100."""
+
+    def __init__(self, refuse_many: bool = False) -> None:
+        self.alone: list[int] = []
+        self.together: list[list[int]] = []
+        self.out = 0
+        self.out_max = 0
+        self.gate = trio.Event()
+        self.refuse_many = refuse_many
+
+    async def _wait(self) -> None:
+        self.out += 1
+        self.out_max = max(self.out_max, self.out)
+        await self.gate.wait()
+        self.out -= 1
+
+    async def send_alone(self, log_id: int, b: PackedBatch) -> tuple[AppendReply | None, str]:
+        self.alone.append(log_id)
+        await self._wait()
+        return AppendReply(0, int(Status.OK), log_id * 100, len(b)), ""
+
+    async def send_together(self, entries: list[Entry]) -> None:
+        self.together.append([e.log_id for e in entries])
+        await self._wait()
+        if self.refuse_many:
+            send_alone(entries)
+            return
+        n = len(entries)
+        reply = AppendManyReply(
+            1,
+            (int(Status.OK),) * n,
+            tuple(e.log_id * 100 for e in entries),
+            (0,) * n,
+            (0,) * n,
+            ("",) * n,
+        )
+        settle(entries, reply, "")
+
+
+async def run(
+    node: FakeNode, logs: list[int], sizes: dict[int, int] | None = None
+) -> dict[int, int]:
+    got: dict[int, int] = {}
+    async with trio.open_nursery() as nursery:
+        mux = NodeMux(nursery, node.send_alone, node.send_together)
+
+        async def one(log: int) -> None:
+            reply, why = await mux.attempt(log, batch((sizes or {}).get(log, 10)))
+            assert reply is not None, why
+            got[log] = reply.first_lsn
+
+        for log in logs:
+            nursery.start_soon(one, log)
+        await trio.testing.wait_all_tasks_blocked()
+        node.gate.set()
+    return got
+
+
+async def test_a_lone_append_goes_alone_and_those_that_come_meanwhile_go_together() -> None:
+    node = FakeNode()
+    got = await run(node, list(range(1, 101)))
+    assert got == {log: log * 100 for log in range(1, 101)}
+    assert len(node.alone) == 1  # the first found nothing out
+    assert sorted(log for r in node.together for log in r) == sorted(
+        set(range(1, 101)) - set(node.alone)
+    )
+    assert len(node.together) == 1  # the other 99 in one request
+    assert node.out_max <= MANY_IN_FLIGHT
+
+
+async def test_requests_out_to_a_node_are_bounded_and_big_batches_go_alone() -> None:
+    node = FakeNode()
+    big = MANY_BYTES_MAX // 3
+    sizes = dict.fromkeys(range(1, 40), big)  # three of them fill a request
+    sizes[40] = MANY_BYTES_MAX + 1
+    got = await run(node, list(range(1, 41)), sizes)
+    assert len(got) == 40
+    assert 40 in node.alone  # too big to go with others
+    assert node.out_max <= MANY_IN_FLIGHT
+    assert all(len(r) <= 3 for r in node.together)
+
+
+async def test_a_request_refused_as_a_whole_goes_again_entry_by_entry() -> None:
+    node = FakeNode(refuse_many=True)
+    got = await run(node, list(range(1, 21)))
+    assert got == {log: log * 100 for log in range(1, 21)}
+    assert sorted(node.alone) == list(range(1, 21))
+
+
+def test_entries_take_their_part_of_the_answer_or_what_befell_the_request() -> None:
+    entries = [Entry(7, batch()), Entry(8, batch())]
+    settle(entries, None, "node 2 did not answer in time")
+    assert [e.outcome for e in entries] == [(None, "node 2 did not answer in time")] * 2
+    entries = [Entry(7, batch())]
+    settle(entries, AppendManyReply(1, (), (), (), (), ()), "")
+    assert entries[0].outcome[0] is None
+    assert "malformed" in entries[0].outcome[1]
+    entries = [Entry(7, batch()), Entry(8, batch())]
+    reply = AppendManyReply(
+        1, (int(Status.OK), int(Status.REDIRECTED)), (5, 0), (9, 0), (0, 3), ("", "go to 3")
+    )
+    settle(entries, reply, "")
+    first, second = entries[0].outcome[0], entries[1].outcome[0]
+    assert first is not None
+    assert (first.status, first.first_lsn, first.redirect) == (0, 5, None)
+    assert second is not None
+    assert (second.status, second.redirect, second.message) == (
+        int(Status.REDIRECTED),
+        3,
+        "go to 3",
+    )
