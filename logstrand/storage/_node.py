@@ -408,9 +408,7 @@ class Node:
             await self.sequencers.tick()
             now = trio.current_time()
             for log_id in watch.due(now):
-                self.sequencers.nursery.start_soon(
-                    self.sequencers.ask_for_release, log_id, watch.forget
-                )
+                self.sequencers.nursery.start_soon(self.sequencers.ask_for_release, log_id, watch)
             if now >= next_gauges:
                 next_gauges = now + 1.0
                 self.sequencers.gauges()
@@ -420,7 +418,7 @@ class Node:
                 ):
                     self.metrics.receive_held.labels(pool).set(budget.used)
                     self.metrics.receive_held_peak.labels(pool).set(budget.peak)
-                self.metrics.releases_overdue.set(len(watch.overdue(now)))
+                self.metrics.releases_overdue.set(watch.overdue(now))
 
 
 def _raise_fd_limit() -> None:

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from ._metrics import NodeMetrics
     from ._options import NodeOptions
     from ._procedures import ProcedureRunner
+    from ._release_watch import ReleaseWatch
 
 _log = logging.getLogger("logstrand.sequencer")
 
@@ -393,7 +394,7 @@ class SequencerHost:
 
     # -- overdue releases ---------------------------------------------------------
 
-    async def ask_for_release(self, log_id: int, forget: Callable[[int], None]) -> None:
+    async def ask_for_release(self, log_id: int, watch: ReleaseWatch) -> None:
         """Copies of the log stay unreleased on this node: have its owner run a
         sequencer, and take what it has released (see ``ReleaseWatch``)."""
         owner = self.view.sequencer_node(log_id)
@@ -406,6 +407,8 @@ class SequencerHost:
         if not isinstance(reply, SeqState):
             return
         if reply.status == Status.OK:
+            # A recovered sequencer runs: the release is late, not lost.
+            watch.answered(log_id, reply.recovered)
             self.on_release(log_id, reply.released_lsn)
         elif reply.status == Status.NOTFOUND:
-            forget(log_id)
+            watch.forget(log_id)

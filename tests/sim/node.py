@@ -184,10 +184,12 @@ class SimNode(Endpoint):
         if owner is None:
             return
         rid = next(self.ids)
+        watch = self.watch
 
         def on_reply(reply: wire.SeqState) -> None:
             self.replies.pop(rid, None)
             if reply.status == Status.OK and self.store is not None:
+                watch.answered(log, reply.recovered)
                 self.store.on_release(log, reply.released_lsn)
 
         self.replies[rid] = on_reply
