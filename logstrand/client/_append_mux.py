@@ -9,13 +9,17 @@ Rules
    batches and ``MANY_BYTES_MAX`` bytes; a batch bigger than that goes
    alone), as one log's records wait in its batcher while its batches are
    out.  A Kafka producer sends one ProduceRequest per broker the same way.
-2. At most ``MANY_IN_FLIGHT`` requests per node are out; the outbox waits
-   meanwhile, and an entry's attempt clock starts when it leaves.
+2. At most ``MANY_IN_FLIGHT`` requests and ``window`` batches
+   (``appends_in_flight_per_node``) per node are out; the outbox waits
+   meanwhile, and an entry's attempt clock starts when it leaves.  The
+   node counts an ``AppendMany`` as one request per entry: gathering buys
+   fewer messages, not more work in flight (ten thousand batches let out
+   at once, in requests of a thousand, collapsed a node under retries).
 3. Each entry's outcome is an ``AppendReply``, as if it had gone alone;
    what befalls the request (no answer in time, the connection lost, the
    node found dead) befalls each of its entries, whose appends retry as
    they would have.  A request refused as a whole (no permission on one
-   of its logs; a node of protocol 4, which does not know it) is sent
+   of its logs; a node of protocol 3, which does not know it) is sent
    again entry by entry, alone.
 """
 
@@ -37,7 +41,7 @@ MANY_IN_FLIGHT = 8
 #: Bytes of batches one ``AppendMany`` carries at most.
 MANY_BYTES_MAX = 4 * 1024 * 1024
 #: The protocol version that knows ``AppendMany``.
-MANY_PROTOCOL = 5
+MANY_PROTOCOL = 4
 
 Outcome = tuple[AppendReply | None, str]
 
@@ -72,8 +76,11 @@ class NodeMux:
         nursery: trio.Nursery,
         alone: Callable[[int, PackedBatch], Awaitable[Outcome]],
         together: Callable[[list[Entry]], Awaitable[None]],
+        window: int,
     ) -> None:
         self._nursery = nursery
+        self._window = window
+        self._entries_out = 0
         self._alone = alone
         self._together = together
         self._outbox: list[Entry] = []
@@ -93,16 +100,23 @@ class NodeMux:
 
     async def _single(self, log_id: int, batch: PackedBatch) -> Outcome:
         self._out += 1
+        self._entries_out += 1
         try:
             return await self._alone(log_id, batch)
         finally:
             self._out -= 1
+            self._entries_out -= 1
             self._kick()
 
     def _kick(self) -> None:
         """Start a request for the outbox if there is room (rule 2); it takes
         the outbox when it runs, after what is ready to queue has queued."""
-        if self._outbox and not self._starting and self._out < MANY_IN_FLIGHT:
+        if (
+            self._outbox
+            and not self._starting
+            and self._out < MANY_IN_FLIGHT
+            and self._entries_out < self._window
+        ):
             self._starting = True
             self._out += 1
             try:
@@ -117,6 +131,7 @@ class NodeMux:
     async def _send(self) -> None:
         self._starting = False
         entries = self._take()
+        self._entries_out += len(entries)
         self._kick()  # more waits: another request may leave beside this one
         try:
             if entries:
@@ -126,13 +141,15 @@ class NodeMux:
                 if not entry.done.is_set():
                     entry.finish((None, "the request ended without an answer"))
             self._out -= 1
+            self._entries_out -= len(entries)
             self._kick()
 
     def _take(self) -> list[Entry]:
         outbox = self._outbox
         size = 0
         n = 0
-        while n < len(outbox) and n < APPEND_MANY_MAX:
+        most = min(APPEND_MANY_MAX, max(1, self._window - self._entries_out))
+        while n < len(outbox) and n < most:
             size += len(outbox[n].batch.data)
             if n and size > MANY_BYTES_MAX:
                 break

@@ -324,7 +324,10 @@ class Appender:
         mux = self._muxes.get(node)
         if mux is None:
             mux = self._muxes[node] = NodeMux(
-                self.nursery, partial(self._alone, node), partial(self._together, node)
+                self.nursery,
+                partial(self._alone, node),
+                partial(self._together, node),
+                self.settings.appends_in_flight_per_node,
             )
         return await mux.attempt(log_id, batch)
 

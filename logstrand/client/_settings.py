@@ -26,8 +26,10 @@ class ClientSettings:
     append_timeout_s: float = 10.0
     #: One attempt waits this long for its node before trying again (maybe elsewhere).
     append_attempt_timeout_s: float = 3.0
-    #: APPENDs (of all logs) out to one node at once; more wait in the client
-    #: (the node reads at most 128 unanswered requests of a connection).
+    #: Batches (of all logs) out to one node at once, alone or gathered in
+    #: ``AppendMany`` requests; more wait in the client (the node reads at
+    #: most 128 unanswered requests of a connection, an ``AppendMany``
+    #: counting one per batch).
     appends_in_flight_per_node: int = 128
     linger_ms: float = 0.0
     batch_bytes_max: int = 1024 * 1024

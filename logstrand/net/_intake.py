@@ -8,7 +8,8 @@ until the request is answered (the reply is queued: ``settle``), or until
 its handler returns for a message that has no answer.  Counts go to three
 places, and reading a connection waits while any is over its bound:
 
-* the connection's own: at most ``requests_max`` requests and
+* the connection's own: at most ``requests_max`` requests (an
+  ``AppendMany`` counts one per entry) and
   ``request_bytes_max`` bytes unanswered, and ``replies_queued_max`` replies
   queued that the peer has not read.  A connection at its bound is not read
   until its requests are answered, whatever their size: a client that floods
@@ -48,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from ..wire import Store, StoreReply
+from ..wire import AppendMany, Store, StoreReply
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -107,6 +108,14 @@ class Budget:
         await self._freed.wait()
 
 
+def _weight(msg: Any) -> int:
+    """How many requests ``msg`` counts for: an ``AppendMany`` one per entry
+    (at least one), so that batching buys no more work in flight."""
+    if type(msg) is AppendMany:
+        return max(1, len(msg.log_ids))
+    return 1
+
+
 def request_key(msg: Any) -> tuple[str, int] | None:
     """What a request's answer carries to match it (None: no answer comes)."""
     if type(msg) is Store:
@@ -163,7 +172,8 @@ class Intake:
         #: Bytes read and not yet a whole frame (of them, ``_reserved`` holds).
         self.partial = 0
         self._reserved = 0
-        #: Unanswered requests: key -> [(bytes, since)].
+        #: Unanswered requests: key -> [(bytes, since, weight)]; an
+        #: ``AppendMany`` weighs as many requests as it has entries.
         self._pending: dict[tuple[str, int], list[tuple[int, float]]] = {}
         self.requests = 0
         self.request_bytes = 0
@@ -236,13 +246,14 @@ class Intake:
         if key is None:
             self._give(frame_bytes)
             return
-        entry = (frame_bytes, trio.current_time())
+        weight = _weight(msg)
+        entry = (frame_bytes, trio.current_time(), weight)
         sizes = self._pending.get(key)
         if sizes is None:
             self._pending[key] = [entry]
         else:
             sizes.append(entry)
-        self.requests += 1
+        self.requests += weight
         self.request_bytes += frame_bytes
 
     def settle(self, msg: Any) -> None:
@@ -262,13 +273,13 @@ class Intake:
         sizes = self._pending.get(key)
         if not sizes:
             return
-        size, _ = sizes.pop(0)
+        size, _, weight = sizes.pop(0)
         if not sizes:
             del self._pending[key]
-        self._done(size)
+        self._done(size, weight)
 
-    def _done(self, size: int) -> None:
-        self.requests -= 1
+    def _done(self, size: int, weight: int) -> None:
+        self.requests -= weight
         self.request_bytes -= size
         self._give(size)
         self._changed.set()
@@ -288,8 +299,8 @@ class Intake:
             sizes[:] = [e for e in sizes if e[1] > horizon]
             if not sizes:
                 del self._pending[key]
-            for size, _ in old:
-                self._done(size)
+            for size, _, weight in old:
+                self._done(size, weight)
             if self._on_abandoned is not None:
                 self._on_abandoned(len(old))
 

@@ -23,12 +23,12 @@ if TYPE_CHECKING:
 
 #: The protocol versions this build speaks.  A connection uses the highest
 #: version both ends support.  3: the failure detector's messages, digests
-#: carry a packed batch (the old record batch format is gone).  4: ``GetTails``
-#: (many logs' tails in one round); a v4 client asks a v3 node log by log.
-#: 5: ``AppendMany`` (many logs' batches in one request); a v5 client sends
-#: a v4 node each batch alone.
+#: carry a packed batch (the old record batch format is gone).  4: many logs
+#: in one request: ``GetTails`` (tails in one round per node) and
+#: ``AppendMany`` (batches of many logs to their sequencer node); a v4
+#: client asks a v3 node log by log and sends it each batch alone.
 PROTOCOL_VERSION_MIN = 3
-PROTOCOL_VERSION_MAX = 5
+PROTOCOL_VERSION_MAX = 4
 
 MESSAGE_TYPES: dict[int, type[Any]] = {}
 #: Who may send each request, declared with it (``message``): "node", only

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
@@ -21,7 +21,7 @@ from logstrand.logsdb import LogsDB
 from logstrand.net import connect, handshake_sync
 from logstrand.testing import LocalCluster
 from logstrand.types import Record
-from logstrand.wire import Append, AppendMany, AppendManyReply, AppendReply
+from logstrand.wire import Append, AppendMany, AppendManyReply, AppendReply, Ping
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -134,6 +134,38 @@ async def test_one_request_carries_many_logs_batches_each_answered_for_itself(
         empty = await client.ask_node(owner, lambda rid: AppendMany(rid, (), ()))
         assert isinstance(empty, AppendManyReply)
         assert empty.statuses == ()
+
+
+async def test_against_nodes_of_protocol_3_appends_go_alone_and_tails_log_by_log(
+    cluster: LocalCluster,
+) -> None:
+    """A node that speaks protocol 3 knows neither ``AppendMany`` nor
+    ``GetTails``: the client sends it each batch alone and asks it log by log
+    (here the client's links are told they speak 3)."""
+    sent: list[str] = []
+    async with logstrand.open_client(cluster.url) as client:
+        for node in cluster.nodes:
+            await client.ask_node(node, Ping)  # opens the link
+            link = client.links.open_link(node)
+            assert link is not None
+            link.conn.protocol = 3
+            send = link.conn.send
+
+            async def noting(msg: object, send: Any = send) -> None:
+                sent.append(type(msg).__name__)
+                await send(msg)
+
+            link.conn.send = noting  # type: ignore[method-assign]
+        async with trio.open_nursery() as nursery:
+            for log in range(40, 60):
+                for _ in range(3):
+                    nursery.start_soon(client.append, log, b"v3")
+        tails = await client.tail_lsns(range(40, 60))
+        assert tails == {log: await client.tail_lsn(log) for log in range(40, 60)}
+        assert all(tails[log] > 0 for log in range(40, 60))
+    assert "Append" in sent
+    assert "AppendMany" not in sent
+    assert "GetTails" not in sent
 
 
 def _send_raw(host: str, port: int, data: bytes) -> bytes:

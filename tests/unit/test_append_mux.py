@@ -66,11 +66,11 @@ class FakeNode:
 
 
 async def run(
-    node: FakeNode, logs: list[int], sizes: dict[int, int] | None = None
+    node: FakeNode, logs: list[int], sizes: dict[int, int] | None = None, window: int = 1000
 ) -> dict[int, int]:
     got: dict[int, int] = {}
     async with trio.open_nursery() as nursery:
-        mux = NodeMux(nursery, node.send_alone, node.send_together)
+        mux = NodeMux(nursery, node.send_alone, node.send_together, window)
 
         async def one(log: int) -> None:
             reply, why = await mux.attempt(log, batch((sizes or {}).get(log, 10)))
@@ -137,3 +137,21 @@ def test_entries_take_their_part_of_the_answer_or_what_befell_the_request() -> N
         3,
         "go to 3",
     )
+
+
+async def test_batches_out_to_a_node_stay_within_the_window() -> None:
+    """Rule 2: with a window of 16, 200 attempts at once leave in requests of
+    at most 16 batches, never more than 16 out together."""
+    node = FakeNode()
+    entries_out: list[int] = []
+    together = node.send_together
+
+    async def counting(entries: list[Entry]) -> None:
+        entries_out.append(len(entries))
+        await together(entries)
+
+    node.send_together = counting  # type: ignore[method-assign]
+    got = await run(node, list(range(1, 201)), window=16)
+    assert len(got) == 200
+    assert max(entries_out) <= 16
+    assert sum(entries_out) + len(node.alone) == 200

@@ -163,3 +163,23 @@ async def test_the_frame_deadline_grows_with_the_frame(
     intake = Intake(IntakeLimits(frame_grace_s=10, frame_min_rate=1 << 20), Budget(1))
     assert intake.frame_deadline(100.0, 1 << 20) == 111.0
     assert intake.frame_deadline(100.0, 32 << 20) == 142.0
+
+
+async def test_a_request_of_many_logs_weighs_one_request_per_entry(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """An ``AppendMany`` of three batches counts as three requests (the
+    bound is on work in flight, not on messages) until its one answer."""
+    from logstrand.wire import AppendMany, AppendManyReply
+
+    intake = Intake(IntakeLimits(requests_max=4, request_bytes_max=10_000), Budget(10_000))
+    batch = PackedBatch.for_append([None], [b"x"], Codec.NONE)
+    await take(intake, AppendMany(1, (1, 2, 3), (batch, batch, batch)), 100)
+    assert intake.requests == 3
+    assert intake.may_read(0)
+    await take(intake, AppendMany(2, (4,), (batch,)), 50)
+    assert intake.requests == 4
+    assert not intake.may_read(0)
+    intake.settle(AppendManyReply(1, (0, 0, 0), (1, 2, 3), (0, 0, 0), (0, 0, 0), ("", "", "")))
+    assert intake.requests == 1
+    assert intake.request_bytes == 50

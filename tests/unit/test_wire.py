@@ -364,10 +364,9 @@ def test_directory_entries_come_whole() -> None:
 
 
 def test_version_negotiation() -> None:
-    assert choose_version(1, 6) == 5
-    assert choose_version(3, 4) == 4  # a node without AppendMany
-    assert choose_version(3, 3) == 3  # nor GetTails
-    assert choose_version(6, 7) is None
+    assert choose_version(1, 5) == 4
+    assert choose_version(3, 3) == 3  # a node without GetTails and AppendMany
+    assert choose_version(5, 6) is None
     assert choose_version(1, 2) is None
 
 
