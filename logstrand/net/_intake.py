@@ -174,7 +174,7 @@ class Intake:
         self._reserved = 0
         #: Unanswered requests: key -> [(bytes, since, weight)]; an
         #: ``AppendMany`` weighs as many requests as it has entries.
-        self._pending: dict[tuple[str, int], list[tuple[int, float]]] = {}
+        self._pending: dict[tuple[str, int], list[tuple[int, float, int]]] = {}
         self.requests = 0
         self.request_bytes = 0
         self._changed = trio.Event()
