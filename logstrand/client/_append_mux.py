@@ -8,7 +8,8 @@ Rules
    gathered there leaves in one ``AppendMany`` (at most ``APPEND_MANY_MAX``
    batches and ``MANY_BYTES_MAX`` bytes; a batch bigger than that goes
    alone), as one log's records wait in its batcher while its batches are
-   out.  A Kafka producer sends one ProduceRequest per broker the same way.
+   out (one that found no company when its turn came goes alone too).  A
+   Kafka producer sends one ProduceRequest per broker the same way.
 2. At most ``MANY_IN_FLIGHT`` requests and ``window`` batches
    (``appends_in_flight_per_node``) per node are out; the outbox waits
    meanwhile, and an entry's attempt clock starts when it leaves.  The
@@ -134,7 +135,9 @@ class NodeMux:
         self._entries_out += len(entries)
         self._kick()  # more waits: another request may leave beside this one
         try:
-            if entries:
+            if len(entries) == 1:
+                send_alone(entries)  # no company came: an APPEND of its own
+            elif entries:
                 await self._together(entries)
         finally:
             for entry in entries:
