@@ -10,7 +10,11 @@ For each N, on a fresh local 3-node cluster (R=2, 100 B records):
 - ``again``: one more record to every log, a loop of ``append_async``: rec/s;
 - ``tails``: ``tail_lsns`` of every log (one round per node): seconds;
 - ``idle``: the nodes' CPU (% of a core, each) and RSS over 10 s with
-  nothing written; RSS growth per active log against a cluster with none.
+  nothing written; RSS growth per active log against a cluster with none;
+- ``tail``: one client tails the first ``--streams`` logs (``read_many``),
+  catches up, and receives one new record per log appended one at a time by
+  another client: RSS per open stream (nodes, client) and delivery latency
+  (``bench/_scale_tail.py``).
 
 Prints one table row per N and the growth of per-log costs from the
 smallest N to the largest.
@@ -24,6 +28,8 @@ import tempfile
 import threading
 import time
 from typing import Any
+
+from _scale_tail import tail
 
 import logstrand
 from logstrand.epochstore import LogAttributes, open_epoch_store
@@ -60,7 +66,7 @@ def idle(cluster: LocalCluster, seconds: float) -> tuple[float, float]:
     return cpu, statistics.mean(rss_mb(p) for p in pids)
 
 
-def one(n: int, idle_s: float) -> dict[str, Any]:
+def one(n: int, idle_s: float, streams: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as d, LocalCluster(f"{d}/c", nodes=3) as c:
         out: dict[str, Any] = {"logs": n}
         out["cpu0"], out["rss0"] = idle(c, min(idle_s, 5.0))
@@ -81,6 +87,9 @@ def one(n: int, idle_s: float) -> dict[str, Any]:
             client.tail_lsns(range(1, n + 1))
             out["tails_s"] = time.perf_counter() - t0
         out["cpu"], out["rss"] = idle(c, idle_s)
+        if streams:
+            got = tail(c, range(1, min(n, streams) + 1), have=2)
+            out.update({f"tail_{k}": v for k, v in got.items()})
         return out
 
 
@@ -89,11 +98,12 @@ def main() -> None:
     ap.add_argument("--logs", default="1000,10000")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--idle-seconds", type=float, default=10.0)
+    ap.add_argument("--streams", type=int, default=1000, help="logs tailed (0: no tail phase)")
     args = ap.parse_args()
     sizes = [int(x) for x in args.logs.split(",")]
     rows = []
     for n in sizes:
-        runs = [one(n, args.idle_seconds) for _ in range(args.repeat)]
+        runs = [one(n, args.idle_seconds, args.streams) for _ in range(args.repeat)]
         rows.append({k: statistics.median(r[k] for r in runs) for k in runs[0]})
     print(f"3 nodes, R=2, SQLite epoch store, medians of {args.repeat} run(s)\n")
     print(
@@ -110,6 +120,19 @@ def main() -> None:
             f"| {r['cpu']:.1f}% (none: {r['cpu0']:.1f}%) | {r['rss']:.0f} MiB "
             f"| {per_log_kib:.1f} KiB |"
         )
+    if "tail_p50_ms" in rows[0]:
+        print(
+            "\n| logs | tailed | catch up | RSS per stream, nodes | RSS per stream, client "
+            "| delivery p50 | delivery p99 |"
+        )
+        print("|---|---|---|---|---|---|---|")
+        for r in rows:
+            print(
+                f"| {r['logs']:,} | {min(r['logs'], args.streams):,} "
+                f"| {r['tail_catch_up_s']:.1f} s | {r['tail_nodes_kib']:.1f} KiB "
+                f"| {r['tail_client_kib']:.1f} KiB | {r['tail_p50_ms']:.1f} ms "
+                f"| {r['tail_p99_ms']:.1f} ms |"
+            )
     if len(rows) > 1:
         a, b = rows[0], rows[-1]
         print(
