@@ -1,6 +1,6 @@
 """``bench/scale.py``'s tail phase: one client tails many logs at once.
 
-A trio client opens ``read_many`` on the first S logs from LSN 1 (each has
+A trio client follows the first S logs with ``read_many`` from LSN 1 (each has
 the records the earlier phases appended), reads until every log has given
 ``have`` records, and notes the RSS of the nodes and of this process; then
 a second client appends one record to each of those logs, each carrying the
@@ -34,22 +34,28 @@ async def _tail(c: LocalCluster, logs: range, have: int) -> dict[str, Any]:
     late: list[float] = []
     out: dict[str, Any] = {}
     async with logstrand.open_client(c.url) as reader, logstrand.open_client(c.url) as writer:
+        behind = len(logs)
+
+        def take(log: int, item: object) -> None:
+            """Note one item."""
+            nonlocal behind
+            if not isinstance(item, logstrand.Record):
+                return
+            seen[log] += 1
+            if seen[log] == have:
+                behind -= 1
+                if behind == 0:
+                    caught_up.set()
+            elif seen[log] > have and item.payload is not None:
+                late.append(time.time() - STAMP.unpack_from(item.payload)[0])
+                if len(late) == len(logs):
+                    all_late.set()
 
         async def read() -> None:
-            behind = len(logs)
-            async for log, item in reader.read_many(dict.fromkeys(logs, 1)):
-                if not isinstance(item, logstrand.Record):
-                    continue
-                seen[log] += 1
-                if seen[log] == have:
-                    behind -= 1
-                    if behind == 0:
-                        caught_up.set()
-                elif seen[log] > have and item.payload is not None:
-                    late.append(time.time() - STAMP.unpack_from(item.payload)[0])
-                    if len(late) == len(logs):
-                        all_late.set()
-                        return
+            # Read until cancelled: leaving ``read_many``'s loop early would
+            # leave its nursery open in a suspended generator.
+            async for log, item in reader.read_many(dict.fromkeys(logs, 1), None):
+                take(log, item)
 
         t0 = time.perf_counter()
         async with trio.open_nursery() as nursery:

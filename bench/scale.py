@@ -14,7 +14,10 @@ For each N, on a fresh local 3-node cluster (R=2, 100 B records):
 - ``tail``: one client tails the first ``--streams`` logs (``read_many``),
   catches up, and receives one new record per log appended one at a time by
   another client: RSS per open stream (nodes, client) and delivery latency
-  (``bench/_scale_tail.py``).
+  (``bench/_scale_tail.py``).  At most 256: a node takes that many read
+  streams per connection (``--read-streams-per-connection``), and a client
+  reading more logs at once than that waits on the rest without an error
+  (issue 35, item 4).
 
 Prints one table row per N and the growth of per-log costs from the
 smallest N to the largest.
@@ -98,7 +101,9 @@ def main() -> None:
     ap.add_argument("--logs", default="1000,10000")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--idle-seconds", type=float, default=10.0)
-    ap.add_argument("--streams", type=int, default=1000, help="logs tailed (0: no tail phase)")
+    ap.add_argument(
+        "--streams", type=int, default=200, help="logs tailed, at most 256 (0: no tail phase)"
+    )
     args = ap.parse_args()
     sizes = [int(x) for x in args.logs.split(",")]
     rows = []
