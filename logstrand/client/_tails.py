@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from ..errors import NotFoundError
+from ..errors import LogstrandError, NotFoundError
 from ..records import check_log_id
 from ..wire import TAILS_FIELDS, TAILS_LOGS_MAX, GetTails, TailsReply
 
@@ -62,6 +62,7 @@ async def tail_lsns(admin: Admin, log_ids: Sequence[int], timeout_s: float = 5.0
     released = dict.fromkeys(logs, 0)
     sequenced: set[int] = set()
     answered: dict[int, int] = dict.fromkeys(nodes, 0)
+    errors: list[LogstrandError] = []  # raised after the nursery, not in a group
 
     async def ask(node: int, chunk: list[int]) -> None:
         link = await admin.links.connected(node)
@@ -69,7 +70,11 @@ async def tail_lsns(admin: Admin, log_ids: Sequence[int], timeout_s: float = 5.0
             return
         rid = admin.links.next_request_id()
         reply = await link.request(GetTails(rid, tuple(chunk)), rid, timeout_s)
-        admin.links.check_access(reply)
+        try:
+            admin.links.check_access(reply)
+        except LogstrandError as exc:
+            errors.append(exc)
+            return
         if not isinstance(reply, TailsReply) or len(reply.entries) != len(chunk) * TAILS_FIELDS:
             return
         answered[node] += 1
@@ -85,6 +90,8 @@ async def tail_lsns(admin: Admin, log_ids: Sequence[int], timeout_s: float = 5.0
         for node in nodes:
             for chunk in chunks:
                 nursery.start_soon(ask, node, chunk)
+    if errors:
+        raise errors[0]
     everyone = all(answered.get(n, 0) == len(chunks) for n in storage)
     alone = [
         log for log in logs if log not in sequenced and (not everyone or released[log] < tails[log])
@@ -94,11 +101,16 @@ async def tail_lsns(admin: Admin, log_ids: Sequence[int], timeout_s: float = 5.0
 
         async def one(log: int) -> None:
             async with room:
-                tails[log] = await admin.tail_lsn(log)
+                try:
+                    tails[log] = await admin.tail_lsn(log)
+                except LogstrandError as exc:
+                    errors.append(exc)
 
         async with trio.open_nursery() as nursery:
             for log in alone:
                 nursery.start_soon(one, log)
+        if errors:
+            raise errors[0]
     return tails
 
 

@@ -169,6 +169,20 @@ def test_appends_to_logs_with_and_without_a_grant_gathered_in_one_request(
         ]
 
 
+async def test_tails_of_logs_without_a_grant_are_refused_with_the_permission_error(
+    secure: tuple[LocalCluster, dict[str, str]],
+) -> None:
+    """``tail_lsns`` names the log the user may not read, as one error (not a
+    group of them from its requests to each node)."""
+    cluster, tokens = secure
+    async with logstrand.open_client(
+        cluster.url, ca=cluster.ca_path, token=tokens["reader"]
+    ) as client:
+        assert set(await client.tail_lsns([1, 2])) == {1, 2}
+        with pytest.raises(logstrand.AccessDeniedError, match="may not read on log 7"):
+            await client.tail_lsns([2, 7])
+
+
 def _tls_raw(cluster: LocalCluster, token: str | None, node_id: int | None = None) -> Any:
     assert cluster.ca_path is not None
     ctx = ssl.create_default_context(cafile=cluster.ca_path)
