@@ -376,8 +376,9 @@ class Node:
         out: list[int] = []
         for log in msg.log_ids:
             acked = acked_tail(log)
-            out += (acked is not None, acked or 0, committer.release_of(log), db.last_lsn(log))
-        return TailsReply(msg.request_id, int(Status.OK), tuple(int(x) for x in out))
+            has = 0 if acked is None else 1
+            out += (has, acked or 0, committer.release_of(log), db.last_lsn(log))
+        return TailsReply(msg.request_id, int(Status.OK), tuple(out))
 
     async def _supervised(self, task: Callable[[], Awaitable[None]]) -> None:
         """Run a background task for the node's life: a failure is logged and
