@@ -11,13 +11,12 @@ For each N, on a fresh local 3-node cluster (R=2, 100 B records):
 - ``tails``: ``tail_lsns`` of every log (one round per node): seconds;
 - ``idle``: the nodes' CPU (% of a core, each) and RSS over 10 s with
   nothing written; RSS growth per active log against a cluster with none;
-- ``tail``: one client tails the first ``--streams`` logs (``read_many``),
-  catches up, and receives one new record per log appended one at a time by
-  another client: RSS per open stream (nodes, client) and delivery latency
-  (``bench/_scale_tail.py``).  At most 256: a node takes that many read
-  streams per connection (``--read-streams-per-connection``), and a client
-  reading more logs at once than that waits on the rest without an error
-  (issue 35, item 4).
+- ``tail``: one client tails the first ``--streams`` logs (``read_many``)
+  and catches up; with nothing written, the RSS per open log (nodes,
+  client) and the nodes' CPU; then another process appends ``--tail-rate``
+  records/s over those logs in turn for ``--tail-seconds``: the rate it
+  reached, the share delivered and the delivery latency
+  (``bench/_scale_tail.py``).
 
 Prints one table row per N and the growth of per-log costs from the
 smallest N to the largest.
@@ -69,7 +68,7 @@ def idle(cluster: LocalCluster, seconds: float) -> tuple[float, float]:
     return cpu, statistics.mean(rss_mb(p) for p in pids)
 
 
-def one(n: int, idle_s: float, streams: int) -> dict[str, Any]:
+def one(n: int, idle_s: float, streams: int, rate: float, seconds: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as d, LocalCluster(f"{d}/c", nodes=3) as c:
         out: dict[str, Any] = {"logs": n}
         out["cpu0"], out["rss0"] = idle(c, min(idle_s, 5.0))
@@ -91,7 +90,7 @@ def one(n: int, idle_s: float, streams: int) -> dict[str, Any]:
             out["tails_s"] = time.perf_counter() - t0
         out["cpu"], out["rss"] = idle(c, idle_s)
         if streams:
-            got = tail(c, range(1, min(n, streams) + 1), have=2)
+            got = tail(c, range(1, min(n, streams) + 1), 2, rate, seconds)
             out.update({f"tail_{k}": v for k, v in got.items()})
         return out
 
@@ -101,14 +100,17 @@ def main() -> None:
     ap.add_argument("--logs", default="1000,10000")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--idle-seconds", type=float, default=10.0)
-    ap.add_argument(
-        "--streams", type=int, default=200, help="logs tailed, at most 256 (0: no tail phase)"
-    )
+    ap.add_argument("--streams", type=int, default=10_000, help="logs tailed (0: no tail phase)")
+    ap.add_argument("--tail-rate", type=float, default=20_000.0, help="records/s offered")
+    ap.add_argument("--tail-seconds", type=float, default=5.0)
     args = ap.parse_args()
     sizes = [int(x) for x in args.logs.split(",")]
     rows = []
     for n in sizes:
-        runs = [one(n, args.idle_seconds, args.streams) for _ in range(args.repeat)]
+        runs = [
+            one(n, args.idle_seconds, args.streams, args.tail_rate, args.tail_seconds)
+            for _ in range(args.repeat)
+        ]
         rows.append({k: statistics.median(r[k] for r in runs) for k in runs[0]})
     print(f"3 nodes, R=2, SQLite epoch store, medians of {args.repeat} run(s)\n")
     print(
@@ -127,15 +129,18 @@ def main() -> None:
         )
     if "tail_p50_ms" in rows[0]:
         print(
-            "\n| logs | tailed | catch up | RSS per stream, nodes | RSS per stream, client "
-            "| delivery p50 | delivery p99 |"
+            "\n| logs | tailed | catch up | RSS per open log, nodes | RSS per open log, client "
+            "| idle CPU/node, tailing | offered | sent | delivered | delivery p50 "
+            "| delivery p99 |"
         )
-        print("|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for r in rows:
             print(
                 f"| {r['logs']:,} | {min(r['logs'], args.streams):,} "
                 f"| {r['tail_catch_up_s']:.1f} s | {r['tail_nodes_kib']:.1f} KiB "
-                f"| {r['tail_client_kib']:.1f} KiB | {r['tail_p50_ms']:.1f} ms "
+                f"| {r['tail_client_kib']:.1f} KiB | {r['tail_idle_cpu']:.1f}% "
+                f"| {r['tail_offered_rps']:,.0f} rec/s | {r['tail_sent_rps']:,.0f} rec/s "
+                f"| {r['tail_delivered']:.1%} | {r['tail_p50_ms']:.1f} ms "
                 f"| {r['tail_p99_ms']:.1f} ms |"
             )
     if len(rows) > 1:

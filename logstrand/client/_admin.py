@@ -86,6 +86,19 @@ class Admin:
         r = max([h.replication_factor for h in epochs.history] or [attributes.replication_factor])
         return LogPlacement(tuple(sorted(nodes)), min(r, len(nodes)))
 
+    async def placements(self, log_ids: list[int]) -> dict[int, LogPlacement]:
+        """``placement`` of many logs, with one read of the epoch store."""
+        attributes = {log: await self.log_attributes(log) for log in log_ids}
+        history = await self.store.log_epochs_many(log_ids)
+        everyone = set(self.view.storage_weights())
+        out = {}
+        for log in log_ids:
+            epochs = history[log].history
+            nodes = {n for h in epochs for n in h.nodeset} or everyone
+            r = max([h.replication_factor for h in epochs] or [attributes[log].replication_factor])
+            out[log] = LogPlacement(tuple(sorted(nodes)), min(r, len(nodes)))
+        return out
+
     async def ask_nodes(
         self,
         log_id: int,

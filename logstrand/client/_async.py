@@ -23,16 +23,17 @@ from ..errors import InvalidArgumentError, collapse
 from ..positions._client import Groups
 from ..rpc import ClusterView, Links
 from ..security import Credentials, credentials_from_env
-from ..types import LSN_OLDEST, TAIL, Gap, Record, _Tail
+from ..types import LSN_OLDEST, TAIL, _Tail
 from ._admin import Admin
 from ._appender import Appender
+from ._many import ManyReader
 from ._nodewatch import NodeWatch
-from ._reader import ReadStream, _objects
+from ._reader import ReadStream
 from ._settings import ClientSettings
 from ._tails import tail_lsns
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+    from collections.abc import AsyncIterator, Callable, Sequence
 
     from ..epochstore import EpochEnd, LogAttributes
     from ..positions import GroupLag, Position
@@ -152,30 +153,43 @@ class AsyncClient:
             access_gaps=access_gaps,
         )
 
-    async def read_many(
+    def read_many(
         self,
         starts: dict[int, int],
         until: int | _Tail | None = TAIL,
         *,
         buffer: int = 64,
-    ) -> AsyncGenerator[tuple[int, Record | Gap]]:
-        """Read several logs at once: ``(log, item)`` pairs, each log in LSN order."""
-        send, recv = trio.open_memory_channel[tuple[int, Any]](buffer)
+    ) -> ManyReader:
+        """Read many logs at once (a consumer of many partitions): an async
+        iterator of ``(log, item)`` pairs as records arrive, each log in LSN
+        order; ``starts`` maps each log to the LSN to start at, ``until`` is
+        as for ``read``, for all of them.  One loop drives every log (no task
+        per log), the nodes' windows share ``settings.read_buffer_bytes``, and
+        one client can follow tens of thousands of logs (up to the nodes'
+        ``--read-streams-per-connection``, 16,384 by default)::
 
-        async def pump(out: trio.MemorySendChannel[Any], log_id: int, start: int) -> None:
-            async with out, self.read(log_id, start, until) as reader:
-                async for batch in reader.batches():
-                    for item in _objects(batch):
-                        await out.send((log_id, item))
+            async with client.read_many(dict.fromkeys(logs, LSN_OLDEST), None) as reader:
+                async for log, item in reader:
+                    ...
 
-        async with trio.open_nursery() as nursery:
-            async with send:
-                for log_id, start in starts.items():
-                    # Clone here, before ``send`` closes: each pump closes its own.
-                    nursery.start_soon(pump, send.clone(), log_id, start)
-            async with recv:
-                async for pair in recv:
-                    yield pair
+        Leaving the loop early is safe; closing stops the nodes' streams.
+        ``buffer`` is kept for callers of earlier versions and not used.
+
+        Raises (while iterating):
+            NotFoundError: a log does not exist.
+            AccessDeniedError: the user may not read one of the logs.
+            LogstrandError(OVERLOADED): a node takes no more read streams from
+                this client.
+        """
+        del buffer
+        return ManyReader(
+            self._admin,
+            self.links,
+            dict(starts),
+            until,
+            self.settings.read_buffer_bytes,
+            self.tail_lsns,
+        )
 
     # -- consumer groups ----------------------------------------------------------
 

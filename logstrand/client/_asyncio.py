@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import functools
 from collections import deque
-from typing import TYPE_CHECKING, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from ..types import LSN_OLDEST, TAIL, Gap, Record, _Tail
 from ._async import AsyncClient
@@ -26,11 +26,25 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
 
     from ..security import Credentials
+    from ._many import ManyReader
     from ._reader import ReadStream
     from ._settings import ClientSettings
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
+
+
+class _Source(Protocol):
+    async def aclose(self) -> None: ...
+
+
+async def _objects_of(stream: ReadStream) -> list[Record | Gap]:
+    return await stream.next_objects()
+
+
+async def _pairs_of(reader: ManyReader) -> list[tuple[int, Record | Gap]]:
+    return await reader.next_pairs()
 
 
 class _awaited(Forward[P, R]):
@@ -80,7 +94,7 @@ class AsyncioClient:
         group: str | None = None,
         autocommit: bool = False,
         access_gaps: bool = False,
-    ) -> AsyncioReadStream:
+    ) -> AsyncioReadStream[Record | Gap]:
         """Read a log in LSN order: an async iterator of ``Record`` and ``Gap``
         (see ``AsyncClient.read``); use it as a context manager so the node
         streams stop when you are done."""
@@ -97,7 +111,21 @@ class AsyncioClient:
                 access_gaps=access_gaps,
             )
 
-        return AsyncioReadStream(self, make)
+        return AsyncioReadStream(self, make, _objects_of)
+
+    def read_many(
+        self,
+        starts: dict[int, int],
+        until: int | _Tail | None = TAIL,
+        *,
+        buffer: int = 64,
+    ) -> AsyncioReadStream[tuple[int, Record | Gap]]:
+        """Read many logs at once: an async iterator of ``(log, item)`` pairs
+        (see ``AsyncClient.read_many``); use it as a context manager so the
+        node streams stop when you are done."""
+        return AsyncioReadStream(
+            self, lambda c: c.read_many(starts, until, buffer=buffer), _pairs_of
+        )
 
     commit = _awaited(AsyncClient.commit)
     committed = _awaited(AsyncClient.committed)
@@ -134,20 +162,27 @@ class AsyncioClient:
         await asyncio.to_thread(self.blocking.close)
 
 
-class AsyncioReadStream:
-    """One log's records and gaps for asyncio (see ``AsyncioClient.read``)."""
+class AsyncioReadStream(Generic[T]):
+    """Records and gaps for asyncio (see ``AsyncioClient.read`` and
+    ``read_many``), crossing from the client's thread in batches."""
 
-    def __init__(self, client: AsyncioClient, make: Callable[[AsyncClient], ReadStream]) -> None:
+    def __init__(
+        self,
+        client: AsyncioClient,
+        make: Callable[[AsyncClient], _Source],
+        take: Callable[[Any], Awaitable[list[T]]],
+    ) -> None:
         self._client = client
         self._make = make
-        self._stream: ReadStream | None = None
-        self._items: deque[Record | Gap] = deque()
+        self._take = take
+        self._source: _Source | None = None
+        self._items: deque[T] = deque()
         self._done = False
 
-    def __aiter__(self) -> AsyncioReadStream:
+    def __aiter__(self) -> AsyncioReadStream[T]:
         return self
 
-    async def __anext__(self) -> Record | Gap:
+    async def __anext__(self) -> T:
         while not self._items:
             if self._done:
                 raise StopAsyncIteration
@@ -158,21 +193,21 @@ class AsyncioReadStream:
             self._items.extend(batch)
         return self._items.popleft()
 
-    async def _next(self, client: AsyncClient) -> list[Record | Gap]:
-        if self._stream is None:
-            self._stream = self._make(client)
-        return await self._stream.next_objects()
+    async def _next(self, client: AsyncClient) -> list[T]:
+        if self._source is None:
+            self._source = self._make(client)
+        return await self._take(self._source)
 
     async def aclose(self) -> None:
         """Stop the node streams (iterating to the end does it too)."""
         if self._done:
             return
         self._done = True
-        stream = self._stream
-        if stream is not None:
-            await self._client.run(lambda _c: stream.aclose())
+        source = self._source
+        if source is not None:
+            await self._client.run(lambda _c: source.aclose())
 
-    async def __aenter__(self) -> AsyncioReadStream:
+    async def __aenter__(self) -> AsyncioReadStream[T]:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

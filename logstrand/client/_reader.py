@@ -29,12 +29,23 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from ..rpc import Link, Links
-    from ._admin import Admin
+    from ._admin import Admin, LogPlacement
     from ._columns import ColumnBatch
 
 _log = logging.getLogger("logstrand.client")
 _stream_ids = itertools.count(1)
 RECONNECT_S = 1.0
+#: Messages a reader's inbox holds; a node sends at most the credit it got,
+#: so a full inbox means a broken node (its link is cut).
+INBOX_MAX = 100_000
+
+
+class Inbox(Protocol):
+    """Where a link puts a read stream's messages: ``(node, ReadRecords)``,
+    ``(node, None)`` when the link is gone.  Raises ``trio.WouldBlock`` when
+    full, ``trio.BrokenResourceError`` when the reader is gone."""
+
+    def send_nowait(self, value: Any, /) -> None: ...
 
 
 def _objects(items: list[Item]) -> list[Record | Gap]:
@@ -67,6 +78,8 @@ class ReadStream:
     until_arg: int | _Tail | None
     single_copy: bool = attrs.field(default=True, kw_only=True)
     credit: int = attrs.field(default=8192, kw_only=True)
+    #: Payload each node may send ahead of delivery (see ``ReaderCore``).
+    window_bytes: int = attrs.field(default=8 * 1024 * 1024, kw_only=True)
     show_compacted: bool = attrs.field(default=False, kw_only=True)
     #: No permission to read: an ACCESS gap over the range (True), or
     #: ``AccessDeniedError`` (the default).
@@ -83,11 +96,14 @@ class ReadStream:
     _access_gap_sent: bool = attrs.field(init=False, default=False)
     _retry_at: dict[int, float] = attrs.field(init=False, factory=dict)
     _authority: Authority = attrs.field(init=False, factory=Authority)
-    _inbox_send: trio.MemorySendChannel[Any] = attrs.field(init=False)
-    _inbox: trio.MemoryReceiveChannel[Any] = attrs.field(init=False)
+    #: Where the links put this stream's messages: this stream's own channel,
+    #: or a ``ManyReader``'s mailbox (which then drives the stream).
+    inbox: Inbox | None = attrs.field(default=None, kw_only=True)
+    _inbox: trio.MemoryReceiveChannel[Any] | None = attrs.field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
-        self._inbox_send, self._inbox = trio.open_memory_channel[Any](100_000)
+        if self.inbox is None:
+            self.inbox, self._inbox = trio.open_memory_channel[Any](INBOX_MAX)
 
     @property
     def healthy(self) -> bool:
@@ -110,21 +126,28 @@ class ReadStream:
             else:
                 assert isinstance(self.until_arg, int)
                 until = self.until_arg
+        core = self.begin(placement, until)
+        await self._act(core)
+        return core
+
+    def begin(self, placement: LogPlacement, until: int) -> ReaderCore:
+        """The reader's core, reading ``placement``'s nodes up to ``until``
+        (its first StartReads are among its actions)."""
         core = ReaderCore(
             self.log_id,
             self.start,
             until,
-            nodes,
+            placement.nodes,
             placement.replication,
             scd=self.single_copy,
             credit=self.credit,
+            window_bytes=self.window_bytes,
             now=trio.current_time(),
             show_compacted=self.show_compacted,
         )
         self._authority = self.admin.view.authority
         core.set_authority(self._authority.empty, self._authority.untrusted)
         self.core = core
-        await self._act(core)
         return core
 
     async def _link(self, node: int) -> Link:
@@ -132,7 +155,8 @@ class ReadStream:
         if link is not None and not link.closed:
             return link
         link = await self.links.get(node)
-        link.streams[self.stream_id] = self._inbox_send
+        assert self.inbox is not None
+        link.streams[self.stream_id] = self.inbox
         self._links[node] = link
         return link
 
@@ -177,21 +201,33 @@ class ReadStream:
         except AccessDeniedError:
             return self._deny()
         while True:
-            if self._denied:  # a node said ACCESS (set by ``_absorb``)
-                return self._deny()
             now = trio.current_time()
-            authority = self.admin.view.authority
-            if authority is not self._authority:
-                self._authority = authority
-                core.set_authority(authority.empty, authority.untrusted)
-            core.poll(now)
-            items, core.items = core.items, []
-            await self._act(core)
+            items = await self.turn(core, now)
             if items:
                 return items
             if core.done:
                 return []
             await self._wait(core, now)
+
+    async def turn(self, core: ReaderCore, now: float) -> list[Item]:
+        """What can be delivered now; the StartReads and credit it calls for are sent."""
+        if self._denied:  # a node said ACCESS (set by ``absorb``)
+            return self._deny()
+        authority = self.admin.view.authority
+        if authority is not self._authority:
+            self._authority = authority
+            core.set_authority(authority.empty, authority.untrusted)
+        core.poll(now)
+        items, core.items = core.items, []
+        await self._act(core)
+        return items
+
+    def deadline(self, core: ReaderCore, now: float) -> float:
+        """When this reader must take a turn even if nothing arrives."""
+        deadline = core.next_deadline(now)
+        if self._retry_at:
+            deadline = min(deadline, min(self._retry_at.values()))
+        return deadline
 
     def _deny(self) -> list[Item]:
         """No permission to read the log: one ACCESS gap over the rest of the
@@ -210,19 +246,21 @@ class ReadStream:
         return [access_gap(self.core, self.start, until)]
 
     async def _wait(self, core: ReaderCore, now: float) -> None:
-        deadline = core.next_deadline(now)
-        if self._retry_at:
-            deadline = min(deadline, min(self._retry_at.values()))
-        with trio.move_on_at(deadline):
-            event = await self._inbox.receive()
-            self._absorb(core, event)
+        inbox = self._inbox
+        assert inbox is not None
+        with trio.move_on_at(self.deadline(core, now)):
+            event = await inbox.receive()
+            self.absorb(core, event)
             while True:
                 try:
-                    event = self._inbox.receive_nowait()
+                    event = inbox.receive_nowait()
                 except trio.WouldBlock:
                     break
-                self._absorb(core, event)
-        now = trio.current_time()
+                self.absorb(core, event)
+        await self.reconnect(core, trio.current_time())
+
+    async def reconnect(self, core: ReaderCore, now: float) -> None:
+        """Try again the links to nodes whose time has come."""
         for node, at in list(self._retry_at.items()):
             if at <= now:
                 try:
@@ -233,7 +271,7 @@ class ReadStream:
                 del self._retry_at[node]
                 core.on_reachable(node, now)
 
-    def _absorb(self, core: ReaderCore, event: tuple[int, Any]) -> None:
+    def absorb(self, core: ReaderCore, event: tuple[int, Any]) -> None:
         node, msg = event
         now = trio.current_time()
         if msg is None:  # the connection to that node is gone
@@ -246,6 +284,13 @@ class ReadStream:
             self._denied = True
         elif verdict is Verdict.NOT_FOUND:
             raise LogstrandError(f"log {self.log_id} does not exist", Status.NOTFOUND)
+        elif verdict is Verdict.REFUSED:
+            raise LogstrandError(
+                f"node {node} refused a read stream of log {self.log_id}: this client "
+                "has as many read streams open on it as one connection may have (the "
+                "nodes' --read-streams-per-connection); read fewer logs at once",
+                Status.OVERLOADED,
+            )
         elif verdict is Verdict.RECONNECT:
             self._retry_at[node] = now + RECONNECT_S
 

@@ -43,6 +43,7 @@ it says "not here", so a wiped node never makes the reader report DATALOSS.
 from __future__ import annotations
 
 import bisect
+import math
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -165,6 +166,8 @@ class ReaderCore:
         self.actions: list[Action] = []
         self.healthy = True
         self.rewinds = 0
+        #: Since when a node is ahead of the frontier (stall detection).
+        self._ahead_since: float | None = None
         self._rewind(now)
 
     @property
@@ -246,6 +249,7 @@ class ReaderCore:
         return [n for n in self.nodeset if n not in self.known_down]
 
     def _rewind(self, now: float) -> None:
+        self._ahead_since = None
         self.generation += 1
         self.rewinds += 1
         for st in self.nodes.values():
@@ -441,16 +445,29 @@ class ReaderCore:
         return True
 
     def _check_stall(self, now: float, frontier: int) -> None:
-        """A counting node that holds the frontier back and does not move is slow."""
+        """A counting node that holds the frontier back and does not move,
+        for ``stall_s`` since another node got ahead of it, is slow.  (Not
+        since it last moved: on a log that was quiet for a while, every node
+        stood still, and the first record makes one node ahead for a moment.)"""
         if frontier > self.until:
             return
         ahead = max((st.pos for st in self.nodes.values()), default=0)
         if ahead <= frontier:
+            self._ahead_since = None
             return  # everyone is at the frontier: we are at the tail
-        for n in self._counting():
+        if self._ahead_since is None:
+            self._ahead_since = now
+        since = self._ahead_since
+        counting = self._counting()
+        for n in counting:
             st = self.nodes[n]
-            if st.pos == frontier and now - st.moved_at >= self.stall_s:
-                self.known_down.add(n)
+            if st.pos == frontier and now - max(st.moved_at, since) >= self.stall_s:
+                if len(counting) > 1:
+                    self.known_down.add(n)
+                else:
+                    # The last node that counts: the ones listed down for being
+                    # slow count again, or there would be no frontier at all.
+                    self.known_down = set(self.unreachable)
                 self._rewind(now)
                 return
 
@@ -470,5 +487,14 @@ class ReaderCore:
                 st.consumed = 0
 
     def next_deadline(self, now: float) -> float:
-        """When to poll again even without input (stall detection)."""
+        """When to poll again even without input: while a node that counts
+        holds the frontier back and others are ahead (stall detection);
+        otherwise only input changes anything (``math.inf``)."""
+        if self.done:
+            return math.inf
+        counting = self._counting()
+        frontier = min((self.nodes[n].pos for n in counting), default=0)
+        ahead = max((st.pos for st in self.nodes.values()), default=0)
+        if frontier > self.until or ahead <= frontier:
+            return math.inf
         return now + self.stall_s / 2

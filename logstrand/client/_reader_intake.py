@@ -4,8 +4,10 @@ simulation's reader both hand every message through ``absorb``.
 
 - A status other than OK ends that node's stream: ACCESS denies the whole
   read (one ACCESS gap, nothing of the log delivered), NOTFOUND means the log
-  does not exist, anything else makes the node unreachable until the shell
-  reconnects.
+  does not exist, OVERLOADED that the node refused to open one more stream on
+  the connection (its ``--read-streams-per-connection``: an error for the
+  caller, not a reason to wait), anything else makes the node unreachable
+  until the shell reconnects.
 - A batch whose body fails its checksum changed on its way (or on the node's
   disk): it is never delivered, and its window counts as copies that node
   found unreadable, so another holder is asked for them at once.
@@ -33,6 +35,7 @@ class Verdict(enum.Enum):
     TAKEN = "taken"  # the core has it
     DENIED = "denied"  # no permission to read the log
     NOT_FOUND = "not found"  # the log does not exist
+    REFUSED = "refused"  # the node has as many streams from us as it takes
     RECONNECT = "reconnect"  # the node's stream ended: reconnect later
 
 
@@ -42,6 +45,8 @@ def absorb(core: ReaderCore, node_id: int, msg: ReadRecords, now: float) -> Verd
             return Verdict.DENIED
         if msg.status == Status.NOTFOUND:
             return Verdict.NOT_FOUND
+        if msg.status == Status.OVERLOADED:
+            return Verdict.REFUSED
         core.on_unreachable(node_id, now)
         return Verdict.RECONNECT
     u = msg.unreadable

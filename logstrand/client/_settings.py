@@ -51,6 +51,9 @@ class ClientSettings:
     #: room, then raise ``BufferFullError`` (Kafka's ``max.block.ms``).
     buffer_bytes_max: int = 32 * 1024 * 1024
     max_block_ms: float = 60_000.0
+    #: What the nodes may send a ``read_many`` ahead of delivery, over all its
+    #: logs: shared out as each log's node windows (at least 16 records each).
+    read_buffer_bytes: int = 64 * 1024 * 1024
 
     def __attrs_post_init__(self) -> None:
         if self.append_timeout_s <= 0 or self.linger_ms < 0:
@@ -67,6 +70,8 @@ class ClientSettings:
             raise InvalidArgumentError(
                 "buffer_bytes_max must be positive, max_block_ms not negative"
             )
+        if self.read_buffer_bytes <= 0:
+            raise InvalidArgumentError("read_buffer_bytes must be positive")
         if self.autocommit_interval_s < 0:
             raise InvalidArgumentError("autocommit_interval_s must not be negative")
         if self.producer_id is not None and not 0 < self.producer_id < 2**64:

@@ -342,19 +342,17 @@ class Client:
     def read_many(
         self, starts: dict[int, int], until: int | _Tail | None = TAIL, *, buffer: int = 64
     ) -> Iterator[tuple[int, Record | Gap]]:
-        """Read several logs at once: ``(log, item)`` pairs, each log in LSN
-        order (see ``AsyncClient.read_many``).  One crossing into the client's
-        thread per item: for bulk reads of one log, ``read_columns``."""
-        pairs = self.async_client.read_many(starts, until, buffer=buffer)
+        """Read many logs at once: ``(log, item)`` pairs, each log in LSN
+        order (see ``AsyncClient.read_many``).  Pairs cross from the client's
+        thread as many as have arrived at a time.  Closing the iterator (or
+        leaving a ``for`` over it) stops the nodes' streams."""
+        reader = self.async_client.read_many(starts, until, buffer=buffer)
         try:
-            while True:
-                try:
-                    yield self._call(pairs.__anext__)
-                except StopAsyncIteration:
-                    return
+            while pairs := self._call(reader.next_pairs):
+                yield from pairs
         finally:
             with contextlib.suppress(ClosedError):  # closing ends its streams with it
-                self._call(pairs.aclose)
+                self._call(reader.aclose)
 
     # Everything else is ``AsyncClient``'s, waited for (see ``_blocking``).
     commit = _blocking(AsyncClient.commit)

@@ -94,6 +94,9 @@ class AsyncEpochStore:
     async def log_epochs(self, log_id: int) -> LogEpochs:
         return await self._call(self.store.log_epochs, log_id)
 
+    async def log_epochs_many(self, log_ids: list[int]) -> dict[int, LogEpochs]:
+        return await self._call(self.store.log_epochs_many, log_ids)
+
     async def last_clean_epoch(self, log_id: int) -> int:
         return await self._call(self.store.last_clean_epoch, log_id)
 

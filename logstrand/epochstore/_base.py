@@ -259,6 +259,18 @@ class EpochStore(LogDocs, SecurityDocs, RebuildingDocs, ProducerDocs, abc.ABC):
         doc = self._doc(f"epochs/{log_id}")
         return LogEpochs() if doc is None else LogEpochs.from_json(doc)
 
+    def log_epochs_many(self, log_ids: list[int]) -> dict[int, LogEpochs]:
+        """``log_epochs`` of many logs, in as few round trips as the backend can."""
+        for log in log_ids:
+            _check_log(log)
+        docs = self._get_many([f"epochs/{log}" for log in log_ids])
+        return {
+            log: LogEpochs.from_json(json.loads(doc))
+            if (doc := docs.get(f"epochs/{log}")) is not None
+            else LogEpochs()
+            for log in log_ids
+        }
+
     def set_epoch_start(self, log_id: int, epoch: int, timestamp_ms: int) -> None:
         """Record the timestamp an epoch's sequencer stamps from: recovery of an
         earlier epoch stamps nothing above it (entries at or below the last

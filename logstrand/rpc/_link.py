@@ -110,8 +110,9 @@ class Link:
         self.node_id = node_id
         self.on_message = on_message
         self.waiters: Waiters[int] = Waiters()
-        #: stream id -> the reader's inbox of (node_id, ReadRecords | None).
-        self.streams: dict[int, trio.MemorySendChannel[Any]] = {}
+        #: stream id -> the reader's inbox of (node_id, ReadRecords | None):
+        #: anything with ``send_nowait`` that raises as a trio channel does.
+        self.streams: dict[int, Any] = {}
 
     @property
     def closed(self) -> bool:

@@ -156,6 +156,9 @@ class NodeMetrics:
     )
     read_streams = _declare(Gauge, "logstrand_read_streams", "Read streams open on this node")
     read_records = _declare(Counter, "logstrand_read_records", "Records sent to readers")
+    read_messages = _declare(
+        Counter, "logstrand_read_messages", "Read messages sent to readers (with records or not)"
+    )
     read_bytes = _declare(Counter, "logstrand_read_bytes", "Payload bytes sent to readers")
     read_gaps = _declare(
         Counter,

@@ -263,10 +263,10 @@ class NodeOptions:
         "--receive-budget).",
     )
     read_streams_per_connection: int = option(
-        256,
+        16_384,
         "--read-streams-per-connection",
         "int",
-        "Read streams one connection may have open.",
+        "Read streams one connection may have open (an idle one costs about a KiB).",
         low=1,
     )
     #: Records of credit a reader may grant one stream (more is capped).

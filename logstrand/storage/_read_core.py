@@ -16,7 +16,7 @@ the node's release pointer, the next step:
 * ``ReadFrom(start, until, max_records)``: read that many records' stored
   batches from LogsDB, then hand them to ``on_read`` with the window of each
   that may be sent;
-* ``IDLE``: caught up; wait for a release, more credit, or a heartbeat;
+* ``IDLE``: caught up; wait until the log's release pointer moves;
 * ``NO_CREDIT``: wait for more credit;
 * ``FINISHED``: everything up to ``until`` was sent.
 
@@ -34,9 +34,10 @@ Rules:
    with a window (first, last LSN) of what the reader may take of it: the
    read's range, the trim point, and a recovery's decisions cut it where a
    batch straddles them.
-3. The position reported only grows; after a heartbeat interval with no
-   change the stream reports it again (``waited``), so a reader can tell a
-   node that is there from one that is gone.
+3. The position reported only grows, and is reported once: an idle stream
+   sends nothing (a stream per log, idle, must cost the node no work; a
+   reader tells a node that is gone by its connection, and one that lags
+   by its position standing still while others move: ``stall_s``).
 4. Every batch carries its wave (its precedence) in its header; readers
    need it to choose between differing copies.
 """
@@ -60,7 +61,7 @@ READ_BATCH_BYTES = 4 * 1024 * 1024
 
 
 class Wait(enum.Enum):
-    #: Caught up with the release pointer: wait for a release, credit or a heartbeat.
+    #: Caught up with the release pointer: wait for it to move.
     IDLE = "idle"
     #: The credit is spent: wait for more.
     NO_CREDIT = "no credit"
@@ -116,7 +117,6 @@ class ReadStreamCore:
         self.scd = scd
         self.down = frozenset(known_down)
         self.reported = -1
-        self._idle_limit = -1
         #: copyset -> True when another node of it sends its records (cached).
         self._theirs: dict[tuple[int, ...], bool] = {}
 
@@ -128,7 +128,6 @@ class ReadStreamCore:
                 return Report(self.next_lsn)
             if self.next_lsn > self.until:
                 return Wait.FINISHED
-            self._idle_limit = limit
             return Wait.IDLE
         if self.credit <= 0:
             return Wait.NO_CREDIT
@@ -137,11 +136,6 @@ class ReadStreamCore:
     def sent(self, next_lsn: int) -> None:
         """A message reporting ``next_lsn`` went out."""
         self.reported = next_lsn
-
-    def waited(self, release_lsn: int) -> None:
-        """The stream waited while idle; when nothing moved, report again (rule 3)."""
-        if self.reported == self.next_lsn and min(self.until, release_lsn) == self._idle_limit:
-            self.reported = -1
 
     def add_credit(self, records: int) -> None:
         self.credit += records

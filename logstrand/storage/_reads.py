@@ -1,15 +1,24 @@
 """Read streams on a node: the trio shell around ``ReadStreamCore``.
 
-One task per stream.  It asks the core what to do, reads LogsDB in bounded
-batches through the committer (reads, like writes, hold the GIL in
-rocksdict: they run on the event loop), filters what a node may serve
-(``_rules.servable``, with the ends of past epochs fetched from the epoch store
-once and cached), and sends what the core picks.  Newly released records go
-out as soon as the release pointer moves.
+No task per stream: a connection's streams share one task, its *lane*, and a
+stream is in the lane's queue only while it has something to do.  A stream
+caught up with the release pointer waits in an index by log, touched again
+only when that log's release pointer moves; one out of credit waits until the
+reader grants more.  A lane takes one step of a stream at a time and puts it
+back at the end of the queue, so one long backfill shares its connection with
+every tail on it.  An idle stream costs its state and an index entry: no task,
+no timer, no message (a client tailing 10,000 logs makes no work on a node
+until records arrive).
+
+A step reads LogsDB in a bounded batch through the committer (reads, like
+writes, hold the GIL in rocksdict: they run on the event loop), filters what a
+node may serve (``_rules.servable``, with the ends of past epochs fetched from
+the epoch store once and cached), and sends what the core picks.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
@@ -32,7 +41,8 @@ if TYPE_CHECKING:
     from ._metrics import NodeMetrics
 
 _log = logging.getLogger("logstrand.reads")
-HEARTBEAT_S = 1.0
+#: A stream whose step could not read the epoch store tries again after this.
+RETRY_S = 0.5
 #: Unreadable ranges a node remembers having logged.
 CORRUPT_REMEMBERED = 4096
 
@@ -56,15 +66,24 @@ class EpochEnds(Protocol):
 
 @attrs.define(eq=False)
 class _Stream:
-    conn: Connection
+    lane: _Lane
     msg: StartRead
     core: ReadStreamCore
-    changed: trio.Event = attrs.Factory(trio.Event)
     stopped: bool = False
+    queued: bool = False  # in the lane's queue
+    idle: bool = False  # in the index of streams waiting for a release
+    starved: bool = False  # waiting for credit
 
-    def poke(self) -> None:
-        self.changed.set()
-        self.changed = trio.Event()
+
+@attrs.define(eq=False)
+class _Lane:
+    """One connection's streams and the queue of those with work."""
+
+    conn: Connection
+    streams: dict[int, _Stream] = attrs.Factory(dict)
+    ready: collections.deque[_Stream] = attrs.Factory(collections.deque)
+    wake: trio.Event = attrs.Factory(trio.Event)
+    running: bool = False
 
 
 @attrs.define(eq=False)
@@ -74,11 +93,12 @@ class ReadStreams:
     ends: EpochEnds
     metrics: NodeMetrics
     nursery: trio.Nursery
-    streams_per_connection: int = 256
+    streams_per_connection: int = 16_384
     credit_max: int = 1 << 20
-    streams: dict[tuple[int, int], _Stream] = attrs.field(init=False, factory=dict)
-    _per_conn: dict[int, int] = attrs.field(init=False, factory=dict)
-    _release_events: dict[int, trio.Event] = attrs.field(init=False, factory=dict)
+    _lanes: dict[int, _Lane] = attrs.field(init=False, factory=dict)
+    #: log -> the streams caught up with its release pointer.
+    _idle: dict[int, dict[int, _Stream]] = attrs.field(init=False, factory=dict)
+    _open: int = attrs.field(init=False, default=0)
     #: How recovery ended past epochs, fetched once: fixed once released past.
     _epoch_ends: dict[tuple[int, int], EpochEnd | None] = attrs.field(init=False, factory=dict)
     #: Unreadable ranges met since the node started, (log, first, last), each
@@ -89,18 +109,20 @@ class ReadStreams:
     # -- messages -------------------------------------------------------------
 
     def start(self, conn: Connection, msg: StartRead) -> None:
-        key = (id(conn), msg.stream_id)
-        old = self.streams.get(key)
-        if old is None and self._open_on(conn) >= self.streams_per_connection:
+        lane = self._lanes.get(id(conn))
+        old = lane.streams.get(msg.stream_id) if lane is not None else None
+        if old is None and lane is not None and len(lane.streams) >= self.streams_per_connection:
             raise LogstrandError(
-                f"{self.streams_per_connection} read streams are open on this connection",
+                f"{self.streams_per_connection} read streams are open on this connection "
+                "(the node's --read-streams-per-connection)",
                 Status.OVERLOADED,
             )
         if old is not None:
             if msg.generation <= old.msg.generation:
                 return  # a late duplicate of an older start
-            old.stopped = True
-            old.poke()
+            self._forget(old)
+        if lane is None:
+            lane = self._lanes[id(conn)] = _Lane(conn)
         core = ReadStreamCore(
             self.node_id,
             msg.start_lsn,
@@ -109,86 +131,144 @@ class ReadStreams:
             scd=msg.scd,
             known_down=msg.known_down,
         )
-        st = _Stream(conn, msg, core)
-        self._add(key, st)
-        self.nursery.start_soon(self._run, key, st)
+        st = _Stream(lane, msg, core)
+        lane.streams[msg.stream_id] = st
+        self._counted(+1)
+        if core.next_lsn <= self.db.trim_point(msg.log_id):
+            self.metrics.read_gaps.labels("trim").inc()
+        self._ready(st)
+        if not lane.running:
+            lane.running = True
+            self.nursery.start_soon(self._serve, lane)
 
     def credit(self, conn: Connection, msg: ReadCredit) -> None:
-        st = self.streams.get((id(conn), msg.stream_id))
+        lane = self._lanes.get(id(conn))
+        st = lane.streams.get(msg.stream_id) if lane is not None else None
         if st is not None and st.msg.generation == msg.generation:
             st.core.add_credit(min(msg.records, max(0, self.credit_max - st.core.credit)))
-            st.poke()
+            if st.starved:
+                st.starved = False
+                self._ready(st)
 
     def stop(self, conn: Connection, msg: StopRead) -> None:
-        st = self._remove((id(conn), msg.stream_id))
+        lane = self._lanes.get(id(conn))
+        st = lane.streams.get(msg.stream_id) if lane is not None else None
         if st is not None:
-            st.stopped = True
-            st.poke()
-
-    def _add(self, key: tuple[int, int], st: _Stream) -> None:
-        if key not in self.streams:
-            self._per_conn[key[0]] = self._per_conn.get(key[0], 0) + 1
-        self.streams[key] = st
-
-    def _remove(self, key: tuple[int, int]) -> _Stream | None:
-        st = self.streams.pop(key, None)
-        if st is not None:
-            left = self._per_conn[key[0]] - 1
-            if left:
-                self._per_conn[key[0]] = left
-            else:
-                del self._per_conn[key[0]]
-        return st
-
-    def _open_on(self, conn: Connection) -> int:
-        return self._per_conn.get(id(conn), 0)
+            self._forget(st)
 
     def busy(self, conn: Connection) -> bool:
         """Has ``conn`` a read stream open (then it is not idle, only quiet)?"""
-        return self._open_on(conn) > 0
+        lane = self._lanes.get(id(conn))
+        return lane is not None and bool(lane.streams)
 
     def connection_closed(self, conn: Connection) -> None:
-        for key in [k for k in self.streams if k[0] == id(conn)]:
-            st = self._remove(key)
-            if st is not None:
-                st.stopped = True
-                st.poke()
+        lane = self._lanes.pop(id(conn), None)
+        if lane is not None:
+            for st in list(lane.streams.values()):
+                self._forget(st)
+            lane.wake.set()
 
     def released(self, log_id: int) -> None:
-        ev = self._release_events.pop(log_id, None)
-        if ev is not None:
-            ev.set()
+        waiting = self._idle.pop(log_id, None)
+        if waiting is not None:
+            for st in waiting.values():
+                st.idle = False
+                self._ready(st)
 
-    def _release_event(self, log_id: int) -> trio.Event:
-        ev = self._release_events.get(log_id)
-        if ev is None:
-            ev = self._release_events[log_id] = trio.Event()
-        return ev
+    @property
+    def open_streams(self) -> int:
+        return self._open
 
-    # -- the stream task -------------------------------------------------------
+    # -- bookkeeping -----------------------------------------------------------
 
-    async def _run(self, key: tuple[int, int], st: _Stream) -> None:
-        metrics = self.metrics
-        metrics.read_streams.inc()
-        if st.core.next_lsn <= self.db.trim_point(st.msg.log_id):
-            metrics.read_gaps.labels("trim").inc()
+    def _ready(self, st: _Stream) -> None:
+        if not st.queued and not st.stopped:
+            st.queued = True
+            st.lane.ready.append(st)
+            st.lane.wake.set()
+
+    def _forget(self, st: _Stream) -> None:
+        """End a stream: out of its lane and of the idle index."""
+        if st.stopped:
+            return
+        st.stopped = True
+        lane = st.lane
+        if lane.streams.get(st.msg.stream_id) is st:
+            del lane.streams[st.msg.stream_id]
+        if st.idle:
+            waiting = self._idle.get(st.msg.log_id)
+            if waiting is not None:
+                waiting.pop(id(st), None)
+                if not waiting:
+                    del self._idle[st.msg.log_id]
+        self._counted(-1)
+
+    def _counted(self, change: int) -> None:
+        self._open += change
+        self.metrics.read_streams.set(self._open)
+
+    # -- the lane task -----------------------------------------------------------
+
+    async def _serve(self, lane: _Lane) -> None:
+        """Steps of the lane's ready streams, one at a time, until it has none."""
         try:
-            await self._serve(st)
+            while lane.streams and not lane.conn.closed:
+                if not lane.ready:
+                    await lane.wake.wait()
+                    lane.wake = trio.Event()
+                    continue
+                st = lane.ready.popleft()
+                st.queued = False
+                if not st.stopped:
+                    await self._turn(st)
+        finally:
+            lane.running = False
+
+    async def _turn(self, st: _Stream) -> None:
+        try:
+            await self._step(st)
         except LogstrandError:
-            pass  # the reader's connection is gone
+            self._forget(st)  # the reader's connection is gone
         except Exception:
             _log.exception("node %d: read stream failed", self.node_id)
             with contextlib.suppress(LogstrandError):
                 await self._send(st, Status.FAILED, Out((), (), st.core.next_lsn))
-        finally:
-            metrics.read_streams.dec()
-            if self.streams.get(key) is st:
-                self._remove(key)
+            self._forget(st)
+
+    async def _step(self, st: _Stream) -> None:
+        core = st.core
+        log_id = st.msg.log_id
+        release = self.db.release_of(log_id)
+        step = core.step(release)
+        if isinstance(step, Report):
+            await self._send(st, Status.OK, Out((), (), step.next_lsn))
+            self._ready(st)
+        elif step is Wait.FINISHED:
+            self._forget(st)
+        elif step is Wait.IDLE:
+            st.idle = True
+            self._idle.setdefault(log_id, {})[id(st)] = st
+        elif step is Wait.NO_CREDIT:
+            st.starved = True
+        else:
+            assert isinstance(step, ReadFrom)
+            conn = st.lane.conn
+            async with conn.bulk:
+                await conn.wait_for_room()
+                sent = await self._read_and_send(st, step, release)
+            if sent:
+                self._ready(st)
+            else:
+                self.nursery.start_soon(self._later, st)
+
+    async def _later(self, st: _Stream) -> None:
+        await trio.sleep(RETRY_S)
+        self._ready(st)
 
     async def _send(self, st: _Stream, status: Status, out: Out) -> None:
         msg = st.msg
         log_id = msg.log_id
-        await st.conn.send(
+        await st.lane.conn.send(
             ReadRecords(
                 msg.stream_id,
                 msg.generation,
@@ -202,31 +282,12 @@ class ReadStreams:
             )
         )
         st.core.sent(out.next_lsn)
+        self.metrics.read_messages.inc()
 
-    async def _serve(self, st: _Stream) -> None:
-        core = st.core
-        log_id = st.msg.log_id
-        while not st.stopped:
-            release = self.db.release_of(log_id)
-            step = core.step(release)
-            if isinstance(step, Report):
-                await self._send(st, Status.OK, Out((), (), step.next_lsn))
-            elif step is Wait.FINISHED:
-                return
-            elif step is Wait.IDLE:
-                await self._wait_idle(st, log_id)
-                core.waited(self.db.release_of(log_id))
-            elif step is Wait.NO_CREDIT:
-                await st.changed.wait()
-            else:
-                assert isinstance(step, ReadFrom)
-                async with st.conn.bulk:
-                    await st.conn.wait_for_room()
-                    await self._read_and_send(st, step, release)
-
-    async def _read_and_send(self, st: _Stream, step: ReadFrom, release: int) -> None:
+    async def _read_and_send(self, st: _Stream, step: ReadFrom, release: int) -> bool:
         """One read of LogsDB for a stream, and its reply (the caller holds the
-        connection's ``bulk`` lock and there is room in its queue)."""
+        connection's ``bulk`` lock and there is room in its queue).  False:
+        the epoch store was away, try again a little later."""
         core = st.core
         log_id = st.msg.log_id
         got, items = self.db.read_windows(log_id, step, core)
@@ -234,22 +295,14 @@ class ReadStreams:
             items = await self.servable(log_id, items, release)
         except LogstrandError as exc:  # the epoch store is away: try again soon
             _log.warning("node %d: read stream waits: %s", self.node_id, exc)
-            await trio.sleep(0.5)
-            return
+            return False
         bad = [(u.first_lsn, u.last_lsn) for u in got.unreadable]
         for u in got.unreadable:
             self._corrupt(log_id, u)
         out = core.on_read(items, got.scanned_to, bad)
         self._count(out)
         await self._send(st, Status.OK, out)
-
-    async def _wait_idle(self, st: _Stream, log_id: int) -> None:
-        """Until a release, a change of the stream, or the heartbeat interval."""
-        released = self._release_event(log_id)
-        with trio.move_on_after(HEARTBEAT_S):
-            async with trio.open_nursery() as waiters:
-                waiters.start_soon(_wait_then_cancel, released, waiters.cancel_scope)
-                waiters.start_soon(_wait_then_cancel, st.changed, waiters.cancel_scope)
+        return True
 
     async def servable(
         self, log_id: int, items: list[tuple[PackedBatch, int, int]], release: int
@@ -308,8 +361,3 @@ class ReadStreams:
                 bridges = sum(1 for fl in flags if fl & BRIDGE)
                 m.read_gaps.labels("hole").inc(sum(1 for fl in flags if fl & HOLE) - bridges)
                 m.read_gaps.labels("bridge").inc(bridges)
-
-
-async def _wait_then_cancel(event: trio.Event, scope: trio.CancelScope) -> None:
-    await event.wait()
-    scope.cancel()

@@ -63,6 +63,14 @@ async def _scenario(url: str, log: int, gather: Gather) -> None:
         assert [r.payload for r in records][:3] == [b"one", b"two", b"three"]
         assert records[1].key == b"k"
         assert sorted(r.lsn for r in records[3:]) == sorted(many)
+        # Two logs at once, each in LSN order.
+        other = await client.append_batch(log + 10, [b"x", b"y"])
+        pairs: dict[int, list[int]] = {log: [], log + 10: []}
+        async with client.read_many({log: batch[0], log + 10: 1}) as both:
+            async for which, item in both:
+                assert isinstance(item, Record)
+                pairs[which].append(item.lsn)
+        assert pairs == {log: [r.lsn for r in records[1:]], log + 10: other}
         # Part of a log, a bounded range, a group's position, a trim.
         part = [x async for x in client.read(log, batch[0], batch[1])]
         assert [x.lsn for x in part] == batch  # type: ignore[union-attr]

@@ -364,3 +364,88 @@ def test_credit_window_grows_for_small_records_only() -> None:
     assert _window_after(100) == 8000
     # 10 KiB records: the byte budget keeps the starting window.
     assert _window_after(10_240) == 1000
+
+
+def test_a_reader_needs_a_timer_only_while_a_node_may_be_stalled() -> None:
+    """Stall detection is the only reason to look at a reader with no new
+    input: with every node at the same position (a tail with nothing new)
+    it asks for no timer, so thousands of idle logs cost a client nothing."""
+    core = ReaderCore(7, lsn(1, 5), LSN_MAX, (1, 2, 3), 2, stall_s=2.0)
+    gen = core.generation
+    for node in (1, 2, 3):
+        core.on_records(node, gen, lsn(1, 5), 0, [], 0.0, 0, [])
+    core.poll(0.0)
+    assert core.next_deadline(0.0) == float("inf")
+    core.on_records(2, gen, lsn(1, 9), 0, [], 0.5, 0, [])  # node 2 moves on
+    core.poll(0.5)
+    assert core.next_deadline(0.5) == 1.5  # others may be stalled behind it
+    # A read that reached its end needs nothing either.
+    done = ReaderCore(7, lsn(1, 3), lsn(1, 3), (1, 2, 3), 2)
+    for node in (1, 2, 3):
+        a = views(batch_of((lsn(1, 3),), (b"x",), (0,)))
+        done.on_records(node, done.generation, lsn(1, 4), 0, a, 0.0, 0, [])
+    done.poll(0.0)
+    assert done.done
+    assert done.next_deadline(0.0) == float("inf")
+
+
+def test_many_logs_share_the_read_budget() -> None:
+    """``read_many``'s windows: one log gets a single reader's window; 10,000
+    logs over 3 nodes share 64 MiB (at least 16 records each)."""
+    from logstrand.client._many import CREDIT_MIN, windows
+
+    assert windows(64 << 20, 1, 3) == (8192, 8 << 20)
+    credit, window = windows(64 << 20, 10_000, 3)
+    assert credit == CREDIT_MIN
+    assert window * 10_000 * 3 <= 64 << 20
+    assert windows(64 << 20, 100, 3) == (218, (64 << 20) // 300)  # 1 KiB records assumed
+
+
+def test_a_quiet_log_s_next_record_is_no_stall() -> None:
+    """Nodes stood still on a quiet log for a minute; a record arrives from
+    one node before the others heard of its release.  That is no stall: the
+    others get ``stall_s`` from then, not from when they last moved.  (The
+    code before marked a node down and rewound at once, a rewind and an
+    all-send-all round for the first record after every quiet spell.)"""
+    core = ReaderCore(7, lsn(1, 5), LSN_MAX, (1, 2, 3), 2, stall_s=2.0)
+    gen = core.generation
+    for node in (1, 2, 3):
+        core.on_records(node, gen, lsn(1, 5), 0, [], 0.0, 0, [])
+    core.poll(0.0)
+    record = views(batch_of((lsn(1, 5),), (b"new",), (0,)).reheader(copyset=(1, 2)))
+    core.on_records(1, gen, lsn(1, 6), 0, record, 60.0, 0, [])
+    core.poll(60.0)
+    assert (core.known_down, core.rewinds) == (set(), 1)
+    core.poll(61.0)
+    assert (core.known_down, core.rewinds) == (set(), 1)
+    for node in (2, 3):  # their release arrives
+        core.on_records(node, gen, lsn(1, 6), 0, [], 61.1, 0, [])
+    core.poll(61.1)
+    items, _ = core.take()
+    assert [x for x, _ in records_of(items)] == [lsn(1, 5)]
+    assert (core.known_down, core.rewinds) == (set(), 1)
+    # A node that really stays behind is still found out, stall_s later.
+    core.on_records(1, gen, lsn(1, 9), 0, [], 70.0, 0, [])
+    core.poll(70.0)
+    core.poll(72.0)
+    assert core.known_down == {2}
+    assert core.rewinds == 2
+
+
+def test_slow_nodes_never_leave_a_reader_without_a_frontier() -> None:
+    """Nodes listed down for being slow, one after another: when the last
+    node that counts is slow too, the slow ones count again instead (the
+    code before could list every node down, and then delivered nothing ever)."""
+    core = ReaderCore(7, lsn(1, 1), LSN_MAX, (1, 2, 3), 2, stall_s=2.0)
+    now = 0.0
+    for slow in (2, 3, 1):
+        gen = core.generation
+        ahead = next(n for n in (1, 2, 3) if n != slow)
+        for node in (1, 2, 3):
+            core.on_records(node, gen, lsn(1, 1), 0, [], now, 0, [])
+        core.on_records(ahead, gen, lsn(1, 2), 0, [], now, 0, [])
+        core.poll(now)
+        now += 2.5
+        core.poll(now)
+    assert core._counting() != []
+    assert core.known_down == set()  # all forgiven at the third
