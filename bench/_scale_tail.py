@@ -33,29 +33,39 @@ PAD = b"." * 92  # 100 B records
 WINDOW = 256
 
 
-def _write(url: str, logs: range, rate: float, seconds: float, sent: Any, took: Any) -> None:
+def _write(
+    url: str, logs: range, rate: float, seconds: float, sent: Any, took: Any, acked: Any
+) -> None:
     """Append up to ``rate`` records/s over ``logs`` in turn for ``seconds``,
     at most ``WINDOW`` unanswered (so a record's latency is not time spent
     queued behind an offered rate the cluster cannot take); in another
-    process, so the reader's CPU is its own."""
+    process, so the reader's CPU is its own.  ``acked``: the appends' own
+    latency, p50 (send to acknowledgment)."""
     settings = logstrand.ClientSettings(append_timeout_s=120.0)
     room = threading.Semaphore(WINDOW)
+    latencies: list[float] = []
     n = 0
+
+    def done(t: float) -> Any:
+        def on_delivery(_lsn: int, _error: BaseException | None) -> None:
+            latencies.append(time.time() - t)
+            room.release()
+
+        return on_delivery
+
     with logstrand.connect(url, settings=settings) as client:
         t0 = time.perf_counter()
         while (now := time.perf_counter() - t0) < seconds:
             due = int(now * rate)
             while n < due and room.acquire(timeout=0.005):
-                client.append_async(
-                    logs[n % len(logs)],
-                    STAMP.pack(time.time()) + PAD,
-                    on_delivery=lambda _lsn, _err: room.release(),
-                )
+                t = time.time()
+                client.append_async(logs[n % len(logs)], STAMP.pack(t) + PAD, on_delivery=done(t))
                 n += 1
             time.sleep(0.002)
         client.flush(600)
         sent.value = n
         took.value = time.perf_counter() - t0
+        acked.value = statistics.median(latencies) if latencies else 0.0
 
 
 async def _tail(
@@ -95,14 +105,17 @@ async def _tail(
             await trio.sleep(3.0)
             out["idle_cpu"] = (cpu_s(pids) - c0) / 3.0 / len(pids) * 100
             ctx = multiprocessing.get_context("spawn")
-            sent, spent = ctx.Value("q", 0), ctx.Value("d", 0.0)
-            writer = ctx.Process(target=_write, args=(c.url, logs, rate, seconds, sent, spent))
+            sent, spent, acked = ctx.Value("q", 0), ctx.Value("d", 0.0), ctx.Value("d", 0.0)
+            writer = ctx.Process(
+                target=_write, args=(c.url, logs, rate, seconds, sent, spent, acked)
+            )
             writer.start()
             while writer.is_alive():
                 with trio.move_on_after(0.2):
                     await take()
             writer.join()
             total, took = sent.value, spent.value
+            out["append_p50_ms"] = acked.value * 1000
             with trio.move_on_after(30):  # what is still on its way
                 while len(late) < total:
                     await take()

@@ -48,6 +48,9 @@ class LogPlacement:
 
     nodes: tuple[int, ...]
     replication: int
+    #: The latest epoch handed out when this was read (0: none yet): a later
+    #: epoch may have a nodeset this does not know.
+    known_epoch: int = 0
 
 
 class Admin:
@@ -84,7 +87,7 @@ class Admin:
         if not nodes:
             nodes = set(self.view.storage_weights())
         r = max([h.replication_factor for h in epochs.history] or [attributes.replication_factor])
-        return LogPlacement(tuple(sorted(nodes)), min(r, len(nodes)))
+        return LogPlacement(tuple(sorted(nodes)), min(r, len(nodes)), epochs.next_epoch - 1)
 
     async def placements(self, log_ids: list[int]) -> dict[int, LogPlacement]:
         """``placement`` of many logs, with one read of the epoch store."""
@@ -96,7 +99,8 @@ class Admin:
             epochs = history[log].history
             nodes = {n for h in epochs for n in h.nodeset} or everyone
             r = max([h.replication_factor for h in epochs] or [attributes[log].replication_factor])
-            out[log] = LogPlacement(tuple(sorted(nodes)), min(r, len(nodes)))
+            known = history[log].next_epoch - 1
+            out[log] = LogPlacement(tuple(sorted(nodes)), min(r, len(nodes)), known)
         return out
 
     async def ask_nodes(

@@ -10,7 +10,9 @@ message from the nodes (their idle streams are silent too).
 
 Opening is done for all logs together: their placements in one read of the
 epoch store and their tails with ``tail_lsns`` (one request per node per
-4,096 logs), not one round trip per log.
+4,096 logs), not one round trip per log.  So is reading placements again
+when logs reach epochs their placement did not cover (``ReaderCore``'s
+``wants_placement``): one read for all the logs that asked in a turn.
 
 Memory is bounded by ``ClientSettings.read_buffer_bytes``: it is shared out
 among the logs' node streams as their windows (what a node may send ahead
@@ -109,6 +111,8 @@ class ManyReader:
     _timers: list[tuple[float, int, int]] = attrs.field(init=False, factory=list)
     _due: dict[int, float] = attrs.field(init=False, factory=dict)
     _order: itertools.count[int] = attrs.field(init=False, factory=itertools.count)
+    #: Logs whose placement must be read again (a later epoch showed up).
+    _placing: set[int] = attrs.field(init=False, factory=set)
     _opened: bool = attrs.field(init=False, default=False)
     _closed: bool = attrs.field(init=False, default=False)
 
@@ -171,7 +175,24 @@ class ManyReader:
         if core.done:
             await self._finish(log)
             return
+        if stream.placement_wanted(core, now):
+            self._placing.add(log)
         self._arm(log, stream.deadline(core, now))
+
+    async def _place(self, now: float) -> None:
+        """Read the placements that logs asked for, all in one read of the
+        epoch store (an epoch change often comes to many logs at once: their
+        sequencers moved together), and turn those logs with them."""
+        logs = [log for log in self._placing if log in self._slots]
+        self._placing.clear()
+        if not logs:
+            return
+        placements = await self.admin.placements(logs)
+        for log in logs:
+            stream = self._slots[log].stream
+            assert stream.core is not None
+            stream.follow(stream.core, placements[log], now)
+            await self._turn(log, now)
 
     def _arm(self, log: int, when: float) -> None:
         if when == math.inf or self._due.get(log) == when:
@@ -209,6 +230,7 @@ class ManyReader:
                 touched.add(stream.log_id)
         for log in touched:
             await self._turn(log, now)
+        await self._place(now)
 
     def _expired_soon(self) -> bool:
         return bool(self._timers) and self._timers[0][0] <= trio.current_time()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import math
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -22,7 +23,15 @@ from ..positions import last_lsn_of
 from ..rebuilding import Authority
 from ..types import LSN_MAX, TAIL, Gap, Record, _Tail
 from ..wire import ReadCredit, StartRead, StopRead
-from ._reader_core import GapItem, GrantCredit, Item, ReaderCore, RecordRun, StartStream
+from ._reader_core import (
+    GapItem,
+    GrantCredit,
+    Item,
+    ReaderCore,
+    RecordRun,
+    StartStream,
+    StopStream,
+)
 from ._reader_intake import Verdict, absorb, access_gap
 
 if TYPE_CHECKING:
@@ -35,6 +44,8 @@ if TYPE_CHECKING:
 _log = logging.getLogger("logstrand.client")
 _stream_ids = itertools.count(1)
 RECONNECT_S = 1.0
+#: The soonest a reader reads its log's placement again.
+PLACEMENT_RETRY_S = 1.0
 #: Messages a reader's inbox holds; a node sends at most the credit it got,
 #: so a full inbox means a broken node (its link is cut).
 INBOX_MAX = 100_000
@@ -95,6 +106,8 @@ class ReadStream:
     _denied: bool = attrs.field(init=False, default=False)
     _access_gap_sent: bool = attrs.field(init=False, default=False)
     _retry_at: dict[int, float] = attrs.field(init=False, factory=dict)
+    #: When the log's placement was last read again (``follow``).
+    _placed_at: float = attrs.field(init=False, default=-math.inf)
     _authority: Authority = attrs.field(init=False, factory=Authority)
     #: Where the links put this stream's messages: this stream's own channel,
     #: or a ``ManyReader``'s mailbox (which then drives the stream).
@@ -144,6 +157,7 @@ class ReadStream:
             window_bytes=self.window_bytes,
             now=trio.current_time(),
             show_compacted=self.show_compacted,
+            known_epoch=placement.known_epoch,
         )
         self._authority = self.admin.view.authority
         core.set_authority(self._authority.empty, self._authority.untrusted)
@@ -164,6 +178,9 @@ class ReadStream:
         actions, core.actions = core.actions, []
         now = trio.current_time()
         for a in actions:
+            if isinstance(a, StopStream):
+                self._stop_on(a.node_id)
+                continue
             try:
                 link = await self._link(a.node_id)
                 if isinstance(a, StartStream):
@@ -203,6 +220,9 @@ class ReadStream:
         while True:
             now = trio.current_time()
             items = await self.turn(core, now)
+            if not items and self.placement_wanted(core, now):
+                self.follow(core, await self.admin.placement(self.log_id), now)
+                items = await self.turn(core, now)
             if items:
                 return items
             if core.done:
@@ -227,7 +247,28 @@ class ReadStream:
         deadline = core.next_deadline(now)
         if self._retry_at:
             deadline = min(deadline, min(self._retry_at.values()))
+        if core.wants_placement:
+            deadline = min(deadline, self._placed_at + PLACEMENT_RETRY_S)
         return deadline
+
+    def placement_wanted(self, core: ReaderCore, now: float) -> bool:
+        """Must the log's placement be read again now (a later epoch than it
+        covered showed up; at most once per ``PLACEMENT_RETRY_S``)?"""
+        return core.wants_placement and now >= self._placed_at + PLACEMENT_RETRY_S
+
+    def follow(self, core: ReaderCore, placement: LogPlacement, now: float) -> None:
+        """Read on with the log's placement as it is now (``placement_wanted``)."""
+        self._placed_at = now
+        core.set_placement(placement.nodes, placement.replication, placement.known_epoch, now)
+        core.set_authority(self._authority.empty, self._authority.untrusted)
+
+    def _stop_on(self, node: int) -> None:
+        """The node left the log's placement: its stream stops."""
+        self._retry_at.pop(node, None)
+        link = self._links.pop(node, None)
+        if link is not None:
+            link.streams.pop(self.stream_id, None)
+            link.send_nowait(StopRead(self.stream_id))
 
     def _deny(self) -> list[Item]:
         """No permission to read the log: one ACCESS gap over the rest of the

@@ -44,13 +44,19 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections import deque
 from typing import TYPE_CHECKING
 
-import attrs
-
-from ..records import BRIDGE, HOLE, WRITTEN_BY_RECOVERY, precedence
+from ..records import BRIDGE, EPOCH_MAX, HOLE, WRITTEN_BY_RECOVERY, precedence
 from ..types import LSN_MAX, GapType, compose_lsn, lsn_epoch, next_epoch_lsn
+from ._reader_parts import (
+    Action,
+    GapItem,
+    GrantCredit,
+    Item,
+    NodeStream,
+    StartStream,
+    StopStream,
+)
 from ._views import RecordRun
 
 if TYPE_CHECKING:
@@ -58,7 +64,7 @@ if TYPE_CHECKING:
 
     from ._views import BatchView
 
-__all__ = ["RecordRun"]
+__all__ = ["Action", "GapItem", "GrantCredit", "Item", "RecordRun", "StartStream", "StopStream"]
 
 _PLAIN = (0, 0)
 #: Unreadable ranges remembered per node (the oldest go first).
@@ -68,51 +74,6 @@ UNREADABLE_MAX = 1024
 def _precedence(batch: BatchView, i: int) -> tuple[int, int]:
     """Which of two differing copies of one LSN wins (``records.precedence``)."""
     return precedence(batch.flags[i], batch.wave)
-
-
-@attrs.frozen
-class GapItem:
-    type: GapType
-    lo: int
-    hi: int
-
-
-Item = RecordRun | GapItem
-
-
-@attrs.frozen
-class StartStream:
-    node_id: int
-    generation: int
-    start_lsn: int
-    until_lsn: int
-    credit: int
-    scd: bool
-    known_down: tuple[int, ...]
-
-
-@attrs.frozen
-class GrantCredit:
-    node_id: int
-    generation: int
-    records: int
-
-
-Action = StartStream | GrantCredit
-
-
-@attrs.define(eq=False)
-class _Node:
-    pos: int = 0  # everything below this was sent (0: nothing heard yet)
-    trim: int = 0
-    clean: int = 0  # compaction's clean point: missing at or below it = COMPACTED
-    # (batch, offset of its next record)
-    queue: deque[tuple[BatchView, int]] = attrs.Factory(deque)
-    consumed: int = 0
-    moved_at: float = 0.0
-    window: int = 0  # credit granted since the stream started, less what came back
-    # (first, last) LSNs whose copies this node reported unreadable, this generation
-    unreadable: list[tuple[int, int]] = attrs.Factory(list)
 
 
 class ReaderCore:
@@ -133,6 +94,7 @@ class ReaderCore:
         stall_s: float = 2.0,
         now: float = 0.0,
         show_compacted: bool = False,
+        known_epoch: int = EPOCH_MAX,
     ) -> None:
         assert nodeset
         assert 1 <= replication <= len(nodeset)
@@ -161,11 +123,16 @@ class ReaderCore:
         self.generation = 0
         self.known_down: set[int] = set()
         self.unreachable: set[int] = set()
-        self.nodes = {n: _Node(moved_at=now) for n in nodeset}
+        self.nodes = {n: NodeStream(moved_at=now) for n in nodeset}
         self.items: list[Item] = []
         self.actions: list[Action] = []
         self.healthy = True
         self.rewinds = 0
+        #: The latest epoch the placement (``nodeset``) covers; past it, the
+        #: shell must read the placement again (``set_placement``) before a
+        #: missing LSN is called lost: a later epoch may have other nodes.
+        self.known_epoch = known_epoch
+        self.wants_placement = False
         #: Since when a node is ahead of the frontier (stall detection).
         self._ahead_since: float | None = None
         self._rewind(now)
@@ -204,6 +171,8 @@ class ReaderCore:
         if next_lsn > st.pos:
             st.pos = next_lsn
             st.moved_at = now
+            if lsn_epoch(next_lsn - 1) > self.known_epoch:
+                self.wants_placement = True  # an epoch the placement did not cover
         st.trim = max(st.trim, trim)
         st.clean = max(st.clean, clean)
 
@@ -213,6 +182,24 @@ class ReaderCore:
         (REBUILDING, UNDERREPLICATION) counts for nothing: the reader waits."""
         self.empty, self.untrusted = empty & set(self.nodeset), untrusted & set(self.nodeset)
         self.f_majority = max(1, len(set(self.nodeset) - self.empty) - self.replication + 1)
+
+    def set_placement(
+        self, nodeset: tuple[int, ...], replication: int, known_epoch: int, now: float
+    ) -> None:
+        """The log's placement, read again: nodes that joined its nodesets are
+        read from, nodes no longer in them stop (``StopStream``), and every
+        stream starts again where delivery stands."""
+        self.known_epoch = max(self.known_epoch, known_epoch)
+        self.wants_placement = False
+        if nodeset == self.nodeset and replication == self.replication:
+            return
+        self.actions.extend(StopStream(n) for n in self.nodeset if n not in nodeset)
+        self.nodeset, self.replication = nodeset, min(replication, len(nodeset))
+        self.nodes = {n: self.nodes.get(n) or NodeStream(moved_at=now) for n in nodeset}
+        self.known_down &= set(nodeset)
+        self.unreachable &= set(nodeset)
+        self.set_authority(self.empty, self.untrusted)
+        self._rewind(now)
 
     def on_unreachable(self, node_id: int, now: float) -> None:
         if node_id not in self.nodes or node_id in self.unreachable:
@@ -269,7 +256,7 @@ class ReaderCore:
                 )
             )
 
-    def _drop_below(self, st: _Node, lsn: int) -> None:
+    def _drop_below(self, st: NodeStream, lsn: int) -> None:
         while st.queue:
             batch, off = st.queue[0]
             lsns = batch.lsns
@@ -324,6 +311,9 @@ class ReaderCore:
             return True
         # LSNs [next_lsn, missing_hi] came from no node although every counting
         # node has passed them.
+        if lsn_epoch(missing_hi) > self.known_epoch:
+            self.wants_placement = True  # nodes this reader does not know may have them
+            return False
         if self.scd:
             self.scd = False
             self._rewind(now)

@@ -122,7 +122,16 @@ class Client:
         except trio.RunFinishedError:
             raise ClosedError("client is closed") from None
         except BaseExceptionGroup as group:  # concurrent work inside: one error
-            raise collapse(group) from None
+            error = collapse(group)
+        except (trio.Cancelled, RuntimeError) as exc:
+            error = exc
+        if self._closing():  # the client closed under a call of another thread
+            raise ClosedError("client is closed") from error
+        raise error
+
+    def _closing(self) -> bool:
+        """Has ``close`` begun?"""
+        return self._stop is None
 
     def append(self, log_id: int, payload: bytes | None, *, key: bytes | None = None) -> int:
         """Append one record and wait for its LSN (see ``AsyncClient.append``).

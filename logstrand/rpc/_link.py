@@ -275,9 +275,16 @@ class Links:
                 _log.error("node %d: %s", self.node_id, exc)
                 raise TransientError(str(exc), Status.CONNFAILED) from None
             self.view.trust(node_id)
-            link = self._links[node_id] = Link(conn, node_id, on_message=self.on_message)
-            self.nursery.start_soon(conn.writer)
-            self.nursery.start_soon(link.run)
+            link = Link(conn, node_id, on_message=self.on_message)
+            try:
+                self.nursery.start_soon(conn.writer)
+                self.nursery.start_soon(link.run)
+            except RuntimeError:  # the nursery is closing: this process is shutting down
+                await conn.aclose()  # (started neither: the socket would leak)
+                raise TransientError(
+                    f"node {node_id}: the links are closing", Status.CONNFAILED
+                ) from None
+            self._links[node_id] = link
             return link
 
     async def connected(self, node_id: int) -> Link | None:

@@ -187,6 +187,38 @@ class LocalCluster(Harness):
 
         self.processes[node_id].wait_until(serving, timeout_s, f"node {node_id}")
 
+    def add_node(self, timeout_s: float = 60.0) -> int:
+        """Add a storage node to the running cluster (the next id, fresh
+        ports, its own rack) and start it; its id.  Not for a ``secure``
+        cluster (its certificates are made for the first nodes only)."""
+        if self.secure:
+            raise ValueError("add_node: a secure test cluster has no certificate for a new node")
+        with open_epoch_store(self.url) as store:
+            existing = store.nodes()
+            node_id = max(existing, default=0) + 1
+            taken = {n.port for n in existing.values()}
+            taken |= {n.metrics_port for n in existing.values() if n.metrics_port}
+            ports: list[int] = []
+            while len(ports) < 2:
+                port = free_port()
+                if port not in taken:
+                    taken.add(port)
+                    ports.append(port)
+            store.add_node(
+                NodeConfig(
+                    node_id,
+                    f"127.0.0.1:{ports[0]}",
+                    location=f"local.dc1.rack{node_id}",
+                    metrics_port=ports[1],
+                    data_dir=str(self.directory / f"node{node_id}"),
+                )
+            )
+            self.nodes = store.nodes()
+        self.node_count = max(self.node_count, node_id)
+        self._spawn(node_id)
+        self.wait_ready(node_id, timeout_s)
+        return node_id
+
     def start_node(self, node_id: int, timeout_s: float = 60.0) -> None:
         """Start a stopped node again (same address, same data)."""
         if self.alive(node_id):

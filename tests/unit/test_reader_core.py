@@ -15,6 +15,7 @@ from logstrand.client._reader_core import (
     ReaderCore,
     RecordRun,
     StartStream,
+    StopStream,
 )
 from logstrand.client._views import BatchView
 from logstrand.types import LSN_MAX, GapType
@@ -449,3 +450,37 @@ def test_slow_nodes_never_leave_a_reader_without_a_frontier() -> None:
         core.poll(now)
     assert core._counting() != []
     assert core.known_down == set()  # all forgiven at the third
+
+
+def test_a_later_epoch_on_other_nodes_waits_for_the_placement_not_dataloss() -> None:
+    """The reader knows the log's nodesets up to epoch 1 (nodes 1-3).  Epoch 2
+    put its records on nodes 4 and 5, which joined the cluster: nodes 1-3
+    move past them without sending any.  The reader asks for the placement
+    again instead of calling them lost, and reads them off the new nodes.
+    (The code before reported DATALOSS over epoch 2's records.)"""
+    core = ReaderCore(7, lsn(2, 1), LSN_MAX, (1, 2, 3), 2, stall_s=2.0, known_epoch=1)
+    for node in (1, 2, 3):
+        core.on_records(node, core.generation, lsn(2, 4), 0, [], 0.0, 0, [])
+    for now in (0.0, 1.0, 5.0):
+        core.poll(now)
+        for node in (1, 2, 3):  # rewound streams say the same again
+            core.on_records(node, core.generation, lsn(2, 4), 0, [], now, 0, [])
+    items, _ = core.take()
+    assert items == []
+    assert core.wants_placement
+    core.set_placement((1, 2, 3, 4, 5), 2, 2, 6.0)
+    items, actions = core.take()
+    assert {a.node_id for a in actions if isinstance(a, StartStream)} == {1, 2, 3, 4, 5}
+    new = views(batch_of((lsn(2, 1), lsn(2, 2), lsn(2, 3)), (b"a", b"b", b"c"), (0, 0, 0)))
+    for node in (1, 2, 3, 5):
+        core.on_records(node, core.generation, lsn(2, 4), 0, [], 6.1, 0, [])
+    core.on_records(4, core.generation, lsn(2, 4), 0, new, 6.1, 0, [])
+    core.poll(6.1)
+    items, _ = core.take()
+    assert [x for x, _ in records_of(items)] == [lsn(2, 1), lsn(2, 2), lsn(2, 3)]
+    assert gaps_of(items) == []
+    assert not core.wants_placement
+    # A node that left every nodeset is told to stop.
+    core.set_placement((1, 2, 4, 5), 2, 3, 7.0)
+    _, actions = core.take()
+    assert [a for a in actions if isinstance(a, StopStream)] == [StopStream(3)]

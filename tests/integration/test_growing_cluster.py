@@ -1,0 +1,122 @@
+"""A cluster that grows: two storage nodes join while logs are appended to
+and followed; the logs' next epochs take nodesets over all five nodes, and
+readers follow each log's placement history onto the new nodes: a reader
+started before the change gets every acknowledged record with no false
+DATALOSS, and a backfill from the start reads across every epoch."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import urllib.request
+from typing import TYPE_CHECKING
+
+import logstrand
+from logstrand import LSN_OLDEST, Gap, GapType, Record, lsn_epoch
+from logstrand.epochstore import LogAttributes, open_epoch_store
+from logstrand.testing import LocalCluster
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+LOGS = range(1, 9)
+
+
+def _metric(c: LocalCluster, node_id: int, name: str) -> float:
+    port = c.nodes[node_id].metrics_port
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    raise AssertionError(f"no {name} on node {node_id}")
+
+
+def _progress(items: list[Record | Gap], acked: list[int]) -> tuple[object, ...]:
+    """What a log's reader has got so far (for a failure's message)."""
+    records = {x.lsn for x in items if isinstance(x, Record)}
+    gaps = [(x.type.name, hex(x.lo), hex(x.hi)) for x in items if isinstance(x, Gap)]
+    return len(acked), len(records), gaps, sorted(set(acked) - records)[:3]
+
+
+class Writer(threading.Thread):
+    """Appends to every log in turn until stopped; keeps what was acknowledged."""
+
+    def __init__(self, client: logstrand.Client) -> None:
+        super().__init__(daemon=True)
+        self.client = client
+        self.stop = threading.Event()
+        self.acked: dict[int, list[int]] = {log: [] for log in LOGS}
+        self.count = 0
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            futures = [(log, self.client.append_async(log, b"w%d" % self.count)) for log in LOGS]
+            self.count += 1
+            for log, f in futures:
+                # Unacknowledged: the record may or may not be there.
+                with contextlib.suppress(Exception):
+                    self.acked[log].append(f.result(timeout=60))
+            time.sleep(0.02)
+
+
+def test_readers_follow_logs_onto_nodes_added_to_the_cluster(tmp_path: Path) -> None:
+    with LocalCluster(tmp_path / "c", nodes=3) as c:
+        with open_epoch_store(c.url) as store:
+            store.create_logs(LOGS.start, LOGS.stop - 1, LogAttributes(replication_factor=2))
+        with logstrand.connect(c.url) as client, logstrand.connect(c.url) as reader:
+            for log in LOGS:
+                client.append(log, b"before")
+            got: dict[int, list[Record | Gap]] = {log: [] for log in LOGS}
+            pairs = reader.read_many(dict.fromkeys(LOGS, LSN_OLDEST), None)
+
+            failed: list[BaseException] = []
+
+            def follow() -> None:
+                try:
+                    for log, item in pairs:
+                        got[log].append(item)
+                except logstrand.ClosedError:
+                    pass  # the test's end
+                except Exception as exc:  # kept: none may come
+                    failed.append(exc)
+
+            follower = threading.Thread(target=follow, daemon=True)
+            follower.start()
+            writer = Writer(client)
+            writer.start()
+            time.sleep(1.0)
+            new = [c.add_node(), c.add_node()]
+            # The logs' next epochs choose nodesets among all five nodes: the
+            # sequencers move when their nodes restart, one node at a time.
+            for node in (1, 2, 3):
+                c.stop_node(node)
+                time.sleep(2.0)
+                c.start_node(node)
+            time.sleep(1.0)
+            writer.stop.set()
+            writer.join(timeout=120)
+            placements = {log: client.placement(log).nodes for log in LOGS}
+            assert all(set(new) & set(p) for p in placements.values()), str(placements)
+            stores = {n: _metric(c, n, "logstrand_stores_total") for n in new}
+            assert all(stores.values()), stores
+            acked = writer.acked
+            deadline = time.monotonic() + 60
+            while any(
+                len([x for x in got[log] if isinstance(x, Record)]) < 1 + len(acked[log])
+                for log in LOGS
+            ):
+                assert time.monotonic() < deadline, {
+                    log: _progress(got[log], acked[log]) for log in LOGS
+                }
+                time.sleep(0.2)
+            for log in LOGS:
+                records = [x for x in got[log] if isinstance(x, Record)]
+                lost = [x for x in got[log] if isinstance(x, Gap) and x.type == GapType.DATALOSS]
+                assert lost == [], (log, lost)
+                assert set(acked[log]) <= {r.lsn for r in records}
+                assert [r.lsn for r in records] == sorted(r.lsn for r in records)
+                assert len({lsn_epoch(r.lsn) for r in records}) > 1
+                backfill = [x for x in client.read(log) if isinstance(x, Record)]
+                assert set(acked[log]) <= {r.lsn for r in backfill}
+            assert failed == []
