@@ -88,7 +88,7 @@ fuzz: venv-test
 faults: venv-test zookeeper
 	LOGSTRAND_FAILOVER_ROUNDS=100 $(BIN)/python -m pytest -q tests/integration/test_failover.py tests/integration/test_idempotence.py
 	LOGSTRAND_PARTITION_EVENTS=104 $(BIN)/python -m pytest -q -s tests/integration/test_partitions.py
-	LOGSTRAND_PAUSE_WATCH_S=60 $(BIN)/python -m pytest -q -s tests/integration/test_pause.py
+	LOGSTRAND_PAUSE_WATCH_S=60 LOGSTRAND_PAUSE_STORES=sqlite,zookeeper $(BIN)/python -m pytest -q -s tests/integration/test_pause.py
 
 # The seeded simulation over many more seeds than CI runs (tests/sim).
 soak: venv-test

@@ -272,8 +272,8 @@ def test_donor_killed_mid_rebuild_resumes_from_its_progress(tmp_path: Path) -> N
 
 
 def test_rolling_rebuilding_under_load(tmp_path: Path) -> None:
-    """RebuildingTest.RollingRebuilding: each node of the cluster in turn is
-    lost (killed, directory deleted), rebuilt, and started again empty, while
+    """RebuildingTest.RollingRebuilding: three of the cluster's four nodes in
+    turn are lost (killed, directory deleted), rebuilt, and started again empty, while
     a client appends; nothing is lost, and in the end every record has R
     copies.  Later rounds rebuild copies that earlier rounds placed, so they
     need the copysets that earlier rounds amended."""
@@ -296,7 +296,7 @@ def test_rolling_rebuilding_under_load(tmp_path: Path) -> None:
         thread = threading.Thread(target=writer)
         thread.start()
         try:
-            for n in (1, 2, 3, 4):
+            for n in (1, 2, 3):  # three rounds: the later ones need the earlier amends
                 c.kill_node(n)
                 c.wipe_node(n)
                 out = ok(c.url, "rebuild", str(n), "--wait")

@@ -366,7 +366,7 @@ RACER = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize(("procs", "each"), [(4, 500)])
+@pytest.mark.parametrize(("procs", "each"), [(4, 250)])
 def test_racing_processes_never_share_an_epoch(store_url: str, procs: int, each: int) -> None:
     start_at = str(time.time() + 3.0)
     running = [

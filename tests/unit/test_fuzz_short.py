@@ -13,7 +13,7 @@ FUZZ = Path(__file__).resolve().parents[1] / "fuzz"
 
 @pytest.mark.parametrize(
     ("target", "runs"),
-    [("fuzz_codec.py", 20_000), ("fuzz_dispatch.py", 2_000), ("fuzz_node.py", 300)],
+    [("fuzz_codec.py", 20_000), ("fuzz_dispatch.py", 1_000), ("fuzz_node.py", 300)],
 )
 def test_fuzz_target_short_run(target: str, runs: int, tmp_path: Path) -> None:
     done = subprocess.run(

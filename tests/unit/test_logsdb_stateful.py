@@ -149,6 +149,6 @@ class RocksLogsDBMachine(LogsDBMachine):
 TestLogsDBMemory = LogsDBMachine.TestCase
 TestLogsDBMemory.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
 TestLogsDBRocks = RocksLogsDBMachine.TestCase
-TestLogsDBRocks.settings = settings(max_examples=15, stateful_step_count=30, deadline=None)
+TestLogsDBRocks.settings = settings(max_examples=10, stateful_step_count=30, deadline=None)
 
 pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.NonInteractiveExampleWarning")
