@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -65,16 +66,7 @@ class LocalCluster(Harness):
         with open_epoch_store(self.url, create=True) as store:
             self.cluster = store.cluster
             existing = store.nodes()
-            # Fresh ports, none used twice (the kernel may hand a just-freed
-            # port out again) and none still in the old configuration.
-            taken = {n.port for n in existing.values()}
-            taken |= {n.metrics_port for n in existing.values() if n.metrics_port}
-            ports: list[int] = []
-            while len(ports) < 2 * self.node_count:
-                port = free_port()
-                if port not in taken:
-                    taken.add(port)
-                    ports.append(port)
+            ports = _fresh_ports(existing, 2 * self.node_count)
             for i in range(1, self.node_count + 1):
                 cfg = NodeConfig(
                     i,
@@ -196,14 +188,7 @@ class LocalCluster(Harness):
         with open_epoch_store(self.url) as store:
             existing = store.nodes()
             node_id = max(existing, default=0) + 1
-            taken = {n.port for n in existing.values()}
-            taken |= {n.metrics_port for n in existing.values() if n.metrics_port}
-            ports: list[int] = []
-            while len(ports) < 2:
-                port = free_port()
-                if port not in taken:
-                    taken.add(port)
-                    ports.append(port)
+            ports = _fresh_ports(existing, 2)
             store.add_node(
                 NodeConfig(
                     node_id,
@@ -218,6 +203,15 @@ class LocalCluster(Harness):
         self._spawn(node_id)
         self.wait_ready(node_id, timeout_s)
         return node_id
+
+    def metric(self, node_id: int, name: str) -> float:
+        """The value of an unlabelled metric on the node's Prometheus page."""
+        port = self.nodes[node_id].metrics_port
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(name + " "):
+                    return float(line.split()[1])
+        raise LookupError(f"node {node_id} has no metric {name}")
 
     def start_node(self, node_id: int, timeout_s: float = 60.0) -> None:
         """Start a stopped node again (same address, same data)."""
@@ -248,3 +242,17 @@ class LocalCluster(Harness):
     def __enter__(self) -> LocalCluster:
         super().__enter__()
         return self
+
+
+def _fresh_ports(existing: dict[int, NodeConfig], count: int) -> list[int]:
+    """``count`` free ports, none used twice (the kernel may hand a just-freed
+    port out again) and none in the configuration ``existing``."""
+    taken = {n.port for n in existing.values()}
+    taken |= {n.metrics_port for n in existing.values() if n.metrics_port}
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in taken:
+            taken.add(port)
+            ports.append(port)
+    return ports

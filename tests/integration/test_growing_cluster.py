@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-import urllib.request
 from typing import TYPE_CHECKING
 
 import logstrand
@@ -21,15 +20,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 LOGS = range(1, 9)
-
-
-def _metric(c: LocalCluster, node_id: int, name: str) -> float:
-    port = c.nodes[node_id].metrics_port
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-    raise AssertionError(f"no {name} on node {node_id}")
 
 
 def _progress(items: list[Record | Gap], acked: list[int]) -> tuple[object, ...]:
@@ -98,7 +88,7 @@ def test_readers_follow_logs_onto_nodes_added_to_the_cluster(tmp_path: Path) -> 
             writer.join(timeout=120)
             placements = {log: client.placement(log).nodes for log in LOGS}
             assert all(set(new) & set(p) for p in placements.values()), str(placements)
-            stores = {n: _metric(c, n, "logstrand_stores_total") for n in new}
+            stores = {n: c.metric(n, "logstrand_stores_total") for n in new}
             assert all(stores.values()), stores
             acked = writer.acked
             deadline = time.monotonic() + 60

@@ -8,7 +8,6 @@ import json
 import subprocess
 import sys
 import time
-import urllib.request
 from typing import TYPE_CHECKING
 
 import pytest
@@ -113,15 +112,6 @@ def test_tails_of_many_logs_in_one_round_agree_with_each_log_alone(tmp_path: Pat
             assert [log for log in tails if after[log] < tails[log]] == []
 
 
-def _gauge(c: LocalCluster, node_id: int, name: str) -> float:
-    port = c.nodes[node_id].metrics_port
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-    raise AssertionError(f"no {name} on node {node_id}")
-
-
 def test_activations_beyond_the_bound_wait_their_turn_and_none_fails(tmp_path: Path) -> None:
     """With ``--activations-in-flight 1``, a burst of first appends to 600
     logs queues activations on each node (the gauge shows them waiting) and
@@ -137,7 +127,7 @@ def test_activations_beyond_the_bound_wait_their_turn_and_none_fails(tmp_path: P
             waiting = 0.0
             while not all(f.done() for f in futures):
                 waiting = max(
-                    waiting, *(_gauge(c, i, "logstrand_activations_waiting") for i in c.nodes)
+                    waiting, *(c.metric(i, "logstrand_activations_waiting") for i in c.nodes)
                 )
                 time.sleep(0.2)
             assert [f.exception() for f in futures] == [None] * n

@@ -5,7 +5,6 @@ nodes, and a clear error past a node's bound on streams per connection."""
 from __future__ import annotations
 
 import time
-import urllib.request
 from typing import TYPE_CHECKING
 
 import pytest
@@ -18,23 +17,15 @@ from logstrand.errors import LogstrandError, Status
 from logstrand.testing import LocalCluster
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
 LOGS = 600
 
 
-def _metric(c: LocalCluster, node_id: int, name: str) -> float:
-    port = c.nodes[node_id].metrics_port
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-    raise AssertionError(f"no {name} on node {node_id}")
-
-
-def _until(check: object, timeout_s: float = 10.0) -> None:
+def _until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
-    while not check():  # type: ignore[operator]
+    while not check():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.1)
 
@@ -64,19 +55,19 @@ def test_one_client_follows_600_logs_and_leaves_early(tmp_path: Path) -> None:
                 assert isinstance(item, Record), item
                 got[log].append(item.payload)
             assert got == {log: [b"one %d" % log, b"two %d" % log] for log in logs}
-            streams = {n: _metric(c, n, "logstrand_read_streams") for n in c.nodes}
+            streams = {n: c.metric(n, "logstrand_read_streams") for n in c.nodes}
             assert sum(streams.values()) >= 2 * LOGS  # each log's nodeset: 2 or 3 nodes
             assert max(streams.values()) > 256  # the old bound on one connection
             # Idle: the nodes send these logs' readers nothing at all.
-            sent = [_metric(c, n, "logstrand_read_messages_total") for n in c.nodes]
+            sent = [c.metric(n, "logstrand_read_messages_total") for n in c.nodes]
             time.sleep(2.5)
-            assert [_metric(c, n, "logstrand_read_messages_total") for n in c.nodes] == sent
+            assert [c.metric(n, "logstrand_read_messages_total") for n in c.nodes] == sent
             # One more record to a log: it arrives; then leave and close.
             writer.append(7, b"three")
             log, item = next(pairs)
             assert (log, item.payload) == (7, b"three")  # type: ignore[union-attr]
             pairs.close()
-            _until(lambda: all(_metric(c, n, "logstrand_read_streams") == 0 for n in c.nodes))
+            _until(lambda: all(c.metric(n, "logstrand_read_streams") == 0 for n in c.nodes))
 
 
 def test_a_node_that_takes_no_more_streams_is_an_error_not_a_wait(tmp_path: Path) -> None:
