@@ -94,6 +94,7 @@ faults: venv-test zookeeper
 soak: venv-test
 	$(BIN)/python -m tests.sim --seeds $(SEEDS)
 	$(BIN)/python -m tests.sim --maintenance --seeds 0:500
+	$(BIN)/python -m tests.sim --many-logs --seeds 0:100
 
 clean:
 	rm -rf run-data .pytest_cache .mypy_cache .ruff_cache

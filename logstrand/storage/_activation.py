@@ -11,7 +11,6 @@ each append still bounded by its own timeout on the client.
 from __future__ import annotations
 
 import logging
-from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
 import trio
@@ -21,6 +20,7 @@ from ..errors import EpochStoreUnavailableError, LogstrandError, Status
 from ..placement import CopysetSelector, select_nodeset
 from ..sequencer import SequencerCore
 from ..sequencer import _procedures as procs
+from ..sequencer._activation_queue import ActivationQueue
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -57,29 +57,23 @@ class Activations:
         self.host = host
         #: Shared by every core the node runs: STORE ids never repeat there.
         self.store_ids = store_ids
-        self._waiting: deque[int] = deque()
-        self._running = 0
+        self.queue = ActivationQueue(host.options.activations_in_flight_max)
 
     def soon(self, log_id: int) -> None:
-        """Queue an activation; at most ``activations_in_flight_max`` run at
-        once (LogDevice bounds its background activations the same way): a
-        burst of first appends to ten thousand logs becomes a queue that
-        drains at the epoch store's pace, in order, not ten thousand tasks
-        sealing at once.  The host core asks at most once per log."""
-        self._waiting.append(log_id)
-        self.host.metrics.activations_waiting.set(len(self._waiting))
-        if self._running < self.host.options.activations_in_flight_max:
-            self._running += 1
-            self.host.nursery.start_soon(self._activator)
+        """Queue an activation (``ActivationQueue``): a burst of first
+        appends to ten thousand logs becomes a queue that drains at the epoch
+        store's pace, in order, not ten thousand tasks sealing at once."""
+        for start in self.queue.add(log_id):
+            self.host.nursery.start_soon(self._activator, start)
+        self.host.metrics.activations_waiting.set(self.queue.waiting)
 
-    async def _activator(self) -> None:
-        try:
-            while self._waiting:
-                log_id = self._waiting.popleft()
-                self.host.metrics.activations_waiting.set(len(self._waiting))
+    async def _activator(self, log_id: int | None) -> None:
+        while log_id is not None:
+            try:
                 await self._activate(log_id)
-        finally:
-            self._running -= 1
+            finally:
+                log_id = self.queue.finished()
+                self.host.metrics.activations_waiting.set(self.queue.waiting)
 
     async def _activate(self, log_id: int) -> None:
         host = self.host

@@ -42,6 +42,10 @@ class MemoryEngine:
     def __init__(self) -> None:
         self._cfs: dict[str, Any] = {}
         self._durable: dict[str, Any] = {}
+        #: What changed since the last synced write, in order: replayed onto
+        #: ``_durable`` at the next one (a copy of everything per synced
+        #: write made the simulation of hundreds of logs quadratic).
+        self._unsynced: list[tuple[str, bytes | None, bytes | None]] = []
         self.closed = False
         #: (cf, key) pairs that read as a corrupt block (as RocksDB's checksum
         #: failing): iterating onto one, or seeking to it, raises.
@@ -54,9 +58,11 @@ class MemoryEngine:
         if name in self._cfs:
             raise ValueError(f"column family {name} exists")
         self._cfs[name] = SortedDict()
+        self._unsynced.append((name, None, None))
 
     def drop_cf(self, name: str) -> None:
         del self._cfs[name]
+        self._unsynced.append((name, None, b"drop"))
 
     def new_batch(self) -> _MemBatch:
         return _MemBatch()
@@ -68,12 +74,25 @@ class MemoryEngine:
                 self._cfs[cf].pop(key, None)
             else:
                 self._cfs[cf][key] = value
+        self._unsynced.extend(batch.ops)
         if sync:
             self._make_durable()
 
     def _make_durable(self) -> None:
-        # A synced write makes every earlier write durable too (one WAL).
-        self._durable = {name: SortedDict(sd) for name, sd in self._cfs.items()}
+        """A synced write makes every earlier write durable too (one WAL):
+        ``_durable`` becomes what ``_cfs`` is."""
+        durable = self._durable
+        for cf, key, value in self._unsynced:
+            if key is None:  # a column family made (value None) or dropped
+                if value is None:
+                    durable[cf] = SortedDict()
+                else:
+                    durable.pop(cf, None)
+            elif value is None:
+                durable[cf].pop(key, None)
+            else:
+                durable[cf][key] = value
+        self._unsynced.clear()
 
     def get(self, cf: str, key: bytes) -> bytes | None:
         value = self._cfs[cf].get(key)
@@ -122,6 +141,7 @@ class MemoryEngine:
     def crash(self) -> None:
         """Forget every write not yet made durable (a kill -9 with no sync)."""
         self._cfs = {name: SortedDict(sd) for name, sd in self._durable.items()}
+        self._unsynced.clear()
         # Column families are created and dropped durably at once in RocksDB.
         self.closed = True
 

@@ -3,6 +3,7 @@
 python -m tests.sim --seeds 0:2000         # a soak: every seed in the range
 python -m tests.sim --seed 1234 --trace    # replay one run, printing its events
 python -m tests.sim --maintenance --seeds 0:500   # runs followed by trim, compaction, rebuilding
+python -m tests.sim --many-logs --seeds 0:100     # hundreds of logs sharing the nodes
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 import time
 
 from .maintenance import run_maintenance
-from .world import Violation, run_seed
+from .world import Config, Violation, run_seed
 
 
 def main() -> int:
@@ -25,6 +26,11 @@ def main() -> int:
         "--maintenance",
         action="store_true",
         help="after each run: a trim, a compaction pass, a lost disk rebuilt",
+    )
+    parser.add_argument(
+        "--many-logs",
+        action="store_true",
+        help="hundreds of logs sharing the nodes (Config.many_logs)",
     )
     args = parser.parse_args()
     # Recovery retries log warnings by design; the run's own trace says more.
@@ -38,7 +44,10 @@ def main() -> int:
     t0 = time.monotonic()
     for seed in seeds:
         try:
-            world, summary = (run_maintenance if args.maintenance else run_seed)(seed)
+            if args.many_logs:
+                world, summary = run_seed(seed, Config.many_logs(seed))
+            else:
+                world, summary = (run_maintenance if args.maintenance else run_seed)(seed)
         except Violation as exc:
             print(exc, file=sys.stderr)
             failed.append(seed)

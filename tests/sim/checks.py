@@ -33,13 +33,14 @@ def read(
     world: World,
     until: int,
     *,
+    log: int = LOG,
     scd: bool,
     down: tuple[int, ...] = (),
     answering: list[int] | None = None,
     partial: bool = False,
     empty: frozenset[int] = frozenset(),
 ) -> list[Any]:
-    """Read the log with the real ReaderCore off the nodes' LogsDBs.
+    """Read ``log`` with the real ReaderCore off the nodes' LogsDBs.
 
     ``down``: nodes the reader is told are down; nodes not ``answering``
     never answer (the reader finds out).  ``partial``: return what was
@@ -47,9 +48,9 @@ def read(
     ``empty``: nodes rebuilt empty (AUTHORITATIVE_EMPTY), as rebuilding says.
     """
     nodeset = tuple(sorted(world.nodes))
-    core = ReaderCore(LOG, 0, until, nodeset, world.config.replication, scd=scd, credit=64)
+    core = ReaderCore(log, 0, until, nodeset, world.config.replication, scd=scd, credit=64)
     answering = list(nodeset) if answering is None else answering
-    streams = {n: _ReadEndpoint(world.nodes[n]) for n in answering}
+    streams = {n: _ReadEndpoint(world.nodes[n], log) for n in answering}
     core.set_authority(empty, frozenset())
     for n in down:
         core.on_unreachable(n, 0.0)
@@ -80,19 +81,39 @@ def read(
 
 
 def check(world: World) -> dict[str, Any]:
-    """Hold the run to the promises; raise Violation with the seed if one breaks."""
-    acked: dict[bytes, int] = {}
-    issued: list[tuple[float, float, int]] = []  # (sent, acked, lsn)
+    """Hold the run to the promises, log by log; raise Violation if one breaks."""
     attempted: set[bytes] = set()
+    acked: dict[int, dict[bytes, int]] = {log: {} for log in world.config.log_ids}
     for client in world.clients.values():
-        acked.update(client.acked)
-        issued += client.history
         attempted |= client.attempted
+        for payload, lsn in client.acked.items():
+            acked[client.log_of[payload]][payload] = lsn
+    totals: dict[str, int] = {"acked": 0, "records": 0, "gaps": 0, "epochs": 0}
+    for log in world.config.log_ids:
+        try:
+            one = _check_log(world, log, acked[log], attempted)
+        except Violation as exc:
+            raise Violation(f"log {log}: {exc}" if world.config.logs > 1 else str(exc)) from None
+        for name, n in one.items():
+            totals[name] += n
+    return {
+        **totals,
+        "snapshots": len(world.snapshots),
+        **world.stats,
+    }
+
+
+def _check_log(
+    world: World, log: int, acked: dict[bytes, int], attempted: set[bytes]
+) -> dict[str, int]:
+    issued: list[tuple[float, float, int]] = []  # (sent, acked, lsn)
+    for client in world.clients.values():
+        issued += client.history[log]
     until = max(acked.values())
     readers = [
-        read(world, until, scd=True),
-        read(world, until, scd=False),
-        read(world, until, scd=True, down=(world.rng.choice(sorted(world.nodes)),)),
+        read(world, until, log=log, scd=True),
+        read(world, until, log=log, scd=False),
+        read(world, until, log=log, scd=True, down=(world.rng.choice(sorted(world.nodes)),)),
     ]
     flat = [flatten(items) for items in readers]
     for other in flat[1:]:
@@ -102,7 +123,7 @@ def check(world: World) -> dict[str, Any]:
                 f"readers disagree at item {diff}: {flat[0][diff : diff + 3]} vs "
                 f"{other[diff : diff + 3]}"
             )
-    log = flat[0]
+    items = flat[0]
     # Timestamps never go back in the log.
     stamps = [
         (lsn, t)
@@ -116,7 +137,7 @@ def check(world: World) -> dict[str, Any]:
         raise Violation(f"timestamp of {b:#x} ({tb}) is before that of {a:#x} ({ta})")
     seen: dict[bytes, int] = {}
     last = 0
-    for kind, lo, hi, payload in log:
+    for kind, lo, hi, payload in items:
         if lo <= last:
             raise Violation(f"LSN {lo:#x} delivered after {last:#x}")
         last = hi
@@ -148,9 +169,11 @@ def check(world: World) -> dict[str, Any]:
         if lsn <= acked_before:
             raise Violation(f"append sent at {sent:.4f} got {lsn:#x} <= {acked_before:#x}")
     # Whatever a reader was handed during the run is what the log says in the end.
-    final = {lo: payload for kind, lo, _, payload in log if kind == "record"}
+    final = {lo: payload for kind, lo, _, payload in items if kind == "record"}
     records = sorted(final)
-    for k, snap in enumerate(world.snapshots):
+    for k, (of, snap) in enumerate(world.snapshots):
+        if of != log:
+            continue
         for kind, lo, hi, payload in snap:
             if lo > until:
                 break
@@ -169,27 +192,41 @@ def check(world: World) -> dict[str, Any]:
     return {
         "acked": len(acked),
         "records": len(seen),
-        "gaps": sum(1 for k, *_ in log if k != "record"),
-        "epochs": world.estore.log_epochs(LOG).next_epoch - 1,
-        "snapshots": len(world.snapshots),
-        **world.stats,
+        "gaps": sum(1 for k, *_ in items if k != "record"),
+        "epochs": world.estore.log_epochs(log).next_epoch - 1,
     }
 
 
-def check_liveness(world: World, read: list[tuple[str, int, int, bytes | None]]) -> None:
+def unconfirmed_logs(world: World) -> list[int]:
+    """The logs with acknowledged records no reader has seen yet (always the
+    first log, so a run of one log reads it at every snapshot)."""
+    logs = {LOG}
+    for client in world.clients.values():
+        for payload in client.acked_at:
+            if payload not in world.confirmed:
+                logs.add(client.log_of[payload])
+    return sorted(logs)
+
+
+def check_liveness(world: World, got: set[bytes], read_logs: set[int]) -> None:
     """Every acknowledged record is readable ``liveness_s`` after it was
     acknowledged, once the faults allow it: enough nodes up, none paused,
     for that long.  Faults may go on meanwhile (a node crashing while
     enough others stay up, a node coming back, lost and late messages).
+
+    ``got``: what this snapshot read of ``read_logs``; a record of another
+    log must have been read by an earlier one (``world.confirmed``).
     """
+    world.confirmed |= got
     since = world.serviceable_since
     if since is None:
         return
     bound = world.config.liveness_s
-    got = {payload for kind, _, _, payload in read if kind == "record"}
     for client in world.clients.values():
         for payload, acked_at in client.acked_at.items():
-            if payload in world.excused or payload in got:
+            if payload in world.excused:
+                continue
+            if payload in (got if client.log_of[payload] in read_logs else world.confirmed):
                 continue
             if world.now - max(acked_at, since) > bound:
                 raise Violation(
@@ -218,11 +255,12 @@ class _ReadEndpoint:
     #: batches, so that the streams of several nodes interleave).
     STEP_RECORDS = 16
 
-    def __init__(self, node: SimNode) -> None:
+    def __init__(self, node: SimNode, log: int) -> None:
         self.node = node
+        self.log = log
         self.stream: StartStream | None = None
         self.core: ReadStreamCore | None = None
-        self.release = node.released(LOG)
+        self.release = node.released(log)
 
     def act(self, action: Any) -> None:
         if isinstance(action, StartStream):
@@ -249,28 +287,30 @@ class _ReadEndpoint:
             return False
         step = core.step(self.release)
         if isinstance(step, Report):
-            msg = wire.ReadRecords(0, s.generation, 0, step.next_lsn, store.trim_point(LOG))
-            self._deliver(reader, attrs.evolve(msg, clean_point=store.clean_point(LOG)), now)
+            msg = wire.ReadRecords(0, s.generation, 0, step.next_lsn, store.trim_point(self.log))
+            self._deliver(reader, attrs.evolve(msg, clean_point=store.clean_point(self.log)), now)
             core.sent(step.next_lsn)
             return True
         if not isinstance(step, ReadFrom):
             return False  # idle, out of credit, or finished
         # The node's own rules: the trim window, then what it may serve at all.
         got, items = store.read_windows(
-            LOG, step, core, max_records=min(step.max_records, self.STEP_RECORDS)
+            self.log, step, core, max_records=min(step.max_records, self.STEP_RECORDS)
         )
         estore = self.node.world.estore
-        items = node_rules.servable_windows(items, self.release, lambda e: estore.epoch_end(LOG, e))
+        items = node_rules.servable_windows(
+            items, self.release, lambda e: estore.epoch_end(self.log, e)
+        )
         out = core.on_read(items, got.scanned_to)
         msg = wire.ReadRecords(
             0,
             s.generation,
             0,
             out.next_lsn,
-            store.trim_point(LOG),
+            store.trim_point(self.log),
             out.batches,
             out.windows,
-            clean_point=store.clean_point(LOG),
+            clean_point=store.clean_point(self.log),
         )
         self._deliver(reader, msg, now)
         core.sent(out.next_lsn)

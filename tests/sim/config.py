@@ -8,6 +8,7 @@ import attrs
 
 from logstrand.records import ESN_MAX
 
+#: The first log (and the only one unless ``Config.logs`` says more).
 LOG = 1
 CLIENT_BASE = 100
 #: More events than this at one instant of simulated time is a livelock
@@ -58,6 +59,13 @@ class Config:
     #: Clients key their records with one of this many keys (0: no keys), so
     #: that a compaction pass has superseded records to remove.
     keys: int = 0
+    #: Logs ``LOG .. LOG + logs - 1``, sharing the nodes; each client
+    #: appends to one drawn at random, after a burst of first appends to
+    #: every log at the start (their sequencers activate all at once).
+    logs: int = 1
+    #: A node's activations running at once (``--activations-in-flight``);
+    #: the rest wait in its queue.
+    activations_in_flight: int = 64
     #: Bugs to plant on purpose, to show the checkers catch them.
     break_sealing: bool = False  # nodes take every STORE, sealed or not
     break_release: bool = False  # sequencers release before recovery is done
@@ -96,6 +104,24 @@ class Config:
             esn_max=rng.choice([ESN_MAX, ESN_MAX, 30]),
             clock_skew_ms=rng.choice([0, 0, 3_600_000]),
         )
+
+    @classmethod
+    def many_logs(cls, seed: int) -> Config:
+        """The shape of ``for_seed`` with hundreds of logs and a small
+        activation bound, so the queue fills (``make soak`` and CI run it)."""
+        rng = random.Random(seed ^ 0x1065)
+        return attrs.evolve(
+            cls.for_seed(seed),
+            logs=rng.choice([100, 200, 300]),
+            activations_in_flight=rng.choice([2, 4, 16]),
+            clients=rng.randint(2, 4),
+            in_flight_max=8,
+            append_every_s=0.01,
+        )
+
+    @property
+    def log_ids(self) -> range:
+        return range(LOG, LOG + self.logs)
 
 
 class Violation(AssertionError):

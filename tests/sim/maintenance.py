@@ -201,7 +201,7 @@ def check_maintained(
         else:
             _require(where == lsn, f"acknowledged {payload!r} at {lsn:#x}: read at {where}")
     _require_copies(world, {seen[p] for p in seen}, victim)
-    for k, snap in enumerate(world.snapshots):
+    for k, (_, snap) in enumerate(world.snapshots):
         for kind, lo, _, payload in snap:
             if kind == "record" and lo not in gone and seen.get(payload) != lo:  # type: ignore[arg-type]
                 raise Violation(f"reader {k} got {payload!r} at {lo:#x}; in the end it is not")

@@ -25,6 +25,7 @@ from logstrand.sequencer import (
 )
 from logstrand.sequencer import _host as host_core
 from logstrand.sequencer import _procedures as procs
+from logstrand.sequencer._activation_queue import ActivationQueue
 from logstrand.sequencer._commands import Finished, Gathering, advance
 from logstrand.sequencer._decisions import RECOVERY_STORE_BIT
 from logstrand.storage._health_core import NodeClock
@@ -67,6 +68,7 @@ class SimNode(Endpoint):
         self.store: NodeStore | None = None
         self.incarnation = 0
         self.host = host_core.SequencerHostCore(node_id)
+        self.activations = ActivationQueue(world.config.activations_in_flight)
         self.replies: dict[int, Callable[[Any], None]] = {}
         self.ids = itertools.count(1)
         self.watch = ReleaseWatch()
@@ -79,7 +81,12 @@ class SimNode(Endpoint):
 
     @property
     def sequencer(self) -> SequencerCore | None:
-        return self.host.sequencer(LOG)
+        """The sequencer of the first log here (or of any log: the faults
+        prefer nodes that run one)."""
+        seq = self.host.sequencer(LOG)
+        if seq is None and self.world.config.logs > 1:
+            return next(iter(self.host.cores()), None)
+        return seq
 
     # life
 
@@ -113,6 +120,7 @@ class SimNode(Endpoint):
         self.host = host_class(
             self.id, host_core.HostOptions(recovery_stall_s=world.config.recovery_stall_s)
         )
+        self.activations = ActivationQueue(world.config.activations_in_flight)
         self.suspects.clear()
         world.note(f"node {self.id} starts (incarnation {self.incarnation})")
         world.join(self.id)
@@ -164,15 +172,15 @@ class SimNode(Endpoint):
         now = self.world.now
         return {n for n in self.view if self.suspects.get(n, 0.0) <= now}
 
-    def owner(self) -> int | None:
-        return rendezvous_owner(LOG, dict.fromkeys(sorted(self.reachable() | {self.id}), 1.0))
+    def owner(self, log: int = LOG) -> int | None:
+        return rendezvous_owner(log, dict.fromkeys(sorted(self.reachable() | {self.id}), 1.0))
 
     def _tick(self, incarnation: int) -> None:
         if not self.alive(incarnation):
             return
         now = self.world.now
         if self.paused_until <= now:
-            self._execute(self.host.tick(now, lambda _log: self.owner()))
+            self._execute(self.host.tick(now, self.owner))
             for log in self.watch.due(now):
                 if not self.world.config.break_release_watch:
                     self._ask_for_release(log)
@@ -180,7 +188,7 @@ class SimNode(Endpoint):
 
     def _ask_for_release(self, log: int) -> None:
         """Copies stay unreleased here: have the owner run a sequencer (``ReleaseWatch``)."""
-        owner = self.owner()
+        owner = self.owner(log)
         if owner is None:
             return
         rid = next(self.ids)
@@ -238,8 +246,8 @@ class SimNode(Endpoint):
             self._execute(
                 self.host.on_seq_state(
                     msg.log_id,
-                    (src, msg.request_id),
-                    owner=self.owner(),
+                    (src, msg.request_id, msg.log_id),
+                    owner=self.owner(msg.log_id),
                     attributes=self.world.attributes,
                 )
             )
@@ -263,38 +271,49 @@ class SimNode(Endpoint):
     def _append(self, src: Address, msg: wire.Append) -> None:
         world = self.world
         actions = self.host.on_append(
-            LOG,
+            msg.log_id,
             msg.batch,
             (src, msg.request_id),
             world.now,
             self.clock_ms(),
-            owner=self.owner(),
+            owner=self.owner(msg.log_id),
             attributes=world.attributes,
         )
         self._execute(actions)
 
-    def _activate(self) -> None:
+    def _activate(self, log: int) -> None:
+        """Start the log's activation, or queue it behind the bound."""
+        for start in self.activations.add(log):
+            self._activate_now(start)
+        stats = self.world.stats
+        stats["queued"] = max(stats["queued"], self.activations.waiting)
+
+    def _activate_now(self, log: int) -> None:
         world = self.world
         nodeset = tuple(sorted(world.nodes))
         placement = Placement(nodeset, world.config.replication)
-        host = self.host
+        host, queue = self.host, self.activations
 
         def activated(result: Any, error: BaseException | None) -> None:
             if host is not self.host:
                 return  # the node restarted meanwhile
+            following = queue.finished()
+            if following is not None:
+                self._activate_now(following)
+            where = "" if world.config.logs == 1 else f" log {log}"
             if error is not None:
-                world.note(f"node {self.id} activation failed: {error}")
+                world.note(f"node {self.id}{where} activation failed: {error}")
                 assert isinstance(error, LogstrandError)
-                self._execute(host.on_activation_failed(LOG, error.status, str(error)))
+                self._execute(host.on_activation_failed(log, error.status, str(error)))
                 return
             epoch, meta, history, start_ms, sealed = result
             world.stats["activations"] += 1
-            world.note(f"node {self.id} sequencer active in epoch {epoch}")
+            world.note(f"node {self.id}{where} sequencer active in epoch {epoch}")
             selector = CopysetSelector(
                 meta.nodeset, meta.replication_factor, rng=random.Random(world.rng.random())
             )
             core = SequencerCore(
-                LOG,
+                log,
                 epoch,
                 selector,
                 sync=True,
@@ -311,18 +330,18 @@ class SimNode(Endpoint):
             if world.config.break_release:
                 core.recovered = True
             core.down.update(n for n in meta.nodeset if n not in self.view)
-            self.run(procs.rebroadcast_release(LOG, meta.nodeset, 0.5), lambda *_: None)
-            self._execute(host.on_activated(LOG, core, world.now, self.clock_ms(), tuple(history)))
+            self.run(procs.rebroadcast_release(log, meta.nodeset, 0.5), lambda *_: None)
+            self._execute(host.on_activated(log, core, world.now, self.clock_ms(), tuple(history)))
 
-        self.run(procs.activate(LOG, placement, 0.5, self.clock_ms), activated)
+        self.run(procs.activate(log, placement, 0.5, self.clock_ms), activated)
 
-    def _recover(self, core: SequencerCore, history: list[Any]) -> None:
+    def _recover(self, log: int, core: SequencerCore, history: list[Any]) -> None:
         world = self.world
         host = self.host
         world.crash_during_recovery(self)
         self.run(
             procs.recover(
-                LOG,
+                log,
                 core.epoch,
                 history,
                 lambda m: CopysetSelector(
@@ -334,25 +353,31 @@ class SimNode(Endpoint):
                 digest_timeout_s=0.5,
                 store_timeout_s=0.5,
                 settle_s=0.05,
-                cancelled=lambda: not host.recovery_wanted(LOG, core),
-                on_error=lambda error: host.on_recovery_error(LOG, core, error),
+                cancelled=lambda: not host.recovery_wanted(log, core),
+                on_error=lambda error: host.on_recovery_error(log, core, error),
                 sealed=core.sealed_producers,
             ),
-            lambda done, err: self._recovered(host, core, done, err),
+            lambda done, err: self._recovered(host, log, core, done, err),
         )
 
     def _recovered(
-        self, host: host_core.SequencerHostCore, core: SequencerCore, done: Any, error: Any
+        self,
+        host: host_core.SequencerHostCore,
+        log: int,
+        core: SequencerCore,
+        done: Any,
+        error: Any,
     ) -> None:
         if error is not None:
             raise error
         if host is not self.host:
             return
-        if done is not None:
-            self.world.note(f"node {self.id} recovered before epoch {core.epoch}")
         world = self.world
+        if done is not None:
+            where = "" if world.config.logs == 1 else f" log {log}"
+            world.note(f"node {self.id}{where} recovered before epoch {core.epoch}")
         self._execute(
-            host.on_recovery_done(LOG, core, done is not None, done, world.now, self.clock_ms())
+            host.on_recovery_done(log, core, done is not None, done, world.now, self.clock_ms())
         )
 
     def _execute(self, actions: list[Any]) -> None:
@@ -371,14 +396,14 @@ class SimNode(Endpoint):
                 for n in a.nodeset:
                     self.send(n, wire.Release(a.log_id, a.lsn))
             elif isinstance(a, host_core.Activate):
-                self._activate()
+                self._activate(a.log_id)
             elif isinstance(a, host_core.Recover):
-                self._recover(a.core, list(a.history))
+                self._recover(a.log_id, a.core, list(a.history))
             elif isinstance(a, host_core.ReplySeqState):
-                src, rid = a.token
-                seq = self.host.sequencer(LOG)
+                src, rid, log = a.token
+                seq = self.host.sequencer(log)
                 assert self.store is not None
-                released = self.store.release_of(LOG)
+                released = self.store.release_of(log)
                 if seq is not None:
                     released = max(released, seq.released_lsn)
                 self.send(src, wire.SeqState(rid, int(a.status), released_lsn=released))

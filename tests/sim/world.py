@@ -73,11 +73,15 @@ class World:
         }
         self.endpoints: dict[int, Endpoint] = {**self.nodes, **self.clients}
         # What readers were handed during the run, to hold the final log to it.
-        self.snapshots: list[list[tuple[str, int, int, bytes | None]]] = []
+        self.snapshots: list[tuple[int, list[tuple[str, int, int, bytes | None]]]] = []
+        #: Acknowledged payloads some reader has read (liveness owes them no more).
+        self.confirmed: set[bytes] = set()
         self.stats: dict[str, int] = dict.fromkeys(
             ["sent", "dropped", "duplicated", "crashes", "pauses", "activations", "stalls"], 0
         )
         self.stats["swaps"] = 0
+        #: The most activations one node had waiting behind its bound.
+        self.stats["queued"] = 0
         self.attributes = LogAttributes(
             replication_factor=self.config.replication, durability="fsync"
         )
@@ -255,7 +259,7 @@ class World:
         cfg = self.config
         for n in self.nodes:
             self.estore.add_node(NodeConfig(n, f"127.0.0.1:{4000 + n}"))
-        self.estore.create_logs(LOG, LOG, self.attributes)
+        self.estore.create_logs(LOG, LOG + cfg.logs - 1, self.attributes)
         for node in self.nodes.values():
             node.start()
         for client in self.clients.values():
@@ -272,20 +276,24 @@ class World:
                 node.start()
             node.paused_until = min(node.paused_until, self.now)
         self.check_service()
-        # Let every request in flight end, then prove the log makes progress:
-        # one more append, retried until acknowledged.
+        # Let every request in flight end, then prove every log makes
+        # progress: one more append to each, retried until acknowledged.
         self.run_until(self.now + 12.0)
         fence = self.clients[CLIENT_BASE + 1]
-        fence.fence()
+        for log in cfg.log_ids:
+            fence.fence(log)
         for _ in range(60):
             self.run_until(self.now + 1.0)
-            if fence.fenced is not None and self._all_released(fence.fenced):
+            if all(self._all_released(log, fence.fenced.get(log)) for log in cfg.log_ids):
                 break
         else:
-            raise Violation(f"the log made no progress after healing\n{self.tail()}")
+            stuck = [
+                log for log in cfg.log_ids if not self._all_released(log, fence.fenced.get(log))
+            ]
+            raise Violation(f"logs {stuck[:10]} made no progress after healing\n{self.tail()}")
 
-    def _all_released(self, lsn: int) -> bool:
-        return all(n.released(LOG) >= lsn for n in self.nodes.values())
+    def _all_released(self, log: int, lsn: int | None) -> bool:
+        return lsn is not None and all(n.released(log) >= lsn for n in self.nodes.values())
 
     def tail(self) -> str:
         return "\n".join(self.trace)
@@ -293,21 +301,32 @@ class World:
     # reading and checking
 
     def _snapshot(self) -> None:
-        """A reader now, of everything released, off the nodes that answer now."""
+        """Readers now, of everything released, off the nodes that answer
+        now: of every log with acknowledged records no reader saw yet."""
         answering = [
             n for n, node in self.nodes.items() if node.up and node.paused_until <= self.now
         ]
-        until = max((self.nodes[n].released(LOG) for n in answering), default=0)
-        flat: list[tuple[str, int, int, bytes | None]] = []
-        if until:
+        got: set[bytes] = set()
+        logs = checks.unconfirmed_logs(self)
+        for log in logs:
+            until = max((self.nodes[n].released(log) for n in answering), default=0)
+            if not until:
+                continue
             scd = self.rng.random() < 0.7
             flat = checks.flatten(
                 checks.read(
-                    self, until, scd=scd, answering=answering, partial=True, empty=self.rebuilt
+                    self,
+                    until,
+                    log=log,
+                    scd=scd,
+                    answering=answering,
+                    partial=True,
+                    empty=self.rebuilt,
                 )
             )
-            self.snapshots.append(flat)
-        checks.check_liveness(self, flat)
+            self.snapshots.append((log, flat))
+            got.update(payload for kind, _, _, payload in flat if kind == "record")
+        checks.check_liveness(self, got, set(logs))
         # Fewer once healed: the liveness bound is what they are for then.
         self.at(self.rng.uniform(0.2, 1.0) * (1 if self.faults else 3), self._snapshot)
 
