@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from ._columns import ColumnBatch
     from ._open import open_client
     from ._reader import ReadStream
+    from ._rebalance import RebalanceReport
     from ._settings import ClientSettings
     from ._sync import Client, connect
     from ._views import LogSegment
@@ -25,6 +26,7 @@ _LAZY = {
     "AsyncioClient": "_asyncio",
     "open_asyncio_client": "_asyncio",
     "ReadStream": "_reader",
+    "RebalanceReport": "_rebalance",
     "ClientSettings": "_settings",
     "Client": "_sync",
     "connect": "_sync",
@@ -50,6 +52,7 @@ __all__ = [
     "GapItem",
     "LogSegment",
     "ReadStream",
+    "RebalanceReport",
     "RecordRun",
     "connect",
     "open_asyncio_client",

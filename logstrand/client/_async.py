@@ -29,6 +29,7 @@ from ._appender import Appender
 from ._many import ManyReader
 from ._nodewatch import NodeWatch
 from ._reader import ReadStream
+from ._rebalance import RebalanceReport, rebalance
 from ._settings import ClientSettings
 from ._tails import tail_lsns
 
@@ -272,6 +273,31 @@ class AsyncClient:
             NotFoundError: a log does not exist.
         """
         return await tail_lsns(self._admin, log_ids)
+
+    async def rebalance(
+        self,
+        log_ids: Sequence[int],
+        *,
+        step: int = 100,
+        dry_run: bool = False,
+        timeout_s: float = 30.0,
+        on_step: Callable[[RebalanceReport], None] | None = None,
+    ) -> RebalanceReport:
+        """Move the logs whose latest nodeset is not the one they would get
+        among the storage nodes there are now (after nodes were added) to a
+        new epoch, ``step`` logs at a time (``_rebalance``).  Logs with no
+        sequencer running move at their next activation anyway.  Copies
+        already written stay; readers follow the placement history.
+
+        Raises:
+            InvalidArgumentError: ``step`` out of 1..4096.
+            NotFoundError: a log does not exist.
+            LogstrandError: a node does not speak protocol 5, or the user
+                may not ``admin`` one of the logs.
+        """
+        return await rebalance(
+            self._admin, log_ids, step=step, dry_run=dry_run, timeout_s=timeout_s, on_step=on_step
+        )
 
     async def ensure_sequencer(self, log_id: int) -> int:
         """Have the log's owner node activate its sequencer, if none runs.

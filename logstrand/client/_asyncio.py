@@ -143,6 +143,7 @@ class AsyncioClient:
     sequencer_state = _awaited(AsyncClient.sequencer_state)
     tail_lsn = _awaited(AsyncClient.tail_lsn)
     tail_lsns = _awaited(AsyncClient.tail_lsns)
+    rebalance = _awaited(AsyncClient.rebalance)
     trim_point = _awaited(AsyncClient.trim_point)
     find_time = _awaited(AsyncClient.find_time)
     is_empty = _awaited(AsyncClient.is_empty)

@@ -380,6 +380,7 @@ class Client:
     sequencer_state = _blocking(AsyncClient.sequencer_state)
     tail_lsn = _blocking(AsyncClient.tail_lsn)
     tail_lsns = _blocking(AsyncClient.tail_lsns)
+    rebalance = _blocking(AsyncClient.rebalance)
     trim_point = _blocking(AsyncClient.trim_point)
     find_time = _blocking(AsyncClient.find_time)
     is_empty = _blocking(AsyncClient.is_empty)

@@ -56,6 +56,10 @@ Rules:
    only pending change is a wave's deadline waits for it in a timer queue
    (``_timers.DeadlineQueue``) instead: ten thousand logs with appends in flight cost a
    tick only those whose deadline has come.
+8. A renewal (``on_renew``, from ``logs rebalance``) treats the log's
+   sequencer as out of ESNs (rule 6) and activates the log again as soon as
+   its appends in flight are done, with or without appends waiting: the new
+   epoch chooses its nodeset among the storage nodes there are now.
 """
 
 from __future__ import annotations
@@ -63,8 +67,6 @@ from __future__ import annotations
 import functools
 from collections import deque
 from typing import TYPE_CHECKING, Any
-
-import attrs
 
 from ..errors import Status
 from ._core import Action, ConfirmRefusal, ReplyAppend, SequencerCore
@@ -76,6 +78,7 @@ from ._host_actions import (
     RecoveryStalled,
     ReplySeqState,
     SequencerState,
+    Slot,
     check_records,
 )
 from ._timers import DeadlineQueue, parkable
@@ -100,26 +103,13 @@ if TYPE_CHECKING:
     from ..idempotence import Producers
 
 
-@attrs.define(eq=False)
-class _Slot:
-    core: SequencerCore | None = None
-    activating: bool = False
-    #: Appends (batch, token) and GET_SEQ_STATE tokens (batch None) waiting
-    #: for the activation.
-    waiting: deque[tuple[PackedBatch | None, Any]] = attrs.Factory(deque)
-    activated_at: float = 0.0
-    attempts_failed: int = 0
-    error: str = ""
-    stall_reported: bool = False
-
-
 class SequencerHostCore:
     """The sequencers of one node (see the module docstring)."""
 
     def __init__(self, node_id: int, options: HostOptions | None = None) -> None:
         self.node_id = node_id
         self.options = options or HostOptions()
-        self._slots: dict[int, _Slot] = {}
+        self._slots: dict[int, Slot] = {}
         #: The logs a tick looks at (rule 7).
         self._attention: set[int] = set()
         #: Logs waiting for a wave's deadline (rule 7).
@@ -148,11 +138,11 @@ class SequencerHostCore:
         if problem is not None:
             return [ReplyAppend(token, problem[0], message=f"log {log_id}: {problem[1]}")]
         self._attention.add(log_id)
-        slot = self._slots.setdefault(log_id, _Slot())
+        slot = self._slots.setdefault(log_id, Slot())
         core = slot.core
         if core is not None and not core.preempted:
-            if self._stalled(slot, core, now):
-                return [ReplyAppend(token, Status.NOTREADY, message=self._stall_text(slot, now))]
+            if slot.stalled(now, self.options.recovery_stall_s):
+                return [ReplyAppend(token, Status.NOTREADY, message=slot.stall_text(now))]
             if core.room_for(len(batch)):
                 return self._appended(core, core.append(batch, token, now, now_ms))
             if len(batch) > core.esn_max:  # no epoch could take it (a lowered esn_max)
@@ -174,7 +164,7 @@ class SequencerHostCore:
             assert isinstance(refusal, ReplyAppend)
             return [ReplySeqState(token, refusal.status, refusal.message)]
         self._attention.add(log_id)
-        slot = self._slots.setdefault(log_id, _Slot())
+        slot = self._slots.setdefault(log_id, Slot())
         if slot.core is not None and not slot.core.preempted:
             return [ReplySeqState(token, Status.OK)]
         return self._wait_for_activation(log_id, slot, None, token)
@@ -193,7 +183,7 @@ class SequencerHostCore:
         return None
 
     def _wait_for_activation(
-        self, log_id: int, slot: _Slot, batch: PackedBatch | None, token: Any
+        self, log_id: int, slot: Slot, batch: PackedBatch | None, token: Any
     ) -> list[HostAction]:
         if len(slot.waiting) >= self.options.waiting_appends_max:
             status, text = Status.OVERLOADED, "too many appends wait for the sequencer"
@@ -203,10 +193,10 @@ class SequencerHostCore:
         slot.waiting.append((batch, token))
         return self._activate_if_due(log_id, slot)
 
-    def _activate_if_due(self, log_id: int, slot: _Slot) -> list[HostAction]:
+    def _activate_if_due(self, log_id: int, slot: Slot) -> list[HostAction]:
         """Ask for one activation while appends wait, unless one runs or an
         exhausted epoch still has appends in flight (rule 6)."""
-        if slot.activating or not slot.waiting:
+        if slot.activating or not (slot.waiting or slot.renew):
             return []
         core = slot.core
         if core is not None and core.exhausted and not core.preempted and not core.idle:
@@ -227,9 +217,10 @@ class SequencerHostCore:
         """The driver activated ``core`` (epoch taken, earlier epochs sealed;
         ``history``: the log's placements, which its recovery reads)."""
         self._attention.add(log_id)
-        slot = self._slots.setdefault(log_id, _Slot())
+        slot = self._slots.setdefault(log_id, Slot())
         assert slot.core is None or slot.core.epoch < core.epoch, "epochs only increase"
         slot.activating = False
+        slot.renew = False
         slot.core = core
         slot.activated_at = now
         slot.attempts_failed = 0
@@ -251,6 +242,7 @@ class SequencerHostCore:
         if slot is None:
             return []
         slot.activating = False
+        slot.renew = False
         waiting, slot.waiting = slot.waiting, deque()
         text = f"cannot activate a sequencer for log {log_id}: {message}"
         if slot.core is None:
@@ -282,6 +274,19 @@ class SequencerHostCore:
                 return [action.reply]
             actions += core.preempt()
         return actions + self._wait_for_activation(action.log_id, slot, action.batch, token)
+
+    def on_renew(self, log_id: int) -> tuple[int, list[HostAction]]:
+        """Rule 8: move the log's sequencer here to a new epoch.  Returns
+        its epoch (0: none runs here, nothing done) and the actions."""
+        slot = self._slots.get(log_id)
+        core = slot.core if slot is not None else None
+        if slot is None or core is None or core.preempted:
+            return 0, []
+        if not slot.activating:
+            core.exhausted = True
+            slot.renew = True
+            self._attention.add(log_id)
+        return core.epoch, self._activate_if_due(log_id, slot)
 
     # -- recovery -------------------------------------------------------------
 
@@ -353,7 +358,7 @@ class SequencerHostCore:
         return actions
 
     def _tick_one(
-        self, log_id: int, slot: _Slot, now: float, owner_of: Callable[[int], int | None]
+        self, log_id: int, slot: Slot, now: float, owner_of: Callable[[int], int | None]
     ) -> list[HostAction]:
         actions: list[HostAction] = []
         core = slot.core
@@ -367,7 +372,7 @@ class SequencerHostCore:
             actions += self._appended(core, core.tick(now))
         if core.exhausted:
             actions += self._activate_if_due(log_id, slot)
-        if self._stalled(slot, core, now) and not slot.stall_reported:
+        if slot.stalled(now, self.options.recovery_stall_s) and not slot.stall_reported:
             slot.stall_reported = True
             actions.append(
                 RecoveryStalled(
@@ -391,7 +396,7 @@ class SequencerHostCore:
         self._timers.forget(log_id)  # looked at now: an older entry is stale
         return actions
 
-    def _settled(self, slot: _Slot, core: SequencerCore, owner: Callable[[], int | None]) -> bool:
+    def _settled(self, slot: Slot, core: SequencerCore, owner: Callable[[], int | None]) -> bool:
         """Rule 7: nothing of this log changes with time alone."""
         if slot.activating or slot.waiting or core.exhausted:
             return False
@@ -443,7 +448,7 @@ class SequencerHostCore:
             core.epoch,
             core.recovered,
             0.0 if core.recovered else now - slot.activated_at,
-            self._stalled(slot, core, now),
+            slot.stalled(now, self.options.recovery_stall_s),
             slot.attempts_failed,
             slot.error,
         )
@@ -456,7 +461,7 @@ class SequencerHostCore:
             for log in self._attention
             if (s := slots.get(log)) is not None
             and s.core is not None
-            and self._stalled(s, s.core, now)
+            and s.stalled(now, self.options.recovery_stall_s)
         )
 
     def sequencer_count(self) -> int:
@@ -468,23 +473,6 @@ class SequencerHostCore:
     def _appended(self, core: SequencerCore, actions: list[Action]) -> list[HostAction]:
         self.waves_retried += core.take_waves_retried()
         return list(actions)
-
-    def _stalled(self, slot: _Slot, core: SequencerCore, now: float) -> bool:
-        return (
-            not core.recovered
-            and not core.preempted
-            and now - slot.activated_at >= self.options.recovery_stall_s
-        )
-
-    def _stall_text(self, slot: _Slot, now: float) -> str:
-        core = slot.core
-        assert core is not None
-        return (
-            f"log {core.log_id}: the sequencer of epoch {core.epoch} has not recovered the "
-            f"earlier epochs in {now - slot.activated_at:.1f} s "
-            f"({slot.attempts_failed} attempts failed; last: {slot.error or 'none yet'}); "
-            "appends wait until it has"
-        )
 
     def _retirable(self, core: SequencerCore, owner: Callable[[], int | None]) -> bool:
         if not core.idle:

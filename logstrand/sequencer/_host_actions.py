@@ -3,6 +3,7 @@ reports of a log, and the checks of records before any STORE.  Pure."""
 
 from __future__ import annotations
 
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -102,3 +103,41 @@ def check_records(
     if max(keys) > key_max:
         return Status.TOOBIG, f"a key is longer than {key_max} bytes"
     return None
+
+
+@attrs.define(eq=False)
+class Slot:
+    """What the sequencer host keeps of one log: its core, an activation
+    under way, the appends waiting for it, and how its recovery stands."""
+
+    core: SequencerCore | None = None
+    activating: bool = False
+    #: Appends (batch, token) and GET_SEQ_STATE tokens (batch None) waiting
+    #: for the activation.
+    waiting: deque[tuple[PackedBatch | None, Any]] = attrs.Factory(deque)
+    activated_at: float = 0.0
+    #: Host rule 8: activate again now, appends waiting or not.
+    renew: bool = False
+    attempts_failed: int = 0
+    error: str = ""
+    stall_reported: bool = False
+
+    def stalled(self, now: float, stall_s: float) -> bool:
+        """Host rule 4: not recovered ``stall_s`` after the activation."""
+        core = self.core
+        return (
+            core is not None
+            and not core.recovered
+            and not core.preempted
+            and now - self.activated_at >= stall_s
+        )
+
+    def stall_text(self, now: float) -> str:
+        core = self.core
+        assert core is not None
+        return (
+            f"log {core.log_id}: the sequencer of epoch {core.epoch} has not recovered the "
+            f"earlier epochs in {now - self.activated_at:.1f} s "
+            f"({self.attempts_failed} attempts failed; last: {self.error or 'none yet'}); "
+            "appends wait until it has"
+        )

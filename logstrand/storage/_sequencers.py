@@ -33,7 +33,7 @@ from ..sequencer._host import (
     ReplySeqState,
     SequencerHostCore,
 )
-from ..wire import Append, AppendReply, GetSeqState, Release, SeqState, StoreReply
+from ..wire import Append, AppendReply, GetSeqState, Release, RenewReply, SeqState, StoreReply
 from ._activation import Activations
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from ..epochstore import LogAttributes
     from ..net import Connection
     from ..rpc import ClusterView, Link
-    from ..wire import Store
+    from ..wire import Renew, Store
     from ._metrics import NodeMetrics
     from ._options import NodeOptions
     from ._procedures import ProcedureRunner
@@ -143,6 +143,21 @@ class SequencerHost:
         await self.execute(
             self.core.on_seq_state(msg.log_id, token, owner=owner, attributes=attributes)
         )
+
+    async def handle_renew(self, conn: Connection, msg: Renew) -> None:
+        """Move the sequencers of the logs named that run here to a new epoch
+        (host rule 8); answer each one's epoch before (0: none here)."""
+        epochs: list[int] = []
+        actions: list[HostAction] = []
+        for log_id in msg.log_ids:
+            epoch, more = self.core.on_renew(log_id)
+            epochs.append(epoch)
+            actions += more
+        renewed = sum(1 for e in epochs if e)
+        if renewed:
+            _log.info("node %d: %d sequencers move to a new epoch (renewed)", self.node_id, renewed)
+        await self.execute(actions)
+        await conn.reply(RenewReply(msg.request_id, int(Status.OK), tuple(epochs)))
 
     async def _owner(self, log_id: int) -> int | None:
         view = self.view

@@ -179,10 +179,12 @@ class LocalCluster(Harness):
 
         self.processes[node_id].wait_until(serving, timeout_s, f"node {node_id}")
 
-    def add_node(self, timeout_s: float = 60.0) -> int:
-        """Add a storage node to the running cluster (the next id, fresh
-        ports, its own rack) and start it; its id.  Not for a ``secure``
-        cluster (its certificates are made for the first nodes only)."""
+    def add_node(
+        self, timeout_s: float = 60.0, *, roles: tuple[str, ...] = ("storage", "sequencer")
+    ) -> int:
+        """Add a node to the running cluster (the next id, fresh ports, its
+        own rack) and start it; its id.  Not for a ``secure`` cluster (its
+        certificates are made for the first nodes only)."""
         if self.secure:
             raise ValueError("add_node: a secure test cluster has no certificate for a new node")
         with open_epoch_store(self.url) as store:
@@ -196,6 +198,7 @@ class LocalCluster(Harness):
                     location=f"local.dc1.rack{node_id}",
                     metrics_port=ports[1],
                     data_dir=str(self.directory / f"node{node_id}"),
+                    roles=roles,
                 )
             )
             self.nodes = store.nodes()

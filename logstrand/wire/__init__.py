@@ -34,6 +34,7 @@ from ._messages import (
 from ._messages_health import ClusterState, GetClusterState, Gossip
 from ._messages_ops import (
     DIRECTORY_FIELDS,
+    RENEW_LOGS_MAX,
     TAILS_FIELDS,
     TAILS_LOGS_MAX,
     Amend,
@@ -54,6 +55,8 @@ from ._messages_ops import (
     NodeStatus,
     ReadCredit,
     ReadRecords,
+    Renew,
+    RenewReply,
     StartRead,
     StopRead,
     TailsReply,
@@ -79,6 +82,7 @@ __all__ = [
     "MESSAGE_TYPES",
     "PROTOCOL_VERSION_MAX",
     "PROTOCOL_VERSION_MIN",
+    "RENEW_LOGS_MAX",
     "TAILS_FIELDS",
     "TAILS_LOGS_MAX",
     "Amend",
@@ -116,6 +120,8 @@ __all__ = [
     "ReadCredit",
     "ReadRecords",
     "Release",
+    "Renew",
+    "RenewReply",
     "Seal",
     "SealReply",
     "SeqState",

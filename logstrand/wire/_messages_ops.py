@@ -405,3 +405,36 @@ class TailsReply:
         converter=f.to_tuple,
         validator=f.tuple_of(f.u64, TAILS_LOGS_MAX * TAILS_FIELDS),
     )
+
+
+#: Logs one ``Renew`` may name.
+RENEW_LOGS_MAX = 4096
+
+
+@message(55, "admin")
+@attrs.frozen(slots=True)
+class Renew:
+    """Client → node: move the sequencers of these logs that run here to a
+    new epoch, whose activation chooses the log's nodeset afresh among the
+    storage nodes there are now (``logs rebalance``).  Appends are not
+    refused: they wait for the new epoch, as at an epoch's last ESN."""
+
+    TYPE_ID: ClassVar[int]
+    request_id: int = attrs.field(validator=f.u64)
+    log_ids: tuple[int, ...] = attrs.field(
+        converter=f.to_tuple, validator=f.tuple_of(f.u64, RENEW_LOGS_MAX)
+    )
+
+
+@message(56)
+@attrs.frozen(slots=True)
+class RenewReply:
+    """Per log of the ``Renew``, in its order: the epoch of the sequencer
+    here that moves to a new one (0: none runs here)."""
+
+    TYPE_ID: ClassVar[int]
+    request_id: int = attrs.field(validator=f.u64)
+    status: int = attrs.field(validator=_status)
+    epochs: tuple[int, ...] = attrs.field(
+        default=(), converter=f.to_tuple, validator=f.tuple_of(f.u32, RENEW_LOGS_MAX)
+    )

@@ -26,9 +26,10 @@ if TYPE_CHECKING:
 #: carry a packed batch (the old record batch format is gone).  4: many logs
 #: in one request: ``GetTails`` (tails in one round per node) and
 #: ``AppendMany`` (batches of many logs to their sequencer node); a v4
-#: client asks a v3 node log by log and sends it each batch alone.
+#: client asks a v3 node log by log and sends it each batch alone.  5:
+#: ``Renew`` (``logs rebalance``), which needs every node on 5.
 PROTOCOL_VERSION_MIN = 3
-PROTOCOL_VERSION_MAX = 4
+PROTOCOL_VERSION_MAX = 5
 
 MESSAGE_TYPES: dict[int, type[Any]] = {}
 #: Who may send each request, declared with it (``message``): "node", only

@@ -87,6 +87,9 @@ def test_ids_durations_and_sizes_are_checked(url: str) -> None:
     assert "digits 0-9" in error(url, 2, "info", "\U0001d7d9")
     assert "more than" in error(url, 2, "logs", "create", "20", "--retention", "99999999999999999d")
     assert "whole number" in error(url, 2, "logs", "create", "20", "--retention", "0.5ms")
+    assert "log 999 does not exist" in error(url, 1, "logs", "rebalance", "999")
+    with logstrand.connect(url) as client, pytest.raises(logstrand.InvalidArgumentError):
+        client.rebalance([1], step=0)
     with open_epoch_store(url) as store:
         assert 0 not in store.nodes()
         assert all(r.first != 20 for r in store.log_ranges())

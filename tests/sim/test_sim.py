@@ -137,8 +137,7 @@ def test_the_simulation_runs_the_production_modules() -> None:
 
     from logstrand.client import _reader_core, _reader_intake
     from logstrand.sequencer import _activation_queue, _commands, _host
-    from logstrand.storage import _activation
-    from logstrand.storage import _node_store, _read_core, _rules
+    from logstrand.storage import _activation, _node_store, _read_core, _rules
 
     from . import checks, client, config, maintenance, node, world
 

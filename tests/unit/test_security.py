@@ -39,6 +39,7 @@ from logstrand.wire import (
     HelloAck,
     Ping,
     Release,
+    Renew,
     Seal,
     StartRead,
     Store,
@@ -80,6 +81,11 @@ def test_a_request_on_many_logs_needs_the_grant_on_each() -> None:
     assert refusal(ann, grants, GetTails(1, (1, 11, 20))) == "user ann may not read on log 11"
     assert refusal(ann, (), GetTails(1, (1,))) == "user ann may not read on log 1"
     assert refusal(node_principal(2), (), GetTails(1, (11,))) is None
+    # ``logs rebalance`` moves sequencers: admin on each log it names.
+    admin = (Grant("ann", 1, 10, frozenset({"admin"})),)
+    assert refusal(ann, admin, Renew(1, (1, 10))) is None
+    assert refusal(ann, grants, Renew(1, (1,))) == "user ann may not admin on log 1"
+    assert refusal(ann, admin, Renew(1, (3, 11))) == "user ann may not admin on log 11"
 
 
 def test_the_positions_log_needs_its_own_grant_or_all() -> None:
@@ -131,7 +137,7 @@ def test_who_may_send_what_is_declared_with_each_message() -> None:
         | {"GetTails"},
         "append": {"Append", "AppendMany"},
         "trim": {"TrimLog"},
-        "admin": {"GetNodeStatus", "Compact"},
+        "admin": {"GetNodeStatus", "Compact", "Renew"},
     }
     replies = {k.__name__ for k in MESSAGE_TYPES.values()} - {k.__name__ for k in ACCESS}
     assert all(

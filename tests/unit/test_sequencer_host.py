@@ -214,6 +214,33 @@ def test_an_epoch_out_of_esns_moves_the_log_to_a_new_epoch() -> None:
     ]
 
 
+def test_a_renewal_moves_the_log_to_a_new_epoch_with_or_without_appends_waiting() -> None:
+    """Rule 8 (``logs rebalance``): an idle sequencer is activated again at
+    once; a busy one first finishes its appends in flight, while new ones
+    wait for the new epoch (none fails); a log with no sequencer here is
+    left alone."""
+    h = host()
+    assert h.on_renew(LOG) == (0, [])  # nothing runs here
+    _, first = active(h, 1, recovered=True)
+    store_all(h, first)
+    assert h.on_renew(LOG) == (1, [Activate(LOG)])
+    assert h.on_renew(LOG) == (1, [])  # one activation at a time
+    assert append(h, "waits") == []
+    busy = core(2, recovered=True)
+    actions = h.on_activated(LOG, busy, 0.0, 1000)
+    [done] = replies(store_all(h, actions))
+    assert (done.token, done.first_lsn >> 32) == ("waits", 2)
+    assert h.tick(1.0, lambda _log: ME) == []  # the renewal is over: nothing more
+    in_flight = append(h, "in flight")
+    assert h.on_renew(LOG) == (2, [])  # waits for the append in flight
+    assert append(h, "after") == []
+    assert Activate(LOG) in store_all(h, in_flight)
+    newest = core(3, recovered=False)
+    actions = h.on_activated(LOG, newest, 0.0, 1000)
+    assert Recover(LOG, newest) in actions
+    assert [(r.token, r.first_lsn >> 32) for r in replies(store_all(h, actions))] == [("after", 3)]
+
+
 def test_ticks_cost_nothing_for_idle_logs_until_the_membership_changes() -> None:
     """Rule 7: 2,000 logs active and idle here; a tick asks nobody who owns
     them (no rendezvous per log per tick); a membership change makes the next

@@ -44,6 +44,8 @@ from logstrand.wire import (
     ReadCredit,
     ReadRecords,
     Release,
+    Renew,
+    RenewReply,
     Seal,
     SealReply,
     SeqState,
@@ -226,6 +228,8 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
             st.lists(st.text(max_size=10), min_size=n, max_size=n).map(tuple),
         )
     ),
+    Renew: st.builds(Renew, u64, st.lists(u64, max_size=8).map(tuple)),
+    RenewReply: st.builds(RenewReply, u64, statuses, st.lists(u32, max_size=8).map(tuple)),
     TailsReply: st.builds(
         TailsReply, u64, statuses, st.lists(u64, max_size=4).map(lambda v: tuple(v * 4))
     ),
@@ -364,9 +368,10 @@ def test_directory_entries_come_whole() -> None:
 
 
 def test_version_negotiation() -> None:
-    assert choose_version(1, 5) == 4
+    assert choose_version(1, 6) == 5
+    assert choose_version(3, 4) == 4  # a node without Renew
     assert choose_version(3, 3) == 3  # a node without GetTails and AppendMany
-    assert choose_version(5, 6) is None
+    assert choose_version(6, 7) is None
     assert choose_version(1, 2) is None
 
 
