@@ -175,6 +175,16 @@ class SimNode(Endpoint):
     def owner(self, log: int = LOG) -> int | None:
         return rendezvous_owner(log, dict.fromkeys(sorted(self.reachable() | {self.id}), 1.0))
 
+    def renew(self, logs: list[int]) -> None:
+        """A ``Renew`` of these logs reached this node (``logs rebalance``)."""
+        if self.paused_until > self.world.now:
+            return
+        for log in logs:
+            epoch, actions = self.host.on_renew(log)
+            if epoch:
+                self.world.stats["renewed"] += 1
+            self._execute(actions)
+
     def _tick(self, incarnation: int) -> None:
         if not self.alive(incarnation):
             return

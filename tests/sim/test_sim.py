@@ -84,7 +84,8 @@ MANY_LOGS_SEEDS = range(5)
 def test_hundreds_of_logs_share_the_nodes_and_each_keeps_its_promises(seed: int) -> None:
     """100-300 logs on the same nodes, a burst of first appends to all of
     them at the start (activations beyond the node's bound wait in its
-    queue), the usual faults and membership changes; every log is read and
+    queue), the usual faults and membership changes, and renewals (``logs
+    rebalance``) moving sequencers to new epochs; every log is read and
     checked, and the liveness checker watches all of them during the run."""
     config = Config.many_logs(seed)
     world, summary = run_seed(seed, config)
@@ -92,6 +93,7 @@ def test_hundreds_of_logs_share_the_nodes_and_each_keeps_its_promises(seed: int)
     assert summary["epochs"] >= config.logs
     assert world.liveness_checks > 0
     assert summary["queued"] > 0  # the burst outran some node's bound
+    assert summary["renewed"] > 0  # rebalancing moved sequencers meanwhile
 
 
 def test_the_liveness_checker_watches_every_log() -> None:

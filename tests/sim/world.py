@@ -82,6 +82,8 @@ class World:
         self.stats["swaps"] = 0
         #: The most activations one node had waiting behind its bound.
         self.stats["queued"] = 0
+        #: Sequencers moved to a new epoch by a renewal (host rule 8).
+        self.stats["renewed"] = 0
         self.attributes = LogAttributes(
             replication_factor=self.config.replication, durability="fsync"
         )
@@ -239,6 +241,18 @@ class World:
         elif victim.paused_until <= self.now:
             victim.pause(rng.uniform(0.2, 2.0))
 
+    def _renew(self) -> None:
+        """``logs rebalance``: every node is asked to move the sequencers of
+        a few logs to new epochs (host rule 8) while appends go on."""
+        if not self.faults:
+            return
+        self.at(self.rng.uniform(0.3, 1.0), self._renew)
+        logs = self.rng.sample(self.config.log_ids, 10)
+        self.note(f"renew logs {logs}")
+        for node in self.nodes.values():
+            if node.up:
+                node.renew(logs)
+
     def crash_during_recovery(self, node: SimNode) -> None:
         """Sometimes kill a node right after it started a recovery."""
         if self.faults and self.rng.random() < 0.15:
@@ -265,6 +279,8 @@ class World:
         for client in self.clients.values():
             self.at(self.rng.uniform(0, 0.05), client.tick)
         self.at(self.rng.expovariate(1 / cfg.fault_every_s), self._fault)
+        if cfg.logs > 1:
+            self.at(0.5, self._renew)
         self.at(0.5, self._snapshot)
         self.run_until(cfg.duration_s)
         # Heal: no more faults; every node up and running.
