@@ -90,11 +90,14 @@ faults: venv-test zookeeper
 	LOGSTRAND_PARTITION_EVENTS=104 $(BIN)/python -m pytest -q -s tests/integration/test_partitions.py
 	LOGSTRAND_PAUSE_WATCH_S=60 LOGSTRAND_PAUSE_STORES=sqlite,zookeeper $(BIN)/python -m pytest -q -s tests/integration/test_pause.py
 
-# The seeded simulation over many more seeds than CI runs (tests/sim).
+# The seeded simulation over many more seeds than CI runs (tests/sim), then
+# 20,000 logs' first appends and a restart, and a 5-million-key compaction.
 soak: venv-test
 	$(BIN)/python -m tests.sim --seeds $(SEEDS)
 	$(BIN)/python -m tests.sim --maintenance --seeds 0:500
 	$(BIN)/python -m tests.sim --many-logs --seeds 0:100
+	LOGSTRAND_MANY_LOGS=20000 $(BIN)/python -m pytest -q -s tests/integration/test_many_logs.py -k burst
+	LOGSTRAND_COMPACTION_KEYS=5000000 LOGSTRAND_COMPACTION_PART=524288 $(BIN)/python -m pytest -q -s tests/integration/test_compaction_keys.py
 
 clean:
 	rm -rf run-data .pytest_cache .mypy_cache .ruff_cache

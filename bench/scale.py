@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -89,6 +90,8 @@ def one(n: int, idle_s: float, streams: int, rate: float, seconds: float) -> dic
             client.tail_lsns(range(1, n + 1))
             out["tails_s"] = time.perf_counter() - t0
         out["cpu"], out["rss"] = idle(c, idle_s)
+        # Each run's own numbers as they come (a 100,000-log run takes many minutes).
+        print(f"run: {out}", file=sys.stderr, flush=True)
         if streams:
             got = tail(c, range(1, min(n, streams) + 1), 2, rate, seconds)
             out.update({f"tail_{k}": v for k, v in got.items()})

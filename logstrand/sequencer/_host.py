@@ -52,7 +52,11 @@ Rules:
    end) and with every membership change (the owner may have moved), and
    leaves it once nothing of it can change with time alone: no wave in
    flight, recovered, released, not exhausted, and either owned here or
-   still busy.  Ten thousand idle logs cost a tick nothing.  A log whose
+   still busy.  Ten thousand idle logs cost a tick nothing.  A membership
+   change puts every log in a *sweep* that ticks take ``sweep_per_tick`` at
+   a time: a node with 100,000 sequencers looked at all of them in one tick
+   and stopped its loop for seconds (its peers took it for dead, which
+   changed the membership again).  A log whose
    only pending change is a wave's deadline waits for it in a timer queue
    (``_timers.DeadlineQueue``) instead: ten thousand logs with appends in flight cost a
    tick only those whose deadline has come.
@@ -114,6 +118,8 @@ class SequencerHostCore:
         self._attention: set[int] = set()
         #: Logs waiting for a wave's deadline (rule 7).
         self._timers = DeadlineQueue()
+        #: Logs a membership change wants looked at, a tick's share at a time.
+        self._sweep: deque[int] = deque()
         #: Store waves started again, over every core this host ran.
         self.waves_retried = 0
 
@@ -349,6 +355,11 @@ class SequencerHostCore:
         need attention (rule 7)."""
         actions: list[HostAction] = []
         self._attention.update(self._timers.due(now))
+        sweep, slots = self._sweep, self._slots
+        for _ in range(min(len(sweep), self.options.sweep_per_tick)):
+            log_id = sweep.popleft()
+            if log_id in slots:
+                self._attention.add(log_id)
         for log_id in list(self._attention):
             slot = self._slots.get(log_id)
             if slot is None:
@@ -408,8 +419,9 @@ class SequencerHostCore:
 
     def on_owners_changed(self) -> None:
         """The membership changed, so a log's owner may have: every log gets
-        one look (its retirement) at the next tick.  Once per change."""
-        self._attention.update(self._slots)
+        one look (its retirement), ``sweep_per_tick`` logs a tick (rule 7).
+        A change during a sweep starts it again."""
+        self._sweep = deque(self._slots)
 
     def on_node_down(self, node_id: int, now: float) -> list[HostAction]:
         actions: list[HostAction] = []

@@ -65,6 +65,10 @@ class HostOptions:
     key_bytes_max: int = 4096
     waiting_appends_max: int = 4096
     recovery_stall_s: float = 10.0
+    #: Logs a tick looks at after a membership change, at most (host rule 7):
+    #: a node with 100,000 sequencers looks at them over 5 s of ticks, not in
+    #: one tick that stops its loop for seconds.
+    sweep_per_tick: int = 1000
 
 
 @attrs.frozen
