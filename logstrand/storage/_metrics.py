@@ -252,6 +252,18 @@ class NodeMetrics:
     )
     partitions = _declare(Gauge, "logstrand_partitions", "LogsDB partitions")
     disk_bytes = _declare(Gauge, "logstrand_disk_bytes", "LogsDB directory size")
+    gc_seconds = _declare(
+        Histogram,
+        "logstrand_gc_seconds",
+        "Pauses of the loop for Python's garbage collector, by generation",
+        labels=("generation",),
+        buckets=(0.001, 0.005, 0.02, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+    )
+    gc_frozen = _declare(
+        Gauge,
+        "logstrand_gc_frozen_objects",
+        "Objects frozen after full collections (never scanned again)",
+    )
     node_info = _declare(Gauge, "logstrand_node_info", "Node id", labels=("node",))
 
     def __init__(self, node_id: int) -> None:

@@ -47,6 +47,7 @@ from ..wire import (
 )
 from ._detector import FailureDetector
 from ._drops import Drops
+from ._gc import watch_collections
 from ._gossip import Gossiper
 from ._group_commit import Committer
 from ._guard import Guard
@@ -150,6 +151,7 @@ class Node:
         self.view = view = ClusterView(store)
         self.guard = Guard(self.node_id, view, self.metrics, secure=self.options.tls is not None)
         _raise_fd_limit()
+        unwatch = watch_collections(self.metrics)
         try:
             await view.refresh()
             cfg = view.nodes.get(self.node_id)
@@ -180,6 +182,7 @@ class Node:
                 for close in reversed(self._closing):
                     await close()
                 await view.astore.aclose()
+            unwatch()
 
     async def _advertise(self, cfg: NodeConfig) -> NodeConfig:
         """Put ``--advertise`` (and the port of ``--metrics``) in the cluster
