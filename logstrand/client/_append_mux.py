@@ -22,6 +22,15 @@ Rules
    they would have.  A request refused as a whole (no permission on one
    of its logs; a node of protocol 3, which does not know it) is sent
    again entry by entry, alone.
+4. Attempts for logs this node appended for last time (their sequencers
+   run there: *warm*) and for any other log (*cold*: it may first have to
+   be activated, which can take seconds) wait in two outboxes, and a
+   request carries one kind only.  An ``AppendMany`` is answered when its
+   last entry is: after a node with a third of 20,000 active logs
+   restarted, appends to logs whose sequencers never moved timed out at
+   60 s behind entries for logs being activated in the same requests.
+   (Sending every cold attempt alone instead halved the rate of a burst of
+   first appends: 20,000 of them went at 246/s, against 450/s gathered.)
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from ..errors import Status
 from ..wire import APPEND_MANY_MAX, AppendManyReply, AppendReply
 
 if TYPE_CHECKING:
@@ -43,6 +53,8 @@ MANY_IN_FLIGHT = 8
 MANY_BYTES_MAX = 4 * 1024 * 1024
 #: The protocol version that knows ``AppendMany``.
 MANY_PROTOCOL = 4
+#: Logs a node's mux remembers as appended for (rule 4); past this it forgets all.
+KNOWN_MAX = 1 << 20
 
 Outcome = tuple[AppendReply | None, str]
 
@@ -84,20 +96,34 @@ class NodeMux:
         self._entries_out = 0
         self._alone = alone
         self._together = together
-        self._outbox: list[Entry] = []
+        #: Attempts waiting for a request: warm ones, cold ones (rule 4).
+        self._warm: list[Entry] = []
+        self._cold: list[Entry] = []
         self._out = 0
         self._starting = False
+        #: Logs whose last attempt here was appended (rule 4).
+        self._known: set[int] = set()
 
     async def attempt(self, log_id: int, batch: PackedBatch) -> Outcome:
-        if (self._out == 0 and not self._outbox) or len(batch.data) > MANY_BYTES_MAX:
-            return await self._single(log_id, batch)
-        entry = Entry(log_id, batch)
-        self._outbox.append(entry)
-        self._kick()
-        await entry.done.wait()
-        if entry.alone:
-            return await self._single(log_id, batch)
-        return entry.outcome
+        if (self._out == 0 and not (self._warm or self._cold)) or len(batch.data) > MANY_BYTES_MAX:
+            outcome = await self._single(log_id, batch)
+        else:
+            entry = Entry(log_id, batch)
+            (self._warm if log_id in self._known else self._cold).append(entry)
+            self._kick()
+            await entry.done.wait()
+            outcome = await self._single(log_id, batch) if entry.alone else entry.outcome
+        self._learn(log_id, outcome)
+        return outcome
+
+    def _learn(self, log_id: int, outcome: Outcome) -> None:
+        reply = outcome[0]
+        if reply is not None and reply.status == Status.OK:
+            if len(self._known) >= KNOWN_MAX:
+                self._known.clear()
+            self._known.add(log_id)
+        else:
+            self._known.discard(log_id)
 
     async def _single(self, log_id: int, batch: PackedBatch) -> Outcome:
         self._out += 1
@@ -113,7 +139,7 @@ class NodeMux:
         """Start a request for the outbox if there is room (rule 2); it takes
         the outbox when it runs, after what is ready to queue has queued."""
         if (
-            self._outbox
+            (self._warm or self._cold)
             and not self._starting
             and self._out < MANY_IN_FLIGHT
             and self._entries_out < self._window
@@ -125,9 +151,9 @@ class NodeMux:
             except RuntimeError:  # the client is closing
                 self._starting = False
                 self._out -= 1
-                for entry in self._outbox:
+                for entry in self._warm + self._cold:
                     entry.finish((None, "client is closed"))
-                self._outbox.clear()
+                self._warm, self._cold = [], []
 
     async def _send(self) -> None:
         self._starting = False
@@ -148,7 +174,8 @@ class NodeMux:
             self._kick()
 
     def _take(self) -> list[Entry]:
-        outbox = self._outbox
+        warm = bool(self._warm)
+        outbox = self._warm if warm else self._cold
         size = 0
         n = 0
         most = min(APPEND_MANY_MAX, max(1, self._window - self._entries_out))
@@ -157,7 +184,11 @@ class NodeMux:
             if n and size > MANY_BYTES_MAX:
                 break
             n += 1
-        taken, self._outbox = outbox[:n], outbox[n:]
+        taken = outbox[:n]
+        if warm:
+            self._warm = outbox[n:]
+        else:
+            self._cold = outbox[n:]
         return taken
 
 

@@ -21,7 +21,8 @@ Rules
    activate more than ``step`` logs at once.
 3. A log whose sequencer runs nowhere is *idle*: it is not activated (that
    would cost an epoch and a seal for nothing); its next activation chooses
-   the new nodeset anyway.
+   the new nodeset anyway.  When a node that is up did not answer, the logs
+   no node renewed are counted *stuck*, not idle: it may run them.
 4. Copies already written stay where they are: each epoch's nodeset is kept
    in the log's placement history, and readers follow it across epochs.
 5. Every node must speak protocol 5 (which knows ``Renew``); a node that
@@ -120,8 +121,10 @@ async def rebalance(
     stuck: list[int] = []
     for i in range(0, len(to_move), step):
         chunk = to_move[i : i + step]
-        renewed = await _renew(admin, nodes, chunk)
-        idle += [log for log in chunk if log not in renewed]
+        renewed, silent = await _renew(admin, nodes, chunk)
+        unasked = [log for log in chunk if log not in renewed]
+        # A node up but silent may run some of them: not idle, but unknown.
+        (stuck if silent else idle).extend(unasked)
         done, late = await _await_epochs(admin, renewed, timeout_s)
         moved += [log for log in chunk if log in done]
         stuck += [log for log in chunk if log in late]
@@ -145,10 +148,14 @@ async def _nodes(admin: Admin) -> list[int]:
     return nodes
 
 
-async def _renew(admin: Admin, nodes: list[int], chunk: list[int]) -> dict[int, int]:
+async def _renew(
+    admin: Admin, nodes: list[int], chunk: list[int]
+) -> tuple[dict[int, int], list[int]]:
     """Ask every node to renew the logs of ``chunk`` it runs: ``{log: its
-    epoch before}`` for those some node renewed."""
+    epoch before}`` for those some node renewed, and the nodes that were
+    reached but did not answer."""
     renewed: dict[int, int] = {}
+    silent: list[int] = []
     errors: list[LogstrandError] = []
 
     async def ask(node: int) -> None:
@@ -162,17 +169,19 @@ async def _renew(admin: Admin, nodes: list[int], chunk: list[int]) -> dict[int, 
         except LogstrandError as exc:
             errors.append(exc)
             return
-        if isinstance(reply, RenewReply) and len(reply.epochs) == len(chunk):
-            for log, epoch in zip(chunk, reply.epochs, strict=True):
-                if epoch:
-                    renewed[log] = max(renewed.get(log, 0), epoch)
+        if not isinstance(reply, RenewReply) or len(reply.epochs) != len(chunk):
+            silent.append(node)
+            return
+        for log, epoch in zip(chunk, reply.epochs, strict=True):
+            if epoch:
+                renewed[log] = max(renewed.get(log, 0), epoch)
 
     async with trio.open_nursery() as nursery:
         for node in nodes:
             nursery.start_soon(ask, node)
     if errors:
         raise errors[0]
-    return renewed
+    return renewed, silent
 
 
 async def _await_epochs(

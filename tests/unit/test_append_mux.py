@@ -29,12 +29,16 @@ class FakeNode:
     """Answers each request after ``gate`` opens; LSN = log id * 100."""
 
     def __init__(self, refuse_many: bool = False) -> None:
+        self.refuse_many = refuse_many
+        self.redirect: set[int] = set()
+        self.out = 0
+        self.reset()
+
+    def reset(self) -> None:
         self.alone: list[int] = []
         self.together: list[list[int]] = []
-        self.out = 0
         self.out_max = 0
         self.gate = trio.Event()
-        self.refuse_many = refuse_many
 
     async def _wait(self) -> None:
         self.out += 1
@@ -45,6 +49,8 @@ class FakeNode:
     async def send_alone(self, log_id: int, b: PackedBatch) -> tuple[AppendReply | None, str]:
         self.alone.append(log_id)
         await self._wait()
+        if log_id in self.redirect:
+            return AppendReply(0, int(Status.REDIRECTED), redirect=2), ""
         return AppendReply(0, int(Status.OK), log_id * 100, len(b)), ""
 
     async def send_together(self, entries: list[Entry]) -> None:
@@ -66,11 +72,23 @@ class FakeNode:
 
 
 async def run(
-    node: FakeNode, logs: list[int], sizes: dict[int, int] | None = None, window: int = 1000
+    node: FakeNode,
+    logs: list[int],
+    sizes: dict[int, int] | None = None,
+    window: int = 1000,
+    *,
+    known: bool = True,
 ) -> dict[int, int]:
+    """Attempts for ``logs`` all at once; ``known``: each log appended for
+    once before (rule 4: only those wait for company)."""
     got: dict[int, int] = {}
     async with trio.open_nursery() as nursery:
         mux = NodeMux(nursery, node.send_alone, node.send_together, window)
+        if known:
+            node.gate.set()
+            for log in logs:
+                await mux.attempt(log, batch())
+            node.reset()
 
         async def one(log: int) -> None:
             reply, why = await mux.attempt(log, batch((sizes or {}).get(log, 10)))
@@ -94,6 +112,31 @@ async def test_a_lone_append_goes_alone_and_those_that_come_meanwhile_go_togethe
     )
     assert len(node.together) == 1  # the other 99 in one request
     assert node.out_max <= MANY_IN_FLIGHT
+
+
+async def test_logs_that_may_need_an_activation_never_share_a_request_with_warm_ones() -> None:
+    """Rule 4: a log new to the node (or redirected last time) may first be
+    activated, and a request is answered when its last entry is: such
+    attempts go in requests of their own, never beside warm logs'."""
+    node = FakeNode()
+    async with trio.open_nursery() as nursery:
+        mux = NodeMux(nursery, node.send_alone, node.send_together, 1000)
+        node.gate.set()
+        node.redirect = {6}
+        for log in range(1, 7):  # 1-5 appended here; 6 redirected elsewhere
+            await mux.attempt(log, batch())
+        node.reset()
+        node.redirect = set()
+        for log in range(1, 21):  # 7-20 are new to the node
+            nursery.start_soon(mux.attempt, log, batch())
+        await trio.testing.wait_all_tasks_blocked()
+        node.gate.set()
+    warm = set(range(1, 6))
+    assert len(node.alone) == 1  # the first to run found nothing out
+    assert len(node.together) >= 2
+    for request in node.together:
+        assert set(request) <= warm or not set(request) & warm, request
+    assert sorted(node.alone + [log for r in node.together for log in r]) == list(range(1, 21))
 
 
 async def test_requests_out_to_a_node_are_bounded_and_big_batches_go_alone() -> None:
