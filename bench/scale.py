@@ -9,6 +9,8 @@ For each N, on a fresh local 3-node cluster (R=2, 100 B records):
   activates the log's sequencer): seconds, activations/s and errors;
 - ``again``: one more record to every log, a loop of ``append_async``: rec/s;
 - ``tails``: ``tail_lsns`` of every log (one round per node): seconds;
+- activations per log over those phases, from the nodes' counters: 1.00
+  unless sequencers moved (a node taken for dead gives its logs away);
 - ``idle``: the nodes' CPU (% of a core, each) and RSS over 10 s with
   nothing written; RSS growth per active log against a cluster with none;
 - ``tail``: one client tails the first ``--streams`` logs (``read_many``)
@@ -89,6 +91,10 @@ def one(n: int, idle_s: float, streams: int, rate: float, seconds: float) -> dic
             t0 = time.perf_counter()
             client.tail_lsns(range(1, n + 1))
             out["tails_s"] = time.perf_counter() - t0
+        # One activation per log, unless sequencers moved (a node taken for
+        # dead, or one that paused, gives its logs to the others).
+        activations = sum(c.metric(i, "logstrand_sequencer_activations_total") for i in c.nodes)
+        out["activations_per_log"] = activations / n
         out["cpu"], out["rss"] = idle(c, idle_s)
         # Each run's own numbers as they come (a 100,000-log run takes many minutes).
         print(f"run: {out}", file=sys.stderr, flush=True)
@@ -118,9 +124,9 @@ def main() -> None:
     print(f"3 nodes, R=2, SQLite epoch store, medians of {args.repeat} run(s)\n")
     print(
         "| logs | create | first appends | activations/s | errors | one more each "
-        "| tail_lsns of all | idle CPU/node | RSS/node | RSS per active log |"
+        "| tail_lsns of all | idle CPU/node | RSS/node | RSS per active log | activations per log |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         per_log_kib = (r["rss"] - r["rss0"]) * 1024 / r["logs"]
         print(
@@ -128,7 +134,7 @@ def main() -> None:
             f"| {r['logs'] / r['first_s']:,.0f} | {r['first_errors']:.0f} "
             f"| {r['again_rps']:,.0f} rec/s | {r['tails_s']:.1f} s "
             f"| {r['cpu']:.1f}% (none: {r['cpu0']:.1f}%) | {r['rss']:.0f} MiB "
-            f"| {per_log_kib:.1f} KiB |"
+            f"| {per_log_kib:.1f} KiB | {r['activations_per_log']:.2f} |"
         )
     if "tail_p50_ms" in rows[0]:
         print(
