@@ -10,7 +10,8 @@ For each N, on a fresh local 3-node cluster (R=2, 100 B records):
 - ``again``: one more record to every log, a loop of ``append_async``: rec/s;
 - ``tails``: ``tail_lsns`` of every log (one round per node): seconds;
 - activations per log over those phases, from the nodes' counters: 1.00
-  unless sequencers moved (a node taken for dead gives its logs away);
+  unless sequencers moved (a node taken for dead gives its logs away); the
+  nodes' full garbage collections, and how many paused a loop over 0.25 s;
 - ``idle``: the nodes' CPU (% of a core, each) and RSS over 10 s with
   nothing written; RSS growth per active log against a cluster with none;
 - ``tail``: one client tails the first ``--streams`` logs (``read_many``)
@@ -32,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from typing import Any
 
 from _scale_tail import tail
@@ -71,6 +73,24 @@ def idle(cluster: LocalCluster, seconds: float) -> tuple[float, float]:
     return cpu, statistics.mean(rss_mb(p) for p in pids)
 
 
+def full_collections(cluster: LocalCluster) -> tuple[float, float]:
+    """Full garbage collections on the nodes so far, and those that paused a
+    node's loop for more than 0.25 s (``logstrand_gc_seconds``)."""
+    full = slow = 0.0
+    for node in cluster.nodes.values():
+        url = f"http://127.0.0.1:{node.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if not line.startswith("logstrand_gc_seconds") or 'generation="2"' not in line:
+                    continue
+                value = float(line.rsplit(" ", 1)[1])
+                if line.startswith("logstrand_gc_seconds_count"):
+                    full += value
+                elif 'le="0.25"' in line:
+                    slow -= value
+    return full, full + slow
+
+
 def one(n: int, idle_s: float, streams: int, rate: float, seconds: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as d, LocalCluster(f"{d}/c", nodes=3) as c:
         out: dict[str, Any] = {"logs": n}
@@ -95,6 +115,7 @@ def one(n: int, idle_s: float, streams: int, rate: float, seconds: float) -> dic
         # dead, or one that paused, gives its logs to the others).
         activations = sum(c.metric(i, "logstrand_sequencer_activations_total") for i in c.nodes)
         out["activations_per_log"] = activations / n
+        out["gc_full"], out["gc_full_slow"] = full_collections(c)
         out["cpu"], out["rss"] = idle(c, idle_s)
         # Each run's own numbers as they come (a 100,000-log run takes many minutes).
         print(f"run: {out}", file=sys.stderr, flush=True)
@@ -124,9 +145,10 @@ def main() -> None:
     print(f"3 nodes, R=2, SQLite epoch store, medians of {args.repeat} run(s)\n")
     print(
         "| logs | create | first appends | activations/s | errors | one more each "
-        "| tail_lsns of all | idle CPU/node | RSS/node | RSS per active log | activations per log |"
+        "| tail_lsns of all | idle CPU/node | RSS/node | RSS per active log | activations per log "
+        "| full GCs (over 0.25 s) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         per_log_kib = (r["rss"] - r["rss0"]) * 1024 / r["logs"]
         print(
@@ -134,7 +156,8 @@ def main() -> None:
             f"| {r['logs'] / r['first_s']:,.0f} | {r['first_errors']:.0f} "
             f"| {r['again_rps']:,.0f} rec/s | {r['tails_s']:.1f} s "
             f"| {r['cpu']:.1f}% (none: {r['cpu0']:.1f}%) | {r['rss']:.0f} MiB "
-            f"| {per_log_kib:.1f} KiB | {r['activations_per_log']:.2f} |"
+            f"| {per_log_kib:.1f} KiB | {r['activations_per_log']:.2f} "
+            f"| {r['gc_full']:.0f} ({r['gc_full_slow']:.0f}) |"
         )
     if "tail_p50_ms" in rows[0]:
         print(
