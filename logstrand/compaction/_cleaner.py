@@ -338,10 +338,19 @@ class Cleaner:
 
     async def _handle_compact(self, conn: Connection, msg: Compact) -> None:
         assert self._nursery is not None
-        # A pass can take minutes: never in the connection's receive loop.
+        # A pass can take minutes: never in the connection's receive loop,
+        # and the connection waiting for it is not idle (a 5-million-key
+        # pass outlasted the node's 600 s idle cut, and its answer was lost).
+        conn.working += 1
         self._nursery.start_soon(self._compact, conn, msg)
 
     async def _compact(self, conn: Connection, msg: Compact) -> None:
+        try:
+            await self._compact_and_reply(conn, msg)
+        finally:
+            conn.working -= 1
+
+    async def _compact_and_reply(self, conn: Connection, msg: Compact) -> None:
         try:
             stats = await self.run_pass(msg.log_id)
             reply = CompactReply(msg.request_id, int(Status.OK), json.dumps(stats.to_json()))

@@ -120,6 +120,10 @@ class Connection:
         self.bulk = trio.Lock()
         #: A server's bounds on what it takes in from this peer (``_intake``).
         self.intake: Intake | None = None
+        #: Requests of this peer being worked on in the background (a
+        #: compaction pass can take many minutes): while any are, the
+        #: connection is quiet, not idle, and is not cut for idleness.
+        self.working = 0
 
     # -- sending -------------------------------------------------------------------
 

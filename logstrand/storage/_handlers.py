@@ -97,6 +97,7 @@ class _Background:
             finally:
                 self.running -= 1
                 self.gauge.set(self.running)
+                conn.working -= 1
 
         async def handle(conn: Connection, msg: Any) -> None:
             if self.running >= self.passes_max:
@@ -106,6 +107,7 @@ class _Background:
                 )
             self.running += 1
             self.gauge.set(self.running)
+            conn.working += 1  # quiet while the pass runs, not idle
             self.nursery.start_soon(run, conn, msg)
 
         return handle

@@ -195,7 +195,7 @@ class NodeOptions:
         600.0,
         "--idle-timeout",
         "seconds",
-        "Seconds a connection with no read stream may stay silent.",
+        "Seconds a connection with no read stream and no request being worked on may stay silent.",
         low=1.0,
     )
     send_queue_bytes: int = option(

@@ -246,8 +246,9 @@ class Server:
 
     def _busy(self, conn: Connection) -> bool:
         """Not idle, only quiet: another node (they are few, and a cut link
-        could lose a STORE in flight), or a connection with a read stream."""
-        return conn.peer_node_id is not None or self.busy(conn)
+        could lose a STORE in flight), a connection with a read stream, or
+        one whose request is being worked on (``Connection.working``)."""
+        return conn.peer_node_id is not None or conn.working > 0 or self.busy(conn)
 
     async def _dispatch(self, conn: Connection, aside: _Aside, msg: Any) -> None:
         handler = self._handlers.get(type(msg))

@@ -84,3 +84,29 @@ def test_a_log_of_many_distinct_keys_compacts_in_parts(tmp_path: Path) -> None:
                     seen[i] = int(payload)
     assert int((seen[:AGAIN] == 2).sum()) == AGAIN
     assert int((seen[AGAIN:] == 1).sum()) == KEYS - AGAIN
+
+
+def test_a_pass_longer_than_the_idle_timeout_still_answers(tmp_path: Path) -> None:
+    """The connection waiting for a COMPACT is not idle while the pass runs:
+    a 5-million-key pass outlasted the node's idle cut (600 s), the node
+    closed the connection and the pass's answer was lost."""
+    args = (
+        "--compaction-interval",
+        "0",
+        "--idle-timeout",
+        "1",
+        "--compaction-io-rate",
+        "20KiB",
+    )
+    with LocalCluster(tmp_path / "c", nodes=3, node_args=args) as c:
+        with open_epoch_store(c.url) as store:
+            store.create_logs(1, 1, LogAttributes(replication_factor=2, cleanup_policy="compact"))
+        with logstrand.connect(c.url) as client:
+            for _ in range(2):
+                keys: list[bytes | None] = [_key(i) for i in range(300)]
+                client.append_batch(1, [b"v" * 100] * 300, keys=keys)
+            t0 = time.monotonic()
+            stats = client.compact(1)
+            took = time.monotonic() - t0
+    assert took > 2.0  # the throttle made it outlast the 1 s idle cut
+    assert stats["records_removed"] == 300
