@@ -56,7 +56,8 @@ class RebalanceReport:
     """What a rebalance found and did.  ``to_move``: the logs whose latest
     nodeset is not the one they would get now (rule 1); of those, ``moved``
     are in a new epoch, ``idle`` have no sequencer running (rule 3) and
-    ``stuck`` were renewed but showed no new epoch in time."""
+    ``stuck`` were renewed but showed no new epoch in time, or may run on a
+    node that did not answer."""
 
     checked: int
     to_move: tuple[int, ...]
