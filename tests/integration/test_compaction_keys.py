@@ -1,7 +1,7 @@
 """A compacted log with many distinct keys compacts, its offset map sent to
 the nodes in parts, and ends holding the latest record of every key.
 
-CI runs 20,000 keys with parts of 2,048 entries (10 parts); ``make soak``
+CI runs 8,000 keys with parts of 1,024 entries (8 parts); ``make soak``
 runs 5,000,000 keys with the default parts (512 Ki entries, 10 parts), a map
 over 3x the old 32 MiB frame that a map of 1.6 million keys once failed on
 (``LOGSTRAND_COMPACTION_KEYS``, ``LOGSTRAND_COMPACTION_PART``)."""
@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.slow
 
-KEYS = int(os.environ.get("LOGSTRAND_COMPACTION_KEYS", "20000"))
-PART = int(os.environ.get("LOGSTRAND_COMPACTION_PART", "2048"))
+KEYS = int(os.environ.get("LOGSTRAND_COMPACTION_KEYS", "8000"))
+PART = int(os.environ.get("LOGSTRAND_COMPACTION_PART", "1024"))
 #: Keys written a second time: their first records are what the pass removes.
 AGAIN = KEYS // 10
 BATCH = 10_000
