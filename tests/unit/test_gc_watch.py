@@ -20,9 +20,9 @@ def test_a_full_collection_freezes_what_survived_and_is_timed() -> None:
     try:
         kept = [[i] for i in range(20_000)]  # lists stay tracked, as a node's state does
         gc.collect()
-        frozen = gc.get_freeze_count()
-        assert frozen >= len(kept)
-        assert _sample(metrics, "logstrand_gc_frozen_objects") == frozen
+        assert gc.get_freeze_count() >= len(kept)
+        # (Frozen objects that die leave the count: it only comes near.)
+        assert _sample(metrics, "logstrand_gc_frozen_objects") >= len(kept)
         full = {"generation": "2"}
         assert _sample(metrics, "logstrand_gc_seconds_count", full) == 1
         # What was frozen is in no generation a collection scans: the next
