@@ -433,8 +433,11 @@ def test_append_from_a_pipe_writes_each_line_as_it_arrives(cluster: LocalCluster
                                   capture_output=True, timeout=60)  # fmt: skip
             assert done.returncode == 0, done.stderr
         items = [(r.key, r.payload) for r in client.read(200) if isinstance(r, Record)]
-        assert items[-4:] == [(b"k1", b"v1"), (b"k2", b"v:2"),
-                              (b"k1", b'{"id": "k1", "v": 3}'), (b"7", b'{"id": 7}')]  # fmt: skip
+        # Log 200 is compacted: a pass may already have removed (k1, v1),
+        # which the later record of k1 supersedes.
+        assert items[-3:] == [(b"k2", b"v:2"), (b"k1", b'{"id": "k1", "v": 3}'),
+                              (b"7", b'{"id": 7}')]  # fmt: skip
+        assert items[-4] == (b"k1", b"v1") or (b"k1", b"v1") not in items
         bad = subprocess.run([*argv[:-1], "200", "--key-separator", ":"], input=b"k3:ok\nnone\n",
                              env=env, capture_output=True, timeout=60)  # fmt: skip
         assert bad.returncode == 2

@@ -24,12 +24,14 @@ def test_a_full_collection_freezes_what_survived_and_is_timed() -> None:
         # (Frozen objects that die leave the count: it only comes near.)
         assert _sample(metrics, "logstrand_gc_frozen_objects") >= len(kept)
         full = {"generation": "2"}
-        assert _sample(metrics, "logstrand_gc_seconds_count", full) == 1
+        # (Collections of its own may run in between in a long-lived process.)
+        fulls = _sample(metrics, "logstrand_gc_seconds_count", full)
+        assert fulls >= 1
         # What was frozen is in no generation a collection scans: the next
         # full collection looks only at what came since.
         assert len(gc.get_objects(generation=2)) < len(kept)
         gc.collect()
-        assert _sample(metrics, "logstrand_gc_seconds_count", full) == 2
+        assert _sample(metrics, "logstrand_gc_seconds_count", full) >= fulls + 1
         gc.collect(0)
         assert _sample(metrics, "logstrand_gc_seconds_count", {"generation": "0"}) >= 1
     finally:
