@@ -33,7 +33,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from typing import Any
 
 from _scale_tail import tail
@@ -76,19 +75,11 @@ def idle(cluster: LocalCluster, seconds: float) -> tuple[float, float]:
 def full_collections(cluster: LocalCluster) -> tuple[float, float]:
     """Full garbage collections on the nodes so far, and those that paused a
     node's loop for more than 0.25 s (``logstrand_gc_seconds``)."""
-    full = slow = 0.0
-    for node in cluster.nodes.values():
-        url = f"http://127.0.0.1:{node.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as r:
-            for line in r.read().decode().splitlines():
-                if not line.startswith("logstrand_gc_seconds") or 'generation="2"' not in line:
-                    continue
-                value = float(line.rsplit(" ", 1)[1])
-                if line.startswith("logstrand_gc_seconds_count"):
-                    full += value
-                elif 'le="0.25"' in line:
-                    slow -= value
-    return full, full + slow
+    full = quick = 0.0
+    for i in cluster.nodes:
+        full += cluster.metric(i, 'logstrand_gc_seconds_count{generation="2"}', 0.0)
+        quick += cluster.metric(i, 'logstrand_gc_seconds_bucket{generation="2",le="0.25"}', 0.0)
+    return full, full - quick
 
 
 def one(n: int, idle_s: float, streams: int, rate: float, seconds: float) -> dict[str, Any]:

@@ -136,52 +136,40 @@ async def rebalance(
 
 
 async def _nodes(admin: Admin) -> list[int]:
-    """Every node that may run a sequencer, each on protocol 5 (rule 5)."""
+    """The nodes that may run a sequencer and can be reached now, each on
+    protocol 5 (rule 5).  One that cannot be reached runs no sequencer."""
     view = admin.view
-    nodes = sorted(set(view.storage_weights()) | set(view.sequencer_weights()))
-    for node in nodes:
+    reached = []
+    for node in sorted(set(view.storage_weights()) | set(view.sequencer_weights())):
         link = await admin.links.connected(node)
-        if link is not None and link.conn.protocol < RENEW_PROTOCOL:
+        if link is None:
+            continue
+        if link.conn.protocol < RENEW_PROTOCOL:
             raise LogstrandError(
                 f"node {node} speaks protocol {link.conn.protocol}; rebalancing needs "
                 f"{RENEW_PROTOCOL} on every node: upgrade it first"
             )
-    return nodes
+        reached.append(node)
+    return reached
 
 
 async def _renew(
     admin: Admin, nodes: list[int], chunk: list[int]
 ) -> tuple[dict[int, int], list[int]]:
     """Ask every node to renew the logs of ``chunk`` it runs: ``{log: its
-    epoch before}`` for those some node renewed, and the nodes that were
-    reached but did not answer."""
+    epoch before}`` for those some node renewed, and the nodes that did
+    not answer (they were reachable when the rebalance began)."""
+    replies = await admin.links.ask(nodes, lambda rid: Renew(rid, tuple(chunk)), 10.0)
     renewed: dict[int, int] = {}
-    silent: list[int] = []
-    errors: list[LogstrandError] = []
-
-    async def ask(node: int) -> None:
-        link = await admin.links.connected(node)
-        if link is None:
-            return  # down: it runs no sequencer now
-        rid = admin.links.next_request_id()
-        reply = await link.request(Renew(rid, tuple(chunk)), rid, 10.0)
-        try:
-            admin.links.check_access(reply)
-        except LogstrandError as exc:
-            errors.append(exc)
-            return
+    silent = []
+    for node in nodes:
+        reply = replies.get(node)
         if not isinstance(reply, RenewReply) or len(reply.epochs) != len(chunk):
             silent.append(node)
-            return
+            continue
         for log, epoch in zip(chunk, reply.epochs, strict=True):
             if epoch:
                 renewed[log] = max(renewed.get(log, 0), epoch)
-
-    async with trio.open_nursery() as nursery:
-        for node in nodes:
-            nursery.start_soon(ask, node)
-    if errors:
-        raise errors[0]
     return renewed, silent
 
 

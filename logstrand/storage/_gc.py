@@ -3,19 +3,22 @@
 CPython's cyclic collector scans every tracked object of the generation it
 collects in one go, and a full collection (generation 2) comes each time the
 long-lived objects have grown by a quarter.  A node's long-lived objects are
-its state per log: about 15 per active sequencer, a few per log it stores.
-With 30,000 logs over 3 nodes a full collection took 0.5-0.7 s; with
-100,000 it stopped a node's loop for 3-5 s, so its peers took it for dead
-and its own pause detector gave up its sequencers: tens of thousands of
-needless failovers, each adding more objects.
+its state per log: 15 per active idle sequencer
+(``tests/unit/test_gc_watch.py`` counts them), a few per log it stores.
+With 100,000 logs a full collection stopped a node's loop for seconds (its
+log said "paused for 3.1-4.8 s" in a run of ``bench/scale.py --logs
+100000`` on commit 1417691): its peers took it for dead and its own pause
+detector gave up its sequencers, tens of thousands of needless failovers,
+each adding more objects.
 
 What survives a full collection is, nearly all of it, state the node keeps
-(cores, tables, connections), and it makes no cyclic garbage: the full
-collections of that 30,000-log run freed nothing.  So after each full
-collection the node freezes what survived (``gc.freeze``): later full
-collections scan only what was made since.  Frozen objects that became
-cyclic garbage later would never be freed; ``logstrand_gc_frozen_objects``
-shows the frozen count, and ``logstrand_gc_seconds`` each collection's pause.
+(cores, tables, connections), which dies by reference counting when it
+dies, if ever.  So after each full collection the node freezes what
+survived (``gc.freeze``): later full collections scan only what was made
+since (``bench/scale.py`` counts the full collections over 0.25 s: none at
+100,000 logs).  A frozen object that later became part of cyclic garbage
+would never be freed; ``logstrand_gc_frozen_objects`` shows the frozen
+count, and ``logstrand_gc_seconds`` each collection's pause.
 """
 
 from __future__ import annotations

@@ -207,13 +207,17 @@ class LocalCluster(Harness):
         self.wait_ready(node_id, timeout_s)
         return node_id
 
-    def metric(self, node_id: int, name: str) -> float:
-        """The value of an unlabelled metric on the node's Prometheus page."""
+    def metric(self, node_id: int, name: str, default: float | None = None) -> float:
+        """The value of a metric on the node's Prometheus page: ``name`` as
+        the page prints it, labels included (``x_count{generation="2"}``).
+        ``default`` when the page has none (else LookupError)."""
         port = self.nodes[node_id].metrics_port
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
             for line in r.read().decode().splitlines():
                 if line.startswith(name + " "):
-                    return float(line.split()[1])
+                    return float(line.rsplit(" ", 1)[1])
+        if default is not None:
+            return default
         raise LookupError(f"node {node_id} has no metric {name}")
 
     def start_node(self, node_id: int, timeout_s: float = 60.0) -> None:

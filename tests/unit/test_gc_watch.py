@@ -41,3 +41,44 @@ def test_a_full_collection_freezes_what_survived_and_is_timed() -> None:
     gc.collect()
     assert gc.get_freeze_count() == before  # undone: nothing frozen any more
     assert kept
+
+
+def test_an_active_idle_sequencer_costs_about_fifteen_tracked_objects() -> None:
+    """What a full collection scans per log (docs/architecture.md, "What a
+    log costs"): the host's slot, the core and what it holds, as a node
+    makes them.  ``pytest -s`` prints the count."""
+    import itertools
+    import random
+
+    from logstrand.batch import make_batch
+    from logstrand.epochstore import LogAttributes
+    from logstrand.errors import Status
+    from logstrand.placement import CopysetSelector
+    from logstrand.sequencer import SendStore, SequencerCore
+    from logstrand.sequencer._host import SequencerHostCore
+
+    host, ids = SequencerHostCore(1), itertools.count(1)
+    plain = LogAttributes(replication_factor=2)
+
+    def activate(logs: range) -> None:
+        for log in logs:
+            batch = make_batch(range(1), [b"x"], timestamps_ms=0, keys=[None], producer=(7, 0))
+            host.on_append(log, batch, ("conn", 1), 0.0, 1000, owner=1, attributes=plain)
+            selector = CopysetSelector(
+                (1, 2, 3), 2, weights=dict.fromkeys((1, 2, 3), 1.0), local=1,
+                rng=random.Random(log),
+            )  # fmt: skip
+            core = SequencerCore(log, 1, selector, recovered=True, ids=ids)
+            for action in host.on_activated(log, core, 0.0, 1000):
+                if isinstance(action, SendStore):
+                    host.on_stored(log, action.message.store_id, action.node_id, Status.OK, 0.0)
+        host.tick(1.0, lambda _log: 1)
+
+    activate(range(1, 101))
+    gc.collect()
+    before = len(gc.get_objects())
+    activate(range(1000, 3000))
+    gc.collect()
+    per_log = (len(gc.get_objects()) - before) / 2000
+    print(f"{per_log:.1f} tracked objects per active idle sequencer")
+    assert 5 <= per_log <= 20
