@@ -107,8 +107,8 @@ _AFTER_COMPACT: tuple[tuple[str, type, tuple[str, ...], str], ...] = (
         "retention_bytes",
         str,
         ("--retention-bytes",),
-        "Keep about this much of the log (one copy of each record), e.g. 10GiB; "
-        "the oldest records are trimmed first.",
+        "Keep at least this much of the log (one copy of each record), e.g. 10GiB; "
+        "older partitions beyond it are trimmed, oldest first.",
     ),
 )
 

@@ -314,9 +314,12 @@ class Partitions:
         return target
 
     def space_target(self, log_id: int, keep_bytes: int, trim: int) -> int:
-        """The highest LSN a trim may reach so that the log's entries above it
-        hold at most ``keep_bytes``: the oldest whole entries go first, never
-        the newest partition's (0: nothing to trim)."""
+        """The highest LSN a trim may reach so that the log keeps at least
+        ``keep_bytes``: the oldest whole entries go first, each only while the
+        entries after it still hold the bound (Kafka's ``retention.bytes``),
+        never the newest partition's (0: nothing to trim).  A quiet log whose
+        newest entry alone passes the bound keeps that entry: retention by
+        space never empties a log."""
         newest = self.list[-1].id
         entries = sorted(
             (e.first_lsn, pid, e)
@@ -326,7 +329,7 @@ class Partitions:
         total = sum(e.bytes for _, _, e in entries)
         target = 0
         for _, pid, entry in entries:
-            if total <= keep_bytes or pid == newest:
+            if total - entry.bytes < keep_bytes or pid == newest:
                 break
             target = entry.last_lsn
             total -= entry.bytes

@@ -215,14 +215,31 @@ def test_space_retention_trims_the_oldest_entries(opener: Opener, db: LogsDB) ->
         db.new_partition()
     db.write([put(2, range(1, 11), ts=opener.clock.now_ms, payload=b"y" * 1000)])
     per_entry = db.directory(1)[0][1].bytes
-    assert db.apply_retention({}, retention_bytes={1: 2 * per_entry + 1}) == {1: 20}
+    # As Kafka's retention.bytes: an entry goes only while what stays after it
+    # still holds the bound, so the log keeps at least the bound.
+    assert db.apply_retention({}, retention_bytes={1: 2 * per_entry - 1}) == {1: 20}
     assert lsns_of(db, 1) == list(range(21, 41))
+    assert db.apply_retention({}, retention_bytes={1: 2 * per_entry - 1}) == {}
     assert db.apply_retention({}, retention_bytes={1: 2 * per_entry + 1}) == {}
     # The newest partition is always kept, whatever the bound.
     assert db.apply_retention({}, retention_bytes={2: 1}) == {}
-    # Log 1 has nothing in the newest partition: all of it may go.
-    assert db.apply_retention({}, retention_bytes={1: 1}) == {1: 40}
-    assert lsns_of(db, 1) == []
+    # Log 1 has nothing in the newest partition (it has been quiet for a
+    # partition's time): its newest records stay, however small the bound.
+    assert db.apply_retention({}, retention_bytes={1: 1}) == {1: 30}
+    assert lsns_of(db, 1) == list(range(31, 41))
+    assert db.apply_retention({}, retention_bytes={1: 1}) == {}
+
+
+def test_space_retention_never_empties_a_quiet_log(opener: Opener, db: LogsDB) -> None:
+    """A log written once in a partition that is no longer the newest (no
+    writes for a partition's time) holds more than its bound in one entry:
+    it stays whole, it is not trimmed to nothing."""
+    db.write([put(1, range(1, 101), ts=opener.clock.now_ms, payload=b"x" * 1000)])
+    for _ in range(3):
+        opener.clock.advance(60_000)
+        db.new_partition()
+    assert db.apply_retention({}, retention_bytes={1: 50_000}) == {}
+    assert lsns_of(db, 1) == list(range(1, 101))
 
 
 def test_a_record_stamped_in_the_past_ages_from_when_it_was_written(
