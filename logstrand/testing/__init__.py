@@ -5,8 +5,9 @@ from ._memengine import MemoryEngine, memory_logsdb
 from ._memstore import MemoryEpochStore
 from ._netcluster import NetCluster
 from ._netns import Network
+from ._ports import free_port
 from ._procs import cpu_s, rss_mb
-from ._zookeeper import ZooKeeperServer, free_port, zookeeper_available
+from ._zookeeper import ZooKeeperServer, zookeeper_available
 
 __all__ = [
     "LocalCluster",

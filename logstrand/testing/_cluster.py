@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 from ..epochstore import NodeConfig, open_epoch_store
 from ..net import handshake_sync
+from ._ports import free_port
 from ._procs import Harness, Process
-from ._zookeeper import free_port
 
 if TYPE_CHECKING:
     from ..epochstore import EpochStore

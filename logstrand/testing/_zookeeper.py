@@ -16,6 +16,7 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ._ports import free_port
 from ._procs import Process
 
 if TYPE_CHECKING:
@@ -29,13 +30,6 @@ MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 def zookeeper_available() -> bool:
     """True when the Debian zookeeper package and a java runtime are installed."""
     return ZOOKEEPER_JAR.exists() and shutil.which("java") is not None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _ruok(port: int, host: str = "127.0.0.1") -> bool:
