@@ -336,13 +336,17 @@ class NodeStore:
         ``reclaim`` syncs."""
         self.db.delete(log_id, lsns, sync=False)
 
-    def drop_copies(self, msg: DropCopies) -> Generator[int, None, DropReply]:
+    def drop_copies(
+        self, msg: DropCopies, offsets: OffsetMap | None = None
+    ) -> Generator[int, None, DropReply]:
         """DROP_COPIES (rule 6): remove this node's copies that ``msg``'s
         offset map says are superseded, at or below its end.  Yields the bytes
         scanned after each batch (the shell throttles there); returns the
-        reply.  The shell syncs and gives the space back afterwards."""
+        reply.  The shell syncs and gives the space back afterwards.
+        ``offsets``: ``msg``'s map, when the shell has built it already."""
         log = msg.log_id
-        offsets = OffsetMap.from_entries(msg.offsets)
+        if offsets is None:
+            offsets = OffsetMap.from_entries(msg.offsets)
         # Only released records are ever cleaned, as this node knows them.
         end = min(msg.end_lsn, self.release_of(log))
         # Readers may take LSNs missing up to here for compacted from now on:
