@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import attrs
 import typer
@@ -36,6 +36,9 @@ from ._common import (
     size_option,
 )
 
+if TYPE_CHECKING:
+    from ..epochstore import EpochStore
+
 logs_app = typer.Typer(help="Create, list, change and remove logs.", no_args_is_help=True)
 
 
@@ -44,6 +47,13 @@ def _range(text: str) -> tuple[int, int]:
         return _parse_range(text)
     except InvalidArgumentError as exc:
         fail(exc.args[0])
+
+
+def _resolve(store: EpochStore, text: str) -> tuple[int, int]:
+    """A range ``FIRST..LAST``, one log id, or the name of a range."""
+    if text[:1].isdigit():
+        return _range(text)
+    return (r := store.log_range_named(text)).first, r.last
 
 
 def _choice(value: str | None, allowed: tuple[str, ...], name: str) -> str | None:
@@ -63,6 +73,8 @@ def _dur(ms: int | None) -> str:
 def _attributes_row(r: LogRange) -> list[str]:
     a = r.attributes
     rng = str(r.first) if r.first == r.last else f"{r.first}..{r.last}"
+    if r.name is not None:
+        rng += f" ({r.name})"
     cleanup = a.cleanup_policy
     if a.compacted:
         cleanup += f" (delete-retention {_dur(a.delete_retention_ms)})"
@@ -164,9 +176,23 @@ def _warn_short_retention(retention_ms: int | None) -> None:
         )
 
 
+_NAME = keyword(
+    "name",
+    str | None,
+    None,
+    typer.Option(
+        "--name",
+        help="Name the range (as Kafka names a topic: the Kafka front serves it as one); "
+        "other commands then take the name where they take the range (update: '' takes "
+        "the name away).",
+    ),
+)
+
+
 @logs_app.command("create")
 @declared(
     keyword("logs", str, REQUIRED, typer.Argument(help="A log id or a range FIRST..LAST.")),
+    _NAME,
     *_attribute_options(
         keyword(
             "compact",
@@ -185,11 +211,12 @@ def create(**params: Any) -> None:
     changes = _changes(params)
     attributes = LogAttributes.from_json({**LogAttributes().to_json(), **changes})
     with open_store(params["url"]) as store:
-        created = store.create_logs(first, last, attributes)
+        created = store.create_logs(first, last, attributes, name=params["name"])
     if params["as_json"]:
         print_json(created.to_json())
     else:
-        console.print(f"created logs {first}..{last}")
+        named = "" if created.name is None else f" named {created.name}"
+        console.print(f"created logs {first}..{last}{named}")
 
 
 @logs_app.command("update")
@@ -198,8 +225,9 @@ def create(**params: Any) -> None:
         "logs",
         str,
         REQUIRED,
-        typer.Argument(help="An existing range FIRST..LAST (or one log id)."),
+        typer.Argument(help="An existing range FIRST..LAST (or one log id), or its name."),
     ),
+    _NAME,
     *_attribute_options(
         keyword(
             "compact",
@@ -211,27 +239,34 @@ def create(**params: Any) -> None:
 )
 def update(**params: Any) -> None:
     """Change attributes of an existing range; the others stay as they are."""
-    first, last = _range(params["logs"])
     changes = _changes(params)
-    if not changes:
-        fail("nothing to change: give at least one attribute option")
+    name = params["name"]
+    if not changes and name is None:
+        fail("nothing to change: give at least one attribute option or --name")
     with open_store(params["url"]) as store:
-        updated = store.update_logs(first, last, **changes)
+        first, last = _resolve(store, params["logs"])
+        if name is not None:
+            updated = store.name_logs(first, last, name or None)
+        if changes:
+            updated = store.update_logs(first, last, **changes)
     if params["as_json"]:
         print_json(updated.to_json())
     else:
-        console.print(f"updated logs {first}..{last}: {', '.join(sorted(changes))}")
+        what = sorted(changes) + ([] if name is None else ["name"])
+        console.print(f"updated logs {first}..{last}: {', '.join(what)}")
 
 
 @logs_app.command("remove")
 def remove(
-    logs: Annotated[str, typer.Argument(help="An existing range FIRST..LAST (or one log id).")],
+    logs: Annotated[
+        str, typer.Argument(help="An existing range FIRST..LAST (or one log id), or its name.")
+    ],
     url: UrlOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Remove a range of logs from the configuration."""
-    first, last = _range(logs)
     with open_store(url) as store:
+        first, last = _resolve(store, logs)
         store.remove_logs(first, last)
     if as_json:
         print_json({"removed": [first, last]})
@@ -271,6 +306,7 @@ def show(
             {
                 "log_id": log,
                 "range": [rng.first, rng.last],
+                "name": rng.name,
                 "attributes": rng.attributes.to_json(),
                 "next_epoch": epochs.next_epoch,
                 "last_clean_epoch": lce,

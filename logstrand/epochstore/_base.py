@@ -371,6 +371,13 @@ class EpochStore(LogDocs, SecurityDocs, RebuildingDocs, ProducerDocs, abc.ABC):
                 return r
         raise NotFoundError(f"log {log_id} is not in the configuration")
 
+    def log_range_named(self, name: str) -> LogRange:
+        """Raises: NotFoundError when no range has that name."""
+        for r in self.log_ranges():
+            if r.name == name:
+                return r
+        raise NotFoundError(f"no log range is named {name!r}")
+
     def log_attributes(self, log_id: int) -> LogAttributes:
         """Raises: NotFoundError for a log in no range."""
         return self.log_range(log_id).attributes
@@ -389,9 +396,12 @@ class EpochStore(LogDocs, SecurityDocs, RebuildingDocs, ProducerDocs, abc.ABC):
                 f"({where})"
             )
 
-    def create_logs(self, first: int, last: int, attributes: LogAttributes) -> LogRange:
-        """Raises: ExistsError (overlap), InvalidArgumentError (bad range, R too large)."""
-        new = LogRange(first, last, attributes)
+    def create_logs(
+        self, first: int, last: int, attributes: LogAttributes, *, name: str | None = None
+    ) -> LogRange:
+        """Raises: ExistsError (overlap, a name taken), InvalidArgumentError
+        (bad range or name, R too large)."""
+        new = LogRange(first, last, attributes, name)
         self._check_placeable(attributes)
 
         def change(doc: Any) -> Any:
@@ -401,6 +411,7 @@ class EpochStore(LogDocs, SecurityDocs, RebuildingDocs, ProducerDocs, abc.ABC):
                     raise ExistsError(
                         f"logs {first}..{last} overlap the existing range {r.first}..{r.last}"
                     )
+                _check_name_free(r, name)
             ranges.append(new)
             ranges.sort(key=lambda r: r.first)
             return [r.to_json() for r in ranges]
@@ -424,8 +435,32 @@ class EpochStore(LogDocs, SecurityDocs, RebuildingDocs, ProducerDocs, abc.ABC):
                     merged = {**r.attributes.to_json(), **changes}
                     attrs_new = LogAttributes.from_json(merged)
                     self._check_placeable(attrs_new)
-                    ranges[i] = LogRange(first, last, attrs_new)
+                    ranges[i] = LogRange(first, last, attrs_new, r.name)
                     result[:] = [ranges[i]]
+                    return [x.to_json() for x in ranges]
+            raise NotFoundError(f"no log range {first}..{last}")
+
+        self._update("logs", change)
+        return result[0]
+
+    def name_logs(self, first: int, last: int, name: str | None) -> LogRange:
+        """Name the existing range ``first..last`` (None: take its name away).
+
+        Raises:
+            NotFoundError: no range is exactly ``first..last``.
+            ExistsError: another range has that name.
+        """
+        result: list[LogRange] = []
+
+        def change(doc: Any) -> Any:
+            ranges = [LogRange.from_json(d) for d in doc or []]
+            for i, r in enumerate(ranges):
+                if (r.first, r.last) == (first, last):
+                    for other in ranges:
+                        if other is not r:
+                            _check_name_free(other, name)
+                    ranges[i] = result_range = LogRange(first, last, r.attributes, name)
+                    result[:] = [result_range]
                     return [x.to_json() for x in ranges]
             raise NotFoundError(f"no log range {first}..{last}")
 
@@ -447,6 +482,11 @@ class EpochStore(LogDocs, SecurityDocs, RebuildingDocs, ProducerDocs, abc.ABC):
             return [r.to_json() for r in kept]
 
         self._update("logs", change)
+
+
+def _check_name_free(existing: LogRange, name: str | None) -> None:
+    if name is not None and existing.name == name:
+        raise ExistsError(f"logs {existing.first}..{existing.last} are already named {name!r}")
 
 
 def _check_log(log_id: int) -> None:

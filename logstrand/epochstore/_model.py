@@ -28,12 +28,29 @@ COMPRESSIONS = ("none", "lz4", "zstd")
 DURABILITIES = ("async", "fsync")
 ROLES = ("storage", "sequencer")
 _CLUSTER_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+#: A log range's name: what Kafka allows in a topic name, less names of digits
+#: alone (the CLI takes a log id or a range where it takes a name).
+_RANGE_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,249}$")
 _ADDRESS_RE = re.compile(r"^[A-Za-z0-9_.-]+:[0-9]{1,5}$")
 
 
 def check_cluster_name(name: str) -> str:
     if not _CLUSTER_RE.match(name):
         raise InvalidArgumentError(f"bad cluster name {name!r}: use 1-64 of A-Z a-z 0-9 _ . -")
+    return name
+
+
+def check_range_name(name: str) -> str:
+    """A log range's name, as Kafka takes topic names (``orders``, ``a.b-c_1``)."""
+    if (
+        type(name) is not str
+        or not _RANGE_NAME_RE.match(name)
+        or name in (".", "..")
+        or name.isdigit()
+    ):
+        raise InvalidArgumentError(
+            f"bad log range name {name!r}: use 1-249 of A-Z a-z 0-9 _ . -, not digits alone"
+        )
     return name
 
 
@@ -180,10 +197,15 @@ class LogRange:
     first: int
     last: int
     attributes: LogAttributes = LogAttributes()
+    #: Its name (``logs create 100..115 --name orders``), as LogDevice names
+    #: log groups; the Kafka front serves a named range as a topic.
+    name: str | None = None
 
     def __attrs_post_init__(self) -> None:
         if not (type(self.first) is int and type(self.last) is int):
             _fail("log range ends must be integers")
+        if self.name is not None:
+            check_range_name(self.name)
         internal = self.first == self.last and self.first in INTERNAL_LOGS
         if not 1 <= self.first <= self.last <= LOG_ID_MAX and not internal:
             _fail(f"bad log range {self.first}..{self.last}: 1 <= first <= last < 2^63")
@@ -195,11 +217,14 @@ class LogRange:
         return self.first <= other.last and other.first <= self.last
 
     def to_json(self) -> dict[str, Any]:
-        return {"first": self.first, "last": self.last, "attributes": self.attributes.to_json()}
+        d = {"first": self.first, "last": self.last, "attributes": self.attributes.to_json()}
+        if self.name is not None:
+            d["name"] = self.name
+        return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> LogRange:
-        return cls(d["first"], d["last"], LogAttributes.from_json(d["attributes"]))
+        return cls(d["first"], d["last"], LogAttributes.from_json(d["attributes"]), d.get("name"))
 
 
 @attrs.frozen

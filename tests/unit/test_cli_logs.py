@@ -145,3 +145,35 @@ def test_a_retention_shorter_than_a_partition_is_warned_about(
     code, _, err = run(capsys, "logs", "create", "301", "--retention", "7d")
     assert code == 0
     assert "warning" not in err
+
+
+def test_named_ranges_through_the_cli(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "logs", "create", "100..115", "--name", "orders", "-r", "2")
+    assert (code, out.strip()) == (0, "created logs 100..115 named orders")
+    assert run(capsys, "logs", "create", "200", "-r", "2")[0] == 0
+    code, out, _ = run(capsys, "logs", "list")
+    assert "100..115 (orders)" in out
+    code, out, _ = run(capsys, "logs", "list", "--json")
+    assert [r.get("name") for r in json.loads(out)] == ["orders", None]
+    code, out, _ = run(capsys, "logs", "show", "107", "--json")
+    assert (json.loads(out)["name"], json.loads(out)["range"]) == ("orders", [100, 115])
+    # The name stands for the range in update and remove.
+    assert run(capsys, "logs", "update", "orders", "--retention", "1d")[0] == 0
+    code, out, _ = run(capsys, "logs", "show", "100", "--json")
+    assert json.loads(out)["attributes"]["retention_ms"] == 86_400_000
+    code, _, err = run(capsys, "logs", "create", "300", "--name", "orders")
+    assert code != 0
+    assert "already named 'orders'" in err
+    code, _, err = run(capsys, "logs", "create", "300", "--name", "12")
+    assert code != 0
+    assert "bad log range name '12'" in err
+    code, _, err = run(capsys, "logs", "update", "payments", "--retention", "1d")
+    assert code != 0
+    assert "no log range is named 'payments'" in err
+    assert run(capsys, "logs", "update", "200", "--name", "audit")[0] == 0
+    assert run(capsys, "logs", "update", "orders", "--name", "")[0] == 0
+    code, out, _ = run(capsys, "logs", "list", "--json")
+    assert [r.get("name") for r in json.loads(out)] == [None, "audit"]
+    assert run(capsys, "logs", "remove", "audit")[0] == 0
+    code, out, _ = run(capsys, "logs", "list", "--json")
+    assert [(r["first"], r["last"]) for r in json.loads(out)] == [(100, 115)]

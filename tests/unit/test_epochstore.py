@@ -19,6 +19,7 @@ from logstrand.epochstore import (
     EpochEnd,
     EpochStore,
     LogAttributes,
+    LogRange,
     Members,
     NodeConfig,
     Placement,
@@ -194,6 +195,34 @@ def test_logs_configuration_round_trip(store: EpochStore) -> None:
     with pytest.raises(NotFoundError):
         store.remove_logs(200, 200)
     assert [(r.first, r.last) for r in store.log_ranges()] == [(1, 100)]
+
+
+def test_log_ranges_have_names_as_topics_do(store: EpochStore) -> None:
+    """``logs create 100..115 --name orders``: a range's name, unique, kept
+    through attribute updates, changed or taken away on its own."""
+    add_nodes(store, 3)
+    orders = store.create_logs(100, 115, LogAttributes(replication_factor=2), name="orders")
+    store.create_logs(200, 200, LogAttributes(replication_factor=2))
+    assert (orders.name, store.log_range_named("orders")) == ("orders", orders)
+    assert store.log_range(107).name == "orders"
+    with pytest.raises(ExistsError, match="already named 'orders'"):
+        store.create_logs(300, 301, LogAttributes(), name="orders")
+    with pytest.raises(NotFoundError, match="no log range is named 'payments'"):
+        store.log_range_named("payments")
+    for bad in ("", "100", ".", "..", "a b", "x" * 250, "é"):
+        with pytest.raises(InvalidArgumentError, match="bad log range name"):
+            store.create_logs(400, 400, LogAttributes(), name=bad)
+    store.update_logs(100, 115, retention_ms=60_000)
+    assert store.log_range_named("orders").attributes.retention_ms == 60_000
+    with pytest.raises(ExistsError):
+        store.name_logs(200, 200, "orders")
+    assert store.name_logs(200, 200, "audit.v1-x_2").name == "audit.v1-x_2"
+    assert store.name_logs(100, 115, None).name is None
+    with pytest.raises(NotFoundError):
+        store.log_range_named("orders")
+    assert [r.name for r in store.log_ranges()] == [None, "audit.v1-x_2"]
+    # Ranges written before names existed read back unnamed.
+    assert LogRange.from_json({"first": 1, "last": 2, "attributes": {}}).name is None
 
 
 def test_replication_must_fit_the_cluster(store: EpochStore) -> None:
