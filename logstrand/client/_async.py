@@ -27,6 +27,7 @@ from ..types import LSN_OLDEST, TAIL, _Tail
 from ._admin import Admin
 from ._appender import Appender
 from ._many import ManyReader
+from ._names import Names, append_to_name
 from ._nodewatch import NodeWatch
 from ._reader import ReadStream
 from ._rebalance import RebalanceReport, rebalance
@@ -63,6 +64,7 @@ class AsyncClient:
             view, self.links, nursery, settings, NodeWatch(view, self.links, nursery)
         )
         self._admin = Admin(view, self.links)
+        self.names = Names(view)
         self._groups = Groups(
             self._admin,
             self._appender,
@@ -71,10 +73,15 @@ class AsyncClient:
 
     # -- appends --------------------------------------------------------------
 
-    async def append(self, log_id: int, payload: bytes | None, *, key: bytes | None = None) -> int:
+    async def append(
+        self, log_id: int | str, payload: bytes | None, *, key: bytes | None = None
+    ) -> int:
         """Append one record; returns its LSN once R copies are stored.
 
-        Concurrent calls for one log coalesce into few APPENDs.
+        Concurrent calls for one log coalesce into few APPENDs.  ``log_id``
+        may name a range (``logs create --name``): a keyed record goes to the
+        log Kafka's default partitioner picks for the key, one without a key
+        to the range's logs in turn (``log_of``).
 
         Raises:
             NotFoundError: the log does not exist.
@@ -82,16 +89,36 @@ class AsyncClient:
                 log), NOKEY (no key in a compacted log).
             TransientError: TIMEDOUT, or no sequencer could be reached in time.
         """
+        if isinstance(log_id, str):
+            log_id = await self.names.resolve(log_id, key)
         return await self._appender.append(log_id, payload, key)
+
+    async def log_of(self, log_id: int | str, *, key: bytes | None = None) -> int:
+        """The log an append of a record with ``key`` to ``log_id`` (a log, or
+        a range's name) goes to.
+
+        Raises:
+            NotFoundError: no range has that name.
+        """
+        if isinstance(log_id, str):
+            return await self.names.resolve(log_id, key)
+        return log_id
 
     async def append_batch(
         self,
-        log_id: int,
+        log_id: int | str,
         payloads: Sequence[bytes | None],
         *,
         keys: Sequence[bytes | None] | None = None,
     ) -> list[int]:
-        """Append many records in order; returns their LSNs (consecutive within each APPEND)."""
+        """Append many records in order; returns their LSNs (consecutive within
+        each APPEND).  To a range's name: each record goes to its key's log
+        (``append``), and the order holds within each log; records without
+        keys all go to the next log in turn."""
+        if isinstance(log_id, str):
+            return await append_to_name(
+                self.names, self._appender.append_batch, log_id, payloads, keys
+            )
         return await self._appender.append_batch(log_id, payloads, keys)
 
     # -- reads ----------------------------------------------------------------

@@ -133,12 +133,15 @@ class Client:
         """Has ``close`` begun?"""
         return self._stop is None
 
-    def append(self, log_id: int, payload: bytes | None, *, key: bytes | None = None) -> int:
-        """Append one record and wait for its LSN (see ``AsyncClient.append``).
-        Threads appending at once share APPENDs: the record waits in the
-        producer's buffer with theirs (``append_async``)."""
+    def append(self, log_id: int | str, payload: bytes | None, *, key: bytes | None = None) -> int:
+        """Append one record and wait for its LSN (see ``AsyncClient.append``;
+        ``log_id`` may name a range).  Threads appending at once share
+        APPENDs: the record waits in the producer's buffer with theirs
+        (``append_async``)."""
         if _trace.ON:
             _trace.mark("client.call")
+        if isinstance(log_id, str):
+            log_id = self._named(log_id, key)
         self._check(log_id, payload, key)
         size = cost(payload, key)
         waiter = self._waiters.get(size)
@@ -149,10 +152,20 @@ class Client:
         return lsn
 
     append_batch = _blocking(AsyncClient.append_batch)
+    log_of = _blocking(AsyncClient.log_of)
+
+    def _named(self, name: str, key: bytes | None) -> int:
+        """The log of range ``name`` for ``key`` (``AsyncClient.log_of``),
+        without a trip to the client's thread when its view knows the name."""
+        client = self._client
+        if client is None:
+            raise ClosedError("client is closed")
+        log = client.names.log_for(name, key)
+        return log if log is not None else self.log_of(name, key=key)
 
     def append_async(
         self,
-        log_id: int,
+        log_id: int | str,
         payload: bytes | None,
         *,
         key: bytes | None = None,
@@ -168,6 +181,8 @@ class Client:
             InvalidArgumentError: a bad log id, or a key or payload no node takes.
             ClosedError: the client is closed.
         """
+        if isinstance(log_id, str):
+            log_id = self._named(log_id, key)
         self._check(log_id, payload, key)
         size = cost(payload, key)
         fut = Delivery(self._accumulator, size, on_delivery)

@@ -19,6 +19,7 @@ from logstrand.batch import Codec, PackedBatch
 from logstrand.epochstore import LogAttributes, open_epoch_store
 from logstrand.logsdb import LogsDB
 from logstrand.net import connect, handshake_sync
+from logstrand.placement import murmur2
 from logstrand.testing import LocalCluster
 from logstrand.types import Record
 from logstrand.wire import Append, AppendMany, AppendManyReply, AppendReply, Ping
@@ -56,6 +57,34 @@ def test_blocking_client_single_batch_and_async(cluster: LocalCluster) -> None:
     assert a < b[0] < b[1]
     assert len(set(lsns)) == 200
     assert min(lsns) > b[1]
+
+
+def test_appends_to_a_named_range_go_where_kafka_puts_the_key(cluster: LocalCluster) -> None:
+    """``client.append("orders", payload, key=k)``: the log Kafka's default
+    partitioner picks for the key (partition i is log 400 + i), records
+    without a key to the logs in turn; a name made after the client started
+    is found; an unknown one is NOTFOUND."""
+    with logstrand.connect(cluster.url) as client:
+        with open_epoch_store(cluster.url) as store:
+            store.create_logs(400, 403, LogAttributes(replication_factor=2), name="orders")
+        keys = [b"k%d" % i for i in range(40)]
+        one = {k: client.append("orders", b"v-" + k, key=k) for k in keys[:20]}
+        futures = {k: client.append_async("orders", b"v-" + k, key=k) for k in keys[20:]}
+        batch = client.append_batch("orders", [b"b-" + k for k in keys], keys=keys)
+        unkeyed = [client.log_of("orders") for _ in range(8)]
+        with pytest.raises(NotFoundError, match="no log range is named 'payments'"):
+            client.append("payments", b"x", key=b"k")
+        found: dict[bytes, list[tuple[int, int]]] = {}
+        for log in range(400, 404):
+            for item in client.read(log):
+                if isinstance(item, Record):
+                    found.setdefault(item.key, []).append((log, item.lsn))
+    expected = {k: 400 + (murmur2(k) & 0x7FFFFFFF) % 4 for k in keys}
+    assert len(set(expected.values())) > 1  # the keys spread over the range
+    lsns = {**one, **{k: f.result(timeout=30) for k, f in futures.items()}}
+    for i, k in enumerate(keys):
+        assert found[k] == [(expected[k], lsns[k]), (expected[k], batch[i])], k
+    assert sorted(unkeyed) == [400, 400, 401, 401, 402, 402, 403, 403]
 
 
 def test_unknown_log_and_bad_payloads_fail_clearly(cluster: LocalCluster) -> None:
