@@ -152,7 +152,8 @@ def test_named_ranges_through_the_cli(url: str, capsys: pytest.CaptureFixture[st
     assert (code, out.strip()) == (0, "created logs 100..115 named orders")
     assert run(capsys, "logs", "create", "200", "-r", "2")[0] == 0
     code, out, _ = run(capsys, "logs", "list")
-    assert "100..115 (orders)" in out
+    assert "100..115" in out  # the table may wrap the cell on a narrow terminal
+    assert "(orders)" in out
     code, out, _ = run(capsys, "logs", "list", "--json")
     assert [r.get("name") for r in json.loads(out)] == ["orders", None]
     code, out, _ = run(capsys, "logs", "show", "107", "--json")
