@@ -114,14 +114,22 @@ class Producers:
     # -- changes --------------------------------------------------------------
 
     def add(self, producer: int, sent: Sent) -> list[int]:
-        """Remember a batch (a batch already held is kept as it is).
+        """Remember a batch.  Of two entries for one sequence number the one
+        at the higher LSN stays: the batch's later attempt.  (An earlier one
+        went to a sequencer that a newer one replaced, and recovery may have
+        plugged it with a hole; keeping the first, a node's table named the
+        hole, recovery then kept no entry for the retry it decided a record,
+        and the next sequencer took the next retry as new: the batch twice.)
 
         Returns the producers evicted to stay within ``producers_max``."""
         lst = self._sent.pop(producer, [])
-        if not any(s.seq == sent.seq for s in lst):
+        held = next((i for i, s in enumerate(lst) if s.seq == sent.seq), None)
+        if held is None:
             lst.append(sent)
             lst.sort(key=lambda s: s.seq)
             del lst[: -self.window]
+        elif lst[held].lsn < sent.lsn:
+            lst[held] = sent
         self._sent[producer] = lst
         evicted: list[int] = []
         while len(self._sent) > self.producers_max:

@@ -55,6 +55,31 @@ def test_verdicts() -> None:
     assert len(p) == 0
 
 
+def test_a_batch_stored_again_later_is_known_at_its_later_lsn() -> None:
+    """A node stored a batch at e20n1 (never acknowledged; the next recovery
+    plugged it), then the client's retry of it at e22n4.  Its table must name
+    e22n4: recovery keeps an entry only where its records are, and with the
+    first entry kept, the retry that recovery decided a record had none, so
+    the next sequencer took the batch as new (test_partitions read it twice)."""
+    e20, e22 = (20 << 32) | 1, (22 << 32) | 4
+    node = Producers()
+    node.add(9, Sent(0, 5, (19 << 32) | 1, 1))
+    node.add(9, Sent(5, 5, e20, 2))
+    node.add(9, Sent(5, 5, e22, 3))
+    assert node.sent(9)[-1] == Sent(5, 5, e22, 3)
+    node.add(9, Sent(5, 5, e20, 2))  # a late copy of the earlier attempt changes nothing
+    assert node.sent(9)[-1].lsn == e22
+    # Recovery of epoch 22 decided ESNs 4..8 records: the entry is kept ...
+    kept22 = list(
+        kept([(p, s) for p, s in node.entries() if s.lsn >> 32 == 22], 0, frozenset(range(4, 9)))
+    )
+    assert kept22 == [(9, Sent(5, 5, e22, 3))]
+    # ... and the next sequencer answers the retry with those LSNs.
+    table = Producers()
+    table.update(kept22)
+    assert table.check(9, 5, 5) == (Verdict.DUPLICATE, Sent(5, 5, e22, 3))
+
+
 @given(st.lists(st.tuples(st.integers(1, 5), st.integers(1, 4)), max_size=60))
 def test_table_round_trips_and_stays_bounded(adds: list[tuple[int, int]]) -> None:
     p = Producers(producers_max=3, window=2)
