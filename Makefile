@@ -81,14 +81,16 @@ fuzz: venv-test
 	$(BIN)/python tests/fuzz/fuzz_dispatch.py -max_total_time=$(FUZZ_S) fuzz-corpus/dispatch
 	$(BIN)/python tests/fuzz/fuzz_node.py -max_total_time=$(FUZZ_S) -max_len=4096 fuzz-corpus/node
 
-# Failovers at length: 100 back-to-back rounds (CI runs 20), idempotent
+# Failovers at length: 100 back-to-back rounds (CI runs 8), idempotent
 # appends across SIGKILLed sequencers, 104 partition and kill events across
-# hosts in network namespaces with the history checker (CI runs 5), and a
-# SIGSTOPped sequencer watched for a minute after SIGCONT (CI: 40 s).
+# hosts in network namespaces with the history checker (CI runs 5), a
+# SIGSTOPped sequencer watched for a minute after SIGCONT (CI: 40 s), and the
+# examples on a standalone Spark cluster across hosts (not in CI).
 faults: venv-test zookeeper
 	LOGSTRAND_FAILOVER_ROUNDS=100 $(BIN)/python -m pytest -q tests/integration/test_failover.py tests/integration/test_idempotence.py
 	LOGSTRAND_PARTITION_EVENTS=104 $(BIN)/python -m pytest -q -s tests/integration/test_partitions.py
 	LOGSTRAND_PAUSE_WATCH_S=60 LOGSTRAND_PAUSE_STORES=sqlite,zookeeper $(BIN)/python -m pytest -q -s tests/integration/test_pause.py
+	LOGSTRAND_SPARK_CLUSTER=1 $(BIN)/python -m pytest -q tests/spark/test_standalone.py
 
 # The seeded simulation over many more seeds than CI runs (tests/sim), then
 # 20,000 logs' first appends and a restart, and a 5-million-key compaction.

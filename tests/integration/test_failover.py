@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 #: 12 in CI (time); ``make faults`` runs 100.
-ROUNDS = int(os.environ.get("LOGSTRAND_FAILOVER_ROUNDS", "12"))
+ROUNDS = int(os.environ.get("LOGSTRAND_FAILOVER_ROUNDS", "8"))
 READABLE_WITHIN_S = 5.0
 SETTINGS = logstrand.ClientSettings(append_timeout_s=30, append_attempt_timeout_s=0.5)
 
