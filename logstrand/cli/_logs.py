@@ -50,10 +50,12 @@ def _range(text: str) -> tuple[int, int]:
 
 
 def _resolve(store: EpochStore, text: str) -> tuple[int, int]:
-    """A range ``FIRST..LAST``, one log id, or the name of a range."""
-    if text[:1].isdigit():
-        return _range(text)
-    return (r := store.log_range_named(text)).first, r.last
+    """A range ``FIRST..LAST``, one log id, or the name of a range (a name
+    may start with a digit, as ``1st-orders``; it is never digits alone)."""
+    try:
+        return _parse_range(text)
+    except InvalidArgumentError:
+        return (r := store.log_range_named(text)).first, r.last
 
 
 def _choice(value: str | None, allowed: tuple[str, ...], name: str) -> str | None:

@@ -90,12 +90,19 @@ async def append_to_name(
         raise InvalidArgumentError("keys and payloads differ in length")
     if not payloads:
         return []
-    if any(k is not None for k in keys):
-        logs = [await names.resolve(name, k) for k in keys]
-    else:  # records without keys: one log, the next in turn
-        logs = [await names.resolve(name, None)] * len(payloads)
+    # One look-up (and at most one read of the configuration) for the batch,
+    # then each key's partition; records without a key share the next log.
+    unkeyed = await names.resolve(name, None) if None in keys else None
+    r = names.range(name)
+    if r is None:
+        await names.resolve(name, b"")  # not known yet: read the configuration, or NOTFOUND
+        r = names.range(name)
+        assert r is not None
+    size = r.last - r.first + 1
+    logs = [unkeyed if k is None else r.first + partition_for_key(k, size) for k in keys]
     groups: dict[int, list[int]] = {}
     for i, log in enumerate(logs):
+        assert log is not None
         groups.setdefault(log, []).append(i)
     lsns = [0] * len(payloads)
 

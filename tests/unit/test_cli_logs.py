@@ -171,7 +171,8 @@ def test_named_ranges_through_the_cli(url: str, capsys: pytest.CaptureFixture[st
     code, _, err = run(capsys, "logs", "update", "payments", "--retention", "1d")
     assert code != 0
     assert "no log range is named 'payments'" in err
-    assert run(capsys, "logs", "update", "200", "--name", "audit")[0] == 0
+    assert run(capsys, "logs", "update", "200", "--name", "1st-audit")[0] == 0
+    assert run(capsys, "logs", "update", "1st-audit", "--name", "audit")[0] == 0
     assert run(capsys, "logs", "update", "orders", "--name", "")[0] == 0
     code, out, _ = run(capsys, "logs", "list", "--json")
     assert [r.get("name") for r in json.loads(out)] == [None, "audit"]
