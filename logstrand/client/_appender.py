@@ -2,7 +2,8 @@
 
 Routing: the client computes, like the nodes, which live node runs a log's
 sequencer (rendezvous hashing over the membership) and sends APPEND there.
-A REDIRECTED answer names the right node; connection loss, a sequencer that
+A REDIRECTED answer names the right node (followed at once, unless it leads
+back to a node that already sent the append away); connection loss, a sequencer that
 is moving (PREEMPTED, NOSEQUENCER, NOTREADY) or overload are retried with
 backoff until the append timeout.  What cannot succeed raises at once:
 NOTFOUND (unknown log), TOOBIG, BADPAYLOAD, NOKEY.
@@ -270,10 +271,12 @@ class Appender:
         backoff = 0.01
         last = "no attempt"
         producer = self._producers.get(log_id)
+        #: Nodes that sent this append elsewhere since the last pause.
+        redirected_by: set[int] = set()
         with trio.move_on_at(deadline):
             while True:
                 node = self._hint.get(log_id)
-                if node is None or node not in self.view.up or self.view.suspected(node):
+                if node is None or not self._routable(node):
                     node = self.view.sequencer_node(log_id)
                 if node is None:
                     last = "no live node can run the sequencer"
@@ -286,8 +289,7 @@ class Appender:
                             return reply.first_lsn
                         last = f"{status.name}: {reply.message}"
                         if status == Status.REDIRECTED and reply.redirect is not None:
-                            if self._hint.get(log_id) != reply.redirect:
-                                self._hint[log_id] = reply.redirect
+                            if self._follow(log_id, node, reply.redirect, redirected_by):
                                 continue
                         elif status == Status.NOTFOUND:
                             await self.view.refresh()
@@ -315,6 +317,23 @@ class Appender:
             f"append to log {log_id} timed out after {self.settings.append_timeout_s} s ({last})",
             Status.TIMEDOUT,
         )
+
+    def _follow(self, log_id: int, node: int, to: int, redirected_by: set[int]) -> bool:
+        """Whether to follow ``node``'s redirect to ``to`` at once: yes, unless
+        it leads back to a node that already sent this append away (nodes
+        whose views disagree, as about a node coming back from its hold-down,
+        would bounce it as fast as they answer); then the append waits, as
+        for any refusal.  The hint is kept either way."""
+        redirected_by.add(node)
+        self._hint[log_id] = to
+        if to not in redirected_by and self._routable(to):
+            return True
+        redirected_by.clear()
+        return False
+
+    def _routable(self, node: int) -> bool:
+        """Whether an append may go to ``node`` now (a hint is used only then)."""
+        return node in self.view.up and not self.view.suspected(node)
 
     async def _try(
         self, node: int, log_id: int, batch: PackedBatch
