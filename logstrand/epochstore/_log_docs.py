@@ -108,3 +108,37 @@ class LogDocs:
             return end.to_json()
 
         return EpochEnd.from_json(self._update(f"ends/{log_id}/{epoch}", change))
+
+    # -- Kafka offsets ----------------------------------------------------------------
+
+    def offset_bases(self, log_id: int) -> list[tuple[int, int]]:
+        """``(epoch, base)`` of the log, by epoch: the Kafka offset of ESN 1
+        of ``epoch`` and of every later epoch up to the next entry, whose
+        records have offsets ``base + esn - 1`` (``logstrand.kafka._offsets``).
+        Epoch 1 starts at offset 0 without an entry."""
+        _check_log(log_id)
+        doc = self._doc(f"offsets/{log_id}")
+        return [] if doc is None else [(int(e), int(b)) for e, b in doc]
+
+    def set_offset_base(self, log_id: int, epoch: int, base: int) -> int:
+        """Record that ``epoch`` starts at Kafka offset ``base``, unless its
+        base is recorded already: the first recovery to finish the epoch
+        before it decides it, and every later one decides the same.  Returns
+        the base in force."""
+        _check_log(log_id)
+        if epoch < 2 or base < 0:
+            raise InvalidArgumentError(f"log {log_id}: bad offset base {base} for epoch {epoch}")
+        found: list[int] = []
+
+        def change(doc: Any) -> Any:
+            entries = [(int(e), int(b)) for e, b in doc or []]
+            for e, b in entries:
+                if e == epoch:
+                    found.append(b)
+                    return doc
+            entries.append((epoch, base))
+            entries.sort()
+            return [list(x) for x in entries]
+
+        self._update(f"offsets/{log_id}", change)
+        return found[0] if found else base

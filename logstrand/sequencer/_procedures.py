@@ -45,6 +45,12 @@ Rules the procedures keep:
    as R nodes of the nodeset take its copies and an f-majority answers for
    its digest.  A failed attempt is retried after a pause that starts well
    under a second, and each attempt asks afresh which nodes are alive.
+8. Before epoch e is marked clean, where epoch e + 1's Kafka offsets start
+   is in the epoch store: e's base plus the ESNs below its bridge (the first
+   recovery to get there records it; any later one would decide the same
+   bridge).  Offsets are then dense within an epoch and across epochs, and
+   known for an epoch once the epochs before it are clean, which is also
+   when its records are released (``logstrand.kafka._offsets``).
 """
 
 from __future__ import annotations
@@ -101,8 +107,14 @@ RETRY_MAX_S = 1.0
 
 
 def _set_clean(log_id: int, epoch: int, producers: Producers, store: EpochStore) -> int:
-    """The producers up to ``epoch`` first, then ``epoch`` clean (rule 6)."""
+    """The producers up to ``epoch`` first, and where the next epoch's Kafka
+    offsets start, then ``epoch`` clean (rules 6 and 8)."""
     store.set_producer_snapshot(log_id, epoch, producers)
+    end = store.epoch_end(log_id, epoch)
+    if end is not None and end.bridge_esn > 1:
+        bases = store.offset_bases(log_id)
+        base = next((b for e, b in reversed(bases) if e <= epoch), 0)
+        store.set_offset_base(log_id, epoch + 1, base + end.bridge_esn - 1)
     return store.set_last_clean_epoch(log_id, epoch)
 
 

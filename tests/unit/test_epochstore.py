@@ -144,8 +144,22 @@ def test_epoch_ends_are_kept_and_the_highest_seal_wins(store: EpochStore) -> Non
         store.record_epoch_end(1, 7, EpochEnd(0, 1, 7))  # a recovery runs in a later epoch
 
 
+def test_kafka_offset_bases_are_kept_by_epoch_and_the_first_stands(store: EpochStore) -> None:
+    assert store.offset_bases(1) == []
+    assert store.set_offset_base(1, 4, 250) == 250
+    assert store.set_offset_base(1, 2, 100) == 100
+    # A later recovery of the same epoch does not move a base once recorded.
+    assert store.set_offset_base(1, 4, 260) == 250
+    assert store.offset_bases(1) == [(2, 100), (4, 250)]
+    assert store.offset_bases(2) == []
+    with pytest.raises(InvalidArgumentError):
+        store.set_offset_base(1, 1, 5)  # epoch 1 starts at 0, always
+
+
 def test_nodes_configuration_round_trip(store: EpochStore) -> None:
-    n1 = NodeConfig(1, "127.0.0.1:4441", "eu.dc1.r1", 2.0, ("storage",), 9101, "/data/1")
+    n1 = NodeConfig(
+        1, "127.0.0.1:4441", "eu.dc1.r1", 2.0, ("storage",), 9101, "/data/1", kafka="h1:9092"
+    )
     store.add_node(n1)
     store.add_node(NodeConfig(2, "127.0.0.1:4442"))
     assert store.node(1) == n1
