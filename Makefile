@@ -31,16 +31,17 @@ venv: $(STAMP)
 venv-test: $(TEST_STAMP)
 
 # ZooKeeper for the epoch store tests; Java for them and for Spark (tests/spark);
-# iptables for the partition tests (hosts in network namespaces, as root).
+# iptables for the partition tests (hosts in network namespaces, as root);
+# kcat for the Kafka front's tests.
 zookeeper:
 	@if [ -x /usr/share/zookeeper/bin/zkServer.sh ] && command -v java >/dev/null \
-	    && command -v iptables >/dev/null; then :; \
+	    && command -v iptables >/dev/null && command -v kcat >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \
-	  echo "installing the Debian packages zookeeper, default-jre-headless and iptables"; \
+	  echo "installing the Debian packages zookeeper, default-jre-headless, iptables and kcat"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-	    apt-get install -y -qq zookeeper default-jre-headless iptables >/dev/null; \
+	    apt-get install -y -qq zookeeper default-jre-headless iptables kcat >/dev/null; \
 	else \
-	  echo "warning: not root: install the Debian packages 'zookeeper', 'default-jre-headless' and 'iptables'"; \
+	  echo "warning: not root: install the Debian packages 'zookeeper', 'default-jre-headless', 'iptables' and 'kcat'"; \
 	fi
 
 run: venv

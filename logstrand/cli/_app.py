@@ -25,6 +25,7 @@ from ._append import append
 from ._cluster import dev_app
 from ._common import EXIT_FAILED, EXIT_USAGE, console, err_console
 from ._groups import groups_app
+from ._kafka import kafka_app
 from ._log_ops import compact, info, trim
 from ._logs import logs_app
 from ._node import node
@@ -61,6 +62,7 @@ app.add_typer(users_app, name="users")
 app.add_typer(acl_app, name="acl")
 app.add_typer(groups_app, name="groups")
 app.add_typer(tls_app, name="tls")
+app.add_typer(kafka_app, name="kafka")
 
 
 def _version(value: bool) -> None:

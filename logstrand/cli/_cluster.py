@@ -14,6 +14,7 @@ from ._common import (
     connect_client,
     console,
     duration_option,
+    fail,
 )
 
 if TYPE_CHECKING:
@@ -46,14 +47,34 @@ def dev_up(
             "as 'logstrand cluster set rebuild-grace'.",
         ),
     ] = None,
+    kafka: Annotated[
+        bool,
+        typer.Option(
+            "--kafka",
+            help="Every node serves the Kafka protocol too, creating topics when asked for "
+            "them; prints 'kafka bootstrap HOST:PORT,...' (docs/kafka.md).",
+        ),
+    ] = False,
 ) -> None:
     """Start a local cluster, print 'ready <url>', stop it on SIGINT/SIGTERM."""
     from ..testing import LocalCluster
 
+    if kafka and secure:
+        fail("--kafka with --secure: the Kafka front has no SASL yet (docs/kafka.md)")
     grace_ms = None if rebuild_grace is None else duration_option(rebuild_grace, "--rebuild-grace")
     cluster = LocalCluster(
-        directory, nodes=nodes, zookeeper=zookeeper, secure=secure, rebuild_grace_ms=grace_ms
+        directory,
+        nodes=nodes,
+        zookeeper=zookeeper,
+        secure=secure,
+        rebuild_grace_ms=grace_ms,
+        kafka=kafka,
     )
+    _serve_until_signalled(cluster, directory)
+
+
+def _serve_until_signalled(cluster: LocalCluster, directory: Path) -> None:
+    """Start ``cluster``, say how to reach it, and keep it until SIGINT/SIGTERM."""
     stop = False
 
     def on_signal(signum: int, frame: object) -> None:
@@ -64,13 +85,15 @@ def dev_up(
     signal.signal(signal.SIGINT, on_signal)
     try:
         cluster.start()
-        if secure:
+        if cluster.secure:
             tls = directory.absolute() / "tls"
             console.print(
                 f"TLS on; clients: LOGSTRAND_CA={tls / 'ca.pem'} "
                 f"LOGSTRAND_TOKEN_FILE={directory.absolute() / 'admin.token'}",
                 highlight=False,
             )
+        if cluster.kafka:
+            print(f"kafka bootstrap {cluster.kafka_bootstrap}", flush=True)
         print(f"ready {cluster.url}", flush=True)
         while not stop:
             for node_id in list(cluster.procs):

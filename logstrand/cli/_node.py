@@ -103,6 +103,35 @@ _OWN_OPTIONS = (
             "the configuration's metrics port; none when that is unset).",
         ),
     ),
+    keyword(
+        "kafka_port",
+        int | None,
+        None,
+        typer.Option(
+            min=1,
+            max=65535,
+            help="Serve the Kafka protocol on this port too (on the host the node "
+            "listens on), for Kafka clients and tools (docs/kafka.md).",
+        ),
+    ),
+    keyword(
+        "kafka_advertise",
+        str | None,
+        None,
+        typer.Option(
+            help="HOST:PORT Kafka clients are told (default: the node's host and --kafka-port)."
+        ),
+    ),
+    keyword(
+        "kafka_auto_create",
+        bool,
+        False,
+        typer.Option(
+            "--kafka-auto-create",
+            help="Create a topic (one partition) when a Kafka client asks for one that "
+            "does not exist.",
+        ),
+    ),
     keyword("log_level", str, "info", typer.Option(help="debug, info, warning or error.")),
     keyword("log_format", str, "text", typer.Option(help="text, or json: one JSON object a line.")),
     keyword(
@@ -264,6 +293,12 @@ def _build(params: dict[str, Any]) -> Callable[[str, TlsFiles | None], Node]:
     addresses = {
         name: host_port(params[name], f"--{name}") for name in ("listen", "advertise", "metrics")
     }
+    kafka = _kafka(params)
+    if kafka is not None and params["tls_cert"]:
+        fail(
+            "--kafka-port on a node with TLS: the Kafka front has no SASL yet, and would "
+            "let any Kafka client in (docs/kafka.md)"
+        )
     if len([x for x in (params[f"tls_{n}"] for n in ("cert", "key", "ca")) if x]) not in (0, 3):
         fail("TLS needs all three of --tls-cert, --tls-key and --tls-ca")
     options = NodeOptions(
@@ -287,10 +322,28 @@ def _build(params: dict[str, Any]) -> Callable[[str, TlsFiles | None], Node]:
             metrics=addresses["metrics"],
             options=attrs.evolve(options, tls=tls),
             logsdb_options=LogsDBOptions(partition_duration_ms=partition_ms),
-            extensions=(Cleaner(cleaner), GroupsMonitor(monitor, LazyClient)),
+            extensions=(Cleaner(cleaner), GroupsMonitor(monitor, LazyClient))
+            + (() if kafka is None else (kafka,)),
+            kafka=None if kafka is None else kafka.address(),
         )
 
     return make
+
+
+def _kafka(params: dict[str, Any]) -> Any:
+    """The node's Kafka front (None without --kafka-port)."""
+    port = params["kafka_port"]
+    if port is None:
+        if params["kafka_advertise"] is not None or params["kafka_auto_create"]:
+            fail("--kafka-advertise and --kafka-auto-create need --kafka-port")
+        return None
+    if params["kafka_advertise"] is not None:
+        host_port(params["kafka_advertise"], "--kafka-advertise")
+    from ..kafka._node_front import NodeKafkaFront, NodeKafkaOptions
+
+    return NodeKafkaFront(
+        NodeKafkaOptions(port, params["kafka_advertise"], params["kafka_auto_create"])
+    )
 
 
 def _tls(cert: str | None, key: str | None, ca: str | None) -> TlsFiles | None:

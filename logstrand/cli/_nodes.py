@@ -328,6 +328,8 @@ def _status_row(
     return {
         "node_id": node_id,
         "address": f"{cfg.host}:{cfg.port}",
+        #: Its Kafka front's address (``--kafka-port``), or None.
+        "kafka": cfg.kafka,
         "location": cfg.location,
         "state": _state(st is not None, node_id in alive, st),
         "clock_offset_ms": m.clock_offset_ms if m else None,

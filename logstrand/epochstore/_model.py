@@ -69,12 +69,16 @@ class NodeConfig:
     roles: tuple[str, ...] = ("storage", "sequencer")
     metrics_port: int | None = None
     data_dir: str = ""
+    #: host:port of its Kafka listener (``--kafka-port``), for Kafka clients.
+    kafka: str | None = None
 
     def __attrs_post_init__(self) -> None:
         if type(self.node_id) is not int or not NODE_ID_MIN <= self.node_id <= NODE_ID_MAX:
             _fail(f"bad node id {self.node_id!r}: {NODE_ID_MIN} to {NODE_ID_MAX}")
         if not _ADDRESS_RE.match(self.address) or not 0 < int(self.address.rsplit(":")[1]) < 65536:
             _fail(f"bad node address {self.address!r}: use host:port")
+        if self.kafka is not None and not _ADDRESS_RE.match(self.kafka):
+            _fail(f"bad Kafka address {self.kafka!r}: use host:port")
         if self.location and len(self.location.split(".")) > len(SCOPES) - 1:
             _fail(f"bad location {self.location!r}: at most region.dc.rack")
         if not 0 <= self.weight <= 1e6:
@@ -109,6 +113,7 @@ class NodeConfig:
             "roles": list(self.roles),
             "metrics_port": self.metrics_port,
             "data_dir": self.data_dir,
+            "kafka": self.kafka,
         }
 
     @classmethod
@@ -121,6 +126,7 @@ class NodeConfig:
             tuple(d.get("roles", ROLES)),
             d.get("metrics_port"),
             d.get("data_dir", ""),
+            d.get("kafka"),
         )
 
 

@@ -98,8 +98,12 @@ class Node:
         listen: tuple[str, int] | None = None,
         advertise: str | None = None,
         metrics: tuple[str, int] | None = None,
+        kafka: str | None = None,
     ) -> None:
         self.url = url
+        #: The address of the node's Kafka front (an extension serves it), or
+        #: None; ``:PORT`` for that port on the host in the configuration.
+        self.kafka = kafka
         #: Where to listen (None: the address in the cluster configuration),
         #: the address to put there at start, and where /metrics is served.
         self.listen = listen
@@ -185,13 +189,17 @@ class Node:
             unwatch()
 
     async def _advertise(self, cfg: NodeConfig) -> NodeConfig:
-        """Put ``--advertise`` (and the port of ``--metrics``) in the cluster
-        configuration when they differ from it."""
+        """Put ``--advertise`` (and the port of ``--metrics``, and the Kafka
+        front's address or its absence) in the cluster configuration when
+        they differ from it."""
         metrics_port = self.metrics_at[1] if self.metrics_at else cfg.metrics_port
         address = self.advertise or cfg.address
-        if (address, metrics_port) == (cfg.address, cfg.metrics_port):
+        kafka = self.kafka
+        if kafka is not None and kafka.startswith(":"):
+            kafka = address.rsplit(":", 1)[0] + kafka
+        if (address, metrics_port, kafka) == (cfg.address, cfg.metrics_port, cfg.kafka):
             return cfg
-        new = attrs.evolve(cfg, address=address, metrics_port=metrics_port)
+        new = attrs.evolve(cfg, address=address, metrics_port=metrics_port, kafka=kafka)
         await self.view.astore.run(lambda s: s.update_node(new))
         if address == cfg.address and not cfg.metrics_port:
             # The first start with --metrics: a port recorded, nothing changed.

@@ -39,8 +39,13 @@ class LocalCluster(Harness):
         secure: bool = False,
         rebuild_grace_ms: int | None = None,
         clock_offsets: dict[int, int] | None = None,
+        kafka: bool = False,
     ) -> None:
         super().__init__()
+        #: Each node serves the Kafka protocol too (``--kafka-port``, topics
+        #: created when asked for): ``kafka_bootstrap`` lists them.
+        self.kafka = kafka
+        self.kafka_ports: dict[int, int] = {}
         self.directory = Path(directory).absolute()
         #: TLS on every connection, node certificates, and an ``admin`` user
         #: whose token is in ``DIR/admin.token`` (docs/security.md).
@@ -143,7 +148,18 @@ class LocalCluster(Harness):
         launcher = ["logstrand"] if offset is None else ["logstrand.testing._skew", str(offset)]
         argv = [sys.executable, "-m", *launcher, "node", "--url", self.url, "--id", str(node_id)]
         argv += [*self._tls_args(node_id), *self.node_args]
+        if self.kafka:
+            if node_id not in self.kafka_ports:
+                taken = {n.port for n in self.nodes.values()} | set(self.kafka_ports.values())
+                taken |= {n.metrics_port for n in self.nodes.values() if n.metrics_port}
+                self.kafka_ports[node_id] = next(p for p in iter(free_port, 0) if p not in taken)
+            argv += ["--kafka-port", str(self.kafka_ports[node_id]), "--kafka-auto-create"]
         self.processes[node_id] = Process(argv, logs / f"node{node_id}.log")
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """``host:port,...`` of the nodes' Kafka fronts (``kafka=True``)."""
+        return ",".join(f"127.0.0.1:{p}" for _, p in sorted(self.kafka_ports.items()))
 
     def _tls_args(self, node_id: int) -> list[str]:
         if not self.secure:

@@ -327,21 +327,32 @@ def test_sequencer_node_killed_appends_resume_in_a_higher_epoch(tmp_path: Path) 
 
 
 def test_dev_up_prints_ready_and_stops_its_nodes(tmp_path: Path) -> None:
+    """With --kafka, also the Kafka bootstrap line, and every node a broker."""
+    argv = ["dev", "up", "--nodes", "2", "--dir", str(tmp_path), "--kafka"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "logstrand", "dev", "up", "--nodes", "2", "--dir", str(tmp_path)],
-        stdout=subprocess.PIPE,
-        text=True,
+        [sys.executable, "-m", "logstrand", *argv], stdout=subprocess.PIPE, text=True
     )
     try:
         assert proc.stdout is not None
+        kafka = proc.stdout.readline().strip()
+        assert kafka.startswith("kafka bootstrap 127.0.0.1:")
         line = proc.stdout.readline().strip()
         assert line.startswith("ready sqlite://")
         url = line.split(" ", 1)[1]
         with open_epoch_store(url) as store:
             assert len(store.alive_nodes()) == 2
-            store.create_logs(1, 1, LogAttributes(replication_factor=2))
+            store.create_logs(1, 1, LogAttributes(replication_factor=2), name="hi")
         with logstrand.connect(url) as client:
             assert client.append(1, b"hi") > 0
+        bootstrap = kafka.split(" ")[2]
+        assert len(bootstrap.split(",")) == 2
+        out = subprocess.run(
+            ["kcat", "-b", bootstrap, "-C", "-t", "hi", "-e", "-f", "%o %s\n"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (out.returncode, out.stdout) == (0, "0 hi\n"), out.stderr
         proc.terminate()
         assert proc.wait(timeout=30) == 0
         assert proc.stdout.read().strip().endswith("stopped")

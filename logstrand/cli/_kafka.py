@@ -1,0 +1,75 @@
+"""``logstrand kafka serve``: a Kafka front of its own, outside the nodes."""
+
+from __future__ import annotations
+
+import signal
+from typing import Annotated
+
+import typer
+
+from ._common import UrlOption, console, fail, require_url
+from ._node_setup import host_port
+
+kafka_app = typer.Typer(help="Serve the Kafka protocol (docs/kafka.md).", no_args_is_help=True)
+
+
+@kafka_app.command("serve")
+def serve(
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port to listen on.")],
+    url: UrlOption = None,
+    host: Annotated[
+        str, typer.Option("--host", help="Address to listen on (127.0.0.1: this machine only).")
+    ] = "127.0.0.1",
+    advertise: Annotated[
+        str | None,
+        typer.Option(help="HOST:PORT Kafka clients are told (default: --host and the port)."),
+    ] = None,
+    broker_id: Annotated[
+        int, typer.Option("--broker-id", min=0, help="The broker id clients see.")
+    ] = 0,
+    auto_create: Annotated[
+        bool,
+        typer.Option(
+            "--auto-create", help="Create a topic (one partition) when a client asks for it."
+        ),
+    ] = False,
+) -> None:
+    """Serve the Kafka protocol for the cluster at --url until SIGINT/SIGTERM:
+    one broker that answers for every topic, through the client library, with
+    the credentials of --token/--ca (or LOGSTRAND_TOKEN/LOGSTRAND_CA).  Prints
+    'kafka bootstrap HOST:PORT' once it listens."""
+    import trio
+
+    from ..kafka import run_front
+    from ..security import credentials_from_env
+
+    told = host_port(advertise, "--advertise")
+    cluster = require_url(url)
+    credentials = credentials_from_env()
+
+    async def main() -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with trio.open_nursery() as nursery:
+
+                async def front(task_status: trio.TaskStatus[tuple[str, int]]) -> None:
+                    await run_front(
+                        cluster,
+                        host,
+                        port,
+                        advertise=told,
+                        broker_id=broker_id,
+                        auto_create=auto_create,
+                        credentials=credentials,
+                        task_status=task_status,
+                    )
+
+                try:
+                    addr = await nursery.start(front)
+                except OSError as exc:
+                    fail(f"cannot listen on {host}:{port}: {exc}", 1)
+                console.print(f"kafka bootstrap {addr[0]}:{addr[1]}", highlight=False)
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+                    break
+
+    trio.run(main)

@@ -1,0 +1,317 @@
+"""The front's data plane: Produce, Fetch, ListOffsets.
+
+Produce appends each partition's records with one ``append_batch`` (the
+partitions of a request in parallel) and answers with the Kafka offset of
+the first (``_offsets``).  acks=1 and acks=all are the same here: an append
+is acknowledged once R copies are stored, which is what acks=all asks.
+acks=0 gets no answer, as in Kafka.
+
+Fetch reads from the LSN that a fetch offset maps to, up to the log's tail,
+and returns the records as uncompressed RecordBatch v2 batches, each record
+with the log's own time (the sequencer's timestamp, the one retention and
+``find_time`` use; the batches say CreateTime, since with LogAppendTime Kafka
+clients would give all records of a batch its newest time).  Gaps are stepped over: HOLE, BRIDGE and
+COMPACTED are not records; DATALOSS is logged and counted.  With nothing to
+return it polls the tail until ``max_wait_ms`` (a long poll).
+
+Not yet: record headers and the producer's CreateTime (a batch with headers
+is refused with INVALID_RECORD rather than stored without them), idempotent
+and transactional producers, message sets older than v2.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ..errors import InvalidArgumentError, LogstrandError, NotFoundError
+from ..types import Gap, GapType, Record, lsn_epoch
+from ._codec import KafkaDecodeError
+from ._errors import KafkaError
+from ._offsets import OffsetMap
+from ._records import UnsupportedCodec, decode_batches, encode_batch
+
+if TYPE_CHECKING:
+    from ..client import AsyncClient
+    from ..epochstore import LogRange
+    from ._protocol import Request
+
+_log = logging.getLogger("logstrand.kafka")
+
+#: Records per batch a Fetch answer carries.
+FETCH_BATCH_RECORDS = 1000
+#: How long a fetch with nothing to return waits between looks at the tail.
+POLL_S = (0.005, 0.05)
+#: Offset maps kept (one per log read or written lately).
+MAPS_MAX = 100_000
+#: A topic this front does not know sends it to the epoch store at most this often.
+LOOKUP_S = 0.2
+
+
+class DataPlane:
+    def __init__(self, client: AsyncClient, topics: Any) -> None:
+        self.client = client
+        self.topics = topics
+        self._maps: dict[int, OffsetMap] = {}
+        self._looked_up = -1e9
+        self.dataloss = 0
+
+    # -- offsets ------------------------------------------------------------------
+
+    async def offsets(self, log_id: int, epoch: int, wait_s: float = 0.0) -> OffsetMap | None:
+        """The log's offset map, with ``epoch`` known (waiting up to ``wait_s``
+        for the epochs before it to be recovered); None if it is not."""
+        m = self._maps.get(log_id)
+        deadline = time.monotonic() + wait_s
+        pause = 0.005
+        while m is None or not m.known(epoch):
+            astore = self.client.view.astore
+            bases, clean = await astore.run(
+                lambda s: (s.offset_bases(log_id), s.last_clean_epoch(log_id))
+            )
+            m = OffsetMap(tuple(bases), clean)
+            if len(self._maps) >= MAPS_MAX:
+                self._maps.clear()
+            self._maps[log_id] = m
+            if m.known(epoch):
+                break
+            if time.monotonic() + pause > deadline:
+                return None
+            await trio.sleep(pause)
+            pause = min(pause * 2, 0.2)
+        return m
+
+    async def _partition(self, name: str, index: int) -> tuple[LogRange | None, int]:
+        """The range of topic ``name`` and the log of its partition ``index``.
+        A topic this front does not know is looked up again in the epoch
+        store (at most every ``LOOKUP_S``): another front or the CLI may
+        have made it since this one's view last read the configuration."""
+        r = self.topics().get(name)
+        if r is None and trio.current_time() > self._looked_up + LOOKUP_S:
+            self._looked_up = trio.current_time()
+            await self.client.view.refresh()
+            r = self.topics().get(name)
+        if r is None or not 0 <= index <= r.last - r.first:
+            return None, 0
+        return r, r.first + index
+
+    # -- Produce ------------------------------------------------------------------
+
+    async def produce(self, request: Request) -> dict[str, Any] | None:
+        body = request.body
+        timeout_s = max(body["timeout_ms"], 1) / 1000
+        out = []
+        async with trio.open_nursery() as nursery:
+            for t in body["topic_data"]:
+                rows: list[dict[str, Any]] = []
+                out.append({"name": t["name"], "partition_responses": rows})
+                for p in t["partition_data"]:
+                    row: dict[str, Any] = {"index": p["index"], "error_code": 0, "base_offset": -1}
+                    rows.append(row)
+                    if body["transactional_id"] is not None:
+                        row["error_code"] = KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                        row["error_message"] = "transactions are not supported yet"
+                        continue
+                    nursery.start_soon(self._produce_one, t["name"], p, row, timeout_s)
+        if body["acks"] == 0:
+            return None
+        return {"responses": out, "throttle_time_ms": 0}
+
+    async def _produce_one(
+        self, name: str, p: dict[str, Any], row: dict[str, Any], timeout_s: float
+    ) -> None:
+        r, log_id = await self._partition(name, p["index"])
+        if r is None:
+            row["error_code"] = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+            return
+        try:
+            batches = decode_batches(p["records"] or b"")
+        except UnsupportedCodec as exc:
+            row.update(error_code=KafkaError.UNSUPPORTED_COMPRESSION_TYPE, error_message=str(exc))
+            return
+        except KafkaDecodeError as exc:
+            row.update(error_code=KafkaError.CORRUPT_MESSAGE, error_message=str(exc))
+            return
+        records = [rec for b in batches for rec in b.records]
+        problem = _refused(batches)
+        if problem is not None:
+            row.update(error_code=KafkaError.INVALID_RECORD, error_message=problem)
+            return
+        if not records:
+            return
+        try:
+            lsns = await self.client.append_batch(
+                log_id, [rec.value for rec in records], keys=[rec.key for rec in records]
+            )
+        except InvalidArgumentError as exc:
+            row.update(error_code=KafkaError.INVALID_RECORD, error_message=str(exc))
+            return
+        except LogstrandError as exc:
+            row.update(error_code=KafkaError.REQUEST_TIMED_OUT, error_message=str(exc))
+            return
+        first = lsns[0]
+        m = await self.offsets(log_id, lsn_epoch(first), wait_s=timeout_s)
+        if m is None:
+            row.update(
+                error_code=KafkaError.REQUEST_TIMED_OUT,
+                error_message="stored, but the log's earlier epochs are still being recovered",
+            )
+            return
+        row["base_offset"] = m.offset(first)
+
+    # -- ListOffsets ----------------------------------------------------------------
+
+    async def bounds(self, log_id: int) -> tuple[int, int, OffsetMap]:
+        """The log's start offset, high watermark and offset map."""
+        tail = await self.client.tail_lsn(log_id)
+        trim = await self.client.trim_point(log_id)
+        m = await self.offsets(log_id, max(lsn_epoch(tail), lsn_epoch(trim)), wait_s=5.0)
+        if m is None:
+            raise LogstrandError(f"log {log_id}: earlier epochs are still being recovered")
+        start = m.offset(trim) + 1 if trim > 0 else 0
+        return start, max(start, m.next_offset(tail)), m
+
+    async def list_offsets(self, request: Request) -> dict[str, Any]:
+        out = []
+        for t in request.body["topics"]:
+            rows = []
+            for p in t["partitions"]:
+                rows.append(await self._list_one(t["name"], p, request.version))
+            out.append({"name": t["name"], "partitions": rows})
+        return {"throttle_time_ms": 0, "topics": out}
+
+    async def _list_one(self, name: str, p: dict[str, Any], version: int) -> dict[str, Any]:
+        row: dict[str, Any] = {"partition_index": p["partition_index"], "error_code": 0}
+        r, log_id = await self._partition(name, p["partition_index"])
+        if r is None:
+            row["error_code"] = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+            return row
+        try:
+            start, end, m = await self.bounds(log_id)
+            ts = p["timestamp"]
+            if ts == -2:  # earliest
+                offset = start
+            elif ts < 0:  # latest (-1), and the newest record's time (-3) as latest
+                offset = end
+            else:
+                lsn = await self.client.find_time(log_id, ts)
+                epoch = lsn_epoch(lsn)
+                known = await self.offsets(log_id, epoch, wait_s=5.0)
+                offset = min(end, max(start, (known or m).offset(lsn)))
+        except NotFoundError:
+            row["error_code"] = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+            return row
+        except LogstrandError as exc:
+            _log.warning("kafka: ListOffsets %s[%d]: %s", name, p["partition_index"], exc)
+            row["error_code"] = KafkaError.REQUEST_TIMED_OUT
+            return row
+        row.update(timestamp=-1, offset=offset)
+        if version == 0:
+            row["old_style_offsets"] = [offset]
+        return row
+
+    # -- Fetch ----------------------------------------------------------------------
+
+    async def fetch(self, request: Request) -> dict[str, Any]:
+        body = request.body
+        deadline = trio.current_time() + max(0, body["max_wait_ms"]) / 1000
+        budget = [max(1, body["max_bytes"])]
+        asked = [(t["topic"], p) for t in body["topics"] for p in t["partitions"]]
+        pause = POLL_S[0]
+        while True:
+            results = [await self._fetch_one(name, p, budget) for name, p in asked]
+            got = sum(len(res.get("records") or b"") for _, res in results)
+            if got >= max(1, body["min_bytes"]) or trio.current_time() + pause > deadline:
+                break
+            if any(res["error_code"] for _, res in results):
+                break
+            await trio.sleep(pause)
+            pause = min(pause * 2, POLL_S[1])
+            budget = [max(1, body["max_bytes"])]
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for name, res in results:
+            by_topic.setdefault(name, []).append(res)
+        return {
+            "throttle_time_ms": 0,
+            "error_code": 0,
+            "session_id": 0,
+            "responses": [{"topic": n, "partitions": rows} for n, rows in by_topic.items()],
+        }
+
+    async def _fetch_one(
+        self, name: str, p: dict[str, Any], budget: list[int]
+    ) -> tuple[str, dict[str, Any]]:
+        row: dict[str, Any] = {
+            "partition_index": p["partition"],
+            "error_code": 0,
+            "high_watermark": -1,
+            # Empty, not null: librdkafka takes a null record set as malformed.
+            "records": b"",
+        }
+        r, log_id = await self._partition(name, p["partition"])
+        if r is None:
+            row["error_code"] = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+            return name, row
+        try:
+            start, end, m = await self.bounds(log_id)
+        except LogstrandError as exc:
+            _log.warning("kafka: Fetch %s[%d]: %s", name, p["partition"], exc)
+            row["error_code"] = KafkaError.REQUEST_TIMED_OUT
+            return name, row
+        row.update(high_watermark=end, last_stable_offset=end, log_start_offset=start)
+        offset = p["fetch_offset"]
+        if not start <= offset <= end:
+            row["error_code"] = KafkaError.OFFSET_OUT_OF_RANGE
+            return name, row
+        if offset < end and budget[0] > 0:
+            limit = min(budget[0], max(1, p["partition_max_bytes"]))
+            data = await self._read(log_id, m, offset, limit)
+            budget[0] -= len(data)
+            row["records"] = data
+        return name, row
+
+    async def _read(self, log_id: int, m: OffsetMap, offset: int, limit: int) -> bytes:
+        """Batches of records from ``offset``, about ``limit`` bytes (at least
+        one record, as Kafka returns a first batch larger than the limit)."""
+        out = bytearray()
+        rows: list[tuple[int, int, bytes | None, bytes | None, tuple[()]]] = []
+        size = 0
+        async with self.client.read(log_id, m.lsn_at(offset)) as reader:
+            async for item in reader:
+                if isinstance(item, Gap):
+                    if item.type == GapType.DATALOSS:
+                        self.dataloss += 1
+                        _log.warning("kafka: log %d: records lost (%s), skipped", log_id, item)
+                    continue
+                assert isinstance(item, Record)
+                if not m.known(lsn_epoch(item.lsn)):
+                    known = await self.offsets(log_id, lsn_epoch(item.lsn))
+                    assert known is not None
+                    m = known
+                at = m.offset(item.lsn)
+                if at < offset:
+                    continue
+                rows.append((at, item.timestamp, item.key, item.payload, ()))
+                size += len(item.payload or b"") + len(item.key or b"") + 16
+                if len(rows) >= FETCH_BATCH_RECORDS:
+                    out += encode_batch(rows[0][0], rows)
+                    rows = []
+                if size >= limit:
+                    break
+        if rows:
+            out += encode_batch(rows[0][0], rows)
+        return bytes(out)
+
+
+def _refused(batches: list[Any]) -> str | None:
+    for b in batches:
+        if b.transactional or b.control:
+            return "transactional batches are not supported yet"
+        if b.producer_id >= 0:
+            return "idempotent producers are not supported yet (enable.idempotence=false)"
+        if any(rec.headers for rec in b.records):
+            return "record headers are not kept yet: send records without headers"
+    return None

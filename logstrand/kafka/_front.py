@@ -1,0 +1,378 @@
+"""The Kafka front: Kafka requests answered with logstrand's client library.
+
+Theory of operation
+-------------------
+The front holds nothing a node cannot lose: every answer comes from the
+cluster through an ``AsyncClient`` (appends, reads, the epoch store's
+configuration), so a front runs in every node (``--kafka-port``) or alone
+(``logstrand kafka serve``), and any front can answer for any topic.
+
+Brokers are fronts.  In a node, the brokers a Metadata answer lists are the
+live nodes that serve the Kafka protocol, with their node ids as broker
+ids, and the leader of a partition is the node that runs its log's
+sequencer (so a producer's batches go to the node that sequences them); a
+front alone is the one broker and leads everything.
+
+Topics are named log ranges (``_topics``).  This module routes each API to
+its handler; handlers answer every request they are given, with a Kafka
+error code per topic or partition for what cannot be done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ..epochstore import LogAttributes
+from ..epochstore._model import check_range_name
+from ..errors import ExistsError, InvalidArgumentError, LogstrandError, NotFoundError
+from ..placement import select_nodeset
+from ._data import DataPlane
+from ._errors import KafkaError
+from ._protocol import API_VERSIONS, UnsupportedRequest, encode_response
+from ._topics import ConfigError, apply_configs, free_firsts, topic_id
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from ..client import AsyncClient
+    from ..epochstore import EpochStore, LogRange
+    from ._protocol import Request
+
+_log = logging.getLogger("logstrand.kafka")
+
+#: Partitions of a topic made by Metadata's auto-creation (Kafka's num.partitions).
+AUTO_PARTITIONS = 1
+#: Partitions one CreateTopics may ask for.
+PARTITIONS_MAX = 10_000
+#: Log ids topics are allocated below.
+TOPIC_IDS_TOP = 1 << 40
+
+
+class KafkaFront:
+    """Answers Kafka requests (see the module docstring)."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        *,
+        broker_id: int,
+        advertise: tuple[str, int],
+        standalone: bool,
+        auto_create: bool = False,
+    ) -> None:
+        self.client = client
+        self.view = client.view
+        self.broker_id = broker_id
+        self.advertise = advertise
+        self.standalone = standalone
+        self.auto_create = auto_create
+        self.data = DataPlane(client, self.topics)
+        self._handlers: dict[int, Callable[[Request], Awaitable[dict[str, Any] | None]]] = {
+            0: self.data.produce,
+            1: self.data.fetch,
+            2: self.data.list_offsets,
+            API_VERSIONS: self._api_versions,
+            3: self._metadata,
+            19: self._create_topics,
+            20: self._delete_topics,
+        }
+        #: API key -> the versions served.
+        self.served: dict[int, tuple[int, int]] = {
+            0: (3, 11),
+            1: (4, 12),
+            2: (0, 7),
+            API_VERSIONS: (0, 3),
+            3: (0, 12),
+            19: (0, 7),
+            20: (0, 6),
+        }
+        self._creating = trio.Lock()
+        self._brokers_read = self._ranges_read = -1e9
+
+    async def handle(self, request: Request) -> bytes | None:
+        body = await self._handlers[request.api_key](request)
+        if body is None:
+            return None
+        return encode_response(request.api_key, request.version, request.correlation_id, body)
+
+    def unsupported(self, exc: UnsupportedRequest) -> bytes | None:
+        """ApiVersions at a version this front does not know is answered at
+        v0 with UNSUPPORTED_VERSION and the versions it does (KIP-511); any
+        other API is not, and the connection closes."""
+        if exc.api_key != API_VERSIONS:
+            return None
+        return encode_response(
+            API_VERSIONS,
+            0,
+            exc.correlation_id,
+            {"error_code": KafkaError.UNSUPPORTED_VERSION, "api_keys": self._api_keys()},
+        )
+
+    def _api_keys(self) -> list[dict[str, int]]:
+        return [
+            {"api_key": key, "min_version": lo, "max_version": hi}
+            for key, (lo, hi) in sorted(self.served.items())
+        ]
+
+    async def _api_versions(self, request: Request) -> dict[str, Any]:
+        return {"error_code": 0, "api_keys": self._api_keys(), "throttle_time_ms": 0}
+
+    # -- brokers and topics ------------------------------------------------------------
+
+    def brokers(self) -> dict[int, tuple[str, int]]:
+        """Broker id -> Kafka address of every front clients may use now."""
+        out: dict[int, tuple[str, int]] = {}
+        if not self.standalone:
+            up = self.view.up
+            for n in self.view.nodes.values():
+                if n.kafka and n.node_id in up:
+                    host, port = n.kafka.rsplit(":", 1)
+                    out[n.node_id] = (host, int(port))
+        out[self.broker_id] = self.advertise
+        return out
+
+    async def _fresh_brokers(self) -> dict[int, tuple[str, int]]:
+        """``brokers``, after reading the configuration again (at most once
+        a second) when a live node has no Kafka address in it: a node that
+        just started wrote its address after this front last read it."""
+        brokers = self.brokers()
+        if self.standalone or trio.current_time() < self._brokers_read + 1.0:
+            return brokers
+        if any(n not in brokers for n in self.view.up if self.view.nodes.get(n)):
+            self._brokers_read = trio.current_time()
+            await self.view.refresh()
+            brokers = self.brokers()
+        return brokers
+
+    def leader(self, log_id: int, brokers: dict[int, tuple[str, int]]) -> int:
+        node = None if self.standalone else self.view.sequencer_node(log_id)
+        return node if node is not None and node in brokers else self.broker_id
+
+    def replicas(self, r: LogRange, log_id: int, leader: int, brokers: dict[int, Any]) -> list[int]:
+        if self.standalone:
+            return [leader]
+        a = r.attributes
+        nodeset = select_nodeset(
+            log_id,
+            self.view.storage_weights(),
+            self.view.domains(a.replicate_across),
+            size=a.nodeset_size,
+            replication=a.replication_factor,
+        )
+        return [leader] + [n for n in nodeset if n in brokers and n != leader]
+
+    def topics(self) -> dict[str, LogRange]:
+        return {r.name: r for r in self.view.ranges if r.name is not None}
+
+    async def _metadata(self, request: Request) -> dict[str, Any]:
+        body, version = request.body, request.version
+        asked = body["topics"]
+        every = asked is None or (version == 0 and not asked)
+        if every and trio.current_time() > self._ranges_read + 0.5:
+            # Ranges named since the view last read them are listed too (a
+            # tool that lists topics right after `logs create --name`).
+            self._ranges_read = trio.current_time()
+            await self.view.refresh()
+        named = self.topics()
+        if every:
+            names = sorted(named)
+        else:
+            names = [t["name"] for t in asked if t["name"] is not None]
+        auto = self.auto_create and (version < 4 or body["allow_auto_topic_creation"])
+        missing = [n for n in names if n not in named]
+        if missing:
+            await self.view.refresh()
+            named = self.topics()
+            missing = [n for n in names if n not in named]
+        if missing and auto:
+            for name in missing:
+                await self._auto_create(name)
+            named = self.topics()
+        brokers = await self._fresh_brokers()
+        return {
+            "throttle_time_ms": 0,
+            "brokers": [
+                {"node_id": b, "host": h, "port": p, "rack": None}
+                for b, (h, p) in sorted(brokers.items())
+            ],
+            "cluster_id": self.view.cluster,
+            "controller_id": min(brokers),
+            "topics": [self._topic_metadata(n, named.get(n), brokers) for n in names],
+        }
+
+    def _topic_metadata(
+        self, name: str, r: LogRange | None, brokers: dict[int, tuple[str, int]]
+    ) -> dict[str, Any]:
+        if r is None:
+            return {
+                "error_code": KafkaError.UNKNOWN_TOPIC_OR_PARTITION,
+                "name": name,
+                "partitions": [],
+            }
+        partitions = []
+        for i, log_id in enumerate(range(r.first, r.last + 1)):
+            leader = self.leader(log_id, brokers)
+            replicas = self.replicas(r, log_id, leader, brokers)
+            partitions.append(
+                {
+                    "error_code": 0,
+                    "partition_index": i,
+                    "leader_id": leader,
+                    "leader_epoch": -1,
+                    "replica_nodes": replicas,
+                    "isr_nodes": replicas,
+                    "offline_replicas": [],
+                }
+            )
+        return {
+            "error_code": 0,
+            "name": name,
+            "topic_id": topic_id(self.view.cluster, r),
+            "is_internal": False,
+            "partitions": partitions,
+        }
+
+    async def _auto_create(self, name: str) -> None:
+        try:
+            check_range_name(name)
+            attributes = LogAttributes(replication_factor=self._r())
+            await self.create_topic(name, AUTO_PARTITIONS, attributes)
+        except (LogstrandError, ValueError) as exc:
+            _log.warning("kafka: cannot create topic %r: %s", name, exc)
+
+    def _r(self) -> int:
+        storage = [n for n in self.view.nodes.values() if "storage" in n.roles]
+        return max(1, min(LogAttributes().replication_factor, len(storage)))
+
+    async def create_topic(self, name: str, partitions: int, attributes: LogAttributes) -> LogRange:
+        """A new range named ``name`` of ``partitions`` logs never used before.
+
+        Raises ExistsError when the name is taken."""
+        astore = self.view.astore
+        async with self._creating:
+            while True:
+                ranges = await astore.log_ranges()
+                if any(r.name == name for r in ranges):
+                    raise ExistsError(f"topic {name!r} already exists")
+                first = await self._virgin_first(ranges, partitions)
+                make = functools.partial(
+                    _create, first=first, last=first + partitions - 1, a=attributes, name=name
+                )
+                try:
+                    made = await astore.run(make)
+                except ExistsError:
+                    continue  # another front took it meanwhile: look again
+                await self.view.refresh()
+                return made
+
+    async def _virgin_first(self, ranges: list[LogRange], count: int) -> int:
+        """The lowest free run of ``count`` log ids that no epoch was ever
+        taken in (a range removed keeps its logs' epochs, and a topic must
+        start empty)."""
+        astore = self.view.astore
+        for first in free_firsts(ranges, count, TOPIC_IDS_TOP):
+            ids = list(range(first, first + count))
+            epochs = await astore.log_epochs_many(ids)
+            if all(epochs[i].next_epoch == 1 for i in ids):
+                return first
+        raise InvalidArgumentError("no free run of log ids for the topic")
+
+    async def _create_topics(self, request: Request) -> dict[str, Any]:
+        body = request.body
+        out = []
+        for t in body["topics"]:
+            out.append(await self._create_one(t, bool(body["validate_only"])))
+        return {"throttle_time_ms": 0, "topics": out}
+
+    async def _create_one(self, t: dict[str, Any], validate_only: bool) -> dict[str, Any]:
+        name = t["name"]
+
+        def error(code: KafkaError, message: str) -> dict[str, Any]:
+            return {"name": name, "error_code": code, "error_message": message}
+
+        partitions = AUTO_PARTITIONS if t["num_partitions"] == -1 else t["num_partitions"]
+        r = self._r() if t["replication_factor"] == -1 else t["replication_factor"]
+        try:
+            check_range_name(name)
+        except InvalidArgumentError as exc:
+            return error(KafkaError.INVALID_TOPIC_EXCEPTION, str(exc))
+        if t["assignments"]:
+            return error(
+                KafkaError.INVALID_REPLICA_ASSIGNMENT,
+                "logstrand places every record itself: no replica assignment",
+            )
+        if not 1 <= partitions <= PARTITIONS_MAX:
+            return error(KafkaError.INVALID_PARTITIONS, f"partitions: 1 to {PARTITIONS_MAX}")
+        try:
+            attributes = apply_configs(
+                LogAttributes(replication_factor=r) if 1 <= r <= 15 else LogAttributes(),
+                [(c["name"], c["value"]) for c in t["configs"]],
+            )
+        except ConfigError as exc:
+            return error(KafkaError.INVALID_CONFIG, str(exc))
+        if not 1 <= r <= 15 or r > len(self.view.storage_weights()):
+            return error(
+                KafkaError.INVALID_REPLICATION_FACTOR,
+                f"replication factor {r}: 1 to the number of storage nodes",
+            )
+        if validate_only:
+            if name in self.topics():
+                return error(KafkaError.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+            made = None
+        else:
+            try:
+                made = await self.create_topic(name, partitions, attributes)
+            except ExistsError as exc:
+                return error(KafkaError.TOPIC_ALREADY_EXISTS, str(exc))
+            except LogstrandError as exc:
+                return error(KafkaError.INVALID_REQUEST, str(exc))
+        return {
+            "name": name,
+            "topic_id": topic_id(self.view.cluster, made) if made else bytes(16),
+            "error_code": 0,
+            "num_partitions": partitions,
+            "replication_factor": r,
+        }
+
+    async def _delete_topics(self, request: Request) -> dict[str, Any]:
+        body = request.body
+        if request.version >= 6:
+            asked = [(t["name"], t["topic_id"]) for t in body["topics"]]
+        else:
+            asked = [(n, bytes(16)) for n in body["topic_names"]]
+        await self.view.refresh()
+        named = self.topics()
+        by_id = {topic_id(self.view.cluster, r): r for r in named.values()}
+        out = []
+        for name, tid in asked:
+            r = named.get(name) if name is not None else by_id.get(tid)
+            row: dict[str, Any] = {"name": name, "topic_id": tid, "error_code": 0}
+            if r is None:
+                row["error_code"] = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                try:
+                    await self.delete_topic(r)
+                except LogstrandError as exc:
+                    row["error_code"] = KafkaError.UNKNOWN_SERVER_ERROR
+                    row["error_message"] = str(exc)
+            out.append(row)
+        return {"throttle_time_ms": 0, "responses": out}
+
+    async def delete_topic(self, r: LogRange) -> None:
+        """Trim every log of the range to its tail, then remove the range."""
+        tails = await self.client.tail_lsns(list(range(r.first, r.last + 1)))
+        for log_id, tail in tails.items():
+            if tail > 0:
+                await self.client.trim(log_id, tail)
+        with contextlib.suppress(NotFoundError):  # another front removed it meanwhile
+            await self.view.astore.run(lambda s: s.remove_logs(r.first, r.last))
+        await self.view.refresh()
+
+
+def _create(store: EpochStore, *, first: int, last: int, a: LogAttributes, name: str) -> LogRange:
+    return store.create_logs(first, last, a, name=name)

@@ -1,0 +1,84 @@
+"""A node's own Kafka front (``logstrand node --kafka-port PORT``).
+
+The front runs in the node's process beside its parts, as a client of the
+cluster like any other (it holds nothing the node would have to keep), and
+the node's Kafka address goes into its entry of the cluster configuration
+(``NodeConfig.kafka``) so that every front lists it among the brokers.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Protocol
+
+import attrs
+import trio
+
+from ._front import KafkaFront
+from ._server import serve_kafka
+
+if TYPE_CHECKING:
+    from ..rpc import ClusterView
+    from ..security import Credentials
+
+_log = logging.getLogger("logstrand.kafka")
+
+
+class KafkaHost(Protocol):
+    """What the front needs of the node that runs it."""
+
+    url: str
+    node_id: int
+    view: ClusterView
+    credentials: Credentials | None
+    listen: tuple[str, int] | None
+
+
+@attrs.frozen
+class NodeKafkaOptions:
+    port: int
+    #: host:port Kafka clients are told (default: the node's host and ``port``).
+    #: The node puts it in its configuration at start (``NodeConfig.kafka``).
+    advertise: str | None = None
+    auto_create: bool = False
+
+
+class NodeKafkaFront:
+    """A node extension (``storage.NodeExtension``) serving the Kafka protocol
+    on ``options.port`` of the host the node listens on; the node records
+    its address (``Node(kafka=...)``) before it starts its extensions."""
+
+    def __init__(self, options: NodeKafkaOptions) -> None:
+        self.options = options
+
+    def address(self) -> str:
+        """What the node records (``Node(kafka=...)``): ``:PORT`` means its own host."""
+        return self.options.advertise or f":{self.options.port}"
+
+    async def run(
+        self, host: KafkaHost, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        from ..client import open_client
+
+        cfg = host.view.nodes[host.node_id]
+        bind = host.listen[0] if host.listen else cfg.host
+        where = cfg.kafka or f"{cfg.host}:{self.options.port}"
+        h, p = where.rsplit(":", 1)
+        async with open_client(host.url, credentials=host.credentials) as client:
+            front = KafkaFront(
+                client,
+                broker_id=host.node_id,
+                advertise=(h, int(p)),
+                standalone=False,
+                auto_create=self.options.auto_create,
+            )
+            async with trio.open_nursery() as nursery:
+                await nursery.start(serve_kafka, front, bind, self.options.port)
+                _log.info(
+                    "node %d: Kafka front on %s:%d (as %s)",
+                    host.node_id,
+                    bind,
+                    self.options.port,
+                    where,
+                )
+                task_status.started()

@@ -1,0 +1,162 @@
+"""Kafka requests and responses as frames: headers, versions, the APIs served.
+
+A Kafka frame is a 4-byte big-endian size and then the message.  A request
+starts with a header (API key, version, correlation id, client id; v2 adds
+tagged fields and is used with the API's flexible versions), a response
+with the correlation id (v1 adds tagged fields), except that ApiVersions
+answers with header v0 always, so a client that asked with a version the
+broker does not know can still read the answer.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import struct
+from importlib import resources
+from typing import Any
+
+import attrs
+
+from ._codec import Decoder, Encoder, KafkaDecodeError, compile_struct
+
+API_VERSIONS = 18
+_HEAD = struct.Struct(">hhi")
+_SIZE = struct.Struct(">i")
+
+
+@functools.cache
+def _specs() -> dict[str, Any]:
+    text = resources.files("logstrand.kafka").joinpath("specs.json").read_text()
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
+
+
+def api_name(api_key: int) -> str:
+    spec = _specs()["apis"].get(str(api_key))
+    return "unknown" if spec is None else spec["request"]["name"].removesuffix("Request")
+
+
+def known_versions(api_key: int) -> tuple[int, int] | None:
+    """The versions Kafka's schemas define for an API (None: not one we know)."""
+    spec = _specs()["apis"].get(str(api_key))
+    if spec is None:
+        return None
+    lo, hi = spec["request"]["valid"]
+    return lo, hi
+
+
+def _flexible(spec: dict[str, Any], version: int) -> bool:
+    rng = spec["flexible"]
+    return rng is not None and rng[0] <= version <= rng[1]
+
+
+@functools.cache
+def _body(api_key: int, kind: str, version: int) -> tuple[Decoder, Encoder]:
+    spec = _specs()["apis"][str(api_key)][kind]
+    return compile_struct(spec["fields"], version, _flexible(spec, version))
+
+
+@functools.cache
+def _header(kind: str, version: int) -> tuple[Decoder, Encoder]:
+    spec = _specs()["header"][kind]
+    return compile_struct(spec["fields"], version, _flexible(spec, version))
+
+
+def request_header_version(api_key: int, version: int) -> int:
+    spec = _specs()["apis"][str(api_key)]["request"]
+    return 2 if _flexible(spec, version) else 1
+
+
+def response_header_version(api_key: int, version: int) -> int:
+    if api_key == API_VERSIONS:
+        return 0
+    spec = _specs()["apis"][str(api_key)]["response"]
+    return 1 if _flexible(spec, version) else 0
+
+
+@attrs.frozen
+class Request:
+    api_key: int
+    version: int
+    correlation_id: int
+    client_id: str | None
+    body: dict[str, Any]
+
+
+class UnsupportedRequest(Exception):
+    """A well-formed header naming an API or version this front does not serve."""
+
+    def __init__(self, api_key: int, version: int, correlation_id: int) -> None:
+        super().__init__(f"{api_name(api_key)} (key {api_key}) v{version} is not served")
+        self.api_key = api_key
+        self.version = version
+        self.correlation_id = correlation_id
+
+
+def peek_header(frame: bytes) -> tuple[int, int, int]:
+    """API key, version and correlation id: the first 8 bytes of every request."""
+    if len(frame) < _HEAD.size:
+        raise KafkaDecodeError("request shorter than its header")
+    key, version, correlation = _HEAD.unpack_from(frame)
+    return key, version, correlation
+
+
+def decode_request(frame: bytes, served: dict[int, tuple[int, int]]) -> Request:
+    """One request (the frame without its size)."""
+    api_key, version, correlation = peek_header(frame)
+    span = served.get(api_key)
+    if span is None or not span[0] <= version <= span[1]:
+        raise UnsupportedRequest(api_key, version, correlation)
+    head_dec, _ = _header("request", request_header_version(api_key, version))
+    header, pos = head_dec(frame, 0)
+    body_dec, _ = _body(api_key, "request", version)
+    body, _ = body_dec(frame, pos)
+    # Bytes after the request are ignored, as Kafka's brokers ignore them:
+    # librdkafka 2.x leaves three after a Metadata v12 request for every topic.
+    return Request(api_key, version, correlation, header["client_id"], body)
+
+
+def encode_response(api_key: int, version: int, correlation_id: int, body: dict[str, Any]) -> bytes:
+    """One response, with its size first."""
+    out = bytearray(4)
+    _, head_enc = _header("response", response_header_version(api_key, version))
+    head_enc({"correlation_id": correlation_id}, out)
+    _, body_enc = _body(api_key, "response", version)
+    body_enc(body, out)
+    _SIZE.pack_into(out, 0, len(out) - 4)
+    return bytes(out)
+
+
+# -- the other side, for tests and the codec bench ---------------------------------------
+
+
+def encode_request(
+    api_key: int, version: int, correlation_id: int, body: dict[str, Any], client_id: str = "t"
+) -> bytes:
+    out = bytearray(4)
+    _, head_enc = _header("request", request_header_version(api_key, version))
+    head_enc(
+        {
+            "request_api_key": api_key,
+            "request_api_version": version,
+            "correlation_id": correlation_id,
+            "client_id": client_id,
+        },
+        out,
+    )
+    _, body_enc = _body(api_key, "request", version)
+    body_enc(body, out)
+    _SIZE.pack_into(out, 0, len(out) - 4)
+    return bytes(out)
+
+
+def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, dict[str, Any]]:
+    """Correlation id and body of a response (the frame without its size)."""
+    head_dec, _ = _header("response", response_header_version(api_key, version))
+    header, pos = head_dec(frame, 0)
+    body_dec, _ = _body(api_key, "response", version)
+    body, pos = body_dec(frame, pos)
+    if pos != len(frame):
+        raise KafkaDecodeError(f"{len(frame) - pos} bytes left after the response")
+    return header["correlation_id"], body

@@ -1,0 +1,237 @@
+"""Kafka's RecordBatch v2 (magic 2): decoding what producers send, encoding
+what consumers fetch.  Pure.
+
+A batch is a 61-byte header (base offset, length, leader epoch, magic, a
+CRC-32C of everything after the CRC, attributes, last offset delta, first
+and max timestamps, producer id, epoch and base sequence, record count) and
+then its records, compressed as a whole when the attributes say so.  Each
+record is varint-framed: attributes, timestamp and offset deltas, key,
+value and headers.
+
+Producers' batches are checked (magic, length, CRC, count) before anything
+of them is stored: a batch that does not check out is CORRUPT_MESSAGE and
+nothing of its request's partition is appended.
+"""
+
+from __future__ import annotations
+
+import gzip
+import struct
+from typing import Any
+
+import attrs
+import google_crc32c
+
+from ._codec import KafkaDecodeError, read_varint, write_varint
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_BYTES = _HEADER.size  # 61
+#: Where the CRC's span starts: after base offset, length, leader epoch, magic, crc.
+_CRC_FROM = 21
+_LENGTH_FROM = 12  # batch length counts from the leader epoch on
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_LOG_APPEND = 0x08
+TRANSACTIONAL = 0x10
+CONTROL = 0x20
+CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+
+
+class UnsupportedCodec(KafkaDecodeError):
+    pass
+
+
+@attrs.frozen
+class KafkaRecord:
+    offset_delta: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+@attrs.frozen
+class KafkaBatch:
+    base_offset: int
+    attributes: int
+    last_offset_delta: int
+    first_timestamp_ms: int
+    max_timestamp_ms: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records: tuple[KafkaRecord, ...]
+
+    @property
+    def codec(self) -> str:
+        return CODECS.get(self.attributes & COMPRESSION_MASK, "unknown")
+
+    @property
+    def transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL)
+
+    @property
+    def control(self) -> bool:
+        return bool(self.attributes & CONTROL)
+
+
+def _decompress(codec: int, data: bytes) -> bytes:
+    if codec == 0:
+        return data
+    try:
+        if codec == 1:
+            return gzip.decompress(data)
+        if codec == 3:
+            import lz4.frame
+
+            out: bytes = lz4.frame.decompress(data)
+            return out
+        if codec == 4:
+            import zstandard
+
+            return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+        if codec == 2:
+            return _snappy(data)
+    except UnsupportedCodec:
+        raise
+    except Exception as exc:
+        name = CODECS.get(codec, codec)
+        raise KafkaDecodeError(f"{name} data does not decompress: {exc}") from exc
+    raise UnsupportedCodec(f"compression codec {codec} is not Kafka's")
+
+
+def _snappy(data: bytes) -> bytes:
+    try:
+        import cramjam
+    except ImportError as exc:
+        raise UnsupportedCodec("snappy needs the cramjam package on the front") from exc
+    # Kafka's Java clients frame snappy the way xerial's library does.
+    if data[:8] == b"\x82SNAPPY\x00":
+        out = bytearray()
+        pos = 16
+        while pos + 4 <= len(data):
+            (n,) = struct.unpack_from(">i", data, pos)
+            out += bytes(cramjam.snappy.decompress_raw(data[pos + 4 : pos + 4 + n]))
+            pos += 4 + n
+        return bytes(out)
+    return bytes(cramjam.snappy.decompress_raw(data))
+
+
+def _bytes_field(buf: bytes, pos: int) -> tuple[bytes | None, int]:
+    n, pos = read_varint(buf, pos)
+    if n < 0:
+        return None, pos
+    if pos + n > len(buf):
+        raise KafkaDecodeError("record field runs past the batch")
+    return bytes(buf[pos : pos + n]), pos + n
+
+
+def _record(buf: bytes, pos: int, first_ts: int) -> tuple[KafkaRecord, int]:
+    size, pos = read_varint(buf, pos)
+    end = pos + size
+    if size < 0 or end > len(buf):
+        raise KafkaDecodeError("record runs past the batch")
+    pos += 1  # attributes: unused
+    ts_delta, pos = read_varint(buf, pos)
+    offset_delta, pos = read_varint(buf, pos)
+    key, pos = _bytes_field(buf, pos)
+    value, pos = _bytes_field(buf, pos)
+    count, pos = read_varint(buf, pos)
+    if count < 0 or count > end - pos:
+        raise KafkaDecodeError(f"record with {count} headers")
+    headers = []
+    for _ in range(count):
+        hkey, pos = _bytes_field(buf, pos)
+        hvalue, pos = _bytes_field(buf, pos)
+        if hkey is None:
+            raise KafkaDecodeError("header without a key")
+        try:
+            headers.append((hkey.decode(), hvalue))
+        except UnicodeDecodeError as exc:
+            raise KafkaDecodeError("header key is not UTF-8") from exc
+    if pos != end:
+        raise KafkaDecodeError("record length does not match its fields")
+    return KafkaRecord(offset_delta, first_ts + ts_delta, key, value, tuple(headers)), end
+
+
+def decode_batches(data: bytes) -> list[KafkaBatch]:
+    """Every batch of a Produce request's records (magic 2 only), checked.
+
+    Raises KafkaDecodeError (UnsupportedCodec for a codec it cannot read)."""
+    out = []
+    pos = 0
+    while pos < len(data):
+        if pos + HEADER_BYTES > len(data):
+            raise KafkaDecodeError("truncated record batch header")
+        (base, length, _leader_epoch, magic, crc, attributes, last_delta, first_ts, max_ts, pid,
+         pepoch, base_seq, count) = _HEADER.unpack_from(data, pos)  # fmt: skip
+        end = pos + _LENGTH_FROM + length
+        if magic != 2:
+            raise KafkaDecodeError(f"record batch magic {magic}: only v2 batches are taken")
+        if length < HEADER_BYTES - _LENGTH_FROM or end > len(data):
+            raise KafkaDecodeError("record batch length runs past the request")
+        if google_crc32c.value(data[pos + _CRC_FROM : end]) != crc:
+            raise KafkaDecodeError("record batch CRC does not match")
+        body = _decompress(attributes & COMPRESSION_MASK, data[pos + HEADER_BYTES : end])
+        records = []
+        rpos = 0
+        if count < 0 or count > len(body):
+            raise KafkaDecodeError(f"record batch of {count} records in {len(body)} bytes")
+        for _ in range(count):
+            rec, rpos = _record(body, rpos, first_ts)
+            records.append(rec)
+        if rpos != len(body):
+            raise KafkaDecodeError("record batch has bytes after its records")
+        fields = (base, attributes, last_delta, first_ts, max_ts, pid, pepoch, base_seq)
+        out.append(KafkaBatch(*fields, records=tuple(records)))
+        pos = end
+    return out
+
+
+def _put_bytes(value: bytes | None, out: bytearray) -> None:
+    if value is None:
+        write_varint(-1, out)
+    else:
+        write_varint(len(value), out)
+        out += value
+
+
+def encode_batch(
+    base_offset: int,
+    records: list[tuple[int, int, bytes | None, bytes | None, Any]],
+    *,
+    log_append_time: bool = False,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+) -> bytes:
+    """One uncompressed batch of ``(offset, timestamp_ms, key, value, headers)``
+    (offsets ascending from ``base_offset``, gaps allowed).  Its timestamps
+    are of type CreateTime unless ``log_append_time``: with LogAppendTime,
+    Kafka clients give every record the batch's newest timestamp."""
+    first_ts = min(r[1] for r in records)
+    max_ts = max(r[1] for r in records)
+    body = bytearray()
+    rec = bytearray()
+    for offset, ts, key, value, headers in records:
+        rec.clear()
+        rec.append(0)
+        write_varint(ts - first_ts, rec)
+        write_varint(offset - base_offset, rec)
+        _put_bytes(key, rec)
+        _put_bytes(value, rec)
+        write_varint(len(headers), rec)
+        for hk, hv in headers:
+            _put_bytes(hk.encode(), rec)
+            _put_bytes(hv, rec)
+        write_varint(len(rec), body)
+        body += rec
+    attributes = TIMESTAMP_LOG_APPEND if log_append_time else 0
+    head = _HEADER.pack(
+        base_offset, HEADER_BYTES - _LENGTH_FROM + len(body), -1, 2, 0, attributes,
+        records[-1][0] - base_offset, first_ts, max_ts, producer_id, producer_epoch,
+        base_sequence, len(records),
+    )  # fmt: skip
+    batch = bytearray(head) + body
+    struct.pack_into(">I", batch, 17, google_crc32c.value(bytes(batch[_CRC_FROM:])))
+    return bytes(batch)

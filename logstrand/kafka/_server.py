@@ -1,0 +1,194 @@
+"""The Kafka front's listener: frames in, answers out in order.  A thin trio shell.
+
+Rules
+-----
+1. A frame is a 4-byte size and the request.  A size over ``frame_max`` or
+   below the 8 bytes of a header, bytes that do not decode, or an API the
+   front does not serve end the connection (Kafka brokers do the same) and
+   are logged; nothing else is touched and the node goes on.
+2. Clients pipeline: librdkafka keeps up to five Produce requests out per
+   connection, and answers must come back in the order asked.  Each
+   request runs in its own task as it arrives (at most ``in_flight_max`` per
+   connection; reading waits beyond that), and a writer sends the answers
+   in request order as each is ready.
+3. A request with acks=0 gets no answer (``Front.handle`` returns None).
+4. A peer that stops reading holds only its own connection: answers wait in
+   a bounded queue, and a peer that has not read for ``write_stall_s``
+   while answers wait is cut off.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections import deque
+from typing import TYPE_CHECKING, Any, Protocol
+
+import attrs
+import trio
+
+from ._codec import KafkaDecodeError
+from ._protocol import API_VERSIONS, UnsupportedRequest, decode_request, peek_header
+
+if TYPE_CHECKING:
+    from ._protocol import Request
+
+_log = logging.getLogger("logstrand.kafka")
+_SIZE = struct.Struct(">i")
+
+
+class Front(Protocol):
+    """What the listener serves (``KafkaFront``)."""
+
+    served: dict[int, tuple[int, int]]
+
+    async def handle(self, request: Request) -> bytes | None: ...
+
+    def unsupported(self, exc: UnsupportedRequest) -> bytes | None: ...
+
+
+@attrs.frozen
+class Limits:
+    #: The largest request taken (Kafka's socket.request.max.bytes is 100 MiB).
+    frame_max: int = 100 * 1024 * 1024
+    in_flight_max: int = 32
+    #: A connection whose answers wait this long unread is closed.
+    write_stall_s: float = 60.0
+    #: A connection that sends nothing for this long is closed (Kafka's
+    #: connections.max.idle.ms is 10 minutes).
+    idle_s: float = 600.0
+
+
+class _Connection:
+    def __init__(self, stream: trio.abc.Stream, front: Front, limits: Limits, peer: str) -> None:
+        self.stream = stream
+        self.front = front
+        self.limits = limits
+        self.peer = peer
+        self.slots = trio.Semaphore(limits.in_flight_max)
+        #: Answers in request order: each an event and, once set, the bytes.
+        self.order: deque[list[Any]] = deque()
+        self.ready = trio.Event()
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._writer)
+            try:
+                await self._reader(nursery)
+            finally:
+                nursery.cancel_scope.cancel()
+
+    async def _read_exactly(self, n: int, buf: bytearray) -> bool:
+        while len(buf) < n:
+            with trio.move_on_after(self.limits.idle_s) as scope:
+                chunk = await self.stream.receive_some(max(65536, n - len(buf)))
+            if scope.cancelled_caught or not chunk:
+                return False
+            buf += chunk
+        return True
+
+    async def _reader(self, nursery: trio.Nursery) -> None:
+        buf = bytearray()
+        while True:
+            if not await self._read_exactly(4, buf):
+                return
+            (size,) = _SIZE.unpack_from(buf)
+            if not 8 <= size <= self.limits.frame_max:
+                _log.warning("kafka: %s sent a frame of %d bytes; closing", self.peer, size)
+                return
+            if not await self._read_exactly(4 + size, buf):
+                return
+            frame = bytes(buf[4 : 4 + size])
+            del buf[: 4 + size]
+            await self.slots.acquire()
+            slot: list[Any] = [trio.Event(), None]
+            self.order.append(slot)
+            try:
+                request = decode_request(frame, self.front.served)
+            except UnsupportedRequest as exc:
+                answer = self.front.unsupported(exc)
+                if answer is None:
+                    _log.warning("kafka: %s: %s; closing", self.peer, exc)
+                    return
+                self._finish(slot, answer)
+                continue
+            except KafkaDecodeError as exc:
+                key, version, _ = peek_header(frame)
+                _log.warning(
+                    "kafka: %s sent a bad request (%d v%d): %s; it starts %s",
+                    self.peer,
+                    key,
+                    version,
+                    exc,
+                    frame[:256].hex(),
+                )
+                return
+            nursery.start_soon(self._answer, request, slot)
+
+    async def _answer(self, request: Request, slot: list[Any]) -> None:
+        try:
+            answer = await self.front.handle(request)
+        except Exception:
+            _log.exception("kafka: %s: %s v%d failed", self.peer, request.api_key, request.version)
+            answer = b""  # nothing sent; the connection is closed below
+            slot.append("failed")
+        self._finish(slot, answer)
+
+    def _finish(self, slot: list[Any], answer: bytes | None) -> None:
+        slot[1] = answer
+        slot[0].set()
+        self.ready.set()
+
+    async def _writer(self) -> None:
+        while True:
+            while not (self.order and self.order[0][0].is_set()):
+                self.ready = trio.Event()
+                await self.ready.wait()
+            out = []
+            while self.order and self.order[0][0].is_set():
+                slot = self.order.popleft()
+                self.slots.release()
+                if len(slot) > 2:  # the handler failed: what follows cannot be answered
+                    return
+                if slot[1] is not None:
+                    out.append(slot[1])
+            if out:
+                with trio.move_on_after(self.limits.write_stall_s) as scope:
+                    await self.stream.send_all(b"".join(out))
+                if scope.cancelled_caught:
+                    _log.warning("kafka: %s has not read its answers; closing", self.peer)
+                    return
+
+
+async def serve_kafka(
+    front: Front,
+    host: str,
+    port: int,
+    limits: Limits | None = None,
+    *,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``front`` on ``host:port`` until cancelled; started with the port bound."""
+    lim = limits or Limits()
+    listeners = await trio.open_tcp_listeners(port, host=host)
+
+    async def one(stream: trio.SocketStream) -> None:
+        try:
+            host, port = stream.socket.getpeername()[:2]
+            peer = f"{host}:{port}"
+        except OSError:
+            return
+        try:
+            await _Connection(stream, front, lim, peer).run()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    bound = listeners[0].socket.getsockname()[1]
+    async with trio.open_nursery() as nursery:
+        task_status.started(bound)
+        await trio.serve_listeners(one, listeners, handler_nursery=nursery)
+
+
+__all__ = ["API_VERSIONS", "Front", "Limits", "serve_kafka"]

@@ -1,0 +1,128 @@
+"""Kafka topics as named log ranges: ids, configs, free ranges.  Pure.
+
+Topic ``orders`` partition *i* is log ``first + i`` of the range named
+``orders``.  A topic's configs are the range's attributes under Kafka's
+names (``TOPIC_CONFIGS``); a config logstrand has no attribute for is
+refused with INVALID_CONFIG rather than taken and ignored.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ..epochstore._model import LogAttributes
+from ..errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
+    from ..epochstore._model import LogRange
+
+_NAMESPACE = uuid.UUID("5b0a5f1e-3a52-4f59-9d0c-6c6f6773747a")
+
+
+def topic_id(cluster: str, r: LogRange) -> bytes:
+    """A topic's id: the same for the same range, new when it is made again."""
+    return uuid.uuid5(_NAMESPACE, f"{cluster}/{r.name}/{r.first}").bytes
+
+
+class ConfigError(ValueError):
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(f"{name}: {message}")
+        self.name = name
+
+
+def _or(value: int | None, none: str) -> str:
+    return none if value is None else str(value)
+
+
+def _ms(value: str) -> int | None:
+    n = int(value)
+    return None if n < 0 else n
+
+
+def _positive_or_none(value: str) -> int | None:
+    n = int(value)
+    return None if n < 0 else n
+
+
+def _policy(value: str) -> str:
+    parts = sorted(p.strip() for p in value.split(","))
+    if parts == ["compact", "delete"]:
+        return "compact,delete"
+    if len(parts) != 1 or parts[0] not in ("compact", "delete"):
+        raise ValueError("delete, compact or both")
+    return parts[0]
+
+
+def _codec(value: str) -> str:
+    # Kafka's producer/uncompressed mean "as the producer sent it": batches
+    # are kept as they come either way.
+    if value in ("producer", "uncompressed", "none"):
+        return "none"
+    if value in ("lz4", "zstd"):
+        return value
+    raise ValueError("logstrand keeps batches as producer, none, lz4 or zstd")
+
+
+#: Kafka config name -> (attribute, parse, render).
+TOPIC_CONFIGS: dict[str, tuple[str, Any, Any]] = {
+    "retention.ms": ("retention_ms", _ms, lambda v: _or(v, "-1")),
+    "retention.bytes": ("retention_bytes", _positive_or_none, lambda v: _or(v, "-1")),
+    "cleanup.policy": ("cleanup_policy", _policy, str),
+    "delete.retention.ms": ("delete_retention_ms", int, str),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", int, str),
+    "max.compaction.lag.ms": (
+        "max_compaction_lag_ms",
+        _positive_or_none,
+        lambda v: _or(v, "9223372036854775807"),
+    ),
+    "min.cleanable.dirty.ratio": ("min_cleanable_ratio", float, str),
+    "compression.type": ("compression", _codec, lambda v: "producer" if v == "none" else v),
+}
+
+
+def apply_configs(base: LogAttributes, configs: Iterable[tuple[str, str | None]]) -> LogAttributes:
+    """``base`` with Kafka topic configs applied (None: back to the default)."""
+    changes: dict[str, Any] = {}
+    default = LogAttributes()
+    for name, value in configs:
+        known = TOPIC_CONFIGS.get(name)
+        if known is None:
+            raise ConfigError(name, "not a topic config logstrand has")
+        attr, parse, _ = known
+        if value is None:
+            changes[attr] = getattr(default, attr)
+            continue
+        try:
+            changes[attr] = parse(value)
+        except ValueError as exc:
+            raise ConfigError(name, f"bad value {value!r}: {exc}") from exc
+    try:
+        return attrs.evolve(base, **changes)
+    except (InvalidArgumentError, ValueError, TypeError) as exc:
+        raise ConfigError(", ".join(n for n, _ in configs), str(exc)) from exc
+
+
+def describe_configs(attributes: LogAttributes) -> list[tuple[str, str, bool]]:
+    """(name, value, is default) of every topic config, as Kafka names them."""
+    default = LogAttributes()
+    out = []
+    for name, (attr, _, render) in sorted(TOPIC_CONFIGS.items()):
+        value = getattr(attributes, attr)
+        out.append((name, render(value), value == getattr(default, attr)))
+    return out
+
+
+def free_firsts(ranges: Iterable[LogRange], count: int, top: int) -> Iterator[int]:
+    """First ids of runs of ``count`` ids in no range, lowest first, below ``top``."""
+    taken = sorted((r.first, r.last) for r in ranges if r.first >= 1)
+    at = 1
+    for first, last in [*taken, (top + 1, top + 1)]:
+        while at + count - 1 < first:
+            yield at
+            at += count
+        at = max(at, last + 1)

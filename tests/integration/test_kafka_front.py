@@ -1,0 +1,272 @@
+"""The Kafka front driven by real Kafka clients: librdkafka (confluent-kafka),
+kafka-python and kcat, against real node processes that each serve it
+(``logstrand node --kafka-port``).  Nothing here uses the front's codec."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+import logstrand
+from logstrand import Record
+from logstrand.epochstore import LogAttributes, open_epoch_store
+from logstrand.testing import LocalCluster
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with LocalCluster(tmp_path_factory.mktemp("kafka") / "c", nodes=3, kafka=True) as c:
+        yield c
+
+
+def _consume(bootstrap: str, parts: list[TopicPartition], count: int) -> list[tuple]:
+    """(partition, offset, key, value) of ``count`` messages from ``parts``."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "t", "enable.auto.commit": False}
+    )
+    try:
+        consumer.assign(parts)
+        got: list[tuple] = []
+        deadline = time.monotonic() + 30
+        while len(got) < count and time.monotonic() < deadline:
+            m = consumer.poll(0.2)
+            if m is None:
+                continue
+            assert m.error() is None, m.error()
+            got.append((m.partition(), m.offset(), m.key(), m.value()))
+        return got
+    finally:
+        consumer.close()
+
+
+def test_kcat_lists_the_nodes_as_brokers_and_named_ranges_as_topics(cluster: LocalCluster) -> None:
+    with open_epoch_store(cluster.url) as store:
+        store.create_logs(900, 903, LogAttributes(replication_factor=2), name="listed")
+    out = subprocess.run(
+        ["kcat", "-b", cluster.kafka_bootstrap, "-L", "-J"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    meta = json.loads(out.stdout)
+    assert sorted(b["id"] for b in meta["brokers"]) == [1, 2, 3]
+    topic = next(t for t in meta["topics"] if t["topic"] == "listed")
+    assert [p["partition"] for p in topic["partitions"]] == [0, 1, 2, 3]
+    with logstrand.connect(cluster.url) as client:
+        for p in topic["partitions"]:
+            # The leader is the node that runs the partition's log's sequencer.
+            assert p["leader"] == client.sequencer_node(900 + p["partition"])
+
+
+def test_kcat_produces_from_a_pipe_and_consumes_keys_and_values(cluster: LocalCluster) -> None:
+    lines = "".join(f"k{i}:value {i}\n" for i in range(50))
+    subprocess.run(
+        ["kcat", "-b", cluster.kafka_bootstrap, "-P", "-t", "piped", "-K:", "-p", "0"],
+        input=lines,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    out = subprocess.run(
+        ["kcat", "-b", cluster.kafka_bootstrap, "-C", "-t", "piped", "-e", "-f", "%o %k %s\n"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert out.stdout.splitlines() == [f"{i} k{i} value {i}" for i in range(50)]
+
+
+def test_admin_creates_describes_and_deletes_topics(cluster: LocalCluster) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    made = admin.create_topics(
+        [NewTopic("orders", 3, 2, config={"cleanup.policy": "compact", "retention.ms": "3600000"})]
+    )
+    made["orders"].result(30)
+    with pytest.raises(Exception, match="already exists"):
+        admin.create_topics([NewTopic("orders", 1, 2)])["orders"].result(30)
+    bad = admin.create_topics([NewTopic("bad-config", 1, 2, config={"segment.ms": "1"})])
+    with pytest.raises(Exception, match=r"segment\.ms"):
+        bad["bad-config"].result(30)
+    with open_epoch_store(cluster.url) as store:
+        r = store.log_range_named("orders")
+    assert r.last - r.first == 2
+    assert r.attributes.cleanup_policy == "compact"
+    assert r.attributes.retention_ms == 3_600_000
+    listed = admin.list_topics(timeout=30).topics
+    assert len(listed["orders"].partitions) == 3
+    producer = Producer({"bootstrap.servers": cluster.kafka_bootstrap})
+    for p in range(3):
+        producer.produce("orders", key=b"k", value=b"before", partition=p)
+    assert producer.flush(30) == 0
+    admin.delete_topics(["orders"])["orders"].result(30)
+    with open_epoch_store(cluster.url) as store:
+        assert all(x.name != "orders" for x in store.log_ranges())
+    # Made again, it starts empty, on logs no epoch was ever taken in.
+    admin.create_topics([NewTopic("orders", 1, 2)])["orders"].result(30)
+    with open_epoch_store(cluster.url) as store:
+        again = store.log_range_named("orders")
+    assert again.first > r.last
+    # Every front serves the new range once its view has read it (within
+    # its refresh, 2 s): the topic's watermarks are then those of empty logs.
+    consumer = Consumer({"bootstrap.servers": cluster.kafka_bootstrap, "group.id": "t"})
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            marks = consumer.get_watermark_offsets(TopicPartition("orders", 0), timeout=30)
+            if marks == (0, 0) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    finally:
+        consumer.close()
+    assert marks == (0, 0)
+
+
+def test_offsets_stay_dense_across_a_sequencer_kill(cluster: LocalCluster) -> None:
+    """librdkafka produces with keys, the sequencer's node is killed, it
+    produces more: every message once, in order, offsets 0..n-1 with no jump
+    at the new epoch, and logstrand's own reader sees the same records."""
+    bootstrap = cluster.kafka_bootstrap
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 2})
+    for i in range(200):
+        producer.produce("failover", key=b"k%d" % i, value=b"v%d" % i)
+    assert producer.flush(30) == 0
+    with logstrand.connect(cluster.url) as client:
+        log = client.log_of("failover")
+        victim = client.sequencer_node(log)
+        assert victim is not None
+        cluster.kill_node(victim)
+        try:
+            for i in range(200, 400):
+                producer.produce("failover", key=b"k%d" % i, value=b"v%d" % i)
+            assert producer.flush(60) == 0
+            got = _consume(bootstrap, [TopicPartition("failover", 0, OFFSET_BEGINNING)], 400)
+            assert [g[1] for g in got] == list(range(400))
+            assert [g[3] for g in got] == [b"v%d" % i for i in range(400)]
+            assert [g[2] for g in got] == [b"k%d" % i for i in range(400)]
+            native = [r for r in client.read(log) if isinstance(r, Record)]
+            assert [r.payload for r in native] == [g[3] for g in got]
+            assert len({r.epoch for r in native}) == 2
+        finally:
+            cluster.start_node(victim)
+            cluster.wait_ready(victim)
+
+
+def test_consumers_start_at_the_end_and_at_a_time(cluster: LocalCluster) -> None:
+    bootstrap = cluster.kafka_bootstrap
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(20):
+        producer.produce("timed", value=b"old %d" % i)
+    assert producer.flush(30) == 0
+    time.sleep(0.05)
+    cut_ms = int(time.time() * 1000)
+    time.sleep(0.05)
+    for i in range(10):
+        producer.produce("timed", value=b"new %d" % i)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "t2"})
+    try:
+        found = consumer.offsets_for_times([TopicPartition("timed", 0, cut_ms)], timeout=30)
+        assert found[0].offset == 20
+        low, high = consumer.get_watermark_offsets(TopicPartition("timed", 0), timeout=30)
+        assert (low, high) == (0, 30)
+    finally:
+        consumer.close()
+    got = _consume(bootstrap, [TopicPartition("timed", 0, 20)], 10)
+    assert [g[3] for g in got] == [b"new %d" % i for i in range(10)]
+    # From the end: only what comes after the consumer started.
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "t3"})
+    try:
+        consumer.assign([TopicPartition("timed", 0, OFFSET_END)])
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not consumer.assignment():
+            consumer.poll(0.1)
+        consumer.poll(1.0)
+        producer.produce("timed", value=b"latest")
+        assert producer.flush(30) == 0
+        m = None
+        deadline = time.monotonic() + 30
+        while m is None and time.monotonic() < deadline:
+            m = consumer.poll(0.2)
+        assert m is not None
+        assert m.error() is None
+        assert (m.offset(), m.value()) == (30, b"latest")
+    finally:
+        consumer.close()
+
+
+# kafka-python 3 reads its own schemas with importlib.resources.read_text.
+@pytest.mark.filterwarnings("ignore:(read|open)_text is deprecated:DeprecationWarning")
+def test_kafka_python_produces_consumes_and_lists_offsets(cluster: LocalCluster) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KTopicPartition
+
+    producer = KafkaProducer(
+        bootstrap_servers=cluster.kafka_bootstrap, acks="all", enable_idempotence=False
+    )
+    futures = [producer.send("kp", key=b"k", value=b"m%d" % i, partition=0) for i in range(30)]
+    producer.flush(30)
+    assert [f.get(30).offset for f in futures] == list(range(30))
+    producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=cluster.kafka_bootstrap, consumer_timeout_ms=10_000)
+    tp = KTopicPartition("kp", 0)
+    consumer.assign([tp])
+    assert consumer.beginning_offsets([tp]) == {tp: 0}
+    assert consumer.end_offsets([tp]) == {tp: 30}
+    consumer.seek_to_beginning(tp)
+    got = [(m.offset, m.value) for _, m in zip(range(30), consumer, strict=False)]
+    consumer.close()
+    assert got == [(i, b"m%d" % i) for i in range(30)]
+
+
+def test_bad_input_ends_its_connection_and_nothing_else(cluster: LocalCluster) -> None:
+    port = cluster.kafka_ports[1]
+    for junk in (
+        b"\x7f\xff\xff\xff",  # a frame of 2 GiB
+        # Metadata v12 whose header's tagged fields run past the frame.
+        b"\x00\x00\x00\x0c\x00\x03\x00\x0c\x00\x00\x00\x01\xff\xff\xff\xff",
+        b"\x00\x00\x00\x08\x03\xe7\x00\x00\x00\x00\x00\x01",  # API key 999
+    ):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(junk)
+            assert s.recv(100) == b""  # closed, nothing answered
+    out = subprocess.run(
+        ["kcat", "-b", f"127.0.0.1:{port}", "-L", "-J"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    assert len(json.loads(out.stdout)["brokers"]) == 3
+
+
+def test_status_shows_each_node_s_kafka_address(cluster: LocalCluster, tmp_path: Path) -> None:
+    import os
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "logstrand", "status", "--json"],
+        env={**os.environ, **cluster.client_env()},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    nodes = json.loads(out.stdout)["nodes"]
+    assert {n["node_id"]: n["kafka"] for n in nodes} == {
+        n: f"127.0.0.1:{p}" for n, p in cluster.kafka_ports.items()
+    }

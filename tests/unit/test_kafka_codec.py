@@ -1,0 +1,180 @@
+"""The Kafka front's codec: messages compiled from Kafka's schemas, record
+batches, and offsets.  Record batches are checked against kafka-python's own
+encoder and decoder, an implementation written apart from this one."""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from logstrand.kafka import _protocol as proto
+from logstrand.kafka._codec import KafkaDecodeError, read_varint, write_varint
+from logstrand.kafka._offsets import OffsetMap
+from logstrand.kafka._records import decode_batches, encode_batch
+from logstrand.types import compose_lsn
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
+SERVED = {3: (0, 12), 18: (0, 3), 0: (3, 11), 1: (4, 12)}
+
+names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz-._", min_size=1, max_size=20)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    version=st.integers(0, 12),
+    topics=st.one_of(st.none(), st.lists(names, max_size=5)),
+    auto=st.booleans(),
+)
+def test_metadata_requests_decode_to_what_was_encoded(
+    version: int, topics: list[str] | None, auto: bool
+) -> None:
+    if version == 0 and topics is None:
+        topics = []  # v0 has no null: an empty list means every topic
+    body = {
+        "topics": None if topics is None else [{"name": t} for t in topics],
+        "allow_auto_topic_creation": auto,
+    }
+    frame = proto.encode_request(3, version, 77, body, client_id="me")
+    req = proto.decode_request(frame[4:], SERVED)
+    assert (req.api_key, req.version, req.correlation_id, req.client_id) == (3, version, 77, "me")
+    got = req.body["topics"]
+    assert (None if got is None else [t["name"] for t in got]) == topics
+    assert req.body["allow_auto_topic_creation"] == (auto if version >= 4 else True)
+
+
+@settings(max_examples=40, deadline=None)
+@given(version=st.integers(0, 12), port=st.integers(1, 65535), name=names)
+def test_metadata_responses_survive_a_round_trip(version: int, port: int, name: str) -> None:
+    body = {
+        "brokers": [{"node_id": 1, "host": "h", "port": port, "rack": None}],
+        "cluster_id": "c",
+        "controller_id": 1,
+        "topics": [
+            {
+                "error_code": 0,
+                "name": name,
+                "topic_id": bytes(range(16)),
+                "partitions": [
+                    {
+                        "partition_index": 0,
+                        "leader_id": 1,
+                        "leader_epoch": 5,
+                        "replica_nodes": [1, 2],
+                        "isr_nodes": [1],
+                        "offline_replicas": [],
+                    }
+                ],
+            }
+        ],
+    }
+    frame = proto.encode_response(3, version, 9, body)
+    correlation, back = proto.decode_response(3, version, frame[4:])
+    assert correlation == 9
+    assert back["brokers"][0]["port"] == port
+    part = back["topics"][0]["partitions"][0]
+    assert back["topics"][0]["name"] == name
+    assert part["replica_nodes"] == [1, 2]
+    assert part["leader_epoch"] == (5 if version >= 7 else -1)
+
+
+def test_an_api_versions_answer_has_header_v0_even_at_a_flexible_version() -> None:
+    frame = proto.encode_response(18, 3, 5, {"error_code": 0, "api_keys": []})
+    # size, correlation id, then the body at once: no tagged fields in the header
+    assert frame[4:8] == b"\x00\x00\x00\x05"
+    assert frame[8:10] == b"\x00\x00"
+
+
+def test_unserved_versions_and_garbage_are_errors_not_crashes() -> None:
+    frame = proto.encode_request(3, 12, 1, {"topics": None})[4:]
+    with pytest.raises(proto.UnsupportedRequest):
+        proto.decode_request(frame, {3: (0, 11)})
+    for cut in range(len(frame)):
+        with contextlib.suppress(KafkaDecodeError):
+            proto.decode_request(frame[:cut], SERVED)
+
+
+@given(st.integers(-(2**63), 2**63 - 1))
+def test_zigzag_varints_round_trip(n: int) -> None:
+    out = bytearray()
+    write_varint(n, out)
+    assert read_varint(bytes(out), 0) == (n, len(out))
+
+
+def _their_batch(codec: int, records: list[tuple[int, bytes | None, bytes, list]]) -> bytes:
+    b = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=codec,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 20,
+    )
+    for offset, key, value, headers in records:
+        b.append(offset, timestamp=1_000 + offset, key=key, value=value, headers=headers)
+    return bytes(b.build())
+
+
+@pytest.mark.parametrize("codec", [0, 1, 2, 3, 4], ids=["none", "gzip", "snappy", "lz4", "zstd"])
+def test_batches_kafka_python_makes_decode_with_every_codec(codec: int) -> None:
+    records = [(i, b"k%d" % i if i % 3 else None, b"value %d" % i * 20, []) for i in range(50)]
+    records[7] = (7, b"k7", b"v", [("trace", b"abc"), ("empty", None)])
+    (batch,) = decode_batches(_their_batch(codec, records))
+    assert batch.codec == ("none", "gzip", "snappy", "lz4", "zstd")[codec]
+    assert [(r.offset_delta, r.key, r.value) for r in batch.records] == [
+        (o, k, v) for o, k, v, _ in records
+    ]
+    assert batch.records[7].headers == (("trace", b"abc"), ("empty", None))
+    assert [r.timestamp_ms for r in batch.records] == [1_000 + i for i in range(50)]
+
+
+def test_a_batch_with_a_wrong_crc_or_length_is_refused() -> None:
+    data = bytearray(_their_batch(0, [(0, b"k", b"v", [])]))
+    data[-1] ^= 0x01
+    with pytest.raises(KafkaDecodeError, match="CRC"):
+        decode_batches(bytes(data))
+    with pytest.raises(KafkaDecodeError):
+        decode_batches(bytes(data[:-3]))
+
+
+def test_batches_the_front_makes_decode_in_kafka_python() -> None:
+    rows = [
+        (10, 5_000, b"a", b"one", ()),
+        (12, 5_003, None, b"two", ()),
+        (13, 5_004, b"c", None, ()),
+    ]
+    data = encode_batch(10, rows)
+    theirs = DefaultRecordBatch(data)
+    assert theirs.validate_crc()
+    got = [(r.offset, r.timestamp, r.key, r.value) for r in theirs]
+    assert got == [(o, t, k, v) for o, t, k, v, _ in rows]
+    assert theirs.timestamp_type == 0  # each record its own time
+    (ours,) = decode_batches(data)
+    assert ours.base_offset == 10
+    assert ours.last_offset_delta == 3
+
+
+def test_offsets_are_dense_within_and_across_epochs() -> None:
+    # Epoch 1 ended with its bridge at ESN 101 (records 1..100), epoch 2 was
+    # empty, epoch 3 ended at ESN 51: epochs 3 and 4 start at 100 and 150.
+    m = OffsetMap(((3, 100), (4, 150)), clean=3)
+    assert m.offset(compose_lsn(1, 1)) == 0
+    assert m.offset(compose_lsn(1, 100)) == 99
+    assert m.offset(compose_lsn(3, 1)) == 100
+    assert m.offset(compose_lsn(4, 1)) == 150
+    assert m.lsn_at(0) == compose_lsn(1, 1)
+    assert m.lsn_at(99) == compose_lsn(1, 100)
+    assert m.lsn_at(100) == compose_lsn(3, 1)
+    assert m.lsn_at(170) == compose_lsn(4, 21)
+    assert m.next_offset(compose_lsn(4, 0)) == 150  # a new epoch, nothing in it yet
+    assert m.next_offset(compose_lsn(4, 7)) == 157
+    assert m.next_offset(0) == 0
+    assert m.known(4)
+    assert not m.known(5)
