@@ -11,7 +11,7 @@ Rules
    out (one that found no company when its turn came goes alone too).  A
    Kafka producer sends one ProduceRequest per broker the same way.
 2. At most ``MANY_IN_FLIGHT`` requests and ``window`` batches
-   (``appends_in_flight_per_node``) per node and lane (rule 4) are out; the outbox waits
+   (``appends_in_flight_per_node``) per node are out; the outbox waits
    meanwhile, and an entry's attempt clock starts when it leaves.  The
    node counts an ``AppendMany`` as one request per entry: gathering buys
    fewer messages, not more work in flight (ten thousand batches let out
@@ -24,18 +24,13 @@ Rules
    again entry by entry, alone.
 4. Attempts for logs this node appended for last time (their sequencers
    run there: *warm*) and for any other log (*cold*: it may first have to
-   be activated, which can take seconds) go in two lanes, each with its
-   own outbox, its own window and its own requests, and a request carries
-   one kind only.  An ``AppendMany`` is answered when its last entry is:
-   after a node with a third of 20,000 active logs restarted, appends to
-   logs whose sequencers never moved timed out at 60 s behind entries for
-   logs being activated in the same requests.  Then, with one outbox
-   served warm first and one window, the cold attempts waited until the
-   warm ones were all out, and then filled the window in requests of 128
-   activations each, ahead of the warm ones that followed.  Cold requests
-   carry at most ``COLD_MANY_MAX`` batches.  (Sending every cold attempt
-   alone instead halved the rate of a burst of first appends: 20,000 of
-   them went at 246/s, against 450/s gathered.)
+   be activated, which can take seconds) wait in two outboxes, and a
+   request carries one kind only.  An ``AppendMany`` is answered when its
+   last entry is: after a node with a third of 20,000 active logs
+   restarted, appends to logs whose sequencers never moved timed out at
+   60 s behind entries for logs being activated in the same requests.
+   (Sending every cold attempt alone instead halved the rate of a burst of
+   first appends: 20,000 of them went at 246/s, against 450/s gathered.)
 """
 
 from __future__ import annotations
@@ -60,11 +55,6 @@ MANY_BYTES_MAX = 4 * 1024 * 1024
 MANY_PROTOCOL = 4
 #: Logs a node's mux remembers as appended for (rule 4); past this it forgets all.
 KNOWN_MAX = 1 << 20
-#: Cold attempts (rule 4) leave in requests of at most this many batches, at
-#: most this many requests at once: each request waits for the activations of
-#: all its logs, which the node runs some tens at a time.
-COLD_MANY_MAX = 16
-COLD_IN_FLIGHT = 16
 
 Outcome = tuple[AppendReply | None, str]
 
@@ -87,20 +77,6 @@ class Entry:
         self.done.set()
 
 
-class _Lane:
-    """Attempts of one kind (rule 4) to one node: the outbox, what is out."""
-
-    __slots__ = ("chunk_max", "entries_out", "out", "outbox", "requests_max", "starting")
-
-    def __init__(self, requests_max: int, chunk_max: int) -> None:
-        self.outbox: list[Entry] = []
-        self.out = 0
-        self.entries_out = 0
-        self.starting = False
-        self.requests_max = requests_max
-        self.chunk_max = chunk_max
-
-
 class NodeMux:
     """The APPENDs of one client to one node (see the module docstring).
 
@@ -117,24 +93,26 @@ class NodeMux:
     ) -> None:
         self._nursery = nursery
         self._window = window
+        self._entries_out = 0
         self._alone = alone
         self._together = together
-        #: Warm attempts and cold ones, each with its own outbox and bounds (rule 4).
-        self._warm = _Lane(MANY_IN_FLIGHT, APPEND_MANY_MAX)
-        self._cold = _Lane(COLD_IN_FLIGHT, COLD_MANY_MAX)
+        #: Attempts waiting for a request: warm ones, cold ones (rule 4).
+        self._warm: list[Entry] = []
+        self._cold: list[Entry] = []
+        self._out = 0
+        self._starting = False
         #: Logs whose last attempt here was appended (rule 4).
         self._known: set[int] = set()
 
     async def attempt(self, log_id: int, batch: PackedBatch) -> Outcome:
-        lane = self._warm if log_id in self._known else self._cold
-        if (lane.out == 0 and not lane.outbox) or len(batch.data) > MANY_BYTES_MAX:
-            outcome = await self._single(lane, log_id, batch)
+        if (self._out == 0 and not (self._warm or self._cold)) or len(batch.data) > MANY_BYTES_MAX:
+            outcome = await self._single(log_id, batch)
         else:
             entry = Entry(log_id, batch)
-            lane.outbox.append(entry)
-            self._kick(lane)
+            (self._warm if log_id in self._known else self._cold).append(entry)
+            self._kick()
             await entry.done.wait()
-            outcome = await self._single(lane, log_id, batch) if entry.alone else entry.outcome
+            outcome = await self._single(log_id, batch) if entry.alone else entry.outcome
         self._learn(log_id, outcome)
         return outcome
 
@@ -147,41 +125,41 @@ class NodeMux:
         else:
             self._known.discard(log_id)
 
-    async def _single(self, lane: _Lane, log_id: int, batch: PackedBatch) -> Outcome:
-        lane.out += 1
-        lane.entries_out += 1
+    async def _single(self, log_id: int, batch: PackedBatch) -> Outcome:
+        self._out += 1
+        self._entries_out += 1
         try:
             return await self._alone(log_id, batch)
         finally:
-            lane.out -= 1
-            lane.entries_out -= 1
-            self._kick(lane)
+            self._out -= 1
+            self._entries_out -= 1
+            self._kick()
 
-    def _kick(self, lane: _Lane) -> None:
-        """Start a request for the lane's outbox if there is room (rule 2); it
-        takes the outbox when it runs, after what is ready to queue has queued."""
+    def _kick(self) -> None:
+        """Start a request for the outbox if there is room (rule 2); it takes
+        the outbox when it runs, after what is ready to queue has queued."""
         if (
-            lane.outbox
-            and not lane.starting
-            and lane.out < lane.requests_max
-            and lane.entries_out < self._window
+            (self._warm or self._cold)
+            and not self._starting
+            and self._out < MANY_IN_FLIGHT
+            and self._entries_out < self._window
         ):
-            lane.starting = True
-            lane.out += 1
+            self._starting = True
+            self._out += 1
             try:
-                self._nursery.start_soon(self._send, lane)
+                self._nursery.start_soon(self._send)
             except RuntimeError:  # the client is closing
-                lane.starting = False
-                lane.out -= 1
-                for entry in lane.outbox:
+                self._starting = False
+                self._out -= 1
+                for entry in self._warm + self._cold:
                     entry.finish((None, "client is closed"))
-                lane.outbox = []
+                self._warm, self._cold = [], []
 
-    async def _send(self, lane: _Lane) -> None:
-        lane.starting = False
-        entries = self._take(lane)
-        lane.entries_out += len(entries)
-        self._kick(lane)  # more waits: another request may leave beside this one
+    async def _send(self) -> None:
+        self._starting = False
+        entries = self._take()
+        self._entries_out += len(entries)
+        self._kick()  # more waits: another request may leave beside this one
         try:
             if len(entries) == 1:
                 send_alone(entries)  # no company came: an APPEND of its own
@@ -191,22 +169,26 @@ class NodeMux:
             for entry in entries:
                 if not entry.done.is_set():
                     entry.finish((None, "the request ended without an answer"))
-            lane.out -= 1
-            lane.entries_out -= len(entries)
-            self._kick(lane)
+            self._out -= 1
+            self._entries_out -= len(entries)
+            self._kick()
 
-    def _take(self, lane: _Lane) -> list[Entry]:
-        outbox = lane.outbox
+    def _take(self) -> list[Entry]:
+        warm = bool(self._warm)
+        outbox = self._warm if warm else self._cold
         size = 0
         n = 0
-        most = min(lane.chunk_max, max(1, self._window - lane.entries_out))
+        most = min(APPEND_MANY_MAX, max(1, self._window - self._entries_out))
         while n < len(outbox) and n < most:
             size += len(outbox[n].batch.data)
             if n and size > MANY_BYTES_MAX:
                 break
             n += 1
         taken = outbox[:n]
-        lane.outbox = outbox[n:]
+        if warm:
+            self._warm = outbox[n:]
+        else:
+            self._cold = outbox[n:]
         return taken
 
 

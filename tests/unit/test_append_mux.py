@@ -10,7 +10,6 @@ import trio.testing
 
 from logstrand.batch import PackedBatch, make_batch
 from logstrand.client._append_mux import (
-    COLD_MANY_MAX,
     MANY_BYTES_MAX,
     MANY_IN_FLIGHT,
     Entry,
@@ -133,7 +132,7 @@ async def test_logs_that_may_need_an_activation_never_share_a_request_with_warm_
         await trio.testing.wait_all_tasks_blocked()
         node.gate.set()
     warm = set(range(1, 6))
-    assert len(node.alone) == 2  # the first of each kind found nothing of its kind out
+    assert len(node.alone) == 1  # the first to run found nothing out
     assert len(node.together) >= 2
     for request in node.together:
         assert set(request) <= warm or not set(request) & warm, request
@@ -199,59 +198,3 @@ async def test_batches_out_to_a_node_stay_within_the_window() -> None:
     assert len(got) == 200
     assert max(entries_out) <= 16
     assert sum(entries_out) + len(node.alone) == 200
-
-
-async def test_warm_attempts_never_wait_behind_cold_ones() -> None:
-    """Rule 4: cold attempts (logs that may first be activated) have their
-    own window and requests.  200 of them stuck at the node (activations that
-    take long), then warm attempts: those are answered at once.  (With one
-    window, the cold ones filled it, and a restart's moved logs held every
-    other log's append up behind their activations.)"""
-    activated = trio.Event()
-    sizes: list[int] = []
-
-    async def alone(log_id: int, b: PackedBatch) -> tuple[AppendReply | None, str]:
-        if log_id >= 1000:
-            await activated.wait()
-        return AppendReply(0, int(Status.OK), log_id * 100, len(b)), ""
-
-    async def together(entries: list[Entry]) -> None:
-        if entries[0].log_id >= 1000:
-            sizes.append(len(entries))
-            await activated.wait()
-        settle(
-            entries,
-            AppendManyReply(
-                1,
-                (int(Status.OK),) * len(entries),
-                tuple(e.log_id * 100 for e in entries),
-                (0,) * len(entries),
-                (0,) * len(entries),
-                ("",) * len(entries),
-            ),
-            "",
-        )
-
-    warm_done: list[int] = []
-    async with trio.open_nursery() as nursery:
-        mux = NodeMux(nursery, alone, together, 32)
-        for log in range(1, 51):  # appended here before: warm
-            await mux.attempt(log, batch())
-        for log in range(1000, 1200):  # new to the node: cold, and slow
-            nursery.start_soon(mux.attempt, log, batch())
-        await trio.testing.wait_all_tasks_blocked()
-
-        async def warm(log: int) -> None:
-            reply, why = await mux.attempt(log, batch())
-            assert reply is not None, why
-            assert reply.status == Status.OK
-            warm_done.append(log)
-
-        with trio.fail_after(5):
-            async with trio.open_nursery() as inner:
-                for log in range(1, 51):
-                    inner.start_soon(warm, log)
-        activated.set()
-    assert sorted(warm_done) == list(range(1, 51))
-    assert sizes  # cold requests went, ...
-    assert max(sizes) <= COLD_MANY_MAX  # ... each with few activations to wait for
