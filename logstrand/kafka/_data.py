@@ -84,7 +84,7 @@ class DataPlane:
             pause = min(pause * 2, 0.2)
         return m
 
-    async def _partition(self, name: str, index: int) -> tuple[LogRange | None, int]:
+    async def partition(self, name: str, index: int) -> tuple[LogRange | None, int]:
         """The range of topic ``name`` and the log of its partition ``index``.
         A topic this front does not know is looked up again in the epoch
         store (at most every ``LOOKUP_S``): another front or the CLI may
@@ -123,7 +123,7 @@ class DataPlane:
     async def _produce_one(
         self, name: str, p: dict[str, Any], row: dict[str, Any], timeout_s: float
     ) -> None:
-        r, log_id = await self._partition(name, p["index"])
+        r, log_id = await self.partition(name, p["index"])
         if r is None:
             row["error_code"] = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
             return
@@ -185,7 +185,7 @@ class DataPlane:
 
     async def _list_one(self, name: str, p: dict[str, Any], version: int) -> dict[str, Any]:
         row: dict[str, Any] = {"partition_index": p["partition_index"], "error_code": 0}
-        r, log_id = await self._partition(name, p["partition_index"])
+        r, log_id = await self.partition(name, p["partition_index"])
         if r is None:
             row["error_code"] = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
             return row
@@ -251,7 +251,7 @@ class DataPlane:
             # Empty, not null: librdkafka takes a null record set as malformed.
             "records": b"",
         }
-        r, log_id = await self._partition(name, p["partition"])
+        r, log_id = await self.partition(name, p["partition"])
         if r is None:
             row["error_code"] = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
             return name, row

@@ -31,6 +31,7 @@ from ..epochstore import LogAttributes
 from ..epochstore._model import check_range_name
 from ..errors import ExistsError, InvalidArgumentError, LogstrandError, NotFoundError
 from ..placement import select_nodeset
+from ._admin import AdminApis
 from ._data import DataPlane
 from ._errors import KafkaError
 from ._protocol import API_VERSIONS, UnsupportedRequest, encode_response
@@ -72,6 +73,7 @@ class KafkaFront:
         self.standalone = standalone
         self.auto_create = auto_create
         self.data = DataPlane(client, self.topics)
+        admin = AdminApis(self)
         self._handlers: dict[int, Callable[[Request], Awaitable[dict[str, Any] | None]]] = {
             0: self.data.produce,
             1: self.data.fetch,
@@ -80,6 +82,12 @@ class KafkaFront:
             3: self._metadata,
             19: self._create_topics,
             20: self._delete_topics,
+            21: admin.delete_records,
+            32: admin.describe_configs,
+            33: admin.alter_configs,
+            37: admin.create_partitions,
+            44: admin.incremental_alter_configs,
+            60: admin.describe_cluster,
         }
         #: API key -> the versions served.
         self.served: dict[int, tuple[int, int]] = {
@@ -90,6 +98,12 @@ class KafkaFront:
             3: (0, 12),
             19: (0, 7),
             20: (0, 6),
+            21: (0, 2),
+            32: (0, 4),
+            33: (0, 2),
+            37: (0, 3),
+            44: (0, 1),
+            60: (0, 1),
         }
         self._creating = trio.Lock()
         self._brokers_read = self._ranges_read = -1e9

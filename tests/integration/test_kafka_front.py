@@ -270,3 +270,56 @@ def test_status_shows_each_node_s_kafka_address(cluster: LocalCluster, tmp_path:
     assert {n["node_id"]: n["kafka"] for n in nodes} == {
         n: f"127.0.0.1:{p}" for n, p in cluster.kafka_ports.items()
     }
+
+
+def test_admin_configs_partitions_records_and_the_cluster(cluster: LocalCluster) -> None:
+    from confluent_kafka.admin import (
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        NewPartitions,
+        ResourceType,
+    )
+
+    bootstrap = cluster.kafka_bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("admin-t", 1, 2)])["admin-t"].result(30)
+    res = ConfigResource(ResourceType.TOPIC, "admin-t")
+    configs = next(iter(admin.describe_configs([res]).values())).result(30)
+    assert configs["cleanup.policy"].value == "delete"
+    assert configs["retention.ms"].value == "-1"
+    change = ConfigResource(
+        ResourceType.TOPIC,
+        "admin-t",
+        incremental_configs=[
+            ConfigEntry("retention.ms", "86400000", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    next(iter(admin.incremental_alter_configs([change]).values())).result(30)
+    with open_epoch_store(cluster.url) as store:
+        assert store.log_range_named("admin-t").attributes.retention_ms == 86_400_000
+    bad = ConfigResource(
+        ResourceType.TOPIC,
+        "admin-t",
+        incremental_configs=[
+            ConfigEntry("retention.ms", "soon", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    with pytest.raises(Exception, match="retention"):
+        next(iter(admin.incremental_alter_configs([bad]).values())).result(30)
+    # Two more partitions: the ids after the topic's are free and unused.
+    admin.create_partitions([NewPartitions("admin-t", 3)])["admin-t"].result(30)
+    with open_epoch_store(cluster.url) as store:
+        r = store.log_range_named("admin-t")
+    assert r.last - r.first == 2
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(10):
+        producer.produce("admin-t", value=b"r%d" % i, partition=2)
+    assert producer.flush(30) == 0
+    done = admin.delete_records([TopicPartition("admin-t", 2, 4)])
+    assert next(iter(done.values())).result(30).low_watermark == 4
+    got = _consume(bootstrap, [TopicPartition("admin-t", 2, OFFSET_BEGINNING)], 6)
+    assert [(g[1], g[3]) for g in got] == [(i, b"r%d" % i) for i in range(4, 10)]
+    described = admin.describe_cluster().result(30)
+    assert sorted(n.id for n in described.nodes) == [1, 2, 3]
+    assert described.cluster_id == cluster.cluster

@@ -1,0 +1,222 @@
+"""The front's admin APIs beyond topics: configs, partitions, records, the cluster.
+
+- DescribeConfigs: a topic's configs as ``_topics.TOPIC_CONFIGS`` names
+  them (source: the topic's own when it differs from the default); a broker
+  has none to show.
+- AlterConfigs replaces a topic's configs (those not given go back to their
+  defaults, as in Kafka); IncrementalAlterConfigs sets or deletes single
+  ones.  Either is one change of the range's attributes.
+- CreatePartitions grows a topic's range into the ids right after it, when
+  they are in no range and no epoch was ever taken in them; otherwise it
+  says so (logstrand's logs of a topic are one run of ids).
+- DeleteRecords trims each partition's log below an offset.
+- DescribeCluster: the brokers and the cluster id, as Metadata has them.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ExistsError, LogstrandError, NotFoundError
+from ._errors import KafkaError
+from ._topics import TOPIC_CONFIGS, ConfigError, apply_configs, describe_configs
+
+if TYPE_CHECKING:
+    from ..epochstore import LogRange
+    from ._front import KafkaFront
+    from ._protocol import Request
+
+_log = logging.getLogger("logstrand.kafka")
+
+TOPIC = 2
+BROKER = 4
+#: DescribeConfigs' config sources.
+SOURCE_TOPIC = 1
+SOURCE_DEFAULT = 5
+#: IncrementalAlterConfigs' operations.
+SET, DELETE = 0, 1
+
+
+class AdminApis:
+    def __init__(self, front: KafkaFront) -> None:
+        self.front = front
+
+    async def _range(self, name: str) -> LogRange | None:
+        await self.front.view.refresh()
+        return self.front.topics().get(name)
+
+    # -- configs ---------------------------------------------------------------------
+
+    async def describe_configs(self, request: Request) -> dict[str, Any]:
+        results = []
+        for res in request.body["resources"]:
+            row: dict[str, Any] = {
+                "error_code": 0,
+                "error_message": None,
+                "resource_type": res["resource_type"],
+                "resource_name": res["resource_name"],
+                "configs": [],
+            }
+            results.append(row)
+            if res["resource_type"] == BROKER:
+                continue
+            r = await self._range(res["resource_name"]) if res["resource_type"] == TOPIC else None
+            if r is None:
+                row["error_code"] = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+                row["error_message"] = f"no topic {res['resource_name']!r}"
+                continue
+            keys = res["configuration_keys"]
+            for name, value, default in describe_configs(r.attributes):
+                if keys is None or name in keys:
+                    row["configs"].append(
+                        {
+                            "name": name,
+                            "value": value,
+                            "read_only": False,
+                            "is_default": default,
+                            "config_source": SOURCE_DEFAULT if default else SOURCE_TOPIC,
+                            "is_sensitive": False,
+                            "synonyms": [],
+                        }
+                    )
+        return {"throttle_time_ms": 0, "results": results}
+
+    async def alter_configs(self, request: Request) -> dict[str, Any]:
+        out = []
+        for res in request.body["resources"]:
+            given = [(c["name"], c["value"]) for c in res["configs"]]
+            # Kafka's AlterConfigs sets the whole set: the rest back to defaults.
+            named = {n for n, _ in given}
+            changes = given + [(n, None) for n in TOPIC_CONFIGS if n not in named]
+            out.append(await self._alter(res, changes, request.body["validate_only"]))
+        return {"throttle_time_ms": 0, "responses": out}
+
+    async def incremental_alter_configs(self, request: Request) -> dict[str, Any]:
+        out = []
+        for res in request.body["resources"]:
+            changes: list[tuple[str, str | None]] = []
+            bad = None
+            for c in res["configs"]:
+                if c["config_operation"] == SET:
+                    changes.append((c["name"], c["value"]))
+                elif c["config_operation"] == DELETE:
+                    changes.append((c["name"], None))
+                else:
+                    bad = f"{c['name']}: APPEND and SUBTRACT are for list configs, none here"
+            if bad is not None:
+                out.append(_answer(res, KafkaError.INVALID_CONFIG, bad))
+                continue
+            out.append(await self._alter(res, changes, request.body["validate_only"]))
+        return {"throttle_time_ms": 0, "responses": out}
+
+    async def _alter(
+        self, res: dict[str, Any], changes: list[tuple[str, str | None]], validate_only: bool
+    ) -> dict[str, Any]:
+        if res["resource_type"] != TOPIC:
+            return _answer(res, KafkaError.INVALID_REQUEST, "only topic configs can be changed")
+        r = await self._range(res["resource_name"])
+        if r is None:
+            return _answer(res, KafkaError.UNKNOWN_TOPIC_OR_PARTITION, "no such topic")
+        try:
+            new = apply_configs(r.attributes, changes)
+        except ConfigError as exc:
+            return _answer(res, KafkaError.INVALID_CONFIG, str(exc))
+        if not validate_only:
+            fields = new.to_json()
+            try:
+                await self.front.view.astore.run(lambda s: s.update_logs(r.first, r.last, **fields))
+            except LogstrandError as exc:
+                return _answer(res, KafkaError.INVALID_CONFIG, str(exc))
+            await self.front.view.refresh()
+        return _answer(res, KafkaError.NONE, None)
+
+    # -- partitions and records ----------------------------------------------------------
+
+    async def create_partitions(self, request: Request) -> dict[str, Any]:
+        out = []
+        for t in request.body["topics"]:
+            out.append(await self._grow(t, request.body["validate_only"]))
+        return {"throttle_time_ms": 0, "results": out}
+
+    async def _grow(self, t: dict[str, Any], validate_only: bool) -> dict[str, Any]:
+        name, count = t["name"], t["count"]
+
+        def error(code: KafkaError, message: str) -> dict[str, Any]:
+            return {"name": name, "error_code": code, "error_message": message}
+
+        r = await self._range(name)
+        if r is None:
+            return error(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
+        now = r.last - r.first + 1
+        if t["assignments"]:
+            return error(KafkaError.INVALID_REPLICA_ASSIGNMENT, "logstrand places records itself")
+        if count <= now:
+            return error(KafkaError.INVALID_PARTITIONS, f"{name} has {now} partitions already")
+        new_last = r.first + count - 1
+        ids = list(range(r.last + 1, new_last + 1))
+        epochs = await self.front.view.astore.log_epochs_many(ids)
+        if any(epochs[i].next_epoch != 1 for i in ids):
+            return error(
+                KafkaError.INVALID_PARTITIONS,
+                f"logs {ids[0]}..{ids[-1]} after the topic's were used before",
+            )
+        if not validate_only:
+            try:
+                await self.front.view.astore.run(lambda s: s.extend_logs(r.first, r.last, new_last))
+            except (ExistsError, NotFoundError) as exc:
+                return error(KafkaError.INVALID_PARTITIONS, f"cannot grow {name}: {exc}")
+            await self.front.view.refresh()
+        return {"name": name, "error_code": 0, "error_message": None}
+
+    async def delete_records(self, request: Request) -> dict[str, Any]:
+        out = []
+        for t in request.body["topics"]:
+            rows = []
+            for p in t["partitions"]:
+                rows.append(await self._trim(t["name"], p))
+            out.append({"name": t["name"], "partitions": rows})
+        return {"throttle_time_ms": 0, "topics": out}
+
+    async def _trim(self, name: str, p: dict[str, Any]) -> dict[str, Any]:
+        row: dict[str, Any] = {"partition_index": p["partition_index"], "low_watermark": -1}
+        data = self.front.data
+        r, log_id = await data.partition(name, p["partition_index"])
+        if r is None:
+            return {**row, "error_code": KafkaError.UNKNOWN_TOPIC_OR_PARTITION}
+        try:
+            start, end, m = await data.bounds(log_id)
+            offset = end if p["offset"] == -1 else p["offset"]
+            if not 0 <= offset <= end:
+                return {**row, "error_code": KafkaError.OFFSET_OUT_OF_RANGE}
+            if offset > start:
+                await self.front.client.trim(log_id, m.lsn_at(offset) - 1)
+            start, _, _ = await data.bounds(log_id)
+        except LogstrandError as exc:
+            _log.warning("kafka: DeleteRecords %s[%d]: %s", name, p["partition_index"], exc)
+            return {**row, "error_code": KafkaError.UNKNOWN_SERVER_ERROR}
+        return {**row, "low_watermark": start, "error_code": 0}
+
+    # -- the cluster -------------------------------------------------------------------
+
+    async def describe_cluster(self, request: Request) -> dict[str, Any]:
+        brokers = self.front.brokers()
+        return {
+            "throttle_time_ms": 0,
+            "error_code": 0,
+            "cluster_id": self.front.view.cluster,
+            "controller_id": min(brokers),
+            "brokers": [
+                {"broker_id": b, "host": h, "port": p, "rack": None}
+                for b, (h, p) in sorted(brokers.items())
+            ],
+        }
+
+
+def _answer(res: dict[str, Any], code: KafkaError, message: str | None) -> dict[str, Any]:
+    return {
+        "error_code": code,
+        "error_message": message,
+        "resource_type": res["resource_type"],
+        "resource_name": res["resource_name"],
+    }
