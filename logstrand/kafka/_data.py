@@ -41,12 +41,15 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("logstrand.kafka")
 
-#: Records per batch a Fetch answer carries.
+#: Records per batch a Fetch answer carries, and per partition at most.
 FETCH_BATCH_RECORDS = 1000
+FETCH_RECORDS_MAX = 20_000
 #: How long a fetch with nothing to return waits between looks at the tail.
 POLL_S = (0.005, 0.05)
 #: Offset maps kept (one per log read or written lately).
 MAPS_MAX = 100_000
+#: A fetch below the high watermark uses bounds at most this old.
+BOUNDS_S = 1.0
 #: A topic this front does not know sends it to the epoch store at most this often.
 LOOKUP_S = 0.2
 
@@ -57,6 +60,10 @@ class DataPlane:
         self.topics = topics
         self._maps: dict[int, OffsetMap] = {}
         self._looked_up = -1e9
+        #: Each log's bounds as a fetch last asked for them, and when.
+        self._known: dict[int, tuple[float, tuple[int, int, OffsetMap, int]]] = {}
+        #: Each log's bytes a record, as its last fetch found (``_read``).
+        self._sizes: dict[int, int] = {}
         self.dataloss = 0
 
     # -- offsets ------------------------------------------------------------------
@@ -166,13 +173,32 @@ class DataPlane:
 
     async def bounds(self, log_id: int) -> tuple[int, int, OffsetMap]:
         """The log's start offset, high watermark and offset map."""
+        start, end, m, _ = await self._bounds(log_id)
+        return start, end, m
+
+    async def _fetch_bounds(self, log_id: int, offset: int) -> tuple[int, int, OffsetMap, int]:
+        """``_bounds`` for a fetch at ``offset``: asked of the nodes only when
+        the last answer is older than ``BOUNDS_S`` or the fetch is at its end
+        (a consumer catching up asks once a second, not once a fetch)."""
+        known = self._known.get(log_id)
+        now = trio.current_time()
+        if known is not None and now < known[0] + BOUNDS_S and offset < known[1][1]:
+            return known[1]
+        fresh = await self._bounds(log_id)
+        if len(self._known) >= MAPS_MAX:
+            self._known.clear()
+        self._known[log_id] = (now, fresh)
+        return fresh
+
+    async def _bounds(self, log_id: int) -> tuple[int, int, OffsetMap, int]:
+        """``bounds`` and the tail LSN they came from."""
         tail = await self.client.tail_lsn(log_id)
         trim = await self.client.trim_point(log_id)
         m = await self.offsets(log_id, max(lsn_epoch(tail), lsn_epoch(trim)), wait_s=5.0)
         if m is None:
             raise LogstrandError(f"log {log_id}: earlier epochs are still being recovered")
         start = m.offset(trim) + 1 if trim > 0 else 0
-        return start, max(start, m.next_offset(tail)), m
+        return start, max(start, m.next_offset(tail)), m, tail
 
     async def list_offsets(self, request: Request) -> dict[str, Any]:
         out = []
@@ -256,7 +282,7 @@ class DataPlane:
             row["error_code"] = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
             return name, row
         try:
-            start, end, m = await self.bounds(log_id)
+            start, end, m, tail = await self._fetch_bounds(log_id, p["fetch_offset"])
         except LogstrandError as exc:
             _log.warning("kafka: Fetch %s[%d]: %s", name, p["partition"], exc)
             row["error_code"] = KafkaError.REQUEST_TIMED_OUT
@@ -268,18 +294,25 @@ class DataPlane:
             return name, row
         if offset < end and budget[0] > 0:
             limit = min(budget[0], max(1, p["partition_max_bytes"]))
-            data = await self._read(log_id, m, offset, limit)
+            data = await self._read(log_id, m, offset, limit, tail)
             budget[0] -= len(data)
             row["records"] = data
         return name, row
 
-    async def _read(self, log_id: int, m: OffsetMap, offset: int, limit: int) -> bytes:
+    async def _read(self, log_id: int, m: OffsetMap, offset: int, limit: int, tail: int) -> bytes:
         """Batches of records from ``offset``, about ``limit`` bytes (at least
-        one record, as Kafka returns a first batch larger than the limit)."""
+        one record, as Kafka returns a first batch larger than the limit).
+
+        The read ends at the LSN of about as many records as ``limit`` holds
+        at the log's usual record size (``_sizes``), not at the tail: a read
+        stream fills its window from the nodes, and a fetch of 1 MiB of 10 KiB
+        records that read to the tail moved the whole log each time."""
         out = bytearray()
         rows: list[tuple[int, int, bytes | None, bytes | None, tuple[()]]] = []
         size = 0
-        async with self.client.read(log_id, m.lsn_at(offset)) as reader:
+        want = max(16, min(FETCH_RECORDS_MAX, int(limit / self._sizes.get(log_id, 100)) + 1))
+        until = min(tail, m.lsn_at(offset + want))
+        async with self.client.read(log_id, m.lsn_at(offset), until) as reader:
             async for item in reader:
                 if isinstance(item, Gap):
                     if item.type == GapType.DATALOSS:
@@ -303,7 +336,20 @@ class DataPlane:
                     break
         if rows:
             out += encode_batch(rows[0][0], rows)
+        if len(self._sizes) >= MAPS_MAX:
+            self._sizes.clear()
+        if out:
+            self._sizes[log_id] = max(1, size // max(1, _count(out)))
         return bytes(out)
+
+
+def _count(batches: bytes | bytearray) -> int:
+    """Records in encoded batches (each header says how many)."""
+    n = pos = 0
+    while pos + 61 <= len(batches):
+        n += int.from_bytes(batches[pos + 57 : pos + 61], "big")
+        pos += 12 + int.from_bytes(batches[pos + 8 : pos + 12], "big")
+    return n
 
 
 def _refused(batches: list[Any]) -> str | None:
