@@ -230,6 +230,19 @@ class Appender:
         if self.settings.idempotent:
             await self._ids.ready()
 
+    async def append_numbered(
+        self,
+        log_id: int,
+        payloads: Sequence[bytes | None],
+        keys: Sequence[bytes | None],
+        number: tuple[int, int],
+    ) -> int:
+        """One APPEND numbered by a producer outside this client (the Kafka
+        front's idempotent producers): retried as any APPEND, a refusal for
+        its numbering is the caller's to handle (``ProducerError``)."""
+        await self.check(log_id, payloads, keys)
+        return await self._append_rpc(log_id, payloads, keys, number, own=False)
+
     async def append_rpc(
         self,
         log_id: int,
@@ -260,6 +273,8 @@ class Appender:
         payloads: Sequence[bytes | None],
         keys: Sequence[bytes | None],
         number: tuple[int, int] | None,
+        *,
+        own: bool = True,
     ) -> int:
         # ``check`` has validated every key and payload: no second pass here.
         # The body is packed (and compressed) once, with its checksum, and
@@ -270,7 +285,7 @@ class Appender:
         deadline = trio.current_time() + self.settings.append_timeout_s
         backoff = 0.01
         last = "no attempt"
-        producer = self._producers.get(log_id)
+        producer = self._producers.get(log_id) if own else None
         #: Nodes that sent this append elsewhere since the last pause.
         redirected_by: set[int] = set()
         with trio.move_on_at(deadline):

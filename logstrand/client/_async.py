@@ -121,6 +121,30 @@ class AsyncClient:
             )
         return await self._appender.append_batch(log_id, payloads, keys)
 
+    async def append_numbered(
+        self,
+        log_id: int,
+        payloads: Sequence[bytes | None],
+        *,
+        keys: Sequence[bytes | None] | None = None,
+        producer: tuple[int, int],
+    ) -> int:
+        """Append one batch numbered by the caller's producer: ``producer`` is
+        (an id from ``allocate_producer_id``, the number of the batch's first
+        record).  Stored once: sent again, it is answered with the first LSN
+        it got, which this returns (the Kafka front's idempotent producers).
+
+        Raises ProducerError (OUT_OF_SEQUENCE: a gap after the producer's last
+        batch; UNKNOWN_PRODUCER) and DuplicateAppendError (taken long ago)."""
+        key_list = list(keys) if keys is not None else [None] * len(payloads)
+        if len(key_list) != len(payloads):
+            raise InvalidArgumentError("keys and payloads differ in length")
+        return await self._appender.append_numbered(log_id, payloads, key_list, producer)
+
+    async def allocate_producer_id(self) -> int:
+        """A producer id no other producer of the cluster has (``append_numbered``)."""
+        return await self.view.astore.run(lambda s: s.allocate_producer_id())
+
     # -- reads ----------------------------------------------------------------
 
     def read(

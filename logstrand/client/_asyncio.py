@@ -140,6 +140,8 @@ class AsyncioClient:
     log_attributes = _awaited(AsyncClient.log_attributes)
     placement = _awaited(AsyncClient.placement)
     epoch_end = _awaited(AsyncClient.epoch_end)
+    append_numbered = _awaited(AsyncClient.append_numbered)
+    allocate_producer_id = _awaited(AsyncClient.allocate_producer_id)
     ensure_sequencer = _awaited(AsyncClient.ensure_sequencer)
     sequencer_state = _awaited(AsyncClient.sequencer_state)
     tail_lsn = _awaited(AsyncClient.tail_lsn)

@@ -391,6 +391,8 @@ class Client:
     log_attributes = _blocking(AsyncClient.log_attributes)
     placement = _blocking(AsyncClient.placement)
     epoch_end = _blocking(AsyncClient.epoch_end)
+    append_numbered = _blocking(AsyncClient.append_numbered)
+    allocate_producer_id = _blocking(AsyncClient.allocate_producer_id)
     ensure_sequencer = _blocking(AsyncClient.ensure_sequencer)
     sequencer_state = _blocking(AsyncClient.sequencer_state)
     tail_lsn = _blocking(AsyncClient.tail_lsn)

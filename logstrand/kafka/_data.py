@@ -27,12 +27,19 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..errors import InvalidArgumentError, LogstrandError, NotFoundError
+from ..errors import (
+    DuplicateAppendError,
+    InvalidArgumentError,
+    LogstrandError,
+    NotFoundError,
+    ProducerError,
+    Status,
+)
 from ..types import Gap, GapType, Record, lsn_epoch
 from ._codec import KafkaDecodeError
 from ._errors import KafkaError
 from ._offsets import OffsetMap
-from ._records import UnsupportedCodec, decode_batches, encode_batch
+from ._records import KafkaBatch, UnsupportedCodec, decode_batches, encode_batch
 
 if TYPE_CHECKING:
     from ..client import AsyncClient
@@ -150,16 +157,24 @@ class DataPlane:
         if not records:
             return
         try:
-            lsns = await self.client.append_batch(
-                log_id, [rec.value for rec in records], keys=[rec.key for rec in records]
+            first = await self._append(log_id, batches)
+        except ProducerError as exc:
+            code = (
+                KafkaError.UNKNOWN_PRODUCER_ID
+                if exc.status == Status.UNKNOWN_PRODUCER
+                else KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER
             )
+            row.update(error_code=code, error_message=str(exc))
+            return
+        except DuplicateAppendError as exc:
+            row.update(error_code=KafkaError.DUPLICATE_SEQUENCE_NUMBER, error_message=str(exc))
+            return
         except InvalidArgumentError as exc:
             row.update(error_code=KafkaError.INVALID_RECORD, error_message=str(exc))
             return
         except LogstrandError as exc:
             row.update(error_code=KafkaError.REQUEST_TIMED_OUT, error_message=str(exc))
             return
-        first = lsns[0]
         m = await self.offsets(log_id, lsn_epoch(first), wait_s=timeout_s)
         if m is None:
             row.update(
@@ -168,6 +183,32 @@ class DataPlane:
             )
             return
         row["base_offset"] = m.offset(first)
+
+    async def _append(self, log_id: int, batches: list[KafkaBatch]) -> int:
+        """Append a partition's batches; the first LSN.  A batch of an
+        idempotent producer goes alone, numbered (producer id, base
+        sequence): the log stores it once however often it comes, and
+        answers a retry with the LSN it got (``client.append_numbered``)."""
+        if all(b.producer_id < 0 for b in batches):
+            records = [rec for b in batches for rec in b.records]
+            lsns = await self.client.append_batch(
+                log_id, [rec.value for rec in records], keys=[rec.key for rec in records]
+            )
+            return lsns[0]
+        first = None
+        for b in batches:
+            payloads = [rec.value for rec in b.records]
+            keys = [rec.key for rec in b.records]
+            if b.producer_id < 0:
+                lsn = (await self.client.append_batch(log_id, payloads, keys=keys))[0]
+            else:
+                number = (b.producer_id, b.base_sequence)
+                lsn = await self.client.append_numbered(
+                    log_id, payloads, keys=keys, producer=number
+                )
+            first = lsn if first is None else first
+        assert first is not None
+        return first
 
     # -- ListOffsets ----------------------------------------------------------------
 
@@ -356,8 +397,6 @@ def _refused(batches: list[Any]) -> str | None:
     for b in batches:
         if b.transactional or b.control:
             return "transactional batches are not supported yet"
-        if b.producer_id >= 0:
-            return "idempotent producers are not supported yet (enable.idempotence=false)"
         if any(rec.headers for rec in b.records):
             return "record headers are not kept yet: send records without headers"
     return None

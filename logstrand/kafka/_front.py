@@ -83,6 +83,7 @@ class KafkaFront:
             19: self._create_topics,
             20: self._delete_topics,
             21: admin.delete_records,
+            22: self._init_producer_id,
             32: admin.describe_configs,
             33: admin.alter_configs,
             37: admin.create_partitions,
@@ -99,6 +100,7 @@ class KafkaFront:
             19: (0, 7),
             20: (0, 6),
             21: (0, 2),
+            22: (0, 4),
             32: (0, 4),
             33: (0, 2),
             37: (0, 3),
@@ -135,6 +137,24 @@ class KafkaFront:
 
     async def _api_versions(self, request: Request) -> dict[str, Any]:
         return {"error_code": 0, "api_keys": self._api_keys(), "throttle_time_ms": 0}
+
+    async def _init_producer_id(self, request: Request) -> dict[str, Any]:
+        """An idempotent producer's id: a logstrand producer id, epoch 0.  A
+        producer that asks again (KIP-360, after an error) gets a new id,
+        its sequences starting again from 0.  Transactions are not served."""
+        if request.body["transactional_id"] is not None:
+            _log.warning(
+                "kafka: a producer asked for transactions (transactional.id %r): not served",
+                request.body["transactional_id"],
+            )
+            return {
+                "throttle_time_ms": 0,
+                "error_code": KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                "producer_id": -1,
+                "producer_epoch": -1,
+            }
+        pid = await self.client.allocate_producer_id()
+        return {"throttle_time_ms": 0, "error_code": 0, "producer_id": pid, "producer_epoch": 0}
 
     # -- brokers and topics ------------------------------------------------------------
 
