@@ -51,6 +51,9 @@ _log = logging.getLogger("logstrand.kafka")
 #: Records per batch a Fetch answer carries, and per partition at most.
 FETCH_BATCH_RECORDS = 1000
 FETCH_RECORDS_MAX = 20_000
+#: Bytes one Fetch answer carries at most, whatever the client allows (its
+#: answer waits in memory until the client reads it).
+FETCH_BYTES_MAX = 16 * 1024 * 1024
 #: How long a fetch with nothing to return waits between looks at the tail.
 POLL_S = (0.005, 0.05)
 #: Offset maps kept (one per log read or written lately).
@@ -285,7 +288,7 @@ class DataPlane:
     async def fetch(self, request: Request) -> dict[str, Any]:
         body = request.body
         deadline = trio.current_time() + max(0, body["max_wait_ms"]) / 1000
-        budget = [max(1, body["max_bytes"])]
+        budget = [min(FETCH_BYTES_MAX, max(1, body["max_bytes"]))]
         asked = [(t["topic"], p) for t in body["topics"] for p in t["partitions"]]
         pause = POLL_S[0]
         while True:
@@ -297,7 +300,7 @@ class DataPlane:
                 break
             await trio.sleep(pause)
             pause = min(pause * 2, POLL_S[1])
-            budget = [max(1, body["max_bytes"])]
+            budget = [min(FETCH_BYTES_MAX, max(1, body["max_bytes"]))]
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for name, res in results:
             by_topic.setdefault(name, []).append(res)

@@ -15,6 +15,10 @@ Rules
 4. A peer that stops reading holds only its own connection: answers wait in
    a bounded queue, and a peer that has not read for ``write_stall_s``
    while answers wait is cut off.
+5. Memory is bounded across connections: the bytes of requests being read
+   or handled share ``budget_bytes`` (reading waits past it), a request must
+   arrive whole within ``frame_s`` of its size, and at most
+   ``connections_max`` connections are open.
 """
 
 from __future__ import annotations
@@ -57,10 +61,40 @@ class Limits:
     #: A connection that sends nothing for this long is closed (Kafka's
     #: connections.max.idle.ms is 10 minutes).
     idle_s: float = 600.0
+    #: A request must arrive whole this long after its first bytes (a peer
+    #: that trickles a frame holds its bytes of the budget, not forever).
+    frame_s: float = 60.0
+    #: Bytes of requests being read or handled, over every connection: past
+    #: it, reading waits (one request alone may always go).
+    budget_bytes: int = 256 * 1024 * 1024
+    #: Connections at once; more are closed as they come.
+    connections_max: int = 10_000
+
+
+class _Budget:
+    """Bytes of requests in hand, bounded (``Limits.budget_bytes``)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._freed = trio.Event()
+
+    async def take(self, n: int) -> None:
+        while self.used and self.used + n > self.limit:
+            await self._freed.wait()
+        self.used += n
+
+    def give(self, n: int) -> None:
+        self.used -= n
+        self._freed.set()
+        self._freed = trio.Event()
 
 
 class _Connection:
-    def __init__(self, stream: trio.abc.Stream, front: Front, limits: Limits, peer: str) -> None:
+    def __init__(
+        self, stream: trio.abc.Stream, front: Front, limits: Limits, peer: str, budget: _Budget
+    ) -> None:
+        self.budget = budget
         self.stream = stream
         self.front = front
         self.limits = limits
@@ -96,16 +130,24 @@ class _Connection:
             if not 8 <= size <= self.limits.frame_max:
                 _log.warning("kafka: %s sent a frame of %d bytes; closing", self.peer, size)
                 return
-            if not await self._read_exactly(4 + size, buf):
+            await self.slots.acquire()
+            await self.budget.take(size)
+            whole = False
+            with trio.move_on_after(self.limits.frame_s) as scope:
+                whole = await self._read_exactly(4 + size, buf)
+            if not whole:
+                self.budget.give(size)
+                if scope.cancelled_caught:
+                    _log.warning("kafka: %s sent a frame too slowly; closing", self.peer)
                 return
             frame = bytes(buf[4 : 4 + size])
             del buf[: 4 + size]
-            await self.slots.acquire()
             slot: list[Any] = [trio.Event(), None]
             self.order.append(slot)
             try:
                 request = decode_request(frame, self.front.served)
             except UnsupportedRequest as exc:
+                self.budget.give(size)
                 answer = self.front.unsupported(exc)
                 if answer is None:
                     _log.warning("kafka: %s: %s; closing", self.peer, exc)
@@ -113,6 +155,7 @@ class _Connection:
                 self._finish(slot, answer)
                 continue
             except KafkaDecodeError as exc:
+                self.budget.give(size)
                 key, version, _ = peek_header(frame)
                 _log.warning(
                     "kafka: %s sent a bad request (%d v%d): %s; it starts %s",
@@ -123,15 +166,17 @@ class _Connection:
                     frame[:256].hex(),
                 )
                 return
-            nursery.start_soon(self._answer, request, slot)
+            nursery.start_soon(self._answer, request, slot, size)
 
-    async def _answer(self, request: Request, slot: list[Any]) -> None:
+    async def _answer(self, request: Request, slot: list[Any], size: int) -> None:
         try:
             answer = await self.front.handle(request)
         except Exception:
             _log.exception("kafka: %s: %s v%d failed", self.peer, request.api_key, request.version)
             answer = b""  # nothing sent; the connection is closed below
             slot.append("failed")
+        finally:
+            self.budget.give(size)
         self._finish(slot, answer)
 
     def _finish(self, slot: list[Any], answer: bytes | None) -> None:
@@ -171,18 +216,27 @@ async def serve_kafka(
     """Serve ``front`` on ``host:port`` until cancelled; started with the port bound."""
     lim = limits or Limits()
     listeners = await trio.open_tcp_listeners(port, host=host)
+    budget = _Budget(lim.budget_bytes)
+    open_now = [0]
 
     async def one(stream: trio.SocketStream) -> None:
         try:
             host, port = stream.socket.getpeername()[:2]
             peer = f"{host}:{port}"
         except OSError:
+            await trio.aclose_forcefully(stream)
             return
+        if open_now[0] >= lim.connections_max:
+            _log.warning("kafka: %d connections open: %s refused", open_now[0], peer)
+            await trio.aclose_forcefully(stream)
+            return
+        open_now[0] += 1
         try:
-            await _Connection(stream, front, lim, peer).run()
+            await _Connection(stream, front, lim, peer, budget).run()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
         finally:
+            open_now[0] -= 1
             await trio.aclose_forcefully(stream)
 
     bound = listeners[0].socket.getsockname()[1]

@@ -1,0 +1,128 @@
+"""The Kafka front's listener with a fake front: answers in request order,
+bad frames and slow peers cut off, connections and bytes bounded."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, ClassVar
+
+import trio
+
+from logstrand.kafka import _protocol as proto
+from logstrand.kafka._server import Limits, serve_kafka
+
+
+class _Front:
+    """Answers Metadata with the correlation id in the cluster id, after a
+    pause the request's first topic name gives (in ms)."""
+
+    served: ClassVar[dict[int, tuple[int, int]]] = {3: (0, 12)}
+
+    async def handle(self, request: proto.Request) -> bytes | None:
+        topics = request.body["topics"] or []
+        if topics:
+            await trio.sleep(int(topics[0]["name"]) / 1000)
+        body = {"brokers": [], "cluster_id": str(request.correlation_id), "topics": []}
+        return proto.encode_response(3, request.version, request.correlation_id, body)
+
+    def unsupported(self, exc: proto.UnsupportedRequest) -> bytes | None:
+        return None
+
+
+async def _closed(stream: trio.SocketStream) -> bool:
+    """The front closed it (an end of stream, or a reset for bytes it left unread)."""
+    try:
+        return await stream.receive_some(10) == b""
+    except trio.BrokenResourceError:
+        return True
+
+
+async def _start(limits: Limits, nursery: trio.Nursery) -> int:
+    port: int = await nursery.start(serve_kafka, _Front(), "127.0.0.1", 0, limits)
+    return port
+
+
+async def _read_answer(stream: trio.SocketStream) -> dict[str, Any] | None:
+    buf = b""
+    while len(buf) < 4:
+        chunk = await stream.receive_some(4 - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    (size,) = struct.unpack(">i", buf)
+    frame = b""
+    while len(frame) < size:
+        frame += await stream.receive_some(size - len(frame))
+    return proto.decode_response(3, 12, frame)[1]
+
+
+async def test_pipelined_requests_are_answered_in_the_order_asked() -> None:
+    async with trio.open_nursery() as nursery:
+        port = await _start(Limits(), nursery)
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        # The first takes longest; each answer still comes in request order.
+        for corr, pause in ((1, 200), (2, 0), (3, 50)):
+            body = {"topics": [{"name": str(pause)}]}
+            await stream.send_all(proto.encode_request(3, 12, corr, body))
+        got = [(await _read_answer(stream)) for _ in range(3)]
+        assert [a["cluster_id"] for a in got if a] == ["1", "2", "3"]
+        await stream.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_frame_that_trickles_in_is_cut_off_and_others_go_on() -> None:
+    async with trio.open_nursery() as nursery:
+        port = await _start(Limits(frame_s=0.3), nursery)
+        slow = await trio.open_tcp_stream("127.0.0.1", port)
+        await slow.send_all(struct.pack(">i", 1000) + b"\x00\x03")  # and then nothing
+        with trio.fail_after(5):
+            assert await _closed(slow)  # after frame_s
+        ok = await trio.open_tcp_stream("127.0.0.1", port)
+        await ok.send_all(proto.encode_request(3, 12, 9, {"topics": None}))
+        answer = await _read_answer(ok)
+        assert answer is not None
+        assert answer["cluster_id"] == "9"
+        for s in (slow, ok):
+            await s.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def test_connections_past_the_bound_are_closed_at_once() -> None:
+    async with trio.open_nursery() as nursery:
+        port = await _start(Limits(connections_max=2), nursery)
+        kept = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(2)]
+        await trio.sleep(0.1)
+        extra = await trio.open_tcp_stream("127.0.0.1", port)
+        with trio.fail_after(5):
+            assert await _closed(extra)
+        await kept[0].send_all(proto.encode_request(3, 12, 4, {"topics": None}))
+        answer = await _read_answer(kept[0])
+        assert answer is not None
+        assert answer["cluster_id"] == "4"
+        for s in (*kept, extra):
+            await s.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def test_requests_wait_for_the_byte_budget_not_for_memory() -> None:
+    """Two requests of 600 bytes against a budget of 1,000: the second is
+    read only once the first is handled; both are answered."""
+    async with trio.open_nursery() as nursery:
+        port = await _start(Limits(budget_bytes=1000), nursery)
+        a = await trio.open_tcp_stream("127.0.0.1", port)
+        b = await trio.open_tcp_stream("127.0.0.1", port)
+        pad = [{"name": "x" * 50} for _ in range(10)]
+        await a.send_all(proto.encode_request(3, 12, 1, {"topics": [{"name": "300"}, *pad]}))
+        await trio.sleep(0.05)
+        t0 = trio.current_time()
+        await b.send_all(proto.encode_request(3, 12, 2, {"topics": [{"name": "0"}, *pad]}))
+        second = await _read_answer(b)
+        assert second is not None
+        assert second["cluster_id"] == "2"
+        assert trio.current_time() - t0 > 0.2  # it waited for the first's bytes
+        first = await _read_answer(a)
+        assert first is not None
+        assert first["cluster_id"] == "1"
+        for s in (a, b):
+            await s.aclose()
+        nursery.cancel_scope.cancel()
