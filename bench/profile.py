@@ -5,6 +5,8 @@
     python bench/profile.py arrow-100b     # read_arrow, what each Spark task runs
     python bench/profile.py sequential-100b  # append one record, wait, again
     python bench/profile.py many-logs      # one record to each of 10,000 logs, again
+    python bench/profile.py kafka-produce  # confluent-kafka producing 100 B through the front
+    python bench/profile.py kafka-consume  # confluent-kafka consuming 100 B from the start
 
 A local 3-node cluster (R=2) gets the workload's records; then the workload
 runs again in a loop while ``py-spy record`` samples (at 200 Hz, native frames
@@ -34,6 +36,41 @@ from logstrand.testing import LocalCluster, cpu_s
 SIZE = 10 * 1024
 WINDOW = 1000
 MANY = 3_000
+
+
+def _kafka(case: str, bootstrap: str, stop: threading.Event) -> int:
+    """The Kafka front's cases, through confluent-kafka (``bench/kafka.py``)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+    done = 0
+    producer = Producer({"bootstrap.servers": bootstrap})
+
+    def produce(n: int) -> None:
+        for _ in range(n):
+            while True:
+                try:
+                    producer.produce("bench", b"x" * 100, partition=0)
+                    break
+                except BufferError:
+                    producer.poll(0.01)
+            producer.poll(0)
+        producer.flush(120)
+
+    if case == "kafka-consume":
+        produce(200_000)
+    while not stop.is_set():
+        if case == "kafka-produce":
+            produce(10_000)
+            done += 10_000
+            continue
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "p", "enable.auto.commit": False})
+        c.assign([TopicPartition("bench", 0, OFFSET_BEGINNING)])
+        got = 0
+        while got < 200_000 and not stop.is_set():
+            got += sum(1 for m in c.consume(1000, 1.0) if m.error() is None)
+        c.close()
+        done += got
+    return done
 
 
 def _workload(case: str, url: str, stop: threading.Event) -> int:
@@ -95,25 +132,40 @@ def _top(raw: Path, n: int) -> list[tuple[str, float]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument(
-        "case", choices=("backfill-10k", "append-10k", "arrow-100b", "sequential-100b", "many-logs")
+        "case",
+        choices=(
+            "backfill-10k",
+            "append-10k",
+            "arrow-100b",
+            "sequential-100b",
+            "many-logs",
+            "kafka-produce",
+            "kafka-consume",
+        ),
     )
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--top", type=int, default=15)
     args = ap.parse_args()
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    kafka = args.case.startswith("kafka-")
     with (
         tempfile.TemporaryDirectory(prefix="logstrand-profile-") as d,
-        LocalCluster(Path(d) / "cluster", nodes=3) as cluster,
+        LocalCluster(Path(d) / "cluster", nodes=3, kafka=kafka) as cluster,
     ):
         with open_epoch_store(cluster.url) as store:
-            store.create_logs(1, MANY, LogAttributes(replication_factor=2))
+            store.create_logs(1, MANY, LogAttributes(replication_factor=2), name="bench")
         stop = threading.Event()
         result: list[int] = []
-        worker = threading.Thread(
-            target=lambda: result.append(_workload(args.case, cluster.url, stop)), daemon=True
-        )
+
+        def work() -> int:
+            if kafka:
+                return _kafka(args.case, cluster.kafka_bootstrap, stop)
+            return _workload(args.case, cluster.url, stop)
+
+        worker = threading.Thread(target=lambda: result.append(work()), daemon=True)
         worker.start()
-        time.sleep(30.0 if args.case == "many-logs" else 3.0)  # past the warm-up
+        warm = {"many-logs": 30.0, "kafka-consume": 8.0}.get(args.case, 3.0)
+        time.sleep(warm)  # past the warm-up
         pids = {"client": os.getpid()} | {f"node {n}": p.pid for n, p in cluster.procs.items()}
         outs = {name: Path(d) / f"{name.replace(' ', '')}.txt" for name in pids}
         cpu0 = {name: cpu_s([pid]) for name, pid in pids.items()}
