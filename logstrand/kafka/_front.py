@@ -92,7 +92,7 @@ class KafkaFront:
         }
         #: API key -> the versions served.
         self.served: dict[int, tuple[int, int]] = {
-            0: (3, 11),
+            0: (0, 11),
             1: (4, 12),
             2: (0, 7),
             API_VERSIONS: (0, 3),

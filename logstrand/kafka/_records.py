@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import struct
+import zlib
 from typing import Any
 
 import attrs
@@ -154,10 +155,71 @@ def _record(buf: bytes, pos: int, first_ts: int) -> tuple[KafkaRecord, int]:
     return KafkaRecord(offset_delta, first_ts + ts_delta, key, value, tuple(headers)), end
 
 
+_LEGACY = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
+
+
+def _legacy(data: bytes, pos: int, records: list[KafkaRecord], depth: int = 0) -> int:
+    """One message of the message sets older than v2 (magic 0 and 1, which
+    Produce v0-v2 carry); a compressed one holds a whole inner set in its
+    value.  Appends its records; returns where the next message starts."""
+    if pos + _LEGACY.size > len(data):
+        raise KafkaDecodeError("truncated message")
+    _offset, size, crc, magic, attributes = _LEGACY.unpack_from(data, pos)
+    end: int = pos + 12 + size
+    if size < 6 or end > len(data):
+        raise KafkaDecodeError("message size runs past the request")
+    if zlib.crc32(data[pos + 16 : end]) != crc:
+        raise KafkaDecodeError("message CRC does not match")
+    at = pos + 18
+    ts = -1
+    if magic == 1:
+        (ts,) = struct.unpack_from(">q", data, at)
+        at += 8
+    elif magic != 0:
+        raise KafkaDecodeError(f"message magic {magic}")
+    key, at = _int32_bytes(data, at, end)
+    value, at = _int32_bytes(data, at, end)
+    codec = attributes & COMPRESSION_MASK
+    if codec == 0:
+        records.append(KafkaRecord(len(records), ts, key, value))
+        return end
+    if depth or value is None:
+        raise KafkaDecodeError("a compressed message inside a compressed one")
+    inner = _decompress(codec, value)
+    ipos = 0
+    while ipos < len(inner):
+        ipos = _legacy(inner, ipos, records, depth + 1)
+    return end
+
+
+def _int32_bytes(data: bytes, pos: int, end: int) -> tuple[bytes | None, int]:
+    if pos + 4 > end:
+        raise KafkaDecodeError("truncated message field")
+    (n,) = struct.unpack_from(">i", data, pos)
+    pos += 4
+    if n < 0:
+        return None, pos
+    if pos + n > end:
+        raise KafkaDecodeError("message field runs past the message")
+    return bytes(data[pos : pos + n]), pos + n
+
+
+def decode_message_set(data: bytes) -> KafkaBatch:
+    """The records of a message set older than v2 (Produce v0-v2), checked."""
+    records: list[KafkaRecord] = []
+    pos = 0
+    while pos < len(data):
+        pos = _legacy(data, pos, records)
+    return KafkaBatch(0, 0, max(0, len(records) - 1), 0, 0, -1, -1, -1, tuple(records))
+
+
 def decode_batches(data: bytes) -> list[KafkaBatch]:
-    """Every batch of a Produce request's records (magic 2 only), checked.
+    """Every batch of a Produce request's records, checked: RecordBatch v2,
+    or a message set of magic 0 or 1 (what Produce v0-v2 carries).
 
     Raises KafkaDecodeError (UnsupportedCodec for a codec it cannot read)."""
+    if len(data) > 16 and data[16] in (0, 1):
+        return [decode_message_set(data)]
     out = []
     pos = 0
     while pos < len(data):

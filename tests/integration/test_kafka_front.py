@@ -386,3 +386,23 @@ def test_a_retried_idempotent_batch_is_stored_once(cluster: LocalCluster) -> Non
     assert [g[3] for g in got] == [b"s0", b"s1", b"s2", b"s3", b"s4"]
     refused = _request(port, 22, 4, {"transactional_id": "tx-1", "transaction_timeout_ms": 60_000})
     assert refused["error_code"] == 53  # transactions: not served
+
+
+@pytest.mark.filterwarnings("ignore:(read|open)_text is deprecated:DeprecationWarning")
+def test_old_produce_versions_with_message_sets_before_v2(cluster: LocalCluster) -> None:
+    """kafka-python told the broker is 0.10 sends Produce v2 with magic-1
+    message sets, told 0.9, Produce v1 with magic 0."""
+    from kafka import KafkaProducer
+
+    got = []
+    for version in ((0, 10, 0), (0, 9)):
+        producer = KafkaProducer(
+            bootstrap_servers=cluster.kafka_bootstrap, api_version=version, acks="all"
+        )
+        futures = [producer.send("old", value=b"m%d" % i, partition=0) for i in range(5)]
+        producer.flush(30)
+        got += [f.get(30).offset for f in futures]
+        producer.close()
+    assert got == list(range(10))
+    read = _consume(cluster.kafka_bootstrap, [TopicPartition("old", 0, OFFSET_BEGINNING)], 10)
+    assert [g[3] for g in read] == [b"m%d" % i for i in range(5)] * 2

@@ -178,3 +178,26 @@ def test_offsets_are_dense_within_and_across_epochs() -> None:
     assert m.next_offset(0) == 0
     assert m.known(4)
     assert not m.known(5)
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+@pytest.mark.parametrize("codec", [0, 1, 2], ids=["none", "gzip", "snappy"])
+def test_message_sets_older_than_v2_decode(magic: int, codec: int) -> None:
+    """What Produce v0-v2 carries (kafka-python's legacy encoder)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kafka.record.legacy_records import LegacyRecordBatchBuilder
+
+    b = LegacyRecordBatchBuilder(magic=magic, compression_type=codec, batch_size=1 << 20)
+    for i in range(20):
+        b.append(i, timestamp=2_000 + i, key=b"k%d" % i if i % 2 else None, value=b"v%d" % i)
+    (batch,) = decode_batches(bytes(b.build()))
+    assert [(r.key, r.value) for r in batch.records] == [
+        (b"k%d" % i if i % 2 else None, b"v%d" % i) for i in range(20)
+    ]
+    if magic == 1:
+        assert [r.timestamp_ms for r in batch.records] == [2_000 + i for i in range(20)]
+    data = bytearray(b.build())
+    data[-1] ^= 0xFF
+    with pytest.raises(KafkaDecodeError):
+        decode_batches(bytes(data))
