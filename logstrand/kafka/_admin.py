@@ -16,15 +16,17 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ExistsError, LogstrandError, NotFoundError
 from ._errors import KafkaError
 from ._topics import TOPIC_CONFIGS, ConfigError, apply_configs, describe_configs
 
 if TYPE_CHECKING:
+    from ..client import AsyncClient
     from ..epochstore import LogRange
-    from ._front import KafkaFront
+    from ..rpc import ClusterView
+    from ._data import DataPlane
     from ._protocol import Request
 
 _log = logging.getLogger("logstrand.kafka")
@@ -38,8 +40,20 @@ SOURCE_DEFAULT = 5
 SET, DELETE = 0, 1
 
 
+class FrontPort(Protocol):
+    """What the admin APIs need of the front (``KafkaFront``)."""
+
+    client: AsyncClient
+    view: ClusterView
+    data: DataPlane
+
+    def topics(self) -> dict[str, LogRange]: ...
+
+    def brokers(self) -> dict[int, tuple[str, int]]: ...
+
+
 class AdminApis:
-    def __init__(self, front: KafkaFront) -> None:
+    def __init__(self, front: FrontPort) -> None:
         self.front = front
 
     async def _range(self, name: str) -> LogRange | None:
