@@ -21,12 +21,14 @@ and transactional producers, message sets older than v2.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
 from typing import TYPE_CHECKING, Any
 
 import trio
 
+from ..client._reader_parts import GapItem
 from ..errors import (
     DuplicateAppendError,
     InvalidArgumentError,
@@ -35,14 +37,15 @@ from ..errors import (
     ProducerError,
     Status,
 )
-from ..types import Gap, GapType, Record, lsn_epoch
+from ..types import GapType, compose_lsn, lsn_epoch
 from ._codec import KafkaDecodeError
 from ._errors import KafkaError
 from ._offsets import OffsetMap
-from ._records import KafkaBatch, UnsupportedCodec, decode_batches, encode_batch
+from ._records import KafkaBatch, UnsupportedCodec, decode_batches, encode_columns
 
 if TYPE_CHECKING:
     from ..client import AsyncClient
+    from ..client._views import RecordRun
     from ..epochstore import LogRange
     from ._protocol import Request
 
@@ -350,50 +353,57 @@ class DataPlane:
         The read ends at the LSN of about as many records as ``limit`` holds
         at the log's usual record size (``_sizes``), not at the tail: a read
         stream fills its window from the nodes, and a fetch of 1 MiB of 10 KiB
-        records that read to the tail moved the whole log each time."""
-        out = bytearray()
-        rows: list[tuple[int, int, bytes | None, bytes | None, tuple[()]]] = []
-        size = 0
+        records that read to the tail moved the whole log each time.  Records
+        go from the reader's columns into Kafka's batches without an object
+        per record (``encode_columns``)."""
+        out: list[bytes] = []
+        size = count = 0
         want = max(16, min(FETCH_RECORDS_MAX, int(limit / self._sizes.get(log_id, 100)) + 1))
         until = min(tail, m.lsn_at(offset + want))
         async with self.client.read(log_id, m.lsn_at(offset), until) as reader:
-            async for item in reader:
-                if isinstance(item, Gap):
-                    if item.type == GapType.DATALOSS:
-                        self.dataloss += 1
-                        _log.warning("kafka: log %d: records lost (%s), skipped", log_id, item)
-                    continue
-                assert isinstance(item, Record)
-                if not m.known(lsn_epoch(item.lsn)):
-                    known = await self.offsets(log_id, lsn_epoch(item.lsn))
-                    assert known is not None
-                    m = known
-                at = m.offset(item.lsn)
-                if at < offset:
-                    continue
-                rows.append((at, item.timestamp, item.key, item.payload, ()))
-                size += len(item.payload or b"") + len(item.key or b"") + 16
-                if len(rows) >= FETCH_BATCH_RECORDS:
-                    out += encode_batch(rows[0][0], rows)
-                    rows = []
+            async for items in reader.batches():
+                for item in items:
+                    if isinstance(item, GapItem):
+                        if item.type == GapType.DATALOSS:
+                            self.dataloss += 1
+                            _log.warning("kafka: log %d: records lost (%s), skipped", log_id, item)
+                        continue
+                    m, batch, n, nbytes = await self._run(log_id, m, item, offset)
+                    if batch:
+                        out.append(batch)
+                        count += n
+                        size += nbytes
                 if size >= limit:
                     break
-        if rows:
-            out += encode_batch(rows[0][0], rows)
         if len(self._sizes) >= MAPS_MAX:
             self._sizes.clear()
-        if out:
-            self._sizes[log_id] = max(1, size // max(1, _count(out)))
-        return bytes(out)
+        if count:
+            self._sizes[log_id] = max(1, size // count)
+        return b"".join(out)
 
-
-def _count(batches: bytes | bytearray) -> int:
-    """Records in encoded batches (each header says how many)."""
-    n = pos = 0
-    while pos + 61 <= len(batches):
-        n += int.from_bytes(batches[pos + 57 : pos + 61], "big")
-        pos += 12 + int.from_bytes(batches[pos + 8 : pos + 12], "big")
-    return n
+    async def _run(
+        self, log_id: int, m: OffsetMap, run: RecordRun, offset: int
+    ) -> tuple[OffsetMap, bytes, int, int]:
+        """One run of records (one stored batch, one epoch) as Kafka batches
+        of at most ``FETCH_BATCH_RECORDS``, those below ``offset`` left out."""
+        lsns = run.lsns
+        epoch = lsn_epoch(lsns[0])
+        if not m.known(epoch):
+            known = await self.offsets(log_id, epoch)
+            assert known is not None
+            m = known
+        shift = compose_lsn(epoch, 0) - m.base(epoch) + 1  # offset = lsn - shift
+        offsets = [lsn - shift for lsn in lsns]
+        a = bisect.bisect_left(offsets, offset)
+        if a == len(offsets):
+            return m, b"", 0, 0
+        ts, keys, values = run.timestamps_ms, run.keys, run.payloads
+        parts = []
+        for lo in range(a, len(offsets), FETCH_BATCH_RECORDS):
+            hi = min(len(offsets), lo + FETCH_BATCH_RECORDS)
+            parts.append(encode_columns(offsets[lo:hi], ts[lo:hi], keys[lo:hi], values[lo:hi]))
+        data = b"".join(parts)
+        return m, data, len(offsets) - a, len(data)
 
 
 def _refused(batches: list[Any]) -> str | None:

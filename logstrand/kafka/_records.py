@@ -250,6 +250,65 @@ def decode_batches(data: bytes) -> list[KafkaBatch]:
     return out
 
 
+def _zigzag(n: int) -> bytes:
+    out = bytearray()
+    write_varint(n, out)
+    return bytes(out)
+
+
+#: Zigzag varints of -1 .. VARINTS_TOP - 2, encoded once: a record's deltas
+#: and lengths are small, and a table look-up is a tenth of encoding one.
+VARINTS_TOP = 1 << 16
+_VARINTS = [_zigzag(n) for n in range(-1, VARINTS_TOP - 1)]
+
+
+def _varint(n: int) -> bytes:
+    return _VARINTS[n + 1] if -1 <= n < VARINTS_TOP - 1 else _zigzag(n)
+
+
+def encode_columns(
+    offsets: list[int],
+    timestamps: list[int],
+    keys: list[bytes | None],
+    values: list[bytes | None],
+) -> bytes:
+    """One uncompressed batch (CreateTime, no headers) of records given as
+    columns, offsets ascending: what a fetch answers with.  Works a column
+    at a time where it can; ``encode_batch`` is the same for rows."""
+    base = offsets[0]
+    first_ts = min(timestamps)
+    parts: list[bytes] = []
+    put = parts.append
+    none = _VARINTS[0]
+    for offset, ts, key, value in zip(offsets, timestamps, keys, values, strict=True):
+        ts_d = _varint(ts - first_ts)
+        off_d = _varint(offset - base)
+        k_len = none if key is None else _varint(len(key))
+        v_len = none if value is None else _varint(len(value))
+        size = (
+            2 + len(ts_d) + len(off_d) + len(k_len) + len(v_len)
+            + (0 if key is None else len(key)) + (0 if value is None else len(value))
+        )  # fmt: skip
+        put(_varint(size))
+        put(b"\x00")
+        put(ts_d)
+        put(off_d)
+        put(k_len)
+        if key is not None:
+            put(key)
+        put(v_len)
+        if value is not None:
+            put(value)
+        put(b"\x00")
+    body = b"".join(parts)
+    head = _HEADER.pack(
+        base, HEADER_BYTES - _LENGTH_FROM + len(body), -1, 2, 0, 0, offsets[-1] - base,
+        first_ts, max(timestamps), -1, -1, -1, len(offsets),
+    )  # fmt: skip
+    crc = google_crc32c.extend(google_crc32c.value(head[_CRC_FROM:]), body)
+    return head[:17] + struct.pack(">I", crc) + head[_CRC_FROM:] + body
+
+
 def _put_bytes(value: bytes | None, out: bytearray) -> None:
     if value is None:
         write_varint(-1, out)

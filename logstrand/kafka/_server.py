@@ -6,11 +6,12 @@ Rules
    below the 8 bytes of a header, bytes that do not decode, or an API the
    front does not serve end the connection (Kafka brokers do the same) and
    are logged; nothing else is touched and the node goes on.
-2. Clients pipeline: librdkafka keeps up to five Produce requests out per
-   connection, and answers must come back in the order asked.  Each
-   request runs in its own task as it arrives (at most ``in_flight_max`` per
-   connection; reading waits beyond that), and a writer sends the answers
-   in request order as each is ready.
+2. Clients pipeline (librdkafka keeps up to five Produce requests out per
+   connection), and Kafka promises that a connection's requests are
+   handled in the order sent and answered in that order.  So each
+   connection handles one request at a time, in order, while a writer
+   sends the answers; the next request is read when one is done (Kafka's
+   broker mutes the connection the same way).  Connections go side by side.
 3. A request with acks=0 gets no answer (``Front.handle`` returns None).
 4. A peer that stops reading holds only its own connection: answers wait in
    a bounded queue, and a peer that has not read for ``write_stall_s``
@@ -55,6 +56,7 @@ class Front(Protocol):
 class Limits:
     #: The largest request taken (Kafka's socket.request.max.bytes is 100 MiB).
     frame_max: int = 100 * 1024 * 1024
+    #: Answers of a connection waiting to be written; reading waits past it.
     in_flight_max: int = 32
     #: A connection whose answers wait this long unread is closed.
     write_stall_s: float = 60.0
@@ -108,7 +110,7 @@ class _Connection:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._writer)
             try:
-                await self._reader(nursery)
+                await self._reader()
             finally:
                 nursery.cancel_scope.cancel()
 
@@ -121,7 +123,7 @@ class _Connection:
             buf += chunk
         return True
 
-    async def _reader(self, nursery: trio.Nursery) -> None:
+    async def _reader(self) -> None:
         buf = bytearray()
         while True:
             if not await self._read_exactly(4, buf):
@@ -166,7 +168,11 @@ class _Connection:
                     frame[:256].hex(),
                 )
                 return
-            nursery.start_soon(self._answer, request, slot, size)
+            # One request at a time per connection, as a Kafka broker does:
+            # Produce requests of one connection are appended in the order
+            # sent (handled side by side, trio's scheduler could reorder two
+            # appends to one partition).  Other connections go on meanwhile.
+            await self._answer(request, slot, size)
 
     async def _answer(self, request: Request, slot: list[Any], size: int) -> None:
         try:

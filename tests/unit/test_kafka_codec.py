@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from logstrand.kafka import _protocol as proto
 from logstrand.kafka._codec import KafkaDecodeError, read_varint, write_varint
 from logstrand.kafka._offsets import OffsetMap
-from logstrand.kafka._records import decode_batches, encode_batch
+from logstrand.kafka._records import decode_batches, encode_batch, encode_columns
 from logstrand.types import compose_lsn
 
 with warnings.catch_warnings():
@@ -201,3 +201,17 @@ def test_message_sets_older_than_v2_decode(magic: int, codec: int) -> None:
     data[-1] ^= 0xFF
     with pytest.raises(KafkaDecodeError):
         decode_batches(bytes(data))
+
+
+def test_batches_made_from_columns_decode_in_kafka_python() -> None:
+    offsets = [7, 8, 10, 11 + 70_000]  # a gap, and an offset delta past the varint table
+    stamps = [1_000, 1_001, 999, 1_000 + 100_000]
+    keys = [b"k" * 300, None, b"", b"z"]
+    values = [b"v" * 20_000, b"w", None, b""]
+    data = encode_columns(offsets, stamps, keys, values)
+    theirs = DefaultRecordBatch(data)
+    assert theirs.validate_crc()
+    got = [(r.offset, r.timestamp, r.key, r.value) for r in theirs]
+    assert got == list(zip(offsets, stamps, keys, values, strict=True))
+    rows = [(o, t, k, v, ()) for o, t, k, v in zip(offsets, stamps, keys, values, strict=True)]
+    assert data == encode_batch(7, rows)

@@ -126,3 +126,32 @@ async def test_requests_wait_for_the_byte_budget_not_for_memory() -> None:
         for s in (a, b):
             await s.aclose()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_connection_s_requests_are_handled_one_after_another() -> None:
+    """Kafka's promise, which keeps two Produce requests of one connection
+    to one partition in order: the second is not handled before the first
+    is done (handled side by side, trio could start either first)."""
+    spans: list[tuple[int, float, float]] = []
+
+    class _Timed(_Front):
+        async def handle(self, request: proto.Request) -> bytes | None:
+            t0 = trio.current_time()
+            answer = await super().handle(request)
+            spans.append((request.correlation_id, t0, trio.current_time()))
+            return answer
+
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(serve_kafka, _Timed(), "127.0.0.1", 0, Limits())
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        for corr, pause in ((1, 100), (2, 0)):
+            await stream.send_all(
+                proto.encode_request(3, 12, corr, {"topics": [{"name": str(pause)}]})
+            )
+        for _ in range(2):
+            assert await _read_answer(stream) is not None
+        await stream.aclose()
+        nursery.cancel_scope.cancel()
+    (c1, _, end1), (c2, start2, _) = sorted(spans)
+    assert (c1, c2) == (1, 2)
+    assert start2 >= end1
