@@ -42,6 +42,7 @@ from ._codec import KafkaDecodeError
 from ._errors import KafkaError
 from ._offsets import OffsetMap
 from ._records import KafkaBatch, UnsupportedCodec, decode_batches, encode_columns
+from ._sessions import Session, Sessions, close
 
 if TYPE_CHECKING:
     from ..client import AsyncClient
@@ -51,9 +52,8 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("logstrand.kafka")
 
-#: Records per batch a Fetch answer carries, and per partition at most.
+#: Records per batch a Fetch answer carries.
 FETCH_BATCH_RECORDS = 1000
-FETCH_RECORDS_MAX = 20_000
 #: Bytes one Fetch answer carries at most, whatever the client allows (its
 #: answer waits in memory until the client reads it).
 FETCH_BYTES_MAX = 16 * 1024 * 1024
@@ -75,8 +75,8 @@ class DataPlane:
         self._looked_up = -1e9
         #: Each log's bounds as a fetch last asked for them, and when.
         self._known: dict[int, tuple[float, tuple[int, int, OffsetMap, int]]] = {}
-        #: Each log's bytes a record, as its last fetch found (``_read``).
-        self._sizes: dict[int, int] = {}
+        #: Read streams kept from one fetch to the next.
+        self.sessions = Sessions()
         self.dataloss = 0
 
     # -- offsets ------------------------------------------------------------------
@@ -348,44 +348,54 @@ class DataPlane:
 
     async def _read(self, log_id: int, m: OffsetMap, offset: int, limit: int, tail: int) -> bytes:
         """Batches of records from ``offset``, about ``limit`` bytes (at least
-        one record, as Kafka returns a first batch larger than the limit).
-
-        The read ends at the LSN of about as many records as ``limit`` holds
-        at the log's usual record size (``_sizes``), not at the tail: a read
-        stream fills its window from the nodes, and a fetch of 1 MiB of 10 KiB
-        records that read to the tail moved the whole log each time.  Records
-        go from the reader's columns into Kafka's batches without an object
-        per record (``encode_columns``)."""
+        one record, as Kafka returns a first batch larger than the limit),
+        made from the reader's columns without an object per record
+        (``encode_columns``).  The read stream goes on from the last fetch's
+        when this one continues where it ended (``_sessions``); a new one is
+        opened up to the tail."""
+        session = self.sessions.take(log_id, offset)
+        if session is None:
+            stream = self.client.read(log_id, m.lsn_at(offset), tail)
+            session = Session(stream, stream.batches())
         out: list[bytes] = []
-        size = count = 0
-        want = max(16, min(FETCH_RECORDS_MAX, int(limit / self._sizes.get(log_id, 100)) + 1))
-        until = min(tail, m.lsn_at(offset + want))
-        async with self.client.read(log_id, m.lsn_at(offset), until) as reader:
-            async for items in reader.batches():
-                for item in items:
+        size = 0
+        next_offset = offset
+        ended = False
+        try:
+            while size < limit:
+                items = await session.next_items()
+                if items is None:
+                    ended = True
+                    break
+                for k, item in enumerate(items):
                     if isinstance(item, GapItem):
                         if item.type == GapType.DATALOSS:
                             self.dataloss += 1
                             _log.warning("kafka: log %d: records lost (%s), skipped", log_id, item)
                         continue
-                    m, batch, n, nbytes = await self._run(log_id, m, item, offset)
+                    m, batch, last = await self._run(log_id, m, item, next_offset)
                     if batch:
                         out.append(batch)
-                        count += n
-                        size += nbytes
-                if size >= limit:
-                    break
-        if len(self._sizes) >= MAPS_MAX:
-            self._sizes.clear()
-        if count:
-            self._sizes[log_id] = max(1, size // count)
+                        size += len(batch)
+                        next_offset = last + 1
+                    if size >= limit:
+                        session.leftover = items[k + 1 :]
+                        break
+        except BaseException:
+            await close(session)
+            raise
+        if ended:
+            await close(session)
+        else:
+            await self.sessions.keep(log_id, next_offset, session)
         return b"".join(out)
 
     async def _run(
         self, log_id: int, m: OffsetMap, run: RecordRun, offset: int
-    ) -> tuple[OffsetMap, bytes, int, int]:
+    ) -> tuple[OffsetMap, bytes, int]:
         """One run of records (one stored batch, one epoch) as Kafka batches
-        of at most ``FETCH_BATCH_RECORDS``, those below ``offset`` left out."""
+        of at most ``FETCH_BATCH_RECORDS``, those below ``offset`` left out;
+        with the offset of its last record."""
         lsns = run.lsns
         epoch = lsn_epoch(lsns[0])
         if not m.known(epoch):
@@ -396,14 +406,13 @@ class DataPlane:
         offsets = [lsn - shift for lsn in lsns]
         a = bisect.bisect_left(offsets, offset)
         if a == len(offsets):
-            return m, b"", 0, 0
+            return m, b"", -1
         ts, keys, values = run.timestamps_ms, run.keys, run.payloads
         parts = []
         for lo in range(a, len(offsets), FETCH_BATCH_RECORDS):
             hi = min(len(offsets), lo + FETCH_BATCH_RECORDS)
             parts.append(encode_columns(offsets[lo:hi], ts[lo:hi], keys[lo:hi], values[lo:hi]))
-        data = b"".join(parts)
-        return m, data, len(offsets) - a, len(data)
+        return m, b"".join(parts), offsets[-1]
 
 
 def _refused(batches: list[Any]) -> str | None:
