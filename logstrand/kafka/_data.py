@@ -155,12 +155,11 @@ class DataPlane:
         except KafkaDecodeError as exc:
             row.update(error_code=KafkaError.CORRUPT_MESSAGE, error_message=str(exc))
             return
-        records = [rec for b in batches for rec in b.records]
         problem = _refused(batches)
         if problem is not None:
             row.update(error_code=KafkaError.INVALID_RECORD, error_message=problem)
             return
-        if not records:
+        if not any(b.values for b in batches):
             return
         try:
             first = await self._append(log_id, batches)
@@ -196,15 +195,14 @@ class DataPlane:
         sequence): the log stores it once however often it comes, and
         answers a retry with the LSN it got (``client.append_numbered``)."""
         if all(b.producer_id < 0 for b in batches):
-            records = [rec for b in batches for rec in b.records]
+            values = [v for b in batches for v in b.values]
             lsns = await self.client.append_batch(
-                log_id, [rec.value for rec in records], keys=[rec.key for rec in records]
+                log_id, values, keys=[k for b in batches for k in b.keys]
             )
             return lsns[0]
         first = None
         for b in batches:
-            payloads = [rec.value for rec in b.records]
-            keys = [rec.key for rec in b.records]
+            payloads, keys = b.values, b.keys
             if b.producer_id < 0:
                 lsn = (await self.client.append_batch(log_id, payloads, keys=keys))[0]
             else:
@@ -419,6 +417,6 @@ def _refused(batches: list[Any]) -> str | None:
     for b in batches:
         if b.transactional or b.control:
             return "transactional batches are not supported yet"
-        if any(rec.headers for rec in b.records):
+        if b.has_headers:
             return "record headers are not kept yet: send records without headers"
     return None

@@ -61,7 +61,27 @@ class KafkaBatch:
     producer_id: int
     producer_epoch: int
     base_sequence: int
-    records: tuple[KafkaRecord, ...]
+    #: The records' keys and values, and whether any record has headers
+    #: (what an append needs, decoded without an object per record).
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    has_headers: bool
+    #: The decompressed records, for ``records``; or the records themselves.
+    body: bytes = b""
+    decoded: tuple[KafkaRecord, ...] | None = None
+
+    @property
+    def records(self) -> tuple[KafkaRecord, ...]:
+        """Every record with its deltas and headers (decoded again: for tests
+        and tools, not for the append path)."""
+        if self.decoded is not None:
+            return self.decoded
+        out = []
+        pos = 0
+        for _ in range(len(self.keys)):
+            rec, pos = _record(self.body, pos, self.first_timestamp_ms)
+            out.append(rec)
+        return tuple(out)
 
     @property
     def codec(self) -> str:
@@ -210,7 +230,68 @@ def decode_message_set(data: bytes) -> KafkaBatch:
     pos = 0
     while pos < len(data):
         pos = _legacy(data, pos, records)
-    return KafkaBatch(0, 0, max(0, len(records) - 1), 0, 0, -1, -1, -1, tuple(records))
+    keys = [r.key for r in records]
+    values = [r.value for r in records]
+    last = max(0, len(records) - 1)
+    return KafkaBatch(0, 0, last, 0, 0, -1, -1, -1, keys, values, False, decoded=tuple(records))
+
+
+def _columns(body: bytes, count: int) -> tuple[list[bytes | None], list[bytes | None], bool]:
+    """Keys and values of ``count`` records, and whether any has headers;
+    every record's length checked.  The append path's decoder: a varint of
+    one byte (the usual length of a delta or a small length) is read in
+    place, longer ones by ``read_varint``."""
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    headers = False
+    pos = 0
+    try:
+        for _ in range(count):
+            b = body[pos]
+            if b < 0x80:
+                size, pos = (b >> 1) ^ -(b & 1), pos + 1
+            else:
+                size, pos = read_varint(body, pos)
+            end = pos + size
+            if size < 5 or end > len(body):
+                raise KafkaDecodeError("record length runs past the batch")
+            p = pos + 1  # attributes
+            while body[p] & 0x80:  # the timestamp delta: skipped
+                p += 1
+            p += 1
+            while body[p] & 0x80:  # the offset delta: skipped
+                p += 1
+            p += 1
+            b = body[p]
+            if b < 0x80:
+                n, p = (b >> 1) ^ -(b & 1), p + 1
+            else:
+                n, p = read_varint(body, p)
+            if n < 0:
+                keys.append(None)
+            else:
+                keys.append(body[p : p + n])
+                p += n
+            b = body[p]
+            if b < 0x80:
+                n, p = (b >> 1) ^ -(b & 1), p + 1
+            else:
+                n, p = read_varint(body, p)
+            if n < 0:
+                values.append(None)
+            else:
+                values.append(body[p : p + n])
+                p += n
+            if p >= end or body[p] != 0:
+                headers = True
+            if p > end:
+                raise KafkaDecodeError("record fields run past its length")
+            pos = end
+    except IndexError as exc:
+        raise KafkaDecodeError("truncated record") from exc
+    if pos != len(body):
+        raise KafkaDecodeError("record batch has bytes after its records")
+    return keys, values, headers
 
 
 def decode_batches(data: bytes) -> list[KafkaBatch]:
@@ -235,17 +316,11 @@ def decode_batches(data: bytes) -> list[KafkaBatch]:
         if google_crc32c.value(data[pos + _CRC_FROM : end]) != crc:
             raise KafkaDecodeError("record batch CRC does not match")
         body = _decompress(attributes & COMPRESSION_MASK, data[pos + HEADER_BYTES : end])
-        records = []
-        rpos = 0
         if count < 0 or count > len(body):
             raise KafkaDecodeError(f"record batch of {count} records in {len(body)} bytes")
-        for _ in range(count):
-            rec, rpos = _record(body, rpos, first_ts)
-            records.append(rec)
-        if rpos != len(body):
-            raise KafkaDecodeError("record batch has bytes after its records")
+        keys, values, has_headers = _columns(body, count)
         fields = (base, attributes, last_delta, first_ts, max_ts, pid, pepoch, base_seq)
-        out.append(KafkaBatch(*fields, records=tuple(records)))
+        out.append(KafkaBatch(*fields, keys, values, has_headers, body))
         pos = end
     return out
 

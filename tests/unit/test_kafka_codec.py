@@ -132,6 +132,13 @@ def test_batches_kafka_python_makes_decode_with_every_codec(codec: int) -> None:
         (o, k, v) for o, k, v, _ in records
     ]
     assert batch.records[7].headers == (("trace", b"abc"), ("empty", None))
+    # The append path's columns say the same, and that a record has headers.
+    assert batch.keys == [k for _, k, _, _ in records]
+    assert batch.values == [v for _, _, v, _ in records]
+    assert batch.has_headers
+    for cut in range(61, len(_their_batch(0, records)), 97):
+        with pytest.raises(KafkaDecodeError):
+            decode_batches(_their_batch(0, records)[:cut])
     assert [r.timestamp_ms for r in batch.records] == [1_000 + i for i in range(50)]
 
 
