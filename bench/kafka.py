@@ -177,7 +177,7 @@ def main() -> None:
     print(
         f"| produce, acks=all, linger 0: p50 / p99 | | {med['own_p50_ms']:.2f} / "
         f"{med['own_p99_ms']:.2f} ms | {med['kafka_p50_ms']:.2f} / {med['kafka_p99_ms']:.2f} ms "
-        f"| | +{med['kafka_p50_ms'] - med['own_p50_ms']:.2f} ms |"
+        f"| | {med['kafka_p50_ms'] - med['own_p50_ms']:+.2f} ms |"
     )
     if args.json:
         args.json.write_text(json.dumps({"runs": runs, "redis": peers}, indent=1))
