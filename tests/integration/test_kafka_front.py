@@ -406,3 +406,53 @@ def test_old_produce_versions_with_message_sets_before_v2(cluster: LocalCluster)
     assert got == list(range(10))
     read = _consume(cluster.kafka_bootstrap, [TopicPartition("old", 0, OFFSET_BEGINNING)], 10)
     assert [g[3] for g in read] == [b"m%d" % i for i in range(5)] * 2
+
+
+def test_a_front_of_its_own_serves_the_cluster(cluster: LocalCluster) -> None:
+    """``logstrand kafka serve``: one broker (id 0) answering for every topic."""
+    import os
+    import signal
+    import sys
+
+    with open_epoch_store(cluster.url) as store:
+        store.create_logs(950, 951, LogAttributes(replication_factor=2), name="alone")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "logstrand", "kafka", "serve", "--port", "0"],
+        env={**os.environ, **cluster.client_env(), "COLUMNS": "200"},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        assert line.startswith("kafka bootstrap 127.0.0.1:"), line
+        bootstrap = line.split(" ")[2]
+        subprocess.run(
+            ["kcat", "-b", bootstrap, "-P", "-t", "alone", "-p", "1"],
+            input="one\ntwo\n",
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        meta = json.loads(
+            subprocess.run(
+                ["kcat", "-b", bootstrap, "-L", "-J", "-t", "alone"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
+            ).stdout
+        )
+        assert [b["id"] for b in meta["brokers"]] == [0]
+        assert [p["leader"] for p in meta["topics"][0]["partitions"]] == [0, 0]
+        with logstrand.connect(cluster.url) as client:
+            got = [r.payload for r in client.read(951) if isinstance(r, Record)]
+        assert got == [b"one", b"two"]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
