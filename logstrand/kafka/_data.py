@@ -57,8 +57,6 @@ FETCH_BATCH_RECORDS = 1000
 #: Bytes one Fetch answer carries at most, whatever the client allows (its
 #: answer waits in memory until the client reads it).
 FETCH_BYTES_MAX = 16 * 1024 * 1024
-#: How long a fetch with nothing to return waits between looks at the tail.
-POLL_S = (0.005, 0.05)
 #: Offset maps kept (one per log read or written lately).
 MAPS_MAX = 100_000
 #: A fetch below the high watermark uses bounds at most this old.
@@ -224,10 +222,14 @@ class DataPlane:
     async def _fetch_bounds(self, log_id: int, offset: int) -> tuple[int, int, OffsetMap, int]:
         """``_bounds`` for a fetch at ``offset``: asked of the nodes only when
         the last answer is older than ``BOUNDS_S`` or the fetch is at its end
-        (a consumer catching up asks once a second, not once a fetch)."""
+        (a consumer catching up asks once a second, not once a fetch), and
+        not at all while a stream that follows the log from there has
+        nothing new (a consumer waiting at the end costs no questions)."""
         known = self._known.get(log_id)
         now = trio.current_time()
         if known is not None and now < known[0] + BOUNDS_S and offset < known[1][1]:
+            return known[1]
+        if known is not None and offset == known[1][1] and self.sessions.waiting(log_id, offset):
             return known[1]
         fresh = await self._bounds(log_id)
         if len(self._known) >= MAPS_MAX:
@@ -291,16 +293,15 @@ class DataPlane:
         deadline = trio.current_time() + max(0, body["max_wait_ms"]) / 1000
         budget = [min(FETCH_BYTES_MAX, max(1, body["max_bytes"]))]
         asked = [(t["topic"], p) for t in body["topics"] for p in t["partitions"]]
-        pause = POLL_S[0]
         while True:
             results = [await self._fetch_one(name, p, budget) for name, p in asked]
             got = sum(len(res.get("records") or b"") for _, res in results)
-            if got >= max(1, body["min_bytes"]) or trio.current_time() + pause > deadline:
+            if got >= max(1, body["min_bytes"]) or trio.current_time() >= deadline:
                 break
             if any(res["error_code"] for _, res in results):
                 break
-            await trio.sleep(pause)
-            pause = min(pause * 2, POLL_S[1])
+            if not await self._wait_for_records(asked, results, deadline):
+                break
             budget = [min(FETCH_BYTES_MAX, max(1, body["max_bytes"]))]
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for name, res in results:
@@ -311,6 +312,74 @@ class DataPlane:
             "session_id": 0,
             "responses": [{"topic": n, "partitions": rows} for n, rows in by_topic.items()],
         }
+
+    async def _wait_for_records(
+        self, asked: list[tuple[str, Any]], results: list[Any], deadline: float
+    ) -> bool:
+        """A long poll: wait until a partition at its end gets a record, or
+        the deadline.  Each waits on a read stream that follows its log (the
+        nodes push what is released; nothing is asked of them meanwhile),
+        and the stream that gets records is kept for the fetch that reads
+        them (``_sessions``).  True if records came."""
+        waits = []
+        for (name, p), (_, row) in zip(asked, results, strict=True):
+            r, log_id = await self.partition(name, p["partition"])
+            if r is not None and p["fetch_offset"] == row["high_watermark"]:
+                waits.append((log_id, p["fetch_offset"]))
+        if not waits:
+            return False
+        came = False
+        async with trio.open_nursery() as nursery:
+            nursery.cancel_scope.deadline = deadline
+
+            async def wait(log_id: int, offset: int) -> None:
+                nonlocal came
+                if await self._follow(log_id, offset):
+                    came = True
+                    nursery.cancel_scope.cancel()
+
+            for log_id, offset in waits:
+                nursery.start_soon(wait, log_id, offset)
+        return came
+
+    async def _follow(self, log_id: int, offset: int) -> bool:
+        """Wait for the first items past ``offset`` on a stream that follows
+        the log; keep them and the stream for the next fetch."""
+        m = await self.offsets(log_id, 0)
+        assert m is not None
+        session = self.sessions.take(log_id, offset)
+        if session is None:
+            stream = self.client.read(log_id, m.lsn_at(offset), None)
+            session = Session(stream, stream.batches(), follows=True)
+            session.follow(self.client.nursery)
+        elif not session.follows or session.leftover:
+            await self.sessions.keep(log_id, offset, session)
+            return True  # it holds what this fetch is waiting for
+        try:
+            while True:
+                items = await session.next_items()
+                if items is None:
+                    await close(session)
+                    return False
+                if any(not isinstance(item, GapItem) for item in items):
+                    break
+                # Gaps only (a bridge at a new epoch): nothing to fetch yet.
+                for gap in items:
+                    if gap.type == GapType.DATALOSS:
+                        self.dataloss += 1
+                        _log.warning("kafka: log %d: records lost (%s), skipped", log_id, gap)
+        except trio.Cancelled:
+            # The long poll ended: the session waits, whole, for the next one.
+            with trio.CancelScope(shield=True):
+                await self.sessions.keep(log_id, offset, session)
+            raise
+        except BaseException:
+            await close(session)
+            raise
+        session.leftover = items
+        self._known.pop(log_id, None)  # the high watermark moved
+        await self.sessions.keep(log_id, offset, session)
+        return True
 
     async def _fetch_one(
         self, name: str, p: dict[str, Any], budget: list[int]
@@ -361,6 +430,8 @@ class DataPlane:
         ended = False
         try:
             while size < limit:
+                if session.follows and out and not session.leftover:
+                    break  # what it held is taken; more would be a wait
                 items = await session.next_items()
                 if items is None:
                     ended = True

@@ -39,15 +39,45 @@ IDLE_S = 10.0
 class Session:
     stream: ReadStream
     batches: AsyncIterator[list[Any]]
+    #: It follows the log past its tail (a long poll's): it has no end, and
+    #: a fetch takes what it holds without waiting for more.  Its stream is
+    #: read by a task of its own into ``_ready`` (``follow``), so a long poll
+    #: that times out leaves it whole for the next one.
+    follows: bool = False
     #: Items read from the stream and not returned yet.
     leftover: list[Any] = attrs.field(factory=list)
     used: float = 0.0
+    _ready: trio.MemoryReceiveChannel[list[Any] | None] | None = None
+    _scope: trio.CancelScope | None = None
+
+    def follow(self, nursery: trio.Nursery) -> None:
+        """Read the stream in a task of ``nursery`` (one batch ahead)."""
+        send, self._ready = trio.open_memory_channel[list[Any] | None](1)
+        scope = self._scope = trio.CancelScope()
+
+        async def pump() -> None:
+            with scope, contextlib.suppress(LogstrandError, trio.BrokenResourceError):
+                async for items in self.batches:
+                    await send.send(items)
+                await send.send(None)
+
+        nursery.start_soon(pump)
+
+    def nothing_ready(self) -> bool:
+        """Its task has read nothing that a fetch has not taken."""
+        return self._ready is not None and self._ready.statistics().current_buffer_used == 0
 
     async def next_items(self) -> list[Any] | None:
-        """The next items: the leftover first; None at the stream's end."""
+        """The next items: the leftover first; None at the stream's end.
+        Cancelled while it waits, a following session loses nothing."""
         if self.leftover:
             items, self.leftover = self.leftover, []
             return items
+        if self._ready is not None:
+            try:
+                return await self._ready.receive()
+            except trio.EndOfChannel:
+                return None
         try:
             return await self.batches.__anext__()
         except StopAsyncIteration:
@@ -62,6 +92,11 @@ class Sessions:
 
     def __len__(self) -> int:
         return len(self._kept)
+
+    def waiting(self, log_id: int, offset: int) -> bool:
+        """A stream follows ``log_id`` from ``offset`` and holds nothing yet."""
+        s = self._kept.get((log_id, offset))
+        return s is not None and s.follows and not s.leftover and s.nothing_ready()
 
     def take(self, log_id: int, offset: int) -> Session | None:
         """The stream kept for a fetch of ``log_id`` at ``offset``, if any
@@ -91,5 +126,7 @@ class Sessions:
 
 
 async def close(session: Session) -> None:
+    if session._scope is not None:
+        session._scope.cancel()
     with contextlib.suppress(LogstrandError, trio.BrokenResourceError, trio.ClosedResourceError):
         await session.stream.aclose()
