@@ -12,7 +12,9 @@ SQLite epoch store) and runs, on one topic of one partition each:
 - a confluent-kafka consumer assigned from the beginning reading them back;
   and logstrand's ``read`` (one ``Record`` per record) over the same log;
 - produce latency: 2,000 sequential produce + flush with acks=all and
-  linger 0 against 2,000 sequential ``append``, p50 and p99.
+  linger 0 against 2,000 sequential ``append``, p50 and p99;
+- a consumer waiting at the end of 8 partitions (long polls): the nodes'
+  CPU over 5 s, then produce -> consume latency of 50 records.
 
 Redis Streams (``bench/kafka_redis.py``, from the peers' virtualenv that
 ``bench/compare.py`` installs) runs pipelined XADD and XRANGE backfill on the
@@ -89,6 +91,46 @@ def _latency(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
     return times[len(times) // 2], times[int(len(times) * 0.99)]
 
 
+def _waiting(bootstrap: str, pids: list[int]) -> tuple[float, float]:
+    """A consumer waiting at the end of 8 partitions: the nodes' CPU (share
+    of a core, summed) over 5 s of long polls, then produce -> consume p50
+    (ms) of 50 records, each produced once the one before arrived."""
+    import threading
+
+    from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
+
+    from logstrand.testing import cpu_s
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "w", "enable.auto.commit": False})
+    c.assign([TopicPartition(f"wait{i}", 0, OFFSET_END) for i in range(8)])
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.is_set():
+            c.poll(0.1)
+
+    t = threading.Thread(target=poll)
+    t.start()
+    time.sleep(3.0)
+    c0, t0 = cpu_s(pids), time.monotonic()
+    time.sleep(5.0)
+    idle = (cpu_s(pids) - c0) / (time.monotonic() - t0)
+    stop.set()
+    t.join()
+    times = []
+    for i in range(50):
+        t1 = time.perf_counter()
+        p.produce("wait3", b"r%d" % i, partition=0)
+        p.flush(10)
+        m = None
+        while m is None or m.error() is not None:
+            m = c.poll(5)
+        times.append((time.perf_counter() - t1) * 1000)
+    c.close()
+    return idle, sorted(times)[25]
+
+
 def _ours(client: Any, log: int, payload: bytes, n: int) -> tuple[float, float]:
     from logstrand import Record
 
@@ -110,10 +152,13 @@ def one_run(records: int, big: int) -> dict[str, float]:
 
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as d, LocalCluster(f"{d}/c", nodes=3, kafka=True) as c:
+        names = ["k100", "k10k", "klat", "n100", "n10k", "nlat"] + [f"wait{i}" for i in range(8)]
         with open_epoch_store(c.url) as store:
-            for first, name in enumerate(("k100", "k10k", "klat", "n100", "n10k", "nlat"), 1):
+            for first, name in enumerate(names, 1):
                 store.create_logs(first, first, LogAttributes(replication_factor=2), name=name)
         b = c.kafka_bootstrap
+        pids = [p.pid for p in c.procs.values()]
+        out["idle_cpu"], out["wait_p50_ms"] = _waiting(b, pids)
         out["kafka_produce_100b"] = _produce(b, "k100", SMALL, records)
         out["kafka_consume_100b"] = _consume(b, "k100", records)
         out["kafka_produce_10kib"] = _produce(b, "k10k", BIG, big)
@@ -178,6 +223,11 @@ def main() -> None:
         f"| produce, acks=all, linger 0: p50 / p99 | | {med['own_p50_ms']:.2f} / "
         f"{med['own_p99_ms']:.2f} ms | {med['kafka_p50_ms']:.2f} / {med['kafka_p99_ms']:.2f} ms "
         f"| | {med['kafka_p50_ms'] - med['own_p50_ms']:+.2f} ms |"
+    )
+    print(
+        f"\nA consumer waiting at the end of 8 partitions: the nodes use "
+        f"{med['idle_cpu']:.1%} of a core between them; a record produced then reaches it "
+        f"in {med['wait_p50_ms']:.1f} ms (p50 of 50)."
     )
     if args.json:
         args.json.write_text(json.dumps({"runs": runs, "redis": peers}, indent=1))
