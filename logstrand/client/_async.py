@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -207,17 +208,18 @@ class AsyncClient:
 
     def read_many(
         self,
-        starts: dict[int, int],
+        starts: dict[int, int] | str,
         until: int | _Tail | None = TAIL,
         *,
         buffer: int = 64,
     ) -> ManyReader:
         """Read many logs at once (a consumer of many partitions): an async
         iterator of ``(log, item)`` pairs as records arrive, each log in LSN
-        order; ``starts`` maps each log to the LSN to start at, ``until`` is
-        as for ``read``, for all of them.  One loop drives every log (no task
-        per log), the nodes' windows share ``settings.read_buffer_bytes``, and
-        one client can follow tens of thousands of logs (up to the nodes'
+        order; ``starts`` maps each log to the LSN to start at (or names a
+        range: all its logs from the oldest), ``until`` is as for ``read``,
+        for all of them.  One loop drives every log (no task per log), the
+        nodes' windows share ``settings.read_buffer_bytes``, and one client
+        can follow tens of thousands of logs (up to the nodes'
         ``--read-streams-per-connection``, 16,384 by default)::
 
             async with client.read_many(dict.fromkeys(logs, LSN_OLDEST), None) as reader:
@@ -227,20 +229,19 @@ class AsyncClient:
         Leaving the loop early is safe; closing stops the nodes' streams.
         ``buffer`` is kept for callers of earlier versions and not used.
 
-        Raises (while iterating):
-            NotFoundError: a log does not exist.
-            AccessDeniedError: the user may not read one of the logs.
-            LogstrandError(OVERLOADED): a node takes no more read streams from
-                this client.
+        Raises (while iterating): NotFoundError (a log or name that does not
+        exist), AccessDeniedError, LogstrandError(OVERLOADED): a node takes no
+        more read streams from this client.
         """
         del buffer
         return ManyReader(
             self._admin,
             self.links,
-            dict(starts),
+            {} if isinstance(starts, str) else dict(starts),
             until,
             self.settings.read_buffer_bytes,
             self.tail_lsns,
+            resolve=partial(self.names.starts, starts) if isinstance(starts, str) else None,
         )
 
     # -- consumer groups ----------------------------------------------------------

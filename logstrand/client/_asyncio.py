@@ -116,7 +116,7 @@ class AsyncioClient:
 
     def read_many(
         self,
-        starts: dict[int, int],
+        starts: dict[int, int] | str,
         until: int | _Tail | None = TAIL,
         *,
         buffer: int = 64,

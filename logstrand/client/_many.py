@@ -102,6 +102,10 @@ class ManyReader:
     until: int | _Tail | None
     budget: int
     tails: Callable[[list[int]], Awaitable[dict[int, int]]]
+    #: For a range's name: its logs and where to start (``Names.starts``).
+    resolve: Callable[[], Awaitable[dict[int, int]]] | None = attrs.field(
+        default=None, kw_only=True
+    )
     _mailbox: _Mailbox = attrs.field(init=False, factory=_Mailbox)
     _slots: dict[int, _Slot] = attrs.field(init=False, factory=dict)
     _out: collections.deque[tuple[int, Record | Gap]] = attrs.field(
@@ -125,6 +129,8 @@ class ManyReader:
 
     async def _open(self) -> None:
         self._opened = True
+        if self.resolve is not None:
+            self.starts = await self.resolve()
         logs = list(self.starts)
         if not logs:
             return

@@ -17,6 +17,7 @@ import trio
 
 from ..errors import InvalidArgumentError, NotFoundError
 from ..placement import partition_for_key
+from ..types import LSN_OLDEST
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -58,6 +59,21 @@ class Names:
         turn = self._turn.get(name, 0)
         self._turn[name] = turn + 1
         return r.first + turn % size
+
+    async def starts(self, name: str) -> dict[int, int]:
+        """Every log of the range ``name``, to be read from its oldest record
+        (``read_many`` of a name).
+
+        Raises:
+            NotFoundError: no range has that name.
+        """
+        r = self.range(name)
+        if r is None:
+            await self.view.refresh()
+            r = self.range(name)
+        if r is None:
+            raise NotFoundError(f"no log range is named {name!r}")
+        return dict.fromkeys(range(r.first, r.last + 1), LSN_OLDEST)
 
     async def resolve(self, name: str, key: bytes | None) -> int:
         """``log_for``, reading the configuration again for a name not seen yet.

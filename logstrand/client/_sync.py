@@ -364,7 +364,11 @@ class Client:
         return arrow_batches(columns, on_gap=on_gap)
 
     def read_many(
-        self, starts: dict[int, int], until: int | _Tail | None = TAIL, *, buffer: int = 64
+        self,
+        starts: dict[int, int] | str,
+        until: int | _Tail | None = TAIL,
+        *,
+        buffer: int = 64,
     ) -> Iterator[tuple[int, Record | Gap]]:
         """Read many logs at once: ``(log, item)`` pairs, each log in LSN
         order (see ``AsyncClient.read_many``).  Pairs cross from the client's

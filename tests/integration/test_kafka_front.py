@@ -456,3 +456,30 @@ def test_a_front_of_its_own_serves_the_cluster(cluster: LocalCluster) -> None:
             proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def test_a_topic_read_by_name_natively_has_what_kafka_consumers_see(
+    cluster: LocalCluster,
+) -> None:
+    """``read_many("orders2")`` reads every log of the range, as a Kafka
+    consumer of every partition does: the same records, log by log."""
+    producer = Producer({"bootstrap.servers": cluster.kafka_bootstrap})
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    admin.create_topics([NewTopic("orders2", 3, 2)])["orders2"].result(30)
+    for i in range(60):
+        producer.produce("orders2", key=b"user-%d" % (i % 7), value=b"o%d" % i)
+    assert producer.flush(30) == 0
+    parts = [TopicPartition("orders2", p, OFFSET_BEGINNING) for p in range(3)]
+    theirs = sorted((g[0], g[3]) for g in _consume(cluster.kafka_bootstrap, parts, 60))
+    with open_epoch_store(cluster.url) as store:
+        first = store.log_range_named("orders2").first
+    with logstrand.connect(cluster.url) as client:
+        ours = sorted(
+            (log - first, item.payload)
+            for log, item in client.read_many("orders2")
+            if isinstance(item, Record)
+        )
+        with pytest.raises(logstrand.NotFoundError):
+            list(client.read_many("no-such-range"))
+    assert ours == theirs
+    assert len(ours) == 60
