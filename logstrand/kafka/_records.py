@@ -18,7 +18,6 @@ from __future__ import annotations
 import gzip
 import struct
 import zlib
-from typing import Any
 
 import attrs
 import google_crc32c
@@ -32,7 +31,6 @@ _CRC_FROM = 21
 _LENGTH_FROM = 12  # batch length counts from the leader epoch on
 
 COMPRESSION_MASK = 0x07
-TIMESTAMP_LOG_APPEND = 0x08
 TRANSACTIONAL = 0x10
 CONTROL = 0x20
 CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
@@ -349,7 +347,7 @@ def encode_columns(
 ) -> bytes:
     """One uncompressed batch (CreateTime, no headers) of records given as
     columns, offsets ascending: what a fetch answers with.  Works a column
-    at a time where it can; ``encode_batch`` is the same for rows."""
+    at a time where it can."""
     base = offsets[0]
     first_ts = min(timestamps)
     parts: list[bytes] = []
@@ -384,50 +382,3 @@ def encode_columns(
     return head[:17] + struct.pack(">I", crc) + head[_CRC_FROM:] + body
 
 
-def _put_bytes(value: bytes | None, out: bytearray) -> None:
-    if value is None:
-        write_varint(-1, out)
-    else:
-        write_varint(len(value), out)
-        out += value
-
-
-def encode_batch(
-    base_offset: int,
-    records: list[tuple[int, int, bytes | None, bytes | None, Any]],
-    *,
-    log_append_time: bool = False,
-    producer_id: int = -1,
-    producer_epoch: int = -1,
-    base_sequence: int = -1,
-) -> bytes:
-    """One uncompressed batch of ``(offset, timestamp_ms, key, value, headers)``
-    (offsets ascending from ``base_offset``, gaps allowed).  Its timestamps
-    are of type CreateTime unless ``log_append_time``: with LogAppendTime,
-    Kafka clients give every record the batch's newest timestamp."""
-    first_ts = min(r[1] for r in records)
-    max_ts = max(r[1] for r in records)
-    body = bytearray()
-    rec = bytearray()
-    for offset, ts, key, value, headers in records:
-        rec.clear()
-        rec.append(0)
-        write_varint(ts - first_ts, rec)
-        write_varint(offset - base_offset, rec)
-        _put_bytes(key, rec)
-        _put_bytes(value, rec)
-        write_varint(len(headers), rec)
-        for hk, hv in headers:
-            _put_bytes(hk.encode(), rec)
-            _put_bytes(hv, rec)
-        write_varint(len(rec), body)
-        body += rec
-    attributes = TIMESTAMP_LOG_APPEND if log_append_time else 0
-    head = _HEADER.pack(
-        base_offset, HEADER_BYTES - _LENGTH_FROM + len(body), -1, 2, 0, attributes,
-        records[-1][0] - base_offset, first_ts, max_ts, producer_id, producer_epoch,
-        base_sequence, len(records),
-    )  # fmt: skip
-    batch = bytearray(head) + body
-    struct.pack_into(">I", batch, 17, google_crc32c.value(bytes(batch[_CRC_FROM:])))
-    return bytes(batch)
