@@ -42,6 +42,7 @@ from ._codec import KafkaDecodeError
 from ._errors import KafkaError
 from ._offsets import OffsetMap
 from ._records import KafkaBatch, UnsupportedCodec, decode_batches, encode_columns
+from ._rereads import Rereads
 from ._sessions import Session, Sessions, close
 
 if TYPE_CHECKING:
@@ -61,8 +62,6 @@ FETCH_BYTES_MAX = 16 * 1024 * 1024
 MAPS_MAX = 100_000
 #: A fetch below the high watermark uses bounds at most this old.
 BOUNDS_S = 1.0
-#: A topic this front does not know sends it to the epoch store at most this often.
-LOOKUP_S = 0.2
 
 
 class DataPlane:
@@ -70,7 +69,7 @@ class DataPlane:
         self.client = client
         self.topics = topics
         self._maps: dict[int, OffsetMap] = {}
-        self._looked_up = -1e9
+        self.rereads = Rereads(client.view)
         #: Each log's bounds as a fetch last asked for them, and when.
         self._known: dict[int, tuple[float, tuple[int, int, OffsetMap, int]]] = {}
         #: Read streams kept from one fetch to the next.
@@ -104,13 +103,12 @@ class DataPlane:
 
     async def partition(self, name: str, index: int) -> tuple[LogRange | None, int]:
         """The range of topic ``name`` and the log of its partition ``index``.
-        A topic this front does not know is looked up again in the epoch
-        store (at most every ``LOOKUP_S``): another front or the CLI may
-        have made it since this one's view last read the configuration."""
+        A topic this front does not know is looked up again (``Rereads``):
+        another front or the CLI may have made it since this one's view last
+        read the configuration."""
         r = self.topics().get(name)
-        if r is None and trio.current_time() > self._looked_up + LOOKUP_S:
-            self._looked_up = trio.current_time()
-            await self.client.view.refresh()
+        if r is None:
+            await self.rereads.reread()
             r = self.topics().get(name)
         if r is None or not 0 <= index <= r.last - r.first:
             return None, 0
@@ -147,36 +145,15 @@ class DataPlane:
             return
         try:
             batches = decode_batches(p["records"] or b"")
-        except UnsupportedCodec as exc:
-            row.update(error_code=KafkaError.UNSUPPORTED_COMPRESSION_TYPE, error_message=str(exc))
-            return
-        except KafkaDecodeError as exc:
-            row.update(error_code=KafkaError.CORRUPT_MESSAGE, error_message=str(exc))
-            return
-        problem = _refused(batches)
-        if problem is not None:
-            row.update(error_code=KafkaError.INVALID_RECORD, error_message=problem)
-            return
-        if not any(b.values for b in batches):
-            return
-        try:
+            problem = _refused(batches)
+            if problem is not None:
+                row.update(error_code=KafkaError.INVALID_RECORD, error_message=problem)
+                return
+            if not any(b.values for b in batches):
+                return
             first = await self._append(log_id, batches)
-        except ProducerError as exc:
-            code = (
-                KafkaError.UNKNOWN_PRODUCER_ID
-                if exc.status == Status.UNKNOWN_PRODUCER
-                else KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER
-            )
-            row.update(error_code=code, error_message=str(exc))
-            return
-        except DuplicateAppendError as exc:
-            row.update(error_code=KafkaError.DUPLICATE_SEQUENCE_NUMBER, error_message=str(exc))
-            return
-        except InvalidArgumentError as exc:
-            row.update(error_code=KafkaError.INVALID_RECORD, error_message=str(exc))
-            return
-        except LogstrandError as exc:
-            row.update(error_code=KafkaError.REQUEST_TIMED_OUT, error_message=str(exc))
+        except (KafkaDecodeError, LogstrandError) as exc:
+            row.update(error_code=_produce_error(exc), error_message=str(exc))
             return
         m = await self.offsets(log_id, lsn_epoch(first), wait_s=timeout_s)
         if m is None:
@@ -482,6 +459,23 @@ class DataPlane:
             hi = min(len(offsets), lo + FETCH_BATCH_RECORDS)
             parts.append(encode_columns(offsets[lo:hi], ts[lo:hi], keys[lo:hi], values[lo:hi]))
         return m, b"".join(parts), offsets[-1]
+
+
+def _produce_error(exc: Exception) -> KafkaError:
+    """What Kafka calls a partition's failure to produce (the first that fits)."""
+    if isinstance(exc, UnsupportedCodec):
+        return KafkaError.UNSUPPORTED_COMPRESSION_TYPE
+    if isinstance(exc, KafkaDecodeError):
+        return KafkaError.CORRUPT_MESSAGE
+    if isinstance(exc, ProducerError):
+        if exc.status == Status.UNKNOWN_PRODUCER:
+            return KafkaError.UNKNOWN_PRODUCER_ID
+        return KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER
+    if isinstance(exc, DuplicateAppendError):
+        return KafkaError.DUPLICATE_SEQUENCE_NUMBER
+    if isinstance(exc, InvalidArgumentError):
+        return KafkaError.INVALID_RECORD
+    return KafkaError.REQUEST_TIMED_OUT
 
 
 def _refused(batches: list[Any]) -> str | None:

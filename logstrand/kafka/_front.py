@@ -108,7 +108,6 @@ class KafkaFront:
             60: (0, 1),
         }
         self._creating = trio.Lock()
-        self._brokers_read = self._ranges_read = -1e9
 
     async def handle(self, request: Request) -> bytes | None:
         body = await self._handlers[request.api_key](request)
@@ -171,17 +170,14 @@ class KafkaFront:
         return out
 
     async def _fresh_brokers(self) -> dict[int, tuple[str, int]]:
-        """``brokers``, after reading the configuration again (at most once
-        a second) when a live node has no Kafka address in it: a node that
-        just started wrote its address after this front last read it."""
+        """``brokers``, after reading the configuration again (``Rereads``)
+        when a live node has no Kafka address in it: a node that just
+        started wrote its address after this front last read it."""
         brokers = self.brokers()
-        if self.standalone or trio.current_time() < self._brokers_read + 1.0:
+        if self.standalone or all(n in brokers for n in self.view.up if self.view.nodes.get(n)):
             return brokers
-        if any(n not in brokers for n in self.view.up if self.view.nodes.get(n)):
-            self._brokers_read = trio.current_time()
-            await self.view.refresh()
-            brokers = self.brokers()
-        return brokers
+        await self.data.rereads.reread()
+        return self.brokers()
 
     def leader(self, log_id: int, brokers: dict[int, tuple[str, int]]) -> int:
         node = None if self.standalone else self.view.sequencer_node(log_id)
@@ -207,11 +203,10 @@ class KafkaFront:
         body, version = request.body, request.version
         asked = body["topics"]
         every = asked is None or (version == 0 and not asked)
-        if every and trio.current_time() > self._ranges_read + 0.5:
+        if every:
             # Ranges named since the view last read them are listed too (a
             # tool that lists topics right after `logs create --name`).
-            self._ranges_read = trio.current_time()
-            await self.view.refresh()
+            await self.data.rereads.reread()
         named = self.topics()
         if every:
             names = sorted(named)
@@ -220,7 +215,7 @@ class KafkaFront:
         auto = self.auto_create and (version < 4 or body["allow_auto_topic_creation"])
         missing = [n for n in names if n not in named]
         if missing:
-            await self.view.refresh()
+            await self.data.rereads.reread()
             named = self.topics()
             missing = [n for n in names if n not in named]
         if missing and auto:

@@ -380,5 +380,3 @@ def encode_columns(
     )  # fmt: skip
     crc = google_crc32c.extend(google_crc32c.value(head[_CRC_FROM:]), body)
     return head[:17] + struct.pack(">I", crc) + head[_CRC_FROM:] + body
-
-

@@ -6,7 +6,7 @@ partitions waiting, kept three nodes at 109% of a core between them)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import trio
 
@@ -105,4 +105,46 @@ async def test_a_consumer_waiting_at_the_end_asks_the_nodes_nothing(
         # one stream follows the log for all twenty.
         assert client.asked == 2
         assert _Stream.opened == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_asking_again_for_a_missing_topic_rereads_the_configuration_seldom(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Metadata for a topic that does not exist reads the configuration
+    again (another front may just have made it), but at most every
+    ``REREAD_S`` whoever asks: clients asking in a loop read the epoch store
+    once per request."""
+    from logstrand.kafka._front import KafkaFront
+    from logstrand.kafka._rereads import REREAD_S
+
+    class View(_View):
+        ranges: ClassVar[list[Any]] = []
+        cluster = "c"
+        reads = 0
+
+        async def refresh(self) -> None:
+            View.reads += 1
+
+    async with trio.open_nursery() as nursery:
+        client = _Client(nursery)
+        client.view = View()  # type: ignore[assignment]
+        front = KafkaFront(
+            client,  # type: ignore[arg-type]
+            broker_id=0,
+            advertise=("127.0.0.1", 9092),
+            standalone=True,
+        )
+        ask = proto.Request(3, 12, 1, "c", {"topics": [{"name": "nope"}]})
+        # Fifty clients ask at once, and again: each answer comes from a read
+        # made after its question, and the reads are one per REREAD_S.
+        t0 = trio.current_time()
+        for _ in range(2):
+            async with trio.open_nursery() as asking:
+                for _ in range(50):
+                    asking.start_soon(front._metadata, ask)
+        assert View.reads == 3  # the first at once, then one per turn
+        assert trio.current_time() - t0 >= 2 * REREAD_S
+        answer = await front._metadata(ask)
+        assert answer["topics"][0]["error_code"] == 3  # UNKNOWN_TOPIC_OR_PARTITION
         nursery.cancel_scope.cancel()
