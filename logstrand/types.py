@@ -13,6 +13,7 @@ from typing import Final, NewType
 
 import attrs
 
+from .batch._extras import unpack_extra
 from .records import EPOCH_MAX, ESN_MAX, check_log_id
 
 LogID = NewType("LogID", int)
@@ -128,6 +129,20 @@ class Record:
     timestamp: int  # milliseconds since the epoch
     payload: bytes | None  # None only for a tombstone of a compacted log
     key: bytes | None = None
+    #: The record's headers and create time, packed (``batch.pack_extra``);
+    #: ``headers`` and ``create_time`` read them.
+    extra: bytes | None = None
+
+    @property
+    def headers(self) -> tuple[tuple[str, bytes | None], ...]:
+        """The record's headers, (name, value) pairs in the order written."""
+        return unpack_extra(self.extra)[1]
+
+    @property
+    def create_time(self) -> int | None:
+        """When its producer says it made the record (ms since the epoch; a
+        Kafka producer's CreateTime), or None.  ``timestamp`` is the log's."""
+        return unpack_extra(self.extra)[0]
 
     @property
     def epoch(self) -> int:

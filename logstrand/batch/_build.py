@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 from ..errors import InvalidArgumentError, ProtocolError
 from ..records import TOMBSTONE
 from ._compression import Codec, pack_body
-from ._layout import FLAGS, LSNS, PRODUCER, TIMESTAMPS, Head, header
+from ._extras import none_if_empty
+from ._layout import EXTRAS, FLAGS, LSNS, PRODUCER, TIMESTAMPS, Head, header
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -28,15 +29,20 @@ class Columns(NamedTuple):
     flags: list[int]
     keys: list[bytes | None]
     payloads: list[bytes | None]
+    #: Every record's extras (``_extras``: headers, a create time), or None
+    #: when no record has any.
+    extras: list[bytes | None] | None = None
 
     def take(self, indices: Sequence[int]) -> Columns:
         """The records at ``indices``, in that order."""
+        extras = self.extras
         return Columns(
             [self.lsns[i] for i in indices],
             [self.timestamps_ms[i] for i in indices],
             [self.flags[i] for i in indices],
             [self.keys[i] for i in indices],
             [self.payloads[i] for i in indices],
+            None if extras is None else none_if_empty([extras[i] for i in indices]),
         )
 
 
@@ -98,13 +104,24 @@ class Building:
         payloads: Sequence[bytes | None],
         codec: int = 0,
         producer: tuple[int, int] | None = None,
+        extras: Sequence[bytes | None] | None = None,
     ) -> Self:
         """What a client appends: the records' body (compressed with ``codec``
         when that helps) under a header the sequencer replaces, but for the
-        ``producer`` (id, first sequence number) of an idempotent append."""
-        body, raw_len, crc, used = pack_body(keys, payloads, codec)
+        ``producer`` (id, first sequence number) of an idempotent append and
+        whether the body has ``extras`` (``_extras``)."""
+        extras = none_if_empty(extras)
+        body, raw_len, crc, used = pack_body(keys, payloads, codec, extras)
         return cls.assemble(
-            body, raw_len, crc, used, len(payloads), first_lsn=0, timestamps_ms=0, producer=producer
+            body,
+            raw_len,
+            crc,
+            used,
+            len(payloads),
+            first_lsn=0,
+            timestamps_ms=0,
+            producer=producer,
+            extras=extras is not None,
         )
 
     @classmethod
@@ -120,6 +137,7 @@ class Building:
         copyset: tuple[int, ...] = (),
         codec: int = Codec.NONE,
         producer: tuple[int, int] | None = None,
+        extras: Sequence[bytes | None] | None = None,
     ) -> Self:
         """A batch of these records, their LSNs (increasing), timestamps and
         flags kept (a ``None`` payload gets the TOMBSTONE flag, others lose
@@ -142,7 +160,8 @@ class Building:
             f | TOMBSTONE if p is None else f & ~TOMBSTONE
             for f, p in zip(given, payloads, strict=True)
         ]
-        body, raw_len, crc, used = pack_body(keys or [None] * n, payloads, codec)
+        extras = none_if_empty(extras)
+        body, raw_len, crc, used = pack_body(keys or [None] * n, payloads, codec, extras)
         try:
             return cls.assemble(
                 body,
@@ -157,6 +176,7 @@ class Building:
                 wave=wave,
                 copyset=copyset,
                 producer=producer,
+                extras=extras is not None,
             )
         except struct.error as exc:
             raise ProtocolError(f"a batch field is out of its range: {exc}") from None
@@ -182,6 +202,7 @@ class Building:
             wave=wave,
             copyset=copyset,
             producer=self.producer,
+            extras=bool(self.layout & EXTRAS),
         )
         b: Any = type(self).__new__(type(self))  # filled in below (slots of PackedBatch)
         names = ("count", "codec", "raw_len", "body_crc", "payload_bytes", "producer", "_lens")
@@ -194,7 +215,11 @@ class Building:
         b.timestamp_ms = timestamp_ms
         b.wave = wave
         b.copyset = copyset
-        b.layout = (FLAGS if isinstance(flags, list) else 0) | (PRODUCER if self.producer else 0)
+        b.layout = (
+            (FLAGS if isinstance(flags, list) else 0)
+            | (PRODUCER if self.producer else 0)
+            | (self.layout & EXTRAS)
+        )
         b.flags0 = flags[0] if isinstance(flags, list) else flags
         b.body_start = len(head)
         return cast("Self", b)
@@ -228,6 +253,7 @@ class Building:
             wave=self.wave if wave is None else wave,
             copyset=copyset,
             producer=self.producer,
+            extras=bool(self.layout & EXTRAS),
         )
 
     def select(self, keep: Sequence[int]) -> Self:
@@ -243,4 +269,5 @@ class Building:
             wave=self.wave,
             copyset=self.copyset,
             codec=self.codec,
+            extras=sub.extras,
         )

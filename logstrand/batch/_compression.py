@@ -1,4 +1,4 @@
-"""Batch bodies: the keys and payloads of a packed batch, their lengths, and
+"""Batch bodies: the keys, payloads (and extras) of a packed batch, their lengths, and
 the codecs a log may compress them with (``logs create --compression``).
 Clients compress when they append and readers decompress; sequencers and
 storage nodes never do (the body checksum covers the compressed bytes).
@@ -68,19 +68,27 @@ def decompress(codec: int, blob: bytes, raw_len: int) -> bytes:
 
 
 def pack_body(
-    keys: Sequence[bytes | None], payloads: Sequence[bytes | None], codec: int = Codec.NONE
+    keys: Sequence[bytes | None],
+    payloads: Sequence[bytes | None],
+    codec: int = Codec.NONE,
+    extras: Sequence[bytes | None] | None = None,
 ) -> tuple[bytes, int, int, int]:
-    """(body, raw_len, crc32c, codec used) of records' keys and payloads.
+    """(body, raw_len, crc32c, codec used) of records' keys and payloads, and
+    their ``extras`` when given (a third length per record, the extras after
+    the payloads: the batch then has layout bit ``EXTRAS``).
 
     A compressed blob that is not smaller than the raw one is kept raw (codec
     NONE): incompressible payloads cost no decompression on reads.
     """
-    if len(keys) != len(payloads):
-        raise InvalidArgumentError("keys and payloads differ in length")
+    if len(keys) != len(payloads) or (extras is not None and len(extras) != len(payloads)):
+        raise InvalidArgumentError("keys, payloads and extras differ in length")
     lens = [-1 if k is None else len(k) for k in keys]
     lens += [-1 if p is None else len(p) for p in payloads]
     parts = [k for k in keys if k]
     parts += [p for p in payloads if p]
+    if extras is not None:
+        lens += [-1 if x is None else len(x) for x in extras]
+        parts += [x for x in extras if x]
     raw = b"".join(parts)
     blob = raw
     if codec != Codec.NONE and raw:

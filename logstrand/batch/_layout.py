@@ -19,7 +19,10 @@ LSNS: Final = 0x01
 TIMESTAMPS: Final = 0x02
 FLAGS: Final = 0x04
 PRODUCER: Final = 0x08
-LAYOUT_ALL: Final = LSNS | TIMESTAMPS | FLAGS | PRODUCER
+#: The body has a third length per record, and the records' extras
+#: (``_extras``) after the payloads in the blob.
+EXTRAS: Final = 0x10
+LAYOUT_ALL: Final = LSNS | TIMESTAMPS | FLAGS | PRODUCER | EXTRAS
 PRODUCER_FIELDS = struct.Struct("<QQ")
 
 HEAD = struct.Struct("<HBBIQQIHBxIIII")
@@ -43,6 +46,8 @@ class Head(TypedDict, total=False):
     wave: int
     copyset: tuple[int, ...]
     producer: tuple[int, int] | None
+    #: The body has the records' extras (layout bit ``EXTRAS``).
+    extras: bool
 
 
 def header(
@@ -55,7 +60,7 @@ def header(
     copyset, producer = head.get("copyset", ()), head.get("producer")
     if len(copyset) > COPYSET_SIZE_MAX:
         raise InvalidArgumentError(f"copyset of {len(copyset)} nodes is too large")
-    layout = 0
+    layout = EXTRAS if head.get("extras") else 0
     cols: list[bytes] = [struct.pack(f"<{len(copyset)}I", *copyset)]
     if len(copyset) % 2:
         cols.append(b"\0" * 4)

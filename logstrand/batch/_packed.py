@@ -25,8 +25,9 @@ Layout (little-endian, columns 8-byte aligned so that numpy can view them)::
     body (body_len bytes, covered by body_crc):
        i32 key_len[count]        (-1: no key)
        i32 payload_len[count]    (-1: tombstone)
-       blob: keys then payloads, concatenated; compressed with ``codec``
-             (raw_len bytes once decompressed)
+       i32 extra_len[count]      (layout bit EXTRAS; -1: none)
+       blob: keys, payloads, then extras (``_extras``), concatenated;
+             compressed with ``codec`` (raw_len bytes once decompressed)
 
 ``header_crc`` covers bytes 0..44 and everything from 48 up to the body.  The
 lengths stay outside the compressed blob: sequencers and nodes check record
@@ -44,6 +45,7 @@ from ._build import Building, Columns
 from ._compression import Codec, decompress, slices
 from ._layout import (
     CRC_AT,
+    EXTRAS,
     FLAGS,
     FORMAT,
     HEAD,
@@ -128,7 +130,8 @@ class PackedBatch(Building):
         )
         _check_head(fmt, codec, layout, count, raw_len)
         body_start, producer = _body_start(data, layout, count, ncs)
-        if len(data) != body_start + body_len or body_len < 8 * count:
+        columns = 3 if layout & EXTRAS else 2
+        if len(data) != body_start + body_len or body_len < 4 * columns * count:
             raise ProtocolError("packed batch length disagrees with its header")
         crc = crc_extend(crc32c(data[:CRC_AT]), data[HEAD_BYTES:body_start])
         if crc != hcrc:
@@ -148,7 +151,7 @@ class PackedBatch(Building):
         b.body_crc = bcrc
         b.producer = producer
         b._blob = None
-        b._lens = _lengths(data, body_start, count, raw_len)
+        b._lens = _lengths(data, body_start, columns * count, raw_len)
         b.payload_bytes = _payload_bytes(b._lens, count)
         if layout & LSNS:
             lsns = b.lsns()
@@ -211,13 +214,18 @@ class PackedBatch(Building):
 
     def payload_lens(self) -> list[int]:
         assert self._lens is not None
-        return self._lens[self.count :]
+        return self._lens[self.count : 2 * self.count]
+
+    def extra_lens(self) -> list[int] | None:
+        """Every record's extras length (-1: none); None: the batch has none."""
+        assert self._lens is not None
+        return self._lens[2 * self.count :] if self.layout & EXTRAS else None
 
     def blob(self) -> tuple[bytes, int]:
         """Where the keys and payloads lie, concatenated and decompressed: a
         buffer and the offset of the first byte.  Uncompressed, that is the
         batch's own bytes (no copy); else the decompressed blob (kept)."""
-        at = self.body_start + 8 * self.count
+        at = self.body_start + (12 if self.layout & EXTRAS else 8) * self.count
         if self.codec == Codec.NONE:
             return self.data, at
         if self._blob is None:
@@ -230,13 +238,23 @@ class PackedBatch(Building):
         n = self.count
         assert self._lens is not None
         keys, at = slices(blob, self._lens[:n], at)
-        payloads, _ = slices(blob, self._lens[n:], at)
+        payloads, _ = slices(blob, self._lens[n : 2 * n], at)
         return keys, payloads
+
+    def extras(self) -> list[bytes | None] | None:
+        """Every record's extras (``_extras``; None: none), or None when the
+        batch has no extras at all."""
+        if not self.layout & EXTRAS:
+            return None
+        blob, at = self.blob()
+        assert self._lens is not None
+        at += sum(n for n in self._lens[: 2 * self.count] if n > 0)
+        return slices(blob, self._lens[2 * self.count :], at)[0]
 
     def columns(self) -> Columns:
         """Every record as columns (decompresses the body when it is compressed)."""
         keys, payloads = self.keys_payloads()
-        return Columns(self.lsns(), self.timestamps(), self.flags(), keys, payloads)
+        return Columns(self.lsns(), self.timestamps(), self.flags(), keys, payloads, self.extras())
 
 
 def _check_head(fmt: int, codec: int, layout: int, count: int, raw_len: int) -> None:
@@ -272,9 +290,10 @@ def _body_start(
     return body_start, producer
 
 
-def _lengths(data: bytes, body_start: int, count: int, raw_len: int) -> list[int]:
-    """The body's key and payload lengths (-1: none), checked against its size."""
-    lens: list[int] = memoryview(data)[body_start : body_start + 8 * count].cast("i").tolist()
+def _lengths(data: bytes, body_start: int, n: int, raw_len: int) -> list[int]:
+    """The body's ``n`` key, payload (and extras) lengths (-1: none), checked
+    against its size."""
+    lens: list[int] = memoryview(data)[body_start : body_start + 4 * n].cast("i").tolist()
     if min(lens) < -1:
         raise ProtocolError("packed batch has a bad key or payload length")
     if sum(lens) + lens.count(-1) != raw_len:
@@ -283,9 +302,9 @@ def _lengths(data: bytes, body_start: int, count: int, raw_len: int) -> list[int
 
 
 def _payload_bytes(lens: list[int], count: int) -> int:
-    """The bytes of the payloads alone (keys left out; a missing one counts 1)."""
-    total = sum(lens) + lens.count(-1)
-    return total - sum(lens[:count]) - lens[:count].count(-1)
+    """The bytes of the payloads alone (keys and extras left out)."""
+    pays = lens[count : 2 * count]
+    return sum(pays) + pays.count(-1)
 
 
 def last_lsn_of(data: bytes) -> int:

@@ -89,8 +89,21 @@ def _item_json(log: int, item: Record | Gap) -> dict[str, Any]:
             "timestamp": item.timestamp,
             "key": None if item.key is None else _text(item.key),
             "payload": None if item.payload is None else _text(item.payload),
+            **_extras_json(item),
         }
     return {"log_id": log, "gap": item.type.name, "lo": item.lo, "hi": item.hi}
+
+
+def _extras_json(rec: Record) -> dict[str, Any]:
+    """A record's headers and create time, when it has any."""
+    if rec.extra is None:
+        return {}
+    out: dict[str, Any] = {
+        "headers": [[k, None if v is None else _text(v)] for k, v in rec.headers]
+    }
+    if rec.create_time is not None:
+        out["create_time"] = rec.create_time
+    return out
 
 
 def _escaped(data: bytes | None) -> str:
@@ -266,9 +279,14 @@ def _read_to_file(
                 for item in batch:
                     if isinstance(item, RecordRun):
                         take = len(item) if limit is None else min(len(item), limit - records)
+                        extras = item.extras
                         for i in range(take):
                             rec = Record(
-                                item.lsns[i], item.timestamps_ms[i], item.payloads[i], item.keys[i]
+                                item.lsns[i],
+                                item.timestamps_ms[i],
+                                item.payloads[i],
+                                item.keys[i],
+                                None if extras is None else extras[i],
                             )
                             size += len(rec.payload or b"")
                             lines.append(json.dumps(_item_json(log, rec)))

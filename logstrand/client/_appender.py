@@ -193,11 +193,12 @@ class Appender:
         log_id: int,
         payloads: Sequence[bytes | None],
         keys: Sequence[bytes | None] | None,
+        extras: Sequence[bytes | None] | None = None,
     ) -> list[int]:
         if keys is not None and len(keys) != len(payloads):
             raise InvalidArgumentError("keys and payloads differ in length")
         key_list = list(keys) if keys is not None else [None] * len(payloads)
-        await self.check(log_id, payloads, key_list)
+        await self.check(log_id, payloads, key_list, extras)
         lsns: list[int] = []
         start = 0
         producer = self.producer(log_id)
@@ -207,7 +208,13 @@ class Appender:
             if producer is not None:
                 await producer.wait_room()
                 number = producer.number(end - start)
-            first = await self.append_rpc(log_id, payloads[start:end], key_list[start:end], number)
+            first = await self.append_rpc(
+                log_id,
+                payloads[start:end],
+                key_list[start:end],
+                number,
+                None if extras is None else extras[start:end],
+            )
             lsns.extend(range(first, first + end - start))
             start = end
         return lsns
@@ -217,12 +224,20 @@ class Appender:
         return self.settings.batch_end(payloads, start)
 
     async def check(
-        self, log_id: int, payloads: Sequence[bytes | None], keys: Sequence[bytes | None]
+        self,
+        log_id: int,
+        payloads: Sequence[bytes | None],
+        keys: Sequence[bytes | None],
+        extras: Sequence[bytes | None] | None = None,
     ) -> None:
         """Refuse what no node would take, before anything is sent."""
         check_log_id(log_id)
         _check_bytes("payload", payloads, self.settings.payload_bytes_max)
         _check_bytes("key", keys, KEY_BYTES_MAX)
+        if extras is not None:
+            if len(extras) != len(payloads):
+                raise InvalidArgumentError("headers and payloads differ in length")
+            _check_bytes("headers", extras, self.settings.payload_bytes_max)
         if self.view.log_attributes(log_id) is None:
             await self.view.refresh()
             if self.view.log_attributes(log_id) is None:
@@ -236,12 +251,13 @@ class Appender:
         payloads: Sequence[bytes | None],
         keys: Sequence[bytes | None],
         number: tuple[int, int],
+        extras: Sequence[bytes | None] | None = None,
     ) -> int:
         """One APPEND numbered by a producer outside this client (the Kafka
         front's idempotent producers): retried as any APPEND, a refusal for
         its numbering is the caller's to handle (``ProducerError``)."""
-        await self.check(log_id, payloads, keys)
-        return await self._append_rpc(log_id, payloads, keys, number, own=False)
+        await self.check(log_id, payloads, keys, extras)
+        return await self._append_rpc(log_id, payloads, keys, number, own=False, extras=extras)
 
     async def append_rpc(
         self,
@@ -249,6 +265,7 @@ class Appender:
         payloads: Sequence[bytes | None],
         keys: Sequence[bytes | None],
         number: tuple[int, int] | None = None,
+        extras: Sequence[bytes | None] | None = None,
     ) -> int:
         """One APPEND, retried until it succeeds, fails for good, or times out.
 
@@ -256,7 +273,7 @@ class Appender:
         ``LogProducer``, which hears how it ended."""
         failed = True
         try:
-            first = await self._append_rpc(log_id, payloads, keys, number)
+            first = await self._append_rpc(log_id, payloads, keys, number, extras=extras)
             failed = False
             return first
         except DuplicateAppendError:
@@ -275,13 +292,14 @@ class Appender:
         number: tuple[int, int] | None,
         *,
         own: bool = True,
+        extras: Sequence[bytes | None] | None = None,
     ) -> int:
         # ``check`` has validated every key and payload: no second pass here.
         # The body is packed (and compressed) once, with its checksum, and
         # travels unchanged to every node that stores it and every reader.
         attributes = self.view.log_attributes(log_id)
         codec = Codec.parse(attributes.compression) if attributes is not None else Codec.NONE
-        batch = PackedBatch.for_append(keys, payloads, codec, number)
+        batch = PackedBatch.for_append(keys, payloads, codec, number, extras)
         deadline = trio.current_time() + self.settings.append_timeout_s
         backoff = 0.01
         last = "no attempt"

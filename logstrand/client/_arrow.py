@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..batch import unpack_extra
 from ..errors import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -20,6 +21,15 @@ if TYPE_CHECKING:
 
     from ..types import Gap
     from ._columns import ColumnBatch
+
+#: A record's headers: (name, value) pairs in the order written (null: none).
+HEADERS_TYPE = pa.list_(
+    pa.field(
+        "element",
+        pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())]),
+        nullable=False,
+    )
+)
 
 #: One row per record.  Spark insists that batches match its schema exactly
 #: (nullability and time zone included); ``spark._source.LOG_SCHEMA`` is this,
@@ -33,6 +43,8 @@ ARROW_SCHEMA = pa.schema(
         pa.field("timestamp", pa.timestamp("us", tz="UTC"), nullable=False),
         pa.field("key", pa.binary(), nullable=True),
         pa.field("payload", pa.binary(), nullable=True),
+        pa.field("headers", HEADERS_TYPE, nullable=True),
+        pa.field("create_time", pa.timestamp("us", tz="UTC"), nullable=True),
     ]
 )
 
@@ -47,6 +59,7 @@ def arrow_batch(
     timestamps_ms: Sequence[int],
     keys: Sequence[bytes | None],
     payloads: Sequence[bytes | None],
+    extras: Sequence[bytes | None] | None = None,
 ) -> pa.RecordBatch:
     """One Arrow batch of a log's records (columns of equal length)."""
     n = len(lsns)
@@ -63,9 +76,23 @@ def arrow_batch(
             ts_us.cast(pa.timestamp("us", tz="UTC")),
             pa.array(keys, type=pa.binary()),
             pa.array(payloads, type=pa.binary()),
+            *_extras_arrays(extras, n),
         ],
         schema=ARROW_SCHEMA,
     )
+
+
+def _extras_arrays(extras: Sequence[bytes | None] | None, n: int) -> list[pa.Array]:
+    """The headers and create time columns of records' extras."""
+    if extras is None:
+        return [pa.nulls(n, HEADERS_TYPE), pa.nulls(n, pa.timestamp("us", tz="UTC"))]
+    unpacked = [unpack_extra(x) for x in extras]
+    headers = [[{"key": k, "value": v} for k, v in hs] if hs else None for _, hs in unpacked]
+    created = [None if c is None else c * 1000 for c, _ in unpacked]
+    return [
+        pa.array(headers, type=HEADERS_TYPE),
+        pa.array(created, type=pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+    ]
 
 
 def _binary_array(offsets: Any, data: Any, valid: Any) -> pa.Array:
@@ -99,6 +126,7 @@ def columns_batch(batch: ColumnBatch) -> pa.RecordBatch:
             ts_us.cast(pa.timestamp("us", tz="UTC")),
             _binary_array(batch.key_offsets, batch.key_data, batch.key_valid),
             _binary_array(batch.payload_offsets, batch.payload_data, batch.payload_valid),
+            *_extras_arrays(batch.extras, n),
         ],
         schema=ARROW_SCHEMA,
     )

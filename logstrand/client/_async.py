@@ -1,6 +1,7 @@
 """The trio client: one facade over the client's parts.
 
-* ``Appender`` (``_appender.py``): appends, coalesced, routed and retried;
+* ``AppendApi`` (``_append_api.py``) over ``Appender`` (``_appender.py``):
+  appends, coalesced, routed and retried;
 * ``Admin`` (``_admin.py``): questions to the epoch store and to the nodes;
 * ``ReadStream`` (``_reader.py``, over the pure ``ReaderCore``): readers;
 * ``Links`` and ``ClusterView`` (``logstrand.rpc``): one connection per node,
@@ -26,9 +27,10 @@ from ..rpc import ClusterView, Links
 from ..security import Credentials, credentials_from_env
 from ..types import LSN_OLDEST, TAIL, _Tail
 from ._admin import Admin
+from ._append_api import AppendApi
 from ._appender import Appender
 from ._many import ManyReader
-from ._names import Names, append_to_name
+from ._names import Names
 from ._nodewatch import NodeWatch
 from ._reader import ReadStream
 from ._rebalance import RebalanceReport, rebalance
@@ -45,7 +47,7 @@ if TYPE_CHECKING:
     from ._views import LogSegment
 
 
-class AsyncClient:
+class AsyncClient(AppendApi):
     """A logstrand client for trio code.  Make one with ``open_client(url)``."""
 
     def __init__(
@@ -71,80 +73,6 @@ class AsyncClient:
             self._appender,
             lambda log, start, until: ReadStream(self._admin, self.links, log, start, until),
         )
-
-    # -- appends --------------------------------------------------------------
-
-    async def append(
-        self, log_id: int | str, payload: bytes | None, *, key: bytes | None = None
-    ) -> int:
-        """Append one record; returns its LSN once R copies are stored.
-
-        Concurrent calls for one log coalesce into few APPENDs.  ``log_id``
-        may name a range (``logs create --name``): a keyed record goes to the
-        log Kafka's default partitioner picks for the key, one without a key
-        to the range's logs in turn (``log_of``).
-
-        Raises:
-            NotFoundError: the log does not exist.
-            InvalidArgumentError: TOOBIG, BADPAYLOAD (None outside a compacted
-                log), NOKEY (no key in a compacted log).
-            TransientError: TIMEDOUT, or no sequencer could be reached in time.
-        """
-        if isinstance(log_id, str):
-            log_id = await self.names.resolve(log_id, key)
-        return await self._appender.append(log_id, payload, key)
-
-    async def log_of(self, log_id: int | str, *, key: bytes | None = None) -> int:
-        """The log an append of a record with ``key`` to ``log_id`` (a log, or
-        a range's name) goes to.
-
-        Raises:
-            NotFoundError: no range has that name.
-        """
-        if isinstance(log_id, str):
-            return await self.names.resolve(log_id, key)
-        return log_id
-
-    async def append_batch(
-        self,
-        log_id: int | str,
-        payloads: Sequence[bytes | None],
-        *,
-        keys: Sequence[bytes | None] | None = None,
-    ) -> list[int]:
-        """Append many records in order; returns their LSNs (consecutive within
-        each APPEND).  To a range's name: each record goes to its key's log
-        (``append``), and the order holds within each log; records without
-        keys all go to the next log in turn."""
-        if isinstance(log_id, str):
-            return await append_to_name(
-                self.names, self._appender.append_batch, log_id, payloads, keys
-            )
-        return await self._appender.append_batch(log_id, payloads, keys)
-
-    async def append_numbered(
-        self,
-        log_id: int,
-        payloads: Sequence[bytes | None],
-        *,
-        keys: Sequence[bytes | None] | None = None,
-        producer: tuple[int, int],
-    ) -> int:
-        """Append one batch numbered by the caller's producer: ``producer`` is
-        (an id from ``allocate_producer_id``, the number of the batch's first
-        record).  Stored once: sent again, it is answered with the first LSN
-        it got, which this returns (the Kafka front's idempotent producers).
-
-        Raises ProducerError (OUT_OF_SEQUENCE: a gap after the producer's last
-        batch; UNKNOWN_PRODUCER) and DuplicateAppendError (taken long ago)."""
-        key_list = list(keys) if keys is not None else [None] * len(payloads)
-        if len(key_list) != len(payloads):
-            raise InvalidArgumentError("keys and payloads differ in length")
-        return await self._appender.append_numbered(log_id, payloads, key_list, producer)
-
-    async def allocate_producer_id(self) -> int:
-        """A producer id no other producer of the cluster has (``append_numbered``)."""
-        return await self.view.astore.run(lambda s: s.allocate_producer_id())
 
     # -- reads ----------------------------------------------------------------
 

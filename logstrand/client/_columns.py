@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import numpy as np
 
-from ..batch import LSNS, TIMESTAMPS
+from ..batch import LSNS, TIMESTAMPS, unpack_extra
 from ..types import Gap
 from ._reader_core import RecordRun
 
@@ -73,6 +73,9 @@ class ColumnBatch:
     payload_data: np.ndarray[Any, np.dtype[np.uint8]]
     payload_valid: np.ndarray[Any, np.dtype[np.bool_]]
     gaps: list[Gap]
+    #: Every record's headers and create time, packed (``batch.pack_extra``),
+    #: or None when no record has any; ``headers`` and ``create_times`` read it.
+    extras: list[bytes | None] | None = None
 
     def __len__(self) -> int:
         return len(self.lsn)
@@ -93,6 +96,20 @@ class ColumnBatch:
     def payloads(self) -> list[bytes | None]:
         return _pieces(self.payload_offsets, self.payload_data, self.payload_valid)
 
+    @functools.cached_property
+    def headers(self) -> list[tuple[tuple[str, bytes | None], ...]]:
+        """Every record's headers (``()``: none)."""
+        if self.extras is None:
+            return [()] * len(self.lsn)
+        return [unpack_extra(x)[1] for x in self.extras]
+
+    @functools.cached_property
+    def create_times(self) -> list[int | None]:
+        """Every record's create time, as its producer gave it (None: none)."""
+        if self.extras is None:
+            return [None] * len(self.lsn)
+        return [unpack_extra(x)[0] for x in self.extras]
+
     @classmethod
     def of(cls, log_id: int, items: Iterable[Item]) -> ColumnBatch:
         """Join the reader's delivered items into one batch."""
@@ -101,11 +118,16 @@ class ColumnBatch:
         keys: list[Any] = []
         payloads: list[Any] = []
         gaps: list[Gap] = []
+        extras: list[bytes | None] = []
+        with_extras = False
         for item in items:
             if not isinstance(item, RecordRun):
                 gaps.append(Gap(item.type, item.lo, item.hi))
                 continue
             pb = item.view.packed
+            run_extras = item.extras
+            with_extras |= run_extras is not None
+            extras += [None] * len(item) if run_extras is None else run_extras
             a = item.view.start + item.off
             z = item.view.start + item.end
             n = pb.count
@@ -119,7 +141,7 @@ class ColumnBatch:
                 stamps.append(col[a:z])
             else:
                 stamps.append(np.full(z - a, pb.timestamp_ms, np.uint64))
-            lens = np.frombuffer(pb.data, "<i4", 2 * n, pb.body_start)
+            lens = np.frombuffer(pb.data, "<i4", 2 * n, pb.body_start)  # keys, payloads
             buf, base = pb.blob()
             blob = np.frombuffer(buf, np.uint8, pb.raw_len, base)
             ksize = np.maximum(lens[:n], 0)
@@ -142,4 +164,5 @@ class ColumnBatch:
             pd,
             pv,
             gaps,
+            extras if with_extras else None,
         )

@@ -26,7 +26,10 @@ if TYPE_CHECKING:
     from ..rpc import ClusterView
 
     #: ``AsyncClient.append_batch`` to one log.
-    AppendBatch = Callable[[int, list[bytes | None], list[bytes | None]], Awaitable[list[int]]]
+    AppendBatch = Callable[
+        [int, list[bytes | None], list[bytes | None], list[bytes | None] | None],
+        Awaitable[list[int]],
+    ]
 
 
 class Names:
@@ -96,10 +99,11 @@ async def append_to_name(
     name: str,
     payloads: Sequence[bytes | None],
     keys: Sequence[bytes | None] | None,
+    extras: Sequence[bytes | None] | None = None,
 ) -> list[int]:
     """``AsyncClient.append_batch`` to a named range: the records of each log
-    in one batch of their own, the batches at once, the LSNs in the order of
-    the records."""
+    in one batch of their own (with their ``extras``), the batches at once,
+    the LSNs in the order of the records."""
     if keys is None:
         keys = [None] * len(payloads)
     elif len(keys) != len(payloads):
@@ -123,7 +127,12 @@ async def append_to_name(
     lsns = [0] * len(payloads)
 
     async def one(log: int, index: list[int]) -> None:
-        got = await append_batch(log, [payloads[i] for i in index], [keys[i] for i in index])
+        got = await append_batch(
+            log,
+            [payloads[i] for i in index],
+            [keys[i] for i in index],
+            None if extras is None else [extras[i] for i in index],
+        )
         for i, lsn in zip(index, got, strict=True):
             lsns[i] = lsn
 

@@ -63,7 +63,13 @@ def _objects(items: list[Item]) -> list[Record | Gap]:
     out: list[Record | Gap] = []
     for item in items:
         if isinstance(item, RecordRun):
-            out.extend(map(Record, item.lsns, item.timestamps_ms, item.payloads, item.keys))
+            extras = item.extras
+            if extras is None:
+                out.extend(map(Record, item.lsns, item.timestamps_ms, item.payloads, item.keys))
+            else:
+                out.extend(
+                    map(Record, item.lsns, item.timestamps_ms, item.payloads, item.keys, extras)
+                )
         else:
             out.append(Gap(item.type, item.lo, item.hi))
     return out

@@ -27,10 +27,11 @@ from ._forward import Forward
 from ._settings import ClientSettings
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Generator, Iterator
+    from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
 
     import pyarrow as pa
 
+    from ..batch import Header
     from ..security import Credentials
     from ._columns import ColumnBatch
     from ._reader import ReadStream
@@ -133,11 +134,20 @@ class Client:
         """Has ``close`` begun?"""
         return self._stop is None
 
-    def append(self, log_id: int | str, payload: bytes | None, *, key: bytes | None = None) -> int:
+    def append(
+        self,
+        log_id: int | str,
+        payload: bytes | None,
+        *,
+        key: bytes | None = None,
+        headers: Sequence[Header] | None = None,
+    ) -> int:
         """Append one record and wait for its LSN (see ``AsyncClient.append``;
         ``log_id`` may name a range).  Threads appending at once share
         APPENDs: the record waits in the producer's buffer with theirs
-        (``append_async``)."""
+        (``append_async``); a record with ``headers`` goes in one of its own."""
+        if headers:
+            return self.append_batch(log_id, [payload], keys=[key], headers=[headers])[0]
         if _trace.ON:
             _trace.mark("client.call")
         if isinstance(log_id, str):

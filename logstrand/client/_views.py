@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 class BatchView:
     """The records of ``packed`` with lo ≤ LSN ≤ hi, as columns."""
 
-    __slots__ = ("_a", "_kp", "_ts", "flags", "lsns", "packed", "wave")
+    __slots__ = ("_a", "_kp", "_ts", "_x", "flags", "lsns", "packed", "wave")
 
     def __init__(self, packed: PackedBatch, lo: int, hi: int) -> None:
         self.packed = packed
@@ -30,6 +30,7 @@ class BatchView:
         self.flags = packed.flags()[a:z]
         self._ts: list[int] | None = None
         self._kp: tuple[list[bytes | None], list[bytes | None]] | None = None
+        self._x: list[bytes | None] | None = None
 
     def __len__(self) -> int:
         return len(self.lsns)
@@ -61,6 +62,17 @@ class BatchView:
     @property
     def payloads(self) -> list[bytes | None]:
         return self._keys_payloads()[1]
+
+    @property
+    def extras(self) -> list[bytes | None] | None:
+        """Every record's extras (``batch.pack_extra``), or None: none has any."""
+        if self._x is None:
+            extras = self.packed.extras()
+            if extras is None:
+                return None
+            a, z = self._a, self._a + len(self.lsns)
+            self._x = extras[a:z] if (a or z < len(extras)) else extras
+        return self._x
 
     @property
     def payload_bytes(self) -> int:
@@ -108,6 +120,12 @@ class RecordRun:
     @property
     def payloads(self) -> list[bytes | None]:
         return self._cut(self.view.payloads)
+
+    @property
+    def extras(self) -> list[bytes | None] | None:
+        """Every record's headers and create time, packed, or None: none has any."""
+        extras = self.view.extras
+        return None if extras is None else self._cut(extras)
 
 
 @attrs.frozen

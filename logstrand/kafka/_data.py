@@ -6,17 +6,18 @@ the first (``_offsets``).  acks=1 and acks=all are the same here: an append
 is acknowledged once R copies are stored, which is what acks=all asks.
 acks=0 gets no answer, as in Kafka.
 
+Every record keeps its headers and the CreateTime its producer gave it, as
+the record's extras (``batch.pack_extra``), which native readers see too.
+
 Fetch reads from the LSN that a fetch offset maps to, up to the log's tail,
-and returns the records as uncompressed RecordBatch v2 batches, each record
-with the log's own time (the sequencer's timestamp, the one retention and
-``find_time`` use; the batches say CreateTime, since with LogAppendTime Kafka
-clients would give all records of a batch its newest time).  Gaps are stepped over: HOLE, BRIDGE and
+and returns the records as uncompressed RecordBatch v2 batches (CreateTime),
+each record with its producer's create time, or the log's own time (the
+sequencer's timestamp, the one retention and ``find_time`` use) for a record
+appended natively without one.  Gaps are stepped over: HOLE, BRIDGE and
 COMPACTED are not records; DATALOSS is logged and counted.  With nothing to
 return it polls the tail until ``max_wait_ms`` (a long poll).
 
-Not yet: record headers and the producer's CreateTime (a batch with headers
-is refused with INVALID_RECORD rather than stored without them), idempotent
-and transactional producers, message sets older than v2.
+Not yet: transactional producers.
 """
 
 from __future__ import annotations
@@ -172,18 +173,23 @@ class DataPlane:
         if all(b.producer_id < 0 for b in batches):
             values = [v for b in batches for v in b.values]
             lsns = await self.client.append_batch(
-                log_id, values, keys=[k for b in batches for k in b.keys]
+                log_id,
+                values,
+                keys=[k for b in batches for k in b.keys],
+                extras=[x for b in batches for x in b.extras],
             )
             return lsns[0]
         first = None
         for b in batches:
-            payloads, keys = b.values, b.keys
+            payloads, keys, extras = b.values, b.keys, b.extras
             if b.producer_id < 0:
-                lsn = (await self.client.append_batch(log_id, payloads, keys=keys))[0]
+                lsn = (await self.client.append_batch(log_id, payloads, keys=keys, extras=extras))[
+                    0
+                ]
             else:
                 number = (b.producer_id, b.base_sequence)
                 lsn = await self.client.append_numbered(
-                    log_id, payloads, keys=keys, producer=number
+                    log_id, payloads, keys=keys, extras=extras, producer=number
                 )
             first = lsn if first is None else first
         assert first is not None
@@ -453,11 +459,12 @@ class DataPlane:
         a = bisect.bisect_left(offsets, offset)
         if a == len(offsets):
             return m, b"", -1
-        ts, keys, values = run.timestamps_ms, run.keys, run.payloads
+        ts, keys, values, extras = run.timestamps_ms, run.keys, run.payloads, run.extras
         parts = []
         for lo in range(a, len(offsets), FETCH_BATCH_RECORDS):
             hi = min(len(offsets), lo + FETCH_BATCH_RECORDS)
-            parts.append(encode_columns(offsets[lo:hi], ts[lo:hi], keys[lo:hi], values[lo:hi]))
+            x = None if extras is None else extras[lo:hi]
+            parts.append(encode_columns(offsets[lo:hi], ts[lo:hi], keys[lo:hi], values[lo:hi], x))
         return m, b"".join(parts), offsets[-1]
 
 
@@ -482,6 +489,4 @@ def _refused(batches: list[Any]) -> str | None:
     for b in batches:
         if b.transactional or b.control:
             return "transactional batches are not supported yet"
-        if b.has_headers:
-            return "record headers are not kept yet: send records without headers"
     return None

@@ -22,6 +22,8 @@ import zlib
 import attrs
 import google_crc32c
 
+from ..batch import pack_extra, unpack_extra
+from ..errors import ProtocolError
 from ._codec import KafkaDecodeError, read_varint, write_varint
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -59,11 +61,12 @@ class KafkaBatch:
     producer_id: int
     producer_epoch: int
     base_sequence: int
-    #: The records' keys and values, and whether any record has headers
-    #: (what an append needs, decoded without an object per record).
+    #: The records' keys, values and extras (headers and create time,
+    #: ``batch.pack_extra``): what an append needs, decoded without an
+    #: object per record.
     keys: list[bytes | None]
     values: list[bytes | None]
-    has_headers: bool
+    extras: list[bytes | None]
     #: The decompressed records, for ``records``; or the records themselves.
     body: bytes = b""
     decoded: tuple[KafkaRecord, ...] | None = None
@@ -230,33 +233,40 @@ def decode_message_set(data: bytes) -> KafkaBatch:
         pos = _legacy(data, pos, records)
     keys = [r.key for r in records]
     values = [r.value for r in records]
+    extras = [pack_extra(r.timestamp_ms if r.timestamp_ms >= 0 else None) for r in records]
     last = max(0, len(records) - 1)
-    return KafkaBatch(0, 0, last, 0, 0, -1, -1, -1, keys, values, False, decoded=tuple(records))
+    return KafkaBatch(0, 0, last, 0, 0, -1, -1, -1, keys, values, extras, decoded=tuple(records))
 
 
-def _columns(body: bytes, count: int) -> tuple[list[bytes | None], list[bytes | None], bool]:
-    """Keys and values of ``count`` records, and whether any has headers;
-    every record's length checked.  The append path's decoder: a varint of
-    one byte (the usual length of a delta or a small length) is read in
-    place, longer ones by ``read_varint``."""
+def _columns(
+    body: bytes, count: int, first_ts: int
+) -> tuple[list[bytes | None], list[bytes | None], list[bytes | None]]:
+    """Keys, values and extras (headers and create time, ``batch.pack_extra``)
+    of ``count`` records, every record's length checked.  The append path's
+    decoder: a varint of one byte (the usual length of a delta or a small
+    length) is read in place, longer ones by ``read_varint``; a record with
+    headers is decoded again whole (``_record``)."""
     keys: list[bytes | None] = []
     values: list[bytes | None] = []
-    headers = False
+    extras: list[bytes | None] = []
     pos = 0
     try:
         for _ in range(count):
             b = body[pos]
             if b < 0x80:
-                size, pos = (b >> 1) ^ -(b & 1), pos + 1
+                size, at = (b >> 1) ^ -(b & 1), pos + 1
             else:
-                size, pos = read_varint(body, pos)
-            end = pos + size
+                size, at = read_varint(body, pos)
+            end = at + size
             if size < 5 or end > len(body):
                 raise KafkaDecodeError("record length runs past the batch")
-            p = pos + 1  # attributes
-            while body[p] & 0x80:  # the timestamp delta: skipped
-                p += 1
-            p += 1
+            p = at + 1  # attributes
+            b = body[p]
+            if b < 0x80:
+                ts, p = first_ts + ((b >> 1) ^ -(b & 1)), p + 1
+            else:
+                delta, p = read_varint(body, p)
+                ts = first_ts + delta
             while body[p] & 0x80:  # the offset delta: skipped
                 p += 1
             p += 1
@@ -280,16 +290,23 @@ def _columns(body: bytes, count: int) -> tuple[list[bytes | None], list[bytes | 
             else:
                 values.append(body[p : p + n])
                 p += n
-            if p >= end or body[p] != 0:
-                headers = True
-            if p > end:
+            if p + 1 == end and body[p] == 0:
+                extras.append(_NO_HEADERS.pack(1, ts, 0) if ts >= 0 else None)
+            elif p >= end:
                 raise KafkaDecodeError("record fields run past its length")
+            else:
+                rec, _ = _record(body, pos, first_ts)
+                extras.append(pack_extra(ts if ts >= 0 else None, rec.headers))
             pos = end
     except IndexError as exc:
         raise KafkaDecodeError("truncated record") from exc
     if pos != len(body):
         raise KafkaDecodeError("record batch has bytes after its records")
-    return keys, values, headers
+    return keys, values, extras
+
+
+#: The extras of a record with a create time and no headers (``batch.pack_extra``).
+_NO_HEADERS = struct.Struct("<BQH")
 
 
 def decode_batches(data: bytes) -> list[KafkaBatch]:
@@ -316,9 +333,9 @@ def decode_batches(data: bytes) -> list[KafkaBatch]:
         body = _decompress(attributes & COMPRESSION_MASK, data[pos + HEADER_BYTES : end])
         if count < 0 or count > len(body):
             raise KafkaDecodeError(f"record batch of {count} records in {len(body)} bytes")
-        keys, values, has_headers = _columns(body, count)
+        keys, values, extras = _columns(body, count, first_ts)
         fields = (base, attributes, last_delta, first_ts, max_ts, pid, pepoch, base_seq)
-        out.append(KafkaBatch(*fields, keys, values, has_headers, body))
+        out.append(KafkaBatch(*fields, keys, values, extras, body))
         pos = end
     return out
 
@@ -344,22 +361,32 @@ def encode_columns(
     timestamps: list[int],
     keys: list[bytes | None],
     values: list[bytes | None],
+    extras: list[bytes | None] | None = None,
 ) -> bytes:
-    """One uncompressed batch (CreateTime, no headers) of records given as
-    columns, offsets ascending: what a fetch answers with.  Works a column
-    at a time where it can."""
+    """One uncompressed batch (CreateTime) of records given as columns,
+    offsets ascending: what a fetch answers with.  A record's ``extras``
+    (``batch.pack_extra``) give its headers and the create time its producer
+    sent, which is the time a consumer sees (else the log's timestamp).
+    Works a column at a time where it can."""
+    headers: list[tuple[tuple[str, bytes | None], ...]] | None = None
+    if extras is not None:
+        timestamps, headers = _times_headers(timestamps, extras)
     base = offsets[0]
     first_ts = min(timestamps)
     parts: list[bytes] = []
     put = parts.append
     none = _VARINTS[0]
-    for offset, ts, key, value in zip(offsets, timestamps, keys, values, strict=True):
+    no_headers = b"\x00"
+    for i, (offset, ts, key, value) in enumerate(
+        zip(offsets, timestamps, keys, values, strict=True)
+    ):
         ts_d = _varint(ts - first_ts)
         off_d = _varint(offset - base)
         k_len = none if key is None else _varint(len(key))
         v_len = none if value is None else _varint(len(value))
+        hs = no_headers if headers is None or not headers[i] else _headers_bytes(headers[i])
         size = (
-            2 + len(ts_d) + len(off_d) + len(k_len) + len(v_len)
+            1 + len(ts_d) + len(off_d) + len(k_len) + len(v_len) + len(hs)
             + (0 if key is None else len(key)) + (0 if value is None else len(value))
         )  # fmt: skip
         put(_varint(size))
@@ -372,7 +399,7 @@ def encode_columns(
         put(v_len)
         if value is not None:
             put(value)
-        put(b"\x00")
+        put(hs)
     body = b"".join(parts)
     head = _HEADER.pack(
         base, HEADER_BYTES - _LENGTH_FROM + len(body), -1, 2, 0, 0, offsets[-1] - base,
@@ -380,3 +407,44 @@ def encode_columns(
     )  # fmt: skip
     crc = google_crc32c.extend(google_crc32c.value(head[_CRC_FROM:]), body)
     return head[:17] + struct.pack(">I", crc) + head[_CRC_FROM:] + body
+
+
+def _times_headers(
+    timestamps: list[int], extras: list[bytes | None]
+) -> tuple[list[int], list[tuple[tuple[str, bytes | None], ...]] | None]:
+    """The time each record shows a consumer (its create time, else the
+    log's) and its headers (None: no record has any).  Extras that do not
+    decode (a native writer's own bytes) count as none."""
+    out = list(timestamps)
+    headers: list[tuple[tuple[str, bytes | None], ...]] = [()] * len(out)
+    seen = False
+    for i, x in enumerate(extras):
+        if x is None:
+            continue
+        if len(x) == _NO_HEADERS.size and x[0] == 1:  # a create time, no headers
+            out[i] = int.from_bytes(x[1:9], "little")
+            continue
+        try:
+            created, hs = unpack_extra(x)
+        except ProtocolError:
+            continue
+        if created is not None:
+            out[i] = created
+        headers[i] = hs
+        seen = seen or bool(hs)
+    return out, headers if seen else None
+
+
+def _headers_bytes(headers: tuple[tuple[str, bytes | None], ...]) -> bytes:
+    out = bytearray()
+    write_varint(len(headers), out)
+    for name, value in headers:
+        raw = name.encode()
+        write_varint(len(raw), out)
+        out += raw
+        if value is None:
+            write_varint(-1, out)
+        else:
+            write_varint(len(value), out)
+            out += value
+    return bytes(out)

@@ -64,6 +64,8 @@ class StoredRecord(NamedTuple):
     copyset: tuple[int, ...]
     key: bytes | None
     payload: bytes | None  # None for a tombstone
+    #: Headers and a create time (``batch.pack_extra``), or None.
+    extra: bytes | None = None
 
 
 class DirEntry(NamedTuple):
@@ -141,6 +143,8 @@ class StoredBatch:
     copysets: list[tuple[int, ...]] = attrs.Factory(list)
     keys: list[bytes | None] = attrs.Factory(list)
     payloads: list[bytes | None] = attrs.Factory(list)
+    #: Every record's extras (``batch.pack_extra``), or None.
+    extras: list[bytes | None] = attrs.Factory(list)
     #: Sum of payload lengths.
     payload_bytes: int = 0
     #: Every record up to this LSN was looked at (returned, or skipped by the
@@ -172,6 +176,8 @@ class StoredBatch:
         self.copysets += [pb.copyset] * (b - a)
         self.keys += keys[a:b]
         self.payloads += pays[a:b]
+        extras = pb.extras()
+        self.extras += [None] * (b - a) if extras is None else extras[a:b]
         self.payload_bytes += sum(map(len, filter(None, pays[a:b])))
         self.flag_bits |= bits & FLAGS_PUBLIC_MASK
 
@@ -198,6 +204,7 @@ class StoredBatch:
             timestamps_ms=self.timestamps_ms,
             keys=self.keys,
             flags=self.flags,
+            extras=self.extras,
         )
 
     def _columns(self) -> tuple[list[Any], ...]:
@@ -210,6 +217,7 @@ class StoredBatch:
             self.copysets,
             self.keys,
             self.payloads,
+            self.extras,
         )
 
     def records(self) -> Iterator[StoredRecord]:

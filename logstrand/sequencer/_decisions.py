@@ -52,6 +52,7 @@ def write_decisions(
             timestamps_ms=stamps[i : i + CHUNK_RECORDS],
             keys=[m.key for m in chunk],
             flags=[m.flags for m in chunk],
+            extras=[m.extra for m in chunk],
         )
         ends_here = chunk_entries(entries or (), chunk[0].esn, chunk[-1].esn)
         yield from _store_chunk(log_id, seal, selector, batch, alive, timeout_s, ends_here)

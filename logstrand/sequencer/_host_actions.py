@@ -100,6 +100,9 @@ def check_records(
         return Status.BADPAYLOAD, "a tombstone (payload None) needs a compacted log"
     if max(lens) > limit:
         return Status.TOOBIG, f"payload of {max(lens)} bytes exceeds the limit of {limit}"
+    extra = batch.extra_lens()
+    if extra is not None and max(extra) > limit:
+        return Status.TOOBIG, f"headers of {max(extra)} bytes exceed the limit of {limit}"
     keys = batch.key_lens()
     if compacted and -1 in keys:
         return Status.NOKEY, "the log is compacted: every record needs a key"

@@ -383,10 +383,11 @@ def _digest_records(reply: Digest) -> list[DigestRecord]:
     if reply.batch is None:
         return []
     b = reply.batch.columns()
+    extras = b.extras or [None] * len(b.lsns)
     return [
-        DigestRecord(lsn_esn(lsn), fl, wave, ts, key, payload)
-        for lsn, fl, wave, ts, key, payload in zip(
-            b.lsns, b.flags, reply.waves, b.timestamps_ms, b.keys, b.payloads, strict=True
+        DigestRecord(lsn_esn(lsn), fl, wave, ts, key, payload, extra)
+        for lsn, fl, wave, ts, key, payload, extra in zip(
+            b.lsns, b.flags, reply.waves, b.timestamps_ms, b.keys, b.payloads, extras, strict=True
         )
     ]
 

@@ -55,6 +55,7 @@ class DigestRecord:
     timestamp_ms: int
     key: bytes | None
     payload: bytes | None
+    extra: bytes | None = None  # headers and a create time (``batch.pack_extra``)
 
     @property
     def precedence(self) -> tuple[int, int]:
@@ -70,6 +71,7 @@ class Mutation:
     timestamp_ms: int = 0
     key: bytes | None = None
     payload: bytes | None = None
+    extra: bytes | None = None
 
     @property
     def flags(self) -> int:
@@ -187,7 +189,14 @@ class EpochRecovery:
                 out.append(Mutation(esn, Decision.HOLE))
             else:
                 out.append(
-                    Mutation(esn, Decision.RECORD, copy.timestamp_ms, copy.key, copy.payload)
+                    Mutation(
+                        esn,
+                        Decision.RECORD,
+                        copy.timestamp_ms,
+                        copy.key,
+                        copy.payload,
+                        copy.extra,
+                    )
                 )
         if bridge_at <= ESN_MAX:
             out.append(Mutation(bridge_at, Decision.BRIDGE))

@@ -28,9 +28,11 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     IntegerType,
     LongType,
+    StringType,
     StructField,
     StructType,
     TimestampType,
@@ -62,6 +64,20 @@ LOG_SCHEMA = StructType(
         StructField("timestamp", TimestampType(), nullable=False),
         StructField("key", BinaryType(), nullable=True),
         StructField("payload", BinaryType(), nullable=True),
+        StructField(
+            "headers",
+            ArrayType(
+                StructType(
+                    [
+                        StructField("key", StringType(), nullable=False),
+                        StructField("value", BinaryType(), nullable=True),
+                    ]
+                ),
+                containsNull=False,
+            ),
+            nullable=True,
+        ),
+        StructField("create_time", TimestampType(), nullable=True),
     ]
 )
 

@@ -10,6 +10,7 @@ import subprocess
 import time
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -33,7 +34,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 
 def _consume(bootstrap: str, parts: list[TopicPartition], count: int) -> list[tuple]:
-    """(partition, offset, key, value) of ``count`` messages from ``parts``."""
+    """(partition, offset, key, value, headers, timestamp) of ``count``
+    messages from ``parts``."""
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": "t", "enable.auto.commit": False}
     )
@@ -46,7 +48,9 @@ def _consume(bootstrap: str, parts: list[TopicPartition], count: int) -> list[tu
             if m is None:
                 continue
             assert m.error() is None, m.error()
-            got.append((m.partition(), m.offset(), m.key(), m.value()))
+            got.append(
+                (m.partition(), m.offset(), m.key(), m.value(), m.headers(), m.timestamp()[1])
+            )
         return got
     finally:
         consumer.close()
@@ -75,20 +79,38 @@ def test_kcat_lists_the_nodes_as_brokers_and_named_ranges_as_topics(cluster: Loc
 def test_kcat_produces_from_a_pipe_and_consumes_keys_and_values(cluster: LocalCluster) -> None:
     lines = "".join(f"k{i}:value {i}\n" for i in range(50))
     subprocess.run(
-        ["kcat", "-b", cluster.kafka_bootstrap, "-P", "-t", "piped", "-K:", "-p", "0"],
+        [
+            "kcat",
+            "-b",
+            cluster.kafka_bootstrap,
+            "-P",
+            "-t",
+            "piped",
+            "-K:",
+            "-p",
+            "0",
+            "-H",
+            "source=pipe",
+            "-H",
+            "run=1",
+        ],
         input=lines,
         text=True,
         timeout=60,
         check=True,
     )
     out = subprocess.run(
-        ["kcat", "-b", cluster.kafka_bootstrap, "-C", "-t", "piped", "-e", "-f", "%o %k %s\n"],
+        ["kcat", "-b", cluster.kafka_bootstrap, "-C", "-t", "piped", "-e", "-f", "%o %k %s %h\n"],
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
     )
-    assert out.stdout.splitlines() == [f"{i} k{i} value {i}" for i in range(50)]
+    assert out.stdout.splitlines() == [f"{i} k{i} value {i} source=pipe,run=1" for i in range(50)]
+    # A native reader of the log sees the same headers.
+    with logstrand.connect(cluster.url) as client:
+        records = [r for r in client.read(client.log_of("piped")) if isinstance(r, Record)]
+    assert {r.headers for r in records} == {(("source", b"pipe"), ("run", b"1"))}
 
 
 def test_admin_creates_describes_and_deletes_topics(cluster: LocalCluster) -> None:
@@ -145,8 +167,16 @@ def test_offsets_stay_dense_across_a_sequencer_kill(cluster: LocalCluster) -> No
     producer = Producer(
         {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 2}
     )
+
+    def produce(i: int) -> None:
+        # Headers on every third message, and a create time of the producer's own.
+        headers = [("n", b"%d" % i), ("null", None)] if i % 3 == 0 else None
+        producer.produce(
+            "failover", key=b"k%d" % i, value=b"v%d" % i, headers=headers, timestamp=10_000 + i
+        )
+
     for i in range(200):
-        producer.produce("failover", key=b"k%d" % i, value=b"v%d" % i)
+        produce(i)
     assert producer.flush(30) == 0
     with logstrand.connect(cluster.url) as client:
         log = client.log_of("failover")
@@ -155,14 +185,19 @@ def test_offsets_stay_dense_across_a_sequencer_kill(cluster: LocalCluster) -> No
         cluster.kill_node(victim)
         try:
             for i in range(200, 400):
-                producer.produce("failover", key=b"k%d" % i, value=b"v%d" % i)
+                produce(i)
             assert producer.flush(60) == 0
             got = _consume(bootstrap, [TopicPartition("failover", 0, OFFSET_BEGINNING)], 400)
             assert [g[1] for g in got] == list(range(400))
             assert [g[3] for g in got] == [b"v%d" % i for i in range(400)]
             assert [g[2] for g in got] == [b"k%d" % i for i in range(400)]
+            want = [[("n", b"%d" % i), ("null", None)] if i % 3 == 0 else None for i in range(400)]
+            assert [g[4] for g in got] == want
+            assert [g[5] for g in got] == [10_000 + i for i in range(400)]
             native = [r for r in client.read(log) if isinstance(r, Record)]
             assert [r.payload for r in native] == [g[3] for g in got]
+            assert [list(r.headers) or None for r in native] == want
+            assert [r.create_time for r in native] == [10_000 + i for i in range(400)]
             assert len({r.epoch for r in native}) == 2
         finally:
             cluster.start_node(victim)
@@ -483,3 +518,44 @@ def test_a_topic_read_by_name_natively_has_what_kafka_consumers_see(
             list(client.read_many("no-such-range"))
     assert ours == theirs
     assert len(ours) == 60
+
+
+def test_headers_appended_natively_reach_kafka_consumers_columns_and_arrow(
+    cluster: LocalCluster,
+) -> None:
+    """Headers and create times are the records' own: appended natively
+    (one record, a batch), they come back from ``read``, ``read_columns``
+    and ``read_arrow``, and a Kafka consumer sees them as Kafka headers and
+    CreateTime."""
+    with open_epoch_store(cluster.url) as store:
+        store.create_logs(960, 960, LogAttributes(replication_factor=2), name="hdrs")
+    with logstrand.connect(cluster.url) as client:
+        one = client.append(960, b"solo", key=b"k", headers=[("a", b"1")])
+        lsns = client.append_batch(
+            "hdrs",
+            [b"x", b"y", b"z"],
+            headers=[[("b", None)], None, [("c", b""), ("c", b"2")]],
+            create_times=[111, None, 333],
+        )
+        assert lsns[0] > one
+        records = [r for r in client.read(960) if isinstance(r, Record)]
+        want = [(("a", b"1"),), (("b", None),), (), (("c", b""), ("c", b"2"))]
+        assert [r.headers for r in records] == want
+        assert [r.create_time for r in records] == [None, 111, None, 333]
+        (cols,) = [c for c in client.read_columns(960) if len(c)]
+        assert cols.headers == want
+        assert cols.create_times == [None, 111, None, 333]
+        table = pa.Table.from_batches(list(client.read_arrow(960)))
+        assert table.column("headers").to_pylist() == [
+            [{"key": k, "value": v} for k, v in hs] or None for hs in want
+        ]
+        created = table.column("create_time").cast(pa.int64()).to_pylist()
+        assert created == [None, 111_000, None, 333_000]
+        with pytest.raises(logstrand.InvalidArgumentError):
+            client.append(960, b"bad", headers=[("n", "not bytes")])  # type: ignore[list-item]
+        log_times = [r.timestamp for r in records]
+    got = _consume(cluster.kafka_bootstrap, [TopicPartition("hdrs", 0, OFFSET_BEGINNING)], 4)
+    assert [g[3] for g in got] == [b"solo", b"x", b"y", b"z"]
+    assert [g[4] for g in got] == [list(hs) or None for hs in want]
+    # CreateTime where the producer gave one, else the log's own time.
+    assert [g[5] for g in got] == [log_times[0], 111, log_times[2], 333]

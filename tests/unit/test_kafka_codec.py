@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from logstrand.batch import pack_extra, unpack_extra
 from logstrand.kafka import _protocol as proto
 from logstrand.kafka._codec import KafkaDecodeError, read_varint, write_varint
 from logstrand.kafka._offsets import OffsetMap
@@ -132,10 +133,13 @@ def test_batches_kafka_python_makes_decode_with_every_codec(codec: int) -> None:
         (o, k, v) for o, k, v, _ in records
     ]
     assert batch.records[7].headers == (("trace", b"abc"), ("empty", None))
-    # The append path's columns say the same, and that a record has headers.
+    # The append path's columns say the same, with every record's headers
+    # and create time packed as its extras.
     assert batch.keys == [k for _, k, _, _ in records]
     assert batch.values == [v for _, _, v, _ in records]
-    assert batch.has_headers
+    assert [unpack_extra(x) for x in batch.extras] == [
+        (1_000 + i, tuple(h)) for i, _, _, h in records
+    ]
     for cut in range(61, len(_their_batch(0, records)), 97):
         with pytest.raises(KafkaDecodeError):
             decode_batches(_their_batch(0, records)[:cut])
@@ -206,3 +210,35 @@ def test_batches_made_from_columns_decode_in_kafka_python() -> None:
     assert theirs.timestamp_type == 0  # CreateTime: each record its own time
     (ours,) = decode_batches(data)
     assert (ours.base_offset, ours.last_offset_delta) == (7, 70_004)
+
+
+def test_headers_and_create_times_from_extras_reach_kafka_python() -> None:
+    """A fetch's batch gives each record the create time and headers its
+    producer sent (its extras); a record with none shows the log's time."""
+    offsets = [0, 1, 2, 3]
+    log_times = [5_000, 5_000, 5_001, 5_002]
+    extras = [
+        pack_extra(1_234, [("trace", b"t1"), ("null", None)]),
+        None,
+        pack_extra(4_321),
+        pack_extra(None, [("ü", b"")]),
+    ]
+    data = encode_columns(
+        offsets, log_times, [b"a", None, b"c", None], [b"1", b"2", b"3", b"4"], extras
+    )
+    theirs = DefaultRecordBatch(data)
+    assert theirs.validate_crc()
+    got = [(r.timestamp, tuple(r.headers)) for r in theirs]
+    assert got == [
+        (1_234, (("trace", b"t1"), ("null", None))),
+        (5_000, ()),
+        (4_321, ()),
+        (5_002, (("ü", b""),)),
+    ]
+    # And back through the produce path: the same extras, byte for byte,
+    # but for the record that had none, which now has the time it showed.
+    (ours,) = decode_batches(data)
+    assert ours.extras[0] == extras[0]
+    assert ours.extras[2] == extras[2]
+    assert unpack_extra(ours.extras[1]) == (5_000, ())
+    assert unpack_extra(ours.extras[3]) == (5_002, (("ü", b""),))

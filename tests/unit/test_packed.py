@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from logstrand.batch import Codec, PackedBatch, make_batch, pack_body
+from logstrand.batch import Codec, PackedBatch, make_batch, pack_body, pack_extra, unpack_extra
 from logstrand.client._columns import ColumnBatch
 from logstrand.client._reader_core import RecordRun
 from logstrand.client._views import BatchView
@@ -241,4 +241,91 @@ def test_a_corrupt_stored_batch_is_never_data(tmp_path: Path) -> None:
     db._engine.write(batch, sync=True)
     with pytest.raises(CorruptionError, match="checksum"):
         db.read_packed(1)
+    db.close()
+
+
+# -- extras: headers and create times ---------------------------------------------
+
+
+def _with_extras(lsns: list[int]) -> tuple[PackedBatch, list[bytes | None]]:
+    extras = [
+        pack_extra(1_000 + i, [("h", b"%d" % i)]) if i % 3 else None for i in range(len(lsns))
+    ]
+    pb = make_batch(
+        lsns, [b"p%d" % i for i in range(len(lsns))], timestamps_ms=7, keys=None, extras=extras
+    )
+    return pb, extras
+
+
+@pytest.mark.parametrize("codec", list(Codec))
+def test_extras_travel_with_their_records_through_every_new_header(codec: Codec) -> None:
+    lsns = list(range(E1 + 1, E1 + 31))
+    pb, extras = _with_extras(lsns)
+    client = PackedBatch.for_append(
+        [None] * 30, pb.columns().payloads, codec, (5, 1), extras=extras
+    )
+    assert client.extras() == extras
+    stamped = client.restamp(first_lsn=E1 + 1, timestamp_ms=9, wave=2, copyset=(1, 2))
+    again = PackedBatch.parse(stamped.data)
+    assert again.body_ok()
+    assert again.extras() == extras
+    assert again.producer == (5, 1)
+    moved = PackedBatch.parse(again.reheader(copyset=(3,), add_flags=0x10).data)
+    assert moved.extras() == extras
+    assert moved.payload_bytes == again.payload_bytes
+    assert moved.select([1, 2, 4]).extras() == [extras[1], extras[2], extras[4]]
+    # Records cut so that none has extras make a batch with none at all.
+    assert moved.select([0, 3]).extras() is None
+    assert unpack_extra(again.extras()[1]) == (1_001, (("h", b"1"),))
+
+
+def test_every_byte_of_a_batch_with_extras_is_covered_by_a_checksum() -> None:
+    pb, _ = _with_extras([E1 + 1, E1 + 2, E1 + 3])
+    for at in range(len(pb.data)):
+        bad = bytearray(pb.data)
+        bad[at] ^= 0x10
+        try:
+            got = PackedBatch.parse(bytes(bad))
+        except ProtocolError:
+            continue
+        assert not got.body_ok(), f"a flipped bit at byte {at} went unnoticed"
+
+
+def test_the_sequencer_refuses_headers_over_the_record_limit() -> None:
+    big = pack_extra(None, [("big", b"x" * 2_000)])
+    pb = PackedBatch.for_append([None], [b"p"], extras=[big])
+    problem = check_records(pb, LogAttributes(), HostOptions(payload_bytes_max=1_000))
+    assert problem is not None
+    assert problem[0] == Status.TOOBIG
+    assert "headers" in problem[1]
+
+
+def test_malformed_extras_are_a_clear_error_and_bad_headers_are_refused() -> None:
+    good = pack_extra(5, [("a", b"1"), ("b", None)])
+    assert good is not None
+    for cut in range(1, len(good)):
+        with pytest.raises(ProtocolError):
+            unpack_extra(good[:cut])
+    with pytest.raises(ProtocolError):
+        unpack_extra(b"\x80\x00\x00")
+    for bad in ([("a",)], [(1, b"x")], [("a", "text")]):
+        with pytest.raises(InvalidArgumentError):
+            pack_extra(None, bad)  # type: ignore[arg-type]
+
+
+def test_logsdb_keeps_extras_through_splits_compaction_and_digests(tmp_path: Path) -> None:
+    db = _db(tmp_path)
+    lsns = list(range(E1 + 1, E1 + 11))
+    pb, extras = _with_extras(lsns)
+    db.write([PutBatch.of(1, pb, (1, 2), 1)])
+    plug = make_batch([E1 + 4, E1 + 5], [None, None], timestamps_ms=1000, flags=HOLE)
+    db.write([PutBatch.of(1, plug, (2, 3), 9)])
+    assert db.delete(1, [E1 + 2]) == 1
+    got = {r.lsn: r.extra for r in db.read(1)}
+    want = {lsn: x for lsn, x in zip(lsns, extras, strict=True)}
+    assert got == {lsn: None if lsn in (E1 + 4, E1 + 5) else want[lsn] for lsn in got}
+    assert E1 + 2 not in got
+    # What a digest carries (the records as one packed batch) keeps them too.
+    digest = db.read_batch(1, E1 + 1, E1 + 10).to_packed()
+    assert dict(zip(digest.lsns(), digest.extras() or [], strict=True)) == got
     db.close()

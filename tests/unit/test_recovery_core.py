@@ -8,7 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from logstrand.batch import pack_extra
+from logstrand.placement import CopysetSelector
 from logstrand.records import RecordFlags
+from logstrand.sequencer._commands import StoreCopies
+from logstrand.sequencer._decisions import write_decisions
 from logstrand.sequencer._recovery import (
     Decision,
     DigestRecord,
@@ -150,3 +154,20 @@ def test_acknowledged_records_always_survive(
     seen = {x.esn for node in answering for x in holdings[node]}
     for m in plan[:-1]:
         assert (m.decision is Decision.RECORD) == (m.esn in seen)
+
+
+def test_a_record_recovery_writes_again_keeps_its_headers() -> None:
+    """Headers and create times (a record's extras) are part of the record:
+    recovery re-stores them with the key and payload it decided on."""
+    extra = pack_extra(42, [("trace", b"abc")])
+    r = EpochRecovery(7, 3, (1, 2, 3), 2, seal_epoch=4, lng_esn=0)
+    r.on_digest(1, [DigestRecord(1, 0, 1, 1001, b"k", b"a", extra), rec(2)], complete=True)
+    r.on_digest(2, [], complete=True)
+    plan = r.decide()
+    assert [m.extra for m in plan[:2]] == [extra, None]
+    steps = write_decisions(
+        7, 3, 4, plan, CopysetSelector((1, 2, 3), 2), lambda: {1, 2, 3}, 10**13, 1.0
+    )
+    command = next(steps)
+    assert isinstance(command, StoreCopies)
+    assert command.message.batch.extras() == [extra, None, None]
