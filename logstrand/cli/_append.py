@@ -60,6 +60,14 @@ def append(
         ),
     ] = None,
     key: Annotated[str | None, typer.Option(help="Record key (compacted logs).")] = None,
+    header: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--header",
+            "-H",
+            help="A header NAME=VALUE on every record appended (again for more), as kcat's -H.",
+        ),
+    ] = None,
     key_separator: Annotated[
         str | None,
         typer.Option(help="Each stdin line is KEY<SEP>PAYLOAD, split at the first SEP."),
@@ -93,18 +101,20 @@ def append(
     from_stdin = not record_per_file and args in ([], ["-"])
     _check(args, key, key_separator, key_field, binary, split, record_per_file, from_stdin)
     record_key = None if key is None else key.encode()
+    headers = _headers(header or [])
     with connect_client(url) as client:
         if record_per_file:
             payloads = [_read_file(name) for name in args]
-            lsns = client.append_batch(log, payloads, keys=[record_key] * len(payloads))
+            n = len(payloads)
+            lsns = client.append_batch(log, payloads, keys=[record_key] * n, headers=[headers] * n)
         elif not from_stdin:
-            lsns = [client.append(log, args[0].encode(), key=record_key)]
+            lsns = [client.append(log, args[0].encode(), key=record_key, headers=headers)]
         elif binary:
-            lsns = [client.append(log, sys.stdin.buffer.read(), key=record_key)]
+            lsns = [client.append(log, sys.stdin.buffer.read(), key=record_key, headers=headers)]
         else:
             source = _lines() if split is None else _split(split)
             lsns = _append_stream(
-                client, log, source, record_key, key_separator, key_field, split is None
+                client, log, source, record_key, key_separator, key_field, split is None, headers
             )
     if as_json:
         print_json({"log_id": log, "lsns": lsns})
@@ -202,6 +212,7 @@ def _append_stream(
     separator: str | None,
     field: str | None,
     text: bool,
+    headers: list[tuple[str, bytes | None]],
 ) -> list[int]:
     """Each record of ``source`` as one, in order.  A thread reads them;
     each append takes those that came within ``STDIN_LINGER_S`` of each
@@ -253,12 +264,25 @@ def _append_stream(
             payloads.append(line)
             keys.append(record_key)
         if payloads:
-            lsns += client.append_batch(log, payloads, keys=keys)
+            lsns += client.append_batch(
+                log, payloads, keys=keys, headers=[headers] * len(payloads) if headers else None
+            )
     if bad is not None:
         if lsns:
             console.print(f"appended {len(lsns)} records to log {log} before it")
         fail(bad)
     return lsns
+
+
+def _headers(given: list[str]) -> list[tuple[str, bytes | None]]:
+    """``--header NAME=VALUE`` options as headers (NAME alone: a null value)."""
+    out: list[tuple[str, bytes | None]] = []
+    for text in given:
+        name, found, value = text.partition("=")
+        if not name:
+            fail(f"--header {text!r}: give NAME=VALUE")
+        out.append((name, value.encode() if found else None))
+    return out
 
 
 def _json_key(line: bytes, field: str) -> bytes | None:

@@ -49,7 +49,8 @@ FROM_HELP = (
 FORMAT_HELP = (
     "Print each record as this format, as kcat's -f: %s payload, %k key, %o LSN "
     "(number), %O LSN (e1n5), %T timestamp (ms), %l log, %S payload bytes, "
-    "%K key bytes, \\n, \\t, %%%%.  Payload and key go out as they are."
+    "%K key bytes, %h headers (n=v,...), \\n, \\t, %%%%.  Payload and key go out as "
+    "they are."
 )
 
 
@@ -135,6 +136,9 @@ def _formatter(fmt: str | None) -> Callable[[int, Record], bytes]:
         "%l": lambda log, r: str(log).encode(),
         "%S": lambda log, r: str(len(r.payload or b"")).encode(),
         "%K": lambda log, r: str(len(r.key or b"")).encode(),
+        "%h": lambda log, r: b",".join(
+            n.encode() + (b"" if v is None else b"=" + v) for n, v in r.headers
+        ),
         "%%": lambda log, r: b"%",
     }
     bad = [x for x in parts if len(x) == 2 and x[0] == "%" and x not in fields]

@@ -125,3 +125,21 @@ def test_a_refused_fan_out_is_one_error(tmp_path: Path) -> None:
             ):
                 with pytest.raises(logstrand.AccessDeniedError):
                     call()
+
+
+def test_headers_go_in_with_append_and_come_out_of_read(url: str) -> None:
+    """``append -H NAME=VALUE`` (kcat's -H) on one record and on lines of
+    stdin; ``read --format %h`` and ``--json`` show them."""
+    done = run(url, "append", "6", "one", "-H", "src=cli", "-H", "flag", stdin=b"")
+    assert done.returncode == 0, done.stderr
+    done = run(url, "append", "6", "--header", "src=pipe", stdin=b"two\nthree\n")
+    assert done.returncode == 0, done.stderr
+    out = run(url, "read", "6", "--format", "%s [%h]\\n", stdin=b"")
+    assert out.stdout.decode().splitlines() == [
+        "one [src=cli,flag]",
+        "two [src=pipe]",
+        "three [src=pipe]",
+    ]
+    lines = run(url, "read", "6", "--json", stdin=b"").stdout.decode().splitlines()
+    assert '"headers": [["src", "cli"], ["flag", null]]' in lines[0]
+    assert "give NAME=VALUE" in error(url, 2, "append", "6", "x", "-H", "=v")
