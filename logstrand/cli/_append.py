@@ -116,6 +116,10 @@ def append(
             lsns = _append_stream(
                 client, log, source, record_key, key_separator, key_field, split is None, headers
             )
+    _report(log, lsns, as_json)
+
+
+def _report(log: int, lsns: list[int], as_json: bool) -> None:
     if as_json:
         print_json({"log_id": log, "lsns": lsns})
     elif not lsns:
