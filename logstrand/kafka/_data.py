@@ -22,7 +22,6 @@ Not yet: transactional producers.
 
 from __future__ import annotations
 
-import bisect
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -38,24 +37,22 @@ from ..errors import (
     ProducerError,
     Status,
 )
-from ..types import GapType, compose_lsn, lsn_epoch
+from ..types import GapType, lsn_epoch
 from ._codec import KafkaDecodeError
 from ._errors import KafkaError
+from ._fetch_read import FetchReads
 from ._offsets import OffsetMap
-from ._records import KafkaBatch, UnsupportedCodec, decode_batches, encode_columns
+from ._records import KafkaBatch, UnsupportedCodec, decode_batches
 from ._rereads import Rereads
 from ._sessions import Session, Sessions, close
 
 if TYPE_CHECKING:
     from ..client import AsyncClient
-    from ..client._views import RecordRun
     from ..epochstore import LogRange
     from ._protocol import Request
 
 _log = logging.getLogger("logstrand.kafka")
 
-#: Records per batch a Fetch answer carries.
-FETCH_BATCH_RECORDS = 1000
 #: Bytes one Fetch answer carries at most, whatever the client allows (its
 #: answer waits in memory until the client reads it).
 FETCH_BYTES_MAX = 16 * 1024 * 1024
@@ -65,7 +62,7 @@ MAPS_MAX = 100_000
 BOUNDS_S = 1.0
 
 
-class DataPlane:
+class DataPlane(FetchReads):
     def __init__(self, client: AsyncClient, topics: Any) -> None:
         self.client = client
         self.topics = topics
@@ -395,77 +392,6 @@ class DataPlane:
             budget[0] -= len(data)
             row["records"] = data
         return name, row
-
-    async def _read(self, log_id: int, m: OffsetMap, offset: int, limit: int, tail: int) -> bytes:
-        """Batches of records from ``offset``, about ``limit`` bytes (at least
-        one record, as Kafka returns a first batch larger than the limit),
-        made from the reader's columns without an object per record
-        (``encode_columns``).  The read stream goes on from the last fetch's
-        when this one continues where it ended (``_sessions``); a new one is
-        opened up to the tail."""
-        session = self.sessions.take(log_id, offset)
-        if session is None:
-            stream = self.client.read(log_id, m.lsn_at(offset), tail)
-            session = Session(stream, stream.batches())
-        out: list[bytes] = []
-        size = 0
-        next_offset = offset
-        ended = False
-        try:
-            while size < limit:
-                if session.follows and out and not session.leftover:
-                    break  # what it held is taken; more would be a wait
-                items = await session.next_items()
-                if items is None:
-                    ended = True
-                    break
-                for k, item in enumerate(items):
-                    if isinstance(item, GapItem):
-                        if item.type == GapType.DATALOSS:
-                            self.dataloss += 1
-                            _log.warning("kafka: log %d: records lost (%s), skipped", log_id, item)
-                        continue
-                    m, batch, last = await self._run(log_id, m, item, next_offset)
-                    if batch:
-                        out.append(batch)
-                        size += len(batch)
-                        next_offset = last + 1
-                    if size >= limit:
-                        session.leftover = items[k + 1 :]
-                        break
-        except BaseException:
-            await close(session)
-            raise
-        if ended:
-            await close(session)
-        else:
-            await self.sessions.keep(log_id, next_offset, session)
-        return b"".join(out)
-
-    async def _run(
-        self, log_id: int, m: OffsetMap, run: RecordRun, offset: int
-    ) -> tuple[OffsetMap, bytes, int]:
-        """One run of records (one stored batch, one epoch) as Kafka batches
-        of at most ``FETCH_BATCH_RECORDS``, those below ``offset`` left out;
-        with the offset of its last record."""
-        lsns = run.lsns
-        epoch = lsn_epoch(lsns[0])
-        if not m.known(epoch):
-            known = await self.offsets(log_id, epoch)
-            assert known is not None
-            m = known
-        shift = compose_lsn(epoch, 0) - m.base(epoch) + 1  # offset = lsn - shift
-        offsets = [lsn - shift for lsn in lsns]
-        a = bisect.bisect_left(offsets, offset)
-        if a == len(offsets):
-            return m, b"", -1
-        ts, keys, values, extras = run.timestamps_ms, run.keys, run.payloads, run.extras
-        parts = []
-        for lo in range(a, len(offsets), FETCH_BATCH_RECORDS):
-            hi = min(len(offsets), lo + FETCH_BATCH_RECORDS)
-            x = None if extras is None else extras[lo:hi]
-            parts.append(encode_columns(offsets[lo:hi], ts[lo:hi], keys[lo:hi], values[lo:hi], x))
-        return m, b"".join(parts), offsets[-1]
 
 
 def _produce_error(exc: Exception) -> KafkaError:

@@ -47,13 +47,17 @@ class Session:
     #: Items read from the stream and not returned yet.
     leftover: list[Any] = attrs.field(factory=list)
     used: float = 0.0
+    #: The next fetch's answer, being read ahead (``_fetch_read.Ahead``).
+    ahead: Any = None
+    #: The scope of its task (``follow``'s, or the read ahead's): closing
+    #: the session cancels it.
+    scope: trio.CancelScope | None = None
     _ready: trio.MemoryReceiveChannel[list[Any] | None] | None = None
-    _scope: trio.CancelScope | None = None
 
     def follow(self, nursery: trio.Nursery) -> None:
         """Read the stream in a task of ``nursery`` (one batch ahead)."""
         send, self._ready = trio.open_memory_channel[list[Any] | None](1)
-        scope = self._scope = trio.CancelScope()
+        scope = self.scope = trio.CancelScope()
 
         async def pump() -> None:
             with scope, contextlib.suppress(LogstrandError, trio.BrokenResourceError):
@@ -126,7 +130,7 @@ class Sessions:
 
 
 async def close(session: Session) -> None:
-    if session._scope is not None:
-        session._scope.cancel()
+    if session.scope is not None:
+        session.scope.cancel()
     with contextlib.suppress(LogstrandError, trio.BrokenResourceError, trio.ClosedResourceError):
         await session.stream.aclose()

@@ -3,13 +3,22 @@ bounded in number, closed when idle."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
+from logstrand.batch import make_batch
+from logstrand.client._views import BatchView, RecordRun
+from logstrand.errors import LogstrandError
 from logstrand.kafka import _sessions
+from logstrand.kafka._fetch_read import AHEAD_BYTES_MAX, FetchReads
+from logstrand.kafka._offsets import OffsetMap
+from logstrand.kafka._records import decode_batches
 from logstrand.kafka._sessions import Session, Sessions
+from logstrand.types import compose_lsn
 
 
 class _Stream:
@@ -66,3 +75,110 @@ async def test_an_idle_stream_is_closed_at_the_next_look(
     assert old.closed
     assert not new.closed
     assert kept.take(1, 0) is None
+
+
+# -- reading one answer ahead -----------------------------------------------------------
+
+
+class _Chunks:
+    """A read stream of epoch 1's records 1..n (1 KiB each), ``per`` to a
+    batch of items; counts the batches taken from it, and waits forever
+    after ``hold`` of them (the nodes sending nothing more)."""
+
+    def __init__(self, n: int, per: int, hold: int | None = None) -> None:
+        self.n, self.per, self.hold = n, per, hold
+        self.pulled = 0
+        self.next = 1
+        self.closed = False
+
+    def batches(self) -> Any:
+        return self
+
+    def __aiter__(self) -> Any:
+        return self
+
+    async def __anext__(self) -> list[Any]:
+        if self.hold is not None and self.pulled >= self.hold:
+            await trio.sleep_forever()
+        first = self.next
+        if first > self.n:
+            raise StopAsyncIteration
+        count = min(self.per, self.n + 1 - first)
+        lsns = [compose_lsn(1, first + i) for i in range(count)]
+        pb = make_batch(lsns, [_value(first + i) for i in range(count)], timestamps_ms=5)
+        self.pulled += 1
+        self.next += count
+        return [RecordRun(BatchView(pb, lsns[0], lsns[-1]), 0, count)]
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def _value(i: int) -> bytes:
+    return b"r%d" % i + b"." * 1020
+
+
+class _Reads(FetchReads):
+    def __init__(self, nursery: trio.Nursery, stream: _Chunks) -> None:
+        self.client = SimpleNamespace(nursery=nursery, read=lambda *a: stream)  # type: ignore[assignment]
+        self.sessions = Sessions()
+        self.dataloss = 0
+
+    async def offsets(self, log_id: int, epoch: int, wait_s: float = 0.0) -> OffsetMap | None:
+        return MAP
+
+
+MAP = OffsetMap(((1, 0),), 0)
+
+
+def _values(data: bytes) -> list[bytes | None]:
+    return [r.value for b in decode_batches(data) for r in b.records]
+
+
+async def test_the_next_answer_is_read_while_the_consumer_takes_this_one() -> None:
+    stream = _Chunks(5_000, per=100)
+    tail = compose_lsn(1, 5_000)
+    async with trio.open_nursery() as nursery:
+        reads = _Reads(nursery, stream)
+        first = await reads._read(7, MAP, 0, 150_000, tail)
+        got = _values(first)
+        await trio.testing.wait_all_tasks_blocked()
+        # The answer for the offset after this one's records is ready before
+        # anyone asked: more of the stream was read than this answer needed.
+        kept = reads.sessions.take(7, len(got))
+        assert kept is not None
+        assert kept.ahead is not None
+        assert kept.ahead.done.is_set()
+        taken = stream.pulled
+        await reads.sessions.keep(7, len(got), kept)
+        second = await reads._read(7, MAP, len(got), 150_000, tail)
+        both = got + _values(second)
+        assert both == [_value(i) for i in range(1, len(both) + 1)]
+        assert stream.pulled == taken  # the second answer was the one read ahead
+        # A partition limit above AHEAD_BYTES_MAX is never read ahead.
+        await reads.sessions.close_all()
+        big = await reads._read(7, MAP, len(both), AHEAD_BYTES_MAX + 1, tail)
+        assert _values(big)[0] == _value(len(both) + 1)
+        kept = reads.sessions.take(7, len(both) + len(_values(big)))
+        assert kept is not None
+        assert kept.ahead is None
+        await _sessions.close(kept)
+
+
+async def test_closing_a_session_cancels_its_read_ahead() -> None:
+    stream = _Chunks(5_000, per=100, hold=2)  # the read ahead waits on the nodes
+    async with trio.open_nursery() as nursery:
+        reads = _Reads(nursery, stream)
+        first = await reads._read(7, MAP, 0, 150_000, compose_lsn(1, 5_000))
+        await trio.testing.wait_all_tasks_blocked()
+        kept = reads.sessions.take(7, len(_values(first)))
+        assert kept is not None
+        assert kept.ahead is not None
+        assert not kept.ahead.done.is_set()
+        await _sessions.close(kept)
+        with trio.fail_after(1):
+            await kept.ahead.done.wait()
+        assert stream.closed
+        with pytest.raises(LogstrandError):
+            await kept.ahead.result()
+    # The nursery ended: no task was left behind.

@@ -1,0 +1,169 @@
+"""How Fetch reads a partition's records: from a kept read stream
+(``_sessions``), as Kafka batches made from the reader's columns
+(``encode_columns``), and one answer ahead.
+
+A consumer catching up sends its next fetch of a partition only when the
+last one is answered, at the offset after its records.  So while it takes
+in one answer, the front makes the next: the session it keeps for that
+offset carries a task that reads and encodes the next ``limit`` bytes
+(``Ahead``), and the fetch that comes for that offset takes them ready (or
+waits for the rest).  Only for answers of at most ``AHEAD_BYTES_MAX`` (a
+partition's default limit in librdkafka and kafka-python is 1 MiB): with
+``SESSIONS_MAX`` sessions kept, the front holds at most 32 x 2 MiB ahead.
+A stream that follows the log (a long poll's) is not read ahead: what it
+would read has not been written yet.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+
+from ..client._reader_parts import GapItem
+from ..errors import LogstrandError
+from ..types import GapType, compose_lsn, lsn_epoch
+from ._records import encode_columns
+from ._sessions import Session, Sessions, close
+
+if TYPE_CHECKING:
+    from ..client import AsyncClient, RecordRun
+    from ._offsets import OffsetMap
+
+_log = logging.getLogger("logstrand.kafka")
+
+#: Records in one Kafka batch of a Fetch answer, at most.
+FETCH_BATCH_RECORDS = 1000
+#: Answers read ahead are at most this big (a partition's limit above it: none).
+AHEAD_BYTES_MAX = 2 * 1024 * 1024
+
+#: What one read of a partition gives: the answer's bytes, the offset after
+#: them, whether the stream ended, and the offset map as it now stands.
+Got = tuple[bytes, int, bool, "OffsetMap"]
+
+
+@attrs.define(eq=False)
+class Ahead:
+    """The next answer of a session, being read by a task of its own."""
+
+    offset: int
+    limit: int
+    done: trio.Event = attrs.Factory(trio.Event)
+    outcome: Got | Exception | None = None
+
+    async def result(self) -> Got:
+        await self.done.wait()
+        if isinstance(self.outcome, Exception):
+            raise self.outcome
+        if self.outcome is None:
+            raise LogstrandError("the read ahead was cancelled")
+        return self.outcome
+
+
+class FetchReads:
+    """Fetch's reading half of ``DataPlane`` (which has the fields)."""
+
+    client: AsyncClient
+    sessions: Sessions
+    dataloss: int
+
+    async def offsets(self, log_id: int, epoch: int, wait_s: float = 0.0) -> OffsetMap | None:
+        raise NotImplementedError
+
+    async def _read(self, log_id: int, m: OffsetMap, offset: int, limit: int, tail: int) -> bytes:
+        """Batches of records from ``offset``, about ``limit`` bytes (at least
+        one record, as Kafka returns a first batch larger than the limit).
+        The read stream goes on from the last fetch's when this one continues
+        where it ended, with the answer it read ahead; a new one is opened up
+        to the tail."""
+        session = self.sessions.take(log_id, offset)
+        if session is None:
+            stream = self.client.read(log_id, m.lsn_at(offset), tail)
+            session = Session(stream, stream.batches())
+        ahead: Ahead | None = session.ahead
+        session.ahead = None
+        try:
+            if ahead is not None and ahead.offset == offset:
+                data, next_offset, ended, m = await ahead.result()
+            else:
+                data, next_offset, ended, m = await self._collect(log_id, m, session, offset, limit)
+        except BaseException:
+            await close(session)
+            raise
+        if ended:
+            await close(session)
+            return data
+        if not session.follows and limit <= AHEAD_BYTES_MAX:
+            session.ahead = Ahead(next_offset, limit)
+            session.scope = trio.CancelScope()
+            self.client.nursery.start_soon(self._read_ahead, log_id, m, session, session.ahead)
+        await self.sessions.keep(log_id, next_offset, session)
+        return data
+
+    async def _read_ahead(self, log_id: int, m: OffsetMap, session: Session, ahead: Ahead) -> None:
+        """Read the session's next answer (``Ahead``); cancelled when the
+        session is closed."""
+        assert session.scope is not None
+        with session.scope:
+            try:
+                ahead.outcome = await self._collect(log_id, m, session, ahead.offset, ahead.limit)
+            except Exception as exc:  # the fetch that takes it raises it
+                ahead.outcome = exc
+            finally:
+                ahead.done.set()
+
+    async def _collect(
+        self, log_id: int, m: OffsetMap, session: Session, offset: int, limit: int
+    ) -> Got:
+        out: list[bytes] = []
+        size = 0
+        next_offset = offset
+        while size < limit:
+            if session.follows and out and not session.leftover:
+                break  # what it held is taken; more would be a wait
+            items = await session.next_items()
+            if items is None:
+                return b"".join(out), next_offset, True, m
+            for k, item in enumerate(items):
+                if isinstance(item, GapItem):
+                    if item.type == GapType.DATALOSS:
+                        self.dataloss += 1
+                        _log.warning("kafka: log %d: records lost (%s), skipped", log_id, item)
+                    continue
+                m, batch, last = await self._run(log_id, m, item, next_offset)
+                if batch:
+                    out.append(batch)
+                    size += len(batch)
+                    next_offset = last + 1
+                if size >= limit:
+                    session.leftover = items[k + 1 :]
+                    break
+        return b"".join(out), next_offset, False, m
+
+    async def _run(
+        self, log_id: int, m: OffsetMap, run: RecordRun, offset: int
+    ) -> tuple[OffsetMap, bytes, int]:
+        """One run of records (one stored batch, one epoch) as Kafka batches
+        of at most ``FETCH_BATCH_RECORDS``, those below ``offset`` left out;
+        with the offset of its last record."""
+        lsns = run.lsns
+        epoch = lsn_epoch(lsns[0])
+        if not m.known(epoch):
+            known = await self.offsets(log_id, epoch)
+            assert known is not None
+            m = known
+        shift = compose_lsn(epoch, 0) - m.base(epoch) + 1  # offset = lsn - shift
+        offsets = [lsn - shift for lsn in lsns]
+        a = bisect.bisect_left(offsets, offset)
+        if a == len(offsets):
+            return m, b"", -1
+        ts, keys, values, extras = run.timestamps_ms, run.keys, run.payloads, run.extras
+        parts = []
+        for lo in range(a, len(offsets), FETCH_BATCH_RECORDS):
+            hi = min(len(offsets), lo + FETCH_BATCH_RECORDS)
+            x = None if extras is None else extras[lo:hi]
+            parts.append(encode_columns(offsets[lo:hi], ts[lo:hi], keys[lo:hi], values[lo:hi], x))
+        return m, b"".join(parts), offsets[-1]
