@@ -4,14 +4,19 @@ kafka-python and kcat, against real node processes that each serve it
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import subprocess
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import TopicPartition as AioPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin import NewTopic as NewAioTopic
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -559,3 +564,50 @@ def test_headers_appended_natively_reach_kafka_consumers_columns_and_arrow(
     assert [g[4] for g in got] == [list(hs) or None for hs in want]
     # CreateTime where the producer gave one, else the log's own time.
     assert [g[5] for g in got] == [log_times[0], 111, log_times[2], 333]
+
+
+def test_aiokafka_admin_idempotent_producer_and_consumer(cluster: LocalCluster) -> None:
+    """aiokafka (asyncio, its own protocol code): create a topic, produce
+    idempotently with keys and headers, read it back from the beginning and
+    ask for the end offsets."""
+    bootstrap = cluster.kafka_bootstrap
+
+    async def run() -> tuple[list[tuple[Any, ...]], int, int]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics([NewAioTopic("aio", 2, 2)])
+        finally:
+            await admin.close()
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True)
+        await producer.start()
+        try:
+            for i in range(100):
+                await producer.send(
+                    "aio", b"v%d" % i, key=b"k%d" % i, partition=i % 2, headers=[("n", b"%d" % i)]
+                )
+            last = await producer.send_and_wait("aio", b"last", partition=0)
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            parts = [AioPartition("aio", 0), AioPartition("aio", 1)]
+            consumer.assign(parts)
+            await consumer.seek_to_beginning()
+            got: list[tuple[Any, ...]] = []
+            deadline = time.monotonic() + 30
+            while len(got) < 101 and time.monotonic() < deadline:
+                for tp, msgs in (await consumer.getmany(timeout_ms=500)).items():
+                    got += [(tp.partition, m.offset, m.key, m.value, m.headers) for m in msgs]
+            ends = await consumer.end_offsets(parts)
+        finally:
+            await consumer.stop()
+        return got, last.offset, ends[parts[0]]
+
+    got, last_offset, end = asyncio.run(run())
+    assert (last_offset, end) == (50, 51)
+    first = sorted(g for g in got if g[0] == 0)
+    assert [g[1] for g in first] == list(range(51))
+    assert first[3] == (0, 3, b"k6", b"v6", (("n", b"6"),))
+    assert len(got) == 101
