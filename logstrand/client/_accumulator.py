@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import LogstrandError, Status
 
@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 
     from ._batcher import Ticket
 
-    #: One log's waiting records: payloads, keys and tickets, in the order they came.
-    Waiting = tuple[list[bytes | None], list[bytes | None], list[Ticket]]
+    #: One log's waiting records: payloads, keys, tickets and extras (headers,
+    #: ``batch.pack_extra``; None while no record has any), in the order they came.
+    Waiting = list[Any]
 
 #: What a record costs beyond its key and payload (its future, its slots).
 RECORD_OVERHEAD = 128
@@ -74,20 +75,25 @@ class Accumulator:
         key: bytes | None,
         ticket: Ticket,
         size: int,
+        extra: bytes | None = None,
     ) -> None:
         """Accept one record of ``size`` (``cost``), waiting for room up to
         ``max_block_s``; ``ticket.finish`` gets its outcome and must call
-        ``finished(size)``."""
+        ``finished(size)``.  ``extra``: its headers (``batch.pack_extra``)."""
         with self._changed:
             self._fold()
             if self.bytes + size > self.buffer_bytes_max and self.bytes:
                 self._wait_for_room(size)
             waiting = self._logs.get(log_id)
             if waiting is None:
-                waiting = self._logs[log_id] = ([], [], [])
+                waiting = self._logs[log_id] = [[], [], [], None]
+            if extra is not None and waiting[3] is None:
+                waiting[3] = [None] * len(waiting[0])
             waiting[0].append(payload)
             waiting[1].append(key)
             waiting[2].append(ticket)
+            if waiting[3] is not None:
+                waiting[3].append(extra)
             self.bytes += size
             self.outstanding += 1
             wake = not self._woken
@@ -176,5 +182,5 @@ class Accumulator:
             return self.outstanding
 
 
-def cost(payload: bytes | None, key: bytes | None) -> int:
-    return len(payload or b"") + len(key or b"") + RECORD_OVERHEAD
+def cost(payload: bytes | None, key: bytes | None, extra: bytes | None = None) -> int:
+    return len(payload or b"") + len(key or b"") + len(extra or b"") + RECORD_OVERHEAD

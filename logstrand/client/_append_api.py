@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..batch import extras_of
+from ..batch import extras_of, pack_extra
 from ..errors import InvalidArgumentError
 from ._names import append_to_name
 
@@ -40,8 +40,7 @@ class AppendApi:
         may name a range (``logs create --name``): a keyed record goes to the
         log Kafka's default partitioner picks for the key, one without a key
         to the range's logs in turn (``log_of``).  ``headers``: (name, value)
-        pairs kept with the record and returned by reads (a record with
-        headers goes in an APPEND of its own, not coalesced).
+        pairs kept with the record and returned by reads.
 
         Raises:
             NotFoundError: the log does not exist.
@@ -49,12 +48,10 @@ class AppendApi:
                 log), NOKEY (no key in a compacted log), a bad header.
             TransientError: TIMEDOUT, or no sequencer could be reached in time.
         """
-        if headers:
-            lsns = await self.append_batch(log_id, [payload], keys=[key], headers=[headers])
-            return lsns[0]
+        extra = pack_extra(None, headers) if headers else None
         if isinstance(log_id, str):
             log_id = await self.names.resolve(log_id, key)
-        return await self._appender.append(log_id, payload, key)
+        return await self._appender.append(log_id, payload, key, extra)
 
     async def log_of(self, log_id: int | str, *, key: bytes | None = None) -> int:
         """The log an append of a record with ``key`` to ``log_id`` (a log, or

@@ -99,7 +99,9 @@ class Appender:
     watch: NodeWatch
     _batchers: dict[int, _LogBatcher] = attrs.field(init=False, factory=dict)
     #: Records of logs being looked up (``enqueue``), in the order they came.
-    _cold: dict[int, list[tuple[Any, Any, list[Ticket]]]] = attrs.field(init=False, factory=dict)
+    _cold: dict[int, list[tuple[Any, Any, list[Ticket], Any]]] = attrs.field(
+        init=False, factory=dict
+    )
     #: Where a node said a log's sequencer runs (REDIRECTED).
     _hint: dict[int, int] = attrs.field(init=False, factory=dict)
     _ids: ProducerIds = attrs.field(init=False)
@@ -137,9 +139,11 @@ class Appender:
             batcher = self._batchers[log_id] = _LogBatcher(self, log_id)
         return batcher
 
-    async def append(self, log_id: int, payload: bytes | None, key: bytes | None) -> int:
-        await self.check(log_id, [payload], [key])
-        return await self._batcher(log_id).add(payload, key)
+    async def append(
+        self, log_id: int, payload: bytes | None, key: bytes | None, extra: bytes | None = None
+    ) -> int:
+        await self.check(log_id, [payload], [key], None if extra is None else [extra])
+        return await self._batcher(log_id).add(payload, key, extra)
 
     def enqueue(
         self,
@@ -147,30 +151,31 @@ class Appender:
         payloads: list[bytes | None],
         keys: list[bytes | None],
         tickets: list[Ticket],
+        extras: list[bytes | None] | None = None,
     ) -> None:
         """Records from the accumulator (on the loop's thread, without
-        waiting; keys and payloads were checked by the caller's thread).  A
+        waiting; keys, payloads and extras were checked by the caller's thread).  A
         log not known yet (or before the producer ids are) is looked up by
         one task, and what comes for it meanwhile queues behind, in order."""
         cold = self._cold.get(log_id)
         if cold is not None:
-            cold.append((payloads, keys, tickets))
+            cold.append((payloads, keys, tickets, extras))
             return
         ready = not self.settings.idempotent or self._ids.is_ready
         if ready and self.view.log_attributes(log_id) is not None:
-            self._batcher(log_id).enqueue(payloads, keys, tickets)
+            self._batcher(log_id).enqueue(payloads, keys, tickets, extras)
             return
         try:
             self.nursery.start_soon(self._warm, log_id)
         except RuntimeError:  # the client is closing: its nursery takes no new tasks
             _finish_all(tickets, 0, ClosedError("client is closed"))
             return
-        self._cold[log_id] = [(payloads, keys, tickets)]
+        self._cold[log_id] = [(payloads, keys, tickets, extras)]
 
     def fail_waiting(self, error: LogstrandError) -> None:
         """The client closes: records not sent yet fail with ``error``."""
         for chunks in self._cold.values():
-            for _, _, tickets in chunks:
+            for _, _, tickets, _ in chunks:
                 _finish_all(tickets, 0, error)
         self._cold.clear()
         for batcher in self._batchers.values():
@@ -182,9 +187,9 @@ class Appender:
             await self.check(log_id, (), ())
         except LogstrandError as exc:
             error = exc
-        for payloads, keys, tickets in self._cold.pop(log_id, []):
+        for payloads, keys, tickets, extras in self._cold.pop(log_id, []):
             if error is None:
-                self._batcher(log_id).enqueue(payloads, keys, tickets)
+                self._batcher(log_id).enqueue(payloads, keys, tickets, extras)
             else:
                 _finish_all(tickets, 0, error)
 

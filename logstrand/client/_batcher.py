@@ -35,6 +35,7 @@ class Appender(Protocol):
         payloads: Sequence[bytes | None],
         keys: Sequence[bytes | None],
         number: tuple[int, int] | None = None,
+        extras: Sequence[bytes | None] | None = None,
     ) -> int: ...
 
 
@@ -91,13 +92,16 @@ class _LogBatcher:
         self.log_id = log_id
         self.payloads: list[bytes | None] = []
         self.keys: list[bytes | None] = []
+        #: The waiting records' headers (``batch.pack_extra``); None while none has any.
+        self.extras: list[bytes | None] | None = None
         self.waiters: list[Ticket] = []
         self.bytes = 0
         self.inflight = 0
         self.lingering = False
 
-    async def add(self, payload: bytes | None, key: bytes | None) -> int:
+    async def add(self, payload: bytes | None, key: bytes | None, extra: bytes | None) -> int:
         w = _Pending()
+        self._extras_of(1, None if extra is None else [extra])
         self.payloads.append(payload)
         self.keys.append(key)
         self.waiters.append(w)
@@ -113,13 +117,22 @@ class _LogBatcher:
         payloads: list[bytes | None],
         keys: list[bytes | None],
         tickets: list[Ticket],
+        extras: list[bytes | None] | None = None,
     ) -> None:
         """Records from the accumulator, each with its ticket (no task each)."""
+        self._extras_of(len(payloads), extras)
         self.payloads += payloads
         self.keys += keys
         self.waiters += tickets
         self.bytes += sum(_size(p) for p in payloads)
         self._start()
+
+    def _extras_of(self, n: int, extras: list[bytes | None] | None) -> None:
+        """Keep the extras of ``n`` records coming, beside those waiting."""
+        if extras is not None and self.extras is None:
+            self.extras = [None] * len(self.payloads)
+        if self.extras is not None:
+            self.extras += [None] * n if extras is None else extras
 
     def _start(self) -> None:
         """Send what waits now, or linger for more (``linger_ms``)."""
@@ -154,13 +167,18 @@ class _LogBatcher:
         size = sum(_size(p) for p in self.payloads[:n])
         payloads, self.payloads = self.payloads[:n], self.payloads[n:]
         keys, self.keys = self.keys[:n], self.keys[n:]
+        extras = None
+        if self.extras is not None:
+            extras, self.extras = self.extras[:n], self.extras[n:]
+            if not any(self.extras):
+                self.extras = None
         waiters, self.waiters = self.waiters[:n], self.waiters[n:]
         self.bytes -= size
         self.inflight += 1
         producer = self.appender.producer(self.log_id)
         number = producer.number(n) if producer is not None else None
         try:
-            self.appender.nursery.start_soon(self._send, payloads, keys, waiters, number)
+            self.appender.nursery.start_soon(self._send, payloads, keys, waiters, number, extras)
         except RuntimeError:  # the client is closing: its nursery takes no new tasks
             self.inflight -= 1
             if producer is not None and number is not None:
@@ -173,11 +191,12 @@ class _LogBatcher:
         keys: list[bytes | None],
         waiters: list[Ticket],
         number: tuple[int, int] | None,
+        extras: list[bytes | None] | None = None,
     ) -> None:
         first = 0
         error: BaseException | None = None
         try:
-            first = await self.appender.append_rpc(self.log_id, payloads, keys, number)
+            first = await self.appender.append_rpc(self.log_id, payloads, keys, number, extras)
         except LogstrandError as exc:
             error = exc
         except BaseException:  # cancelled: the client is closing
@@ -191,5 +210,5 @@ class _LogBatcher:
     def fail_waiting(self, error: LogstrandError) -> None:
         """The client closes: what was never sent fails with ``error``."""
         waiters, self.waiters = self.waiters, []
-        self.payloads, self.keys, self.bytes = [], [], 0
+        self.payloads, self.keys, self.extras, self.bytes = [], [], None, 0
         _finish_all(waiters, 0, error)

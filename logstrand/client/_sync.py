@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 import trio
 
 from .. import _trace
-from ..errors import ClosedError, LogstrandError, collapse
+from ..batch import pack_extra
+from ..errors import ClosedError, InvalidArgumentError, LogstrandError, Status, collapse
 from ..records import KEY_BYTES_MAX, LOG_ID_MAX
 from ..types import LSN_OLDEST, TAIL, Gap, Record, _Tail
 from ._accumulator import Accumulator, cost
@@ -145,17 +146,16 @@ class Client:
         """Append one record and wait for its LSN (see ``AsyncClient.append``;
         ``log_id`` may name a range).  Threads appending at once share
         APPENDs: the record waits in the producer's buffer with theirs
-        (``append_async``); a record with ``headers`` goes in one of its own."""
-        if headers:
-            return self.append_batch(log_id, [payload], keys=[key], headers=[headers])[0]
+        (``append_async``)."""
         if _trace.ON:
             _trace.mark("client.call")
         if isinstance(log_id, str):
             log_id = self._named(log_id, key)
         self._check(log_id, payload, key)
-        size = cost(payload, key)
+        extra = self._extra(headers) if headers else None
+        size = cost(payload, key, extra)
         waiter = self._waiters.get(size)
-        self._accumulator.add(log_id, payload, key, waiter, size)
+        self._accumulator.add(log_id, payload, key, waiter, size, extra)
         lsn = self._waiters.outcome(waiter, self._append_wait_s)
         if _trace.ON:
             _trace.mark("client.return")
@@ -179,6 +179,7 @@ class Client:
         payload: bytes | None,
         *,
         key: bytes | None = None,
+        headers: Sequence[Header] | None = None,
         on_delivery: Callable[[int, BaseException | None], None] | None = None,
     ) -> concurrent.futures.Future[int]:
         """Start an append and return at once; the future gets the LSN or the
@@ -186,6 +187,7 @@ class Client:
         thread: keep it short).  The record waits in the producer's buffer
         with others (docs/write-path.md); when the buffer is full this waits
         up to ``max_block_ms`` for room, then raises ``BufferFullError``.
+        ``headers``: (name, value) pairs kept with the record.
 
         Raises:
             InvalidArgumentError: a bad log id, or a key or payload no node takes.
@@ -194,10 +196,21 @@ class Client:
         if isinstance(log_id, str):
             log_id = self._named(log_id, key)
         self._check(log_id, payload, key)
-        size = cost(payload, key)
+        extra = self._extra(headers) if headers else None
+        size = cost(payload, key, extra)
         fut = Delivery(self._accumulator, size, on_delivery)
-        self._accumulator.add(log_id, payload, key, fut, size)
+        self._accumulator.add(log_id, payload, key, fut, size, extra)
         return fut
+
+    def _extra(self, headers: Sequence[Header]) -> bytes | None:
+        """The record's headers packed (``batch.pack_extra``), checked."""
+        extra = pack_extra(None, headers)
+        if extra is not None and len(extra) > self._payload_max:
+            raise InvalidArgumentError(
+                f"headers of {len(extra)} bytes exceed the limit of {self._payload_max}",
+                Status.TOOBIG,
+            )
+        return extra
 
     def _check(self, log_id: int, payload: bytes | None, key: bytes | None) -> None:
         if self._client is None:
@@ -236,11 +249,11 @@ class Client:
         if _trace.ON:
             _trace.mark("client.loop")
         appender = client._appender
-        for log_id, (payloads, keys, tickets) in self._accumulator.take().items():
-            appender.enqueue(log_id, payloads, keys, tickets)
+        for log_id, (payloads, keys, tickets, extras) in self._accumulator.take().items():
+            appender.enqueue(log_id, payloads, keys, tickets, extras)
 
     def _fail_accumulated(self, error: LogstrandError) -> None:
-        for _payloads, _keys, tickets in self._accumulator.take().values():
+        for _payloads, _keys, tickets, _extras in self._accumulator.take().values():
             for ticket in tickets:
                 ticket.finish(0, error)
 

@@ -534,6 +534,7 @@ def test_headers_appended_natively_reach_kafka_consumers_columns_and_arrow(
     CreateTime."""
     with open_epoch_store(cluster.url) as store:
         store.create_logs(960, 960, LogAttributes(replication_factor=2), name="hdrs")
+        store.create_logs(961, 961, LogAttributes(replication_factor=2))
     with logstrand.connect(cluster.url) as client:
         one = client.append(960, b"solo", key=b"k", headers=[("a", b"1")])
         lsns = client.append_batch(
@@ -559,6 +560,19 @@ def test_headers_appended_natively_reach_kafka_consumers_columns_and_arrow(
         with pytest.raises(logstrand.InvalidArgumentError):
             client.append(960, b"bad", headers=[("n", "not bytes")])  # type: ignore[list-item]
         log_times = [r.timestamp for r in records]
+        # The one-record producer: records with and without headers share its
+        # APPENDs, in the order they were given.
+        futures = [
+            client.append_async(961, b"a%d" % i, headers=[("i", b"%d" % i)] if i % 3 else None)
+            for i in range(30)
+        ]
+        assert client.flush(30) == 0
+        lsns = [f.result() for f in futures]
+        assert lsns == sorted(lsns)
+        produced = [r for r in client.read(961) if isinstance(r, Record)]
+        assert [(r.payload, r.headers) for r in produced] == [
+            (b"a%d" % i, (("i", b"%d" % i),) if i % 3 else ()) for i in range(30)
+        ]
     got = _consume(cluster.kafka_bootstrap, [TopicPartition("hdrs", 0, OFFSET_BEGINNING)], 4)
     assert [g[3] for g in got] == [b"solo", b"x", b"y", b"z"]
     assert [g[4] for g in got] == [list(hs) or None for hs in want]

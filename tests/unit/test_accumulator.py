@@ -25,13 +25,16 @@ def test_records_wait_per_log_in_order_and_one_wake_up_carries_them() -> None:
     acc.add(2, b"b", b"k", _NOBODY, cost(b"b", b"k"))
     acc.add(1, b"c", None, _NOBODY, cost(b"c", None))
     assert wakes == [1]  # the first record woke the loop; the others ride along
+    acc.add(2, b"e", None, _NOBODY, cost(b"e", None, b"hdr"), b"hdr")
     taken = acc.take()
     assert taken[1][0] == [b"a", b"c"]
-    assert taken[2][:2] == ([b"b"], [b"k"])
+    assert taken[1][3] is None  # no record of log 1 has headers
+    assert taken[2][:2] == [[b"b", b"e"], [b"k", None]]
+    assert taken[2][3] == [None, b"hdr"]  # headers: one per record once any has some
     acc.add(1, b"d", None, _NOBODY, cost(b"d", None))
     assert wakes == [1, 1]  # after a take, the next record wakes it again
-    assert acc.pending() == 4
-    assert acc.bytes == 4 + 1 + RECORD_OVERHEAD * 4
+    assert acc.pending() == 5
+    assert acc.bytes == 5 + 1 + 3 + RECORD_OVERHEAD * 5
 
 
 def test_a_full_buffer_blocks_then_fails_and_frees_when_records_finish() -> None:
