@@ -37,6 +37,10 @@ _log = logging.getLogger("logstrand.kafka")
 
 #: Records in one Kafka batch of a Fetch answer, at most.
 FETCH_BATCH_RECORDS = 1000
+#: Payload bytes in one Kafka batch of a Fetch answer, about: an answer
+#: overshoots its limit by at most this, and the loop lets other tasks run
+#: after each (a stored batch may hold a whole produce request of MiBs).
+CHUNK_BYTES = 64 * 1024
 #: Answers read ahead are at most this big (a partition's limit above it: none).
 AHEAD_BYTES_MAX = 2 * 1024 * 1024
 
@@ -133,22 +137,29 @@ class FetchReads:
                         self.dataloss += 1
                         _log.warning("kafka: log %d: records lost (%s), skipped", log_id, item)
                     continue
-                m, batch, last = await self._run(log_id, m, item, next_offset)
-                if batch:
-                    out.append(batch)
-                    size += len(batch)
+                m, parts, last, whole = await self._run(log_id, m, item, next_offset, limit - size)
+                if parts:
+                    out += parts
+                    size += sum(map(len, parts))
                     next_offset = last + 1
+                if not whole:  # the rest of this run is the next answer's
+                    session.leftover = items[k:]
+                    break
                 if size >= limit:
                     session.leftover = items[k + 1 :]
                     break
         return b"".join(out), next_offset, False, m
 
     async def _run(
-        self, log_id: int, m: OffsetMap, run: RecordRun, offset: int
-    ) -> tuple[OffsetMap, bytes, int]:
+        self, log_id: int, m: OffsetMap, run: RecordRun, offset: int, room: int
+    ) -> tuple[OffsetMap, list[bytes], int, bool]:
         """One run of records (one stored batch, one epoch) as Kafka batches
-        of at most ``FETCH_BATCH_RECORDS``, those below ``offset`` left out;
-        with the offset of its last record."""
+        of at most ``FETCH_BATCH_RECORDS`` records and about ``CHUNK_BYTES``,
+        those below ``offset`` left out, until they fill ``room`` bytes; with
+        the offset of the last record taken and whether the run was taken
+        whole.  A stored batch may hold a whole produce request (thousands
+        of records): between its Kafka batches the loop lets other tasks run
+        (the writer sending the last answer while this one reads ahead)."""
         lsns = run.lsns
         epoch = lsn_epoch(lsns[0])
         if not m.known(epoch):
@@ -158,12 +169,21 @@ class FetchReads:
         shift = compose_lsn(epoch, 0) - m.base(epoch) + 1  # offset = lsn - shift
         offsets = [lsn - shift for lsn in lsns]
         a = bisect.bisect_left(offsets, offset)
-        if a == len(offsets):
-            return m, b"", -1
+        n = len(offsets)
         ts, keys, values, extras = run.timestamps_ms, run.keys, run.payloads, run.extras
-        parts = []
-        for lo in range(a, len(offsets), FETCH_BATCH_RECORDS):
-            hi = min(len(offsets), lo + FETCH_BATCH_RECORDS)
+        packed = run.view.packed
+        step = max(
+            1, min(FETCH_BATCH_RECORDS, CHUNK_BYTES * packed.count // (packed.payload_bytes + 1))
+        )
+        parts: list[bytes] = []
+        size = 0
+        for lo in range(a, n, step):
+            if parts:
+                await trio.lowlevel.checkpoint()
+            hi = min(n, lo + step)
             x = None if extras is None else extras[lo:hi]
             parts.append(encode_columns(offsets[lo:hi], ts[lo:hi], keys[lo:hi], values[lo:hi], x))
-        return m, b"".join(parts), offsets[-1]
+            size += len(parts[-1])
+            if size >= room and hi < n:
+                return m, parts, offsets[hi - 1], False
+        return m, parts, offsets[-1], True

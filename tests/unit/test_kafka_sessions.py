@@ -13,7 +13,7 @@ import trio.testing
 from logstrand.batch import make_batch
 from logstrand.client._views import BatchView, RecordRun
 from logstrand.errors import LogstrandError
-from logstrand.kafka import _sessions
+from logstrand.kafka import _fetch_read, _sessions
 from logstrand.kafka._fetch_read import AHEAD_BYTES_MAX, FetchReads
 from logstrand.kafka._offsets import OffsetMap
 from logstrand.kafka._records import decode_batches
@@ -85,11 +85,22 @@ class _Chunks:
     batch of items; counts the batches taken from it, and waits forever
     after ``hold`` of them (the nodes sending nothing more)."""
 
-    def __init__(self, n: int, per: int, hold: int | None = None) -> None:
+    def __init__(self, n: int, per: int, hold: int | None = None, start: int = 1) -> None:
         self.n, self.per, self.hold = n, per, hold
         self.pulled = 0
-        self.next = 1
+        self.next = start
         self.closed = False
+        self.opened: list[_Chunks] = []
+
+    def read(self, log_id: int, start_lsn: int, until: int) -> _Chunks:
+        """``client.read``: the first stream is this one; a later one is new,
+        from ``start_lsn`` (kept in ``opened``)."""
+        if self.next == 1 and not self.pulled and not self.opened:
+            self.opened.append(self)
+            return self
+        other = _Chunks(self.n, self.per, self.hold, start=start_lsn & 0xFFFFFFFF)
+        self.opened.append(other)
+        return other
 
     def batches(self) -> Any:
         return self
@@ -120,7 +131,7 @@ def _value(i: int) -> bytes:
 
 class _Reads(FetchReads):
     def __init__(self, nursery: trio.Nursery, stream: _Chunks) -> None:
-        self.client = SimpleNamespace(nursery=nursery, read=lambda *a: stream)  # type: ignore[assignment]
+        self.client = SimpleNamespace(nursery=nursery, read=stream.read)  # type: ignore[assignment]
         self.sessions = Sessions()
         self.dataloss = 0
 
@@ -182,3 +193,33 @@ async def test_closing_a_session_cancels_its_read_ahead() -> None:
         with pytest.raises(LogstrandError):
             await kept.ahead.result()
     # The nursery ended: no task was left behind.
+
+
+async def test_a_big_stored_batch_is_cut_to_the_limit_and_lets_other_tasks_run() -> None:
+    """A stored batch of 5,000 records of 1 KiB (a whole produce request):
+    an answer stops near its limit and the next goes on where it stopped,
+    and while one is made the loop runs other tasks (the writer of the last
+    answer) instead of encoding 5 MB in one go."""
+    stream = _Chunks(5_000, per=5_000)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await trio.lowlevel.checkpoint()
+
+    async with trio.open_nursery() as nursery:
+        reads = _Reads(nursery, stream)
+        nursery.start_soon(ticker)
+        await trio.lowlevel.checkpoint()
+        before = ticks
+        first = await reads._read(7, MAP, 0, 150_000, compose_lsn(1, 5_000))
+        assert ticks > before  # the ticker ran while the answer was made
+        assert 150_000 <= len(first) < 150_000 + 2 * _fetch_read.CHUNK_BYTES
+        got = _values(first)
+        second = await reads._read(7, MAP, len(got), 150_000, compose_lsn(1, 5_000))
+        both = got + _values(second)
+        assert both == [_value(i) for i in range(1, len(both) + 1)]
+        await reads.sessions.close_all()
+        nursery.cancel_scope.cancel()
