@@ -169,9 +169,9 @@ class _LogBatcher:
         keys, self.keys = self.keys[:n], self.keys[n:]
         extras = None
         if self.extras is not None:
-            extras, self.extras = self.extras[:n], self.extras[n:]
-            if not any(self.extras):
-                self.extras = None
+            # The column goes when nothing waits (not when what waits has none:
+            # a batch of records without extras packs as one without them).
+            extras, self.extras = self.extras[:n], self.extras[n:] or None
         waiters, self.waiters = self.waiters[:n], self.waiters[n:]
         self.bytes -= size
         self.inflight += 1

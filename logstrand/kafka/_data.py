@@ -180,9 +180,8 @@ class DataPlane(FetchReads):
         for b in batches:
             payloads, keys, extras = b.values, b.keys, b.extras
             if b.producer_id < 0:
-                lsn = (await self.client.append_batch(log_id, payloads, keys=keys, extras=extras))[
-                    0
-                ]
+                lsns = await self.client.append_batch(log_id, payloads, keys=keys, extras=extras)
+                lsn = lsns[0]
             else:
                 number = (b.producer_id, b.base_sequence)
                 lsn = await self.client.append_numbered(

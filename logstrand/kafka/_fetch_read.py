@@ -51,9 +51,9 @@ Got = tuple[bytes, int, bool, "OffsetMap"]
 
 @attrs.define(eq=False)
 class Ahead:
-    """The next answer of a session, being read by a task of its own."""
+    """The next answer of a session, being read by a task of its own (for
+    the offset the session is kept under, the only one a fetch takes it at)."""
 
-    offset: int
     limit: int
     done: trio.Event = attrs.Factory(trio.Event)
     outcome: Got | Exception | None = None
@@ -90,7 +90,7 @@ class FetchReads:
         ahead: Ahead | None = session.ahead
         session.ahead = None
         try:
-            if ahead is not None and ahead.offset == offset:
+            if ahead is not None:
                 data, next_offset, ended, m = await ahead.result()
             else:
                 data, next_offset, ended, m = await self._collect(log_id, m, session, offset, limit)
@@ -101,19 +101,23 @@ class FetchReads:
             await close(session)
             return data
         if not session.follows and limit <= AHEAD_BYTES_MAX:
-            session.ahead = Ahead(next_offset, limit)
+            session.ahead = Ahead(limit)
             session.scope = trio.CancelScope()
-            self.client.nursery.start_soon(self._read_ahead, log_id, m, session, session.ahead)
+            self.client.nursery.start_soon(
+                self._read_ahead, log_id, m, session, session.ahead, next_offset
+            )
         await self.sessions.keep(log_id, next_offset, session)
         return data
 
-    async def _read_ahead(self, log_id: int, m: OffsetMap, session: Session, ahead: Ahead) -> None:
-        """Read the session's next answer (``Ahead``); cancelled when the
-        session is closed."""
+    async def _read_ahead(
+        self, log_id: int, m: OffsetMap, session: Session, ahead: Ahead, offset: int
+    ) -> None:
+        """Read the session's next answer, from ``offset`` (``Ahead``);
+        cancelled when the session is closed."""
         assert session.scope is not None
         with session.scope:
             try:
-                ahead.outcome = await self._collect(log_id, m, session, ahead.offset, ahead.limit)
+                ahead.outcome = await self._collect(log_id, m, session, offset, ahead.limit)
             except Exception as exc:  # the fetch that takes it raises it
                 ahead.outcome = exc
             finally:
