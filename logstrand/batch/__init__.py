@@ -16,8 +16,19 @@ from __future__ import annotations
 from ._build import Columns
 from ._compression import Codec, pack_body
 from ._extras import Header, extras_of, pack_extra, unpack_extra
-from ._layout import EXTRAS, FLAGS, FORMAT, HEAD_BYTES, LSNS, PRODUCER, TIMESTAMPS, crc32c
-from ._packed import COUNT_MAX, RAW_BYTES_MAX, PackedBatch, last_lsn_of
+from ._layout import (
+    COUNT_MAX,
+    EXTRAS,
+    FLAGS,
+    FORMAT,
+    HEAD_BYTES,
+    LSNS,
+    PRODUCER,
+    RAW_BYTES_MAX,
+    TIMESTAMPS,
+    crc32c,
+)
+from ._packed import PackedBatch, last_lsn_of
 
 __all__ = [
     "COUNT_MAX",

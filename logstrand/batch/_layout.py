@@ -25,6 +25,11 @@ EXTRAS: Final = 0x10
 LAYOUT_ALL: Final = LSNS | TIMESTAMPS | FLAGS | PRODUCER | EXTRAS
 PRODUCER_FIELDS = struct.Struct("<QQ")
 
+COUNT_MAX: Final = 1 << 24
+#: A body decompresses to at most this many bytes (a bigger claim is refused
+#: before anything is decompressed).
+RAW_BYTES_MAX: Final = 256 * 1024 * 1024
+
 HEAD = struct.Struct("<HBBIQQIHBxIIII")
 HEAD_BYTES: Final = HEAD.size  # 48
 CRC_AT: Final = 44

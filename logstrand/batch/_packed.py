@@ -38,12 +38,12 @@ from __future__ import annotations
 
 import itertools
 import sys
-from typing import Final
 
 from ..errors import ProtocolError
 from ._build import Building, Columns
 from ._compression import Codec, decompress, slices
 from ._layout import (
+    COUNT_MAX,
     CRC_AT,
     EXTRAS,
     FLAGS,
@@ -54,6 +54,7 @@ from ._layout import (
     LSNS,
     PRODUCER,
     PRODUCER_FIELDS,
+    RAW_BYTES_MAX,
     TIMESTAMPS,
     crc32c,
     crc_extend,
@@ -62,11 +63,6 @@ from ._layout import (
 
 if sys.byteorder != "little":  # pragma: no cover - every supported platform is
     raise ImportError("logstrand's packed batches need a little-endian machine")
-
-COUNT_MAX: Final = 1 << 24
-#: A body decompresses to at most this many bytes (a bigger claim is refused
-#: before anything is decompressed).
-RAW_BYTES_MAX: Final = 256 * 1024 * 1024
 
 
 class PackedBatch(Building):

@@ -66,6 +66,39 @@ def test_every_codec_round_trips(payloads: list[bytes | None], keyed: bool, code
     assert again.payload_bytes == sum(len(p) for p in payloads if p is not None)
 
 
+_SLOTS = (
+    "data count first_lsn last_lsn timestamp_ms wave flags0 codec layout copyset body_start "
+    "raw_len body_crc payload_bytes producer _lens".split()
+)
+
+
+@given(
+    st.lists(st.tuples(st.none() | st.binary(max_size=50), st.none() | st.binary(max_size=200))),
+    st.sampled_from(list(Codec)),
+    st.none() | st.tuples(st.integers(1, 2**63), st.integers(0, 2**31)),
+    st.booleans(),
+)
+def test_a_client_s_batch_is_what_parsing_its_bytes_gives(
+    records: list[tuple[bytes | None, bytes | None]],
+    codec: Codec,
+    producer: tuple[int, int] | None,
+    headers: bool,
+) -> None:
+    """``for_append`` makes the batch field by field instead of parsing
+    the bytes it just built: the same object as ``parse`` would make."""
+    keys, payloads = [k for k, _ in records], [p for _, p in records]
+    extras = [pack_extra(7, [("h", k)]) for k in keys] if headers else None
+    if not records:
+        with pytest.raises(ProtocolError):
+            PackedBatch.for_append(keys, payloads, codec, producer, extras)
+        return
+    built = PackedBatch.for_append(keys, payloads, codec, producer, extras)
+    parsed = PackedBatch.parse(built.data)
+    for name in _SLOTS:
+        assert getattr(built, name) == getattr(parsed, name), name
+    assert built.keys_payloads() == (keys, payloads) and built.body_ok()
+
+
 def test_compression_shrinks_json_and_is_skipped_when_it_does_not_help() -> None:
     rb = records(list(range(E1 + 1, E1 + 501)))
     plain = pack(rb)
