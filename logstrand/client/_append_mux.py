@@ -31,6 +31,11 @@ Rules
    60 s behind entries for logs being activated in the same requests.
    (Sending every cold attempt alone instead halved the rate of a burst of
    first appends: 20,000 of them went at 246/s, against 450/s gathered.)
+5. An attempt that retries an append goes to the front of its outbox, not
+   to the back (Kafka's producer re-enqueues a retried batch first too):
+   after a node restarted with a third of 20,000 logs, the first 128
+   appends sent to it were bounced while it was still starting, went back
+   behind 6,000 others, and timed out at 60 s while those succeeded.
 """
 
 from __future__ import annotations
@@ -104,12 +109,17 @@ class NodeMux:
         #: Logs whose last attempt here was appended (rule 4).
         self._known: set[int] = set()
 
-    async def attempt(self, log_id: int, batch: PackedBatch) -> Outcome:
+    async def attempt(self, log_id: int, batch: PackedBatch, *, again: bool = False) -> Outcome:
+        """One attempt for ``log_id``'s ``batch``; ``again``: it retries (rule 5)."""
         if (self._out == 0 and not (self._warm or self._cold)) or len(batch.data) > MANY_BYTES_MAX:
             outcome = await self._single(log_id, batch)
         else:
             entry = Entry(log_id, batch)
-            (self._warm if log_id in self._known else self._cold).append(entry)
+            box = self._warm if log_id in self._known else self._cold
+            if again:
+                box.insert(0, entry)
+            else:
+                box.append(entry)
             self._kick()
             await entry.done.wait()
             outcome = await self._single(log_id, batch) if entry.alone else entry.outcome

@@ -311,6 +311,7 @@ class Appender:
         producer = self._producers.get(log_id) if own else None
         #: Nodes that sent this append elsewhere since the last pause.
         redirected_by: set[int] = set()
+        again = False  # a retry waits at the front of its node's outbox
         with trio.move_on_at(deadline):
             while True:
                 node = self._hint.get(log_id)
@@ -320,7 +321,8 @@ class Appender:
                     last = "no live node can run the sequencer"
                 else:
                     acks_then = producer.acks if producer is not None else 0
-                    reply, last = await self._try(node, log_id, batch)
+                    reply, last = await self._try(node, log_id, batch, again)
+                    again = True
                     if reply is not None:
                         status = Status(reply.status)
                         if status == Status.OK:
@@ -374,7 +376,7 @@ class Appender:
         return node in self.view.up and not self.view.suspected(node)
 
     async def _try(
-        self, node: int, log_id: int, batch: PackedBatch
+        self, node: int, log_id: int, batch: PackedBatch, again: bool = False
     ) -> tuple[AppendReply | None, str]:
         """One attempt: alone, or with other logs' batches to the same node
         (``_append_mux``)."""
@@ -386,7 +388,7 @@ class Appender:
                 partial(self._together, node),
                 self.settings.appends_in_flight_per_node,
             )
-        return await mux.attempt(log_id, batch)
+        return await mux.attempt(log_id, batch, again=again)
 
     async def _alone(
         self, node: int, log_id: int, batch: PackedBatch

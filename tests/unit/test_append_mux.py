@@ -5,6 +5,8 @@ by entry."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import trio
 import trio.testing
 
@@ -198,3 +200,29 @@ async def test_batches_out_to_a_node_stay_within_the_window() -> None:
     assert len(got) == 200
     assert max(entries_out) <= 16
     assert sum(entries_out) + len(node.alone) == 200
+
+
+async def test_a_retry_waits_at_the_front_of_the_outbox_not_at_the_back() -> None:
+    """Rule 5: an attempt that retries goes before the attempts that queued
+    after its append was first sent (with a window of one, one at a time)."""
+    node = FakeNode()
+    sent: list[list[int]] = []
+    alone, together = node.send_alone, node.send_together
+
+    async def send_alone(log_id: int, b: PackedBatch) -> tuple[AppendReply | None, str]:
+        sent.append([log_id])
+        return await alone(log_id, b)
+
+    async def send_together(entries: list[Entry]) -> None:
+        sent.append([e.log_id for e in entries])
+        await together(entries)
+
+    async with trio.open_nursery() as nursery:
+        mux = NodeMux(nursery, send_alone, send_together, 1)
+        for log in range(1, 6):  # 1 goes out; 2-5 wait in the outbox
+            nursery.start_soon(mux.attempt, log, batch())
+            await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(partial(mux.attempt, 99, batch(), again=True))
+        await trio.testing.wait_all_tasks_blocked()
+        node.gate.set()
+    assert [log for request in sent for log in request] == [1, 99, 2, 3, 4, 5]
