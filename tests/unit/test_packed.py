@@ -66,10 +66,24 @@ def test_every_codec_round_trips(payloads: list[bytes | None], keyed: bool, code
     assert again.payload_bytes == sum(len(p) for p in payloads if p is not None)
 
 
-_SLOTS = (
-    "data count first_lsn last_lsn timestamp_ms wave flags0 codec layout copyset body_start "
-    "raw_len body_crc payload_bytes producer _lens".split()
-)
+_SLOTS = [
+    "data",
+    "count",
+    "first_lsn",
+    "last_lsn",
+    "timestamp_ms",
+    "wave",
+    "flags0",
+    "codec",
+    "layout",
+    "copyset",
+    "body_start",
+    "raw_len",
+    "body_crc",
+    "payload_bytes",
+    "producer",
+    "_lens",
+]
 
 
 @given(
@@ -96,7 +110,8 @@ def test_a_client_s_batch_is_what_parsing_its_bytes_gives(
     parsed = PackedBatch.parse(built.data)
     for name in _SLOTS:
         assert getattr(built, name) == getattr(parsed, name), name
-    assert built.keys_payloads() == (keys, payloads) and built.body_ok()
+    assert built.keys_payloads() == (keys, payloads)
+    assert built.body_ok()
 
 
 def test_compression_shrinks_json_and_is_skipped_when_it_does_not_help() -> None:
