@@ -4,7 +4,8 @@
 
 (``--packed``: only the packed-batch measurements, no servers)
 
-- packing, checking and decoding a batch of 100 B records (no RocksDB);
+- packing, checking and decoding a batch of 100 B records (no RocksDB), and
+  a client's one-record batch, built, and built then parsed back (as it was);
 - a Ping/Pong round trip through the project's connection code to a node process;
 - append latency with the node and the client in one trio loop (one process, R=1),
   to tell Python work from cross-process wake-ups;
@@ -48,6 +49,23 @@ def codec() -> None:
     dec = 200 * n / (time.perf_counter() - t0)
     print(f"packed batch of 100 B records: pack {enc:,.0f} records/s; check+decode {dec:,.0f}")
     restamp()
+    one_record()
+
+
+def one_record() -> None:
+    """A client's one-record batch (``for_append``), beside what building it
+    cost when it was parsed back from its own bytes (the same batch, then
+    ``parse`` of its bytes): what each ``append_async`` of one record pays."""
+
+    def built() -> object:
+        return PackedBatch.for_append([None], [b"p" * 100])
+
+    def parsed_back() -> object:
+        return PackedBatch.parse(PackedBatch.for_append([None], [b"p" * 100]).data)
+
+    for name, fn in (("built", built), ("built, then parsed back", parsed_back)):
+        runs = [min(timeit.repeat(fn, number=2000, repeat=3)) / 2000 * 1e6 for _ in range(5)]
+        print(f"one-record batch for an append, {name}: {statistics.median(runs):.1f} us")
 
 
 def restamp() -> None:

@@ -15,15 +15,15 @@ from ..records import TOMBSTONE
 from ._compression import Codec, pack_body
 from ._extras import none_if_empty
 from ._layout import (
-    COUNT_MAX,
     EXTRAS,
     FLAGS,
     LSNS,
     PRODUCER,
-    RAW_BYTES_MAX,
     TIMESTAMPS,
     Head,
+    check_size,
     header,
+    payload_bytes_of,
 )
 
 if TYPE_CHECKING:
@@ -124,8 +124,7 @@ class Building:
         extras = none_if_empty(extras)
         body, raw_len, crc, used = pack_body(keys, payloads, codec, extras)
         count = len(payloads)
-        if not 0 < count <= COUNT_MAX or raw_len > RAW_BYTES_MAX:
-            raise ProtocolError(f"packed batch of {count} records, {raw_len} bytes")
+        check_size(count, raw_len)
         head = header(
             len(body),
             raw_len,
@@ -142,17 +141,16 @@ class Building:
         # holds it to what ``parse`` makes of the same bytes.
         b: Any = cls.__new__(cls)
         lens = memoryview(body)[: 4 * (3 if extras is not None else 2) * count].cast("i").tolist()
-        pays = lens[count : 2 * count]
         b.data = head + body
         b.count = count
         b.first_lsn, b.last_lsn, b.timestamp_ms, b.wave, b.flags0 = 0, count - 1, 0, 0, 0
         b.codec = used
-        b.layout = (PRODUCER if producer is not None else 0) | (EXTRAS if extras else 0)
+        b.layout = (PRODUCER if producer is not None else 0) | (EXTRAS if extras is not None else 0)
         b.copyset = ()
         b.body_start = len(head)
         b.raw_len, b.body_crc, b.producer = raw_len, crc, producer
         b._blob, b._lens = None, lens
-        b.payload_bytes = sum(pays) + pays.count(-1)
+        b.payload_bytes = payload_bytes_of(lens, count)
         return cast("Self", b)
 
     @classmethod

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Final, Required, TypedDict, Unpack
 
 import google_crc32c
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, ProtocolError
 from ..records import COPYSET_SIZE_MAX
 
 if TYPE_CHECKING:
@@ -29,6 +29,22 @@ COUNT_MAX: Final = 1 << 24
 #: A body decompresses to at most this many bytes (a bigger claim is refused
 #: before anything is decompressed).
 RAW_BYTES_MAX: Final = 256 * 1024 * 1024
+
+
+def check_size(count: int, raw_len: int) -> None:
+    """A batch's record count and raw body size, within the limits (what
+    ``PackedBatch.parse`` checks of a header, and a client's batch of itself)."""
+    if count == 0 or count > COUNT_MAX:
+        raise ProtocolError(f"packed batch of {count} records")
+    if raw_len > RAW_BYTES_MAX:
+        raise ProtocolError(f"packed batch body claims {raw_len} bytes")
+
+
+def payload_bytes_of(lens: list[int], count: int) -> int:
+    """The bytes of the payloads alone, from a body's lengths (keys and extras left out)."""
+    pays = lens[count : 2 * count]
+    return sum(pays) + pays.count(-1)
+
 
 HEAD = struct.Struct("<HBBIQQIHBxIIII")
 HEAD_BYTES: Final = HEAD.size  # 48

@@ -43,7 +43,6 @@ from ..errors import ProtocolError
 from ._build import Building, Columns
 from ._compression import Codec, decompress, slices
 from ._layout import (
-    COUNT_MAX,
     CRC_AT,
     EXTRAS,
     FLAGS,
@@ -54,11 +53,12 @@ from ._layout import (
     LSNS,
     PRODUCER,
     PRODUCER_FIELDS,
-    RAW_BYTES_MAX,
     TIMESTAMPS,
+    check_size,
     crc32c,
     crc_extend,
     pad8,
+    payload_bytes_of,
 )
 
 if sys.byteorder != "little":  # pragma: no cover - every supported platform is
@@ -148,7 +148,7 @@ class PackedBatch(Building):
         b.producer = producer
         b._blob = None
         b._lens = _lengths(data, body_start, columns * count, raw_len)
-        b.payload_bytes = _payload_bytes(b._lens, count)
+        b.payload_bytes = payload_bytes_of(b._lens, count)
         if layout & LSNS:
             lsns = b.lsns()
             if any(x >= y for x, y in itertools.pairwise(lsns)) or lsns[0] != first:
@@ -260,10 +260,7 @@ def _check_head(fmt: int, codec: int, layout: int, count: int, raw_len: int) -> 
         raise ProtocolError(f"packed batch codec {codec} unknown")
     if layout & ~LAYOUT_ALL:
         raise ProtocolError(f"packed batch layout bits {layout:#x} unknown")
-    if count == 0 or count > COUNT_MAX:
-        raise ProtocolError(f"packed batch of {count} records")
-    if raw_len > RAW_BYTES_MAX:
-        raise ProtocolError(f"packed batch body claims {raw_len} bytes")
+    check_size(count, raw_len)
 
 
 def _body_start(
@@ -295,12 +292,6 @@ def _lengths(data: bytes, body_start: int, n: int, raw_len: int) -> list[int]:
     if sum(lens) + lens.count(-1) != raw_len:
         raise ProtocolError("packed batch lengths disagree with its body")
     return lens
-
-
-def _payload_bytes(lens: list[int], count: int) -> int:
-    """The bytes of the payloads alone (keys and extras left out)."""
-    pays = lens[count : 2 * count]
-    return sum(pays) + pays.count(-1)
 
 
 def last_lsn_of(data: bytes) -> int:

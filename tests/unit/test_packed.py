@@ -66,24 +66,7 @@ def test_every_codec_round_trips(payloads: list[bytes | None], keyed: bool, code
     assert again.payload_bytes == sum(len(p) for p in payloads if p is not None)
 
 
-_SLOTS = [
-    "data",
-    "count",
-    "first_lsn",
-    "last_lsn",
-    "timestamp_ms",
-    "wave",
-    "flags0",
-    "codec",
-    "layout",
-    "copyset",
-    "body_start",
-    "raw_len",
-    "body_crc",
-    "payload_bytes",
-    "producer",
-    "_lens",
-]
+_SLOTS = PackedBatch.__slots__
 
 
 @given(
