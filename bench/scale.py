@@ -19,7 +19,12 @@ For each N, on a fresh local 3-node cluster (R=2, 100 B records):
   client) and the nodes' CPU; then another process appends ``--tail-rate``
   records/s over those logs in turn for ``--tail-seconds``: the rate it
   reached, the share delivered and the delivery latency
-  (``bench/_scale_tail.py``).
+  (``bench/_scale_tail.py``);
+- ``restart`` (with ``--restart stop,kill``): node 1, with a third of the
+  active sequencers, is stopped (SIGTERM: it hands its logs off) or killed,
+  and started again, and one more record goes to every log: how long the
+  stop took, the epochs it ended, the seconds until every append ended,
+  errors, and the epochs recovered record by record (``bench/_scale_restart.py``).
 
 Prints one table row per N and the growth of per-log costs from the
 smallest N to the largest.
@@ -35,6 +40,7 @@ import threading
 import time
 from typing import Any
 
+from _scale_restart import restart
 from _scale_tail import tail
 
 import logstrand
@@ -82,7 +88,9 @@ def full_collections(cluster: LocalCluster) -> tuple[float, float]:
     return full, full - quick
 
 
-def one(n: int, idle_s: float, streams: int, rate: float, seconds: float) -> dict[str, Any]:
+def one(
+    n: int, idle_s: float, streams: int, rate: float, seconds: float, restarts: list[str]
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as d, LocalCluster(f"{d}/c", nodes=3) as c:
         out: dict[str, Any] = {"logs": n}
         out["cpu0"], out["rss0"] = idle(c, min(idle_s, 5.0))
@@ -113,6 +121,10 @@ def one(n: int, idle_s: float, streams: int, rate: float, seconds: float) -> dic
         if streams:
             got = tail(c, range(1, min(n, streams) + 1), 2, rate, seconds)
             out.update({f"tail_{k}": v for k, v in got.items()})
+        for how in restarts:
+            got = restart(c, n, how)
+            print(f"restart ({how}): {got}", file=sys.stderr, flush=True)
+            out.update({f"{how}_{k}": v for k, v in got.items()})
         return out
 
 
@@ -124,12 +136,18 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=10_000, help="logs tailed (0: no tail phase)")
     ap.add_argument("--tail-rate", type=float, default=20_000.0, help="records/s offered")
     ap.add_argument("--tail-seconds", type=float, default=5.0)
+    ap.add_argument(
+        "--restart", default="", help="restart phases, in turn: stop (SIGTERM), kill (SIGKILL)"
+    )
     args = ap.parse_args()
     sizes = [int(x) for x in args.logs.split(",")]
+    restarts = [x for x in args.restart.split(",") if x]
+    if any(x not in ("stop", "kill") for x in restarts):
+        ap.error("--restart takes stop and kill")
     rows = []
     for n in sizes:
         runs = [
-            one(n, args.idle_seconds, args.streams, args.tail_rate, args.tail_seconds)
+            one(n, args.idle_seconds, args.streams, args.tail_rate, args.tail_seconds, restarts)
             for _ in range(args.repeat)
         ]
         rows.append({k: statistics.median(r[k] for r in runs) for k in runs[0]})
@@ -167,6 +185,20 @@ def main() -> None:
                 f"| {r['tail_p50_ms']:.1f} ms "
                 f"| {r['tail_p99_ms']:.1f} ms |"
             )
+    if restarts:
+        print(
+            "\n| logs | node 1 | stop took | epochs ended | one more each after the restart "
+            "| errors | epochs recovered |"
+        )
+        print("|---|---|---|---|---|---|---|")
+        for r in rows:
+            for how in restarts:
+                ended = f"{r[how + '_ended']:,.0f} of {r[how + '_sequencers']:,.0f}"
+                print(
+                    f"| {r['logs']:,} | {how} | {r[how + '_stop_s']:.1f} s "
+                    f"| {ended if how == 'stop' else '-'} | {r[how + '_after_s']:.1f} s "
+                    f"| {r[how + '_errors']:,.0f} | {r[how + '_recovered']:,.0f} |"
+                )
     if len(rows) > 1:
         a, b = rows[0], rows[-1]
         print(

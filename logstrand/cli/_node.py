@@ -245,18 +245,22 @@ def node(**params: Any) -> None:
         # them) would otherwise kill the process before it persists its
         # release pointers, and the next recovery would plug acknowledged
         # records as holes.
+        # Its sequencers first end their epochs (``Node.hand_off``), so
+        # that the logs' next sequencers recover nothing.
+        node = built(url, tls)
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
 
                 async def stop_on_signal() -> None:
                     async for _ in signals:
                         logging.getLogger("logstrand.node").info("node %d stopping", node_id)
+                        await node.hand_off()
                         nursery.cancel_scope.cancel()
                         return
 
                 nursery.start_soon(stop_on_signal)
                 try:
-                    await built(url, tls).run()
+                    await node.run()
                 finally:
                     nursery.cancel_scope.cancel()
 

@@ -92,12 +92,13 @@ class LogDocs:
 
     def record_epoch_end(self, log_id: int, epoch: int, end: EpochEnd) -> EpochEnd:
         """Record how a recovery ended ``epoch``; a recovery with a higher seal wins.
+        (The seal of ``epoch`` itself: its sequencer ended it as it stopped.)
 
         Returns the end in force afterwards: ``end``, or one recorded by a
         recovery with a seal at least as high (which then stands).
         """
         _check_log(log_id)
-        if epoch >= end.seal:
+        if epoch > end.seal:
             raise InvalidArgumentError(
                 f"log {log_id}: epoch {epoch} recovered with seal {end.seal}"
             )

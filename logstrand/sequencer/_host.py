@@ -28,9 +28,8 @@ Rules:
 2. A sequencer whose earlier epochs are not yet recovered keeps recovering
    until it is done or a newer sequencer overtakes it, and it is never
    retired before: what it acknowledged becomes readable only through its own
-   release.  (Retiring an idle sequencer because the log's owner had moved
-   abandoned its recovery and left acknowledged records unreadable until some
-   other node happened to activate the log: minutes.)
+   release.  (Retiring one because the log's owner had moved left
+   acknowledged records unreadable until another node activated the log.)
 3. A recovery overtaken by a newer sequencer preempts the core: its pending
    appends fail with PREEMPTED (the newer sequencer recovers whatever they
    stored), and it takes no more.
@@ -47,23 +46,20 @@ Rules:
    activated again, in a new epoch (whose recovery ends the old one with a
    bridge).  Readers see one BRIDGE gap; appends never fail for it.
 7. A tick costs what is pending, not what is configured: it looks only at
-   the logs that need it (the *attention* set): a log enters it with every
-   event about it (an append, a STORE reply, an activation, a recovery's
-   end) and with every membership change (the owner may have moved), and
-   leaves it once nothing of it can change with time alone: no wave in
-   flight, recovered, released, not exhausted, and either owned here or
-   still busy.  Ten thousand idle logs cost a tick nothing.  A membership
-   change puts every log in a *sweep* that ticks take ``sweep_per_tick`` at
-   a time: a node with 100,000 sequencers looked at all of them in one tick
-   and stopped its loop for seconds (its peers took it for dead, which
-   changed the membership again).  A log whose
-   only pending change is a wave's deadline waits for it in a timer queue
-   (``_timers.DeadlineQueue``) instead: ten thousand logs with appends in flight cost a
-   tick only those whose deadline has come.
+   the logs that need it (the *attention* set), which a log enters with every
+   event about it and every membership change, and leaves once nothing of
+   it can change with time alone.  A membership change puts every log in a
+   *sweep* that ticks take ``sweep_per_tick`` at a time (100,000 sequencers
+   looked at in one tick stopped the loop for seconds).  A log whose only
+   pending change is a wave's deadline waits in a timer queue
+   (``_timers.DeadlineQueue``) instead.
 8. A renewal (``on_renew``, from ``logs rebalance``) treats the log's
    sequencer as out of ESNs (rule 6) and activates the log again as soon as
    its appends in flight are done, with or without appends waiting: the new
    epoch chooses its nodeset among the storage nodes there are now.
+9. A node that stops is *closing*: it retires no sequencer and takes no
+   append (NOTREADY while it still owns the log), and its shell ends the
+   epoch of each one ``ending()`` names (``_handoff``) for the next one.
 """
 
 from __future__ import annotations
@@ -74,6 +70,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import Status
 from ._core import Action, ConfirmRefusal, ReplyAppend, SequencerCore
+from ._handoff import endable
 from ._host_actions import (
     Activate,
     HostAction,
@@ -122,6 +119,7 @@ class SequencerHostCore:
         self._sweep: deque[int] = deque()
         #: Store waves started again, over every core this host ran.
         self.waves_retried = 0
+        self.closing = False  # rule 9
 
     # -- input from clients ---------------------------------------------------
 
@@ -184,6 +182,8 @@ class SequencerHostCore:
             return ReplyAppend(
                 token, Status.REDIRECTED, message="sequencer elsewhere", redirect=owner
             )
+        if self.closing:
+            return ReplyAppend(token, Status.NOTREADY, message="the node is shutting down")
         if attributes is None:
             return ReplyAppend(token, Status.NOTFOUND, message=f"log {log_id} does not exist")
         return None
@@ -447,6 +447,11 @@ class SequencerHostCore:
     def cores(self) -> list[SequencerCore]:
         return [s.core for s in self._slots.values() if s.core is not None]
 
+    def ending(self) -> list[SequencerCore]:
+        """Rule 9: the sequencers that may end their epoch themselves now."""
+        slots = self._slots.values()
+        return [s.core for s in slots if s.core and not s.activating and endable(s.core)]
+
     def logs(self) -> list[int]:
         """The logs this node runs a sequencer of."""
         return sorted(log for log, s in self._slots.items() if s.core is not None)
@@ -467,13 +472,11 @@ class SequencerHostCore:
 
     def stalled_logs(self, now: float) -> list[int]:
         # A log not recovered keeps the attention of ticks (rule 7).
-        slots = self._slots
+        stall_s, slots = self.options.recovery_stall_s, self._slots
         return sorted(
             log
             for log in self._attention
-            if (s := slots.get(log)) is not None
-            and s.core is not None
-            and s.stalled(now, self.options.recovery_stall_s)
+            if (s := slots.get(log)) and s.core and s.stalled(now, stall_s)
         )
 
     def sequencer_count(self) -> int:
@@ -493,4 +496,4 @@ class SequencerHostCore:
             return True
         # Rule 2: never before everything it acknowledged is released.
         done = core.recovered and core.released_lsn >= core.last_known_good_lsn
-        return done and owner() != self.node_id
+        return done and not self.closing and owner() != self.node_id

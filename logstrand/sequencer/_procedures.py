@@ -106,7 +106,7 @@ RETRY_FIRST_S = 0.05
 RETRY_MAX_S = 1.0
 
 
-def _set_clean(log_id: int, epoch: int, producers: Producers, store: EpochStore) -> int:
+def set_clean(log_id: int, epoch: int, producers: Producers, store: EpochStore) -> int:
     """The producers up to ``epoch`` first, and where the next epoch's Kafka
     offsets start, then ``epoch`` clean (rules 6 and 8)."""
     store.set_producer_snapshot(log_id, epoch, producers)
@@ -306,7 +306,7 @@ def _recover_once(
         producers.update(decided)
         producers.expire(stamp_cap_ms)
         with contextlib.suppress(StaleError):  # a later sequencer got further
-            yield EpochStoreCall(partial(_set_clean, log_id, e, producers))
+            yield EpochStoreCall(partial(set_clean, log_id, e, producers))
     return producers
 
 

@@ -10,10 +10,14 @@ message could crash a node, erase or forge data, or block a log for good:
 * a STORE, RELEASE, SEAL or digest request in an epoch the epoch store has
   not handed out (INVALID_PARAM): no sequencer can exist for it, so such a
   message could only seal a log for ever or make records readable that
-  nobody appended;
+  nobody appended (a RELEASE up to ESN 0 of an epoch releases only the
+  epoch before it);
 * a recovery STORE whose seal epoch was not handed out, whose recovery has
   finished (the last clean epoch reached it), or that writes into its own
-  or a later epoch: recovery only rewrites epochs before its own, once;
+  or a later epoch: recovery only rewrites epochs before its own, once.  The
+  one STORE with the seal of its own epoch is the single bridge a stopping
+  sequencer ends its epoch with (``sequencer._handoff``), refused once that
+  epoch is clean;
 * an ESN of 0, or a copyset naming a node the cluster does not have;
 * a TRIM to one node above the trim point the epoch store records: a client
   records a trim there first, so a node need never take more on one
@@ -34,7 +38,7 @@ from typing import Any, Protocol
 import attrs
 
 from ..errors import Status
-from ..records import INTERNAL_LOGS, LOG_ID_MAX
+from ..records import BRIDGE, INTERNAL_LOGS, LOG_ID_MAX
 from ..types import lsn_epoch, lsn_esn
 from ..wire import (
     Amend,
@@ -93,7 +97,10 @@ def check(msg: Any, facts: Facts) -> Refusal | None:
     if kind is Store:
         return _store(msg, facts)
     if kind is Release:
-        return _epoch_refusal(facts, log_id, lsn_epoch(msg.lsn), "RELEASE")
+        # ESN 0 of an epoch is never a record: releasing up to it releases
+        # only the epoch before, which a stopping sequencer ended itself.
+        past = 1 if lsn_esn(msg.lsn) == 0 else 0
+        return _epoch_refusal(facts, log_id, lsn_epoch(msg.lsn) - past, "RELEASE")
     if kind is Seal:
         return _epoch_refusal(facts, log_id, msg.seal_epoch, "SEAL")
     if kind is GetDigest:
@@ -145,13 +152,14 @@ def _store(msg: Store, facts: Facts) -> Refusal | None:
     refused = _epoch_refusal(facts, log_id, msg.recovery_seal, "a recovery STORE's seal")
     if refused is not None:
         return refused
-    if msg.recovery_seal - 1 <= facts.last_clean_epoch(log_id):
+    own_end = epoch == msg.recovery_seal and msg.batch.count == 1 and msg.batch.flag_bits & BRIDGE
+    if msg.recovery_seal - (0 if own_end else 1) <= facts.last_clean_epoch(log_id):
         return Refusal(
             Status.PREEMPTED,
             f"log {log_id}: the recovery sealed at epoch {msg.recovery_seal} has finished; "
             "it writes nothing more",
         )
-    if epoch >= msg.recovery_seal:
+    if epoch >= msg.recovery_seal and not own_end:
         return Refusal(
             Status.INVALID_PARAM,
             f"log {log_id}: a recovery sealed at epoch {msg.recovery_seal} only rewrites "

@@ -86,6 +86,11 @@ class Gossiper:
             )
         )
 
+    def said_changed(self) -> None:
+        """What this node says of itself changed: route by it now, not at
+        the next round (its peers hear it with that round's gossip)."""
+        self._apply(trio.current_time())
+
     def _apply(self, now: float) -> None:
         detector = self.detector
         dead = detector.dead(now)

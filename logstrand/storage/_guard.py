@@ -31,10 +31,13 @@ from ..security import (
     refusal,
     user_principal,
 )
+from ..types import lsn_epoch, lsn_esn
 from ..wire import Store
 from . import _admission
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..rpc import ClusterView
     from ..wire import Hello
     from ._metrics import NodeMetrics
@@ -51,6 +54,8 @@ class Guard:
         self.metrics = metrics
         self.secure = secure
         self._next_epoch: dict[int, int] = {}
+        #: This node's release pointer of a log (its ``NodeStore``'s).
+        self.release_of: Callable[[int], int] = lambda _: 0
         self._trim: dict[int, int] = {}
         self._lce: dict[int, int] = {}
         self._rechecked: dict[tuple[str, int], float] = {}
@@ -75,7 +80,13 @@ class Guard:
         return node_id in self.view.nodes
 
     def next_epoch(self, log_id: int) -> int:
-        return self._next_epoch.get(log_id, 0)
+        # An epoch this node has released records of was handed out, and the
+        # release pointers outlive a restart: the STOREs of warm logs that
+        # reach a node just restarted need no epoch-store read.  (Released
+        # up to ESN 0 of an epoch: only the one before it is past.)
+        released = self.release_of(log_id)
+        known = lsn_epoch(released) + (1 if lsn_esn(released) else 0)
+        return max(self._next_epoch.get(log_id, 0), known)
 
     def trim_point(self, log_id: int) -> int:
         return self._trim.get(log_id, 0)
@@ -126,7 +137,9 @@ class Guard:
                 elif fact == "trim":
                     self._trim[log_id] = await store.trim_point(log_id)
                 elif fact == "lce":
-                    self._lce[log_id] = await store.last_clean_epoch(log_id)
+                    # Grouped too: a restart's recoveries (or a stopping
+                    # node's epoch ends) send thousands of recovery STOREs.
+                    self._lce[log_id] = await store.grouped(lambda s: s.last_clean_epoch(log_id))
         except EpochStoreUnavailableError as exc:
             _log.warning("node %d: cannot check a message: %s", self.node_id, exc)
             return False

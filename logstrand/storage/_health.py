@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import trio
@@ -21,6 +23,25 @@ if TYPE_CHECKING:
 _log = logging.getLogger("logstrand.node")
 #: What a node says while it starts: routing leaves it out until it has looked.
 STARTING = Said(False, "starting")
+
+
+#: In a node's data directory: it last stopped when told to, and handed its
+#: sequencers off (``Node.hand_off``); its next start skips the hold-down.
+HANDED_OFF_FILE = "handed-off"
+
+
+def mark_handed_off(data_dir: str) -> None:
+    (Path(data_dir) / HANDED_OFF_FILE).write_text(f"{int(time.time() * 1000)}\n")
+
+
+def take_handed_off(data_dir: str) -> bool:
+    """Whether the node last stopped handing off (the mark goes: it holds once)."""
+    mark = Path(data_dir) / HANDED_OFF_FILE
+    try:
+        mark.unlink()
+    except FileNotFoundError:
+        return False
+    return True
 
 
 class Health:
@@ -39,7 +60,7 @@ class Health:
         said = self.core.said(trio.current_time())
         return said if not said.sequencer else self._said
 
-    async def register(self) -> MemberSession:
+    async def register(self, *, handed_off: bool = False) -> MemberSession:
         """Join the membership (saying "starting"), read it, and say what
         this node is; the clock is measured before this returns."""
         astore = self.view.astore
@@ -49,7 +70,7 @@ class Health:
         )
         members = await astore.members()
         self.on_members(members)
-        self.core.on_registered(members, trio.current_time())
+        self.core.on_registered(members, trio.current_time(), handed_off=handed_off)
         await self._publish()
         return self.session
 
@@ -61,6 +82,11 @@ class Health:
         clock = self.core.clock
         if clock.offset_ms is not None:
             self.metrics.clock_offset.set(clock.offset_ms / 1000)
+        self._wake.set()
+
+    def stopping(self) -> None:
+        """Take no sequencers any more: the node stops (``Node.hand_off``)."""
+        self.core.stopping = True
         self._wake.set()
 
     def hold_down(self, why: str) -> None:

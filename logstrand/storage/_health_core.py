@@ -20,7 +20,10 @@ running (another member has taken sequencers for at least the hold-down),
 after it lost its membership session, or after it heard from no other node
 for longer than the failure detector waits (it was paused, or cut off).  A
 cluster starting together has no hold-down: none of its members has been
-running that long.
+running that long.  Nor has a node restarted on purpose: one that stopped
+when told to (SIGTERM) and ended its sequencers' epochs on the way
+(``SequencerHost.hand_off``) comes back without one, so its logs' next
+sequencers, here, recover nothing.
 """
 
 from __future__ import annotations
@@ -87,6 +90,8 @@ class HealthCore:
         self.node_id = node_id
         self.options = options
         self.clock = NodeClock(wall_ms, options.clock_skew_max_ms)
+        #: Told to stop: it hands its sequencers off (``Node.hand_off``).
+        self.stopping = False
         #: The end of the hold-down (monotonic), and why it started.
         self._hold_until: float | None = None
         self._hold_why = ""
@@ -115,10 +120,14 @@ class HealthCore:
             f"({describe_offset(me.clock_offset_ms)})"
         )
 
-    def on_registered(self, members: Mapping[int, Member], now: float) -> None:
-        """Just registered: into a running cluster, the hold-down applies."""
+    def on_registered(
+        self, members: Mapping[int, Member], now: float, *, handed_off: bool = False
+    ) -> None:
+        """Just registered: into a running cluster, the hold-down applies,
+        unless the node last stopped when told to and handed its sequencers
+        off (``handed_off``): a restart, not a node that failed."""
         me = members.get(self.node_id)
-        if me is None:
+        if me is None or handed_off:
             return
         hold_ms = self.options.hold_down_s * 1000
         running = [
@@ -140,6 +149,8 @@ class HealthCore:
     def said(self, now: float) -> Said:
         """What the node says of itself now."""
         clock = self.clock
+        if self.stopping:
+            return Said(False, "stopping: its sequencers hand their logs off")
         if clock.skewed:
             assert clock.offset_ms is not None
             return Said(False, f"clock {describe_offset(clock.offset_ms)}")

@@ -52,7 +52,7 @@ from ._gossip import Gossiper
 from ._group_commit import Committer
 from ._guard import Guard
 from ._handlers import register_handlers
-from ._health import Health
+from ._health import Health, mark_handed_off, take_handed_off
 from ._health_core import HealthCore, HealthOptions
 from ._metrics import NodeMetrics
 from ._options import NodeOptions
@@ -132,6 +132,7 @@ class Node:
         )
         self._started = time.monotonic()
         self._closing: list[Callable[[], Awaitable[None]]] = []
+        self._data_dir = ""
         self.view: ClusterView
         self.server: Server
         self.sequencers: SequencerHost
@@ -188,6 +189,31 @@ class Node:
                 await view.astore.aclose()
             unwatch()
 
+    async def hand_off(self) -> None:
+        """Told to stop: end the epochs of this node's sequencers
+        (``SequencerHost.hand_off``, at most ``--handoff-timeout``), and
+        mark the data directory so that the next start skips the hold-down.
+        Call it before cancelling ``run``."""
+        timeout_s = self.options.sequencer_handoff_s
+        sequencers: SequencerHost | None = getattr(self, "sequencers", None)
+        if not timeout_s or sequencers is None or not self._data_dir:
+            return  # not serving yet, or told to stop as after a crash
+        t0 = time.monotonic()
+        # Routing goes around this node from now on (its own view at once,
+        # its peers' with the next gossip, clients' with the membership):
+        # appends to its logs go to their next owners, not to a closed door.
+        self.health.stopping()
+        self.gossiper.said_changed()
+        ended, count = await sequencers.hand_off(timeout_s)
+        _log.info(
+            "node %d: ended %d of %d sequencers' epochs in %.1f s",
+            self.node_id,
+            ended,
+            count,
+            time.monotonic() - t0,
+        )
+        await trio.to_thread.run_sync(mark_handed_off, self._data_dir)
+
     async def _advertise(self, cfg: NodeConfig) -> NodeConfig:
         """Put ``--advertise`` (and the port of ``--metrics``, and the Kafka
         front's address or its absence) in the cluster configuration when
@@ -218,6 +244,7 @@ class Node:
         metrics_at: tuple[str, int] | None,
     ) -> None:
         """Make the parts and start their tasks (they stop with ``nursery``)."""
+        self._data_dir = data_dir
         marker = await self._open_store(data_dir)
         drops = self._make_parts(nursery, data_dir)
         await self.rebuilder.on_start(marker, data_dir)
@@ -281,6 +308,7 @@ class Node:
         view = self.view
         marker = await trio.to_thread.run_sync(read_marker, data_dir, view.cluster, self.node_id)
         committer.open(data_dir, self.logsdb_options)
+        self.guard.release_of = committer.release_of
         self._closing.append(_sync(committer.close))  # on this thread: the LogsDB's
         now = trio.current_time()
         for log, release in committer.release.items():
@@ -348,7 +376,10 @@ class Node:
         view.on_members(gossiper.on_members)
         self.server.register(Gossip, gossiper.handle_gossip)
         self.server.register(GetClusterState, gossiper.handle_cluster_state)
-        session = await health.register()
+        handed_off = await trio.to_thread.run_sync(take_handed_off, self._data_dir)
+        if handed_off:
+            _log.info("node %d: it stopped handing off: no hold-down", self.node_id)
+        session = await health.register(handed_off=handed_off)
         self._closing.append(_in_thread(session.close))
         return health, gossiper
 

@@ -84,6 +84,14 @@ class NodeOptions:
         "applies no retention by time until it is back (docs/operations.md).",
         low=1,
     )
+    sequencer_handoff_s: float = option(
+        30.0,
+        "--handoff-timeout",
+        "seconds",
+        "Seconds a node told to stop (SIGTERM) spends ending its sequencers' epochs, so that "
+        "their next sequencers recover nothing; 0: stop at once, as after a crash.",
+        low=0.0,
+    )
     sequencer_hold_down_s: float = option(
         30.0,
         "--sequencer-hold-down",

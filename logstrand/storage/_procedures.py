@@ -21,6 +21,7 @@ from ..rpc import Waiters
 from ..sequencer import _procedures as procs
 from ..sequencer._commands import Finished, Gathering, advance
 from ..sequencer._decisions import RECOVERY_STORE_BIT
+from ..sequencer._handoff import end_epoch
 from ..wire import Release, StoreReply
 
 _log = logging.getLogger("logstrand.node")
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from ..idempotence import Producers
     from ..idempotence._recovery import Entry
     from ..rpc import ClusterView
+    from ..sequencer import SequencerCore
     from ..wire import Store
     from ._metrics import NodeMetrics
 
@@ -103,11 +105,6 @@ class ProcedureRunner:
                 domains=view.domains(meta.replicate_across),
             )
 
-        def alive() -> set[int]:
-            # Members the node could not reach lately are left out: a killed
-            # node stays a member until its lease or session runs out.
-            return {n for n in view.up if not view.suspected(n)}
-
         t0 = time.monotonic()
         done = await self.run(
             procs.recover(
@@ -115,7 +112,7 @@ class ProcedureRunner:
                 epoch,
                 history,
                 selector,
-                alive,
+                self._alive,
                 stamp_cap_ms,
                 cancelled=cancelled,
                 on_error=on_error,
@@ -126,6 +123,28 @@ class ProcedureRunner:
             self.metrics.recovery_seconds.observe(time.monotonic() - t0)
         result: Producers | None = done
         return result
+
+    async def end_epoch(self, core: SequencerCore, store_timeout_s: float) -> bool:
+        """End ``core``'s epoch (it stops: ``sequencer._handoff``); True when
+        the epoch is clean, False when a newer one exists."""
+        done = await self.run(
+            end_epoch(
+                core.log_id,
+                core.epoch,
+                core.lng_esn,
+                core.selector,
+                self._alive,
+                core,
+                store_timeout_s,
+            )
+        )
+        return bool(done)
+
+    def _alive(self) -> set[int]:
+        # Members the node could not reach lately are left out: a killed
+        # node stays a member until its lease or session runs out.
+        view = self.view
+        return {n for n in view.up if not view.suspected(n)}
 
     # -- commands -----------------------------------------------------------------
 

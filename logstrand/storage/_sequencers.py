@@ -23,7 +23,7 @@ import trio.lowlevel
 from .. import _trace
 from ..errors import EpochStoreUnavailableError, LogstrandError, Status
 from ..records import KEY_BYTES_MAX
-from ..sequencer import ConfirmRefusal, ReplyAppend, SendRelease, SendStore
+from ..sequencer import ConfirmRefusal, ReplyAppend, SendRelease, SendStore, SequencerCore
 from ..sequencer._host import (
     Activate,
     HostAction,
@@ -49,6 +49,9 @@ if TYPE_CHECKING:
     from ._release_watch import ReleaseWatch
 
 _log = logging.getLogger("logstrand.sequencer")
+#: Epochs a stopping node ends at once (``hand_off``).
+HANDOFFS_IN_FLIGHT = 256
+HANDOFF_POLL_S = 0.05
 
 
 class PeerPort(Protocol):
@@ -345,6 +348,47 @@ class SequencerHost:
         )
         now, now_ms = trio.current_time(), self.clock_ms()
         await self.execute(host.on_recovery_done(log_id, core, done is not None, done, now, now_ms))
+
+    async def hand_off(self, timeout_s: float) -> tuple[int, int]:
+        """The node stops (host rule 9): take no more appends, let those in
+        flight finish, and end the epoch of every sequencer that can
+        (``sequencer._handoff``), so that the next sequencer of each log
+        recovers nothing.  At most ``timeout_s`` in all; what is left then is
+        recovered as after a crash.  Returns (epochs ended, sequencers)."""
+        deadline = trio.current_time() + timeout_s
+        host = self.core
+        host.closing = True
+        count = host.sequencer_count()
+        ended: list[bool] = []
+        failed: list[str] = []
+        limiter = trio.CapacityLimiter(HANDOFFS_IN_FLIGHT)
+        store_timeout_s = self.options.store_timeout_s
+
+        async def end(core: SequencerCore) -> None:
+            async with limiter:
+                try:
+                    ended.append(await self.procedures.end_epoch(core, store_timeout_s))
+                except LogstrandError as exc:  # left to the next sequencer's recovery
+                    failed.append(f"log {core.log_id}: {exc}")
+
+        # Appends in flight finish first, for at most half the time (those
+        # held for a recovery that is not done wait for the next sequencer).
+        for _ in range(int(timeout_s / 2 / HANDOFF_POLL_S)):
+            if not any(c.recovered and not c.preempted and not c.idle for c in host.cores()):
+                break
+            await trio.sleep(HANDOFF_POLL_S)
+        with trio.move_on_at(deadline):
+            async with trio.open_nursery() as nursery:
+                for core in host.ending():
+                    nursery.start_soon(end, core)
+        if failed:
+            _log.info(
+                "node %d: %d epochs not ended (the next sequencers recover them); last: %s",
+                self.node_id,
+                len(failed),
+                failed[-1],
+            )
+        return sum(ended), count
 
     # -- replies and timers -------------------------------------------------------
 

@@ -61,7 +61,7 @@ class Process:
             with contextlib.suppress(ProcessLookupError):
                 self.popen.send_signal(sig)
 
-    def stop(self, timeout_s: float = 20.0, *, kill: bool = False) -> int:
+    def stop(self, timeout_s: float = 45.0, *, kill: bool = False) -> int:
         """SIGTERM (SIGKILL with ``kill`` or after ``timeout_s``), wait, and
         close the log; the exit code."""
         if kill:
@@ -116,7 +116,7 @@ class Harness:
         for node_id in list(self.processes):
             self.stop_node(node_id)
 
-    def stop_node(self, node_id: int, timeout_s: float = 20.0) -> None:
+    def stop_node(self, node_id: int, timeout_s: float = 45.0) -> None:
         proc = self.processes.pop(node_id, None)
         if proc is not None:
             proc.stop(timeout_s)

@@ -31,6 +31,10 @@ class Config:
     delay_tail: float = 0.03
     #: Mean seconds between faults (crash, pause).
     fault_every_s: float = 1.0
+    #: Of the nodes taken down, the share told to stop (SIGTERM: their
+    #: sequencers end their epochs first, ``sequencer._handoff``) rather
+    #: than killed.
+    stop_share: float = 0.0
     #: At most this many nodes down (crashed) at once.
     down_max: int = 1
     append_every_s: float = 0.02
@@ -83,6 +87,9 @@ class Config:
     break_idempotence: bool = False
     #: Maintenance: donors re-create no copies of a lost node's batches.
     break_rebuild: bool = False
+    #: A stopping node ends the epochs of sequencers with appends in flight
+    #: too, at their LNG (acknowledged records behind the bridge are lost).
+    break_handoff: bool = False
     #: Maintenance: nodes drop superseded copies without moving the clean
     #: point first (readers cannot tell compaction from loss).
     break_clean_point: bool = False
@@ -103,6 +110,7 @@ class Config:
             down_max=rng.choice([1, 1, 2]),
             esn_max=rng.choice([ESN_MAX, ESN_MAX, 30]),
             clock_skew_ms=rng.choice([0, 0, 3_600_000]),
+            stop_share=rng.choice([0.0, 0.5]),
         )
 
     @classmethod

@@ -28,6 +28,7 @@ from logstrand.sequencer import _procedures as procs
 from logstrand.sequencer._activation_queue import ActivationQueue
 from logstrand.sequencer._commands import Finished, Gathering, advance
 from logstrand.sequencer._decisions import RECOVERY_STORE_BIT
+from logstrand.sequencer._handoff import end_epoch
 from logstrand.storage._health_core import NodeClock
 from logstrand.storage._metrics import NodeMetrics
 from logstrand.storage._node_store import NodeStore
@@ -78,6 +79,8 @@ class SimNode(Endpoint):
         #: Nodes a connection to failed lately: left out of routing (as
         #: ``ClusterView.suspect``), until the time given.
         self.suspects: dict[int, float] = {}
+        #: Told to stop: ending its epochs (``stop``).
+        self.stopping = False
 
     @property
     def sequencer(self) -> SequencerCore | None:
@@ -95,6 +98,7 @@ class SimNode(Endpoint):
             return
         world = self.world
         self.up = True
+        self.stopping = False
         self.incarnation += 1
         watch = self.watch = ReleaseWatch()
         clock = NodeClock(self.clock_ms, 5_000)
@@ -139,6 +143,59 @@ class SimNode(Endpoint):
         self.paused_until = 0.0
         self.world.leave(self.id, self.incarnation)
 
+    def stop(self) -> None:
+        """SIGTERM: the node takes no more appends nor sequencers, ends the
+        epoch of each sequencer that can (``sequencer._handoff``), and goes:
+        its writes kept (a clean exit), its membership given up at once."""
+        world, host, incarnation = self.world, self.host, self.incarnation
+        world.note(f"node {self.id} stops")
+        world.stats["stops"] += 1
+        host.closing = self.stopping = True
+        if world.config.break_handoff:  # ends also what has appends in flight
+            self._hand_off(host, incarnation, 0.0)
+        else:  # appends in flight finish first, for up to 0.5 s (as the node's shell)
+            world.at(0.0, self._hand_off, host, incarnation, 0.5)
+
+    def _hand_off(self, host: host_core.SequencerHostCore, incarnation: int, wait_s: float) -> None:
+        world = self.world
+        if not self.alive(incarnation) or host is not self.host:
+            return
+        busy = [c for c in host.cores() if c.recovered and not c.preempted and not c.idle]
+        if busy and wait_s > 0:
+            world.at(0.05, self._hand_off, host, incarnation, wait_s - 0.05)
+            return
+        if world.config.break_handoff:
+            cores = [c for c in host.cores() if c.recovered and not c.preempted]
+        else:
+            cores = host.ending()
+        left = [len(cores)]
+
+        def gone() -> None:
+            if self.alive(incarnation):
+                world.note(f"node {self.id} gone ({left[0]} epochs not ended)")
+                self.up = False
+                self.store = None
+                self.host = host_core.SequencerHostCore(self.id)
+                self.replies.clear()
+                world.left(self.id)
+                world.at(world.rng.uniform(0.1, 2.0), self.start)
+
+        def ended(value: Any, error: BaseException | None) -> None:
+            if value:
+                world.stats["epochs_ended"] += 1
+            left[0] -= 1
+            if not left[0]:
+                gone()
+
+        for core in cores:
+            lng = core.lng_esn
+            proc = end_epoch(core.log_id, core.epoch, lng, core.selector, self.reachable, core, 0.3)
+            self.run(proc, ended)
+        if not cores:
+            gone()
+        else:
+            world.at(1.0, gone)  # the hand-off's bound
+
     def pause(self, seconds: float) -> None:
         self.world.note(f"node {self.id} paused for {seconds:.3f}s")
         self.world.stats["pauses"] += 1
@@ -173,7 +230,8 @@ class SimNode(Endpoint):
         return {n for n in self.view if self.suspects.get(n, 0.0) <= now}
 
     def owner(self, log: int = LOG) -> int | None:
-        return rendezvous_owner(log, dict.fromkeys(sorted(self.reachable() | {self.id}), 1.0))
+        me = set() if self.stopping else {self.id}  # a stopping node says it takes none
+        return rendezvous_owner(log, dict.fromkeys(sorted(self.reachable() | me), 1.0))
 
     def renew(self, logs: list[int]) -> None:
         """A ``Renew`` of these logs reached this node (``logs rebalance``)."""

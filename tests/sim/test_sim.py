@@ -46,6 +46,9 @@ PLANTED = {
     "break_timestamps": ("break_timestamps",),
     # Retried appends without producer numbers: at least once, not exactly once.
     "break_idempotence": ("break_idempotence",),
+    # A stopping node ends epochs that still have appends in flight (every
+    # node taken down is stopped, not killed, for this one).
+    "break_handoff": ("break_handoff",),
 }
 
 
@@ -69,6 +72,8 @@ def test_the_checkers_catch_planted_bugs(bug: str) -> None:
             # number nothing (idempotent appends wait for recovery, which
             # moves every schedule): that client is still the one used here.
             harsh = attrs.evolve(harsh, retries=0, break_idempotence=True)
+        if bug == "break_handoff":
+            harsh = attrs.evolve(harsh, stop_share=1.0)
         config = attrs.evolve(harsh, **dict.fromkeys(PLANTED[bug], True))
         try:
             run_seed(seed, config)

@@ -84,6 +84,9 @@ class World:
         self.stats["queued"] = 0
         #: Sequencers moved to a new epoch by a renewal (host rule 8).
         self.stats["renewed"] = 0
+        #: Nodes told to stop, and the epochs their sequencers ended (``SimNode.stop``).
+        self.stats["stops"] = 0
+        self.stats["epochs_ended"] = 0
         self.attributes = LogAttributes(
             replication_factor=self.config.replication, durability="fsync"
         )
@@ -184,6 +187,11 @@ class World:
         self._set_members(self.members | {node_id})
         self.check_service()
 
+    def left(self, node_id: int) -> None:
+        """A node that stopped gave its membership up: no lease to run out."""
+        self._set_members(self.members - {node_id})
+        self.check_service()
+
     def leave(self, node_id: int, incarnation: int) -> None:
         """A crashed node stays a member until its lease runs out (unless it
         came back meanwhile)."""
@@ -236,6 +244,9 @@ class World:
             self.at(rng.uniform(0.0, 0.08), self._crash_if, victim, victim.incarnation, True)
             return
         if rng.random() < 0.7 and down < cfg.down_max:
+            if cfg.stop_share and rng.random() < cfg.stop_share:
+                victim.stop()  # it restarts itself once gone
+                return
             victim.crash()
             self.at(rng.uniform(0.1, 2.0), victim.start)
         elif victim.paused_until <= self.now:

@@ -141,7 +141,10 @@ def test_epoch_ends_are_kept_and_the_highest_seal_wins(store: EpochStore) -> Non
     assert store.epoch_end(1, 4) is None
     assert store.epoch_end(2, 3) is None
     with pytest.raises(InvalidArgumentError):
-        store.record_epoch_end(1, 7, EpochEnd(0, 1, 7))  # a recovery runs in a later epoch
+        store.record_epoch_end(1, 8, EpochEnd(0, 1, 7))  # a recovery runs in a later epoch
+    # The seal of the epoch itself: its sequencer ended it as it stopped.
+    own = EpochEnd(lng_esn=2, bridge_esn=3, seal=7)
+    assert store.record_epoch_end(1, 7, own) == own
 
 
 def test_kafka_offset_bases_are_kept_by_epoch_and_the_first_stands(store: EpochStore) -> None:
