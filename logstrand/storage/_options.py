@@ -97,7 +97,8 @@ class NodeOptions:
         "--sequencer-hold-down",
         "seconds",
         "Seconds a node that comes back (restarted into a running cluster, paused, cut off) "
-        "waits in health before it takes sequencers again: each move costs an epoch.",
+        "waits in health before it takes sequencers again: each move costs an epoch.  None "
+        "after a stop that handed its logs off (--handoff-timeout).",
         low=0.0,
     )
     gossip_s: float = option(
