@@ -64,16 +64,18 @@ def test_the_checkers_catch_planted_bugs(bug: str) -> None:
         # The shapes these bugs were tuned on: no skewed clocks, and new epochs
         # from ESN exhaustion only for STORE ids (a node's successive cores are
         # what that bug needs); each changes which seeds meet the rarer bugs.
+        # Nodes told to stop (and their hand-offs) only for the hand-off's own bug.
         esn_max = 30 if bug == "break_store_ids" else ESN_MAX
-        shape = attrs.evolve(Config.for_seed(seed), esn_max=esn_max, clock_skew_ms=0)
+        stops = 1.0 if bug == "break_handoff" else 0.0
+        shape = attrs.evolve(
+            Config.for_seed(seed), esn_max=esn_max, clock_skew_ms=0, stop_share=stops
+        )
         harsh = attrs.evolve(shape, delay_tail=0.2, duplicate=0.1, clients=4)
         if bug != "break_idempotence":
             # These were tuned on clients that give a batch up at once and
             # number nothing (idempotent appends wait for recovery, which
             # moves every schedule): that client is still the one used here.
             harsh = attrs.evolve(harsh, retries=0, break_idempotence=True)
-        if bug == "break_handoff":
-            harsh = attrs.evolve(harsh, stop_share=1.0)
         config = attrs.evolve(harsh, **dict.fromkeys(PLANTED[bug], True))
         try:
             run_seed(seed, config)

@@ -57,8 +57,10 @@ def test_a_stopping_sequencer_ends_its_epoch_as_recovery_would() -> None:
     assert d.run(end_epoch(LOG, 1, core.lng_esn, _selector(), lambda: set(NODESET), core, 1.0))
     # One STORE: the bridge right after the last record, with the epoch's own seal.
     [store] = d.stores
-    assert store.recovery_seal == 1 and len(store.copyset) == 2
-    assert store.batch.lsns() == [compose_lsn(1, 4)] and store.batch.flag_bits & BRIDGE
+    assert store.recovery_seal == 1
+    assert len(store.copyset) == 2
+    assert store.batch.lsns() == [compose_lsn(1, 4)]
+    assert store.batch.flag_bits & BRIDGE
     assert d.store.epoch_end(LOG, 1) == EpochEnd(3, 4, 1)
     assert d.store.last_clean_epoch(LOG) == 1
     # The next epoch's Kafka offsets start after the three records.
@@ -71,7 +73,8 @@ def test_a_stopping_sequencer_ends_its_epoch_as_recovery_would() -> None:
     asked: list[object] = []
     d.answer = lambda node, msg: asked.append(msg)  # type: ignore[method-assign]
     assert d.run(recovery) is not None
-    assert asked == [] and d.stores == []
+    assert asked == []
+    assert d.stores == []
 
 
 def test_an_epoch_a_newer_sequencer_took_is_left_to_that_one_s_recovery() -> None:
@@ -79,7 +82,8 @@ def test_an_epoch_a_newer_sequencer_took_is_left_to_that_one_s_recovery() -> Non
     core = _core_with_acked(2)
     d.store.take_epoch(LOG, Placement(NODESET, 2))  # a client went elsewhere meanwhile
     assert d.run(end_epoch(LOG, 1, 2, _selector(), lambda: set(NODESET), core, 1.0)) is False
-    assert d.stores == [] and d.store.epoch_end(LOG, 1) is None
+    assert d.stores == []
+    assert d.store.epoch_end(LOG, 1) is None
     assert d.store.last_clean_epoch(LOG) == 0
 
 
@@ -151,7 +155,8 @@ def test_nodes_take_a_recovery_store_in_its_own_epoch_only_as_that_epoch_s_one_b
     bridge = _store(compose_lsn(1, 4), BRIDGE, seal=1)
     assert check(bridge, Facts(lce=0)) is None
     refused = check(bridge, Facts(lce=1))  # the epoch is clean: too late
-    assert refused is not None and refused.status == Status.PREEMPTED
+    assert refused is not None
+    assert refused.status == Status.PREEMPTED
     plain = _store(compose_lsn(1, 4), 0, seal=1)  # a record, not a bridge
     assert check(plain, Facts(lce=0)) is not None
 
@@ -159,4 +164,5 @@ def test_nodes_take_a_recovery_store_in_its_own_epoch_only_as_that_epoch_s_one_b
 def test_a_release_up_to_esn_0_of_the_next_epoch_is_taken_and_no_further() -> None:
     assert check(Release(LOG, compose_lsn(2, 0)), Facts(lce=1)) is None
     refused = check(Release(LOG, compose_lsn(2, 1)), Facts(lce=1))
-    assert refused is not None and refused.status == Status.INVALID_PARAM
+    assert refused is not None
+    assert refused.status == Status.INVALID_PARAM
