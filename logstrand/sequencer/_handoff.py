@@ -64,7 +64,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Container
 
     from ..epochstore._base import EpochStore
-    from ..placement import CopysetSelector
     from ._core import SequencerCore
 
 
@@ -89,24 +88,19 @@ def _record_end(log_id: int, epoch: int, end: EpochEnd, store: EpochStore) -> bo
 
 
 def end_epoch(
-    log_id: int,
-    epoch: int,
-    lng_esn: int,
-    selector: CopysetSelector,
-    alive: Callable[[], Container[int]],
-    core: SequencerCore,
-    store_timeout_s: float,
+    core: SequencerCore, alive: Callable[[], Container[int]], store_timeout_s: float
 ) -> Procedure:
-    """Write the end of ``epoch``: records up to ``lng_esn``, a bridge after.
-
-    ``core``: the epoch's sequencer, which must be ``endable`` and take
-    nothing more; its producer table goes into the epoch store.  Returns
-    True when the epoch is clean, False when a newer epoch exists (rule 1).
+    """Write the end of ``core``'s epoch: its records up to its LNG, a bridge
+    after.  ``core`` must be ``endable`` and take nothing more; its producer
+    table goes into the epoch store.  ``alive``: the nodes believed up, for
+    the bridge's copyset.  Returns True when the epoch is clean, False when
+    a newer epoch exists (rule 1).
 
     Raises:
         PreemptedError: a node was sealed by a newer sequencer.
         LogstrandError: the bridge could not be stored on R nodes.
     """
+    log_id, epoch, lng_esn = core.log_id, core.epoch, core.lng_esn
     end = EpochEnd(lng_esn, lng_esn + 1, epoch)
     recorded = yield EpochStoreCall(partial(_record_end, log_id, epoch, end))
     if not recorded:
@@ -117,12 +111,12 @@ def end_epoch(
         epoch,
         epoch,
         [bridge],
-        selector,
+        core.selector,
         alive,
         core.last_timestamp_ms,
         store_timeout_s,
     )
-    for n in selector.nodeset:
+    for n in core.selector.nodeset:
         yield Tell(n, Release(log_id, compose_lsn(epoch + 1, 0)))
     with contextlib.suppress(StaleError):  # a newer sequencer's recovery got further
         yield EpochStoreCall(partial(set_clean, log_id, epoch, core.producers))

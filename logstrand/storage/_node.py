@@ -196,13 +196,14 @@ class Node:
         Call it before cancelling ``run``."""
         timeout_s = self.options.sequencer_handoff_s
         sequencers: SequencerHost | None = getattr(self, "sequencers", None)
-        if not timeout_s or sequencers is None or not self._data_dir:
+        health: Health | None = getattr(self, "health", None)
+        if not timeout_s or sequencers is None or health is None or not self._data_dir:
             return  # not serving yet, or told to stop as after a crash
         t0 = time.monotonic()
         # Routing goes around this node from now on (its own view at once,
         # its peers' with the next gossip, clients' with the membership):
         # appends to its logs go to their next owners, not to a closed door.
-        self.health.stopping()
+        health.stopping()
         self.gossiper.said_changed()
         ended, count = await sequencers.hand_off(timeout_s)
         _log.info(

@@ -127,18 +127,7 @@ class ProcedureRunner:
     async def end_epoch(self, core: SequencerCore, store_timeout_s: float) -> bool:
         """End ``core``'s epoch (it stops: ``sequencer._handoff``); True when
         the epoch is clean, False when a newer one exists."""
-        done = await self.run(
-            end_epoch(
-                core.log_id,
-                core.epoch,
-                core.lng_esn,
-                core.selector,
-                self._alive,
-                core,
-                store_timeout_s,
-            )
-        )
-        return bool(done)
+        return bool(await self.run(end_epoch(core, self._alive, store_timeout_s)))
 
     def _alive(self) -> set[int]:
         # Members the node could not reach lately are left out: a killed

@@ -361,11 +361,10 @@ class SequencerHost:
         count = host.sequencer_count()
         ended: list[bool] = []
         failed: list[str] = []
-        limiter = trio.CapacityLimiter(HANDOFFS_IN_FLIGHT)
         store_timeout_s = self.options.store_timeout_s
 
-        async def end(core: SequencerCore) -> None:
-            async with limiter:
+        async def ender(cores: Iterator[SequencerCore]) -> None:
+            for core in cores:  # shared by the enders: each takes the next
                 try:
                     ended.append(await self.procedures.end_epoch(core, store_timeout_s))
                 except LogstrandError as exc:  # left to the next sequencer's recovery
@@ -379,8 +378,9 @@ class SequencerHost:
             await trio.sleep(HANDOFF_POLL_S)
         with trio.move_on_at(deadline):
             async with trio.open_nursery() as nursery:
-                for core in host.ending():
-                    nursery.start_soon(end, core)
+                cores = iter(host.ending())
+                for _ in range(HANDOFFS_IN_FLIGHT):
+                    nursery.start_soon(ender, cores)
         if failed:
             _log.info(
                 "node %d: %d epochs not ended (the next sequencers recover them); last: %s",

@@ -188,9 +188,7 @@ class SimNode(Endpoint):
                 gone()
 
         for core in cores:
-            lng = core.lng_esn
-            proc = end_epoch(core.log_id, core.epoch, lng, core.selector, self.reachable, core, 0.3)
-            self.run(proc, ended)
+            self.run(end_epoch(core, self.reachable, 0.3), ended)
         if not cores:
             gone()
         else:

@@ -54,7 +54,7 @@ def test_a_stopping_sequencer_ends_its_epoch_as_recovery_would() -> None:
     d = _fresh_driver(up=set(NODESET))
     core = _core_with_acked(3)
     assert endable(core)
-    assert d.run(end_epoch(LOG, 1, core.lng_esn, _selector(), lambda: set(NODESET), core, 1.0))
+    assert d.run(end_epoch(core, lambda: set(NODESET), 1.0))
     # One STORE: the bridge right after the last record, with the epoch's own seal.
     [store] = d.stores
     assert store.recovery_seal == 1
@@ -81,7 +81,7 @@ def test_an_epoch_a_newer_sequencer_took_is_left_to_that_one_s_recovery() -> Non
     d = _fresh_driver(up=set(NODESET))
     core = _core_with_acked(2)
     d.store.take_epoch(LOG, Placement(NODESET, 2))  # a client went elsewhere meanwhile
-    assert d.run(end_epoch(LOG, 1, 2, _selector(), lambda: set(NODESET), core, 1.0)) is False
+    assert d.run(end_epoch(core, lambda: set(NODESET), 1.0)) is False
     assert d.stores == []
     assert d.store.epoch_end(LOG, 1) is None
     assert d.store.last_clean_epoch(LOG) == 0
@@ -93,7 +93,7 @@ def test_a_node_a_newer_sequencer_sealed_stops_the_end_before_any_release() -> N
     recovery (which decides the same end, with its higher seal)."""
     d = _fresh_driver(up=set(NODESET))
     core = _core_with_acked(2)
-    proc = end_epoch(LOG, 1, 2, _selector(), lambda: set(NODESET), core, 1.0)
+    proc = end_epoch(core, lambda: set(NODESET), 1.0)
     record = next(proc)  # no newer epoch yet: the end goes in
     assert isinstance(record, procs.EpochStoreCall)
     cmd = proc.send(record.fn(d.store))
