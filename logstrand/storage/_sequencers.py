@@ -52,6 +52,8 @@ _log = logging.getLogger("logstrand.sequencer")
 #: Epochs a stopping node ends at once (``hand_off``).
 HANDOFFS_IN_FLIGHT = 256
 HANDOFF_POLL_S = 0.05
+#: Seconds without one sequencer fewer busy before a hand-off stops waiting.
+HANDOFF_STUCK_S = 1.0
 
 
 class PeerPort(Protocol):
@@ -370,11 +372,17 @@ class SequencerHost:
                 except LogstrandError as exc:  # left to the next sequencer's recovery
                     failed.append(f"log {core.log_id}: {exc}")
 
-        # Appends in flight finish first, for at most half the time (those
-        # held for a recovery that is not done wait for the next sequencer).
+        # Appends in flight finish first, for at most half the time, while
+        # they do finish: sequencers whose waves cannot complete (a copyset's
+        # nodes gone) for HANDOFF_STUCK_S, like those held for a recovery
+        # that is not done, are left to the next sequencer's recovery.
+        busy_then, still = -1, 0.0
         for _ in range(int(timeout_s / 2 / HANDOFF_POLL_S)):
-            if not any(c.recovered and not c.preempted and not c.idle for c in host.cores()):
+            busy = sum(1 for c in host.cores() if c.recovered and not c.preempted and not c.idle)
+            if not busy or still >= HANDOFF_STUCK_S:
                 break
+            still = 0.0 if busy_then < 0 or busy < busy_then else still + HANDOFF_POLL_S
+            busy_then = min(busy, busy_then) if busy_then >= 0 else busy
             await trio.sleep(HANDOFF_POLL_S)
         with trio.move_on_at(deadline):
             async with trio.open_nursery() as nursery:
