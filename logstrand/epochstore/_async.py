@@ -114,6 +114,9 @@ class AsyncEpochStore:
     async def set_trim_point(self, log_id: int, lsn: int) -> int:
         return await self._call(self.store.set_trim_point, log_id, lsn)
 
+    async def trims_changed(self, since: int) -> tuple[int, list[int] | None]:
+        return await self._call(self.store.trims_changed, since)
+
     async def compaction(self, log_id: int) -> dict[str, Any] | None:
         return await self._call(self.store.compaction, log_id)
 

@@ -14,6 +14,12 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
 
+#: The epoch-store document of the trim feed (``LogDocs.trims_changed``).
+TRIM_FEED = "trim-feed"
+#: Trims the feed remembers; a node further behind reads every trim point.
+TRIM_FEED_MAX = 256
+
+
 def _check_log(log_id: int) -> None:
     check_log_id(log_id, internal=True)
 
@@ -46,7 +52,11 @@ class LogDocs:
         """Move the log's trim point up to ``lsn`` (never down); returns it.
 
         The authoritative copy: nodes apply it when they hear of it, and a
-        node that was down when a log was trimmed catches up from here.
+        node that missed it (down, a TRIM lost) catches up from here in its
+        maintenance, by way of the trim feed (``trims_changed``).  The feed
+        is written after the point, on every call, changed or not: a call
+        that fails between the two was not acknowledged, and its retry
+        writes the feed.
         """
         _check_log(log_id)
 
@@ -54,7 +64,30 @@ class LogDocs:
             cur = 0 if doc is None else int(doc["lsn"])
             return {"lsn": max(cur, lsn)}
 
-        return int(self._update(f"trims/{log_id}", change)["lsn"])
+        point = int(self._update(f"trims/{log_id}", change)["lsn"])
+
+        def feed(doc: Any) -> Any:
+            # The logs of the last trims, oldest first: the last has ``seq``.
+            seq, logs = (0, []) if doc is None else (int(doc["seq"]), doc["logs"])
+            return {"seq": seq + 1, "logs": [*logs[1 - TRIM_FEED_MAX :], log_id]}
+
+        self._update(TRIM_FEED, feed)
+        return point
+
+    def trims_changed(self, since: int) -> tuple[int, list[int] | None]:
+        """The trim feed: (its sequence number now, the logs whose trim point
+        was set after ``since``), or None for the logs when the feed no
+        longer reaches back to ``since`` (-1: never read): then every log's
+        point must be read.  A maintenance pass that finds no trim since the
+        last one reads one document, not one per log."""
+        doc = self._doc(TRIM_FEED)
+        seq = 0 if doc is None else int(doc["seq"])
+        if since == seq:
+            return seq, []
+        logs = [] if doc is None else doc["logs"]
+        if since < 0 or since > seq or since < seq - len(logs):
+            return seq, None
+        return seq, sorted({int(log) for log in logs[len(logs) - (seq - since) :]})
 
     def compaction(self, log_id: int) -> dict[str, Any] | None:
         """The log's compaction state: ``clean_point``, ``clean_bytes`` (one copy

@@ -15,6 +15,10 @@ from .._units import format_bytes
 from ..errors import LogstrandError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from collections.abc import Set as AbstractSet
+
+    from ..epochstore import LogAttributes
     from ..rpc import ClusterView
     from ._group_commit import Committer
     from ._metrics import NodeMetrics
@@ -35,6 +39,8 @@ class Upkeep:
     data_path: str
     #: Free bytes of the data directory's file system, at the last look.
     free_bytes: int = 0
+    #: The trim feed's sequence number this node has applied (-1: none yet).
+    _trim_seq: int = -1
 
     async def watch_space(self) -> None:
         """Free space against ``--min-free``: STOREs stop below it, go on above
@@ -79,29 +85,59 @@ class Upkeep:
 
     async def maintain(self) -> None:
         """Trims missed while down, retention, partition drops, space gauges."""
-        view = self.view
-        store = view.astore
         while True:
             try:
-                logs = self.committer.logs()
-                trims = await store.trim_points(sorted(logs))  # one hop, not one a log
-                retention, space = {}, {}
-                storage_nodes = max(1, len(view.storage_weights()))
-                for log in logs:
-                    attributes = view.log_attributes(log)
-                    if attributes is None:
-                        continue
-                    if attributes.retention_ms is not None:
-                        retention[log] = attributes.retention_ms
-                    if attributes.retention_bytes is not None:
-                        # This node's share of the log's bound: R copies over
-                        # the nodeset, spread evenly by the copyset choice.
-                        nodes = min(attributes.nodeset_size or storage_nodes, storage_nodes)
-                        share = attributes.retention_bytes * attributes.replication_factor
-                        space[log] = max(1, share // nodes)
-                self.committer.maintain(trims, retention, space)
+                await self._maintain_once()
             except LogstrandError as exc:
                 _log.warning("node %d: maintenance: %s", self.node_id, exc)
             except Exception:
                 _log.exception("node %d: maintenance failed (tried again later)", self.node_id)
             await trio.sleep(self.options.maintenance_s)
+
+    async def _maintain_once(self) -> None:
+        # What a pass costs does not grow with the logs this node holds: the
+        # trim points it reads are those the trim feed names (all of them
+        # only at the first pass, or when the feed no longer reaches back),
+        # and retention looks at the ranges that have one.
+        store = self.view.astore
+        seq, changed = await store.trims_changed(self._trim_seq)
+        kept = any(_kept(r.attributes) for r in self.view.ranges)
+        logs = frozenset(self.committer.logs()) if changed != [] or kept else frozenset()
+        wanted = sorted(logs) if changed is None else sorted(logs.intersection(changed))
+        trims = await store.trim_points(wanted) if wanted else {}
+        retention, space = self._retention(logs) if kept else ({}, {})
+        self.committer.maintain(trims, retention, space)
+        self._trim_seq = seq  # only once applied: a pass that failed reads them again
+
+    def _retention(self, logs: AbstractSet[int]) -> tuple[dict[int, int], dict[int, int]]:
+        """Each log's time and space retention on this node, from the ranges
+        that set one."""
+        retention: dict[int, int] = {}
+        space: dict[int, int] = {}
+        storage_nodes = max(1, len(self.view.storage_weights()))
+        for r in self.view.ranges:
+            attributes = r.attributes
+            if not _kept(attributes):
+                continue
+            ms, size = attributes.retention_ms, attributes.retention_bytes
+            # This node's share of a log's bound: R copies over the nodeset,
+            # spread evenly by the copyset choice.
+            nodes = min(attributes.nodeset_size or storage_nodes, storage_nodes)
+            share = max(1, (size or 0) * attributes.replication_factor // nodes)
+            for log in _in_range(logs, r.first, r.last):
+                if ms is not None:
+                    retention.setdefault(log, ms)
+                if size is not None:
+                    space.setdefault(log, share)
+        return retention, space
+
+
+def _kept(attributes: LogAttributes) -> bool:
+    return attributes.retention_ms is not None or attributes.retention_bytes is not None
+
+
+def _in_range(logs: AbstractSet[int], first: int, last: int) -> Iterable[int]:
+    """The logs of ``logs`` in ``first..last``, by the smaller side."""
+    if last - first + 1 <= len(logs):
+        return (log for log in range(first, last + 1) if log in logs)
+    return (log for log in logs if first <= log <= last)

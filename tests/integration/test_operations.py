@@ -257,3 +257,23 @@ def test_retention_by_space_keeps_about_the_bound(tmp_path: Path) -> None:
         items = [json.loads(x) for x in ok(url, "read", "1", "--json").splitlines()]
         assert [x["lsn"] for x in items if "lsn" in x] == kept
         assert "more than 0" in error(url, 2, "logs", "create", "2", "--retention-bytes", "0")
+
+
+def test_a_node_down_while_a_log_is_trimmed_applies_the_trim_when_it_is_back(
+    tmp_path: Path,
+) -> None:
+    """It missed the TRIM: its first maintenance pass reads every trim point."""
+    from logstrand.logsdb import LogsDB
+
+    with LocalCluster(tmp_path / "c", nodes=3, node_args=FAST_MAINTENANCE) as c:
+        url = c.url
+        ok(url, "logs", "create", "1..3", "--replication", "3")
+        lines = "".join(f"record {i}\n" for i in range(100))
+        lsns = json.loads(ok(url, "append", "1", "--json", stdin=lines))["lsns"]
+        c.stop_node(3)
+        ok(url, "trim", "1", "--to", str(lsns[49]))
+        c.start_node(3)
+        time.sleep(1.5)  # five maintenance passes
+    with LogsDB.open(tmp_path / "c" / "node3") as db:
+        assert db.trim_point(1) == lsns[49]
+        assert db.trim_point(2) == 0

@@ -26,6 +26,7 @@ from logstrand.epochstore import (
     SqliteEpochStore,
     open_epoch_store,
 )
+from logstrand.epochstore._log_docs import TRIM_FEED_MAX
 from logstrand.errors import (
     EpochStoreUnavailableError,
     ExistsError,
@@ -112,6 +113,29 @@ def test_trim_points_only_move_up(store: EpochStore) -> None:
         log: 500 if log == 1 else log * 7 if log >= 10 and (log - 10) % 3 == 0 else 0
         for log in range(1, 1210)
     }
+
+
+def test_the_trim_feed_names_the_logs_trimmed_since_a_point(store: EpochStore) -> None:
+    """A node's maintenance reads the trim points the feed names, not every log's."""
+    assert store.trims_changed(-1) == (0, None)  # never read: read them all
+    assert store.trims_changed(0) == (0, [])
+    store.set_trim_point(7, 100)
+    store.set_trim_point(3, 50)
+    store.set_trim_point(7, 10)  # no move, but in the feed (a retried call)
+    assert store.trims_changed(0) == (3, [3, 7])
+    assert store.trims_changed(1) == (3, [3, 7])
+    assert store.trims_changed(2) == (3, [7])
+    assert store.trims_changed(3) == (3, [])
+    assert store.trims_changed(4) == (3, None)  # ahead of the feed: a store reset
+    # A node further behind than the feed remembers reads every point again.
+    for i in range(TRIM_FEED_MAX):
+        store.set_trim_point(100 + i % 5, i)
+    seq, _ = store.trims_changed(3)
+    assert seq == 3 + TRIM_FEED_MAX
+    assert store.trims_changed(2) == (seq, None)
+    assert store.trims_changed(3) == (seq, [100, 101, 102, 103, 104])
+    last_two = sorted({100 + (TRIM_FEED_MAX - 2) % 5, 100 + (TRIM_FEED_MAX - 1) % 5})
+    assert store.trims_changed(seq - 2) == (seq, last_two)
 
 
 def test_compaction_state_counts_passes_and_its_clean_point_only_moves_up(
@@ -564,6 +588,7 @@ def _release_later(conn: object) -> None:
         test_last_clean_epoch_only_moves_forward,
         test_epoch_ends_are_kept_and_the_highest_seal_wins,
         test_trim_points_only_move_up,
+        test_the_trim_feed_names_the_logs_trimmed_since_a_point,
         test_nodes_configuration_round_trip,
         test_logs_configuration_round_trip,
         test_replication_must_fit_the_cluster,
