@@ -52,7 +52,9 @@ Rules:
    *sweep* that ticks take ``sweep_per_tick`` at a time (100,000 sequencers
    looked at in one tick stopped the loop for seconds).  A log whose only
    pending change is a wave's deadline waits in a timer queue
-   (``_timers.DeadlineQueue``) instead.
+   (``_timers.DeadlineQueue``) instead.  With no log needing attention the
+   shell need not tick until the first deadline (``next_tick_at``); the
+   host calls ``wake`` as soon as one does again.
 8. A renewal (``on_renew``, from ``logs rebalance``) treats the log's
    sequencer as out of ESNs (rule 6) and activates the log again as soon as
    its appends in flight are done, with or without appends waiting: the new
@@ -70,7 +72,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import Status
 from ._core import Action, ConfirmRefusal, ReplyAppend, SequencerCore
-from ._handoff import endable
 from ._host_actions import (
     Activate,
     HostAction,
@@ -82,6 +83,7 @@ from ._host_actions import (
     Slot,
     check_records,
 )
+from ._host_queries import HostQueries
 from ._timers import DeadlineQueue, parkable
 
 __all__ = [
@@ -104,7 +106,7 @@ if TYPE_CHECKING:
     from ..idempotence import Producers
 
 
-class SequencerHostCore:
+class SequencerHostCore(HostQueries):
     """The sequencers of one node (see the module docstring)."""
 
     def __init__(self, node_id: int, options: HostOptions | None = None) -> None:
@@ -120,6 +122,21 @@ class SequencerHostCore:
         #: Store waves started again, over every core this host ran.
         self.waves_retried = 0
         self.closing = False  # rule 9
+        #: The shell's: a tick has work again after none (``next_tick_at``).
+        self.wake: Callable[[], object] = lambda: None
+
+    def _attend(self, log_id: int) -> None:
+        if not self._attention:
+            self.wake()
+        self._attention.add(log_id)
+
+    def next_tick_at(self) -> float:
+        """Rule 7: when a tick next has work: 0 (every tick) while logs need
+        attention or a sweep runs, else the first parked deadline (inf:
+        none).  ``wake`` is called when it becomes 0 again."""
+        if self._attention or self._sweep:
+            return 0.0
+        return self._timers.next_deadline()
 
     # -- input from clients ---------------------------------------------------
 
@@ -141,7 +158,7 @@ class SequencerHostCore:
         problem = check_records(batch, attributes, self.options)
         if problem is not None:
             return [ReplyAppend(token, problem[0], message=f"log {log_id}: {problem[1]}")]
-        self._attention.add(log_id)
+        self._attend(log_id)
         slot = self._slots.setdefault(log_id, Slot())
         core = slot.core
         if core is not None and not core.preempted:
@@ -167,7 +184,7 @@ class SequencerHostCore:
         if refusal is not None:
             assert isinstance(refusal, ReplyAppend)
             return [ReplySeqState(token, refusal.status, refusal.message)]
-        self._attention.add(log_id)
+        self._attend(log_id)
         slot = self._slots.setdefault(log_id, Slot())
         if slot.core is not None and not slot.core.preempted:
             return [ReplySeqState(token, Status.OK)]
@@ -222,7 +239,7 @@ class SequencerHostCore:
     ) -> list[HostAction]:
         """The driver activated ``core`` (epoch taken, earlier epochs sealed;
         ``history``: the log's placements, which its recovery reads)."""
-        self._attention.add(log_id)
+        self._attend(log_id)
         slot = self._slots.setdefault(log_id, Slot())
         assert slot.core is None or slot.core.epoch < core.epoch, "epochs only increase"
         slot.activating = False
@@ -267,7 +284,7 @@ class SequencerHostCore:
         later epoch handed out the refusal stands; else this core steps down
         and the batch waits for a new epoch's sequencer (its recovery brings
         every producer's batches), or goes to a newer core already here."""
-        self._attention.add(action.log_id)
+        self._attend(action.log_id)
         slot = self._slots.get(action.log_id)
         if slot is None:
             return [ReplyAppend(action.reply.token, Status.PREEMPTED, message="retry")]
@@ -291,7 +308,7 @@ class SequencerHostCore:
         if not slot.activating:
             core.exhausted = True
             slot.renew = True
-            self._attention.add(log_id)
+            self._attend(log_id)
         return core.epoch, self._activate_if_due(log_id, slot)
 
     # -- recovery -------------------------------------------------------------
@@ -319,7 +336,7 @@ class SequencerHostCore:
         """The recovery ended: every earlier epoch is clean (``recovered``,
         with the idempotent ``producers`` they hold), or a newer sequencer
         overtook it."""
-        self._attention.add(log_id)
+        self._attend(log_id)
         slot = self._slots.get(log_id)
         if slot is None or slot.core is not core:
             return []
@@ -341,7 +358,7 @@ class SequencerHostCore:
         core = slot.core if slot is not None else None
         if core is None:
             return []
-        self._attention.add(log_id)
+        self._attend(log_id)
         actions = self._appended(core, core.on_stored(store_id, node_id, status, now))
         assert slot is not None
         if core.preempted and core.idle and not slot.waiting and not slot.activating:
@@ -422,6 +439,7 @@ class SequencerHostCore:
         one look (its retirement), ``sweep_per_tick`` logs a tick (rule 7).
         A change during a sweep starts it again."""
         self._sweep = deque(self._slots)
+        self.wake()
 
     def on_node_down(self, node_id: int, now: float) -> list[HostAction]:
         actions: list[HostAction] = []
@@ -437,51 +455,6 @@ class SequencerHostCore:
     def on_node_up(self, node_id: int) -> None:
         for core in self.cores():
             core.on_node_up(node_id)
-
-    # -- queries ----------------------------------------------------------------
-
-    def sequencer(self, log_id: int) -> SequencerCore | None:
-        slot = self._slots.get(log_id)
-        return slot.core if slot is not None else None
-
-    def cores(self) -> list[SequencerCore]:
-        return [s.core for s in self._slots.values() if s.core is not None]
-
-    def ending(self) -> list[SequencerCore]:
-        """Rule 9: the sequencers that may end their epoch themselves now."""
-        slots = self._slots.values()
-        return [s.core for s in slots if s.core and not s.activating and endable(s.core)]
-
-    def logs(self) -> list[int]:
-        """The logs this node runs a sequencer of."""
-        return sorted(log for log, s in self._slots.items() if s.core is not None)
-
-    def state(self, log_id: int, now: float) -> SequencerState | None:
-        slot = self._slots.get(log_id)
-        core = slot.core if slot is not None else None
-        if slot is None or core is None:
-            return None
-        return SequencerState(
-            core.epoch,
-            core.recovered,
-            0.0 if core.recovered else now - slot.activated_at,
-            slot.stalled(now, self.options.recovery_stall_s),
-            slot.attempts_failed,
-            slot.error,
-        )
-
-    def stalled_logs(self, now: float) -> list[int]:
-        # A log not recovered keeps the attention of ticks (rule 7).
-        stall_s, slots = self.options.recovery_stall_s, self._slots
-        return sorted(
-            log
-            for log in self._attention
-            if (s := slots.get(log)) and s.core and s.stalled(now, stall_s)
-        )
-
-    def sequencer_count(self) -> int:
-        """Sequencers here, and activations under way (for a gauge)."""
-        return len(self._slots)
 
     # -- internals --------------------------------------------------------------
 

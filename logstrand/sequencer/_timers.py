@@ -4,6 +4,7 @@ a deadline, in a heap, each with one live entry.  Pure: no trio."""
 from __future__ import annotations
 
 import heapq
+import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -37,6 +38,11 @@ class DeadlineQueue:
     def forget(self, log_id: int) -> None:
         """The log is being looked at anyway: its entry is stale."""
         self._live.pop(log_id, None)
+
+    def next_deadline(self) -> float:
+        """The first deadline (perhaps of a stale entry: early, never late);
+        inf when none."""
+        return self._heap[0][0] if self._heap else math.inf
 
     def due(self, now: float) -> list[int]:
         """The logs whose deadline has come (taken out of the queue)."""

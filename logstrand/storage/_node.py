@@ -74,6 +74,8 @@ if TYPE_CHECKING:
     from ..net import Connection
 
 _log = logging.getLogger("logstrand.node")
+#: An idle node's ticker wakes this often (20 times a second when busy).
+IDLE_TICK_S = 0.5
 
 
 class NodeExtension(Protocol):
@@ -445,10 +447,20 @@ class Node:
             pause = min(30.0, pause * 2)
 
     async def _ticker(self) -> None:
-        next_gauges = 0.0
-        watch = self.release_watch
+        """Ticks (``sequencer._host`` rule 7), release questions and gauges:
+        every ``tick_s`` while the host has logs to look at, else at the first
+        deadline or within IDLE_TICK_S; ``tick_s`` after the host wakes it."""
+        next_gauges, watch, host = 0.0, self.release_watch, self.sequencers.core
+        woken = trio.Event()
+        host.wake = lambda: woken.set()
         while True:
-            await trio.sleep(self.options.tick_s)
+            now, tick_s = trio.current_time(), self.options.tick_s
+            then = min(host.next_tick_at(), watch.next_due(), next_gauges, now + IDLE_TICK_S)
+            if then - now > tick_s:
+                woken = trio.Event()
+                with trio.move_on_after(then - now - tick_s):
+                    await woken.wait()
+            await trio.sleep(tick_s)
             await self.sequencers.tick()
             now = trio.current_time()
             for log_id in watch.due(now):

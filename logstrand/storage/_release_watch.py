@@ -38,6 +38,7 @@ Rules:
 from __future__ import annotations
 
 import heapq
+import math
 
 import attrs
 
@@ -100,6 +101,11 @@ class ReleaseWatch:
             self._arm(log_id, highest, now)  # rule 1: re-arm
         else:
             del self._pending[log_id]
+
+    def next_due(self) -> float:
+        """When a log is next due (perhaps a stale entry's: early, never
+        late); inf when none."""
+        return self._heap[0][0] if self._heap else math.inf
 
     def due(self, now: float) -> list[int]:
         """The logs to ask about now (each marked as asked)."""

@@ -327,3 +327,26 @@ def test_logs_with_waves_in_flight_wait_for_their_deadline_not_for_each_tick() -
         t += 0.05
         resent |= {a.message.log_id for a in h.tick(t, owner_of) if isinstance(a, SendStore)}
     assert resent == set(logs) - {1}
+
+
+def test_a_host_with_nothing_to_look_at_says_when_its_next_tick_has_work() -> None:
+    """Rule 7: an idle host's shell may sleep until ``next_tick_at`` (an idle
+    node woke 20 times a second to tick nothing); ``wake`` is called when a
+    log needs attention again or the membership changes."""
+    h = host()
+    woken: list[int] = []
+    h.wake = lambda: woken.append(1)
+    assert h.next_tick_at() == float("inf")
+    c, acts = active(h, 1, recovered=True)
+    assert woken == [1]  # the first append: from nothing to look at to a log
+    assert h.next_tick_at() == 0.0  # tick at the usual pace
+    store_all(h, acts)
+    append(h, "second", now=0.01)  # attention already held: no second wake
+    assert woken == [1]
+    h.tick(0.05, lambda log: ME)  # its wave is never answered: the log parks
+    deadline = c.next_deadline()
+    assert deadline is not None
+    assert h.next_tick_at() == deadline
+    h.on_owners_changed()
+    assert len(woken) >= 2
+    assert h.next_tick_at() == 0.0

@@ -1,0 +1,63 @@
+"""What a node's sequencer host can be asked (``_host.SequencerHostCore``'s
+read-only side: gauges, status, a stopping node's hand-off).  Pure: no trio."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._handoff import endable
+from ._host_actions import HostOptions, SequencerState, Slot
+
+if TYPE_CHECKING:
+    from ._core import SequencerCore
+
+
+class HostQueries:
+    """Mixed into ``SequencerHostCore``, whose slots and attention set it reads."""
+
+    options: HostOptions
+    _slots: dict[int, Slot]
+    _attention: set[int]
+
+    def sequencer(self, log_id: int) -> SequencerCore | None:
+        slot = self._slots.get(log_id)
+        return slot.core if slot is not None else None
+
+    def cores(self) -> list[SequencerCore]:
+        return [s.core for s in self._slots.values() if s.core is not None]
+
+    def ending(self) -> list[SequencerCore]:
+        """Rule 9: the sequencers that may end their epoch themselves now."""
+        slots = self._slots.values()
+        return [s.core for s in slots if s.core and not s.activating and endable(s.core)]
+
+    def logs(self) -> list[int]:
+        """The logs this node runs a sequencer of."""
+        return sorted(log for log, s in self._slots.items() if s.core is not None)
+
+    def state(self, log_id: int, now: float) -> SequencerState | None:
+        slot = self._slots.get(log_id)
+        core = slot.core if slot is not None else None
+        if slot is None or core is None:
+            return None
+        return SequencerState(
+            core.epoch,
+            core.recovered,
+            0.0 if core.recovered else now - slot.activated_at,
+            slot.stalled(now, self.options.recovery_stall_s),
+            slot.attempts_failed,
+            slot.error,
+        )
+
+    def stalled_logs(self, now: float) -> list[int]:
+        # A log not recovered keeps the attention of ticks (rule 7).
+        stall_s, slots = self.options.recovery_stall_s, self._slots
+        return sorted(
+            log
+            for log in self._attention
+            if (s := slots.get(log)) and s.core and s.stalled(now, stall_s)
+        )
+
+    def sequencer_count(self) -> int:
+        """Sequencers here, and activations under way (for a gauge)."""
+        return len(self._slots)
