@@ -452,7 +452,7 @@ class Node:
         deadline or within IDLE_TICK_S; ``tick_s`` after the host wakes it."""
         next_gauges, watch, host = 0.0, self.release_watch, self.sequencers.core
         woken = trio.Event()
-        host.wake = lambda: woken.set()
+        host.wake = lambda: woken.set()  # the loop's current event: rebound below
         while True:
             now, tick_s = trio.current_time(), self.options.tick_s
             then = min(host.next_tick_at(), watch.next_due(), next_gauges, now + IDLE_TICK_S)

@@ -102,7 +102,9 @@ class Upkeep:
         store = self.view.astore
         seq, changed = await store.trims_changed(self._trim_seq)
         kept = any(_kept(r.attributes) for r in self.view.ranges)
-        logs = frozenset(self.committer.logs()) if changed != [] or kept else frozenset()
+        # The node's logs only when a trim or a retention needs them.
+        needed = changed is None or bool(changed) or kept
+        logs = frozenset(self.committer.logs()) if needed else frozenset()
         wanted = sorted(logs) if changed is None else sorted(logs.intersection(changed))
         trims = await store.trim_points(wanted) if wanted else {}
         retention, space = self._retention(logs) if kept else ({}, {})

@@ -38,13 +38,9 @@ class _Committer:
 
 
 def _view(store: SqliteEpochStore, ranges: list[LogRange]) -> Any:
-    def log_attributes(log_id: int) -> LogAttributes | None:
-        return next((r.attributes for r in ranges if log_id in r), None)
-
     return types.SimpleNamespace(
         astore=AsyncEpochStore(store),
         ranges=ranges,
-        log_attributes=log_attributes,
         storage_weights=lambda: {1: 1.0, 2: 1.0, 3: 1.0},
     )
 
