@@ -7,7 +7,9 @@ For each N, on a fresh local 3-node cluster (R=2, 100 B records):
 - ``create``: ``create_logs(1, N)`` in the epoch store;
 - ``first``: one ``append_async`` to every log, at most 256 unanswered (each
   activates the log's sequencer): seconds, activations/s and errors;
-- ``again``: one more record to every log, a loop of ``append_async``: rec/s;
+- ``again``: one more record to every log, a loop of ``append_async``: rec/s,
+  and the copies the nodes' group commits wrote per RocksDB write meanwhile
+  (``again_copies_per_write`` in each run's line);
 - ``tails``: ``tail_lsns`` of every log (one round per node): seconds;
 - activations per log over those phases, from the nodes' counters: 1.00
   unless sequencers moved (a node taken for dead gives its logs away); the
@@ -88,6 +90,12 @@ def full_collections(cluster: LocalCluster) -> tuple[float, float]:
     return full, full - quick
 
 
+def commits(c: LocalCluster) -> tuple[float, float]:
+    """Record copies stored and group-commit writes so far, over the nodes."""
+    copies = sum(c.metric(i, "logstrand_store_records_total", 0.0) for i in c.nodes)
+    return copies, sum(c.metric(i, "logstrand_group_commits_total", 0.0) for i in c.nodes)
+
+
 def one(
     n: int, idle_s: float, streams: int, rate: float, seconds: float, restarts: list[str]
 ) -> dict[str, Any]:
@@ -101,12 +109,15 @@ def one(
         settings = logstrand.ClientSettings(append_timeout_s=120.0)
         with logstrand.connect(c.url, settings=settings) as client:
             out["first_s"], out["first_errors"] = windowed(client, range(1, n + 1))
+            writes0 = commits(c)
             t0 = time.perf_counter()
             for log in range(1, n + 1):
                 client.append_async(log, PAYLOAD)
             left = client.flush(600)
             out["again_rps"] = n / (time.perf_counter() - t0)
             out["again_left"] = left
+            copies, writes = (b - a for a, b in zip(writes0, commits(c), strict=True))
+            out["again_copies_per_write"] = copies / max(writes, 1)
             t0 = time.perf_counter()
             client.tail_lsns(range(1, n + 1))
             out["tails_s"] = time.perf_counter() - t0

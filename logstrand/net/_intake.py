@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from ..wire import AppendMany, Store, StoreReply
+from ..wire import AppendMany, Store, StoreMany, StoreReplies, StoreReply
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -242,23 +242,37 @@ class Intake:
         """A whole frame became ``msg``: its bytes now belong to the request."""
         self.partial -= frame_bytes
         self._reserved -= frame_bytes
+        if type(msg) is StoreMany:
+            # Each entry is a STORE of its own, answered alone (maybe in
+            # another write than the others): each holds its share.
+            n = len(msg.store_ids)
+            share, extra = divmod(frame_bytes, n)
+            for i, store_id in enumerate(msg.store_ids):
+                self._hold(("s", store_id), share + (extra if i == 0 else 0), 1)
+            return
         key = request_key(msg)
         if key is None:
             self._give(frame_bytes)
             return
-        weight = _weight(msg)
-        entry = (frame_bytes, trio.current_time(), weight)
+        self._hold(key, frame_bytes, _weight(msg))
+
+    def _hold(self, key: tuple[str, int], size: int, weight: int) -> None:
+        entry = (size, trio.current_time(), weight)
         sizes = self._pending.get(key)
         if sizes is None:
             self._pending[key] = [entry]
         else:
             sizes.append(entry)
         self.requests += weight
-        self.request_bytes += frame_bytes
+        self.request_bytes += size
 
     def settle(self, msg: Any) -> None:
         """``msg`` is being sent: if it answers a request, that request is done."""
         if self._pending:
+            if type(msg) is StoreReplies:
+                for store_id in msg.store_ids:
+                    self.settle_key(("s", store_id))
+                return
             key = reply_key(msg)
             if key is not None:
                 self.settle_key(key)

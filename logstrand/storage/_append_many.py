@@ -17,6 +17,8 @@ from ..errors import LogstrandError
 from ..wire import Append, AppendManyReply, AppendReply
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
     from ..errors import Status
     from ..net import Connection
     from ..security import Principal
@@ -29,6 +31,7 @@ class Checks(Protocol):
 
 class Appends(Protocol):
     async def handle_append(self, conn: Gather, msg: Append) -> None: ...
+    def batching(self) -> AbstractContextManager[None]: ...
 
 
 class Gather:
@@ -83,14 +86,16 @@ async def handle_append_many(
     if not msg.log_ids:
         await conn.reply(gather.answer())
         return
-    for i, (log_id, batch) in enumerate(zip(msg.log_ids, msg.batches, strict=True)):
-        one = Append(i, log_id, batch)
-        refused = await guard.check(conn.principal, one)
-        if refused is not None:
-            status, why = refused
-            await gather.reply(AppendReply(i, int(status), message=why[:1024]))
-            continue
-        try:
-            await appends.handle_append(gather, one)
-        except LogstrandError as exc:
-            await gather.reply(AppendReply(i, int(exc.status), message=str(exc)[:1024]))
+    # One burst: the STOREs of every entry leave together, a StoreMany per node.
+    with appends.batching():
+        for i, (log_id, batch) in enumerate(zip(msg.log_ids, msg.batches, strict=True)):
+            one = Append(i, log_id, batch)
+            refused = await guard.check(conn.principal, one)
+            if refused is not None:
+                status, why = refused
+                await gather.reply(AppendReply(i, int(status), message=why[:1024]))
+                continue
+            try:
+                await appends.handle_append(gather, one)
+            except LogstrandError as exc:
+                await gather.reply(AppendReply(i, int(exc.status), message=str(exc)[:1024]))

@@ -13,7 +13,9 @@ Rules
    waiting (up to ``group_commit_records_max`` records or
    ``group_commit_bytes_max`` bytes), writes it in one RocksDB write, and
    answers each STORE.  Under load one fsync covers hundreds of STOREs, and
-   the size limits bound the pause a write is for the loop.
+   the size limits bound the pause a write is for the loop.  The answers of
+   one write to one connection that speaks protocol 6 leave as one
+   ``StoreReplies``.
 3. What a STORE, a RELEASE, a trim or a recovery's question means for the
    LogsDB is decided by the node's request rules (``_node_store.NodeStore``,
    pure, which the simulation runs too); the committer adds the queue, the
@@ -36,7 +38,7 @@ import trio
 
 from .. import _trace
 from ..logsdb import LogsDB
-from ..wire import Store
+from ..wire import MANY_MAX, Store, StoreReplies
 from ._node_store import NodeStore, _no_space
 
 if TYPE_CHECKING:
@@ -47,7 +49,7 @@ if TYPE_CHECKING:
 
     #: Takes a STORE's reply without waiting (``Connection.offer``): a peer that
     #: does not read its replies must never hold up the group commit.
-    Sink = Callable[[StoreReply], object]
+    Sink = Callable[[StoreReply | StoreReplies], object]
 
 _log = logging.getLogger("logstrand.node")
 
@@ -61,11 +63,11 @@ class Committer(NodeStore):
     bytes_max: int
     release_persist_s: float
     _where: tuple[str, LogsDBOptions | None] = attrs.field(init=False, default=("", None))
-    _in: trio.MemorySendChannel[tuple[Store, Any]] = attrs.field(init=False)
-    _out: trio.MemoryReceiveChannel[tuple[Store, Any]] = attrs.field(init=False)
+    _in: trio.MemorySendChannel[tuple[Store, Any, bool]] = attrs.field(init=False)
+    _out: trio.MemoryReceiveChannel[tuple[Store, Any, bool]] = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
-        self._in, self._out = trio.open_memory_channel[tuple[Store, Any]](self.queue_max)
+        self._in, self._out = trio.open_memory_channel[tuple[Store, Any, bool]](self.queue_max)
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -103,9 +105,11 @@ class Committer(NodeStore):
 
     # -- storing -------------------------------------------------------------------
 
-    async def submit(self, msg: Store, sink: Sink) -> None:
-        """Queue a STORE; ``sink`` gets its reply.  Waits while the queue is full."""
-        await self._in.send((msg, sink))
+    async def submit(self, msg: Store, sink: Sink, many: bool = False) -> None:
+        """Queue a STORE; ``sink`` gets its reply (with ``many``, in a
+        ``StoreReplies`` with the others of its write to the same sink).
+        Waits while the queue is full."""
+        await self._in.send((msg, sink, many))
 
     async def run(self) -> None:
         """Group commit, until cancelled."""
@@ -128,12 +132,29 @@ class Committer(NodeStore):
                 size += item[0].batch.payload_bytes
             if _trace.ON:
                 _trace.mark("store.write")
-            replies = self.commit([msg for msg, _ in items])
+            replies = self.commit([msg for msg, _, _ in items])
             if _trace.ON:
                 _trace.mark("store.written")
-            for (_, sink), reply in zip(items, replies, strict=True):
-                # If the sequencer's connection is gone, it will retry elsewhere.
+            self._answer_all(items, replies)
+
+    def _answer_all(self, items: list[tuple[Store, Any, bool]], replies: list[StoreReply]) -> None:
+        # If a sequencer's connection is gone, it will retry elsewhere.
+        together: dict[Any, list[StoreReply]] = {}
+        for (_, sink, many), reply in zip(items, replies, strict=True):
+            if not many:
                 sink(reply)
+                continue
+            got = together.get(sink)
+            if got is None:
+                together[sink] = [reply]
+            else:
+                got.append(reply)
+        for sink, some in together.items():
+            if len(some) == 1:
+                sink(some[0])
+                continue
+            for lo in range(0, len(some), MANY_MAX):
+                sink(StoreReplies.of(self.node_id, some[lo : lo + MANY_MAX]))
 
     # -- release pointers ---------------------------------------------------------
 

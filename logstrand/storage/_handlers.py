@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .. import _trace
 from ..errors import LogstrandError, Status
 from ..wire import (
+    MANY_PROTOCOL,
     Amend,
     Append,
     AppendMany,
@@ -131,7 +132,7 @@ def register_handlers(
     async def store(conn: Connection, msg: Store) -> None:
         if _trace.ON:
             _trace.mark("store.in")
-        await committer.submit(msg, conn.offer)
+        await committer.submit(msg, conn.offer, conn.protocol >= MANY_PROTOCOL)
 
     async def release(conn: Connection, msg: Release) -> None:
         committer.on_release(msg.log_id, msg.lsn)

@@ -269,7 +269,7 @@ class Node:
         for task in (
             committer.run,
             committer.persist_releases,
-            self.peers.pump_replies,
+            self.peers.run,
             self.sequencers.release_flusher,
             self._ticker,
             upkeep.maintain,

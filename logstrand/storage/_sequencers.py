@@ -33,11 +33,11 @@ from ..sequencer._host import (
     ReplySeqState,
     SequencerHostCore,
 )
-from ..wire import Append, AppendReply, GetSeqState, Release, RenewReply, SeqState, StoreReply
+from ..wire import Append, AppendReply, GetSeqState, RenewReply, SeqState, StoreReply
 from ._activation import Activations
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterator, Sequence
 
     from ..epochstore import LogAttributes
     from ..net import Connection
@@ -59,8 +59,10 @@ HANDOFF_STUCK_S = 1.0
 class PeerPort(Protocol):
     """How the sequencers reach the nodes (``Peers``)."""
 
-    async def send_store(self, node_id: int, msg: Store) -> bool: ...
-    async def send_release(self, node_id: int, msg: Release) -> None: ...
+    async def queue_store(self, node_id: int, msg: Store) -> None: ...
+    async def send_releases(self, node_id: int, releases: Sequence[tuple[int, int]]) -> None: ...
+    async def after_bursts(self) -> None: ...
+    def batching(self) -> contextlib.AbstractContextManager[None]: ...
     async def connected(self, node_id: int) -> Link | None: ...
     async def request(self, node_id: int, make: Callable[[int], Any], timeout_s: float) -> Any: ...
     def reachable(self) -> set[int]: ...
@@ -140,6 +142,10 @@ class SequencerHost:
         if _trace.ON:
             _trace.mark("seq.handled")
 
+    def batching(self) -> contextlib.AbstractContextManager[None]:
+        """A burst of appends: their STOREs wait for its end (``Peers``)."""
+        return self.peers.batching()
+
     async def handle_get_seq_state(self, conn: Connection, msg: GetSeqState) -> None:
         """Activate the log's sequencer here if this node owns it; answer its state."""
         owner = await self._owner(msg.log_id)
@@ -208,15 +214,8 @@ class SequencerHost:
                     _trace.mark(
                         "seq.store_sent" if action.node_id != self.node_id else "seq.store_local"
                     )
-                if not await self.peers.send_store(action.node_id, action.message):
-                    # Could not even send: answer for the node, so a new wave starts.
-                    fail = StoreReply(
-                        action.message.store_id,
-                        action.message.log_id,
-                        int(Status.CONNFAILED),
-                        action.node_id,
-                    )
-                    queue.extend(self._stored(fail))
+                # (One that cannot be sent is answered CONNFAILED, as a reply.)
+                await self.peers.queue_store(action.node_id, action.message)
             elif isinstance(action, ReplyAppend):
                 await self._reply(action)
             elif isinstance(action, SendRelease):
@@ -407,12 +406,15 @@ class SequencerHost:
             self._release_wakeup = trio.Event()
             for _ in range(2):
                 await trio.lowlevel.checkpoint()  # let the tasks that are ready now finish first
+            await self.peers.after_bursts()
             pending, self._releases = self._releases, {}
+            per_node: dict[int, list[tuple[int, int]]] = {}
             for log_id, (nodeset, lsn) in pending.items():
-                release = Release(log_id, lsn)
                 for n in nodeset:
                     if self._release_sent.get((log_id, n), 0) < lsn:
-                        await self.peers.send_release(n, release)
+                        per_node.setdefault(n, []).append((log_id, lsn))
+            for n, releases in per_node.items():
+                await self.peers.send_releases(n, releases)
 
     async def on_store_reply(self, reply: StoreReply) -> None:
         if _trace.ON:

@@ -46,7 +46,17 @@ from ..net import (
     SendBudget,
     serve_connection,
 )
-from ..wire import ACCESS, ErrorReply, Hello, ReadRecords, StartRead, Store, StoreReply
+from ..wire import (
+    ACCESS,
+    ErrorReply,
+    Hello,
+    ReadRecords,
+    ReleaseMany,
+    StartRead,
+    Store,
+    StoreMany,
+    StoreReply,
+)
 
 if TYPE_CHECKING:
     import ssl
@@ -251,7 +261,14 @@ class Server:
         return conn.peer_node_id is not None or conn.working > 0 or self.busy(conn)
 
     async def _dispatch(self, conn: Connection, aside: _Aside, msg: Any) -> None:
-        handler = self._handlers.get(type(msg))
+        kind = type(msg)
+        if kind is StoreMany or kind is ReleaseMany:
+            # Many logs' STOREs or RELEASEs: each entry as if it came alone,
+            # in order, with the checks and the answer a single one gets.
+            for one in msg.stores() if kind is StoreMany else msg.releases():
+                await self._dispatch(conn, aside, one)
+            return
+        handler = self._handlers.get(kind)
         if handler is None:
             if conn.intake is not None:
                 conn.intake.unanswered(msg)  # nothing here answers it

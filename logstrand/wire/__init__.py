@@ -32,6 +32,7 @@ from ._messages import (
     StoreReply,
 )
 from ._messages_health import ClusterState, GetClusterState, Gossip
+from ._messages_many import MANY_MAX, MANY_PROTOCOL, ReleaseMany, StoreMany, StoreReplies
 from ._messages_ops import (
     DIRECTORY_FIELDS,
     RENEW_LOGS_MAX,
@@ -79,6 +80,8 @@ __all__ = [
     "FRAME_BYTES_MAX_DEFAULT",
     "HEADER_BYTES",
     "ITEMS_MAX_DEFAULT",
+    "MANY_MAX",
+    "MANY_PROTOCOL",
     "MESSAGE_TYPES",
     "PROTOCOL_VERSION_MAX",
     "PROTOCOL_VERSION_MIN",
@@ -120,6 +123,7 @@ __all__ = [
     "ReadCredit",
     "ReadRecords",
     "Release",
+    "ReleaseMany",
     "Renew",
     "RenewReply",
     "Seal",
@@ -128,6 +132,8 @@ __all__ = [
     "StartRead",
     "StopRead",
     "Store",
+    "StoreMany",
+    "StoreReplies",
     "StoreReply",
     "TailsReply",
     "Trim",

@@ -27,9 +27,12 @@ if TYPE_CHECKING:
 #: in one request: ``GetTails`` (tails in one round per node) and
 #: ``AppendMany`` (batches of many logs to their sequencer node); a v4
 #: client asks a v3 node log by log and sends it each batch alone.  5:
-#: ``Renew`` (``logs rebalance``), which needs every node on 5.
+#: ``Renew`` (``logs rebalance``), which needs every node on 5.  6: between
+#: nodes, ``StoreMany``, ``StoreReplies`` and ``ReleaseMany`` (many logs'
+#: STOREs, their answers and RELEASEs in one message); a v6 node sends a v5
+#: node each alone.
 PROTOCOL_VERSION_MIN = 3
-PROTOCOL_VERSION_MAX = 5
+PROTOCOL_VERSION_MAX = 6
 
 MESSAGE_TYPES: dict[int, type[Any]] = {}
 #: Who may send each request, declared with it (``message``): "node", only

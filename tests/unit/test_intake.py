@@ -183,3 +183,28 @@ async def test_a_request_of_many_logs_weighs_one_request_per_entry(
     intake.settle(AppendManyReply(1, (0, 0, 0), (1, 2, 3), (0, 0, 0), (0, 0, 0), ("", "", "")))
     assert intake.requests == 1
     assert intake.request_bytes == 50
+
+
+async def test_a_store_of_many_logs_holds_each_entry_until_its_own_answer(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The entries of a ``StoreMany`` are STOREs of their own: each counts
+    (with its share of the frame) until an answer names it, whether alone
+    or among others in a ``StoreReplies``."""
+    from logstrand.batch import make_batch
+    from logstrand.wire import Store, StoreMany, StoreReplies, StoreReply
+
+    pool = Budget(10_000)
+    intake = Intake(IntakeLimits(requests_max=8, request_bytes_max=10_000), pool)
+    b = make_batch([(1 << 32) | 1], [b"x"], timestamps_ms=[1], copyset=(1, 2), wave=1)
+    stores = [Store.of(sid, 9, 1, (1, 2), 0, True, b) for sid in (11, 12, 13)]
+    await take(intake, StoreMany.of(stores), 301)
+    assert intake.requests == 3
+    assert intake.request_bytes == 301
+    intake.settle(StoreReply(12, 9, 0, 2))
+    assert intake.requests == 2
+    assert intake.request_bytes == 201  # the first entry holds the odd byte
+    intake.settle(StoreReplies.of(2, [StoreReply(11, 9, 0, 2), StoreReply(13, 9, 0, 2)]))
+    assert intake.requests == 0
+    assert intake.request_bytes == 0
+    assert pool.used == 0

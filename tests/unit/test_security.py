@@ -131,7 +131,7 @@ def test_who_may_send_what_is_declared_with_each_message() -> None:
         by_access.setdefault(access, set()).add(kind.__name__)
     assert by_access == {
         "node": {"Store", "Release", "Seal", "GetDigest", "Gossip", "Trim", "DropCopies"}
-        | {"CleanPoint", "Amend"},
+        | {"CleanPoint", "Amend", "StoreMany", "ReleaseMany"},
         "any": {"Ping", "GetClusterState", "ReadCredit", "StopRead"},
         "read": {"GetSeqState", "StartRead", "LogInfo", "FindTime", "GetLogDirectory"}
         | {"GetTails"},
@@ -143,7 +143,7 @@ def test_who_may_send_what_is_declared_with_each_message() -> None:
     assert all(
         name.endswith(("Reply", "Ack"))
         or name in ("Hello", "Pong", "SeqState", "Digest")
-        or name in ("ReadRecords", "NodeStatus", "LogDirectory", "ClusterState")
+        or name in ("ReadRecords", "NodeStatus", "LogDirectory", "ClusterState", "StoreReplies")
         for name in replies
     ), replies
     ann = user_principal("ann")

@@ -4,6 +4,7 @@ import contextlib
 from typing import Any
 
 import attrs
+import cbor2
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from logstrand.batch import Codec, PackedBatch, make_batch
 from logstrand.errors import InvalidArgumentError, ProtocolError, Status
 from logstrand.wire import (
+    MANY_MAX,
     MESSAGE_TYPES,
     Amend,
     AmendReply,
@@ -44,6 +46,7 @@ from logstrand.wire import (
     ReadCredit,
     ReadRecords,
     Release,
+    ReleaseMany,
     Renew,
     RenewReply,
     Seal,
@@ -52,6 +55,8 @@ from logstrand.wire import (
     StartRead,
     StopRead,
     Store,
+    StoreMany,
+    StoreReplies,
     StoreReply,
     TailsReply,
     Trim,
@@ -265,6 +270,23 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         st.lists(u32, max_size=4).map(tuple),
     ),
 }
+
+
+def _plain_store(b: PackedBatch) -> st.SearchStrategy[Store]:
+    return st.builds(
+        Store, u64, u64, st.just(b.wave), st.just(b.copyset), u64, st.booleans(), st.just(b)
+    )
+
+
+STRATEGIES[StoreMany] = st.lists(
+    packed_batches(max_size=3).flatmap(_plain_store), min_size=1, max_size=4
+).map(StoreMany.of)
+STRATEGIES[StoreReplies] = st.lists(
+    st.builds(StoreReply, u64, u64, statuses, st.just(0)), min_size=0, max_size=4
+).flatmap(lambda rs: st.builds(StoreReplies.of, u32, st.just(rs)))
+STRATEGIES[ReleaseMany] = st.lists(st.tuples(u64, u64), max_size=4).map(
+    lambda ps: ReleaseMany(tuple(p[0] for p in ps), tuple(p[1] for p in ps))
+)
 any_message = st.one_of(*STRATEGIES.values())
 
 
@@ -367,11 +389,41 @@ def test_directory_entries_come_whole() -> None:
         LogDirectory(1, 0, (1, 2, 3))
 
 
+@given(st.lists(packed_batches(max_size=3).flatmap(_plain_store), min_size=1, max_size=5))
+def test_many_logs_stores_are_each_the_store_it_stands_for(stores: list[Store]) -> None:
+    """A ``StoreMany`` gives back, after the wire, the very STOREs it was
+    made of; its answers do the same for their replies."""
+    msg = decode_body(encode_body(StoreMany.of(stores)))
+    assert msg.stores() == stores
+    replies = [StoreReply(s.store_id, s.log_id, int(Status.OK), 7) for s in stores]
+    assert decode_body(encode_body(StoreReplies.of(7, replies))).replies() == replies
+
+
+def test_many_logs_messages_refuse_what_they_cannot_carry() -> None:
+    b = make_batch([(3 << 32) | 1], [b"x"], timestamps_ms=[1], copyset=(1, 2), wave=1)
+    recovery = Store.of(1, 5, 1, (1, 2), 0, True, b, recovery_seal=4)
+    with pytest.raises(ValueError, match="only plain STOREs"):
+        StoreMany.of([recovery])
+    with pytest.raises(ValueError, match="no entries"):
+        StoreMany((), (), (), (), ())
+    with pytest.raises(ValueError, match="differ in length"):
+        StoreMany((1, 2), (5,), (0, 0), (True, True), (b, b))
+    with pytest.raises(ValueError, match="differ in length"):
+        ReleaseMany((1, 2), (5,))
+    too_many = tuple(range(MANY_MAX + 1))
+    with pytest.raises(ValueError, match="at most"):
+        ReleaseMany(too_many, too_many)
+    # Off the wire, the same refusals are protocol errors.
+    with pytest.raises(ProtocolError, match="differ in length"):
+        decode_body(cbor2.dumps([ReleaseMany.TYPE_ID, [1, 2], [5]]))
+
+
 def test_version_negotiation() -> None:
-    assert choose_version(1, 6) == 5
+    assert choose_version(1, 7) == 6
+    assert choose_version(3, 5) == 5  # a node without StoreMany
     assert choose_version(3, 4) == 4  # a node without Renew
     assert choose_version(3, 3) == 3  # a node without GetTails and AppendMany
-    assert choose_version(6, 7) is None
+    assert choose_version(7, 8) is None
     assert choose_version(1, 2) is None
 
 
