@@ -36,12 +36,12 @@ from ._offset_map import OffsetMap, hash_keys
 from ._shell import Throttle, compacted_attributes
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Iterator
 
     from prometheus_client import Counter, Gauge
 
     from ..client import AsyncClient
-    from ..epochstore import AsyncEpochStore, LogAttributes
+    from ..epochstore import AsyncEpochStore, LogAttributes, LogRange
     from ..net import Connection
     from ..security import Credentials
 
@@ -68,9 +68,19 @@ class CleanerOptions:
 class _View(Protocol):
     @property
     def astore(self) -> AsyncEpochStore: ...
+    @property
+    def ranges(self) -> list[LogRange]: ...
 
     def log_attributes(self, log_id: int) -> LogAttributes | None: ...
     async def refresh(self) -> None: ...
+
+
+class _Sequenced(Protocol):
+    """The logs the node runs a sequencer of (``sequencer._host_queries.Sequenced``)."""
+
+    def __contains__(self, log_id: object) -> bool: ...
+    def __iter__(self) -> Iterator[int]: ...
+    def most(self) -> int: ...
 
 
 class CleanerHost(Protocol):
@@ -86,7 +96,7 @@ class CleanerHost(Protocol):
     def metrics(self) -> CleanerMetrics: ...
     @property
     def credentials(self) -> Credentials | None: ...
-    def sequenced_logs(self) -> list[int]: ...
+    def sequenced_logs(self) -> _Sequenced: ...
     def clock_ms(self) -> int: ...
     def register(
         self, message_type: type, handler: Callable[[Connection, Any], Awaitable[None]]
@@ -165,13 +175,21 @@ class Cleaner:
             with contextlib.suppress(LogstrandError):  # counted and logged; the next one
                 await self.run_pass(chosen.log_id)
 
+    def _compacted_here(self) -> list[int]:
+        """The compacted logs this node sequences, looked for among the
+        compacted ranges or among its sequencers, whichever are fewer: a
+        round costs what is compacted, never a look at every log."""
+        ranges = [r for r in self.host.view.ranges if r.attributes.compacted]
+        if not ranges:
+            return []
+        sequenced = self.host.sequenced_logs()
+        if sum(r.last - r.first + 1 for r in ranges) <= sequenced.most():
+            return [log for r in ranges for log in range(r.first, r.last + 1) if log in sequenced]
+        return sorted(log for log in sequenced if any(log in r for r in ranges))
+
     async def _due(self) -> list[Candidate]:
         host = self.host
-        logs = [
-            log
-            for log in host.sequenced_logs()
-            if (a := host.view.log_attributes(log)) is not None and a.compacted
-        ]
+        logs = self._compacted_here()
         if not logs:
             return []
         client = await self.client()

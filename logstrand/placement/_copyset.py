@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from collections.abc import Collection, Mapping
 
 
+_SHARED_RNG = random.Random()
+
+
 class CopysetSelector:
     """Picks copysets for one nodeset.  Deterministic for a given ``rng``."""
 
@@ -47,7 +50,9 @@ class CopysetSelector:
         self.replication = replication
         self._weights = {n: (weights or {}).get(n, 1.0) for n in nodeset}
         self._domains = {n: (domains or {}).get(n, f"node{n}") for n in nodeset}
-        self._rng = rng or random.Random()
+        # One generator for every selector without its own: a Random's state
+        # is 2.5 KB, and a node keeps a selector per active sequencer.
+        self._rng = rng or _SHARED_RNG
         self.local = local
 
     def select(self, exclude: Collection[int] = ()) -> tuple[int, ...] | None:

@@ -21,7 +21,7 @@ from ..errors import LogstrandError
 from ..records import POSITIONS_LOG_ID
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Container
 
     from prometheus_client import CollectorRegistry
 
@@ -47,7 +47,7 @@ class MonitorHost(Protocol):
     def credentials(self) -> Credentials | None: ...
     @property
     def metrics(self) -> _Metrics: ...
-    def sequenced_logs(self) -> list[int]: ...
+    def sequenced_logs(self) -> Container[int]: ...
 
 
 class _Client(Protocol):

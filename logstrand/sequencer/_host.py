@@ -252,7 +252,7 @@ class SequencerHostCore(HostQueries):
         actions: list[HostAction] = []
         if not core.recovered:
             actions.append(Recover(log_id, core, history))
-        waiting, slot.waiting = slot.waiting, deque()
+        waiting, slot.waiting = slot.waiting, []
         for batch, token in waiting:
             if batch is None:
                 actions.append(ReplySeqState(token, Status.OK))
@@ -266,7 +266,7 @@ class SequencerHostCore(HostQueries):
             return []
         slot.activating = False
         slot.renew = False
-        waiting, slot.waiting = slot.waiting, deque()
+        waiting, slot.waiting = slot.waiting, []
         text = f"cannot activate a sequencer for log {log_id}: {message}"
         if slot.core is None:
             del self._slots[log_id]

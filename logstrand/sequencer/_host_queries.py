@@ -9,7 +9,30 @@ from ._handoff import endable
 from ._host_actions import HostOptions, SequencerState, Slot
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from ._core import SequencerCore
+
+
+class Sequenced:
+    """The logs a host runs a sequencer of, as a live view: asking about
+    one log costs one look, not a list of them all (a node's timers ask)."""
+
+    __slots__ = ("_slots",)
+
+    def __init__(self, slots: dict[int, Slot]) -> None:
+        self._slots = slots
+
+    def __contains__(self, log_id: object) -> bool:
+        slot = self._slots.get(log_id)  # type: ignore[call-overload]
+        return slot is not None and slot.core is not None
+
+    def __iter__(self) -> Iterator[int]:
+        return iter([log for log, s in self._slots.items() if s.core is not None])
+
+    def most(self) -> int:
+        """At least as many as there are (activations under way count too)."""
+        return len(self._slots)
 
 
 class HostQueries:
@@ -18,6 +41,10 @@ class HostQueries:
     options: HostOptions
     _slots: dict[int, Slot]
     _attention: set[int]
+
+    @property
+    def sequenced(self) -> Sequenced:
+        return Sequenced(self._slots)
 
     def sequencer(self, log_id: int) -> SequencerCore | None:
         slot = self._slots.get(log_id)

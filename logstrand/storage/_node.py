@@ -72,6 +72,7 @@ if TYPE_CHECKING:
     from ..epochstore import NodeConfig
     from ..logsdb import LogsDBOptions
     from ..net import Connection
+    from ..sequencer._host_queries import Sequenced
 
 _log = logging.getLogger("logstrand.node")
 #: An idle node's ticker wakes this often (20 times a second when busy).
@@ -103,8 +104,7 @@ class Node:
         kafka: str | None = None,
     ) -> None:
         self.url = url
-        #: The address of the node's Kafka front (an extension serves it), or
-        #: None; ``:PORT`` for that port on the host in the configuration.
+        #: The Kafka front's address (``:PORT``: on the configured host), or None.
         self.kafka = kafka
         #: Where to listen (None: the address in the cluster configuration),
         #: the address to put there at start, and where /metrics is served.
@@ -139,8 +139,8 @@ class Node:
         self.server: Server
         self.sequencers: SequencerHost
 
-    def sequenced_logs(self) -> list[int]:
-        return self.sequencers.sequencers
+    def sequenced_logs(self) -> Sequenced:
+        return self.sequencers.core.sequenced
 
     def clock_ms(self) -> int:
         """This node's clock: its wall clock corrected to the cluster's."""
