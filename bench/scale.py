@@ -9,7 +9,8 @@ For each N, on a fresh local 3-node cluster (R=2, 100 B records):
   activates the log's sequencer): seconds, activations/s and errors;
 - ``again``: one more record to every log, a loop of ``append_async``: rec/s,
   and the copies the nodes' group commits wrote per RocksDB write meanwhile
-  (``again_copies_per_write`` in each run's line);
+  (``again_copies_per_write`` in each run's line), and the CPU the client and
+  the nodes used per record (``again_cpu_ms_per_record``);
 - ``tails``: ``tail_lsns`` of every log (one round per node): seconds;
 - activations per log over those phases, from the nodes' counters: 1.00
   unless sequencers moved (a node taken for dead gives its logs away); the
@@ -35,6 +36,7 @@ smallest N to the largest.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -110,6 +112,8 @@ def one(
         with logstrand.connect(c.url, settings=settings) as client:
             out["first_s"], out["first_errors"] = windowed(client, range(1, n + 1))
             writes0 = commits(c)
+            pids = [os.getpid(), *(p.pid for p in c.procs.values())]
+            cpu0 = cpu_s(pids)
             t0 = time.perf_counter()
             for log in range(1, n + 1):
                 client.append_async(log, PAYLOAD)
@@ -118,6 +122,7 @@ def one(
             out["again_left"] = left
             copies, writes = (b - a for a, b in zip(writes0, commits(c), strict=True))
             out["again_copies_per_write"] = copies / max(writes, 1)
+            out["again_cpu_ms_per_record"] = (cpu_s(pids) - cpu0) * 1000 / n
             t0 = time.perf_counter()
             client.tail_lsns(range(1, n + 1))
             out["tails_s"] = time.perf_counter() - t0

@@ -11,11 +11,14 @@ procedures): the committer never waits on sequencer work.
 Many logs in one message (protocol 6, ``wire._messages_many``):
 
 * the write path's STOREs (``queue_store``) wait in a box per peer and leave
-  together as one ``StoreMany``: when the burst of work that made them ends
+  together as one ``StoreMany`` (one made outside any burst, with none
+  waiting before it, leaves at once, alone): when the burst of work that made them ends
   (``batching``: an ``AppendMany`` taken whole, the STORE replies waiting
   taken whole), after ``BURST_WAIT_S`` at most, or when ``MANY_MAX`` wait.
-  One lock per peer keeps them in the order they were queued.  A box that
-  cannot be sent is answered CONNFAILED, as a single STORE was;
+  One lock per peer keeps them in the order they were queued, and each
+  peer's boxes leave from a task of their own, so that a peer slow to read
+  holds up no other's.  A box that cannot be sent is answered CONNFAILED,
+  as a single STORE was;
 * the replies that come back as one ``StoreReplies`` go into the channel
   together, and the pump takes every reply waiting as one burst;
 * RELEASEs for one peer leave as one ``ReleaseMany`` (``send_releases``).
@@ -85,6 +88,7 @@ class Peers:
         #: Plain STOREs waiting to leave, per peer, and the order keepers.
         self._boxes: dict[int, list[Store]] = {}
         self._box_locks: dict[int, trio.Lock] = {}
+        self._flushing: set[int] = set()
         self._bursts = 0
         self._box_filled = trio.Event()
         self._bursts_over = trio.Event()
@@ -126,12 +130,24 @@ class Peers:
             return
         box = self._boxes.get(node_id)
         if box is None:
+            if not self._bursts and self._quiet(node_id):
+                # Nothing to gather it with: straight out, as a STORE alone
+                # (one task hop fewer for a lone append).
+                link = self.links.open_link(node_id)
+                if link is not None and link.send_nowait(msg):
+                    return
             box = self._boxes[node_id] = []
         box.append(msg)
         if len(box) >= MANY_MAX:
             await self._flush(node_id)
         elif len(box) == 1:
             self._box_filled.set()
+
+    def _quiet(self, node_id: int) -> bool:
+        """No STORE for the node waits or is being sent: one sent now goes
+        after every earlier one."""
+        lock = self._box_locks.get(node_id)
+        return node_id not in self._flushing and (lock is None or not lock.locked())
 
     @contextlib.contextmanager
     def batching(self) -> Iterator[None]:
@@ -151,13 +167,24 @@ class Peers:
             with trio.move_on_after(BURST_WAIT_S):
                 await self._bursts_over.wait()
 
-    async def _store_flusher(self) -> None:
+    async def _store_flusher(self, nursery: trio.Nursery) -> None:
+        # A task per peer with a box: a peer slow to read holds up its own
+        # STOREs only (``Connection.send`` waits for room), never another's.
         while True:
             await self._box_filled.wait()
             self._box_filled = trio.Event()
             await self.after_bursts()
             for node_id in list(self._boxes):
+                if node_id not in self._flushing:
+                    self._flushing.add(node_id)
+                    nursery.start_soon(self._flush_all, node_id)
+
+    async def _flush_all(self, node_id: int) -> None:
+        try:
+            while self._boxes.get(node_id):
                 await self._flush(node_id)
+        finally:
+            self._flushing.discard(node_id)
 
     async def _flush(self, node_id: int) -> None:
         lock = self._box_locks.get(node_id)
@@ -233,7 +260,7 @@ class Peers:
     async def run(self) -> None:
         """Send the STOREs queued and take the replies, until cancelled."""
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._store_flusher)
+            nursery.start_soon(self._store_flusher, nursery)
             await self._pump_replies()
 
     async def _pump_replies(self) -> None:

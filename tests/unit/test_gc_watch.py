@@ -4,9 +4,13 @@ full collections scan only what was made since."""
 from __future__ import annotations
 
 import gc
+from typing import TYPE_CHECKING
 
 from logstrand.storage._gc import watch_collections
 from logstrand.storage._metrics import NodeMetrics
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 def _sample(metrics: NodeMetrics, name: str, labels: dict[str, str] | None = None) -> float:
@@ -43,12 +47,10 @@ def test_a_full_collection_freezes_what_survived_and_is_timed() -> None:
     assert kept
 
 
-def test_an_active_idle_sequencer_costs_about_fifteen_tracked_objects() -> None:
-    """What a full collection scans per log (docs/architecture.md, "What a
-    log costs"): the host's slot, the core and what it holds, as a node
-    makes them.  ``pytest -s`` prints the count."""
+def _activator() -> Callable[[range], None]:
+    """Activates sequencers of logs as a node does (a selector without a
+    generator of its own), each with one record stored, then idle."""
     import itertools
-    import random
 
     from logstrand.batch import make_batch
     from logstrand.epochstore import LogAttributes
@@ -64,16 +66,22 @@ def test_an_active_idle_sequencer_costs_about_fifteen_tracked_objects() -> None:
         for log in logs:
             batch = make_batch(range(1), [b"x"], timestamps_ms=0, keys=[None], producer=(7, 0))
             host.on_append(log, batch, ("conn", 1), 0.0, 1000, owner=1, attributes=plain)
-            selector = CopysetSelector(
-                (1, 2, 3), 2, weights=dict.fromkeys((1, 2, 3), 1.0), local=1,
-                rng=random.Random(log),
-            )  # fmt: skip
+            weights = dict.fromkeys((1, 2, 3), 1.0)
+            selector = CopysetSelector((1, 2, 3), 2, weights=weights, local=1)
             core = SequencerCore(log, 1, selector, recovered=True, ids=ids)
             for action in host.on_activated(log, core, 0.0, 1000):
                 if isinstance(action, SendStore):
                     host.on_stored(log, action.message.store_id, action.node_id, Status.OK, 0.0)
         host.tick(1.0, lambda _log: 1)
 
+    return activate
+
+
+def test_an_active_idle_sequencer_costs_about_fifteen_tracked_objects() -> None:
+    """What a full collection scans per log (docs/architecture.md, "What a
+    log costs"): the host's slot, the core and what it holds, as a node
+    makes them.  ``pytest -s`` prints the count."""
+    activate = _activator()
     activate(range(1, 101))
     gc.collect()
     before = len(gc.get_objects())
@@ -82,3 +90,25 @@ def test_an_active_idle_sequencer_costs_about_fifteen_tracked_objects() -> None:
     per_log = (len(gc.get_objects()) - before) / 2000
     print(f"{per_log:.1f} tracked objects per active idle sequencer")
     assert 5 <= per_log <= 20
+
+
+def test_an_active_idle_sequencer_keeps_a_few_kilobytes() -> None:
+    """The Python memory one active idle sequencer holds (docs/architecture.md,
+    "What a log costs"; ``pytest -s`` prints it).  It was 7.9 KB: a random
+    generator per copyset selector (2.5 KB), a dict per core (1.6 KB), an
+    empty deque per slot (0.6 KB)."""
+    import tracemalloc
+
+    activate = _activator()
+    activate(range(1, 101))
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        activate(range(1000, 6000))
+        gc.collect()
+        per_log = (tracemalloc.get_traced_memory()[0] - before) / 5000
+    finally:
+        tracemalloc.stop()
+    print(f"{per_log:.0f} bytes per active idle sequencer")
+    assert per_log < 4096

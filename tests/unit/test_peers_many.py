@@ -52,6 +52,9 @@ class FakeLinks:
         await trio.lowlevel.checkpoint()
         return self.links.get(node_id)
 
+    def open_link(self, node_id: int) -> FakeLink | None:
+        return self.links.get(node_id)
+
     def reachable(self) -> set[int]:
         return set(self.links)
 
@@ -121,6 +124,17 @@ async def test_a_burst_that_lasts_holds_its_stores_only_so_long(
         nursery.cancel_scope.cancel()
 
 
+async def test_a_lone_store_outside_a_burst_leaves_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    link = FakeLink(6)
+    async with trio.open_nursery() as nursery:
+        peers, _ = await peers_with({2: link}, nursery)
+        await peers.queue_store(2, store(1, 7))
+        assert [m.store_id for m in link.sent] == [1]  # no wait for the flusher
+        nursery.cancel_scope.cancel()
+
+
 async def test_stores_for_a_peer_out_of_reach_are_answered_connfailed(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -157,4 +171,32 @@ async def test_releases_for_a_peer_leave_together(autojump_clock: trio.testing.M
         await peers.send_releases(3, pairs)
         assert new.sent == [ReleaseMany((7, 8), (70, 80))]
         assert old.sent == [Release(7, 70), Release(8, 80)]
+        nursery.cancel_scope.cancel()
+
+
+class StuckLink(FakeLink):
+    """A peer that never reads: its queue is full, a send waits for ever."""
+
+    async def send(self, msg: Any) -> None:
+        await trio.sleep_forever()
+
+    def send_nowait(self, msg: Any) -> bool:
+        return False
+
+
+async def test_a_peer_that_never_reads_holds_up_no_other_peer_s_stores(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    stuck, fine = StuckLink(6), FakeLink(6)
+    async with trio.open_nursery() as nursery:
+        peers, _ = await peers_with({2: stuck, 3: fine}, nursery)
+        await peers.queue_store(2, store(1, 7))
+        await trio.sleep(0.01)
+        await peers.queue_store(3, store(2, 7))
+        await peers.queue_store(2, store(3, 8))
+        await trio.sleep(0.01)
+        assert [m.store_id for m in fine.sent] == [2]
+        await peers.queue_store(3, store(4, 8))
+        await trio.sleep(0.01)
+        assert [m.store_id for m in fine.sent] == [2, 4]
         nursery.cancel_scope.cancel()
