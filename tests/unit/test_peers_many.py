@@ -5,7 +5,8 @@ burst of work ends, and what a STORE that cannot be sent is answered."""
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import TYPE_CHECKING, Any
 
 import trio
 import trio.lowlevel
@@ -23,6 +24,9 @@ from logstrand.wire import (
     StoreReplies,
     StoreReply,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 
 class FakeConn:
@@ -72,24 +76,28 @@ def store(store_id: int, log_id: int) -> Store:
     return Store.of(store_id, log_id, 1, (2, 3), 0, True, b)
 
 
-async def peers_with(links: dict[int, FakeLink], nursery: trio.Nursery) -> tuple[Peers, list[Any]]:
+@contextlib.asynccontextmanager
+async def running(links: dict[int, FakeLink]) -> AsyncIterator[tuple[Peers, list[Any]]]:
+    """A node's ``Peers`` (node 1) over fake links, running until the block ends;
+    with the STORE replies its host got."""
     replies: list[Any] = []
 
     async def on_reply(reply: StoreReply) -> None:
         replies.append(reply)
 
-    peers = Peers(1, None, nursery, NoLocal(), on_reply)  # type: ignore[arg-type]
-    peers.links = FakeLinks(links)  # type: ignore[assignment]
-    nursery.start_soon(peers.run)
-    return peers, replies
+    async with trio.open_nursery() as nursery:
+        peers = Peers(1, None, nursery, NoLocal(), on_reply)  # type: ignore[arg-type]
+        peers.links = FakeLinks(links)  # type: ignore[assignment]
+        nursery.start_soon(peers.run)
+        yield peers, replies
+        nursery.cancel_scope.cancel()
 
 
 async def test_a_burst_s_stores_leave_as_one_message_per_peer_in_order(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     new, old = FakeLink(6), FakeLink(5)
-    async with trio.open_nursery() as nursery:
-        peers, replies = await peers_with({2: new, 3: old}, nursery)
+    async with running({2: new, 3: old}) as (peers, replies):
         with peers.batching():
             for i in range(1, 6):
                 await peers.queue_store(2, store(i, 100 + i))
@@ -103,15 +111,13 @@ async def test_a_burst_s_stores_leave_as_one_message_per_peer_in_order(
         assert [s.store_id for s in new.sent[0].stores()] == [1, 2, 3, 4, 5]
         assert [m.store_id for m in old.sent] == [11, 12, 13, 14, 15]
         assert replies == []
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_burst_that_lasts_holds_its_stores_only_so_long(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     link = FakeLink(6)
-    async with trio.open_nursery() as nursery:
-        peers, _ = await peers_with({2: link}, nursery)
+    async with running({2: link}) as (peers, _):
         with peers.batching():
             await peers.queue_store(2, store(1, 7))
             await trio.sleep(BURST_WAIT_S * 2)
@@ -121,25 +127,21 @@ async def test_a_burst_that_lasts_holds_its_stores_only_so_long(
                 await peers.queue_store(2, store(10 + i, 7))
             assert len(link.sent) == 2
             assert len(link.sent[1].store_ids) == MANY_MAX
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_lone_store_outside_a_burst_leaves_at_once(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     link = FakeLink(6)
-    async with trio.open_nursery() as nursery:
-        peers, _ = await peers_with({2: link}, nursery)
+    async with running({2: link}) as (peers, _):
         await peers.queue_store(2, store(1, 7))
         assert [m.store_id for m in link.sent] == [1]  # no wait for the flusher
-        nursery.cancel_scope.cancel()
 
 
 async def test_stores_for_a_peer_out_of_reach_are_answered_connfailed(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    async with trio.open_nursery() as nursery:
-        peers, replies = await peers_with({}, nursery)
+    async with running({}) as (peers, replies):
         await peers.queue_store(4, store(1, 7))
         await peers.queue_store(4, store(2, 8))
         await trio.sleep(0.01)
@@ -147,31 +149,26 @@ async def test_stores_for_a_peer_out_of_reach_are_answered_connfailed(
             StoreReply(1, 7, int(Status.CONNFAILED), 4),
             StoreReply(2, 8, int(Status.CONNFAILED), 4),
         ]
-        nursery.cancel_scope.cancel()
 
 
 async def test_answers_of_many_stores_reach_the_host_each_alone(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    async with trio.open_nursery() as nursery:
-        peers, replies = await peers_with({}, nursery)
+    async with running({}) as (peers, replies):
         some = [StoreReply(i, 50 + i, 0, 2) for i in range(3)]
         await peers._unasked(None, StoreReplies.of(2, some))  # type: ignore[arg-type]
         await trio.sleep(0.01)
         assert replies == some
-        nursery.cancel_scope.cancel()
 
 
 async def test_releases_for_a_peer_leave_together(autojump_clock: trio.testing.MockClock) -> None:
     new, old = FakeLink(6), FakeLink(5)
-    async with trio.open_nursery() as nursery:
-        peers, _ = await peers_with({2: new, 3: old}, nursery)
+    async with running({2: new, 3: old}) as (peers, _):
         pairs = [(7, 70), (8, 80)]
         await peers.send_releases(2, pairs)
         await peers.send_releases(3, pairs)
         assert new.sent == [ReleaseMany((7, 8), (70, 80))]
         assert old.sent == [Release(7, 70), Release(8, 80)]
-        nursery.cancel_scope.cancel()
 
 
 class StuckLink(FakeLink):
@@ -188,8 +185,7 @@ async def test_a_peer_that_never_reads_holds_up_no_other_peer_s_stores(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     stuck, fine = StuckLink(6), FakeLink(6)
-    async with trio.open_nursery() as nursery:
-        peers, _ = await peers_with({2: stuck, 3: fine}, nursery)
+    async with running({2: stuck, 3: fine}) as (peers, _):
         await peers.queue_store(2, store(1, 7))
         await trio.sleep(0.01)
         await peers.queue_store(3, store(2, 7))
@@ -199,4 +195,3 @@ async def test_a_peer_that_never_reads_holds_up_no_other_peer_s_stores(
         await peers.queue_store(3, store(4, 8))
         await trio.sleep(0.01)
         assert [m.store_id for m in fine.sent] == [2, 4]
-        nursery.cancel_scope.cancel()
