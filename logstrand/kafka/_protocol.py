@@ -82,6 +82,8 @@ class Request:
     correlation_id: int
     client_id: str | None
     body: dict[str, Any]
+    #: The connection it came on (``_server``): its peer, its SASL state.
+    conn: Any = None
 
 
 class UnsupportedRequest(Exception):
@@ -102,8 +104,8 @@ def peek_header(frame: bytes) -> tuple[int, int, int]:
     return key, version, correlation
 
 
-def decode_request(frame: bytes, served: dict[int, tuple[int, int]]) -> Request:
-    """One request (the frame without its size)."""
+def decode_request(frame: bytes, served: dict[int, tuple[int, int]], conn: Any = None) -> Request:
+    """One request (the frame without its size), from connection ``conn``."""
     api_key, version, correlation = peek_header(frame)
     span = served.get(api_key)
     if span is None or not span[0] <= version <= span[1]:
@@ -114,7 +116,7 @@ def decode_request(frame: bytes, served: dict[int, tuple[int, int]]) -> Request:
     body, _ = body_dec(frame, pos)
     # Bytes after the request are ignored, as Kafka's brokers ignore them:
     # librdkafka 2.x leaves three after a Metadata v12 request for every topic.
-    return Request(api_key, version, correlation, header["client_id"], body)
+    return Request(api_key, version, correlation, header["client_id"], body, conn)
 
 
 def encode_response(api_key: int, version: int, correlation_id: int, body: dict[str, Any]) -> bytes:

@@ -147,7 +147,7 @@ class _Connection:
             slot: list[Any] = [trio.Event(), None]
             self.order.append(slot)
             try:
-                request = decode_request(frame, self.front.served)
+                request = decode_request(frame, self.front.served, self)
             except UnsupportedRequest as exc:
                 self.budget.give(size)
                 answer = self.front.unsupported(exc)
@@ -211,6 +211,13 @@ class _Connection:
                     return
 
 
+def _gone(exc: BaseException) -> bool:
+    """Whether ``exc`` (or every exception of a group) says the peer went away."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_gone(e) for e in exc.exceptions)
+    return isinstance(exc, (trio.BrokenResourceError, trio.ClosedResourceError, OSError))
+
+
 async def serve_kafka(
     front: Front,
     host: str,
@@ -239,8 +246,9 @@ async def serve_kafka(
         open_now[0] += 1
         try:
             await _Connection(stream, front, lim, peer, budget).run()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
+        except Exception as exc:  # nothing a peer does ends the node
+            if not _gone(exc):
+                _log.exception("kafka: %s: connection failed", peer)
         finally:
             open_now[0] -= 1
             await trio.aclose_forcefully(stream)

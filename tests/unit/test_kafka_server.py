@@ -3,6 +3,7 @@ bad frames and slow peers cut off, connections and bytes bounded."""
 
 from __future__ import annotations
 
+import socket
 import struct
 from typing import Any, ClassVar
 
@@ -155,3 +156,27 @@ async def test_a_connection_s_requests_are_handled_one_after_another() -> None:
     (c1, _, end1), (c2, start2, _) = sorted(spans)
     assert (c1, c2) == (1, 2)
     assert start2 >= end1
+
+
+async def test_a_peer_that_resets_its_connection_takes_nothing_else_down() -> None:
+    """A client killed mid-request: its connection is reset under the
+    reader and the writer alike; the listener goes on serving others."""
+    async with trio.open_nursery() as nursery:
+        port = await _start(Limits(), nursery)
+        for pause in (0, 200):
+            gone = await trio.open_tcp_stream("127.0.0.1", port)
+            # An answer on its way (after ``pause``) and unread bytes at the
+            # close make the kernel reset the connection, as for a killed client.
+            await gone.send_all(proto.encode_request(3, 12, 1, {"topics": [{"name": str(pause)}]}))
+            await trio.sleep(0.1)
+            gone.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            await gone.aclose()
+            await trio.sleep(0.3)
+        ok = await trio.open_tcp_stream("127.0.0.1", port)
+        await ok.send_all(proto.encode_request(3, 12, 7, {"topics": None}))
+        with trio.fail_after(5):
+            answer = await _read_answer(ok)
+        assert answer is not None
+        assert answer["cluster_id"] == "7"
+        await ok.aclose()
+        nursery.cancel_scope.cancel()
