@@ -174,6 +174,11 @@ class AsyncClient(AppendApi):
 
     # -- consumer groups ----------------------------------------------------------
 
+    @property
+    def groups(self) -> Groups:
+        """The positions part (docs/groups.md), for the Kafka front's coordinator."""
+        return self._groups
+
     async def commit(self, group: str, log_id: int, lsn: int) -> int:
         """Record that ``group`` has processed ``log_id`` up to and including
         ``lsn`` (docs/groups.md).  Returns the LSN of the position's record

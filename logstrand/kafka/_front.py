@@ -34,6 +34,8 @@ from ..placement import select_nodeset
 from ._admin import AdminApis
 from ._data import DataPlane
 from ._errors import KafkaError
+from ._group_offsets import GroupAdmin
+from ._groups import GroupCoordinator
 from ._protocol import API_VERSIONS, UnsupportedRequest, encode_response
 from ._topics import ConfigError, apply_configs, free_firsts, topic_id
 
@@ -52,6 +54,35 @@ AUTO_PARTITIONS = 1
 PARTITIONS_MAX = 10_000
 #: Log ids topics are allocated below.
 TOPIC_IDS_TOP = 1 << 40
+
+#: API key -> the versions this front serves (ApiVersions lists them).
+SERVED: dict[int, tuple[int, int]] = {
+    0: (0, 11),
+    1: (4, 12),
+    2: (0, 7),
+    API_VERSIONS: (0, 3),
+    3: (0, 12),
+    8: (0, 8),
+    9: (0, 8),
+    10: (0, 4),
+    11: (0, 9),
+    12: (0, 4),
+    13: (0, 5),
+    14: (0, 5),
+    15: (0, 5),
+    16: (0, 5),
+    19: (0, 7),
+    20: (0, 6),
+    21: (0, 2),
+    22: (0, 4),
+    32: (0, 4),
+    33: (0, 2),
+    37: (0, 3),
+    42: (0, 2),
+    44: (0, 1),
+    47: (0, 0),
+    60: (0, 1),
+}
 
 
 class KafkaFront:
@@ -73,6 +104,8 @@ class KafkaFront:
         self.standalone = standalone
         self.auto_create = auto_create
         self.data = DataPlane(client, self.topics)
+        self.coordinator = GroupCoordinator(self)
+        groups = GroupAdmin(self, self.coordinator)
         admin = AdminApis(self)
         self._handlers: dict[int, Callable[[Request], Awaitable[dict[str, Any] | None]]] = {
             0: self.data.produce,
@@ -80,6 +113,15 @@ class KafkaFront:
             2: self.data.list_offsets,
             API_VERSIONS: self._api_versions,
             3: self._metadata,
+            8: groups.offset_commit,
+            9: groups.offset_fetch,
+            10: self.coordinator.find_coordinator,
+            11: self.coordinator.join_group,
+            12: self.coordinator.heartbeat,
+            13: self.coordinator.leave_group,
+            14: self.coordinator.sync_group,
+            15: groups.describe_groups,
+            16: groups.list_groups,
             19: self._create_topics,
             20: self._delete_topics,
             21: admin.delete_records,
@@ -87,27 +129,19 @@ class KafkaFront:
             32: admin.describe_configs,
             33: admin.alter_configs,
             37: admin.create_partitions,
+            42: groups.delete_groups,
             44: admin.incremental_alter_configs,
+            47: groups.offset_delete,
             60: admin.describe_cluster,
         }
         #: API key -> the versions served.
-        self.served: dict[int, tuple[int, int]] = {
-            0: (0, 11),
-            1: (4, 12),
-            2: (0, 7),
-            API_VERSIONS: (0, 3),
-            3: (0, 12),
-            19: (0, 7),
-            20: (0, 6),
-            21: (0, 2),
-            22: (0, 4),
-            32: (0, 4),
-            33: (0, 2),
-            37: (0, 3),
-            44: (0, 1),
-            60: (0, 1),
-        }
+        self.served: dict[int, tuple[int, int]] = dict(SERVED)
         self._creating = trio.Lock()
+
+    async def run(self) -> None:
+        """What the front does in the background (the group coordinator's
+        timers), until cancelled."""
+        await self.coordinator.run()
 
     async def handle(self, request: Request) -> bytes | None:
         body = await self._handlers[request.api_key](request)

@@ -73,6 +73,7 @@ class NodeKafkaFront:
                 auto_create=self.options.auto_create,
             )
             async with trio.open_nursery() as nursery:
+                nursery.start_soon(front.run)
                 await nursery.start(serve_kafka, front, bind, self.options.port)
                 _log.info(
                     "node %d: Kafka front on %s:%d (as %s)",

@@ -45,6 +45,7 @@ async def run_front(
             auto_create=auto_create,
         )
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(front.run)
             bound = await nursery.start(serve_kafka, front, host, port, limits)
             if advertise is None:
                 front.advertise = (host, bound)

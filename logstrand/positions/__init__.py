@@ -14,6 +14,7 @@ from ..records import POSITIONS_LOG_ID
 from ._model import (
     EPOCHS_WALKED_MAX,
     GROUP_RE,
+    METADATA_MAX,
     GroupLag,
     Position,
     PositionTable,
@@ -25,6 +26,7 @@ from ._model import (
     epochs_to_walk,
     lag_of,
     last_lsn_of,
+    membership_key,
     records_between,
     reset_target,
 )
@@ -32,6 +34,7 @@ from ._model import (
 __all__ = [
     "EPOCHS_WALKED_MAX",
     "GROUP_RE",
+    "METADATA_MAX",
     "POSITIONS_LOG_ID",
     "GroupLag",
     "Position",
@@ -44,6 +47,7 @@ __all__ = [
     "epochs_to_walk",
     "lag_of",
     "last_lsn_of",
+    "membership_key",
     "records_between",
     "reset_target",
 ]

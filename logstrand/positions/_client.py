@@ -30,6 +30,7 @@ from ._model import (
     encode_value,
     epochs_to_walk,
     lag_of,
+    membership_key,
     reset_target,
 )
 
@@ -72,7 +73,8 @@ class Appender(Protocol):
 
 
 _log = logging.getLogger("logstrand.client")
-#: The positions log keeps up to this many copies (fewer with fewer nodes).
+#: The positions log keeps up to this many copies (fewer with fewer nodes:
+#: one fewer than the storage nodes, so that a node down stops no commit).
 POSITIONS_REPLICATION_MAX = 3
 #: A reader looks this many batches past a group's position for the first
 #: record, to tell how old it is (gaps come first after a trim).
@@ -89,7 +91,9 @@ def _create_positions_log(store: EpochStore) -> None:
     """Create the positions log (compacted, replicated to up to three nodes);
     nothing when another client did first."""
     storage = [n for n in store.nodes().values() if "storage" in n.roles]
-    replication = max(1, min(POSITIONS_REPLICATION_MAX, len(storage)))
+    # One storage node fewer than there are, so that commits (and the group
+    # coordinators that write them) go on with a node down.
+    replication = max(1, min(POSITIONS_REPLICATION_MAX, len(storage) - 1))
     attributes = LogAttributes(replication_factor=replication, cleanup_policy="compact")
     with contextlib.suppress(ExistsError):
         store.create_logs(POSITIONS_LOG_ID, POSITIONS_LOG_ID, attributes)
@@ -165,6 +169,22 @@ class Groups:
         await self.ensure_log()
         return await self.appender.append(POSITIONS_LOG_ID, value, key)
 
+    async def commit_many(
+        self, group: str, entries: Sequence[tuple[int, int, int | None, str | None]]
+    ) -> None:
+        """Commit ``(log, lsn, kafka offset, metadata)`` of many logs at once:
+        one batch of the positions log (a Kafka OffsetCommit)."""
+        now = _now_ms()
+        keys = [encode_key(group, log_id) for log_id, *_ in entries]
+        values = [encode_value(lsn, now, off, md) for _, lsn, off, md in entries]
+        await self.ensure_log()
+        await self.appender.append_batch(POSITIONS_LOG_ID, values, keys)
+
+    async def write_membership(self, group: str, payload: bytes | None) -> None:
+        """Write (None: remove) the group's membership record (its coordinator's)."""
+        await self.ensure_log()
+        await self.appender.append(POSITIONS_LOG_ID, payload, membership_key(group))
+
     async def committed(self, group: str, log_id: int) -> Position | None:
         check_group(group)
         check_log_id(log_id)
@@ -181,11 +201,19 @@ class Groups:
     async def delete(self, group: str) -> list[int]:
         """Remove every position of ``group`` (tombstones); the logs it had."""
         positions = await self.of_group(group)
-        if not positions:
+        member_record = group in self.table.memberships
+        if not positions and not member_record:
             raise NotFoundError(f"group {group!r} has no positions")
         keys = [encode_key(group, p.log_id) for p in positions]
+        if member_record:
+            keys.append(membership_key(group))
         await self.appender.append_batch(POSITIONS_LOG_ID, [None] * len(keys), keys)
         return [p.log_id for p in positions]
+
+    async def forget(self, group: str, logs: Sequence[int]) -> None:
+        """Remove ``group``'s positions on ``logs`` (tombstones)."""
+        keys = [encode_key(group, log_id) for log_id in logs]
+        await self.appender.append_batch(POSITIONS_LOG_ID, [None] * len(keys), keys)
 
     # -- lag ---------------------------------------------------------------------------
 

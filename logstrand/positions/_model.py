@@ -34,6 +34,14 @@ _LOG = struct.Struct(">Q")
 #: A position's value: format version, the LSN, when it was committed (ms).
 _VALUE = struct.Struct("<BQQ")
 _VERSION: Final = 1
+#: A Kafka consumer's commit: version 2, the LSN, the time, the Kafka offset,
+#: then its metadata string (UTF-8, the rest of the value).
+_VALUE_KAFKA = struct.Struct("<BQQq")
+_VERSION_KAFKA: Final = 2
+#: Kafka's offset.metadata.max.bytes.
+METADATA_MAX: Final = 4096
+#: The key of a group's membership record ends so: a log id no log has.
+_MEMBERSHIP: Final = b"\x00" + b"\xff" * 8
 #: Epochs that ``records_between`` walks at most (each is an epoch store read).
 EPOCHS_WALKED_MAX: Final = 1000
 
@@ -75,29 +83,53 @@ def decode_key(key: bytes) -> tuple[str, int] | None:
     return group, log_id
 
 
+def membership_key(group: str) -> bytes:
+    """The key of ``group``'s membership record (its coordinator writes it)."""
+    return check_group(group).encode() + _MEMBERSHIP
+
+
 @attrs.frozen
 class Position:
     """Group ``group`` has processed log ``log_id`` up to and including ``lsn``
-    (0: nothing yet, after a reset to the earliest record)."""
+    (0: nothing yet, after a reset to the earliest record).  A Kafka
+    consumer's commit also keeps its offset (the next one to read) and
+    metadata string, given back as they were."""
 
     group: str
     log_id: int
     lsn: int
     committed_ms: int
+    offset: int | None = None
+    metadata: str | None = None
 
 
-def encode_value(lsn: int, committed_ms: int) -> bytes:
+def encode_value(
+    lsn: int, committed_ms: int, offset: int | None = None, metadata: str | None = None
+) -> bytes:
     if type(lsn) is not int or not 0 <= lsn <= LSN_MAX:
         raise InvalidArgumentError(f"bad LSN {lsn!r} for a position")
-    return _VALUE.pack(_VERSION, lsn, max(0, committed_ms))
+    if offset is None:
+        return _VALUE.pack(_VERSION, lsn, max(0, committed_ms))
+    text = (metadata or "").encode()
+    if len(text) > METADATA_MAX:
+        raise InvalidArgumentError(f"commit metadata of {len(text)} bytes: {METADATA_MAX} at most")
+    return _VALUE_KAFKA.pack(_VERSION_KAFKA, lsn, max(0, committed_ms), offset) + text
 
 
-def decode_value(payload: bytes) -> tuple[int, int] | None:
-    """(lsn, committed_ms), or None for a value this version cannot read."""
-    if len(payload) != _VALUE.size or payload[0] != _VERSION:
-        return None
-    _, lsn, committed_ms = _VALUE.unpack(payload)
-    return lsn, committed_ms
+def decode_value(payload: bytes) -> tuple[int, int, int | None, str | None] | None:
+    """(lsn, committed_ms, offset, metadata), or None for a value this
+    version cannot read."""
+    if len(payload) == _VALUE.size and payload[0] == _VERSION:
+        _, lsn, committed_ms = _VALUE.unpack(payload)
+        return lsn, committed_ms, None, None
+    if len(payload) >= _VALUE_KAFKA.size and payload[0] == _VERSION_KAFKA:
+        _, lsn, committed_ms, offset = _VALUE_KAFKA.unpack_from(payload)
+        try:
+            metadata = payload[_VALUE_KAFKA.size :].decode()
+        except UnicodeDecodeError:
+            return None
+        return lsn, committed_ms, offset, metadata
+    return None
 
 
 class PositionTable:
@@ -106,11 +138,20 @@ class PositionTable:
 
     def __init__(self) -> None:
         self.positions: dict[tuple[str, int], Position] = {}
+        #: Group -> its latest membership record (``membership_key``).
+        self.memberships: dict[str, bytes] = {}
         self.read_through = 0
 
     def apply(self, lsn: int, key: bytes | None, payload: bytes | None) -> None:
         """Apply one record of the positions log (tombstone: ``payload`` None)."""
         self.read_through = max(self.read_through, lsn)
+        if key is not None and key.endswith(_MEMBERSHIP):
+            name = key[: -len(_MEMBERSHIP)].decode(errors="replace")
+            if payload is None:
+                self.memberships.pop(name, None)
+            else:
+                self.memberships[name] = payload
+            return
         decoded = decode_key(key) if key is not None else None
         if decoded is None:
             return  # not a position (written by something else): skipped
@@ -119,7 +160,8 @@ class PositionTable:
             return
         value = decode_value(payload)
         if value is not None:
-            self.positions[decoded] = Position(*decoded, *value)
+            lsn_of, ms, offset, metadata = value
+            self.positions[decoded] = Position(*decoded, lsn_of, ms, offset, metadata)
 
     def advance(self, lsn: int) -> None:
         """Nothing else to apply up to ``lsn`` (a gap, or the tail)."""

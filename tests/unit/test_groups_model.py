@@ -10,7 +10,9 @@ from logstrand.epochstore import EpochEnd
 from logstrand.errors import InvalidArgumentError
 from logstrand.positions import (
     GROUP_RE,
+    METADATA_MAX,
     POSITIONS_LOG_ID,
+    Position,
     PositionTable,
     check_group,
     decode_key,
@@ -20,6 +22,7 @@ from logstrand.positions import (
     epochs_to_walk,
     lag_of,
     last_lsn_of,
+    membership_key,
     records_between,
     reset_target,
 )
@@ -46,7 +49,26 @@ def test_any_key_decodes_or_is_refused(key: bytes) -> None:
 
 @given(st.integers(0, LSN_MAX), st.integers(0, 2**63))
 def test_values_round_trip(lsn: int, ms: int) -> None:
-    assert decode_value(encode_value(lsn, ms)) == (lsn, ms)
+    assert decode_value(encode_value(lsn, ms)) == (lsn, ms, None, None)
+
+
+@given(st.integers(0, LSN_MAX), st.integers(0, 2**62), st.integers(-1, 2**62), st.text(max_size=50))
+def test_kafka_commits_keep_their_offset_and_metadata(
+    lsn: int, ms: int, offset: int, metadata: str
+) -> None:
+    assert decode_value(encode_value(lsn, ms, offset, metadata)) == (lsn, ms, offset, metadata)
+
+
+def test_a_membership_record_is_kept_apart_from_positions() -> None:
+    table = PositionTable()
+    table.apply(5, membership_key("g"), b"{}")
+    table.apply(6, encode_key("g", 7), encode_value(9, 1, 10, "m"))
+    assert table.memberships == {"g": b"{}"}
+    assert table.of_group("g") == [Position("g", 7, 9, 1, 10, "m")]
+    table.apply(7, membership_key("g"), None)
+    assert table.memberships == {}
+    with pytest.raises(InvalidArgumentError, match="metadata"):
+        encode_value(1, 1, 1, "x" * (METADATA_MAX + 1))
 
 
 @pytest.mark.parametrize("bad", ["", "-a", "a b", "x" * 129, "é", None, 5])
@@ -60,7 +82,7 @@ def test_bad_values_and_logs_are_refused() -> None:
         encode_value(-1, 0)
     with pytest.raises(InvalidArgumentError):
         encode_key("g", 0)
-    assert decode_value(b"\x02" + bytes(16)) is None  # a later version
+    assert decode_value(b"\x03" + bytes(24)) is None  # a later version
     assert decode_value(b"short") is None
 
 

@@ -57,6 +57,7 @@ class _Client:
         self.nursery = nursery
         self.view = _View()
         self.asked = 0
+        self.groups = None  # consumer groups: not asked here
 
     async def tail_lsn(self, log_id: int) -> int:
         self.asked += 1

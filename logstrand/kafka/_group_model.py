@@ -1,0 +1,237 @@
+"""What a group coordinator holds: groups, members, their states.  Pure.
+
+``_membership.Coordinator`` runs the protocol over these; ``snapshot`` and
+``restore`` turn a Stable group into the record the coordinator writes to
+the group's positions log and back (so that the next coordinator, after a
+failover, knows the members and their assignments).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Final
+
+import attrs
+
+EMPTY: Final = "Empty"
+PREPARING: Final = "PreparingRebalance"
+COMPLETING: Final = "CompletingRebalance"
+STABLE: Final = "Stable"
+
+
+#: ``(token, body)``: the answer to a request that waited, or to this one.
+Reply = tuple[int, dict[str, Any]]
+
+
+@attrs.frozen
+class Settings:
+    #: Session timeouts a member may ask for (Kafka's group.min/max.session.timeout.ms).
+    session_min_ms: int = 1_000
+    session_max_ms: int = 1_800_000
+    #: How long an Empty group waits for more members before it completes.
+    initial_delay_s: float = 0.5
+    #: Members of one group at most (Kafka's group.max.size).
+    members_max: int = 10_000
+
+
+@attrs.define(eq=False)
+class Member:
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    session_ms: int
+    rebalance_ms: int
+    protocol_type: str
+    #: ``(name, metadata)`` in the member's order of preference.
+    protocols: list[tuple[str, bytes]]
+    assignment: bytes = b""
+    deadline: float = 0.0
+    join_token: int | None = None
+    sync_token: int | None = None
+
+    def metadata(self, protocol: str) -> bytes:
+        return next((m for n, m in self.protocols if n == protocol), b"")
+
+
+@attrs.define(eq=False)
+class Group:
+    name: str
+    state: str = EMPTY
+    generation: int = 0
+    protocol_type: str | None = None
+    protocol: str | None = None
+    leader: str | None = None
+    #: By member id, in the order they joined.
+    members: dict[str, Member] = attrs.Factory(dict)
+    #: Static members: instance id -> member id.
+    instances: dict[str, str] = attrs.Factory(dict)
+    #: Member ids handed out (MEMBER_ID_REQUIRED) and not yet used -> until when.
+    pending: dict[str, float] = attrs.Factory(dict)
+    #: A rebalance completes at ``rebalance_by`` at the latest, and not
+    #: before ``not_before`` (the initial delay of an Empty group).
+    rebalance_by: float = 0.0
+    not_before: float = 0.0
+
+
+@attrs.frozen
+class JoinArgs:
+    group: str
+    member_id: str
+    instance_id: str | None
+    session_ms: int
+    rebalance_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    client_id: str = ""
+    client_host: str = ""
+    #: JoinGroup v4+ hands a new dynamic member its id before it joins.
+    require_id: bool = True
+
+
+def error(code: int, **extra: Any) -> dict[str, Any]:
+    return {"error_code": int(code), **extra}
+
+
+def join_error(code: int, member_id: str = "") -> dict[str, Any]:
+    return error(code, generation_id=-1, protocol_name="", leader="", member_id=member_id)
+
+
+def choose_protocol(group: Group) -> str:
+    """The protocol every member supports with the most first-place votes
+    (ties: the first member's order)."""
+    members = list(group.members.values())
+    common = set.intersection(*({n for n, _ in m.protocols} for m in members))
+    votes: dict[str, int] = {}
+    for m in members:
+        best = next(n for n, _ in m.protocols if n in common)
+        votes[best] = votes.get(best, 0) + 1
+    order = [n for n, _ in members[0].protocols if n in common]
+    return max(order, key=lambda n: (votes.get(n, 0), -order.index(n)))
+
+
+def join_answer(group: Group, member: Member, *, members: bool) -> dict[str, Any]:
+    listed = []
+    if members and member.member_id == group.leader:
+        listed = [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.instance_id,
+                "metadata": m.metadata(group.protocol or ""),
+            }
+            for m in group.members.values()
+        ]
+    return {
+        "error_code": 0,
+        "generation_id": group.generation,
+        "protocol_type": group.protocol_type,
+        "protocol_name": group.protocol or "",
+        "leader": group.leader or "",
+        "member_id": member.member_id,
+        "members": listed,
+    }
+
+
+def sync_answer(group: Group, member: Member) -> dict[str, Any]:
+    return {
+        "error_code": 0,
+        "protocol_type": group.protocol_type,
+        "protocol_name": group.protocol,
+        "assignment": member.assignment,
+    }
+
+
+def snapshot(group: Group | None) -> dict[str, Any] | None:
+    """A Stable or Empty group as the record the coordinator writes (``restore`` reads it)."""
+    if group is None or group.state not in (STABLE, EMPTY):
+        return None
+    return {
+        "generation": group.generation,
+        "protocol_type": group.protocol_type,
+        "protocol": group.protocol,
+        "leader": group.leader,
+        "members": [
+            {
+                "id": m.member_id,
+                "instance": m.instance_id,
+                "client": m.client_id,
+                "host": m.client_host,
+                "session_ms": m.session_ms,
+                "rebalance_ms": m.rebalance_ms,
+                "protocols": [[n, md.hex()] for n, md in m.protocols],
+                "assignment": m.assignment.hex(),
+            }
+            for m in group.members.values()
+        ],
+    }
+
+
+def restore(now: float, group_name: str, snap: dict[str, Any]) -> Group:
+    """Take a group as a coordinator before this one wrote it: Stable, each
+    member given a fresh session (a member that is gone is dropped when it
+    ends, as it would have been)."""
+    group = Group(group_name, STABLE, int(snap["generation"]))
+    group.protocol_type, group.protocol = snap["protocol_type"], snap["protocol"]
+    group.leader = snap["leader"]
+    for m in snap["members"]:
+        member = Member(
+            m["id"],
+            m["instance"],
+            m["client"],
+            m["host"],
+            int(m["session_ms"]),
+            int(m["rebalance_ms"]),
+            group.protocol_type or "",
+            [(n, bytes.fromhex(md)) for n, md in m["protocols"]],
+            bytes.fromhex(m["assignment"]),
+            now + int(m["session_ms"]) / 1000,
+        )
+        group.members[member.member_id] = member
+        if member.instance_id is not None:
+            group.instances[member.instance_id] = member.member_id
+    if not group.members:
+        group.state = EMPTY
+    return group
+
+
+def _string(data: bytes, pos: int) -> tuple[str, int]:
+    (n,) = struct.unpack_from(">h", data, pos)
+    pos += 2
+    if n < 0 or pos + n > len(data):
+        raise ValueError("bad string")
+    return data[pos : pos + n].decode(), pos + n
+
+
+def subscribed_topics(metadata: bytes) -> set[str]:
+    """The topics of a consumer's subscription (Kafka's
+    ConsumerProtocolSubscription: version, then an array of topic names);
+    empty for what does not read as one."""
+    try:
+        (count,) = struct.unpack_from(">i", metadata, 2)
+        pos, out = 6, set()
+        for _ in range(min(max(count, 0), len(metadata))):
+            topic, pos = _string(metadata, pos)
+            out.add(topic)
+        return out
+    except (struct.error, ValueError, UnicodeDecodeError):
+        return set()
+
+
+def assigned_partitions(assignment: bytes) -> dict[str, list[int]]:
+    """The partitions of a consumer's assignment (ConsumerProtocolAssignment:
+    version, then an array of (topic, [partition])); empty for what does
+    not read as one."""
+    try:
+        (count,) = struct.unpack_from(">i", assignment, 2)
+        pos, out = 6, {}
+        for _ in range(min(max(count, 0), len(assignment))):
+            topic, pos = _string(assignment, pos)
+            (n,) = struct.unpack_from(">i", assignment, pos)
+            pos += 4
+            if not 0 <= n <= (len(assignment) - pos) // 4:
+                raise ValueError("bad array")
+            out[topic] = list(struct.unpack_from(f">{n}i", assignment, pos))
+            pos += 4 * n
+        return out
+    except (struct.error, ValueError, UnicodeDecodeError):
+        return {}

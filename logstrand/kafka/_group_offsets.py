@@ -1,0 +1,264 @@
+"""Kafka's committed offsets and group administration, as positions.
+
+A Kafka commit of offset *o* on a partition is a position (docs/groups.md)
+of the group on the partition's log: processed up to the LSN just below
+the record with offset *o*, so that a native reader of the group starts
+at that record.  The position keeps the Kafka offset and its metadata
+string as given, and OffsetFetch gives them back; a position committed
+natively is shown as the offset of the record after it.  All of a
+request's commits go to the positions log as one batch.
+
+The coordinator (``_groups``) checks a commit against the group's
+generation first; ListGroups lists the groups this front coordinates (a
+Kafka admin client asks every broker), DescribeGroups shows their members
+and assignments, DeleteGroups removes an empty group's positions and
+OffsetDelete the positions of topics the group no longer subscribes to.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..errors import LogstrandError, NotFoundError
+from ..positions import METADATA_MAX
+from ..types import lsn_epoch
+from ._errors import KafkaError
+from ._group_model import EMPTY, subscribed_topics
+
+if TYPE_CHECKING:
+    from ..positions import Position
+    from ._groups import GroupCoordinator, GroupFront
+    from ._protocol import Request
+
+
+class GroupAdmin:
+    """OffsetCommit, OffsetFetch, OffsetDelete, ListGroups, DescribeGroups,
+    DeleteGroups (see the module docstring)."""
+
+    def __init__(self, front: GroupFront, coordinator: GroupCoordinator) -> None:
+        self.front = front
+        self.coordinator = coordinator
+        self.positions = front.client.groups
+
+    # -- commits ----------------------------------------------------------------------
+
+    async def _lsn_below(self, log_id: int, offset: int) -> int:
+        """The LSN a position for Kafka offset ``offset`` holds: the one just
+        below the record with that offset (0 for offset 0 or less)."""
+        if offset <= 0:
+            return 0
+        m = await self.front.data.offsets(log_id, 0)
+        return 0 if m is None else max(0, m.lsn_at(offset) - 1)
+
+    async def offset_commit(self, request: Request) -> dict[str, Any]:
+        b = request.body
+        group = b["group_id"]
+        code = await self.coordinator.take(group)
+        if not code:
+            code = self.coordinator.core.check_commit(
+                group,
+                b.get("generation_id_or_member_epoch", -1),
+                b.get("member_id", ""),
+                b.get("group_instance_id"),
+            )
+        topics: list[dict[str, Any]] = []
+        entries: list[tuple[int, int, int | None, str | None]] = []
+        taken: list[dict[str, Any]] = []
+        for t in b["topics"]:
+            parts = []
+            for p in t["partitions"]:
+                out = {"partition_index": p["partition_index"], "error_code": code}
+                parts.append(out)
+                if code:
+                    continue
+                r, log_id = await self.front.data.partition(t["name"], p["partition_index"])
+                metadata = p["committed_metadata"]
+                if r is None:
+                    out["error_code"] = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+                elif metadata is not None and len(metadata.encode()) > METADATA_MAX:
+                    out["error_code"] = KafkaError.OFFSET_METADATA_TOO_LARGE
+                else:
+                    offset = p["committed_offset"]
+                    lsn = await self._lsn_below(log_id, offset)
+                    entries.append((log_id, lsn, offset, metadata))
+                    taken.append(out)
+            topics.append({"name": t["name"], "partitions": parts})
+        if entries:
+            try:
+                await self.positions.commit_many(group, entries)
+            except LogstrandError:
+                for out in taken:
+                    out["error_code"] = KafkaError.COORDINATOR_NOT_AVAILABLE
+        return {"throttle_time_ms": 0, "topics": topics}
+
+    # -- fetches ----------------------------------------------------------------------
+
+    def _where(self, log_id: int) -> tuple[str, int] | None:
+        """(topic, partition) of a log, if a topic holds it."""
+        for name, r in self.front.topics().items():
+            if r.first <= log_id <= r.last:
+                return name, log_id - r.first
+        return None
+
+    async def _offset_of(self, position: Position) -> int:
+        if position.offset is not None:
+            return position.offset
+        m = await self.front.data.offsets(position.log_id, lsn_epoch(position.lsn), wait_s=1.0)
+        return -1 if m is None else m.next_offset(position.lsn)
+
+    async def _fetch_group(
+        self, group: str, wanted: list[dict[str, Any]] | None
+    ) -> tuple[int, list[dict[str, Any]]]:
+        code = await self.coordinator.take(group)
+        if code:
+            return code, []
+        try:
+            table = await self.positions.refresh()
+        except LogstrandError:
+            return KafkaError.COORDINATOR_LOAD_IN_PROGRESS, []
+        mine = {p.log_id: p for p in table.of_group(group)}
+        if wanted is None:
+            by_topic: dict[str, list[int]] = {}
+            for log_id in mine:
+                where = self._where(log_id)
+                if where is not None:
+                    by_topic.setdefault(where[0], []).append(where[1])
+            wanted = [{"name": n, "partition_indexes": sorted(i)} for n, i in by_topic.items()]
+        topics = []
+        for t in wanted:
+            parts = []
+            for index in t["partition_indexes"]:
+                r, log_id = await self.front.data.partition(t["name"], index)
+                position = mine.get(log_id) if r is not None else None
+                offset = -1 if position is None else await self._offset_of(position)
+                metadata = "" if position is None else position.metadata or ""
+                parts.append(
+                    {
+                        "partition_index": index,
+                        "committed_offset": offset,
+                        "committed_leader_epoch": -1,
+                        "metadata": metadata,
+                        "error_code": 0,
+                    }
+                )
+            topics.append({"name": t["name"], "partitions": parts})
+        return KafkaError.NONE, topics
+
+    async def offset_fetch(self, request: Request) -> dict[str, Any]:
+        b = request.body
+        if request.version < 8:
+            code, topics = await self._fetch_group(b["group_id"], b["topics"])
+            return {"throttle_time_ms": 0, "topics": topics, "error_code": code}
+        groups = []
+        for g in b["groups"]:
+            code, topics = await self._fetch_group(g["group_id"], g["topics"])
+            groups.append({"group_id": g["group_id"], "topics": topics, "error_code": code})
+        return {"throttle_time_ms": 0, "groups": groups}
+
+    # -- groups -----------------------------------------------------------------------
+
+    async def list_groups(self, request: Request) -> dict[str, Any]:
+        try:
+            table = await self.positions.refresh()
+        except LogstrandError:
+            return {"error_code": KafkaError.COORDINATOR_NOT_AVAILABLE, "groups": []}
+        me = self.front.broker_id
+        names = set(table.groups()) | set(table.memberships) | set(self.coordinator.core.groups)
+        wanted_states = {s.lower() for s in request.body.get("states_filter") or []}
+        groups = []
+        for name in sorted(names):
+            if self.coordinator.coordinator_of(name) != me:
+                continue
+            group = self.coordinator.core.groups.get(name)
+            state = group.state if group is not None else EMPTY
+            if wanted_states and state.lower() not in wanted_states:
+                continue
+            kind = (group.protocol_type if group is not None else None) or "consumer"
+            groups.append(
+                {
+                    "group_id": name,
+                    "protocol_type": kind,
+                    "group_state": state,
+                    "group_type": "classic",
+                }
+            )
+        return {"throttle_time_ms": 0, "error_code": 0, "groups": groups}
+
+    async def describe_groups(self, request: Request) -> dict[str, Any]:
+        out = []
+        for name in request.body["groups"]:
+            entry: dict[str, Any] = {"group_id": name, "members": [], "protocol_data": ""}
+            code = await self.coordinator.take(name)
+            group = self.coordinator.core.groups.get(name)
+            entry["error_code"] = code
+            if code:
+                entry.update(group_state="", protocol_type="")
+            elif group is None:
+                known = bool(self.positions.table.of_group(name))
+                entry.update(group_state=EMPTY if known else "Dead", protocol_type="")
+            else:
+                entry.update(
+                    group_state=group.state,
+                    protocol_type=group.protocol_type or "",
+                    protocol_data=group.protocol or "",
+                )
+                entry["members"] = [
+                    {
+                        "member_id": m.member_id,
+                        "group_instance_id": m.instance_id,
+                        "client_id": m.client_id,
+                        "client_host": m.client_host,
+                        "member_metadata": m.metadata(group.protocol or ""),
+                        "member_assignment": m.assignment,
+                    }
+                    for m in group.members.values()
+                ]
+            out.append(entry)
+        return {"throttle_time_ms": 0, "groups": out}
+
+    async def delete_groups(self, request: Request) -> dict[str, Any]:
+        results = []
+        for name in request.body["groups_names"]:
+            code = await self.coordinator.take(name)
+            if not code:
+                code = self.coordinator.core.forget(name)
+            if not code:
+                try:
+                    await self.positions.delete(name)
+                except NotFoundError:
+                    code = KafkaError.GROUP_ID_NOT_FOUND
+                except LogstrandError:
+                    code = KafkaError.COORDINATOR_NOT_AVAILABLE
+            results.append({"group_id": name, "error_code": code})
+        return {"throttle_time_ms": 0, "results": results}
+
+    async def offset_delete(self, request: Request) -> dict[str, Any]:
+        b = request.body
+        name = b["group_id"]
+        code = await self.coordinator.take(name)
+        group = self.coordinator.core.groups.get(name)
+        subscribed: set[str] = set()
+        if group is not None and group.protocol_type == "consumer":
+            for m in group.members.values():
+                subscribed |= subscribed_topics(m.metadata(group.protocol or ""))
+        topics, logs = [], []
+        for t in b["topics"]:
+            parts = []
+            for p in t["partitions"]:
+                c = code or (KafkaError.GROUP_SUBSCRIBED_TO_TOPIC if t["name"] in subscribed else 0)
+                if not c:
+                    r, log_id = await self.front.data.partition(t["name"], p["partition_index"])
+                    if r is None:
+                        c = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+                    else:
+                        logs.append(log_id)
+                parts.append({"partition_index": p["partition_index"], "error_code": c})
+            topics.append({"name": t["name"], "partitions": parts})
+        if code:
+            return {"error_code": code, "throttle_time_ms": 0, "topics": []}
+        if logs:
+            try:
+                await self.positions.forget(name, logs)
+            except LogstrandError:
+                return {"error_code": KafkaError.COORDINATOR_NOT_AVAILABLE, "topics": []}
+        return {"error_code": 0, "throttle_time_ms": 0, "topics": topics}

@@ -1,0 +1,281 @@
+"""Kafka's group coordinator in the front: the classic membership APIs.  A
+thin trio shell over ``_membership.Coordinator``.
+
+Where a group lives
+-------------------
+A group's positions, and its membership record, are records of the
+positions log (``positions``).  The coordinator of every group of a
+positions log is the front of the node that runs that log's sequencer
+(``ClusterView.sequencer_node``, as Metadata names partition leaders), so
+the coordinator moves when the sequencer does.  FindCoordinator, asked of
+any front, names it; the others answer NOT_COORDINATOR, and the client
+asks again.
+
+The coordinator keeps members in memory.  Each time a group completes a
+generation (the leader's SyncGroup) or empties, it writes the group (its
+generation, protocol, leader, members and their assignments) as the
+group's membership record before it answers, so a front that becomes the
+coordinator later reads the record back and goes on with the same
+generation: members that are alive keep heartbeating, those that are gone
+are dropped when their session ends.  A front that stops being the
+coordinator answers every request that waits with NOT_COORDINATOR and
+forgets its groups.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import math
+from typing import TYPE_CHECKING, Any, Protocol
+
+import trio
+
+from ..errors import LogstrandError
+from ..positions import GROUP_RE
+from ..records import POSITIONS_LOG_ID
+from ._errors import KafkaError
+from ._group_model import JoinArgs, Reply, Settings, join_error
+from ._membership import Coordinator
+
+if TYPE_CHECKING:
+    from ..client import AsyncClient
+    from ..epochstore import LogRange
+    from ..rpc import ClusterView
+    from ._data import DataPlane
+    from ._protocol import Request
+
+
+class GroupFront(Protocol):
+    """What the group APIs need of the front (``KafkaFront``)."""
+
+    client: AsyncClient
+    view: ClusterView
+    data: DataPlane
+    broker_id: int
+    standalone: bool
+
+    def topics(self) -> dict[str, LogRange]: ...
+
+    def brokers(self) -> dict[int, tuple[str, int]]: ...
+
+
+_log = logging.getLogger("logstrand.kafka")
+#: A waiting request is answered by then at the latest, past its own timeout.
+WAIT_SLACK_S = 5.0
+
+
+def positions_log_of(group: str) -> int:
+    """The positions log that holds ``group``."""
+    return POSITIONS_LOG_ID
+
+
+class GroupCoordinator:
+    """The front's group coordinator (see the module docstring)."""
+
+    def __init__(self, front: GroupFront, settings: Settings | None = None) -> None:
+        self.front = front
+        self.positions = front.client.groups
+        self.core = Coordinator(settings)
+        self._tokens = itertools.count(1)
+        #: token -> [event, answer]: requests that wait (joins, syncs).
+        self._waiting: dict[int, list[Any]] = {}
+        self._changed = trio.Event()
+        #: Groups read back from their membership record since this front
+        #: became their coordinator.
+        self._loaded: set[str] = set()
+        self._mine = False
+        self._loading = trio.Lock()
+
+    # -- who coordinates ------------------------------------------------------------
+
+    def coordinator_of(self, group: str) -> int | None:
+        """The broker id of ``group``'s coordinator (None: no node runs it)."""
+        if self.front.standalone:
+            return self.front.broker_id
+        return self.front.view.sequencer_node(positions_log_of(group))
+
+    async def take(self, group: str) -> int:
+        """Whether this front coordinates ``group`` now: NONE, after reading
+        the group back if this front just became its coordinator, or the
+        error to answer."""
+        if not GROUP_RE.fullmatch(group):
+            return KafkaError.INVALID_GROUP_ID
+        mine = self.coordinator_of(group) == self.front.broker_id
+        if mine != self._mine:
+            self._mine = mine
+            self._deliver(self.core.clear())
+            self._loaded.clear()
+        if not mine:
+            return KafkaError.NOT_COORDINATOR
+        if group in self._loaded:
+            return KafkaError.NONE
+        async with self._loading:
+            if group not in self._loaded:
+                try:
+                    table = await self.positions.refresh()
+                except LogstrandError as exc:
+                    _log.warning("kafka: group %s: positions not read: %s", group, exc)
+                    return KafkaError.COORDINATOR_LOAD_IN_PROGRESS
+                record = table.memberships.get(group)
+                if record is not None and self.core.state_of(group) is None:
+                    self.core.restore(trio.current_time(), group, json.loads(record))
+                self._loaded.add(group)
+        return KafkaError.NONE
+
+    # -- waiting and ticking ---------------------------------------------------------
+
+    def _deliver(self, replies: list[Reply], *, poke: bool = True) -> None:
+        """Answer the requests that waited; ``poke`` the timer task (the
+        coordinator's deadlines may have moved)."""
+        for token, body in replies:
+            slot = self._waiting.pop(token, None)
+            if slot is not None:
+                slot[1] = body
+                slot[0].set()
+        if poke:
+            self._changed.set()
+
+    async def _wait(
+        self, token: int, slot: list[Any], timeout_s: float, late: dict[str, Any]
+    ) -> dict[str, Any]:
+        with trio.move_on_after(timeout_s + WAIT_SLACK_S):
+            await slot[0].wait()
+        if not slot[0].is_set():
+            self._waiting.pop(token, None)
+            return late
+        answer: dict[str, Any] = slot[1]
+        return answer
+
+    async def run(self) -> None:
+        """Drop members whose session ended and complete rebalances on time,
+        and write down groups that changed.  Until cancelled."""
+        while True:
+            at = self.core.next_deadline()
+            with trio.move_on_at(math.inf if at is None else at):
+                await self._changed.wait()
+            self._changed = trio.Event()
+            self._deliver(self.core.tick(trio.current_time()), poke=False)
+            await self.write_down()
+
+    async def write_down(self) -> None:
+        """Write the membership record of every group that changed generation."""
+        for group in self.core.take_stabilized():
+            snap = self.core.snapshot(group)
+            if snap is None:
+                continue
+            try:
+                await self.positions.write_membership(group, json.dumps(snap).encode())
+            except LogstrandError as exc:
+                _log.warning("kafka: group %s: membership not written: %s", group, exc)
+
+    # -- the APIs ----------------------------------------------------------------------
+
+    async def join_group(self, request: Request) -> dict[str, Any]:
+        b = request.body
+        code = await self.take(b["group_id"])
+        if code:
+            return join_error(code, b["member_id"])
+        token = next(self._tokens)
+        slot = self._waiting[token] = [trio.Event(), None]
+        rebalance_ms = b["rebalance_timeout_ms"]
+        args = JoinArgs(
+            b["group_id"],
+            b["member_id"],
+            b.get("group_instance_id"),
+            b["session_timeout_ms"],
+            rebalance_ms if rebalance_ms > 0 else b["session_timeout_ms"],
+            b["protocol_type"],
+            [(p["name"], p["metadata"]) for p in b["protocols"]],
+            client_id=request.client_id or "",
+            client_host=getattr(request.conn, "peer", ""),
+            require_id=request.version >= 4,
+        )
+        self._deliver(self.core.join(trio.current_time(), token, args))
+        late = join_error(KafkaError.REBALANCE_IN_PROGRESS, b["member_id"])
+        return await self._wait(token, slot, args.rebalance_ms / 1000, late)
+
+    async def sync_group(self, request: Request) -> dict[str, Any]:
+        b = request.body
+        code = await self.take(b["group_id"])
+        if code:
+            return {"error_code": code, "assignment": b""}
+        token = next(self._tokens)
+        slot = self._waiting[token] = [trio.Event(), None]
+        assignments = {a["member_id"]: a["assignment"] for a in b["assignments"]}
+        replies = self.core.sync(
+            trio.current_time(),
+            token,
+            b["group_id"],
+            b["generation_id"],
+            b["member_id"],
+            b.get("group_instance_id"),
+            assignments,
+        )
+        # A generation is written down before any member hears of it.
+        await self.write_down()
+        self._deliver(replies)
+        group = self.core.groups.get(b["group_id"])
+        timeout = max((m.rebalance_ms for m in group.members.values()), default=0) if group else 0
+        late = {"error_code": KafkaError.REBALANCE_IN_PROGRESS, "assignment": b""}
+        return await self._wait(token, slot, timeout / 1000, late)
+
+    async def heartbeat(self, request: Request) -> dict[str, Any]:
+        b = request.body
+        code = await self.take(b["group_id"])
+        if not code:
+            code = self.core.heartbeat(
+                trio.current_time(),
+                b["group_id"],
+                b["generation_id"],
+                b["member_id"],
+                b.get("group_instance_id"),
+            )
+        return {"error_code": code}
+
+    async def leave_group(self, request: Request) -> dict[str, Any]:
+        b = request.body
+        leaving: list[tuple[str, str | None]] = (
+            [(m["member_id"], m.get("group_instance_id")) for m in b["members"]]
+            if request.version >= 3
+            else [(b["member_id"], None)]
+        )
+        code = await self.take(b["group_id"])
+        if code:
+            return {"error_code": code, "members": []}
+        codes, replies = self.core.leave(trio.current_time(), b["group_id"], leaving)
+        self._deliver(replies)
+        await self.write_down()
+        members = [
+            {"member_id": m, "group_instance_id": i, "error_code": c}
+            for (m, i), c in zip(leaving, codes, strict=True)
+        ]
+        top = codes[0] if request.version < 3 else KafkaError.NONE
+        return {"error_code": top, "members": members}
+
+    async def find_coordinator(self, request: Request) -> dict[str, Any]:
+        b = request.body
+        keys = b["coordinator_keys"] if request.version >= 4 else [b["key"]]
+        brokers = self.front.brokers()
+        found = []
+        for key in keys:
+            entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1}
+            if b.get("key_type", 0) != 0:
+                _log.warning("kafka: FindCoordinator for a transaction (%r): not served", key)
+                entry["error_code"] = KafkaError.COORDINATOR_NOT_AVAILABLE
+                entry["error_message"] = "transactions are not served"
+            elif not GROUP_RE.fullmatch(key):
+                entry["error_code"] = KafkaError.INVALID_GROUP_ID
+            else:
+                node = self.coordinator_of(key)
+                if node is None or node not in brokers:
+                    entry["error_code"] = KafkaError.COORDINATOR_NOT_AVAILABLE
+                else:
+                    entry.update(error_code=0, node_id=node, host=brokers[node][0])
+                    entry["port"] = brokers[node][1]
+            found.append(entry)
+        if request.version >= 4:
+            return {"throttle_time_ms": 0, "coordinators": found}
+        one = found[0]
+        return {"throttle_time_ms": 0, **{k: v for k, v in one.items() if k != "key"}}

@@ -1,0 +1,293 @@
+"""Kafka consumer groups through the front, with real clients in processes
+of their own (``kafka_member.py``): librdkafka (confluent-kafka),
+kafka-python and aiokafka share topics, a member is killed and the others
+take its partitions, a static member restarts without a rebalance, the
+coordinator's node is killed and the group goes on."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from logstrand.testing import LocalCluster
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+pytestmark = pytest.mark.slow
+
+MEMBER = Path(__file__).with_name("kafka_member.py")
+#: The members' session timeout (kafka_member.py).
+SESSION_S = 6.0
+PARTITIONS = 6
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with LocalCluster(tmp_path_factory.mktemp("kgroups") / "c", nodes=3, kafka=True) as c:
+        yield c
+
+
+def _topic(cluster: LocalCluster, name: str) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    admin.create_topics([NewTopic(name, PARTITIONS, 2)])[name].result(30)
+
+
+def _produce(cluster: LocalCluster, topic: str, per_partition: int) -> None:
+    p = Producer({"bootstrap.servers": cluster.kafka_bootstrap, "linger.ms": 5})
+    for i in range(per_partition * PARTITIONS):
+        p.produce(topic, value=str(i).encode(), partition=i % PARTITIONS)
+    assert p.flush(60) == 0
+
+
+def _wait(what: str, ok: Callable[[], bool], timeout_s: float = 60.0) -> float:
+    start = time.monotonic()
+    while not ok():
+        assert time.monotonic() - start < timeout_s, f"no {what} after {timeout_s} s"
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+class Members:
+    """Member processes of one group, and what each wrote."""
+
+    def __init__(self, tmp: Path, cluster: LocalCluster, group: str, topic: str) -> None:
+        self.tmp, self.cluster, self.group, self.topic = tmp, cluster, group, topic
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.logs: dict[str, Any] = {}
+        self.files: dict[str, Path] = {}
+
+    def start(self, name: str, client: str = "confluent", *extra: str) -> None:
+        self.files.setdefault(name, self.tmp / f"{name}.events")
+        argv = [sys.executable, str(MEMBER), client, self.cluster.kafka_bootstrap, self.group]
+        argv += [self.topic, str(self.files[name]), *extra]
+        log = self.logs[name] = open(self.tmp / f"{name}.log", "ab")  # noqa: SIM115
+        self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+
+    def stop(self, name: str, *, kill: bool = False) -> None:
+        proc = self.procs.pop(name)
+        if kill:
+            proc.kill()
+        else:
+            proc.terminate()
+        proc.wait(30)
+        self.logs.pop(name).close()
+
+    def close(self) -> None:
+        for name in list(self.procs):
+            self.stop(name)
+
+    def lines(self, name: str) -> list[str]:
+        path = self.files[name]
+        return path.read_text().splitlines() if path.exists() else []
+
+    def assignment(self, name: str) -> set[int]:
+        last = [ln for ln in self.lines(name) if ln.startswith("assigned")]
+        if not last:
+            return set()
+        parts = last[-1].split(" ", 1)[1:] or [""]
+        return {int(p.rsplit(":", 1)[1]) for p in parts[0].split(",") if p}
+
+    def assignments(self, names: list[str] | None = None) -> list[set[int]]:
+        return [self.assignment(n) for n in (names or list(self.procs))]
+
+    def events(self, kind: str) -> Counter[tuple[int, int]]:
+        out: Counter[tuple[int, int]] = Counter()
+        for name in self.files:
+            for ln in self.lines(name):
+                word, *rest = ln.split()
+                if word == kind:
+                    out[(int(rest[0]), int(rest[1]))] += 1
+        return out
+
+
+def _shared(members: Members, names: list[str]) -> bool:
+    """Every partition assigned, once, among ``names``."""
+    got = members.assignments(names)
+    return sum(len(a) for a in got) == PARTITIONS and set().union(*got) == set(range(PARTITIONS))
+
+
+def _check_delivery(members: Members, per_partition: int) -> None:
+    """Every message consumed at least once; none whose commit was recorded
+    consumed twice."""
+    got = members.events("got")
+    committed = members.events("committed")
+    want = {(p, o) for p in range(PARTITIONS) for o in range(per_partition)}
+    assert want <= set(got), sorted(want - set(got))[:10]
+    again = [m for m, n in got.items() if n > 1 and m in committed]
+    assert again == [], f"consumed again after their commit: {again[:10]}"
+
+
+@pytest.fixture
+def members(
+    tmp_path: Path, cluster: LocalCluster, request: pytest.FixtureRequest
+) -> Iterator[Members]:
+    name = request.node.name.replace("[", "-").replace("]", "")[:40]
+    _topic(cluster, name)
+    m = Members(tmp_path, cluster, f"g-{name}", name)
+    try:
+        yield m
+    finally:
+        m.close()
+
+
+def test_three_consumers_share_a_topic_and_take_over_from_a_killed_one(
+    cluster: LocalCluster, members: Members
+) -> None:
+    _produce(cluster, members.topic, 100)
+    for name in ("a", "b", "c"):
+        members.start(name)
+    _wait(
+        "an assignment of 2 partitions each",
+        lambda: (
+            members.assignments() == [{0, 1, 2, 3, 4, 5} & a for a in members.assignments()]
+            and all(len(a) == 2 for a in members.assignments())
+        ),
+    )
+    _wait("the first messages", lambda: len(members.events("committed")) >= 60)
+    members.stop("c", kill=True)
+    took = _wait("the survivors taking c's partitions", lambda: _shared(members, ["a", "b"]), 30)
+    print(f"partitions of a killed member reassigned {took:.2f} s after the kill")
+    assert took <= SESSION_S + 1.0
+    _produce(cluster, members.topic, 50)
+    _wait(
+        "every message",
+        lambda: (
+            len(members.events("got")) >= 150 * PARTITIONS
+            and set(members.events("got"))
+            >= {(p, o) for p in range(PARTITIONS) for o in range(150)}
+        ),
+    )
+    _check_delivery(members, 150)
+
+
+def test_kafka_python_aiokafka_and_librdkafka_consumers_share_one_group(
+    cluster: LocalCluster, members: Members
+) -> None:
+    _produce(cluster, members.topic, 20)
+    members.start("rd", "confluent", "partition.assignment.strategy=roundrobin")
+    members.start("kp", "kafka-python")
+    members.start("aio", "aiokafka")
+    _wait(
+        "two partitions each",
+        lambda: (
+            all(len(a) == 2 for a in members.assignments())
+            and _shared(members, ["rd", "kp", "aio"])
+        ),
+    )
+    _wait(
+        "every message",
+        lambda: (
+            set(members.events("got")) >= {(p, o) for p in range(PARTITIONS) for o in range(20)}
+        ),
+    )
+    _check_delivery(members, 20)
+    members.stop("kp")  # a clean leave: the others take its partitions at once
+    took = _wait(
+        "the others taking kafka-python's partitions", lambda: _shared(members, ["rd", "aio"]), 30
+    )
+    assert took < SESSION_S
+
+
+def test_a_static_member_restarted_within_its_session_causes_no_rebalance(
+    cluster: LocalCluster, members: Members
+) -> None:
+    _produce(cluster, members.topic, 10)
+    members.start("s1", "confluent", "group.instance.id=s1")
+    members.start("s2", "confluent", "group.instance.id=s2")
+    _wait("two members sharing the topic", lambda: all(len(a) == 3 for a in members.assignments()))
+    before_s1 = members.lines("s1")
+    kept = members.assignment("s2")
+    members.stop("s2")  # a static member leaves no LeaveGroup behind
+    members.start("s2", "confluent", "group.instance.id=s2")
+    _wait(
+        "s2 back with its partitions",
+        lambda: (
+            len([ln for ln in members.lines("s2") if ln.startswith("assigned")]) >= 2
+            and members.assignment("s2") == kept
+        ),
+        30,
+    )
+    time.sleep(SESSION_S / 2)
+    # s1 was never asked to give up or take partitions.
+    assert [ln for ln in members.lines("s1") if ln.startswith("assigned")] == [
+        ln for ln in before_s1 if ln.startswith("assigned")
+    ]
+
+
+def test_committed_offsets_are_what_the_admin_client_lists(
+    cluster: LocalCluster, members: Members
+) -> None:
+    _produce(cluster, members.topic, 30)
+    members.start("a")
+    _wait("every message", lambda: len(members.events("committed")) >= 30 * PARTITIONS)
+    members.close()
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    request = ConsumerGroupTopicPartitions(members.group)
+    listed = admin.list_consumer_group_offsets([request])[members.group].result(30)
+    offsets = {tp.partition: tp.offset for tp in listed.topic_partitions}
+    assert offsets == dict.fromkeys(range(PARTITIONS), 30)
+    groups = admin.list_consumer_groups().result(30)
+    assert members.group in {g.group_id for g in groups.valid}
+    described = admin.describe_consumer_groups([members.group])[members.group].result(30)
+    assert described.members == []
+    # An empty group can be deleted; its offsets go with it.
+    admin.delete_consumer_groups([members.group])[members.group].result(30)
+    listed = admin.list_consumer_group_offsets([request])[members.group].result(30)
+    assert {tp.offset for tp in listed.topic_partitions} <= {-1001}
+
+
+def test_offsets_committed_by_a_group_are_where_the_next_member_starts(
+    cluster: LocalCluster, members: Members
+) -> None:
+    _produce(cluster, members.topic, 10)
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    # Offsets set from outside (kafka-consumer-groups --reset-offsets does this).
+    parts = [TopicPartition(members.topic, p, 7) for p in range(PARTITIONS)]
+    admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(members.group, parts)])[
+        members.group
+    ].result(30)
+    members.start("a")
+    _wait("the messages after offset 7", lambda: len(members.events("committed")) >= 3 * PARTITIONS)
+    assert {o for _, o in members.events("got")} == {7, 8, 9}
+
+
+def _coordinator(cluster: LocalCluster, group: str) -> Any:
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    return admin.describe_consumer_groups([group])[group].result(30).coordinator.id
+
+
+def test_the_group_goes_on_when_its_coordinator_s_node_is_killed(
+    cluster: LocalCluster, members: Members
+) -> None:
+    """Last in this module: it kills a node (and starts it again)."""
+    _produce(cluster, members.topic, 20)
+    members.start("a")
+    members.start("b")
+    _wait("two members sharing the topic", lambda: _shared(members, ["a", "b"]))
+    _wait("the first messages", lambda: len(members.events("committed")) >= 20 * PARTITIONS)
+    coordinator = _coordinator(cluster, members.group)
+    cluster.kill_node(coordinator)
+    try:
+        _produce(cluster, members.topic, 20)  # offsets 20-39 of each partition
+        want = {(p, o) for p in range(PARTITIONS) for o in range(40)}
+        _wait(
+            "every message, with the coordinator moved",
+            lambda: set(members.events("got")) >= want,
+            90,
+        )
+        assert _coordinator(cluster, members.group) != coordinator
+        # The same members, still sharing (no one was dropped for good).
+        assert _shared(members, ["a", "b"])
+        _check_delivery(members, 40)
+    finally:
+        members.close()
+        cluster.start_node(coordinator)
