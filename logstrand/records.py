@@ -61,10 +61,13 @@ EPOCH_MAX: Final = 2**32 - 1
 #: User log ids run 1..LOG_ID_MAX; the top bit marks internal logs.
 LOG_ID_INTERNAL_BIT: Final = 1 << 63
 LOG_ID_MAX: Final = LOG_ID_INTERNAL_BIT - 1
-#: The internal compacted log of consumer positions (``logstrand.positions``).
+#: The internal compacted logs of consumer positions (``logstrand.positions``):
+#: a group's positions, and its membership, live in one of them by a hash of
+#: its name.  The first was the only one before there were several.
 POSITIONS_LOG_ID: Final = LOG_ID_INTERNAL_BIT | 1
+POSITIONS_LOGS: Final = tuple(range(POSITIONS_LOG_ID, POSITIONS_LOG_ID + 16))
 #: The internal logs that exist: clients read and append to them like any log.
-INTERNAL_LOGS: Final = frozenset({POSITIONS_LOG_ID})
+INTERNAL_LOGS: Final = frozenset(POSITIONS_LOGS)
 #: What a user may be granted on a range of logs (docs/security.md).
 OPS: Final = ("read", "append", "trim", "admin")
 #: Nodes in one copyset, at most.
@@ -88,7 +91,10 @@ def precedence(flags: int, wave: int) -> tuple[int, int]:
 
 def log_name(log_id: int) -> str:
     """How a log is shown to people: its id, or the name of an internal log."""
-    return "positions" if log_id == POSITIONS_LOG_ID else str(log_id)
+    if log_id in INTERNAL_LOGS:
+        n = log_id - POSITIONS_LOG_ID
+        return "positions" if n == 0 else f"positions.{n}"
+    return str(log_id)
 
 
 def check_log_id(log_id: int, *, internal: bool = False) -> int:
@@ -110,7 +116,7 @@ def parse_log_range(
     text: str, named: Mapping[str, tuple[int, int]] | None = None
 ) -> tuple[int, int]:
     """A range of logs as typed: ``7``, ``1..100`` (or a name of ``named``)
-    → (first, last), with 1 <= first <= last <= LOG_ID_MAX, or one internal log.
+    → (first, last), with 1 <= first <= last <= LOG_ID_MAX, or internal logs.
 
     Raises:
         InvalidArgumentError: anything else.
@@ -125,7 +131,7 @@ def parse_log_range(
     except ValueError:
         forms = ", ".join(["N", "FIRST..LAST", *(named or ())])
         raise InvalidArgumentError(f"bad log range {text!r}: use {forms} (digits 0-9)") from None
-    internal = first == last and first in INTERNAL_LOGS
+    internal = first in INTERNAL_LOGS and last in INTERNAL_LOGS and first <= last
     if not (1 <= first <= last <= LOG_ID_MAX or internal):
         raise InvalidArgumentError(f"bad log range {text!r}: need 1 <= FIRST <= LAST < 2^63")
     return first, last

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from ..records import LOG_ID_MAX, POSITIONS_LOG_ID
+from ..records import LOG_ID_MAX, POSITIONS_LOGS
 from ..security import check_name, hash_token, new_token, parse_log_range, parse_ops
 from ._common import JsonOption, UrlOption, console, fail, open_store, parse_node_id, print_json
 
@@ -85,7 +85,7 @@ def users_list(url: UrlOption = None, as_json: JsonOption = False) -> None:
 def _logs_text(first: int, last: int) -> str:
     if (first, last) == (1, LOG_ID_MAX):
         return "all"
-    if first == last == POSITIONS_LOG_ID:
+    if (first, last) == (POSITIONS_LOGS[0], POSITIONS_LOGS[-1]):
         return "positions"
     return str(first) if first == last else f"{first}..{last}"
 

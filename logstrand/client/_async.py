@@ -23,6 +23,7 @@ import trio
 from ..epochstore import open_epoch_store
 from ..errors import InvalidArgumentError, collapse
 from ..positions._client import Groups
+from ..records import POSITIONS_LOGS
 from ..rpc import ClusterView, Links
 from ..security import Credentials, credentials_from_env
 from ..types import LSN_OLDEST, TAIL, _Tail
@@ -195,9 +196,12 @@ class AsyncClient(AppendApi):
         position = await self._groups.committed(group, log_id)
         return None if position is None else position.lsn
 
-    async def group_positions(self) -> dict[str, list[Position]]:
-        """Every consumer group and its positions (one per log)."""
-        return await self._groups.positions()
+    async def group_positions(
+        self, logs: Sequence[int] = POSITIONS_LOGS
+    ) -> dict[str, list[Position]]:
+        """Every consumer group and its positions (one per log); ``logs``:
+        only the groups that these positions logs hold."""
+        return await self._groups.positions(logs)
 
     async def describe_group(self, group: str) -> list[GroupLag]:
         """The group's position, the tail and the lag on each of its logs.

@@ -212,7 +212,7 @@ class LogRange:
             _fail("log range ends must be integers")
         if self.name is not None:
             check_range_name(self.name)
-        internal = self.first == self.last and self.first in INTERNAL_LOGS
+        internal = self.first in INTERNAL_LOGS and self.last in INTERNAL_LOGS
         if not 1 <= self.first <= self.last <= LOG_ID_MAX and not internal:
             _fail(f"bad log range {self.first}..{self.last}: 1 <= first <= last < 2^63")
 

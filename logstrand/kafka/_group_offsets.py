@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LogstrandError, NotFoundError
-from ..positions import METADATA_MAX
+from ..positions import METADATA_MAX, POSITIONS_LOGS
 from ..types import lsn_epoch
 from ._errors import KafkaError
 from ._group_model import EMPTY, subscribed_topics
@@ -113,10 +113,9 @@ class GroupAdmin:
         if code:
             return code, []
         try:
-            table = await self.positions.refresh()
+            mine = {p.log_id: p for p in await self.positions.of_group(group)}
         except LogstrandError:
             return KafkaError.COORDINATOR_LOAD_IN_PROGRESS, []
-        mine = {p.log_id: p for p in table.of_group(group)}
         if wanted is None:
             by_topic: dict[str, list[int]] = {}
             for log_id in mine:
@@ -158,12 +157,15 @@ class GroupAdmin:
     # -- groups -----------------------------------------------------------------------
 
     async def list_groups(self, request: Request) -> dict[str, Any]:
+        me = self.front.broker_id
+        logs = [p for p in POSITIONS_LOGS if self.coordinator.coordinates_log(p)]
+        names = set(self.coordinator.core.groups)
         try:
-            table = await self.positions.refresh()
+            names |= set(await self.positions.positions(logs))
+            for log_id in logs:
+                names |= set(self.positions.tables[log_id].memberships)
         except LogstrandError:
             return {"error_code": KafkaError.COORDINATOR_NOT_AVAILABLE, "groups": []}
-        me = self.front.broker_id
-        names = set(table.groups()) | set(table.memberships) | set(self.coordinator.core.groups)
         wanted_states = {s.lower() for s in request.body.get("states_filter") or []}
         groups = []
         for name in sorted(names):
@@ -194,7 +196,7 @@ class GroupAdmin:
             if code:
                 entry.update(group_state="", protocol_type="")
             elif group is None:
-                known = bool(self.positions.table.of_group(name))
+                known = bool(await self.positions.of_group(name))
                 entry.update(group_state=EMPTY if known else "Dead", protocol_type="")
             else:
                 entry.update(

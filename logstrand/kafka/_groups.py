@@ -33,8 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 
 from ..errors import LogstrandError
-from ..positions import GROUP_RE
-from ..records import POSITIONS_LOG_ID
+from ..positions import GROUP_RE, POSITIONS_LOGS, positions_log_of
 from ._errors import KafkaError
 from ._group_model import JoinArgs, Reply, Settings, join_error
 from ._membership import Coordinator
@@ -66,11 +65,6 @@ _log = logging.getLogger("logstrand.kafka")
 WAIT_SLACK_S = 5.0
 
 
-def positions_log_of(group: str) -> int:
-    """The positions log that holds ``group``."""
-    return POSITIONS_LOG_ID
-
-
 class GroupCoordinator:
     """The front's group coordinator (see the module docstring)."""
 
@@ -85,7 +79,8 @@ class GroupCoordinator:
         #: Groups read back from their membership record since this front
         #: became their coordinator.
         self._loaded: set[str] = set()
-        self._mine = False
+        #: The positions logs whose groups this front coordinates.
+        self._mine: set[int] = set()
         self._loading = trio.Lock()
 
     # -- who coordinates ------------------------------------------------------------
@@ -96,25 +91,37 @@ class GroupCoordinator:
             return self.front.broker_id
         return self.front.view.sequencer_node(positions_log_of(group))
 
+    def coordinates_log(self, log_id: int) -> bool:
+        """Whether this front coordinates the groups of positions log ``log_id``."""
+        return self.front.standalone or self.front.view.sequencer_node(log_id) == (
+            self.front.broker_id
+        )
+
+    def _check_ownership(self) -> None:
+        """Forget the groups of positions logs this front no longer coordinates
+        (their sequencer moved): a coordinator that comes back reads them again."""
+        now_mine = {p for p in POSITIONS_LOGS if self.coordinates_log(p)}
+        lost = self._mine - now_mine
+        self._mine = now_mine
+        if lost:
+            self._deliver(self.core.clear(lambda g: positions_log_of(g) in lost))
+            self._loaded = {g for g in self._loaded if positions_log_of(g) not in lost}
+
     async def take(self, group: str) -> int:
         """Whether this front coordinates ``group`` now: NONE, after reading
         the group back if this front just became its coordinator, or the
         error to answer."""
         if not GROUP_RE.fullmatch(group):
             return KafkaError.INVALID_GROUP_ID
-        mine = self.coordinator_of(group) == self.front.broker_id
-        if mine != self._mine:
-            self._mine = mine
-            self._deliver(self.core.clear())
-            self._loaded.clear()
-        if not mine:
+        self._check_ownership()
+        if positions_log_of(group) not in self._mine:
             return KafkaError.NOT_COORDINATOR
         if group in self._loaded:
             return KafkaError.NONE
         async with self._loading:
             if group not in self._loaded:
                 try:
-                    table = await self.positions.refresh()
+                    table = await self.positions.table_of(group)
                 except LogstrandError as exc:
                     _log.warning("kafka: group %s: positions not read: %s", group, exc)
                     return KafkaError.COORDINATOR_LOAD_IN_PROGRESS
@@ -156,6 +163,7 @@ class GroupCoordinator:
             with trio.move_on_at(math.inf if at is None else at):
                 await self._changed.wait()
             self._changed = trio.Event()
+            self._check_ownership()
             self._deliver(self.core.tick(trio.current_time()), poke=False)
             await self.write_down()
 
@@ -163,7 +171,7 @@ class GroupCoordinator:
         """Write the membership record of every group that changed generation."""
         for group in self.core.take_stabilized():
             snap = self.core.snapshot(group)
-            if snap is None:
+            if snap is None or positions_log_of(group) not in self._mine:
                 continue
             try:
                 await self.positions.write_membership(group, json.dumps(snap).encode())

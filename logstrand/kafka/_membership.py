@@ -449,18 +449,21 @@ class Coordinator:
         self.groups.pop(group_name, None)
         return KafkaError.NONE
 
-    def clear(self) -> list[Reply]:
-        """This coordinator no longer coordinates: every waiting request is
-        answered NOT_COORDINATOR and every group forgotten."""
+    def clear(self, which: Callable[[str], bool] | None = None) -> list[Reply]:
+        """This coordinator no longer coordinates the groups ``which`` names
+        (None: all): their waiting requests are answered NOT_COORDINATOR and
+        the groups forgotten."""
         out: list[Reply] = []
-        for group in self.groups.values():
+        gone = [g for g in self.groups.values() if which is None or which(g.name)]
+        for group in gone:
+            del self.groups[group.name]
             for m in group.members.values():
                 if m.join_token is not None:
                     out.append((m.join_token, join_error(KafkaError.NOT_COORDINATOR)))
                 if m.sync_token is not None:
                     out.append((m.sync_token, error(KafkaError.NOT_COORDINATOR, assignment=b"")))
-        self.groups.clear()
-        self._deadlines.clear()
+        if not self.groups:
+            self._deadlines.clear()
         return out
 
     def snapshot(self, group_name: str) -> dict[str, Any] | None:

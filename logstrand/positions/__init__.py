@@ -10,7 +10,7 @@ This face holds the pure model; the client and the node import the piece
 they use.
 """
 
-from ..records import POSITIONS_LOG_ID
+from ..records import POSITIONS_LOG_ID, POSITIONS_LOGS
 from ._model import (
     EPOCHS_WALKED_MAX,
     GROUP_RE,
@@ -27,6 +27,7 @@ from ._model import (
     lag_of,
     last_lsn_of,
     membership_key,
+    positions_log_of,
     records_between,
     reset_target,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "EPOCHS_WALKED_MAX",
     "GROUP_RE",
     "METADATA_MAX",
+    "POSITIONS_LOGS",
     "POSITIONS_LOG_ID",
     "GroupLag",
     "Position",
@@ -48,6 +50,7 @@ __all__ = [
     "lag_of",
     "last_lsn_of",
     "membership_key",
+    "positions_log_of",
     "records_between",
     "reset_target",
 ]

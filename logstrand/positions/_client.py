@@ -18,7 +18,7 @@ import trio
 
 from ..epochstore import LogAttributes
 from ..errors import ExistsError, InvalidArgumentError, LogstrandError, NotFoundError, Status
-from ..records import POSITIONS_LOG_ID, check_log_id
+from ..records import POSITIONS_LOG_ID, POSITIONS_LOGS, check_log_id
 from ..types import LSN_MAX, LSN_OLDEST, Record, lsn_epoch
 from ..wire import LogInfo
 from ._model import (
@@ -31,6 +31,7 @@ from ._model import (
     epochs_to_walk,
     lag_of,
     membership_key,
+    positions_log_of,
     reset_target,
 )
 
@@ -87,16 +88,22 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _create_positions_log(store: EpochStore) -> None:
-    """Create the positions log (compacted, replicated to up to three nodes);
-    nothing when another client did first."""
+def _create_positions_logs(store: EpochStore) -> None:
+    """Create the positions logs that do not exist yet (compacted, replicated
+    to up to three nodes): the first alone (a cluster of an earlier version
+    has it), then the rest as one range; nothing for what another client
+    created first."""
     storage = [n for n in store.nodes().values() if "storage" in n.roles]
     # One storage node fewer than there are, so that commits (and the group
     # coordinators that write them) go on with a node down.
     replication = max(1, min(POSITIONS_REPLICATION_MAX, len(storage) - 1))
     attributes = LogAttributes(replication_factor=replication, cleanup_policy="compact")
-    with contextlib.suppress(ExistsError):
-        store.create_logs(POSITIONS_LOG_ID, POSITIONS_LOG_ID, attributes)
+    for first, last in (
+        (POSITIONS_LOG_ID, POSITIONS_LOG_ID),
+        (POSITIONS_LOGS[1], POSITIONS_LOGS[-1]),
+    ):
+        with contextlib.suppress(ExistsError):
+            store.create_logs(first, last, attributes)
 
 
 class Groups:
@@ -112,43 +119,49 @@ class Groups:
         self.appender = appender
         #: ``open_reader(log, start, until)``: a read stream (``client._reader``).
         self.open_reader = open_reader
-        self.table = PositionTable()
-        self._refreshing = trio.Lock()
+        #: Positions log -> its table.
+        self.tables: dict[int, PositionTable] = {p: PositionTable() for p in POSITIONS_LOGS}
+        self._refreshing = {p: trio.Lock() for p in POSITIONS_LOGS}
+        #: Whether the first positions log was read for groups that lived
+        #: there before there were several (``_legacy``).
+        self._legacy_read = False
 
     # -- the positions log ------------------------------------------------------
 
     async def ensure_log(self) -> None:
-        """Create the positions log on first use."""
+        """Create the positions logs on first use."""
         view = self.admin.view
-        if view.log_attributes(POSITIONS_LOG_ID) is not None:
+        if view.log_attributes(POSITIONS_LOGS[-1]) is not None:
             return
         await view.refresh()
-        if view.log_attributes(POSITIONS_LOG_ID) is None:
-            await view.astore.run(_create_positions_log)
+        if view.log_attributes(POSITIONS_LOGS[-1]) is None:
+            await view.astore.run(_create_positions_logs)
             await view.refresh()
-            await self._known_to_nodes()
+            for log_id in POSITIONS_LOGS:
+                await self._known_to_nodes(log_id)
 
-    async def _known_to_nodes(self) -> None:
+    async def _known_to_nodes(self, log_id: int) -> None:
         """Wait (bounded) until the nodes have read the new log's configuration:
         a node reads it again at most every 0.2 s when asked of a log it lacks."""
         with trio.move_on_after(LOG_KNOWN_WAIT_S):
             while True:
                 replies = await self.admin.ask_nodes(
-                    POSITIONS_LOG_ID, lambda rid: LogInfo(rid, POSITIONS_LOG_ID), timeout_s=2.0
+                    log_id, lambda rid: LogInfo(rid, log_id), timeout_s=2.0
                 )
                 if replies and all(r.status == Status.OK for r in replies.values()):
                     return
                 await trio.sleep(0.1)
 
-    async def refresh(self) -> PositionTable:
-        """Bring the table up to the positions log's tail (one reader at a time)."""
+    async def refresh(self, log_id: int = POSITIONS_LOG_ID) -> PositionTable:
+        """Bring positions log ``log_id``'s table up to its tail (one reader
+        at a time)."""
         await self.ensure_log()
-        async with self._refreshing:
-            table = self.table
-            tail = await self.admin.tail_lsn(POSITIONS_LOG_ID)
+        async with self._refreshing[log_id]:
+            table = self.tables[log_id]
+            tail = await self.admin.tail_lsn(log_id)
             if tail <= table.read_through:
                 return table
-            async with self.open_reader(POSITIONS_LOG_ID, table.read_through + 1, tail) as reader:
+            async with self.open_reader(log_id, table.read_through + 1, tail) as reader:
                 while items := await reader.next_objects():
                     for item in items:
                         if isinstance(item, Record):
@@ -157,6 +170,21 @@ class Groups:
                             table.advance(item.hi)
             table.advance(tail)
             return table
+
+    async def table_of(self, group: str) -> PositionTable:
+        """The table of the positions log that holds ``group``, up to its tail."""
+        return await self.refresh(positions_log_of(group))
+
+    async def _legacy(self, group: str) -> list[Position]:
+        """``group``'s positions in the first positions log, where every
+        group's were before there were several: read there once per client,
+        and shown where the group's own log has none for a log."""
+        if positions_log_of(group) == POSITIONS_LOG_ID:
+            return []
+        if not self._legacy_read:
+            await self.refresh(POSITIONS_LOG_ID)
+            self._legacy_read = True
+        return self.tables[POSITIONS_LOG_ID].of_group(group)
 
     # -- positions -----------------------------------------------------------------
 
@@ -167,7 +195,7 @@ class Groups:
         value = encode_value(lsn, _now_ms())
         await self.admin.log_attributes(log_id)  # NotFoundError for no such log
         await self.ensure_log()
-        return await self.appender.append(POSITIONS_LOG_ID, value, key)
+        return await self.appender.append(positions_log_of(group), value, key)
 
     async def commit_many(
         self, group: str, entries: Sequence[tuple[int, int, int | None, str | None]]
@@ -178,42 +206,63 @@ class Groups:
         keys = [encode_key(group, log_id) for log_id, *_ in entries]
         values = [encode_value(lsn, now, off, md) for _, lsn, off, md in entries]
         await self.ensure_log()
-        await self.appender.append_batch(POSITIONS_LOG_ID, values, keys)
+        await self.appender.append_batch(positions_log_of(group), values, keys)
 
     async def write_membership(self, group: str, payload: bytes | None) -> None:
         """Write (None: remove) the group's membership record (its coordinator's)."""
         await self.ensure_log()
-        await self.appender.append(POSITIONS_LOG_ID, payload, membership_key(group))
+        await self.appender.append(positions_log_of(group), payload, membership_key(group))
 
     async def committed(self, group: str, log_id: int) -> Position | None:
         check_group(group)
         check_log_id(log_id)
-        return (await self.refresh()).get(group, log_id)
+        found = (await self.table_of(group)).get(group, log_id)
+        if found is None:
+            found = next((p for p in await self._legacy(group) if p.log_id == log_id), None)
+        return found
 
-    async def positions(self) -> dict[str, list[Position]]:
-        """Every group and its positions."""
-        return (await self.refresh()).groups()
+    async def positions(self, logs: Sequence[int] = POSITIONS_LOGS) -> dict[str, list[Position]]:
+        """Every group and its positions (of the positions ``logs``)."""
+        found: dict[str, dict[int, Position]] = {}
+        for log_id in logs:
+            for group, held in (await self.refresh(log_id)).groups().items():
+                if positions_log_of(group) == log_id:
+                    found.setdefault(group, {}).update((p.log_id, p) for p in held)
+        if POSITIONS_LOG_ID in logs:  # what other logs' groups left in the first
+            for group, held in self.tables[POSITIONS_LOG_ID].groups().items():
+                mine = found.setdefault(group, {})
+                for p in held:
+                    mine.setdefault(p.log_id, p)
+        return {g: sorted(ps.values(), key=lambda p: p.log_id) for g, ps in sorted(found.items())}
 
     async def of_group(self, group: str) -> list[Position]:
         check_group(group)
-        return (await self.refresh()).of_group(group)
+        own = {p.log_id: p for p in (await self.table_of(group)).of_group(group)}
+        for p in await self._legacy(group):
+            own.setdefault(p.log_id, p)
+        return sorted(own.values(), key=lambda p: p.log_id)
 
     async def delete(self, group: str) -> list[int]:
         """Remove every position of ``group`` (tombstones); the logs it had."""
         positions = await self.of_group(group)
-        member_record = group in self.table.memberships
+        member_record = group in self.tables[positions_log_of(group)].memberships
         if not positions and not member_record:
             raise NotFoundError(f"group {group!r} has no positions")
-        keys = [encode_key(group, p.log_id) for p in positions]
-        if member_record:
-            keys.append(membership_key(group))
-        await self.appender.append_batch(POSITIONS_LOG_ID, [None] * len(keys), keys)
+        await self.forget(group, [p.log_id for p in positions], membership=member_record)
         return [p.log_id for p in positions]
 
-    async def forget(self, group: str, logs: Sequence[int]) -> None:
-        """Remove ``group``'s positions on ``logs`` (tombstones)."""
+    async def forget(self, group: str, logs: Sequence[int], *, membership: bool = False) -> None:
+        """Remove ``group``'s positions on ``logs`` (tombstones, in the
+        first positions log too for what a group had there before)."""
         keys = [encode_key(group, log_id) for log_id in logs]
-        await self.appender.append_batch(POSITIONS_LOG_ID, [None] * len(keys), keys)
+        if membership:
+            keys.append(membership_key(group))
+        home = positions_log_of(group)
+        await self.appender.append_batch(home, [None] * len(keys), keys)
+        legacy = {p.log_id for p in await self._legacy(group)} & set(logs)
+        if legacy:
+            old = [encode_key(group, log_id) for log_id in sorted(legacy)]
+            await self.appender.append_batch(POSITIONS_LOG_ID, [None] * len(old), old)
 
     # -- lag ---------------------------------------------------------------------------
 

@@ -18,10 +18,10 @@ import trio
 from prometheus_client import Gauge
 
 from ..errors import LogstrandError
-from ..records import POSITIONS_LOG_ID
+from ..records import POSITIONS_LOGS
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Container
+    from collections.abc import Callable, Container, Sequence
 
     from prometheus_client import CollectorRegistry
 
@@ -51,7 +51,7 @@ class MonitorHost(Protocol):
 
 
 class _Client(Protocol):
-    async def group_positions(self) -> dict[str, list[Position]]: ...
+    async def group_positions(self, logs: Sequence[int] = ...) -> dict[str, list[Position]]: ...
     async def describe_group(self, group: str) -> list[GroupLag]: ...
 
 
@@ -123,9 +123,10 @@ class GroupsMonitor:
         """Set the figures now (or clear them when this node does not
         sequence the positions log)."""
         seen: set[tuple[str, str]] = set()
-        if POSITIONS_LOG_ID in host.sequenced_logs():
+        mine = [p for p in POSITIONS_LOGS if p in host.sequenced_logs()]
+        if mine:
             client = await lazy.get(nursery)
-            for group in await client.group_positions():
+            for group in await client.group_positions(mine):
                 if len(seen) >= self.options.pairs_max:
                     break
                 for lag in await client.describe_group(group):

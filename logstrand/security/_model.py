@@ -26,7 +26,7 @@ import attrs
 
 from .. import records
 from ..errors import InvalidArgumentError
-from ..records import INTERNAL_LOGS, LOG_ID_MAX, POSITIONS_LOG_ID
+from ..records import INTERNAL_LOGS, LOG_ID_MAX, POSITIONS_LOGS
 from ..records import OPS as OPS
 from ..wire import ACCESS
 
@@ -60,8 +60,12 @@ class Grant:
             return False
         if log_id is None or self.first <= log_id <= self.last:
             return True
-        # "all" (every user log) covers the internal logs too.
-        return log_id in INTERNAL_LOGS and (self.first, self.last) == (1, LOG_ID_MAX)
+        # "all" (every user log) covers the internal logs too, and a grant on
+        # the first positions log (all there was before there were several)
+        # covers every one of them.
+        if log_id not in INTERNAL_LOGS:
+            return False
+        return (self.first, self.last) in ((1, LOG_ID_MAX), (POSITIONS_LOGS[0], POSITIONS_LOGS[0]))
 
     def to_json(self) -> dict[str, Any]:
         return {"user": self.user, "first": self.first, "last": self.last, "ops": sorted(self.ops)}
@@ -170,7 +174,7 @@ def parse_ops(text: str) -> frozenset[str]:
 
 def parse_log_range(text: str) -> tuple[int, int]:
     """``5``, ``1..100``, ``all`` (every log, the internal ones too) or
-    ``positions`` (the internal log of consumer positions) → (first, last)."""
+    ``positions`` (the internal logs of consumer positions) → (first, last)."""
     return records.parse_log_range(
-        text, {"all": (1, LOG_ID_MAX), "positions": (POSITIONS_LOG_ID, POSITIONS_LOG_ID)}
+        text, {"all": (1, LOG_ID_MAX), "positions": (POSITIONS_LOGS[0], POSITIONS_LOGS[-1])}
     )

@@ -17,7 +17,8 @@ from logstrand import Record
 from logstrand.cli import main
 from logstrand.epochstore import LogAttributes, open_epoch_store
 from logstrand.errors import InvalidArgumentError, NotFoundError
-from logstrand.records import POSITIONS_LOG_ID
+from logstrand.positions import encode_key, encode_value, positions_log_of
+from logstrand.records import POSITIONS_LOG_ID, POSITIONS_LOGS
 from logstrand.testing import LocalCluster
 from logstrand.types import lsn_epoch
 
@@ -171,8 +172,8 @@ def test_resets_dry_runs_and_delete(
         assert cli_json(capsys, c.url, "delete", "reset-me") == {"group": "reset-me", "logs": [2]}
         assert client.committed("reset-me", 2) is None
         assert "reset-me" not in client.group_positions()
-        # The positions log is an ordinary (compacted) log to read.
-        assert client.log_attributes(POSITIONS_LOG_ID).compacted
+        # The positions logs are ordinary (compacted) logs to read.
+        assert all(client.log_attributes(p).compacted for p in POSITIONS_LOGS)
 
         # Clear errors, nothing changed.
         with pytest.raises(InvalidArgumentError, match="bad group name"):
@@ -201,3 +202,29 @@ def test_columns_and_arrow_readers_commit_too(cluster: LocalCluster) -> None:
         rows = list(client.read_arrow(3, group="cols", autocommit=True))
         assert sum(r.num_rows for r in rows) == 1
         assert client.committed("cols", 3) == more[0]
+
+
+def test_positions_committed_when_there_was_one_positions_log_are_still_read(
+    cluster: LocalCluster,
+) -> None:
+    """Before groups were spread over 16 positions logs, every group's
+    positions were in the first.  A group that now lives in another one
+    still finds them there until it commits anew, and delete removes both."""
+    group = next(
+        g for g in (f"old-{i}" for i in range(100)) if positions_log_of(g) != POSITIONS_LOG_ID
+    )
+    with logstrand.connect(cluster.url) as client:
+        client.commit("warm-up", 3, 1)  # the positions logs exist
+        lsn = client.append(3, b"x")
+        # As an earlier version wrote it.
+        client.append(POSITIONS_LOG_ID, encode_value(lsn, 1), key=encode_key(group, 3))
+        assert client.committed(group, 3) == lsn
+        assert [p.log_id for p in client.group_positions()[group]] == [3]
+        client.commit(group, 4, 0)
+        assert {p.log_id for p in client.group_positions()[group]} == {3, 4}
+        client.commit(group, 3, lsn - 1)  # the group's own log wins from now on
+        assert client.committed(group, 3) == lsn - 1
+        client.delete_group(group)
+    with logstrand.connect(cluster.url) as fresh:  # reads both logs from their start
+        assert fresh.committed(group, 3) is None
+        assert group not in fresh.group_positions()

@@ -12,6 +12,7 @@ from logstrand.positions import (
     GROUP_RE,
     METADATA_MAX,
     POSITIONS_LOG_ID,
+    POSITIONS_LOGS,
     Position,
     PositionTable,
     check_group,
@@ -23,6 +24,7 @@ from logstrand.positions import (
     lag_of,
     last_lsn_of,
     membership_key,
+    positions_log_of,
     records_between,
     reset_target,
 )
@@ -86,10 +88,17 @@ def test_bad_values_and_logs_are_refused() -> None:
     assert decode_value(b"short") is None
 
 
-def test_the_positions_log_is_the_one_internal_log_a_client_may_name() -> None:
+def test_the_positions_logs_are_the_internal_logs_a_client_may_name() -> None:
     assert check_log_id(POSITIONS_LOG_ID) == POSITIONS_LOG_ID
+    assert check_log_id(POSITIONS_LOGS[-1]) == POSITIONS_LOGS[-1]
     with pytest.raises(InvalidArgumentError):
-        check_log_id(POSITIONS_LOG_ID + 1)
+        check_log_id(POSITIONS_LOGS[-1] + 1)
+
+
+def test_groups_spread_over_the_positions_logs_by_name() -> None:
+    homes = {positions_log_of(f"group-{i}") for i in range(200)}
+    assert homes == set(POSITIONS_LOGS)
+    assert positions_log_of("billing") == positions_log_of("billing")
 
 
 def test_the_table_keeps_the_latest_record_of_each_key_and_tombstones_remove() -> None:

@@ -89,7 +89,7 @@ def test_a_request_on_many_logs_needs_the_grant_on_each() -> None:
 
 
 def test_the_positions_log_needs_its_own_grant_or_all() -> None:
-    from logstrand.records import POSITIONS_LOG_ID
+    from logstrand.records import POSITIONS_LOG_ID, POSITIONS_LOGS
     from logstrand.security._model import parse_log_range
 
     commit = Append(1, POSITIONS_LOG_ID, APPEND)
@@ -101,6 +101,11 @@ def test_the_positions_log_needs_its_own_grant_or_all() -> None:
     assert refusal(ann, named, Append(1, 5, APPEND)) is not None
     everything = (Grant("ann", *parse_log_range("all"), ops),)
     assert refusal(ann, everything, commit) is None
+    # Every positions log is "positions", and a grant made when the first
+    # was the only one covers them all.
+    last = Append(1, POSITIONS_LOGS[-1], APPEND)
+    assert refusal(ann, named, last) is None
+    assert refusal(ann, (Grant("ann", POSITIONS_LOG_ID, POSITIONS_LOG_ID, ops),), last) is None
 
 
 def test_node_messages_only_from_nodes() -> None:
