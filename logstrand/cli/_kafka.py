@@ -33,6 +33,15 @@ def serve(
             "--auto-create", help="Create a topic (one partition) when a client asks for it."
         ),
     ] = False,
+    group_session_ms: Annotated[
+        int,
+        typer.Option(
+            "--group-session-ms",
+            min=1_000,
+            max=1_800_000,
+            help="Session timeout of consumer-protocol group members (group.protocol=consumer).",
+        ),
+    ] = 45_000,
 ) -> None:
     """Serve the Kafka protocol for the cluster at --url until SIGINT/SIGTERM:
     one broker that answers for every topic, through the client library, with
@@ -59,6 +68,7 @@ def serve(
                         advertise=told,
                         broker_id=broker_id,
                         auto_create=auto_create,
+                        group_session_ms=group_session_ms,
                         credentials=credentials,
                         task_status=task_status,
                     )

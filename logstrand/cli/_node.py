@@ -132,6 +132,18 @@ _OWN_OPTIONS = (
             "does not exist.",
         ),
     ),
+    keyword(
+        "kafka_group_session_ms",
+        int,
+        45_000,
+        typer.Option(
+            min=1_000,
+            max=1_800_000,
+            help="Session timeout of consumer-protocol group members (group.protocol="
+            "consumer; Kafka's group.consumer.session.timeout.ms): a member silent this "
+            "long is dropped and its partitions go to the others.",
+        ),
+    ),
     keyword("log_level", str, "info", typer.Option(help="debug, info, warning or error.")),
     keyword("log_format", str, "text", typer.Option(help="text, or json: one JSON object a line.")),
     keyword(
@@ -346,7 +358,12 @@ def _kafka(params: dict[str, Any]) -> Any:
     from ..kafka._node_front import NodeKafkaFront, NodeKafkaOptions
 
     return NodeKafkaFront(
-        NodeKafkaOptions(port, params["kafka_advertise"], params["kafka_auto_create"])
+        NodeKafkaOptions(
+            port,
+            params["kafka_advertise"],
+            params["kafka_auto_create"],
+            params["kafka_group_session_ms"],
+        )
     )
 
 

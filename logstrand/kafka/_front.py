@@ -34,6 +34,7 @@ from ..placement import select_nodeset
 from ._admin import AdminApis
 from ._data import DataPlane
 from ._errors import KafkaError
+from ._group_heartbeat import ConsumerGroupApis
 from ._group_offsets import GroupAdmin
 from ._groups import GroupCoordinator
 from ._protocol import API_VERSIONS, UnsupportedRequest, encode_response
@@ -62,8 +63,8 @@ SERVED: dict[int, tuple[int, int]] = {
     2: (0, 7),
     API_VERSIONS: (0, 3),
     3: (0, 12),
-    8: (0, 8),
-    9: (0, 8),
+    8: (0, 9),
+    9: (0, 9),
     10: (0, 4),
     11: (0, 9),
     12: (0, 4),
@@ -82,6 +83,7 @@ SERVED: dict[int, tuple[int, int]] = {
     44: (0, 1),
     47: (0, 0),
     60: (0, 1),
+    68: (0, 1),
 }
 
 
@@ -96,6 +98,7 @@ class KafkaFront:
         advertise: tuple[str, int],
         standalone: bool,
         auto_create: bool = False,
+        group_session_ms: int = 45_000,
     ) -> None:
         self.client = client
         self.view = client.view
@@ -104,8 +107,9 @@ class KafkaFront:
         self.standalone = standalone
         self.auto_create = auto_create
         self.data = DataPlane(client, self.topics)
-        self.coordinator = GroupCoordinator(self)
+        self.coordinator = GroupCoordinator(self, session_ms=group_session_ms)
         groups = GroupAdmin(self, self.coordinator)
+        heartbeats = ConsumerGroupApis(self, self.coordinator)
         admin = AdminApis(self)
         self._handlers: dict[int, Callable[[Request], Awaitable[dict[str, Any] | None]]] = {
             0: self.data.produce,
@@ -133,6 +137,7 @@ class KafkaFront:
             44: admin.incremental_alter_configs,
             47: groups.offset_delete,
             60: admin.describe_cluster,
+            68: heartbeats.heartbeat,
         }
         #: API key -> the versions served.
         self.served: dict[int, tuple[int, int]] = dict(SERVED)
@@ -242,10 +247,19 @@ class KafkaFront:
             # tool that lists topics right after `logs create --name`).
             await self.data.rereads.reread()
         named = self.topics()
+        by_id: dict[bytes, str] = {}
+        if not every and any(t["name"] is None for t in asked):
+            # Asked by topic id (librdkafka does, for a KIP-848 assignment).
+            await self.data.rereads.reread()
+            named = self.topics()
+            by_id = {topic_id(self.view.cluster, r): n for n, r in named.items()}
+        unknown: list[bytes] = []
         if every:
             names = sorted(named)
         else:
-            names = [t["name"] for t in asked if t["name"] is not None]
+            found = [t["name"] or by_id.get(t["topic_id"]) for t in asked]
+            unknown = [t["topic_id"] for t, n in zip(asked, found, strict=True) if n is None]
+            names = [n for n in found if n is not None]
         auto = self.auto_create and (version < 4 or body["allow_auto_topic_creation"])
         missing = [n for n in names if n not in named]
         if missing:
@@ -265,7 +279,11 @@ class KafkaFront:
             ],
             "cluster_id": self.view.cluster,
             "controller_id": min(brokers),
-            "topics": [self._topic_metadata(n, named.get(n), brokers) for n in names],
+            "topics": [self._topic_metadata(n, named.get(n), brokers) for n in names]
+            + [
+                {"error_code": KafkaError.UNKNOWN_TOPIC_ID, "name": None, "topic_id": t}
+                for t in unknown
+            ],
         }
 
     def _topic_metadata(

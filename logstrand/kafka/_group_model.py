@@ -235,3 +235,28 @@ def assigned_partitions(assignment: bytes) -> dict[str, list[int]]:
         return out
     except (struct.error, ValueError, UnicodeDecodeError):
         return {}
+
+
+def _put_string(out: bytearray, text: str) -> None:
+    data = text.encode()
+    out += struct.pack(">h", len(data)) + data
+
+
+def encode_subscription(topics: list[str]) -> bytes:
+    """A ConsumerProtocolSubscription (v0) of ``topics``, as tools read it."""
+    out = bytearray(struct.pack(">hi", 0, len(topics)))
+    for t in topics:
+        _put_string(out, t)
+    return bytes(out + struct.pack(">i", -1))
+
+
+def encode_assignment(parts: list[tuple[str, int]]) -> bytes:
+    """A ConsumerProtocolAssignment (v0) of ``(topic, partition)`` pairs."""
+    topics: dict[str, list[int]] = {}
+    for t, p in parts:
+        topics.setdefault(t, []).append(p)
+    out = bytearray(struct.pack(">hi", 0, len(topics)))
+    for t, ps in topics.items():
+        _put_string(out, t)
+        out += struct.pack(f">i{len(ps)}i", len(ps), *ps)
+    return bytes(out + struct.pack(">i", -1))

@@ -23,12 +23,16 @@ from ..errors import LogstrandError, NotFoundError
 from ..positions import METADATA_MAX, POSITIONS_LOGS
 from ..types import lsn_epoch
 from ._errors import KafkaError
-from ._group_model import EMPTY, subscribed_topics
+from ._group_model import EMPTY, encode_assignment, encode_subscription, subscribed_topics
 
 if TYPE_CHECKING:
     from ..positions import Position
     from ._groups import GroupCoordinator, GroupFront
     from ._protocol import Request
+
+
+class _Empty:
+    state = EMPTY
 
 
 class GroupAdmin:
@@ -54,12 +58,12 @@ class GroupAdmin:
         b = request.body
         group = b["group_id"]
         code = await self.coordinator.take(group)
-        if not code:
+        generation = b.get("generation_id_or_member_epoch", -1)
+        if not code and group in self.coordinator.ccore.groups and b.get("member_id"):
+            code = self.coordinator.ccore.check_commit(group, b["member_id"], generation)
+        elif not code:
             code = self.coordinator.core.check_commit(
-                group,
-                b.get("generation_id_or_member_epoch", -1),
-                b.get("member_id", ""),
-                b.get("group_instance_id"),
+                group, generation, b.get("member_id", ""), b.get("group_instance_id")
             )
         topics: list[dict[str, Any]] = []
         entries: list[tuple[int, int, int | None, str | None]] = []
@@ -159,7 +163,7 @@ class GroupAdmin:
     async def list_groups(self, request: Request) -> dict[str, Any]:
         me = self.front.broker_id
         logs = [p for p in POSITIONS_LOGS if self.coordinator.coordinates_log(p)]
-        names = set(self.coordinator.core.groups)
+        names = set(self.coordinator.core.groups) | set(self.coordinator.ccore.groups)
         try:
             names |= set(await self.positions.positions(logs))
             for log_id in logs:
@@ -172,7 +176,8 @@ class GroupAdmin:
             if self.coordinator.coordinator_of(name) != me:
                 continue
             group = self.coordinator.core.groups.get(name)
-            state = group.state if group is not None else EMPTY
+            cgroup = self.coordinator.ccore.groups.get(name)
+            state = (group or cgroup or _Empty).state
             if wanted_states and state.lower() not in wanted_states:
                 continue
             kind = (group.protocol_type if group is not None else None) or "consumer"
@@ -181,7 +186,7 @@ class GroupAdmin:
                     "group_id": name,
                     "protocol_type": kind,
                     "group_state": state,
-                    "group_type": "classic",
+                    "group_type": "consumer" if cgroup is not None else "classic",
                 }
             )
         return {"throttle_time_ms": 0, "error_code": 0, "groups": groups}
@@ -192,9 +197,24 @@ class GroupAdmin:
             entry: dict[str, Any] = {"group_id": name, "members": [], "protocol_data": ""}
             code = await self.coordinator.take(name)
             group = self.coordinator.core.groups.get(name)
+            cgroup = self.coordinator.ccore.groups.get(name)
             entry["error_code"] = code
             if code:
                 entry.update(group_state="", protocol_type="")
+            elif cgroup is not None:
+                entry.update(group_state=cgroup.state, protocol_type="consumer")
+                entry["protocol_data"] = "uniform"
+                entry["members"] = [
+                    {
+                        "member_id": m.member_id,
+                        "group_instance_id": m.instance_id,
+                        "client_id": m.client_id,
+                        "client_host": m.client_host,
+                        "member_metadata": encode_subscription(sorted(m.topics)),
+                        "member_assignment": encode_assignment(sorted(m.given)),
+                    }
+                    for m in cgroup.members.values()
+                ]
             elif group is None:
                 known = bool(await self.positions.of_group(name))
                 entry.update(group_state=EMPTY if known else "Dead", protocol_type="")
@@ -223,7 +243,7 @@ class GroupAdmin:
         for name in request.body["groups_names"]:
             code = await self.coordinator.take(name)
             if not code:
-                code = self.coordinator.core.forget(name)
+                code = self.coordinator.core.forget(name) or self.coordinator.ccore.forget(name)
             if not code:
                 try:
                     await self.positions.delete(name)

@@ -34,6 +34,7 @@ import trio
 
 from ..errors import LogstrandError
 from ..positions import GROUP_RE, POSITIONS_LOGS, positions_log_of
+from ._consumer_groups import ConsumerCoordinator, heartbeat_ms_for
 from ._errors import KafkaError
 from ._group_model import JoinArgs, Reply, Settings, join_error
 from ._membership import Coordinator
@@ -68,10 +69,14 @@ WAIT_SLACK_S = 5.0
 class GroupCoordinator:
     """The front's group coordinator (see the module docstring)."""
 
-    def __init__(self, front: GroupFront, settings: Settings | None = None) -> None:
+    def __init__(
+        self, front: GroupFront, settings: Settings | None = None, session_ms: int = 45_000
+    ) -> None:
         self.front = front
         self.positions = front.client.groups
         self.core = Coordinator(settings)
+        #: Groups of the consumer protocol (KIP-848, ``_group_heartbeat``).
+        self.ccore = ConsumerCoordinator(session_ms, heartbeat_ms_for(session_ms))
         self._tokens = itertools.count(1)
         #: token -> [event, answer]: requests that wait (joins, syncs).
         self._waiting: dict[int, list[Any]] = {}
@@ -105,6 +110,7 @@ class GroupCoordinator:
         self._mine = now_mine
         if lost:
             self._deliver(self.core.clear(lambda g: positions_log_of(g) in lost))
+            self.ccore.clear(lambda g: positions_log_of(g) in lost)
             self._loaded = {g for g in self._loaded if positions_log_of(g) not in lost}
 
     async def take(self, group: str) -> int:
@@ -126,10 +132,26 @@ class GroupCoordinator:
                     _log.warning("kafka: group %s: positions not read: %s", group, exc)
                     return KafkaError.COORDINATOR_LOAD_IN_PROGRESS
                 record = table.memberships.get(group)
-                if record is not None and self.core.state_of(group) is None:
-                    self.core.restore(trio.current_time(), group, json.loads(record))
+                if record is not None and not self.holds(group):
+                    snap = json.loads(record)
+                    if snap.get("type") == "consumer":
+                        self.ccore.restore(trio.current_time(), group, snap)
+                    else:
+                        self.core.restore(trio.current_time(), group, snap)
                 self._loaded.add(group)
         return KafkaError.NONE
+
+    def poke(self) -> None:
+        """The timer task looks again (deadlines may have moved)."""
+        self._changed.set()
+
+    def holds(self, group: str) -> bool:
+        """Whether this coordinator has ``group`` in memory (either protocol)."""
+        return group in self.core.groups or group in self.ccore.groups
+
+    def partitions_of(self, topic: str) -> int:
+        r = self.front.topics().get(topic)
+        return 0 if r is None else r.last - r.first + 1
 
     # -- waiting and ticking ---------------------------------------------------------
 
@@ -159,18 +181,21 @@ class GroupCoordinator:
         """Drop members whose session ended and complete rebalances on time,
         and write down groups that changed.  Until cancelled."""
         while True:
-            at = self.core.next_deadline()
-            with trio.move_on_at(math.inf if at is None else at):
+            times = [t for t in (self.core.next_deadline(), self.ccore.next_deadline()) if t]
+            with trio.move_on_at(min(times, default=math.inf)):
                 await self._changed.wait()
             self._changed = trio.Event()
             self._check_ownership()
-            self._deliver(self.core.tick(trio.current_time()), poke=False)
+            now = trio.current_time()
+            self._deliver(self.core.tick(now), poke=False)
+            self.ccore.tick(now, self.partitions_of)
             await self.write_down()
 
     async def write_down(self) -> None:
         """Write the membership record of every group that changed generation."""
-        for group in self.core.take_stabilized():
-            snap = self.core.snapshot(group)
+        changed = [(g, self.core.snapshot(g)) for g in self.core.take_stabilized()]
+        changed += [(g, self.ccore.snapshot(g)) for g in self.ccore.take_changed()]
+        for group, snap in changed:
             if snap is None or positions_log_of(group) not in self._mine:
                 continue
             try:
@@ -183,6 +208,8 @@ class GroupCoordinator:
     async def join_group(self, request: Request) -> dict[str, Any]:
         b = request.body
         code = await self.take(b["group_id"])
+        if not code and b["group_id"] in self.ccore.groups:
+            code = KafkaError.INCONSISTENT_GROUP_PROTOCOL  # a consumer-protocol group
         if code:
             return join_error(code, b["member_id"])
         token = next(self._tokens)

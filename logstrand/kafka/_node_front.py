@@ -41,6 +41,8 @@ class NodeKafkaOptions:
     #: The node puts it in its configuration at start (``NodeConfig.kafka``).
     advertise: str | None = None
     auto_create: bool = False
+    #: Session timeout of consumer-protocol group members (KIP-848).
+    group_session_ms: int = 45_000
 
 
 class NodeKafkaFront:
@@ -71,6 +73,7 @@ class NodeKafkaFront:
                 advertise=(h, int(p)),
                 standalone=False,
                 auto_create=self.options.auto_create,
+                group_session_ms=self.options.group_session_ms,
             )
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(front.run)

@@ -26,6 +26,7 @@ async def run_front(
     broker_id: int = 0,
     standalone: bool = True,
     auto_create: bool = False,
+    group_session_ms: int = 45_000,
     settings: ClientSettings | None = None,
     credentials: Credentials | None = None,
     limits: Limits | None = None,
@@ -43,6 +44,7 @@ async def run_front(
             advertise=advertise or (host, port),
             standalone=standalone,
             auto_create=auto_create,
+            group_session_ms=group_session_ms,
         )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(front.run)

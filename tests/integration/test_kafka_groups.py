@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+import zlib
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,7 +33,12 @@ PARTITIONS = 6
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster(tmp_path_factory.mktemp("kgroups") / "c", nodes=3, kafka=True) as c:
+    with LocalCluster(
+        tmp_path_factory.mktemp("kgroups") / "c",
+        nodes=3,
+        kafka=True,
+        node_args=("--kafka-group-session-ms", str(int(SESSION_S * 1000))),
+    ) as c:
         yield c
 
 
@@ -130,7 +136,8 @@ def _check_delivery(members: Members, per_partition: int) -> None:
 def members(
     tmp_path: Path, cluster: LocalCluster, request: pytest.FixtureRequest
 ) -> Iterator[Members]:
-    name = request.node.name.replace("[", "-").replace("]", "")[:40]
+    full = request.node.name
+    name = f"{full[5:30]}-{zlib.crc32(full.encode()):08x}"
     _topic(cluster, name)
     m = Members(tmp_path, cluster, f"g-{name}", name)
     try:
@@ -139,12 +146,15 @@ def members(
         m.close()
 
 
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_three_consumers_share_a_topic_and_take_over_from_a_killed_one(
-    cluster: LocalCluster, members: Members
+    cluster: LocalCluster, members: Members, protocol: str
 ) -> None:
+    """With the classic protocol (librdkafka assigns) and the consumer one
+    (KIP-848: the coordinator assigns, session timeout from the node)."""
     _produce(cluster, members.topic, 100)
     for name in ("a", "b", "c"):
-        members.start(name)
+        members.start(name, "confluent", f"group.protocol={protocol}")
     _wait(
         "an assignment of 2 partitions each",
         lambda: (

@@ -1,0 +1,124 @@
+"""ConsumerGroupHeartbeat (KIP-848, ``group.protocol=consumer``) in the
+front: topic ids and names, subscriptions by name or pattern, the answer's
+assignment.  A thin shell over ``_consumer_groups.ConsumerCoordinator``,
+which the group coordinator (``_groups``) holds beside the classic one, so
+that both kinds of group share the positions logs, the membership record
+and the way a coordinator moves."""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ._consumer_groups import Beat
+from ._errors import KafkaError
+from ._topics import topic_id
+
+if TYPE_CHECKING:
+    from ._groups import GroupCoordinator, GroupFront
+    from ._protocol import Request
+
+_log = logging.getLogger("logstrand.kafka")
+#: The longest subscription pattern taken.
+PATTERN_MAX = 1000
+
+
+class ConsumerGroupApis:
+    """ConsumerGroupHeartbeat (see the module docstring)."""
+
+    def __init__(self, front: GroupFront, coordinator: GroupCoordinator) -> None:
+        self.front = front
+        self.coordinator = coordinator
+
+    def _ids(self) -> tuple[dict[bytes, str], dict[str, bytes]]:
+        cluster = self.front.view.cluster
+        by_name = {name: topic_id(cluster, r) for name, r in self.front.topics().items()}
+        return {tid: name for name, tid in by_name.items()}, by_name
+
+    def _topics(self, b: dict[str, Any]) -> frozenset[str] | int | None:
+        """The subscription asked (None: unchanged), or an error code."""
+        pattern = b.get("subscribed_topic_regex")
+        if pattern:
+            if len(pattern) > PATTERN_MAX:
+                return KafkaError.INVALID_REQUEST
+            try:
+                regex = re.compile(pattern)
+            except re.error:
+                return KafkaError.INVALID_REQUEST
+            return frozenset(t for t in self.front.topics() if regex.fullmatch(t))
+        names = b.get("subscribed_topic_names")
+        return None if names is None else frozenset(names)
+
+    async def heartbeat(self, request: Request) -> dict[str, Any]:
+        b = request.body
+        group = b["group_id"]
+        code = await self.coordinator.take(group)
+        if not code and group in self.coordinator.core.groups:
+            code = KafkaError.GROUP_ID_NOT_FOUND  # a classic group: not this protocol's
+        if not code and b.get("server_assignor") not in (None, "", "uniform", "range"):
+            code = KafkaError.UNSUPPORTED_ASSIGNOR
+        topics = self._topics(b)
+        if isinstance(topics, int):
+            code = code or topics
+        if code:
+            return _failed(code)
+        by_id, by_name = self._ids()
+        owned = None
+        if b.get("topic_partitions") is not None:
+            owned = frozenset(
+                (by_id[t["topic_id"]], p)
+                for t in b["topic_partitions"]
+                if t["topic_id"] in by_id
+                for p in t["partitions"]
+            )
+        beat = Beat(
+            group,
+            b["member_id"],
+            b["member_epoch"],
+            b.get("instance_id"),
+            topics if not isinstance(topics, int) else None,
+            owned,
+            request.client_id or "",
+            getattr(request.conn, "peer", ""),
+        )
+        ccore = self.coordinator.ccore
+        code, out = ccore.heartbeat(trio.current_time(), beat, self.coordinator.partitions_of)
+        self.coordinator.poke()
+        if code:
+            return _failed(code)
+        await self.coordinator.write_down()
+        answer: dict[str, Any] = {
+            "throttle_time_ms": 0,
+            "error_code": 0,
+            "member_id": out["member_id"],
+            "member_epoch": out["member_epoch"],
+            "heartbeat_interval_ms": ccore.heartbeat_ms,
+            "assignment": None,
+        }
+        if out.get("assignment") is not None:
+            per_topic: dict[str, list[int]] = {}
+            for topic, index in sorted(out["assignment"]):
+                per_topic.setdefault(topic, []).append(index)
+            answer["assignment"] = {
+                "topic_partitions": [
+                    {"topic_id": by_name[t], "partitions": ps}
+                    for t, ps in per_topic.items()
+                    if t in by_name
+                ]
+            }
+        return answer
+
+
+def _failed(code: int) -> dict[str, Any]:
+    return {
+        "throttle_time_ms": 0,
+        "error_code": code,
+        "error_message": KafkaError(code).name,
+        "member_id": None,
+        "member_epoch": -1,
+        "heartbeat_interval_ms": 0,
+        "assignment": None,
+    }
