@@ -29,7 +29,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-#: API key -> the schema files' stem (without Request/Response).
+#: API key -> the schema files' stem (without Request/Response): every API
+#: a Kafka client may send to a broker, so that the front can answer even
+#: the ones it does not serve with an error code instead of closing.
 APIS = {
     0: "Produce",
     1: "Fetch",
@@ -50,15 +52,50 @@ APIS = {
     20: "DeleteTopics",
     21: "DeleteRecords",
     22: "InitProducerId",
+    23: "OffsetForLeaderEpoch",
+    24: "AddPartitionsToTxn",
+    25: "AddOffsetsToTxn",
+    26: "EndTxn",
+    28: "TxnOffsetCommit",
+    29: "DescribeAcls",
+    30: "CreateAcls",
+    31: "DeleteAcls",
     32: "DescribeConfigs",
     33: "AlterConfigs",
+    34: "AlterReplicaLogDirs",
+    35: "DescribeLogDirs",
     36: "SaslAuthenticate",
     37: "CreatePartitions",
+    38: "CreateDelegationToken",
+    39: "RenewDelegationToken",
+    40: "ExpireDelegationToken",
+    41: "DescribeDelegationToken",
     42: "DeleteGroups",
+    43: "ElectLeaders",
     44: "IncrementalAlterConfigs",
+    45: "AlterPartitionReassignments",
+    46: "ListPartitionReassignments",
     47: "OffsetDelete",
+    48: "DescribeClientQuotas",
+    49: "AlterClientQuotas",
+    50: "DescribeUserScramCredentials",
+    51: "AlterUserScramCredentials",
+    55: "DescribeQuorum",
+    57: "UpdateFeatures",
     60: "DescribeCluster",
+    61: "DescribeProducers",
+    65: "DescribeTransactions",
+    66: "ListTransactions",
     68: "ConsumerGroupHeartbeat",
+    69: "ConsumerGroupDescribe",
+    71: "GetTelemetrySubscriptions",
+    72: "PushTelemetry",
+    74: "ListClientMetricsResources",
+    75: "DescribeTopicPartitions",
+    76: "ShareGroupHeartbeat",
+    77: "ShareGroupDescribe",
+    78: "ShareFetch",
+    79: "ShareAcknowledge",
 }
 OPEN = 32767
 _PRIMITIVES = {

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -17,10 +17,12 @@ from ._common import (
     connect_client,
     console,
     fail,
+    open_store,
     parse_log_id,
     print_json,
     require_url,
 )
+from ._group_members import kafka_end_offset, members_by_log, members_table
 
 groups_app = typer.Typer(
     help="Consumer groups: committed positions, lag, resets (docs/groups.md).",
@@ -87,24 +89,54 @@ def groups_describe(
 ) -> None:
     """Per log: the committed LSN, the tail, and the lag in records (an
     estimate from the epochs between them) and in time (the age of the first
-    record not yet processed)."""
+    record not yet processed).  For a Kafka consumer group, also its members
+    (each log's row names the member it is assigned to) and, for what Kafka
+    consumers committed, the offset, the log end offset and the lag in offsets."""
     group = _group(group)
-    with connect_client(require_url(url)) as client:
+    cluster = require_url(url)
+    with connect_client(cluster) as client:
         lags = client.describe_group(group)
+        membership = client.group_membership(group)
+    rows: list[dict[str, Any]] = [dict(lag.to_json()) for lag in lags]
+    with open_store(cluster) as store:
+        ranges = [r for r in store.log_ranges() if r.name is not None]
+        owners = members_by_log(membership, ranges)
+        for row in rows:
+            row["member"] = owners.get(row["log_id"])
+            if row["offset"] is not None:
+                end = kafka_end_offset(store, row["log_id"], row["tail"])
+                row["end_offset"] = end
+                row["lag_offsets"] = max(0, end - row["offset"])
     if as_json:
-        print_json([lag.to_json() for lag in lags])
+        print_json(rows)
         return
-    table = Table("log", "committed", "committed at (UTC)", "tail", "lag (records)", "lag (time)")
-    for lag in lags:
-        table.add_row(
+    kafka = any(r["offset"] is not None for r in rows)
+    table = Table(
+        "log", "member", "committed", "committed at (UTC)", "tail", "lag (records)", "lag (time)"
+    )
+    if kafka:
+        table.add_column("offset")
+        table.add_column("lag (offsets)")
+    for lag, row in zip(lags, rows, strict=True):
+        cells = [
             str(lag.log_id),
+            str(row["member"] or "-"),
             _lsn(lag.committed),
             _when(lag.committed_ms),
             format_lsn(lag.tail),
             f"{lag.lag_records:,}",
             _age(lag.lag_ms),
-        )
+        ]
+        if kafka:
+            cells += (
+                ["-", "-"]
+                if row["offset"] is None
+                else [f"{row['offset']:,}", f"{row['lag_offsets']:,}"]
+            )
+        table.add_row(*cells)
     console.print(table)
+    if membership is not None:
+        console.print(members_table(membership))
 
 
 @groups_app.command("reset")

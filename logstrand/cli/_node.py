@@ -310,11 +310,6 @@ def _build(params: dict[str, Any]) -> Callable[[str, TlsFiles | None], Node]:
         name: host_port(params[name], f"--{name}") for name in ("listen", "advertise", "metrics")
     }
     kafka = _kafka(params)
-    if kafka is not None and params["tls_cert"]:
-        fail(
-            "--kafka-port on a node with TLS: the Kafka front has no SASL yet, and would "
-            "let any Kafka client in (docs/kafka.md)"
-        )
     if len([x for x in (params[f"tls_{n}"] for n in ("cert", "key", "ca")) if x]) not in (0, 3):
         fail("TLS needs all three of --tls-cert, --tls-key and --tls-ca")
     options = NodeOptions(

@@ -14,7 +14,14 @@ import typer
 from rich.table import Table
 
 from ..records import LOG_ID_MAX, POSITIONS_LOGS
-from ..security import check_name, hash_token, new_token, parse_log_range, parse_ops
+from ..security import (
+    check_name,
+    hash_token,
+    new_token,
+    parse_log_range,
+    parse_ops,
+    scram_credentials,
+)
 from ._common import JsonOption, UrlOption, console, fail, open_store, parse_node_id, print_json
 
 if TYPE_CHECKING:
@@ -50,7 +57,7 @@ def users_add(
     check_name(name)
     token = new_token()
     with open_store(url) as store:
-        store.add_user(name, hash_token(token))
+        store.add_user(name, hash_token(token), scram_credentials(token))
     if as_json:
         print_json({"user": name, "token": token})
     else:

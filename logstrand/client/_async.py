@@ -211,6 +211,11 @@ class AsyncClient(AppendApi):
         """
         return await self._groups.describe(group)
 
+    async def group_membership(self, group: str) -> dict[str, Any] | None:
+        """The members of a group with membership (a Kafka consumer group), as
+        its coordinator last wrote them down; None for a group of positions only."""
+        return await self._groups.membership(group)
+
     async def reset_group(
         self, group: str, log_id: int, how: str, value: int | None = None, *, dry_run: bool = False
     ) -> tuple[int | None, int]:

@@ -131,6 +131,7 @@ class AsyncioClient:
     commit = _awaited(AsyncClient.commit)
     committed = _awaited(AsyncClient.committed)
     group_positions = _awaited(AsyncClient.group_positions)
+    group_membership = _awaited(AsyncClient.group_membership)
     describe_group = _awaited(AsyncClient.describe_group)
     reset_group = _awaited(AsyncClient.reset_group)
     delete_group = _awaited(AsyncClient.delete_group)

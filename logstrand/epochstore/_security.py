@@ -1,10 +1,12 @@
 """Users and grants, one document (``security``) of the epoch store.
 
-    security   {"users": {name: {"sha256": hex, "created_ms": ms}},
+    security   {"users": {name: {"sha256": hex, "created_ms": ms, "scram": {...}}},
                 "grants": [{"user", "first", "last", "ops"}, ...]}
 
-Only a token's SHA-256 is kept (``logstrand.security.hash_token``); the token
-itself is shown once, to whoever created the user.  Nodes read this document
+Only a token's SHA-256 is kept (``logstrand.security.hash_token``), and for
+SASL/SCRAM over the Kafka front a salt and the keys derived from the token
+(``security._sasl.scram_credentials``); the token itself is shown once, to
+whoever created the user.  Nodes read this document
 to authenticate tokens and to check each request against the grants.
 """
 
@@ -31,14 +33,17 @@ class SecurityDocs:
         doc = self._doc("security") or {}
         return {"users": dict(doc.get("users", {})), "grants": list(doc.get("grants", []))}
 
-    def add_user(self, name: str, token_sha256: str) -> None:
+    def add_user(self, name: str, token_sha256: str, scram: dict[str, Any] | None = None) -> None:
         """Raises ExistsError when the user exists (remove it first to change its token)."""
 
         def change(doc: Any) -> Any:
             doc = _fresh(doc)
             if name in doc["users"]:
                 raise ExistsError(f"user {name!r} exists")
-            doc["users"][name] = {"sha256": token_sha256, "created_ms": int(time.time() * 1000)}
+            user: dict[str, Any] = {"sha256": token_sha256, "created_ms": int(time.time() * 1000)}
+            if scram:
+                user["scram"] = scram
+            doc["users"][name] = user
             return doc
 
         self._update("security", change)

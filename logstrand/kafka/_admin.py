@@ -18,6 +18,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
+import trio
+
 from ..errors import ExistsError, LogstrandError, NotFoundError
 from ._errors import KafkaError
 from ._topics import TOPIC_CONFIGS, ConfigError, apply_configs, describe_configs
@@ -38,6 +40,8 @@ SOURCE_TOPIC = 1
 SOURCE_DEFAULT = 5
 #: IncrementalAlterConfigs' operations.
 SET, DELETE = 0, 1
+#: DeleteRecords past the high watermark waits this often this long for it.
+RELEASE_WAITS, RELEASE_WAIT_S = 20, 0.05
 
 
 class FrontPort(Protocol):
@@ -201,6 +205,13 @@ class AdminApis:
         try:
             start, end, m = await data.bounds(log_id)
             offset = end if p["offset"] == -1 else p["offset"]
+            # Records acknowledged a moment ago may not be released yet: the
+            # high watermark is given a second to reach the offset.
+            for _ in range(RELEASE_WAITS):
+                if offset <= end:
+                    break
+                await trio.sleep(RELEASE_WAIT_S)
+                start, end, m = await data.bounds(log_id)
             if not 0 <= offset <= end:
                 return {**row, "error_code": KafkaError.OFFSET_OUT_OF_RANGE}
             if offset > start:

@@ -63,7 +63,9 @@ BOUNDS_S = 1.0
 
 
 class DataPlane(FetchReads):
-    def __init__(self, client: AsyncClient, topics: Any) -> None:
+    def __init__(self, client: AsyncClient, topics: Any, auth: Any = None) -> None:
+        #: Grants in secure mode (``_auth.FrontAuth``; None: everything allowed).
+        self.auth = auth
         self.client = client
         self.topics = topics
         self._maps: dict[int, OffsetMap] = {}
@@ -112,6 +114,14 @@ class DataPlane(FetchReads):
             return None, 0
         return r, r.first + index
 
+    async def may(self, request: Request, op: str, name: str, index: int) -> bool:
+        """Whether the request's user may ``op`` on the partition (secure
+        mode; a partition of no topic is let through, to be answered as one)."""
+        if self.auth is None or not self.auth.secure:
+            return True
+        r, log_id = await self.partition(name, index)
+        return r is None or bool(await self.auth.may(request, op, log_id))
+
     # -- Produce ------------------------------------------------------------------
 
     async def produce(self, request: Request) -> dict[str, Any] | None:
@@ -128,6 +138,9 @@ class DataPlane(FetchReads):
                     if body["transactional_id"] is not None:
                         row["error_code"] = KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
                         row["error_message"] = "transactions are not supported yet"
+                        continue
+                    if not await self.may(request, "append", t["name"], p["index"]):
+                        row["error_code"] = KafkaError.TOPIC_AUTHORIZATION_FAILED
                         continue
                     nursery.start_soon(self._produce_one, t["name"], p, row, timeout_s)
         if body["acks"] == 0:
@@ -231,6 +244,9 @@ class DataPlane(FetchReads):
         for t in request.body["topics"]:
             rows = []
             for p in t["partitions"]:
+                if not await self.may(request, "read", t["name"], p["partition_index"]):
+                    rows.append(_denied(p["partition_index"]))
+                    continue
                 rows.append(await self._list_one(t["name"], p, request.version))
             out.append({"name": t["name"], "partitions": rows})
         return {"throttle_time_ms": 0, "topics": out}
@@ -272,7 +288,16 @@ class DataPlane(FetchReads):
         deadline = trio.current_time() + max(0, body["max_wait_ms"]) / 1000
         budget = [min(FETCH_BYTES_MAX, max(1, body["max_bytes"]))]
         asked = [(t["topic"], p) for t in body["topics"] for p in t["partitions"]]
-        while True:
+        denied = [
+            (name, _denied(p["partition"]))
+            for name, p in asked
+            if not await self.may(request, "read", name, p["partition"])
+        ]
+        if denied:
+            refused = {(n, r["partition_index"]) for n, r in denied}
+            asked = [(n, p) for n, p in asked if (n, p["partition"]) not in refused]
+        results: list[tuple[str, dict[str, Any]]] = []
+        while asked:
             results = [await self._fetch_one(name, p, budget) for name, p in asked]
             got = sum(len(res.get("records") or b"") for _, res in results)
             if got >= max(1, body["min_bytes"]) or trio.current_time() >= deadline:
@@ -283,7 +308,7 @@ class DataPlane(FetchReads):
                 break
             budget = [min(FETCH_BYTES_MAX, max(1, body["max_bytes"]))]
         by_topic: dict[str, list[dict[str, Any]]] = {}
-        for name, res in results:
+        for name, res in results + denied:
             by_topic.setdefault(name, []).append(res)
         return {
             "throttle_time_ms": 0,
@@ -391,6 +416,15 @@ class DataPlane(FetchReads):
             budget[0] -= len(data)
             row["records"] = data
         return name, row
+
+
+def _denied(index: int) -> dict[str, Any]:
+    return {
+        "partition_index": index,
+        "error_code": KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        "high_watermark": -1,
+        "records": b"",
+    }
 
 
 def _produce_error(exc: Exception) -> KafkaError:

@@ -31,13 +31,23 @@ from ..epochstore import LogAttributes
 from ..epochstore._model import check_range_name
 from ..errors import ExistsError, InvalidArgumentError, LogstrandError, NotFoundError
 from ..placement import select_nodeset
+from ._acls import AclApis
 from ._admin import AdminApis
+from ._auth import ADMIN_APIS, FrontAuth, refused_admin
 from ._data import DataPlane
 from ._errors import KafkaError
 from ._group_heartbeat import ConsumerGroupApis
 from ._group_offsets import GroupAdmin
 from ._groups import GroupCoordinator
-from ._protocol import API_VERSIONS, UnsupportedRequest, encode_response
+from ._protocol import (
+    API_VERSIONS,
+    SERVED,
+    UnsupportedRequest,
+    api_name,
+    encode_response,
+    known_versions,
+    missing,
+)
 from ._topics import ConfigError, apply_configs, free_firsts, topic_id
 
 if TYPE_CHECKING:
@@ -56,36 +66,6 @@ PARTITIONS_MAX = 10_000
 #: Log ids topics are allocated below.
 TOPIC_IDS_TOP = 1 << 40
 
-#: API key -> the versions this front serves (ApiVersions lists them).
-SERVED: dict[int, tuple[int, int]] = {
-    0: (0, 11),
-    1: (4, 12),
-    2: (0, 7),
-    API_VERSIONS: (0, 3),
-    3: (0, 12),
-    8: (0, 9),
-    9: (0, 9),
-    10: (0, 4),
-    11: (0, 9),
-    12: (0, 4),
-    13: (0, 5),
-    14: (0, 5),
-    15: (0, 5),
-    16: (0, 5),
-    19: (0, 7),
-    20: (0, 6),
-    21: (0, 2),
-    22: (0, 4),
-    32: (0, 4),
-    33: (0, 2),
-    37: (0, 3),
-    42: (0, 2),
-    44: (0, 1),
-    47: (0, 0),
-    60: (0, 1),
-    68: (0, 1),
-}
-
 
 class KafkaFront:
     """Answers Kafka requests (see the module docstring)."""
@@ -99,17 +79,20 @@ class KafkaFront:
         standalone: bool,
         auto_create: bool = False,
         group_session_ms: int = 45_000,
+        secure: bool = False,
     ) -> None:
         self.client = client
+        self.auth = FrontAuth(client, secure=secure)
         self.view = client.view
         self.broker_id = broker_id
         self.advertise = advertise
         self.standalone = standalone
         self.auto_create = auto_create
-        self.data = DataPlane(client, self.topics)
+        self.data = DataPlane(client, self.topics, self.auth)
         self.coordinator = GroupCoordinator(self, session_ms=group_session_ms)
         groups = GroupAdmin(self, self.coordinator)
         heartbeats = ConsumerGroupApis(self, self.coordinator)
+        acls = AclApis(self)
         admin = AdminApis(self)
         self._handlers: dict[int, Callable[[Request], Awaitable[dict[str, Any] | None]]] = {
             0: self.data.produce,
@@ -138,10 +121,19 @@ class KafkaFront:
             47: groups.offset_delete,
             60: admin.describe_cluster,
             68: heartbeats.heartbeat,
+            29: acls.describe,
+            30: acls.create,
+            31: acls.delete,
+            17: self.auth.handshake,
+            36: self.auth.authenticate,
         }
         #: API key -> the versions served.
         self.served: dict[int, tuple[int, int]] = dict(SERVED)
+        if secure:  # SASL is served (and needed) in secure mode only
+            self.served.update({17: (1, 1), 36: (0, 2)})
         self._creating = trio.Lock()
+        #: APIs a client asked for that are not served (logged once each).
+        self._said: set[int] = set()
 
     async def run(self) -> None:
         """What the front does in the background (the group coordinator's
@@ -149,23 +141,41 @@ class KafkaFront:
         await self.coordinator.run()
 
     async def handle(self, request: Request) -> bytes | None:
-        body = await self._handlers[request.api_key](request)
+        self.auth.check(request)
+        if request.api_key in ADMIN_APIS and not await self.auth.may(request, "admin", None):
+            body: dict[str, Any] | None = refused_admin(request)
+        else:
+            body = await self._handlers[request.api_key](request)
         if body is None:
             return None
         return encode_response(request.api_key, request.version, request.correlation_id, body)
 
     def unsupported(self, exc: UnsupportedRequest) -> bytes | None:
-        """ApiVersions at a version this front does not know is answered at
-        v0 with UNSUPPORTED_VERSION and the versions it does (KIP-511); any
-        other API is not, and the connection closes."""
-        if exc.api_key != API_VERSIONS:
+        """A request for an API or version this front does not serve.
+
+        ApiVersions at a version it does not know is answered at v0 with
+        UNSUPPORTED_VERSION and the versions it does (KIP-511).  Any other
+        API Kafka defines is answered at the version asked, with its error
+        code set (``missing``) and a log line saying what logstrand lacks;
+        only a request no Kafka version defines closes the connection."""
+        if exc.api_key == API_VERSIONS:
+            return encode_response(
+                API_VERSIONS,
+                0,
+                exc.correlation_id,
+                {"error_code": KafkaError.UNSUPPORTED_VERSION, "api_keys": self._api_keys()},
+            )
+        known = known_versions(exc.api_key)
+        if known is None or not known[0] <= exc.version <= known[1]:
             return None
-        return encode_response(
-            API_VERSIONS,
-            0,
-            exc.correlation_id,
-            {"error_code": KafkaError.UNSUPPORTED_VERSION, "api_keys": self._api_keys()},
-        )
+        code, why = missing(exc.api_key, self.served.get(exc.api_key))
+        if exc.api_key not in self._said:
+            self._said.add(exc.api_key)
+            _log.warning(
+                "kafka: a client asked for %s v%d: %s", api_name(exc.api_key), exc.version, why
+            )
+        body = {"error_code": code, "error_message": why, "throttle_time_ms": 0}
+        return encode_response(exc.api_key, exc.version, exc.correlation_id, body)
 
     def _api_keys(self) -> list[dict[str, int]]:
         return [
@@ -261,6 +271,10 @@ class KafkaFront:
             unknown = [t["topic_id"] for t, n in zip(asked, found, strict=True) if n is None]
             names = [n for n in found if n is not None]
         auto = self.auto_create and (version < 4 or body["allow_auto_topic_creation"])
+        refused: list[str] = []
+        if self.auth.secure:
+            names, refused = await self._visible(request, names, named, every=every)
+            auto = auto and await self.auth.may(request, "admin", None)
         missing = [n for n in names if n not in named]
         if missing:
             await self.data.rereads.reread()
@@ -283,8 +297,30 @@ class KafkaFront:
             + [
                 {"error_code": KafkaError.UNKNOWN_TOPIC_ID, "name": None, "topic_id": t}
                 for t in unknown
+            ]
+            + [
+                {"error_code": KafkaError.TOPIC_AUTHORIZATION_FAILED, "name": n, "partitions": []}
+                for n in refused
             ],
         }
+
+    async def _visible(
+        self, request: Request, names: list[str], named: dict[str, LogRange], *, every: bool
+    ) -> tuple[list[str], list[str]]:
+        """The topics a user may see (read or append to some partition of),
+        and those asked by name that it may not."""
+        seen, refused = [], []
+        for n in names:
+            r = named.get(n)
+            ok = r is None
+            for op in ("read", "append"):
+                for log_id in () if r is None else (r.first, r.last):
+                    ok = ok or await self.auth.may(request, op, log_id)
+            if ok:
+                seen.append(n)
+            elif not every:
+                refused.append(n)
+        return seen, refused
 
     def _topic_metadata(
         self, name: str, r: LogRange | None, brokers: dict[int, tuple[str, int]]

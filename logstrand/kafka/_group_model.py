@@ -87,6 +87,9 @@ class JoinArgs:
     client_host: str = ""
     #: JoinGroup v4+ hands a new dynamic member its id before it joins.
     require_id: bool = True
+    #: JoinGroup v9+ can tell a static leader that came back to skip the
+    #: assignment (``skip_assignment``): the group needs no rebalance.
+    can_skip: bool = False
 
 
 def error(code: int, **extra: Any) -> dict[str, Any]:
@@ -110,7 +113,9 @@ def choose_protocol(group: Group) -> str:
     return max(order, key=lambda n: (votes.get(n, 0), -order.index(n)))
 
 
-def join_answer(group: Group, member: Member, *, members: bool) -> dict[str, Any]:
+def join_answer(
+    group: Group, member: Member, *, members: bool, skip: bool = False
+) -> dict[str, Any]:
     listed = []
     if members and member.member_id == group.leader:
         listed = [
@@ -129,6 +134,7 @@ def join_answer(group: Group, member: Member, *, members: bool) -> dict[str, Any
         "leader": group.leader or "",
         "member_id": member.member_id,
         "members": listed,
+        "skip_assignment": skip,
     }
 
 

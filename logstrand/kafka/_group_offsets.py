@@ -79,6 +79,10 @@ class GroupAdmin:
                 metadata = p["committed_metadata"]
                 if r is None:
                     out["error_code"] = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+                elif not await self.front.data.may(
+                    request, "read", t["name"], p["partition_index"]
+                ):
+                    out["error_code"] = KafkaError.TOPIC_AUTHORIZATION_FAILED
                 elif metadata is not None and len(metadata.encode()) > METADATA_MAX:
                     out["error_code"] = KafkaError.OFFSET_METADATA_TOO_LARGE
                 else:
@@ -111,7 +115,7 @@ class GroupAdmin:
         return -1 if m is None else m.next_offset(position.lsn)
 
     async def _fetch_group(
-        self, group: str, wanted: list[dict[str, Any]] | None
+        self, request: Request, group: str, wanted: list[dict[str, Any]] | None
     ) -> tuple[int, list[dict[str, Any]]]:
         code = await self.coordinator.take(group)
         if code:
@@ -132,6 +136,16 @@ class GroupAdmin:
             parts = []
             for index in t["partition_indexes"]:
                 r, log_id = await self.front.data.partition(t["name"], index)
+                if not await self.front.data.may(request, "read", t["name"], index):
+                    parts.append(
+                        {
+                            "partition_index": index,
+                            "committed_offset": -1,
+                            "metadata": "",
+                            "error_code": KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                        }
+                    )
+                    continue
                 position = mine.get(log_id) if r is not None else None
                 offset = -1 if position is None else await self._offset_of(position)
                 metadata = "" if position is None else position.metadata or ""
@@ -150,11 +164,11 @@ class GroupAdmin:
     async def offset_fetch(self, request: Request) -> dict[str, Any]:
         b = request.body
         if request.version < 8:
-            code, topics = await self._fetch_group(b["group_id"], b["topics"])
+            code, topics = await self._fetch_group(request, b["group_id"], b["topics"])
             return {"throttle_time_ms": 0, "topics": topics, "error_code": code}
         groups = []
         for g in b["groups"]:
-            code, topics = await self._fetch_group(g["group_id"], g["topics"])
+            code, topics = await self._fetch_group(request, g["group_id"], g["topics"])
             groups.append({"group_id": g["group_id"], "topics": topics, "error_code": code})
         return {"throttle_time_ms": 0, "groups": groups}
 

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from ..client import AsyncClient
     from ..epochstore import LogRange
     from ..rpc import ClusterView
+    from ._auth import FrontAuth
     from ._data import DataPlane
     from ._protocol import Request
 
@@ -55,6 +56,7 @@ class GroupFront(Protocol):
     data: DataPlane
     broker_id: int
     standalone: bool
+    auth: FrontAuth
 
     def topics(self) -> dict[str, LogRange]: ...
 
@@ -226,6 +228,7 @@ class GroupCoordinator:
             client_id=request.client_id or "",
             client_host=getattr(request.conn, "peer", ""),
             require_id=request.version >= 4,
+            can_skip=request.version >= 9,
         )
         self._deliver(self.core.join(trio.current_time(), token, args))
         late = join_error(KafkaError.REBALANCE_IN_PROGRESS, b["member_id"])

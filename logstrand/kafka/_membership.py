@@ -193,6 +193,9 @@ class Coordinator:
         self._refresh(old, a, now)
         if group.state == STABLE and same and not was_leader:
             return [*out, (token, join_answer(group, old, members=False))]
+        if group.state == STABLE and same and a.can_skip:
+            # The leader back: it gets the members, and keeps the assignment.
+            return [*out, (token, join_answer(group, old, members=True, skip=True))]
         old.join_token = token
         return out + self._rebalance(group, now) + self._maybe_complete(group, now)
 

@@ -9,6 +9,7 @@ the node's Kafka address goes into its entry of the cluster configuration
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
 import attrs
@@ -18,6 +19,8 @@ from ._front import KafkaFront
 from ._server import serve_kafka
 
 if TYPE_CHECKING:
+    import ssl
+
     from ..rpc import ClusterView
     from ..security import Credentials
 
@@ -31,6 +34,8 @@ class KafkaHost(Protocol):
     node_id: int
     view: ClusterView
     credentials: Credentials | None
+    #: The node's TLS (None: not secure); the front serves SASL_SSL with it.
+    server_ssl: ssl.SSLContext | None
     listen: tuple[str, int] | None
 
 
@@ -74,10 +79,16 @@ class NodeKafkaFront:
                 standalone=False,
                 auto_create=self.options.auto_create,
                 group_session_ms=self.options.group_session_ms,
+                secure=host.server_ssl is not None,
             )
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(front.run)
-                await nursery.start(serve_kafka, front, bind, self.options.port)
+                await nursery.start(
+                    partial(serve_kafka, ssl_context=host.server_ssl),
+                    front,
+                    bind,
+                    self.options.port,
+                )
                 _log.info(
                     "node %d: Kafka front on %s:%d (as %s)",
                     host.node_id,

@@ -25,6 +25,72 @@ _HEAD = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
 
 
+#: API key -> the versions a front serves (ApiVersions lists them; SASL is
+#: added in secure mode).
+SERVED: dict[int, tuple[int, int]] = {
+    0: (0, 11),
+    1: (4, 12),
+    2: (0, 7),
+    API_VERSIONS: (0, 3),
+    3: (0, 12),
+    8: (0, 9),
+    9: (0, 9),
+    10: (0, 4),
+    11: (0, 9),
+    12: (0, 4),
+    13: (0, 5),
+    14: (0, 5),
+    15: (0, 5),
+    16: (0, 5),
+    19: (0, 7),
+    20: (0, 6),
+    21: (0, 2),
+    22: (0, 4),
+    29: (0, 3),
+    30: (0, 3),
+    31: (0, 3),
+    32: (0, 4),
+    33: (0, 2),
+    37: (0, 3),
+    42: (0, 2),
+    44: (0, 1),
+    47: (0, 0),
+    60: (0, 1),
+    68: (0, 1),
+}
+
+
+#: What logstrand does not have, by the APIs that would need it.
+_MISSING = (
+    ((22, 24, 25, 26, 28, 65, 66), "transactions are not served (idempotent producers are)"),
+    ((76, 77, 78, 79), "share groups are not served"),
+    ((48, 49), "client quotas are not served (a node bounds each client by itself)"),
+    ((38, 39, 40, 41), "delegation tokens are not served (users have tokens: logstrand users add)"),
+    ((50, 51), "SCRAM credentials are made by 'logstrand users add', not through Kafka"),
+    (
+        (34, 35, 43, 45, 46),
+        "logstrand places every record itself: no replicas, leaders or log dirs",
+    ),
+    ((23,), "leader epochs are not served (a partition's leader is its sequencer)"),
+    ((55, 57), "KRaft's quorum and features are not logstrand's"),
+    ((61,), "producer state is not described through Kafka"),
+    ((71, 72, 74), "client telemetry is not collected"),
+)
+
+
+def missing(api_key: int, served: tuple[int, int] | None) -> tuple[int, str]:
+    """The error code and the words for an API (or a version of it) that a
+    front does not serve."""
+    if served is not None:
+        lo, hi = served
+        return 35, f"versions {lo}-{hi} of it are served"  # UNSUPPORTED_VERSION
+    for keys, why in _MISSING:
+        if api_key in keys:
+            code = 61 if api_key in (38, 39, 40, 41) else 35  # DELEGATION_TOKEN_AUTH_DISABLED
+            return code, why
+    return 35, "not served by logstrand's Kafka front (docs/kafka.md)"
+
+
 @functools.cache
 def _specs() -> dict[str, Any]:
     text = resources.files("logstrand.kafka").joinpath("specs.json").read_text()

@@ -36,10 +36,17 @@ from ._codec import KafkaDecodeError
 from ._protocol import API_VERSIONS, UnsupportedRequest, decode_request, peek_header
 
 if TYPE_CHECKING:
+    import ssl
+
     from ._protocol import Request
 
 _log = logging.getLogger("logstrand.kafka")
 _SIZE = struct.Struct(">i")
+
+
+class CloseConnection(Exception):
+    """Raised by a front for a request that must end its connection (one
+    before authentication, in secure mode): logged, no answer, closed."""
 
 
 class Front(Protocol):
@@ -105,10 +112,24 @@ class _Connection:
         #: Answers in request order: each an event and, once set, the bytes.
         self.order: deque[list[Any]] = deque()
         self.ready = trio.Event()
+        #: SASL: the user authenticated (None: none yet), the mechanism of a
+        #: handshake, and a SCRAM exchange under way (``_auth``).
+        self.user: str | None = None
+        self.sasl: str | None = None
+        self.scram: Any = None
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._writer)
+
+            async def writer() -> None:
+                # The writer stops at an answer that cannot be given (a failed
+                # or refused request): the connection ends there.
+                try:
+                    await self._writer()
+                finally:
+                    nursery.cancel_scope.cancel()
+
+            nursery.start_soon(writer)
             try:
                 await self._reader()
             finally:
@@ -177,6 +198,10 @@ class _Connection:
     async def _answer(self, request: Request, slot: list[Any], size: int) -> None:
         try:
             answer = await self.front.handle(request)
+        except CloseConnection as exc:
+            _log.warning("kafka: %s: %s; closing", self.peer, exc)
+            answer = b""
+            slot.append("refused")
         except Exception:
             _log.exception("kafka: %s: %s v%d failed", self.peer, request.api_key, request.version)
             answer = b""  # nothing sent; the connection is closed below
@@ -215,7 +240,9 @@ def _gone(exc: BaseException) -> bool:
     """Whether ``exc`` (or every exception of a group) says the peer went away."""
     if isinstance(exc, BaseExceptionGroup):
         return all(_gone(e) for e in exc.exceptions)
-    return isinstance(exc, (trio.BrokenResourceError, trio.ClosedResourceError, OSError))
+    return isinstance(
+        exc, (trio.BrokenResourceError, trio.ClosedResourceError, OSError, trio.TooSlowError)
+    )
 
 
 async def serve_kafka(
@@ -224,9 +251,11 @@ async def serve_kafka(
     port: int,
     limits: Limits | None = None,
     *,
+    ssl_context: ssl.SSLContext | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``front`` on ``host:port`` until cancelled; started with the port bound."""
+    """Serve ``front`` on ``host:port`` until cancelled; started with the port
+    bound.  With ``ssl_context``, over TLS (the handshake within ``frame_s``)."""
     lim = limits or Limits()
     listeners = await trio.open_tcp_listeners(port, host=host)
     budget = _Budget(lim.budget_bytes)
@@ -245,7 +274,12 @@ async def serve_kafka(
             return
         open_now[0] += 1
         try:
-            await _Connection(stream, front, lim, peer, budget).run()
+            conn: trio.abc.Stream = stream
+            if ssl_context is not None:
+                conn = trio.SSLStream(stream, ssl_context, server_side=True)
+                with trio.fail_after(lim.frame_s):
+                    await conn.do_handshake()
+            await _Connection(conn, front, lim, peer, budget).run()
         except Exception as exc:  # nothing a peer does ends the node
             if not _gone(exc):
                 _log.exception("kafka: %s: connection failed", peer)
@@ -259,4 +293,4 @@ async def serve_kafka(
         await trio.serve_listeners(one, listeners, handler_nursery=nursery)
 
 
-__all__ = ["API_VERSIONS", "Front", "Limits", "serve_kafka"]
+__all__ = ["API_VERSIONS", "CloseConnection", "Front", "Limits", "serve_kafka"]

@@ -9,6 +9,7 @@ log's tail before it answers; ``GroupCursor`` is what a reader opened with
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import time
 from typing import TYPE_CHECKING, Any, Protocol
@@ -250,6 +251,19 @@ class Groups:
             raise NotFoundError(f"group {group!r} has no positions")
         await self.forget(group, [p.log_id for p in positions], membership=member_record)
         return [p.log_id for p in positions]
+
+    async def membership(self, group: str) -> dict[str, Any] | None:
+        """The group's membership record, as its coordinator last wrote it
+        (``kafka._group_model.snapshot``, or a consumer-protocol group's)."""
+        check_group(group)
+        record = (await self.table_of(group)).memberships.get(group)
+        if record is None:
+            return None
+        try:
+            doc: dict[str, Any] = json.loads(record)
+        except ValueError:
+            return None
+        return doc
 
     async def forget(self, group: str, logs: Sequence[int], *, membership: bool = False) -> None:
         """Remove ``group``'s positions on ``logs`` (tombstones, in the

@@ -236,6 +236,8 @@ class GroupLag:
     lag_records: int
     #: The age of the first record above the committed LSN (0: none).
     lag_ms: int
+    #: The Kafka offset a Kafka consumer committed (None: a native commit).
+    offset: int | None = None
 
     def to_json(self) -> dict[str, object]:
         return attrs.asdict(self)
@@ -263,6 +265,7 @@ def lag_of(
         tail,
         records_between(after, tail, ends),
         lag_ms,
+        None if position is None else position.offset,
     )
 
 

@@ -19,6 +19,7 @@ from ._model import (
     refusal,
     user_principal,
 )
+from ._sasl import MECHANISMS, SaslError, ScramServer, check_plain, scram_credentials
 from ._tls import (
     Credentials,
     TlsFiles,
@@ -30,14 +31,18 @@ from ._tls import (
 )
 
 __all__ = [
+    "MECHANISMS",
     "NODE_ONLY",
     "OPS",
     "TRUSTED",
     "Credentials",
     "Grant",
     "Principal",
+    "SaslError",
+    "ScramServer",
     "TlsFiles",
     "check_name",
+    "check_plain",
     "client_context",
     "credentials_from_env",
     "hash_token",
@@ -48,6 +53,7 @@ __all__ = [
     "peer_identity",
     "read_token",
     "refusal",
+    "scram_credentials",
     "server_context",
     "user_principal",
 ]

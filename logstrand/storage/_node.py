@@ -120,9 +120,9 @@ class Node:
         tls = self.options.tls
         #: How this node proves itself to other nodes (None: no TLS).
         self.credentials: Credentials | None = None
-        self._server_ssl: ssl.SSLContext | None = None
+        self.server_ssl: ssl.SSLContext | None = None
         if tls is not None:
-            self._server_ssl = server_context(tls)
+            self.server_ssl = server_context(tls)
             self.credentials = Credentials(client_context(tls.ca, tls.cert, tls.key))
         self.release_watch = ReleaseWatch()
         opts = self.options
@@ -356,7 +356,7 @@ class Node:
             guard=self.guard,
             options=opts,
             metrics=metrics,
-            ssl_context=self._server_ssl,
+            ssl_context=self.server_ssl,
             on_closed=reads.connection_closed,
             busy=reads.busy,
         )

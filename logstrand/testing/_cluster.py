@@ -94,7 +94,7 @@ class LocalCluster(Harness):
         """A CA and node certificates in ``DIR/tls``; an ``admin`` user with
         every permission, its token in ``DIR/admin.token`` (mode 0600)."""
         from ..records import LOG_ID_MAX
-        from ..security import OPS, hash_token, new_token
+        from ..security import OPS, hash_token, new_token, scram_credentials
         from ..security._certs import LocalCA
 
         ca = LocalCA(str(self.directory / "tls"))
@@ -109,7 +109,7 @@ class LocalCluster(Harness):
         if "admin" in users:
             store.remove_user("admin")
         token = new_token()
-        store.add_user("admin", hash_token(token))
+        store.add_user("admin", hash_token(token), scram_credentials(token))
         store.grant("admin", 1, LOG_ID_MAX, frozenset(OPS))
         fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:

@@ -354,3 +354,28 @@ def test_heartbeats_do_not_grow_the_coordinator_s_timers() -> None:
     assert h.core.state_of("g") == STABLE
     h.advance(0.2)
     assert h.core.state_of("g") == EMPTY
+
+
+def test_a_static_leader_that_comes_back_skips_the_assignment() -> None:
+    h = Harness()
+    a = h.join(instance="i-a")
+    ida = h.answers[a]["member_id"]
+    b = h.join(instance="i-b")
+    a2 = h.join(ida, instance="i-a")
+    idb = h.answers[b]["member_id"]
+    assert h.answers[a2]["leader"] == ida
+    gen = h.answers[a2]["generation_id"]
+    h.sync(a2, {ida: b"A", idb: b"B"})
+    h.sync(b)
+    # The leader restarts with a JoinGroup v9: no rebalance, and it is told
+    # to skip the assignment (it still gets the members).
+    h.token += 1
+    same = [("range", b"m-" + ida.encode())]  # what it joined with before
+    args = JoinArgs("g", "", "i-a", SESSION, SESSION, "consumer", same, can_skip=True)
+    h._take(h.core.join(h.now, h.token, args))
+    back = h.answers[h.token]
+    assert back["skip_assignment"] is True
+    assert back["generation_id"] == gen
+    assert len(back["members"]) == 2
+    assert h.core.state_of("g") == STABLE
+    assert h.answers[h.sync(h.token, {})]["assignment"] == b"A"

@@ -1,0 +1,60 @@
+"""What ``groups describe`` shows of a Kafka consumer group's membership:
+the members, the logs assigned to each, and Kafka offsets."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich.table import Table
+
+from ..kafka._group_model import assigned_partitions
+from ..kafka._offsets import OffsetMap
+
+if TYPE_CHECKING:
+    from ..epochstore import EpochStore, LogRange
+
+
+def _assigned(member: dict[str, Any]) -> list[tuple[str, int]]:
+    """(topic, partition) of a member of either protocol's record."""
+    if "given" in member:  # a consumer-protocol group (KIP-848)
+        return [(t, int(p)) for t, p in member["given"]]
+    raw = bytes.fromhex(member.get("assignment", ""))
+    return [(t, p) for t, ps in assigned_partitions(raw).items() for p in ps]
+
+
+def members_by_log(membership: dict[str, Any] | None, ranges: list[LogRange]) -> dict[int, str]:
+    """Log id -> the member it is assigned to."""
+    if membership is None:
+        return {}
+    first = {r.name: r.first for r in ranges}
+    out = {}
+    for m in membership.get("members", []):
+        for topic, p in _assigned(m):
+            if topic in first:
+                out[first[topic] + p] = m["id"]
+    return out
+
+
+def kafka_end_offset(store: EpochStore, log_id: int, tail: int) -> int:
+    """The log's Kafka log end offset (high watermark), from its tail LSN."""
+    m = OffsetMap(tuple(store.offset_bases(log_id)), store.last_clean_epoch(log_id))
+    return m.next_offset(tail)
+
+
+def members_table(membership: dict[str, Any]) -> Table:
+    kind = "consumer" if membership.get("type") == "consumer" else "classic"
+    epoch = membership.get("epoch", membership.get("generation"))
+    table = Table(
+        "member",
+        "instance",
+        "client",
+        "host",
+        "partitions",
+        title=f"{kind} group, {'epoch' if kind == 'consumer' else 'generation'} {epoch}",
+    )
+    for m in membership.get("members", []):
+        parts = ", ".join(f"{t}:{p}" for t, p in sorted(_assigned(m)))
+        table.add_row(
+            m["id"], m.get("instance") or "-", m.get("client", ""), m.get("host", ""), parts or "-"
+        )
+    return table

@@ -1,0 +1,234 @@
+"""Who a Kafka connection is and what it may do, in secure mode.
+
+A node in secure mode serves the Kafka front over TLS (its own certificate,
+the cluster's CA: SASL_SSL), and a connection must authenticate with SASL
+before anything but ApiVersions, SaslHandshake and SaslAuthenticate: a
+request before that closes the connection, as a Kafka broker does.  The
+SASL user name is a logstrand user and the password its token
+(``security._sasl``: PLAIN checks the token's hash, SCRAM the keys derived
+from it when the user was added).
+
+The front then acts for that user: each partition a request touches is
+checked against the user's grants as the native protocol checks them
+(read for Fetch, ListOffsets, OffsetFetch and OffsetCommit; append for
+Produce; trim for DeleteRecords; admin over every log for the APIs that
+make, change or delete topics), and what is refused is answered with
+TOPIC_AUTHORIZATION_FAILED (or CLUSTER_AUTHORIZATION_FAILED), nothing
+done.  Users and grants are read from the epoch store, again every
+``REFRESH_S``, at once for a user the front does not know, and before a
+refusal when they are older than ``RECHECK_S`` (so a new grant counts
+within ``RECHECK_S``, and a revoked one within ``REFRESH_S``).
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ..records import LOG_ID_MAX
+from ..security import (
+    MECHANISMS,
+    Grant,
+    SaslError,
+    ScramServer,
+    check_plain,
+    hash_token,
+)
+from ._errors import KafkaError
+from ._server import CloseConnection
+
+if TYPE_CHECKING:
+    from ..client import AsyncClient
+    from ._protocol import Request
+
+_log = logging.getLogger("logstrand.kafka")
+#: Users and grants are read again after this long.
+REFRESH_S = 5.0
+#: A request refused reads them again, if they are older than this.
+RECHECK_S = 0.5
+#: What a connection may ask before it authenticated.
+BEFORE_AUTH = frozenset({17, 18, 36})
+
+
+class NotAuthenticated(CloseConnection):
+    """A request on a connection that has not authenticated (it is closed)."""
+
+
+class FrontAuth:
+    """SASL and grants for one front (see the module docstring)."""
+
+    def __init__(self, client: AsyncClient, *, secure: bool) -> None:
+        self.client = client
+        self.secure = secure
+        self.users: dict[str, Any] = {}
+        self.grants: tuple[Grant, ...] = ()
+        self._read_at = -float("inf")
+        self._reading = trio.Lock()
+
+    async def _refresh(self, *, force: bool = False) -> None:
+        async with self._reading:
+            if not force and trio.current_time() - self._read_at < REFRESH_S:
+                return
+            doc = await self.client.view.astore.run(lambda s: s.security())
+            self.users = doc["users"]
+            self.grants = tuple(Grant.from_json(g) for g in doc["grants"])
+            self._read_at = trio.current_time()
+
+    async def _user(self, name: str) -> dict[str, Any] | None:
+        await self._refresh()
+        if name not in self.users:
+            await self._refresh(force=True)
+        user: dict[str, Any] | None = self.users.get(name)
+        return user
+
+    # -- the gate -----------------------------------------------------------------
+
+    def check(self, request: Request) -> None:
+        """Raises NotAuthenticated for a request that needs a user and has none."""
+        needs = self.secure and request.api_key not in BEFORE_AUTH
+        if needs and getattr(request.conn, "user", None) is None:
+            raise NotAuthenticated(
+                f"API {request.api_key} before SASL authentication (the front is in secure mode)"
+            )
+
+    # -- SASL --------------------------------------------------------------------------
+
+    async def handshake(self, request: Request) -> dict[str, Any]:
+        mechanism = request.body["mechanism"]
+        if mechanism not in MECHANISMS:
+            code = KafkaError.UNSUPPORTED_SASL_MECHANISM
+            return {"error_code": code, "mechanisms": list(MECHANISMS)}
+        request.conn.sasl = mechanism
+        request.conn.scram = None
+        return {"error_code": 0, "mechanisms": list(MECHANISMS)}
+
+    async def authenticate(self, request: Request) -> dict[str, Any]:
+        conn = request.conn
+        mechanism = getattr(conn, "sasl", None)
+        if mechanism is None:
+            return _auth_error(KafkaError.ILLEGAL_SASL_STATE, "SaslHandshake first")
+        data = request.body["auth_bytes"]
+        try:
+            if mechanism == "PLAIN":
+                name = check_plain(data, self._plain_ok(await self._plain_user(data)))
+                return self._done(conn, name, b"")
+            if conn.scram is None:
+                name = data.decode(errors="replace").partition("n=")[2].split(",", 1)[0]
+                creds = ((await self._user(name)) or {}).get("scram", {}).get(mechanism)
+                conn.scram = ScramServer(mechanism, lambda _n: creds)
+                return {"error_code": 0, "auth_bytes": conn.scram.first(data)}
+            final = conn.scram.final(data)
+            return self._done(conn, conn.scram.user, final)
+        except SaslError as exc:
+            conn.sasl = conn.scram = None
+            _log.warning("kafka: %s: SASL %s refused: %s", conn.peer, mechanism, exc)
+            return _auth_error(KafkaError.SASL_AUTHENTICATION_FAILED, str(exc))
+
+    async def _plain_user(self, data: bytes) -> dict[str, Any] | None:
+        parts = data.split(b"\x00")
+        return await self._user(parts[1].decode(errors="replace")) if len(parts) == 3 else None
+
+    @staticmethod
+    def _plain_ok(user: dict[str, Any] | None) -> Any:
+        def verify(_name: str, token: str) -> bool:
+            return user is not None and hmac.compare_digest(hash_token(token), user["sha256"])
+
+        return verify
+
+    def _done(self, conn: Any, name: str | None, answer: bytes) -> dict[str, Any]:
+        conn.user, conn.sasl, conn.scram = name, None, None
+        _log.info("kafka: %s authenticated as %s", conn.peer, name)
+        return {"error_code": 0, "auth_bytes": answer, "session_lifetime_ms": 0}
+
+    # -- grants ----------------------------------------------------------------------
+
+    async def may(self, request: Request, op: str, log_id: int | None) -> bool:
+        """Whether the connection's user may ``op`` on ``log_id`` (None: on
+        every user log, for the APIs that make or change topics)."""
+        if not self.secure:
+            return True
+        user = getattr(request.conn, "user", None)
+        if user is None:
+            return False
+        await self._refresh()
+        if self._allows(user, op, log_id):
+            return True
+        # Refused: a grant made since the last read counts within ``RECHECK_S``
+        # (read again at most that often); a revoked one within ``REFRESH_S``.
+        if trio.current_time() - self._read_at < RECHECK_S:
+            return False
+        await self._refresh(force=True)
+        return self._allows(user, op, log_id)
+
+    def forget(self) -> None:
+        """Users and grants changed through this front: read them again."""
+        self._read_at = -float("inf")
+
+    def _allows(self, user: str, op: str, log_id: int | None) -> bool:
+        if log_id is None:
+            return any(
+                g.user == user and op in g.ops and (g.first, g.last) == (1, LOG_ID_MAX)
+                for g in self.grants
+            )
+        return any(g.user == user and g.covers(op, log_id) for g in self.grants)
+
+
+def _auth_error(code: int, message: str) -> dict[str, Any]:
+    return {"error_code": code, "error_message": message, "auth_bytes": b""}
+
+
+#: APIs that make, change or delete topics, and the ACL ones: a user needs
+#: admin on every log.
+ADMIN_APIS = frozenset({19, 20, 29, 30, 31, 33, 37, 44})
+
+
+def refused_admin(request: Request) -> dict[str, Any]:
+    """The answer to an admin API the user may not use: every topic or
+    resource it names refused with TOPIC_AUTHORIZATION_FAILED."""
+    code, b = KafkaError.TOPIC_AUTHORIZATION_FAILED, request.body
+    why = "needs admin on every log (a grant on 'all')"
+    if request.api_key == 19:
+        return {
+            "topics": [
+                {"name": t["name"], "error_code": code, "error_message": why} for t in b["topics"]
+            ]
+        }
+    if request.api_key == 20:
+        names = [t["name"] for t in b["topics"]] if request.version >= 6 else b["topic_names"]
+        return {"responses": [{"name": n, "error_code": code, "error_message": why} for n in names]}
+    if request.api_key == 29:
+        return {"error_code": KafkaError.CLUSTER_AUTHORIZATION_FAILED, "error_message": why}
+    if request.api_key == 30:
+        return {
+            "results": [
+                {"error_code": KafkaError.CLUSTER_AUTHORIZATION_FAILED, "error_message": why}
+                for _ in b["creations"]
+            ]
+        }
+    if request.api_key == 31:
+        return {
+            "filter_results": [
+                {"error_code": KafkaError.CLUSTER_AUTHORIZATION_FAILED, "error_message": why}
+                for _ in b["filters"]
+            ]
+        }
+    if request.api_key == 37:
+        return {
+            "results": [
+                {"name": t["name"], "error_code": code, "error_message": why} for t in b["topics"]
+            ]
+        }
+    return {
+        "responses": [
+            {
+                "error_code": code,
+                "error_message": why,
+                "resource_type": r["resource_type"],
+                "resource_name": r["resource_name"],
+            }
+            for r in b["resources"]
+        ]
+    }

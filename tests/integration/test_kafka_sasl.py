@@ -1,0 +1,259 @@
+"""The Kafka front of a secure cluster: SASL_SSL only.  librdkafka and
+kafka-python authenticate with SCRAM-SHA-256/512 and PLAIN as logstrand
+users (name and token), a wrong password is refused, a user without a
+grant is refused per topic with nothing written, and a client that does
+not authenticate gets nothing."""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import struct
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
+
+import logstrand
+from logstrand import Record
+from logstrand.cli import main
+from logstrand.epochstore import LogAttributes, open_epoch_store
+from logstrand.kafka import _protocol as proto
+from logstrand.testing import LocalCluster
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+pytestmark = pytest.mark.slow
+TOPIC_LOGS = (700, 703)
+
+
+@pytest.fixture(scope="module")
+def secure(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[LocalCluster, dict[str, str]]]:
+    """A secure 3-node cluster serving Kafka; topic ``paid`` (logs 700-703);
+    users made with ``logstrand users add``: ``bob`` (read and append on
+    the topic), ``carol`` (no grant at all)."""
+    with LocalCluster(tmp_path_factory.mktemp("ksasl"), nodes=3, secure=True, kafka=True) as c:
+        with open_epoch_store(c.url) as store:
+            store.create_logs(*TOPIC_LOGS, LogAttributes(replication_factor=2), name="paid")
+        for user in ("bob", "carol"):
+            assert main(["users", "add", user, "--url", c.url, "--json"]) == 0
+        yield c, {}
+
+
+def _token(capsys: pytest.CaptureFixture[str], c: LocalCluster, user: str) -> str:
+    """A fresh token for ``user`` (removed and added again through the CLI)."""
+    assert main(["users", "remove", user, "--url", c.url]) == 0
+    capsys.readouterr()
+    assert main(["users", "add", user, "--url", c.url, "--json"]) == 0
+    token: str = json.loads(capsys.readouterr().out)["token"]
+    if user == "bob":
+        grant = ["acl", "grant", user, "--logs", "700..703", "--ops", "read,append"]
+        assert main([*grant, "--url", c.url]) == 0
+    capsys.readouterr()
+    return token
+
+
+def _conf(c: LocalCluster, user: str, password: str, mechanism: str) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": c.kafka_bootstrap,
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": str(c.directory / "tls" / "ca.pem"),
+        "sasl.mechanism": mechanism,
+        "sasl.username": user,
+        "sasl.password": password,
+    }
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"])
+def test_a_user_produces_and_consumes_with_its_token(
+    secure: tuple[LocalCluster, dict[str, str]], capsys: pytest.CaptureFixture[str], mechanism: str
+) -> None:
+    c, _ = secure
+    token = _token(capsys, c, "bob")
+    p = Producer(_conf(c, "bob", token, mechanism))
+    errors: list[Any] = []
+    for i in range(10):
+        p.produce("paid", value=b"v%d" % i, partition=0, on_delivery=lambda e, m: errors.append(e))
+    assert p.flush(60) == 0
+    assert errors == [None] * 10
+    consumer = Consumer({**_conf(c, "bob", token, mechanism), "group.id": f"g-{mechanism}"})
+    consumer.assign([TopicPartition("paid", 0, 0)])
+    got = []
+    try:
+        for _ in range(100):
+            m = consumer.poll(0.5)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+            if len(got) >= 10:
+                break
+    finally:
+        consumer.close()
+    assert got[:10] == [b"v%d" % i for i in range(10)]
+
+
+def test_a_wrong_password_is_refused(
+    secure: tuple[LocalCluster, dict[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    c, _ = secure
+    _token(capsys, c, "bob")
+    for mechanism in ("SCRAM-SHA-256", "PLAIN"):
+        seen: list[KafkaError] = []
+        conf = {**_conf(c, "bob", "lst_not-the-token", mechanism), "error_cb": seen.append}
+        admin = AdminClient(conf)
+        with pytest.raises(KafkaException):
+            admin.list_topics(timeout=10)
+        for _ in range(20):
+            admin.poll(0.5)  # serves the error callback
+            if seen:
+                break
+        assert any(e.code() == KafkaError._AUTHENTICATION for e in seen), seen
+
+
+def test_a_user_without_a_grant_is_refused_per_topic_and_nothing_is_written(
+    secure: tuple[LocalCluster, dict[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    c, _ = secure
+    token = _token(capsys, c, "carol")
+    with logstrand.connect(c.url, **c.client_options) as admin:
+        before = admin.tail_lsn(TOPIC_LOGS[0] + 1)
+    p = Producer({**_conf(c, "carol", token, "SCRAM-SHA-256"), "message.timeout.ms": 10000})
+    errors: list[Any] = []
+    p.produce("paid", value=b"no", partition=1, on_delivery=lambda e, m: errors.append(e))
+    p.flush(30)
+    assert len(errors) == 1
+    assert errors[0] is not None
+    assert errors[0].name() == "TOPIC_AUTHORIZATION_FAILED"
+    with logstrand.connect(c.url, **c.client_options) as admin:
+        assert admin.tail_lsn(TOPIC_LOGS[0] + 1) == before
+        assert not [
+            r for r in admin.read(TOPIC_LOGS[0] + 1) if isinstance(r, Record) and r.payload == b"no"
+        ]
+    # Nor does it see the topic.
+    meta = AdminClient(_conf(c, "carol", token, "SCRAM-SHA-256")).list_topics(timeout=20)
+    assert "paid" not in meta.topics or meta.topics["paid"].error is not None
+
+
+def test_a_client_that_does_not_authenticate_gets_nothing(
+    secure: tuple[LocalCluster, dict[str, str]],
+) -> None:
+    c, _ = secure
+    host, port = c.kafka_bootstrap.split(",")[0].split(":")
+    ctx = ssl.create_default_context(cafile=str(c.directory / "tls" / "ca.pem"))
+    ctx.check_hostname = False
+    with (
+        socket.create_connection((host, int(port)), timeout=10) as raw,
+        ctx.wrap_socket(raw) as tls,
+    ):
+        # ApiVersions is answered (it lists SASL), Metadata closes the connection.
+        tls.sendall(
+            proto.encode_request(
+                18, 3, 1, {"client_software_name": "t", "client_software_version": "1"}
+            )
+        )
+        size = struct.unpack(">i", tls.recv(4))[0]
+        answer = b""
+        while len(answer) < size:
+            answer += tls.recv(size - len(answer))
+        keys = {k["api_key"] for k in proto.decode_response(18, 3, answer)[1]["api_keys"]}
+        assert {17, 36} <= keys
+        tls.sendall(proto.encode_request(3, 12, 2, {"topics": None}))
+        assert tls.recv(4) == b""
+    # Plain TCP without TLS gets no Kafka answer either.
+    with socket.create_connection((host, int(port)), timeout=10) as raw:
+        raw.sendall(
+            proto.encode_request(
+                18, 3, 1, {"client_software_name": "t", "client_software_version": "1"}
+            )
+        )
+        raw.settimeout(3)
+        try:
+            data = raw.recv(64)
+        except (ConnectionResetError, TimeoutError):
+            data = b""
+        # Nothing, or a TLS alert: never a Kafka answer (its size, then correlation id 1).
+        assert data[4:8] != struct.pack(">i", 1)
+
+
+def test_acls_through_kafka_are_grants(
+    secure: tuple[LocalCluster, dict[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """CreateAcls/DescribeAcls/DeleteAcls from an AdminClient, as the admin
+    user: a WRITE on the topic lets carol produce, its deletion stops her; a
+    DENY is refused; carol herself may not make ACLs."""
+    c, _ = secure
+    token = _token(capsys, c, "carol")
+    admin = AdminClient(_conf(c, "admin", c.admin_token or "", "SCRAM-SHA-256"))
+    write = AclBinding(
+        ResourceType.TOPIC,
+        "paid",
+        ResourcePatternType.LITERAL,
+        "User:carol",
+        "*",
+        AclOperation.WRITE,
+        AclPermissionType.ALLOW,
+    )
+    for f in admin.create_acls([write]).values():
+        f.result(30)
+    described = admin.describe_acls(
+        AclBindingFilter(
+            ResourceType.ANY,
+            None,
+            ResourcePatternType.ANY,
+            "User:carol",
+            None,
+            AclOperation.ANY,
+            AclPermissionType.ANY,
+        )
+    ).result(30)
+    assert [(b.name, b.operation) for b in described] == [("paid", AclOperation.WRITE)]
+    time.sleep(1.0)  # another front's grants may be up to 0.5 s old
+    errors: list[Any] = []
+    p = Producer({**_conf(c, "carol", token, "SCRAM-SHA-256"), "message.timeout.ms": 10000})
+    p.produce("paid", value=b"allowed", partition=2, on_delivery=lambda e, m: errors.append(e))
+    p.flush(30)
+    assert errors == [None], [str(e) for e in errors]
+    deny = AclBinding(
+        ResourceType.TOPIC,
+        "paid",
+        ResourcePatternType.LITERAL,
+        "User:carol",
+        "*",
+        AclOperation.READ,
+        AclPermissionType.DENY,
+    )
+    with pytest.raises(KafkaException, match="only ALLOW"):
+        admin.create_acls([deny])[deny].result(30)
+    carol_admin = AdminClient(_conf(c, "carol", token, "SCRAM-SHA-256"))
+    with pytest.raises(KafkaException):
+        carol_admin.create_acls([write])[write].result(30)
+    gone = AclBindingFilter(
+        ResourceType.TOPIC,
+        "paid",
+        ResourcePatternType.LITERAL,
+        "User:carol",
+        "*",
+        AclOperation.WRITE,
+        AclPermissionType.ALLOW,
+    )
+    for f in admin.delete_acls([gone]).values():
+        assert len(f.result(30)) == 1
+    time.sleep(6)  # the front reads grants again at most every 5 s
+    errors.clear()
+    p.produce("paid", value=b"refused", partition=2, on_delivery=lambda e, m: errors.append(e))
+    p.flush(30)
+    assert errors[0] is not None
+    assert errors[0].name() == "TOPIC_AUTHORIZATION_FAILED"
