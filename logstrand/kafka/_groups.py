@@ -83,12 +83,12 @@ class GroupCoordinator:
         #: token -> [event, answer]: requests that wait (joins, syncs).
         self._waiting: dict[int, list[Any]] = {}
         self._changed = trio.Event()
-        #: Groups read back from their membership record since this front
-        #: became their coordinator.
-        self._loaded: set[str] = set()
+        #: Positions logs whose groups were read back since this front became
+        #: their coordinator.
+        self._loaded: set[int] = set()
         #: The positions logs whose groups this front coordinates.
         self._mine: set[int] = set()
-        self._loading = trio.Lock()
+        self._loading = {p: trio.Lock() for p in POSITIONS_LOGS}
 
     # -- who coordinates ------------------------------------------------------------
 
@@ -113,35 +113,43 @@ class GroupCoordinator:
         if lost:
             self._deliver(self.core.clear(lambda g: positions_log_of(g) in lost))
             self.ccore.clear(lambda g: positions_log_of(g) in lost)
-            self._loaded = {g for g in self._loaded if positions_log_of(g) not in lost}
+            self._loaded -= lost
 
     async def take(self, group: str) -> int:
         """Whether this front coordinates ``group`` now: NONE, after reading
-        the group back if this front just became its coordinator, or the
-        error to answer."""
+        the groups of its positions log back if this front just became their
+        coordinator, or the error to answer."""
         if not GROUP_RE.fullmatch(group):
             return KafkaError.INVALID_GROUP_ID
         self._check_ownership()
-        if positions_log_of(group) not in self._mine:
+        home = positions_log_of(group)
+        if home not in self._mine:
             return KafkaError.NOT_COORDINATOR
-        if group in self._loaded:
+        if home in self._loaded:
             return KafkaError.NONE
-        async with self._loading:
-            if group not in self._loaded:
+        async with self._loading[home]:
+            if home not in self._loaded:
                 try:
-                    table = await self.positions.table_of(group)
+                    table = await self.positions.refresh(home)
                 except LogstrandError as exc:
                     _log.warning("kafka: group %s: positions not read: %s", group, exc)
                     return KafkaError.COORDINATOR_LOAD_IN_PROGRESS
-                record = table.memberships.get(group)
-                if record is not None and not self.holds(group):
-                    snap = json.loads(record)
-                    if snap.get("type") == "consumer":
-                        self.ccore.restore(trio.current_time(), group, snap)
-                    else:
-                        self.core.restore(trio.current_time(), group, snap)
-                self._loaded.add(group)
+                # One read of the log brings back every group it holds.
+                for name, record in table.memberships.items():
+                    if positions_log_of(name) == home and not self.holds(name):
+                        self._restore(name, record)
+                self._loaded.add(home)
         return KafkaError.NONE
+
+    def _restore(self, group: str, record: bytes) -> None:
+        try:
+            snap = json.loads(record)
+            if snap.get("type") == "consumer":
+                self.ccore.restore(trio.current_time(), group, snap)
+            else:
+                self.core.restore(trio.current_time(), group, snap)
+        except (ValueError, KeyError, TypeError) as exc:
+            _log.warning("kafka: group %s: membership record not read: %s", group, exc)
 
     def poke(self) -> None:
         """The timer task looks again (deadlines may have moved)."""

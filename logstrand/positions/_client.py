@@ -18,7 +18,14 @@ import attrs
 import trio
 
 from ..epochstore import LogAttributes
-from ..errors import ExistsError, InvalidArgumentError, LogstrandError, NotFoundError, Status
+from ..errors import (
+    ExistsError,
+    InvalidArgumentError,
+    LogstrandError,
+    NotFoundError,
+    Status,
+    collapse,
+)
 from ..records import POSITIONS_LOG_ID, POSITIONS_LOGS, check_log_id
 from ..types import LSN_MAX, LSN_OLDEST, Record, lsn_epoch
 from ..wire import LogInfo
@@ -207,7 +214,16 @@ class Groups:
         keys = [encode_key(group, log_id) for log_id, *_ in entries]
         values = [encode_value(lsn, now, off, md) for _, lsn, off, md in entries]
         await self.ensure_log()
-        await self.appender.append_batch(positions_log_of(group), values, keys)
+        home = positions_log_of(group)
+        # Each as an append of its own, all at once: the client's batcher
+        # puts them in one batch of the positions log with whatever other
+        # groups commit meanwhile, instead of a batch per request.
+        try:
+            async with trio.open_nursery() as nursery:
+                for value, key in zip(values, keys, strict=True):
+                    nursery.start_soon(self.appender.append, home, value, key)
+        except BaseExceptionGroup as group:
+            raise collapse(group) from None
 
     async def write_membership(self, group: str, payload: bytes | None) -> None:
         """Write (None: remove) the group's membership record (its coordinator's)."""
