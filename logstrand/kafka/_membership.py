@@ -189,7 +189,11 @@ class Coordinator:
         group.instances[a.instance_id or ""] = new_id
         if was_leader:
             group.leader = new_id
-        same = old.protocols == list(a.protocols) and old.protocol_type == a.protocol_type
+        # As Kafka's coordinator: a static member back needs no rebalance while
+        # the group's protocol is still among its own (its metadata may differ:
+        # librdkafka's lists the partitions it owned, none after a restart).
+        names = {n for n, _ in a.protocols}
+        same = group.protocol in names and old.protocol_type == a.protocol_type
         self._refresh(old, a, now)
         if group.state == STABLE and same and not was_leader:
             return [*out, (token, join_answer(group, old, members=False))]
