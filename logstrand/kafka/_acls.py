@@ -90,23 +90,15 @@ class AclApis:
         return out
 
     @staticmethod
-    def _matches(acl: dict[str, Any], f: dict[str, Any], prefix: str = "") -> bool:
-        def field(name: str) -> Any:
-            return f[f"{name}{prefix}"] if f"{name}{prefix}" in f else f.get(name)
-
-        kind = field("resource_type")
-        name = field("resource_name")
-        principal = field("principal")
-        host = field("host")
-        op = f.get("operation")
-        perm = f.get("permission_type")
+    def _matches(acl: dict[str, Any], f: dict[str, Any]) -> bool:
+        """Whether an ACL is one a DescribeAcls request or a DeleteAcls filter names."""
         return (
-            kind in (ANY_TYPE, acl["resource_type"])
-            and name in (None, acl["resource_name"])
-            and principal in (None, acl["principal"])
-            and host in (None, "*")
-            and op in (ANY_OP, ALL, acl["operation"])
-            and perm in (ANY_PERMISSION, ALLOW)
+            f["resource_type_filter"] in (ANY_TYPE, acl["resource_type"])
+            and f["resource_name_filter"] in (None, acl["resource_name"])
+            and f["principal_filter"] in (None, acl["principal"])
+            and f["host_filter"] in (None, "*")
+            and f["operation"] in (ANY_OP, ALL, acl["operation"])
+            and f["permission_type"] in (ANY_PERMISSION, ALLOW)
         )
 
     async def describe(self, request: Request) -> dict[str, Any]:
@@ -118,7 +110,7 @@ class AclApis:
                 "error_message": str(exc),
                 "resources": [],
             }
-        chosen = [a for a in acls if self._matches(a, request.body, "_filter")]
+        chosen = [a for a in acls if self._matches(a, request.body)]
         resources: dict[tuple[int, str], list[dict[str, Any]]] = {}
         for a in chosen:
             resources.setdefault((a["resource_type"], a["resource_name"]), []).append(
@@ -188,7 +180,7 @@ class AclApis:
         acls = self._acls(await self._security())
         out = []
         for f in request.body["filters"]:
-            matched = [a for a in acls if self._matches(a, f, "_filter")]
+            matched = [a for a in acls if self._matches(a, f)]
             for a in matched:
                 g = a["grant"]
                 await self.front.client.view.astore.run(

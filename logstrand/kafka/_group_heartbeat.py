@@ -63,8 +63,8 @@ class ConsumerGroupApis:
         topics = self._topics(b)
         if isinstance(topics, int):
             code = code or topics
-        if code:
-            return _failed(code)
+        if code or isinstance(topics, int):
+            return _failed(code or KafkaError.INVALID_REQUEST)
         by_id, by_name = self._ids()
         owned = None
         if b.get("topic_partitions") is not None:
@@ -79,7 +79,7 @@ class ConsumerGroupApis:
             b["member_id"],
             b["member_epoch"],
             b.get("instance_id"),
-            topics if not isinstance(topics, int) else None,
+            topics,
             owned,
             request.client_id or "",
             getattr(request.conn, "peer", ""),

@@ -44,6 +44,11 @@ class GroupAdmin:
         self.coordinator = coordinator
         self.positions = front.client.groups
 
+    async def _may_read(self, request: Request, log_id: int) -> bool:
+        """Whether the request's user may read ``log_id`` (secure mode); the
+        partition is known already, so it is not looked up again."""
+        return bool(await self.front.auth.may(request, "read", log_id))
+
     # -- commits ----------------------------------------------------------------------
 
     async def _lsn_below(self, log_id: int, offset: int) -> int:
@@ -79,9 +84,7 @@ class GroupAdmin:
                 metadata = p["committed_metadata"]
                 if r is None:
                     out["error_code"] = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
-                elif not await self.front.data.may(
-                    request, "read", t["name"], p["partition_index"]
-                ):
+                elif not await self._may_read(request, log_id):
                     out["error_code"] = KafkaError.TOPIC_AUTHORIZATION_FAILED
                 elif metadata is not None and len(metadata.encode()) > METADATA_MAX:
                     out["error_code"] = KafkaError.OFFSET_METADATA_TOO_LARGE
@@ -136,7 +139,7 @@ class GroupAdmin:
             parts = []
             for index in t["partition_indexes"]:
                 r, log_id = await self.front.data.partition(t["name"], index)
-                if not await self.front.data.may(request, "read", t["name"], index):
+                if r is not None and not await self._may_read(request, log_id):
                     parts.append(
                         {
                             "partition_index": index,
