@@ -14,6 +14,7 @@ client (a batch of records, the one format they travel and rest in, is
 from __future__ import annotations
 
 import enum
+import zlib
 from typing import TYPE_CHECKING, Final
 
 from ._units import parse_uint
@@ -68,6 +69,14 @@ POSITIONS_LOG_ID: Final = LOG_ID_INTERNAL_BIT | 1
 POSITIONS_LOGS: Final = tuple(range(POSITIONS_LOG_ID, POSITIONS_LOG_ID + 16))
 #: The internal logs that exist: clients read and append to them like any log.
 INTERNAL_LOGS: Final = frozenset(POSITIONS_LOGS)
+
+
+def positions_log_of(group: str) -> int:
+    """The positions log that holds ``group``: one of ``POSITIONS_LOGS`` by a
+    hash of the name (Kafka spreads groups over __consumer_offsets the same way)."""
+    return POSITIONS_LOGS[zlib.crc32(group.encode()) % len(POSITIONS_LOGS)]
+
+
 #: What a user may be granted on a range of logs (docs/security.md).
 OPS: Final = ("read", "append", "trim", "admin")
 #: Nodes in one copyset, at most.

@@ -1,5 +1,6 @@
-"""What ``groups describe`` shows of a Kafka consumer group's membership:
-the members, the logs assigned to each, and Kafka offsets."""
+"""What ``groups describe`` shows of a group's membership, Kafka consumers'
+or ``client.subscribe``'s: the members, the logs assigned to each, and
+Kafka offsets."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
-from ..kafka._group_model import assigned_partitions
+from ..kafka._group_model import assigned_partitions, spans_logs
 from ..kafka._offsets import OffsetMap
 
 if TYPE_CHECKING:
@@ -22,17 +23,32 @@ def _assigned(member: dict[str, Any]) -> list[tuple[str, int]]:
     return [(t, p) for t, ps in assigned_partitions(raw).items() for p in ps]
 
 
+def _member_logs(
+    member: dict[str, Any], membership: dict[str, Any], first: dict[str, int]
+) -> list[int]:
+    """The logs assigned to a member: a topic's partition ``p`` is log
+    ``first + p`` of its range; a subscription to logs (``client.subscribe``)
+    has its logs in the record's ``logs``."""
+    subscribed = {t: spans_logs(spans) for t, spans in membership.get("logs", {}).items()}
+    out = []
+    for topic, p in _assigned(member):
+        if topic in subscribed and 0 <= p < len(subscribed[topic]):
+            out.append(subscribed[topic][p])
+        elif topic in first:
+            out.append(first[topic] + p)
+    return sorted(out)
+
+
 def members_by_log(membership: dict[str, Any] | None, ranges: list[LogRange]) -> dict[int, str]:
     """Log id -> the member it is assigned to."""
     if membership is None:
         return {}
-    first = {r.name: r.first for r in ranges}
-    out = {}
-    for m in membership.get("members", []):
-        for topic, p in _assigned(m):
-            if topic in first:
-                out[first[topic] + p] = m["id"]
-    return out
+    first = {r.name: r.first for r in ranges if r.name is not None}
+    return {
+        log: m["id"]
+        for m in membership.get("members", [])
+        for log in _member_logs(m, membership, first)
+    }
 
 
 def kafka_end_offset(store: EpochStore, log_id: int, tail: int) -> int:
@@ -42,6 +58,7 @@ def kafka_end_offset(store: EpochStore, log_id: int, tail: int) -> int:
 
 
 def members_table(membership: dict[str, Any]) -> Table:
+    native = bool(membership.get("logs"))
     kind = "consumer" if membership.get("type") == "consumer" else "classic"
     epoch = membership.get("epoch", membership.get("generation"))
     table = Table(
@@ -49,11 +66,14 @@ def members_table(membership: dict[str, Any]) -> Table:
         "instance",
         "client",
         "host",
-        "partitions",
+        "logs" if native else "partitions",
         title=f"{kind} group, {'epoch' if kind == 'consumer' else 'generation'} {epoch}",
     )
     for m in membership.get("members", []):
-        parts = ", ".join(f"{t}:{p}" for t, p in sorted(_assigned(m)))
+        if native:
+            parts = ", ".join(map(str, _member_logs(m, membership, {})))
+        else:
+            parts = ", ".join(f"{t}:{p}" for t, p in sorted(_assigned(m)))
         table.add_row(
             m["id"], m.get("instance") or "-", m.get("client", ""), m.get("host", ""), parts or "-"
         )

@@ -89,9 +89,10 @@ def groups_describe(
 ) -> None:
     """Per log: the committed LSN, the tail, and the lag in records (an
     estimate from the epochs between them) and in time (the age of the first
-    record not yet processed).  For a Kafka consumer group, also its members
-    (each log's row names the member it is assigned to) and, for what Kafka
-    consumers committed, the offset, the log end offset and the lag in offsets."""
+    record not yet processed).  For a group with members (client.subscribe's,
+    or Kafka consumers'), also its members (each log's row names the member
+    it is assigned to) and, for what Kafka consumers committed, the offset,
+    the log end offset and the lag in offsets."""
     group = _group(group)
     cluster = require_url(url)
     with connect_client(cluster) as client:
@@ -171,8 +172,8 @@ def groups_reset(
 ) -> None:
     """Move a group's position on one log.  Give exactly one --to-* option.
 
-    Stop the group's readers first: a reader that is still running commits
-    its own position over the new one (there is no group membership here).
+    Stop the group's readers first: a reader or member that is still running
+    commits its own position over the new one (nothing refuses the reset).
     """
     group = _group(group)
     chosen = [

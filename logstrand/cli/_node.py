@@ -45,6 +45,7 @@ from ._node_setup import (
 )
 
 if TYPE_CHECKING:
+    from ..kafka._native_groups import NodeGroups
     from ..security import TlsFiles
     from ..storage import Node
 
@@ -133,15 +134,16 @@ _OWN_OPTIONS = (
         ),
     ),
     keyword(
-        "kafka_group_session_ms",
+        "group_session_ms",
         int,
         45_000,
         typer.Option(
             min=1_000,
             max=1_800_000,
-            help="Session timeout of consumer-protocol group members (group.protocol="
-            "consumer; Kafka's group.consumer.session.timeout.ms): a member silent this "
-            "long is dropped and its partitions go to the others.",
+            help="Session timeout of the members of groups this node coordinates, "
+            "client.subscribe's and Kafka's of group.protocol=consumer (Kafka's "
+            "group.consumer.session.timeout.ms): a member silent this long is dropped "
+            "and its logs go to the others.",
         ),
     ),
     keyword("log_level", str, "info", typer.Option(help="debug, info, warning or error.")),
@@ -309,7 +311,10 @@ def _build(params: dict[str, Any]) -> Callable[[str, TlsFiles | None], Node]:
     addresses = {
         name: host_port(params[name], f"--{name}") for name in ("listen", "advertise", "metrics")
     }
-    kafka = _kafka(params)
+    from ..kafka._native_groups import NodeGroups
+
+    groups = NodeGroups(params["group_session_ms"])
+    kafka = _kafka(params, groups)
     if len([x for x in (params[f"tls_{n}"] for n in ("cert", "key", "ca")) if x]) not in (0, 3):
         fail("TLS needs all three of --tls-cert, --tls-key and --tls-ca")
     options = NodeOptions(
@@ -333,7 +338,8 @@ def _build(params: dict[str, Any]) -> Callable[[str, TlsFiles | None], Node]:
             metrics=addresses["metrics"],
             options=attrs.evolve(options, tls=tls),
             logsdb_options=LogsDBOptions(partition_duration_ms=partition_ms),
-            extensions=(Cleaner(cleaner), GroupsMonitor(monitor, LazyClient))
+            # The coordinator before the Kafka front, which shares it.
+            extensions=(Cleaner(cleaner), GroupsMonitor(monitor, LazyClient), groups)
             + (() if kafka is None else (kafka,)),
             kafka=None if kafka is None else kafka.address(),
         )
@@ -341,7 +347,7 @@ def _build(params: dict[str, Any]) -> Callable[[str, TlsFiles | None], Node]:
     return make
 
 
-def _kafka(params: dict[str, Any]) -> Any:
+def _kafka(params: dict[str, Any], groups: NodeGroups) -> Any:
     """The node's Kafka front (None without --kafka-port)."""
     port = params["kafka_port"]
     if port is None:
@@ -357,8 +363,8 @@ def _kafka(params: dict[str, Any]) -> Any:
             port,
             params["kafka_advertise"],
             params["kafka_auto_create"],
-            params["kafka_group_session_ms"],
-        )
+        ),
+        groups,
     )
 
 

@@ -36,6 +36,7 @@ from ._nodewatch import NodeWatch
 from ._reader import ReadStream
 from ._rebalance import RebalanceReport, rebalance
 from ._settings import ClientSettings
+from ._subscribe import Subscription
 from ._tails import tail_lsns
 
 if TYPE_CHECKING:
@@ -174,6 +175,47 @@ class AsyncClient(AppendApi):
         )
 
     # -- consumer groups ----------------------------------------------------------
+
+    def subscribe(
+        self,
+        group: str,
+        logs: list[int] | tuple[int, ...] | range | str,
+        *,
+        autocommit: bool = True,
+        instance_id: str | None = None,
+    ) -> Subscription:
+        """Join ``group`` as a member and read the logs it gives this member:
+        an async iterator of ``(log, item)`` pairs, each log in LSN order.
+        ``logs`` (ids, or a range's name) is the subscription; every member
+        of a group subscribes to the same logs, and the group's coordinator
+        spreads them over its members, moving them when one joins, leaves or
+        is silent for a session (docs/groups.md)::
+
+            async with client.subscribe("billing", "orders") as sub:
+                async for log, item in sub:
+                    ...
+
+        A log given is read from after the group's committed position.  What
+        was handed out counts as processed once the next pair is asked for;
+        with ``autocommit`` it is committed every
+        ``settings.autocommit_interval_s``, before a log is given up (no
+        record of a log is delivered after that), and when the member
+        leaves.  ``instance_id`` makes a static member: it may come back
+        within its session and get its logs again without a rebalance.
+
+        Raises (while iterating): InvalidArgumentError (no logs, or other
+        logs than the group's members read), AccessDeniedError (no read grant
+        on a log or on the group's positions log), NotSupportedError (the
+        coordinator's node is of a version without groups).
+        """
+        return Subscription(
+            self,
+            group,
+            logs,
+            autocommit=autocommit,
+            instance_id=instance_id,
+            interval_s=self.settings.autocommit_interval_s,
+        )
 
     @property
     def groups(self) -> Groups:

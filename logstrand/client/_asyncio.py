@@ -128,6 +128,23 @@ class AsyncioClient:
             self, lambda c: c.read_many(starts, until, buffer=buffer), _pairs_of
         )
 
+    def subscribe(
+        self,
+        group: str,
+        logs: list[int] | tuple[int, ...] | range | str,
+        *,
+        autocommit: bool = True,
+        instance_id: str | None = None,
+    ) -> AsyncioReadStream[tuple[int, Record | Gap]]:
+        """Join ``group`` and read the logs it gives this member: an async
+        iterator of ``(log, item)`` pairs (see ``AsyncClient.subscribe``);
+        use it as a context manager so that the member leaves when done."""
+        return AsyncioReadStream(
+            self,
+            lambda c: c.subscribe(group, logs, autocommit=autocommit, instance_id=instance_id),
+            _pairs_of,
+        )
+
     commit = _awaited(AsyncClient.commit)
     committed = _awaited(AsyncClient.committed)
     group_positions = _awaited(AsyncClient.group_positions)

@@ -5,13 +5,24 @@ name they are bound to is the method's."""
 
 from __future__ import annotations
 
+import functools
 import inspect
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from ._async import AsyncClient
+
+
+class _Blocking(Protocol):
+    """What ``_blocking`` needs of the blocking client (``Client``)."""
+
+    @property
+    def async_client(self) -> AsyncClient: ...
+
+    def _call(self, fn: Any, *args: Any) -> Any: ...
+
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -37,3 +48,26 @@ class Forward(Generic[P, R]):
         call.__signature__ = self.signature
         client.__dict__[self.name] = call  # later lookups find it first
         return call
+
+
+class _blocking(Forward[P, R]):
+    """``Client``'s twin of an ``AsyncClient`` method: the same signature and
+    docstring (mypy checks calls against them), run on the client's trio
+    thread and waited for.  Made once per client and method, on first use."""
+
+    @overload
+    def __get__(self, client: None, owner: type) -> _blocking[P, R]: ...
+    @overload
+    def __get__(self, client: _Blocking, owner: type) -> Callable[P, R]: ...
+    def __get__(self, client: _Blocking | None, owner: type) -> _blocking[P, R] | Callable[P, R]:
+        if client is None:
+            return self
+        method = self.method
+
+        @functools.wraps(method)
+        def call(*args: P.args, **kwargs: P.kwargs) -> R:
+            target = client.async_client
+            result: R = client._call(lambda: method(target, *args, **kwargs))
+            return result
+
+        return self.keep(client, call)  # type: ignore[no-any-return]

@@ -119,6 +119,7 @@ class ManyReader:
     _placing: set[int] = attrs.field(init=False, factory=set)
     _opened: bool = attrs.field(init=False, default=False)
     _closed: bool = attrs.field(init=False, default=False)
+    _interrupted: bool = attrs.field(init=False, default=False)
 
     @property
     def open_logs(self) -> int:
@@ -215,12 +216,13 @@ class ManyReader:
                 due.add(log)
         return due
 
-    async def _round(self) -> None:
+    async def _round(self, deadline: float = math.inf) -> None:
         """Take what arrived, turn the logs it concerns and those whose
-        timer came; wait first when there is neither."""
+        timer came; wait first (until ``deadline`` at most) when there is
+        neither."""
         mailbox = self._mailbox
         if not mailbox.mail and not self._expired_soon():
-            wake = self._timers[0][0] if self._timers else math.inf
+            wake = min(self._timers[0][0] if self._timers else math.inf, deadline)
             with trio.move_on_at(wake):
                 await mailbox.arrived.wait()
         mailbox.arrived = trio.Event()
@@ -262,17 +264,30 @@ class ManyReader:
             await self._round()
         return self._out.popleft()
 
-    async def next_pairs(self, limit: int = 10_000) -> list[tuple[int, Record | Gap]]:
+    async def next_pairs(
+        self, limit: int = 10_000, *, deadline: float = math.inf
+    ) -> list[tuple[int, Record | Gap]]:
         """Up to ``limit`` pairs that arrived (waits only until there is one);
-        [] once every log reached its end."""
-        try:
-            first = await self.__anext__()
-        except StopAsyncIteration:
-            return []
-        out = [first]
+        [] once every log reached its end, or when ``deadline`` (trio's
+        clock) came first, or ``interrupt`` was called."""
+        if not self._opened:
+            await self._open()
+        while not self._out:
+            if self._closed or not self._slots or self._interrupted:
+                self._interrupted = False
+                return []
+            if trio.current_time() >= deadline:
+                return []
+            await self._round(deadline)
+        out = [self._out.popleft()]
         while self._out and len(out) < limit:
             out.append(self._out.popleft())
         return out
+
+    def interrupt(self) -> None:
+        """Have a ``next_pairs`` that waits (or the next) return [] now."""
+        self._interrupted = True
+        self._mailbox.arrived.set()
 
     async def aclose(self) -> None:
         """Stop every log's node streams."""

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import functools
 import threading
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import trio
 
@@ -24,7 +23,7 @@ from ._accumulator import Accumulator, cost
 from ._appender import check_record
 from ._async import AsyncClient, open_trio_client, resolve_connection
 from ._delivery import Delivery, Waiters
-from ._forward import Forward
+from ._forward import _blocking
 from ._settings import ClientSettings
 
 if TYPE_CHECKING:
@@ -40,29 +39,6 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-class _blocking(Forward[P, R]):
-    """``Client``'s twin of an ``AsyncClient`` method: the same signature and
-    docstring (mypy checks calls against them), run on the client's trio
-    thread and waited for.  Made once per client and method, on first use."""
-
-    @overload
-    def __get__(self, client: None, owner: type) -> _blocking[P, R]: ...
-    @overload
-    def __get__(self, client: Client, owner: type) -> Callable[P, R]: ...
-    def __get__(self, client: Client | None, owner: type) -> _blocking[P, R] | Callable[P, R]:
-        if client is None:
-            return self
-        method = self.method
-
-        @functools.wraps(method)
-        def call(*args: P.args, **kwargs: P.kwargs) -> R:
-            target = client.async_client
-            result: R = client._call(lambda: method(target, *args, **kwargs))
-            return result
-
-        return self.keep(client, call)  # type: ignore[no-any-return]
 
 
 class Client:
@@ -385,6 +361,28 @@ class Client:
 
         columns = self.read_columns(log_id, start, until, group=group, autocommit=autocommit)
         return arrow_batches(columns, on_gap=on_gap)
+
+    def subscribe(
+        self,
+        group: str,
+        logs: list[int] | tuple[int, ...] | range | str,
+        *,
+        autocommit: bool = True,
+        instance_id: str | None = None,
+    ) -> Iterator[tuple[int, Record | Gap]]:
+        """Join ``group`` and read the logs it gives this member: ``(log,
+        item)`` pairs (see ``AsyncClient.subscribe``).  A batch of pairs is
+        processed once the next is asked for; closing the iterator (or
+        leaving a ``for`` over it) commits and leaves the group."""
+        sub = self.async_client.subscribe(
+            group, logs, autocommit=autocommit, instance_id=instance_id
+        )
+        try:
+            while pairs := self._call(sub.next_pairs):
+                yield from pairs
+        finally:
+            with contextlib.suppress(ClosedError):
+                self._call(sub.aclose)
 
     def read_many(
         self,

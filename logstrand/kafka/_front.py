@@ -80,6 +80,7 @@ class KafkaFront:
         auto_create: bool = False,
         group_session_ms: int = 45_000,
         secure: bool = False,
+        coordinator: GroupCoordinator | None = None,
     ) -> None:
         self.client = client
         self.auth = FrontAuth(client, secure=secure)
@@ -89,7 +90,10 @@ class KafkaFront:
         self.standalone = standalone
         self.auto_create = auto_create
         self.data = DataPlane(client, self.topics, self.auth)
-        self.coordinator = GroupCoordinator(self, session_ms=group_session_ms)
+        #: The node's coordinator when it runs one (``_native_groups``), which
+        #: runs it; else the front's own.
+        self._own_coordinator = coordinator is None
+        self.coordinator = coordinator or GroupCoordinator(self, session_ms=group_session_ms)
         groups = GroupAdmin(self, self.coordinator)
         heartbeats = ConsumerGroupApis(self, self.coordinator)
         acls = AclApis(self)
@@ -138,7 +142,8 @@ class KafkaFront:
     async def run(self) -> None:
         """What the front does in the background (the group coordinator's
         timers), until cancelled."""
-        await self.coordinator.run()
+        if self._own_coordinator:
+            await self.coordinator.run()
 
     async def handle(self, request: Request) -> bytes | None:
         self.auth.check(request)

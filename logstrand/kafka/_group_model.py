@@ -8,6 +8,7 @@ failover, knows the members and their assignments).
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from typing import Any, Final
 
@@ -266,3 +267,41 @@ def encode_assignment(parts: list[tuple[str, int]]) -> bytes:
         _put_string(out, t)
         out += struct.pack(f">i{len(ps)}i", len(ps), *ps)
     return bytes(out + struct.pack(">i", -1))
+
+
+# -- subscriptions to logs (logstrand's own readers, ``client.subscribe``) ----------
+
+#: Topic names of subscriptions to logs start with it (no Kafka topic or
+#: named range can).
+NATIVE_PREFIX: Final = "#"
+
+
+def native_topic(logs: tuple[int, ...]) -> str:
+    """The topic a subscription to ``logs`` (sorted, distinct) stands under
+    in the coordinator: a digest of the logs and their count, so that
+    members subscribed to the same logs share one topic whose partition
+    ``i`` is ``logs[i]``."""
+    digest = hashlib.sha256(",".join(map(str, logs)).encode()).hexdigest()[:16]
+    return f"{NATIVE_PREFIX}{digest}/{len(logs)}"
+
+
+def logs_spans(logs: tuple[int, ...]) -> list[list[int]]:
+    """Sorted logs as ``[first, last]`` runs (a range of a million logs is one)."""
+    spans: list[list[int]] = []
+    for log in logs:
+        if spans and spans[-1][1] == log - 1:
+            spans[-1][1] = log
+        else:
+            spans.append([log, log])
+    return spans
+
+
+#: Logs of one subscription at most (``wire.SUBSCRIBED_LOGS_MAX``).
+NATIVE_LOGS_MAX: Final = 16_384
+
+
+def spans_logs(spans: list[list[int]]) -> tuple[int, ...]:
+    """``logs_spans`` back; ValueError past ``NATIVE_LOGS_MAX`` logs."""
+    if sum(int(last) - int(first) + 1 for first, last in spans) > NATIVE_LOGS_MAX:
+        raise ValueError("a subscription to more logs than a member may have")
+    return tuple(log for first, last in spans for log in range(int(first), int(last) + 1))

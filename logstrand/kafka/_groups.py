@@ -36,7 +36,15 @@ from ..errors import LogstrandError
 from ..positions import GROUP_RE, POSITIONS_LOGS, positions_log_of
 from ._consumer_groups import ConsumerCoordinator, heartbeat_ms_for
 from ._errors import KafkaError
-from ._group_model import JoinArgs, Reply, Settings, join_error
+from ._group_model import (
+    NATIVE_PREFIX,
+    JoinArgs,
+    Reply,
+    Settings,
+    join_error,
+    logs_spans,
+    spans_logs,
+)
 from ._membership import Coordinator
 
 if TYPE_CHECKING:
@@ -48,19 +56,26 @@ if TYPE_CHECKING:
     from ._protocol import Request
 
 
-class GroupFront(Protocol):
-    """What the group APIs need of the front (``KafkaFront``)."""
+class CoordinatorHost(Protocol):
+    """What the coordinator needs of where it runs: a Kafka front
+    (``KafkaFront``), or a node (``_native_groups``), whose Kafka front then
+    shares it."""
 
     client: AsyncClient
     view: ClusterView
-    data: DataPlane
     broker_id: int
     standalone: bool
-    auth: FrontAuth
 
     def topics(self) -> dict[str, LogRange]: ...
 
     def brokers(self) -> dict[int, tuple[str, int]]: ...
+
+
+class GroupFront(CoordinatorHost, Protocol):
+    """What the group APIs need of the front (``KafkaFront``)."""
+
+    data: DataPlane
+    auth: FrontAuth
 
 
 _log = logging.getLogger("logstrand.kafka")
@@ -72,7 +87,7 @@ class GroupCoordinator:
     """The front's group coordinator (see the module docstring)."""
 
     def __init__(
-        self, front: GroupFront, settings: Settings | None = None, session_ms: int = 45_000
+        self, front: CoordinatorHost, settings: Settings | None = None, session_ms: int = 45_000
     ) -> None:
         self.front = front
         self.positions = front.client.groups
@@ -89,6 +104,9 @@ class GroupCoordinator:
         #: The positions logs whose groups this front coordinates.
         self._mine: set[int] = set()
         self._loading = {p: trio.Lock() for p in POSITIONS_LOGS}
+        #: The logs of each subscription of logstrand's own readers, by the
+        #: name it stands under as a topic (``native_topic``).
+        self.native_logs: dict[str, tuple[int, ...]] = {}
 
     # -- who coordinates ------------------------------------------------------------
 
@@ -146,6 +164,8 @@ class GroupCoordinator:
             snap = json.loads(record)
             if snap.get("type") == "consumer":
                 self.ccore.restore(trio.current_time(), group, snap)
+                for topic, spans in snap.get("logs", {}).items():
+                    self.native_logs[topic] = spans_logs(spans)
             else:
                 self.core.restore(trio.current_time(), group, snap)
         except (ValueError, KeyError, TypeError) as exc:
@@ -160,6 +180,8 @@ class GroupCoordinator:
         return group in self.core.groups or group in self.ccore.groups
 
     def partitions_of(self, topic: str) -> int:
+        if topic.startswith(NATIVE_PREFIX):  # a subscription to logs
+            return int(topic.rsplit("/", 1)[1])
         r = self.front.topics().get(topic)
         return 0 if r is None else r.last - r.first + 1
 
@@ -204,7 +226,7 @@ class GroupCoordinator:
     async def write_down(self) -> None:
         """Write the membership record of every group that changed generation."""
         changed = [(g, self.core.snapshot(g)) for g in self.core.take_stabilized()]
-        changed += [(g, self.ccore.snapshot(g)) for g in self.ccore.take_changed()]
+        changed += [(g, self._with_logs(self.ccore.snapshot(g))) for g in self.ccore.take_changed()]
         for group, snap in changed:
             if snap is None or positions_log_of(group) not in self._mine:
                 continue
@@ -212,6 +234,16 @@ class GroupCoordinator:
                 await self.positions.write_membership(group, json.dumps(snap).encode())
             except LogstrandError as exc:
                 _log.warning("kafka: group %s: membership not written: %s", group, exc)
+
+    def _with_logs(self, snap: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A consumer group's record, with the logs of its members'
+        subscriptions to logs (a new coordinator and ``groups describe``
+        read them there)."""
+        if snap is not None:
+            topics = {t for m in snap["members"] for t in m["topics"] if t in self.native_logs}
+            if topics:
+                snap["logs"] = {t: logs_spans(self.native_logs[t]) for t in sorted(topics)}
+        return snap
 
     # -- the APIs ----------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     from ..rpc import ClusterView
     from ..security import Credentials
+    from ._native_groups import NodeGroups
 
 _log = logging.getLogger("logstrand.kafka")
 
@@ -46,8 +47,6 @@ class NodeKafkaOptions:
     #: The node puts it in its configuration at start (``NodeConfig.kafka``).
     advertise: str | None = None
     auto_create: bool = False
-    #: Session timeout of consumer-protocol group members (KIP-848).
-    group_session_ms: int = 45_000
 
 
 class NodeKafkaFront:
@@ -55,8 +54,11 @@ class NodeKafkaFront:
     on ``options.port`` of the host the node listens on; the node records
     its address (``Node(kafka=...)``) before it starts its extensions."""
 
-    def __init__(self, options: NodeKafkaOptions) -> None:
+    def __init__(self, options: NodeKafkaOptions, groups: NodeGroups | None = None) -> None:
         self.options = options
+        #: The node's group coordinator (started before the front), which
+        #: the front shares.
+        self.groups = groups
 
     def address(self) -> str:
         """What the node records (``Node(kafka=...)``): ``:PORT`` means its own host."""
@@ -78,8 +80,8 @@ class NodeKafkaFront:
                 advertise=(h, int(p)),
                 standalone=False,
                 auto_create=self.options.auto_create,
-                group_session_ms=self.options.group_session_ms,
                 secure=host.server_ssl is not None,
+                coordinator=None if self.groups is None else self.groups.coordinator,
             )
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(front.run)

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import re
 import struct
-import zlib
 from typing import TYPE_CHECKING, Final
 
 import attrs
 
 from ..errors import InvalidArgumentError
-from ..records import LOG_ID_MAX, POSITIONS_LOGS, check_log_id
+from ..records import LOG_ID_MAX, check_log_id
+from ..records import positions_log_of as positions_log_of
 from ..types import LSN_MAX, lsn_epoch, lsn_esn
 
 if TYPE_CHECKING:
@@ -82,12 +82,6 @@ def decode_key(key: bytes) -> tuple[str, int] | None:
     if not GROUP_RE.fullmatch(group) or not 1 <= log_id <= LOG_ID_MAX:
         return None
     return group, log_id
-
-
-def positions_log_of(group: str) -> int:
-    """The positions log that holds ``group``: one of ``POSITIONS_LOGS`` by a
-    hash of the name (Kafka spreads groups over __consumer_offsets the same way)."""
-    return POSITIONS_LOGS[zlib.crc32(group.encode()) % len(POSITIONS_LOGS)]
 
 
 def membership_key(group: str) -> bytes:

@@ -31,6 +31,12 @@ from ._messages import (
     Store,
     StoreReply,
 )
+from ._messages_groups import (
+    GROUPS_PROTOCOL,
+    SUBSCRIBED_LOGS_MAX,
+    GroupHeartbeat,
+    GroupHeartbeatReply,
+)
 from ._messages_health import ClusterState, GetClusterState, Gossip
 from ._messages_many import MANY_MAX, MANY_PROTOCOL, ReleaseMany, StoreMany, StoreReplies
 from ._messages_ops import (
@@ -78,6 +84,7 @@ __all__ = [
     "APPEND_MANY_MAX",
     "DIRECTORY_FIELDS",
     "FRAME_BYTES_MAX_DEFAULT",
+    "GROUPS_PROTOCOL",
     "HEADER_BYTES",
     "ITEMS_MAX_DEFAULT",
     "MANY_MAX",
@@ -86,6 +93,7 @@ __all__ = [
     "PROTOCOL_VERSION_MAX",
     "PROTOCOL_VERSION_MIN",
     "RENEW_LOGS_MAX",
+    "SUBSCRIBED_LOGS_MAX",
     "TAILS_FIELDS",
     "TAILS_LOGS_MAX",
     "Amend",
@@ -112,6 +120,8 @@ __all__ = [
     "GetSeqState",
     "GetTails",
     "Gossip",
+    "GroupHeartbeat",
+    "GroupHeartbeatReply",
     "Hello",
     "HelloAck",
     "LogDirectory",

@@ -39,7 +39,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         tmp_path_factory.mktemp("kgroups") / "c",
         nodes=3,
         kafka=True,
-        node_args=("--kafka-group-session-ms", str(int(SESSION_S * 1000))),
+        node_args=("--group-session-ms", str(int(SESSION_S * 1000))),
     ) as c:
         yield c
 

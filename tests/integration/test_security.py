@@ -323,3 +323,36 @@ def test_a_tls_client_is_told_the_cluster_does_not_speak_it(
         ):
             client.append(1, b"x")
         assert time.monotonic() - t0 < 5.0
+
+
+def test_a_member_of_a_group_needs_read_on_its_logs_and_the_group_s_positions(
+    secure: tuple[LocalCluster, dict[str, str]],
+) -> None:
+    """``subscribe``'s heartbeats are checked as reads: of every log the
+    member subscribes to, and of its group's positions log."""
+    from logstrand.records import POSITIONS_LOGS
+
+    cluster, tokens = secure
+    assert cluster.ca_path is not None
+    with _client(cluster, **cluster.client_options) as admin:
+        admin.append(2, b"for the member")
+    member_token = new_token()
+    with open_epoch_store(cluster.url) as store:
+        store.add_user("member", hash_token(member_token))
+        store.grant("member", 1, 5, frozenset({"read"}))
+        store.grant("member", POSITIONS_LOGS[0], POSITIONS_LOGS[-1], frozenset({"read", "append"}))
+    time.sleep(2.5)  # the nodes re-read users and grants every 2 s
+    with _client(cluster, ca=cluster.ca_path, token=tokens["reader"]) as client:
+        refused = client.subscribe("members", [1, 2])
+        with pytest.raises(logstrand.AccessDeniedError, match="may not read on log"):
+            next(refused)
+    with _client(cluster, ca=cluster.ca_path, token=member_token) as client:
+        refused = client.subscribe("members", [2, 7])
+        with pytest.raises(logstrand.AccessDeniedError, match="may not read on log 7"):
+            next(refused)
+        items = client.subscribe("members", [2])
+        log, first = next(items)
+        assert log == 2
+        assert isinstance(first, logstrand.Record)
+        assert first.payload == b"for the member"
+        items.close()

@@ -13,6 +13,7 @@ _RESHAPED = {
     "append": "through the producer's buffer, shared by every thread (append_async)",
     "read": "an iterator of records and gaps, pulled in batches",
     "read_many": "an iterator of (log, item) pairs",
+    "subscribe": "an iterator of (log, item) pairs; closing it leaves the group",
     "aclose": "close()",
 }
 
@@ -79,6 +80,7 @@ def test_every_public_async_method_has_its_asyncio_twin() -> None:
     reshaped = {
         "read": "an AsyncioReadStream: the same arguments, records crossing in batches",
         "read_many": "an AsyncioReadStream of pairs: the same arguments",
+        "subscribe": "an AsyncioReadStream of pairs: the same arguments",
     }
     mine = vars(AsyncioClient)
     for name, method in _public(AsyncClient).items():

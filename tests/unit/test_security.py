@@ -139,7 +139,7 @@ def test_who_may_send_what_is_declared_with_each_message() -> None:
         | {"CleanPoint", "Amend", "StoreMany", "ReleaseMany"},
         "any": {"Ping", "GetClusterState", "ReadCredit", "StopRead"},
         "read": {"GetSeqState", "StartRead", "LogInfo", "FindTime", "GetLogDirectory"}
-        | {"GetTails"},
+        | {"GetTails", "GroupHeartbeat"},
         "append": {"Append", "AppendMany"},
         "trim": {"TrimLog"},
         "admin": {"GetNodeStatus", "Compact", "Renew"},

@@ -38,6 +38,8 @@ from logstrand.wire import (
     GetSeqState,
     GetTails,
     Gossip,
+    GroupHeartbeat,
+    GroupHeartbeatReply,
     Hello,
     LogDirectory,
     LogInfo,
@@ -238,6 +240,28 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     TailsReply: st.builds(
         TailsReply, u64, statuses, st.lists(u64, max_size=4).map(lambda v: tuple(v * 4))
     ),
+    GroupHeartbeat: st.builds(
+        GroupHeartbeat,
+        u64,
+        st.from_regex(r"[a-z][a-z0-9.]{0,20}", fullmatch=True),
+        st.text(max_size=64),
+        st.integers(-2, 2**40),
+        st.none() | st.text(max_size=20),
+        st.booleans(),
+        st.lists(u64, max_size=8).map(tuple),
+        st.none() | st.lists(u32, max_size=8).map(tuple),
+    ),
+    GroupHeartbeatReply: st.builds(
+        GroupHeartbeatReply,
+        u64,
+        statuses,
+        u32,
+        st.text(max_size=30),
+        st.text(max_size=64),
+        st.integers(-2, 2**40),
+        u32,
+        st.none() | st.lists(u32, max_size=8).map(tuple),
+    ),
     Compact: st.builds(Compact, u64, u64),
     CompactReply: st.builds(CompactReply, u64, statuses, st.text(max_size=20)),
     DropCopies: st.builds(
@@ -419,11 +443,12 @@ def test_many_logs_messages_refuse_what_they_cannot_carry() -> None:
 
 
 def test_version_negotiation() -> None:
-    assert choose_version(1, 7) == 6
+    assert choose_version(1, 8) == 7
+    assert choose_version(3, 6) == 6  # a node without GroupHeartbeat
     assert choose_version(3, 5) == 5  # a node without StoreMany
     assert choose_version(3, 4) == 4  # a node without Renew
     assert choose_version(3, 3) == 3  # a node without GetTails and AppendMany
-    assert choose_version(7, 8) is None
+    assert choose_version(8, 9) is None
     assert choose_version(1, 2) is None
 
 
