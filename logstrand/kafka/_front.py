@@ -90,8 +90,7 @@ class KafkaFront:
         self.standalone = standalone
         self.auto_create = auto_create
         self.data = DataPlane(client, self.topics, self.auth)
-        #: The node's coordinator when it runs one (``_native_groups``), which
-        #: runs it; else the front's own.
+        #: The node's coordinator (``_native_groups``, which runs it), or its own.
         self._own_coordinator = coordinator is None
         self.coordinator = coordinator or GroupCoordinator(self, session_ms=group_session_ms)
         groups = GroupAdmin(self, self.coordinator)
@@ -125,6 +124,7 @@ class KafkaFront:
             47: groups.offset_delete,
             60: admin.describe_cluster,
             68: heartbeats.heartbeat,
+            69: heartbeats.describe,
             29: acls.describe,
             30: acls.create,
             31: acls.delete,

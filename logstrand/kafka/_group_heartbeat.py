@@ -1,6 +1,7 @@
-"""ConsumerGroupHeartbeat (KIP-848, ``group.protocol=consumer``) in the
-front: topic ids and names, subscriptions by name or pattern, the answer's
-assignment.  A thin shell over ``_consumer_groups.ConsumerCoordinator``,
+"""ConsumerGroupHeartbeat and ConsumerGroupDescribe (KIP-848,
+``group.protocol=consumer``) in the front: topic ids and names,
+subscriptions by name or pattern, the answer's assignment, what admin
+clients are shown.  A thin shell over ``_consumer_groups.ConsumerCoordinator``,
 which the group coordinator (``_groups``) holds beside the classic one, so
 that both kinds of group share the positions logs, the membership record
 and the way a coordinator moves."""
@@ -26,8 +27,12 @@ _log = logging.getLogger("logstrand.kafka")
 PATTERN_MAX = 1000
 
 
+#: ConsumerGroupDescribe's authorized_operations when they were not asked for.
+OPERATIONS_NOT_ASKED = -(2**31)
+
+
 class ConsumerGroupApis:
-    """ConsumerGroupHeartbeat (see the module docstring)."""
+    """ConsumerGroupHeartbeat and ConsumerGroupDescribe (see the module docstring)."""
 
     def __init__(self, front: GroupFront, coordinator: GroupCoordinator) -> None:
         self.front = front
@@ -110,6 +115,63 @@ class ConsumerGroupApis:
                 ]
             }
         return answer
+
+    async def describe(self, request: Request) -> dict[str, Any]:
+        """ConsumerGroupDescribe: each group's epoch, state and members, with
+        what each owns and its target.  A classic group is GROUP_ID_NOT_FOUND
+        here, as with Kafka (admin clients then ask DescribeGroups)."""
+        _by_id, by_name = self._ids()
+
+        def parts(ps: set[tuple[str, int]]) -> dict[str, Any]:
+            per_topic: dict[str, list[int]] = {}
+            for topic, index in sorted(ps):
+                if topic in by_name:  # a subscription to logs has no Kafka name
+                    per_topic.setdefault(topic, []).append(index)
+            return {
+                "topic_partitions": [
+                    {"topic_id": by_name[t], "topic_name": t, "partitions": ix}
+                    for t, ix in per_topic.items()
+                ]
+            }
+
+        out = []
+        for name in request.body["group_ids"]:
+            entry: dict[str, Any] = {
+                "error_code": await self.coordinator.take(name),
+                "error_message": None,
+                "group_id": name,
+                "group_state": "Dead",
+                "group_epoch": -1,
+                "assignment_epoch": -1,
+                "assignor_name": "uniform",
+                "members": [],
+                "authorized_operations": OPERATIONS_NOT_ASKED,
+            }
+            group = self.coordinator.ccore.groups.get(name)
+            if not entry["error_code"] and group is None:
+                entry["error_code"] = KafkaError.GROUP_ID_NOT_FOUND
+                entry["error_message"] = f"group {name} is not a consumer-protocol group"
+            elif group is not None and not entry["error_code"]:
+                entry.update(
+                    group_state=group.state, group_epoch=group.epoch, assignment_epoch=group.epoch
+                )
+                entry["members"] = [
+                    {
+                        "member_id": m.member_id,
+                        "instance_id": m.instance_id,
+                        "rack_id": None,
+                        "member_epoch": m.epoch,
+                        "client_id": m.client_id,
+                        "client_host": m.client_host,
+                        "subscribed_topic_names": sorted(t for t in m.topics if t in by_name),
+                        "subscribed_topic_regex": None,
+                        "assignment": parts(m.given),
+                        "target_assignment": parts(group.target.get(m.member_id, set())),
+                    }
+                    for m in group.members.values()
+                ]
+            out.append(entry)
+        return {"throttle_time_ms": 0, "groups": out}
 
 
 def _failed(code: int) -> dict[str, Any]:

@@ -177,6 +177,8 @@ def test_three_consumers_share_a_topic_and_take_over_from_a_killed_one(
         ),
     )
     _wait("the first messages", lambda: len(members.events("committed")) >= 60)
+    if protocol == "consumer":
+        _check_described(cluster, members)
     members.stop("c", kill=True)
     took = _wait("the survivors taking c's partitions", lambda: _shared(members, ["a", "b"]), 30)
     print(f"partitions of a killed member reassigned {took:.2f} s after the kill")
@@ -191,6 +193,21 @@ def test_three_consumers_share_a_topic_and_take_over_from_a_killed_one(
         ),
     )
     _check_delivery(members, 150)
+
+
+def _check_described(cluster: LocalCluster, members: Members) -> None:
+    """AdminClient's describe of a consumer-protocol group (librdkafka asks
+    ConsumerGroupDescribe) shows its three members and what each owns."""
+    from confluent_kafka import ConsumerGroupType
+
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    described = admin.describe_consumer_groups([members.group])[members.group].result(30)
+    assert described.type == ConsumerGroupType.CONSUMER
+    assert len(described.members) == 3
+    owned = sorted(
+        (tp.topic, tp.partition) for m in described.members for tp in m.assignment.topic_partitions
+    )
+    assert owned == [(members.topic, p) for p in range(PARTITIONS)]
 
 
 def test_kafka_python_aiokafka_and_librdkafka_consumers_share_one_group(
