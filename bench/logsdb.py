@@ -8,12 +8,22 @@ this process, alternating, ``--repeat`` times; the table shows medians and the
 LogsDB/raw ratio.
 
     python bench/logsdb.py [--records 200000] [--repeat 3] [--json out.json]
+    python bench/logsdb.py --amplification 2 [--repeat 3]
+
+``--amplification GIB`` measures instead what a steady append load costs
+the disk: GIB of 1 KiB records (random bytes: compression does not hide
+what is rewritten) over 100 logs, batches of 1000 records of one log in
+turn, as a node stores them; then it waits for RocksDB's background work
+to end and reports, from RocksDB's statistics (``LogsDB.io_bytes``), the
+write amplification (bytes written to SST and blob files by flushes and
+compactions, over bytes of records written) and the WAL's bytes apart.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import tempfile
@@ -23,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import rocksdict
 
 from logstrand.batch import make_batch
-from logstrand.logsdb import LogsDB, PutBatch
+from logstrand.logsdb import LogsDB, LogsDBOptions, PutBatch
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -94,6 +104,60 @@ def _logsdb(path: str, n: int, size: int, sync: bool) -> tuple[float, float]:
     return write_s, read_s
 
 
+def amplification(gib: float, options: LogsDBOptions) -> dict[str, Any]:
+    """One run of ``--amplification`` (see the module docstring)."""
+    pool = os.urandom(2 << 20)
+    d = tempfile.mkdtemp(prefix="logstrand-bench-")
+    try:
+        db = LogsDB.open(d, options)
+        now = int(time.time() * 1000)
+        batches = int(gib * (1 << 30) / (BATCH * 1024))
+        next_lsn = dict.fromkeys(range(1, 101), 1)
+        t0 = time.perf_counter()
+        for i in range(batches):
+            log = 1 + i % 100
+            at = (i * 7919) % (1 << 20)
+            payloads = [pool[at + j * 1024 : at + (j + 1) * 1024] for j in range(BATCH)]
+            first = next_lsn[log]
+            rb = make_batch(range(first, first + BATCH), payloads, timestamps_ms=now)
+            db.write([PutBatch.of(log, rb, (1, 2))], sync=False)
+            next_lsn[log] = first + BATCH
+        db.flush()
+        write_s = time.perf_counter() - t0
+        while db.background_work():
+            time.sleep(0.2)
+        settle_s = time.perf_counter() - t0 - write_s
+        io = db.io_bytes()
+        parts = db.partitions()
+        # Then one log read back whole, as a backfill reads it.
+        t1 = time.perf_counter()
+        count, start = 0, 1
+        while got := db.read_batch(1, start, max_records=BATCH, max_bytes=1 << 30):
+            count += len(got)
+            start = got.lsns[-1] + 1
+        read_s = time.perf_counter() - t1
+        assert count == next_lsn[1] - 1, count
+        files = db.sst_files()
+        db.close()
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    return {
+        "gib": gib,
+        "blob_min_bytes": options.blob_min_bytes,
+        "write_mb_s": round(batches * BATCH * 1024 / write_s / 1e6, 1),
+        "settle_s": round(settle_s, 1),
+        "read_one_log_mb_s": round(count * 1024 / read_s / 1e6, 1),
+        "sst_files": files,
+        "user_gb": round(io.user / 1e9, 3),
+        "wal_gb": round(io.wal / 1e9, 3),
+        "flush_gb": round(io.flush / 1e9, 3),
+        "compaction_gb": round(io.compaction / 1e9, 3),
+        "of_which_blob_gb": round(io.blob / 1e9, 3),
+        "amplification": round(io.amplification, 3),
+        "partitions": len(parts),
+    }
+
+
 def run(records: int, repeat: int) -> list[dict[str, Any]]:
     rows = []
     for size in (100, 1024):
@@ -146,7 +210,25 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", default=None, help="also write every number here")
+    ap.add_argument("--amplification", type=float, default=None, metavar="GIB")
+    ap.add_argument(
+        "--blob-min",
+        type=int,
+        default=-1,
+        help="LogsDBOptions.blob_min_bytes for --amplification (0: no blob files; "
+        "default: LogsDB's default)",
+    )
     args = ap.parse_args()
+    if args.amplification is not None:
+        options = LogsDBOptions()
+        if args.blob_min >= 0:
+            options = LogsDBOptions(blob_min_bytes=args.blob_min or None)
+        runs = [amplification(args.amplification, options) for _ in range(args.repeat)]
+        for r in runs:
+            print(json.dumps(r))
+        median = statistics.median(r["amplification"] for r in runs)
+        print(f"write amplification, median of {args.repeat}: {median:.3f}")
+        return
     rows = run(args.records, args.repeat)
     print(f"LogsDB vs raw rocksdict, batches of {BATCH}, median of {args.repeat} runs")
     print(render(rows))

@@ -344,13 +344,18 @@ def _status_row(
         "corrupt_copies": st.corrupt_copies if st else None,
         "free_bytes": st.free_bytes if st else None,
         "space_low": bool(st.space_low) if st else None,
+        #: Bytes LogsDB's flushes and compactions wrote over bytes of records
+        #: given to it, since the node started (None: nothing written yet).
+        "write_amplification": (
+            round(st.disk_written / st.user_written, 2) if st and st.user_written else None
+        ),
     }
 
 
 def _status_table(rows: list[dict[str, Any]]) -> Table:
     table = Table()
     cols = ("node", "address", "location", "state", "storage", "sequences", "clock", "partitions")
-    for col in (*cols, "disk", "free", "corrupt copies"):
+    for col in (*cols, "disk", "write amp", "free", "corrupt copies"):
         # Addresses and locations whole, however narrow the terminal: the
         # other columns wrap instead.
         widest = max((len(r[col] or "") for r in rows), default=0) if col in _WHOLE else 0
@@ -368,6 +373,7 @@ def _status_table(rows: list[dict[str, Any]]) -> Table:
             _clock(r["clock_offset_ms"]),
             "-" if r["partitions"] is None else str(r["partitions"]),
             "-" if r["disk_bytes"] is None else format_bytes(r["disk_bytes"]),
+            "-" if r["write_amplification"] is None else f"{r['write_amplification']:.2f}",
             "-" if r["free_bytes"] is None else format_bytes(r["free_bytes"]),
             "-" if r["corrupt_copies"] is None else corrupt_text(r["corrupt_copies"]),
         )

@@ -12,6 +12,7 @@ import gc
 import os
 from typing import TYPE_CHECKING, Protocol
 
+import attrs
 import rocksdict
 
 from ..errors import UnreadableError
@@ -20,6 +21,40 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 _KEY_MAX = b"\xff" * 17  # sorts after every data and metadata key
+#: RocksDB's statistics tickers for the bytes it writes, by what ``IoBytes`` calls them.
+_TICKERS = {
+    "rocksdb.bytes.written": "user",
+    "rocksdb.wal.bytes": "wal",
+    "rocksdb.flush.write.bytes": "flush",
+    "rocksdb.compact.write.bytes": "compaction",
+    "rocksdb.blobdb.blob.file.bytes.written": "blob",
+}
+#: Levels a column family's SST files may be at (RocksDB's default num_levels).
+_LEVELS = 7
+
+
+@attrs.frozen
+class IoBytes:
+    """What an engine wrote since it opened: ``user`` bytes given to it
+    (keys and values of its writes), and what went to disk for them: the
+    write-ahead log, memtable flushes and compactions (both with the blob
+    files they wrote; ``blob`` says how much of it went to blob files).
+    Write amplification is what flushes and compactions wrote over
+    ``user``: 1.0 when every byte is flushed once and never rewritten (the
+    WAL is counted apart: it is written once per byte whatever the
+    compaction)."""
+
+    user: int = 0
+    wal: int = 0
+    flush: int = 0
+    compaction: int = 0
+    blob: int = 0
+
+    @property
+    def amplification(self) -> float:
+        if self.user <= 0:
+            return 0.0
+        return (self.flush + self.compaction) / self.user
 
 
 class Batch(Protocol):
@@ -50,6 +85,11 @@ class Engine(Protocol):
     def last_before(self, cf: str, key: bytes, lo: bytes) -> tuple[bytes, bytes] | None: ...
     def cf_file_count(self, cf: str) -> int: ...
     def disk_bytes(self) -> int: ...
+    def io_bytes(self) -> IoBytes:
+        """Bytes written since the engine opened, by kind (``IoBytes``)."""
+        ...
+
+    def background_work(self) -> bool: ...
     def flush(self) -> None: ...
     def flush_cf(self, name: str) -> None: ...
     def compact_range(self, cf: str, lo: bytes, hi: bytes) -> None: ...
@@ -72,14 +112,34 @@ def _options() -> rocksdict.Options:
     # larger memtable means fewer, larger L0 files per partition.
     opts.set_write_buffer_size(64 * 1024 * 1024)
     opts.set_max_background_jobs(2)
+    # Its tickers count the bytes written by kind (``io_bytes``).
+    opts.enable_statistics()
     return opts
 
 
+#: L0 files past which RocksDB would slow or stop writes: never, in practice
+#: (a partition rolls on its file count long before: ``partition_files_max``).
+_L0_FILES_NO_STALL = 1 << 20
+
+
 def _cf_options(blob_min_bytes: int | None) -> rocksdict.Options:
-    """A partition's options.  With ``blob_min_bytes``, values at least that
-    large go to blob files (RocksDB's BlobDB): compactions then move only
-    keys and blob references, not the values themselves."""
+    """A partition's options.
+
+    Records are written once, in time order, and never updated: a partition
+    is left as its flushes wrote it (no automatic compaction, so no byte is
+    rewritten by merging levels), every SST file stays at level 0, and
+    writes never stall on their number; the partition rolls on its file
+    count instead (``Partitions.maybe_roll``).  An explicit range compaction
+    (a compacted log's dropped copies, ``compact_range``) still runs.
+
+    With ``blob_min_bytes``, values at least that large go to blob files
+    (RocksDB's BlobDB)."""
     opts = rocksdict.Options(raw_mode=True)
+    opts.set_disable_auto_compactions(True)
+    opts.set_level_zero_slowdown_writes_trigger(_L0_FILES_NO_STALL)
+    opts.set_level_zero_stop_writes_trigger(_L0_FILES_NO_STALL)
+    opts.set_soft_pending_compaction_bytes_limit(0)  # 0: no limit
+    opts.set_hard_pending_compaction_bytes_limit(0)
     if blob_min_bytes is not None:
         opts.set_enable_blob_files(True)
         opts.set_min_blob_size(blob_min_bytes)
@@ -116,9 +176,11 @@ class RocksEngine:
         existing: list[str] = []
         if os.path.exists(os.path.join(self.path, "CURRENT")):
             existing = [n for n in rocksdict.Rdict.list_cf(self.path, _options()) if n != "default"]
+        #: The database's options: their statistics are the database's.
+        self._opts = _options()
         self._db = rocksdict.Rdict(
             self.path,
-            _options(),
+            self._opts,
             column_families={n: _cf_options(blob_min_bytes) for n in existing},
         )
         self._cfs: dict[str, rocksdict.Rdict] = {}
@@ -203,8 +265,30 @@ class RocksEngine:
         return k, it.value()
 
     def cf_file_count(self, cf: str) -> int:
-        value = self._cfs[cf].property_int_value("rocksdb.num-files-at-level0")
-        return int(value or 0)
+        """The partition's SST files, at every level."""
+        prop = self._cfs[cf].property_int_value
+        return sum(int(prop(f"rocksdb.num-files-at-level{n}") or 0) for n in range(_LEVELS))
+
+    def io_bytes(self) -> IoBytes:
+        counts = dict.fromkeys(_TICKERS.values(), 0)
+        for line in (self._opts.get_statistics() or "").splitlines():
+            name, _, rest = line.partition(" COUNT : ")
+            kind = _TICKERS.get(name)
+            if kind is not None and rest.strip().isdigit():
+                counts[kind] = int(rest)
+        return IoBytes(**counts)
+
+    def background_work(self) -> bool:
+        # Running only: a partition, never compacted automatically, may be
+        # "pending" for good.
+        prop = self._db.property_int_value
+        running = (prop("rocksdb.num-running-compactions") or 0) + (
+            prop("rocksdb.num-running-flushes") or 0
+        )
+        flushes = any(
+            cf.property_int_value("rocksdb.mem-table-flush-pending") for cf in self._cfs.values()
+        )
+        return bool(running or flushes)
 
     def disk_bytes(self) -> int:
         total = 0

@@ -64,9 +64,11 @@ class LogsDBOptions:
     partition_bytes_max: int = 2 * 1024**3
     #: ... or has more than this many SST files.
     partition_files_max: int = 200
-    #: Values of at least this many bytes go to RocksDB blob files (None:
-    #: none do).  Measured in docs/logsdb.md (``bench/blobs.py``).
-    blob_min_bytes: int | None = None
+    #: Values (stored batches) of at least this many bytes go to RocksDB blob
+    #: files (None: none do), so that a seek in a partition's many files
+    #: reads keys and blob references, not every file's large batch there.
+    #: Measured in docs/logsdb.md (``bench/logsdb.py --amplification``).
+    blob_min_bytes: int | None = 64 * 1024
 
     def __attrs_post_init__(self) -> None:
         if self.partition_duration_ms <= 0:

@@ -34,11 +34,9 @@ from ..types import LSN_MAX, LSN_OLDEST
 from . import _format as fmt
 from . import _scan
 from ._engine import Batch, Engine, RocksEngine
+from ._facts import EngineFacts
 from ._format import DirEntry, StoredBatch, StoredRecord
 from ._partitions import META_CF, LogsDBOptions, Partition, PartitionInfo, Partitions, PutBatch
-
-__all__ = ["LogsDB", "LogsDBOptions", "PartitionInfo", "PutBatch"]
-
 from ._write import Write, amend
 
 if TYPE_CHECKING:
@@ -55,11 +53,7 @@ def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _check_log(log_id: int) -> None:
-    check_log_id(log_id, internal=True)
-
-
-class LogsDB:
+class LogsDB(EngineFacts):
     """The local store of one node (one RocksDB instance, or an in-memory engine)."""
 
     def __init__(
@@ -91,7 +85,7 @@ class LogsDB:
     ) -> LogsDB:
         """Open (creating if needed) the LogsDB in directory ``path``."""
         os.makedirs(path, exist_ok=True)
-        blob_min = options.blob_min_bytes if options is not None else None
+        blob_min = (options or LogsDBOptions()).blob_min_bytes
         return cls(RocksEngine(path, blob_min_bytes=blob_min), options, clock_ms=clock_ms)
 
     # -- opening ----------------------------------------------------------
@@ -165,7 +159,7 @@ class LogsDB:
         parts.maybe_roll(self._clock_ms())
         puts = list(puts)
         for put in puts:
-            _check_log(put.log_id)
+            check_log_id(put.log_id, internal=True)
         w = Write(self._parts, self._engine)
         for put in puts:
             log_id, pb = put.log_id, put.batch
@@ -193,7 +187,7 @@ class LogsDB:
     def amend(self, log_id: int, first: int, last: int, old: Copyset, new: Copyset) -> int:
         """Stored batches in [first, last] with copyset ``old`` get ``new`` (rebuilding)."""
         self._check_open()
-        _check_log(log_id)
+        check_log_id(log_id, internal=True)
         w = Write(self._parts, self._engine)
         changed = amend(w, log_id, first, last, old, new)
         self._commit(w, {}, sync=False)
@@ -209,7 +203,7 @@ class LogsDB:
         counts become approximate).
         """
         self._check_open()
-        _check_log(log_id)
+        check_log_id(log_id, internal=True)
         gone = sorted(set(lsns))
         if not gone:
             return 0
@@ -241,7 +235,7 @@ class LogsDB:
     def reclaim_ranges(self, log_id: int) -> list[tuple[str, bytes, bytes]]:
         """The key ranges (column family, first, last) that hold the log's copies."""
         self._check_open()
-        _check_log(log_id)
+        check_log_id(log_id, internal=True)
         lo, hi = fmt.data_key(log_id, 0), fmt.data_key(log_id, LSN_MAX)
         return [(self._parts.by_id(pid).cf, lo, hi) for pid, _ in self._parts.entries(log_id)]
 
@@ -284,7 +278,7 @@ class LogsDB:
             InvalidArgumentError: bad log id or limits.
         """
         self._check_open()
-        _check_log(log_id)
+        check_log_id(log_id, internal=True)
         if max_records <= 0 or max_bytes <= 0:
             raise InvalidArgumentError("max_records and max_bytes must be positive")
         start = max(start, self._meta["trim"].get(log_id, 0) + 1, LSN_OLDEST)
@@ -354,7 +348,7 @@ class LogsDB:
         record (``LSN_OLDEST`` for an empty log, trim point + 1 if all trimmed).
         """
         self._check_open()
-        _check_log(log_id)
+        check_log_id(log_id, internal=True)
         trim = self._meta["trim"].get(log_id, 0)
         return _scan.find_time(self._parts, self._engine, log_id, ts_ms, trim)
 
@@ -362,7 +356,7 @@ class LogsDB:
 
     def _raise_meta(self, kind: str, log_id: int, value: int, sync: bool) -> int:
         self._check_open()
-        _check_log(log_id)
+        check_log_id(log_id, internal=True)
         if type(value) is not int or not 0 <= value <= _U64_MAX:
             raise InvalidArgumentError(f"bad {kind} value {value!r}")
         store = self._meta[kind]
@@ -421,7 +415,7 @@ class LogsDB:
         store = self._meta["release"]
         moved = {log: lsn for log, lsn in releases.items() if lsn > store.get(log, 0)}
         for log_id, lsn in moved.items():
-            _check_log(log_id)
+            check_log_id(log_id, internal=True)
             if type(lsn) is not int or not 0 <= lsn <= _U64_MAX:
                 raise InvalidArgumentError(f"bad release LSN {lsn!r}")
             batch.put(META_CF, fmt.log_key("release", log_id), fmt.pack_u64(lsn))
@@ -475,9 +469,6 @@ class LogsDB:
         """
         self._check_open()
         return self._parts.drop_trimmed(self._meta["trim"])
-
-    def disk_bytes(self) -> int:
-        return self._engine.disk_bytes()
 
     def flush(self) -> None:
         self._check_open()

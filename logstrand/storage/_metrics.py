@@ -252,6 +252,19 @@ class NodeMetrics:
     )
     partitions = _declare(Gauge, "logstrand_partitions", "LogsDB partitions")
     disk_bytes = _declare(Gauge, "logstrand_disk_bytes", "LogsDB directory size")
+    logsdb_written = _declare(
+        Gauge,
+        "logstrand_logsdb_written_bytes",
+        "Bytes LogsDB wrote since the node started, by kind: user (records given "
+        "to it), wal, flush, compaction, blob (of flush and compaction)",
+        labels=("kind",),
+    )
+    write_amplification = _declare(
+        Gauge,
+        "logstrand_logsdb_write_amplification",
+        "Bytes flushes and compactions wrote over bytes of records given to LogsDB "
+        "since the node started (1.0: each written once)",
+    )
     gc_seconds = _declare(
         Histogram,
         "logstrand_gc_seconds",

@@ -393,19 +393,17 @@ class Node:
     # -- status and background work -----------------------------------------------
 
     def status(self, msg: GetNodeStatus) -> NodeStatus:
-        partitions, disk_bytes, logs = self.committer.counts()
         return NodeStatus(
             msg.request_id,
             int(Status.OK),
             self.node_id,
-            partitions,
-            disk_bytes,
-            logs,
+            *self.committer.counts(),  # partitions, disk bytes, logs
             tuple(self.sequencers.sequencers),
             int(time.monotonic() - self._started),
             self.reads.corrupt_copies,
             self.upkeep.free_bytes,
             int(self.committer.space_low or self.committer.broken),
+            *self.committer.written(),
         )
 
     def log_info(self, msg: LogInfo) -> LogInfoReply:

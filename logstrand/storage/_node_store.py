@@ -306,6 +306,15 @@ class NodeStore:
             return 0, 0, 0
         return len(db.partitions()), db.disk_bytes(), len(db.logs())
 
+    def written(self) -> tuple[int, int]:
+        """Bytes of records given to LogsDB since it opened, and bytes its
+        flushes and compactions wrote for them (``IoBytes``)."""
+        db = self._db
+        if db is None or db.closed:
+            return 0, 0
+        io = db.io_bytes()
+        return io.user, io.flush + io.compaction
+
     # -- reads (for read streams and rebuilding) ------------------------------------------------
 
     def read_packed(self, log_id: int, start: int, until: int, **limits: Any) -> PackedRead:
@@ -415,3 +424,7 @@ class NodeStore:
             self.metrics.partitions_dropped.inc(len(dropped))
         self.metrics.partitions.set(len(db.partitions()))
         self.metrics.disk_bytes.set(db.disk_bytes())
+        io = db.io_bytes()
+        for kind in ("user", "wal", "flush", "compaction", "blob"):
+            self.metrics.logsdb_written.labels(kind).set(getattr(io, kind))
+        self.metrics.write_amplification.set(io.amplification)

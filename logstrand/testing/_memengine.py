@@ -14,6 +14,7 @@ from sortedcontainers import SortedDict
 
 from ..errors import UnreadableError
 from ..logsdb import LogsDB, LogsDBOptions
+from ..logsdb._engine import IoBytes
 from ..logsdb._store import wall_clock_ms
 
 if TYPE_CHECKING:
@@ -50,6 +51,8 @@ class MemoryEngine:
         #: (cf, key) pairs that read as a corrupt block (as RocksDB's checksum
         #: failing): iterating onto one, or seeking to it, raises.
         self.unreadable: set[tuple[str, bytes]] = set()
+        #: Bytes of keys and values written (``io_bytes``: nothing else is).
+        self.user_bytes = 0
 
     def column_families(self) -> list[str]:
         return list(self._cfs)
@@ -70,6 +73,7 @@ class MemoryEngine:
     def write(self, batch: Any, *, sync: bool) -> None:
         assert isinstance(batch, _MemBatch)
         for cf, key, value in batch.ops:
+            self.user_bytes += len(key) + len(value or b"")
             if value is None:
                 self._cfs[cf].pop(key, None)
             else:
@@ -122,6 +126,12 @@ class MemoryEngine:
 
     def cf_file_count(self, cf: str) -> int:
         return 0
+
+    def background_work(self) -> bool:
+        return False
+
+    def io_bytes(self) -> IoBytes:
+        return IoBytes(user=self.user_bytes)
 
     def disk_bytes(self) -> int:
         return sum(len(k) + len(v) for sd in self._cfs.values() for k, v in sd.items())

@@ -226,6 +226,10 @@ class NodeStatus:
     #: refuses STOREs for want of space (below ``--min-free``, or a write failed).
     free_bytes: int = attrs.field(default=0, validator=f.u64)
     space_low: int = attrs.field(default=0, validator=f.u32)
+    #: Bytes of records given to LogsDB since the node started, and bytes its
+    #: flushes and compactions wrote for them (their ratio: write amplification).
+    user_written: int = attrs.field(default=0, validator=f.u64)
+    disk_written: int = attrs.field(default=0, validator=f.u64)
 
 
 @message(38, "read")

@@ -110,6 +110,8 @@ def test_trim_info_status_and_errors_from_the_cli(tmp_path: Path) -> None:
         assert metrics["logstrand_sequencer_activations_total"] >= 1
         assert metrics["logstrand_partitions"] >= 3
         assert metrics["logstrand_disk_bytes"] > 0
+        assert metrics['logstrand_logsdb_written_bytes{kind="user"}'] > 0
+        assert "logstrand_logsdb_write_amplification" in metrics
         assert "logstrand_recovery_seconds_count" in metrics
 
         status = json.loads(ok(url, "status", "--json"))
@@ -124,7 +126,11 @@ def test_trim_info_status_and_errors_from_the_cli(tmp_path: Path) -> None:
             assert n["partitions"] >= 1
             assert n["disk_bytes"] > 0
         assert [1] in [n["sequencing"] for n in nodes]
+        # Records were given to LogsDB: its write amplification is shown
+        # (0.0 while they are all still in the memtable).
+        assert any(n["write_amplification"] is not None for n in nodes)
         assert "epoch store" in ok(url, "status")
+        assert "write amp" in ok(url, "status")
 
         # Bad input: one line, the right exit code, nothing changed.
         msg = error(url, 2, "trim", "1", "--to", str(lsns[-1] + 1000))

@@ -532,7 +532,7 @@ def test_mixed_copyset_sizes_decode_flags_and_tombstones(db: LogsDB) -> None:
 
 
 def test_blob_files_hold_large_values_and_read_back(tmp_path: Path) -> None:
-    """``blob_min_bytes`` (off by default, see docs/logsdb.md): large values go
+    """``blob_min_bytes`` (64 KiB by default, see docs/logsdb.md): large values go
     to RocksDB blob files and read back the same, across a reopen."""
     opts = LogsDBOptions(blob_min_bytes=1024)
     big, small = os.urandom(5000), b"s"
