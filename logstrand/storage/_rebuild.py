@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
+from .._rate import TokenBucket
 from ..errors import LogstrandError, Status
 from ..rebuilding import DonorProgress, Mode, RebuildingState, Run, Start, new_copies, on_start
 from ..rebuilding._core import due_for_grace
@@ -150,8 +151,9 @@ class Rebuilder:
         self._donating: tuple[int, trio.CancelScope] | None = None
         self._dead_since: dict[int, int] = {}
         self._rng = random.Random()
-        self._tokens = 0.0
-        self._tokens_at = 0.0
+        rate = options.rebuild_rate_bytes
+        #: ``--rebuild-rate`` (None: no limit), a second's worth of burst.
+        self._bucket = TokenBucket(rate) if rate > 0 else None
         self._last_run_seen: int | None = None
         #: The run this node has finished donating for: it may end the run.
         self._done_run: int | None = None
@@ -425,15 +427,8 @@ class Rebuilder:
             )
 
     async def _throttle(self, nbytes: int) -> None:
-        rate = self.options.rebuild_rate_bytes
-        if rate <= 0:
-            return
-        now = trio.current_time()
-        self._tokens = min(float(rate), self._tokens + (now - self._tokens_at) * rate)
-        self._tokens_at = now
-        self._tokens -= nbytes
-        if self._tokens < 0:
-            await trio.sleep(-self._tokens / rate)
+        if self._bucket is not None:
+            await trio.sleep(self._bucket.take(trio.current_time(), nbytes))
 
     async def _store_copies(
         self, log_id: int, pb: PackedBatch, plan: NewCopies, release: int
