@@ -20,7 +20,7 @@ from ..errors import UnreadableError
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-_KEY_MAX = b"\xff" * 17  # sorts after every data and metadata key
+KEY_MAX = b"\xff" * 17  # sorts after every data and metadata key
 #: RocksDB's statistics tickers for the bytes it writes, by what ``IoBytes`` calls them.
 _TICKERS = {
     "rocksdb.bytes.written": "user",
@@ -83,7 +83,8 @@ class Engine(Protocol):
         ...
 
     def last_before(self, cf: str, key: bytes, lo: bytes) -> tuple[bytes, bytes] | None: ...
-    def cf_file_count(self, cf: str) -> int: ...
+    def cf_file_count(self, cf: str, *, level0: bool = False) -> int: ...
+    def cf_file_bytes(self, cf: str) -> int: ...
     def disk_bytes(self) -> int: ...
     def io_bytes(self) -> IoBytes:
         """Bytes written since the engine opened, by kind (``IoBytes``)."""
@@ -233,7 +234,7 @@ class RocksEngine:
         # rocksdict's own items() ends quietly at a block that fails RocksDB's
         # checksum; the iterator's status tells a corrupt block from the end.
         ro = rocksdict.ReadOptions()
-        ro.set_iterate_upper_bound(hi if hi is not None else _KEY_MAX)
+        ro.set_iterate_upper_bound(hi if hi is not None else KEY_MAX)
         it = self._cfs[cf].iter(ro)
         it.seek(lo)
         while it.valid():
@@ -243,7 +244,7 @@ class RocksEngine:
 
     def first_key(self, cf: str, key: bytes, hi: bytes | None) -> bytes | None:
         ro = rocksdict.ReadOptions()
-        ro.set_iterate_upper_bound(hi if hi is not None else _KEY_MAX)
+        ro.set_iterate_upper_bound(hi if hi is not None else KEY_MAX)
         it = self._cfs[cf].iter(ro)
         it.seek(key)
         if it.valid():
@@ -264,10 +265,16 @@ class RocksEngine:
             return None
         return k, it.value()
 
-    def cf_file_count(self, cf: str) -> int:
-        """The partition's SST files, at every level."""
+    def cf_file_count(self, cf: str, *, level0: bool = False) -> int:
+        """The partition's SST files, at every level (``level0``: at level 0
+        only, those no merge has sorted yet: each may hold any key)."""
         prop = self._cfs[cf].property_int_value
-        return sum(int(prop(f"rocksdb.num-files-at-level{n}") or 0) for n in range(_LEVELS))
+        levels = 1 if level0 else _LEVELS
+        return sum(int(prop(f"rocksdb.num-files-at-level{n}") or 0) for n in range(levels))
+
+    def cf_file_bytes(self, cf: str) -> int:
+        """Bytes of the partition's SST files."""
+        return int(self._cfs[cf].property_int_value("rocksdb.total-sst-files-size") or 0)
 
     def io_bytes(self) -> IoBytes:
         counts = dict.fromkeys(_TICKERS.values(), 0)

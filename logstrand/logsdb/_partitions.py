@@ -69,6 +69,13 @@ class LogsDBOptions:
     #: reads keys and blob references, not every file's large batch there.
     #: Measured in docs/logsdb.md (``bench/logsdb.py --amplification``).
     blob_min_bytes: int | None = 64 * 1024
+    #: A partition no longer written to (not the newest) with more than this
+    #: many SST files averaging under ``merge_file_bytes`` is merged once into
+    #: a few large files (``LogsDB.merge_small_files``): late records and
+    #: rebuilding leave many tiny files in old partitions, and a read seeks in
+    #: every file of a partition.  A partition of large files is never merged.
+    merge_files_min: int = 32
+    merge_file_bytes: int = 4 * 1024**2
 
     def __attrs_post_init__(self) -> None:
         if self.partition_duration_ms <= 0:
@@ -77,6 +84,8 @@ class LogsDBOptions:
             raise InvalidArgumentError("partition_bytes_max must be positive")
         if self.partition_files_max <= 0:
             raise InvalidArgumentError("partition_files_max must be positive")
+        if self.merge_files_min <= 0 or self.merge_file_bytes <= 0:
+            raise InvalidArgumentError("merge_files_min and merge_file_bytes must be positive")
         if self.blob_min_bytes is not None and self.blob_min_bytes <= 0:
             raise InvalidArgumentError("blob_min_bytes must be positive")
 

@@ -154,6 +154,11 @@ class NodeMetrics:
         "logstrand_partitions_dropped",
         "LogsDB partitions dropped once all their records were trimmed",
     )
+    partitions_merged = _declare(
+        Counter,
+        "logstrand_partitions_merged",
+        "Old partitions of many small files merged into a few large ones",
+    )
     read_streams = _declare(Gauge, "logstrand_read_streams", "Read streams open on this node")
     read_records = _declare(Counter, "logstrand_read_records", "Records sent to readers")
     read_messages = _declare(

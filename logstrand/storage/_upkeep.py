@@ -110,6 +110,7 @@ class Upkeep:
         retention, space = self._retention(logs) if kept else ({}, {})
         self.committer.maintain(trims, retention, space)
         self._trim_seq = seq  # only once applied: a pass that failed reads them again
+        await self.committer.merge_small_files()
 
     def _retention(self, logs: AbstractSet[int]) -> tuple[dict[int, int], dict[int, int]]:
         """Each log's time and space retention on this node, from the ranges

@@ -124,7 +124,10 @@ class MemoryEngine:
             return k, bytes(sd[k])
         return None
 
-    def cf_file_count(self, cf: str) -> int:
+    def cf_file_count(self, cf: str, *, level0: bool = False) -> int:
+        return 0
+
+    def cf_file_bytes(self, cf: str) -> int:
         return 0
 
     def background_work(self) -> bool:

@@ -83,3 +83,32 @@ def test_bytes_written_by_kind_give_the_write_amplification(tmp_path: Path) -> N
     mem.write([put(1, [1], ts=T0)])
     assert mem.io_bytes().user > 0
     assert mem.io_bytes().amplification == 0.0
+
+
+def test_an_old_partition_of_many_small_files_is_merged_once(tmp_path: Path) -> None:
+    """Late records (or rebuilding) leave tiny files in a partition no longer
+    written to: past ``merge_files_min`` of them it is merged into one sorted
+    run, once, and reads the same.  The newest partition, and a partition of
+    large files, never are."""
+    clock = Clock()
+    opts = LogsDBOptions(partition_duration_ms=60_000, merge_files_min=20)
+    with LogsDB.open(tmp_path, opts, clock_ms=clock) as db:
+        for i in range(40):  # two logs in each file: every file spans both
+            lsns = range(10 * i + 1, 10 * i + 11)
+            db.write([put(1, lsns, ts=clock.now), put(2, lsns, ts=clock.now)], sync=False)
+            db.flush()
+        assert db.small_file_partitions() == []  # the newest: still written to
+        clock.now += 60_001
+        db.write([put(3, [1], ts=clock.now)], sync=False)  # a new partition starts
+        old = db.small_file_partitions()
+        assert len(old) == 1
+        assert db.sst_files() == 40
+        db.merge_partitions(old)
+        assert db.sst_files() <= 2  # rewritten into one sorted run
+        assert db.small_file_partitions() == []
+        for log in (1, 2):
+            assert [r.lsn for r in db.read(log, max_records=1000)] == list(range(1, 401))
+        big = LogsDBOptions(merge_files_min=20, merge_file_bytes=1)  # "small" is under 1 B
+        assert big.merge_file_bytes == 1
+    with LogsDB.open(tmp_path, big, clock_ms=clock) as db:
+        assert db.small_file_partitions() == []
