@@ -49,7 +49,8 @@ class EngineFacts:
 
     def merge_partitions(self, cfs: list[str]) -> None:
         """Merge each partition's files into one sorted run (a read then seeks
-        in one file; files whose keys do not overlap are moved, not rewritten).  RocksDB's compaction releases the
-        GIL and touches no LogsDB state: any thread may call this."""
+        in one file; files whose keys do not overlap are moved, not
+        rewritten).  RocksDB's compaction releases the GIL and touches no
+        LogsDB state: any thread may call this."""
         for cf in cfs:
             self._engine.compact_range(cf, b"", KEY_MAX)
