@@ -181,3 +181,15 @@ class Committer(NodeStore):
         """Make removals durable and give their space back (rule 1's exception)."""
         ranges = self.db.reclaim_ranges(log_id)
         await trio.to_thread.run_sync(functools.partial(self.db.compact_ranges, ranges))
+
+    async def merge_small_files(self) -> None:
+        """Merge old partitions of many small files (``LogsDB.merge_partitions``),
+        in a worker thread: RocksDB's compaction there takes no LogsDB state."""
+        db = self._db
+        if db is None or db.closed:
+            return
+        cfs = db.small_file_partitions()
+        if cfs:
+            _log.info("node %d: merging the small files of partitions %s", self.node_id, cfs)
+            await trio.to_thread.run_sync(db.merge_partitions, cfs)
+            self.metrics.partitions_merged.inc(len(cfs))

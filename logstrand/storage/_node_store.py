@@ -36,7 +36,6 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
-import trio
 
 from ..compaction import OffsetMap, drops
 from ..errors import LogstrandError, Status
@@ -396,18 +395,6 @@ class NodeStore:
         )
 
     # -- maintenance -----------------------------------------------------------------
-
-    async def merge_small_files(self) -> None:
-        """Merge old partitions of many small files (``LogsDB.merge_partitions``),
-        in a worker thread: RocksDB's compaction there takes no LogsDB state."""
-        db = self._db
-        if db is None or db.closed:
-            return
-        cfs = db.small_file_partitions()
-        if cfs:
-            _log.info("node %d: merging the small files of partitions %s", self.node_id, cfs)
-            await trio.to_thread.run_sync(db.merge_partitions, cfs)
-            self.metrics.partitions_merged.inc(len(cfs))
 
     def maintain(
         self,
