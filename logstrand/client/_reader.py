@@ -21,7 +21,7 @@ import trio
 from ..errors import AccessDeniedError, LogstrandError, Status, TransientError
 from ..positions import last_lsn_of
 from ..rebuilding import Authority
-from ..types import LSN_MAX, TAIL, Gap, Record, _Tail
+from ..types import LSN_MAX, TAIL, Gap, Record, _Tail, records_of
 from ..wire import ReadCredit, StartRead, StopRead
 from ._reader_core import (
     GapItem,
@@ -63,13 +63,9 @@ def _objects(items: list[Item]) -> list[Record | Gap]:
     out: list[Record | Gap] = []
     for item in items:
         if isinstance(item, RecordRun):
-            extras = item.extras
-            if extras is None:
-                out.extend(map(Record, item.lsns, item.timestamps_ms, item.payloads, item.keys))
-            else:
-                out.extend(
-                    map(Record, item.lsns, item.timestamps_ms, item.payloads, item.keys, extras)
-                )
+            out.extend(
+                records_of(item.lsns, item.timestamps_ms, item.payloads, item.keys, item.extras)
+            )
         else:
             out.append(Gap(item.type, item.lo, item.hi))
     return out

@@ -151,9 +151,8 @@ class Rebuilder:
         self._donating: tuple[int, trio.CancelScope] | None = None
         self._dead_since: dict[int, int] = {}
         self._rng = random.Random()
-        rate = options.rebuild_rate_bytes
-        #: ``--rebuild-rate`` (None: no limit), a second's worth of burst.
-        self._bucket = TokenBucket(rate) if rate > 0 else None
+        #: ``--rebuild-rate`` with a second's worth of burst (made on first use).
+        self._bucket: TokenBucket | None = None
         self._last_run_seen: int | None = None
         #: The run this node has finished donating for: it may end the run.
         self._done_run: int | None = None
@@ -427,7 +426,9 @@ class Rebuilder:
             )
 
     async def _throttle(self, nbytes: int) -> None:
-        if self._bucket is not None:
+        rate = self.options.rebuild_rate_bytes
+        if rate > 0:
+            self._bucket = self._bucket or TokenBucket(rate)
             await trio.sleep(self._bucket.take(trio.current_time(), nbytes))
 
     async def _store_copies(
