@@ -129,10 +129,10 @@ class GapType(enum.IntEnum):
 class Record(NamedTuple):
     """One record as a reader delivers it.
 
-    A named tuple: immutable and hashable, built at C speed in bulk by the
-    readers (``records_of``: 0.3 µs a record, against 1.4 µs for the frozen
-    attrs class it was, most of what iterating ``Record`` objects cost more
-    than columns), and unpacked like one (``lsn, ts, payload, key, extra = r``).
+    A named tuple: immutable and hashable, built in bulk by the readers
+    without a Python call per record (``records_of``; a frozen attrs class,
+    which it was, cost 2-3x more to build than the rest of delivering it),
+    and unpacked like one (``lsn, ts, payload, key, extra = r``).
     """
 
     lsn: int
