@@ -69,7 +69,6 @@ class _Client(Protocol):
     def groups(self) -> Groups: ...
     def sequencer_node(self, log_id: int) -> int | None: ...
     async def ensure_sequencer(self, log_id: int) -> int: ...
-    async def committed(self, group: str, log_id: int) -> int | None: ...
     async def ask_node(
         self, node_id: int, make: Callable[[int], Any], *, timeout_s: float = ...
     ) -> Any: ...
@@ -353,26 +352,29 @@ class Subscription:
         for i in gone:
             for held in (self._delivered, self._processed, self._committed):
                 held.pop(self.logs[i], None)
+        # The group's positions in one read, for every log new to this member.
+        fresh = [self.logs[i] for i in given if self.logs[i] not in self._delivered]
+        positions = (
+            {p.log_id: p.lsn for p in await self.client.groups.of_group(self.group)}
+            if fresh
+            else {}
+        )
         starts = {}
         for i in sorted(given):
             log = self.logs[i]
             if log in self._delivered:
                 starts[log] = min(self._delivered[log] + 1, LSN_MAX)
+            elif log in positions:
+                self._committed[log] = positions[log]
+                starts[log] = min(positions[log] + 1, LSN_MAX)
             else:
-                starts[log] = await self._start_of(log)
+                starts[log] = LSN_OLDEST
         self._owned = given
         self._owned_told = False
         self._told.set()
         if starts:
             self._reader = self.client.read_many(starts, None)
         _log.info("group %s: member %s reads logs %s", self.group, self.member_id, self.assigned)
-
-    async def _start_of(self, log: int) -> int:
-        committed = await self.client.committed(self.group, log)
-        if committed is None:
-            return LSN_OLDEST
-        self._committed[log] = committed
-        return min(committed + 1, LSN_MAX)
 
     async def _close_reader(self) -> None:
         reader, self._reader = self._reader, None
