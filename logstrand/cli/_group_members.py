@@ -23,13 +23,18 @@ def _assigned(member: dict[str, Any]) -> list[tuple[str, int]]:
     return [(t, p) for t, ps in assigned_partitions(raw).items() for p in ps]
 
 
+def _subscribed(membership: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """A ``client.subscribe`` group's subscriptions: topic -> its logs (once
+    per record, not per member)."""
+    return {t: spans_logs(spans) for t, spans in membership.get("logs", {}).items()}
+
+
 def _member_logs(
-    member: dict[str, Any], membership: dict[str, Any], first: dict[str, int]
+    member: dict[str, Any], subscribed: dict[str, tuple[int, ...]], first: dict[str, int]
 ) -> list[int]:
     """The logs assigned to a member: a topic's partition ``p`` is log
-    ``first + p`` of its range; a subscription to logs (``client.subscribe``)
-    has its logs in the record's ``logs``."""
-    subscribed = {t: spans_logs(spans) for t, spans in membership.get("logs", {}).items()}
+    ``first + p`` of its range; a subscription to logs has its logs in
+    ``subscribed``."""
     out = []
     for topic, p in _assigned(member):
         if topic in subscribed and 0 <= p < len(subscribed[topic]):
@@ -44,10 +49,11 @@ def members_by_log(membership: dict[str, Any] | None, ranges: list[LogRange]) ->
     if membership is None:
         return {}
     first = {r.name: r.first for r in ranges if r.name is not None}
+    subscribed = _subscribed(membership)
     return {
         log: m["id"]
         for m in membership.get("members", [])
-        for log in _member_logs(m, membership, first)
+        for log in _member_logs(m, subscribed, first)
     }
 
 
@@ -58,7 +64,7 @@ def kafka_end_offset(store: EpochStore, log_id: int, tail: int) -> int:
 
 
 def members_table(membership: dict[str, Any]) -> Table:
-    native = bool(membership.get("logs"))
+    subscribed = _subscribed(membership)
     kind = "consumer" if membership.get("type") == "consumer" else "classic"
     epoch = membership.get("epoch", membership.get("generation"))
     table = Table(
@@ -66,12 +72,12 @@ def members_table(membership: dict[str, Any]) -> Table:
         "instance",
         "client",
         "host",
-        "logs" if native else "partitions",
+        "logs" if subscribed else "partitions",
         title=f"{kind} group, {'epoch' if kind == 'consumer' else 'generation'} {epoch}",
     )
     for m in membership.get("members", []):
-        if native:
-            parts = ", ".join(map(str, _member_logs(m, membership, {})))
+        if subscribed:
+            parts = ", ".join(map(str, _member_logs(m, subscribed, {})))
         else:
             parts = ", ".join(f"{t}:{p}" for t, p in sorted(_assigned(m)))
         table.add_row(

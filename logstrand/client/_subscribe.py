@@ -115,6 +115,9 @@ class Subscription:
         self._pending: frozenset[int] | None = None
         self._reader: ManyReader | None = None
         self._delivered: dict[int, int] = {}
+        #: Log -> last LSN of the batch handed out last (processed once the
+        #: next is asked for): per batch, not the whole ``_delivered`` map.
+        self._last_batch: dict[int, int] = {}
         self._processed: dict[int, int] = {}
         self._committed: dict[int, int] = {}
         self._last_commit = -math.inf
@@ -304,7 +307,8 @@ class Subscription:
         was handed out before counts as processed."""
         if not self._started:
             await self.start()
-        self._processed.update(self._delivered)
+        self._processed.update(self._last_batch)
+        self._last_batch = {}
         while True:
             if self._failed is not None:
                 raise self._failed
@@ -326,8 +330,10 @@ class Subscription:
             pairs = await self._reader.next_pairs(limit, deadline=deadline)
             if self._pending is not None or not pairs:
                 continue  # nothing yet, or read again from the logs given now
+            last = self._last_batch
             for log, item in pairs:
-                self._delivered[log] = item.lsn if isinstance(item, Record) else item.hi
+                last[log] = item.lsn if isinstance(item, Record) else item.hi
+            self._delivered.update(last)
             return pairs
 
     def __aiter__(self) -> Subscription:
