@@ -8,8 +8,28 @@ topics, partitions and offsets, and the APIs served.
 
 from __future__ import annotations
 
-from ._front import KafkaFront
-from ._run import run_front
-from ._server import Limits, serve_kafka
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._front import KafkaFront
+    from ._run import run_front
+    from ._server import Limits, serve_kafka
 
 __all__ = ["KafkaFront", "Limits", "run_front", "serve_kafka"]
+
+#: Loaded when first asked for: the CLI reaches ``kafka._group_model`` (group
+#: descriptions) and must not pay for the whole front at every start.
+_WHERE = {
+    "KafkaFront": "_front",
+    "run_front": "_run",
+    "Limits": "_server",
+    "serve_kafka": "_server",
+}
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{where}"), name)

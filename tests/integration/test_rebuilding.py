@@ -271,6 +271,75 @@ def test_donor_killed_mid_rebuild_resumes_from_its_progress(tmp_path: Path) -> N
         check_all_read(c.url, appended)
 
 
+def test_a_rebuilding_ends_while_a_log_is_appended_to_without_pause(tmp_path: Path) -> None:
+    """Appends that never pause always leave copies above their log's
+    release pointer on the donors; copies stored after the walk began need
+    no walk (the rebuilt node left every copyset by then), so the run ends
+    while the appends go on.  It waited for them to stop: ``bench/rebuild.py``'s
+    appender held a run open 600 s."""
+    with cluster4(tmp_path) as c:
+        appended = fill(c.url, batches=5)
+        c.stop_node(4)
+        c.wipe_node(4)
+        stop = threading.Event()
+        written: list[bytes] = []
+
+        def appender() -> None:
+            with connect(c.url) as client:
+                while not stop.is_set():
+                    payloads = [os.urandom(100) for _ in range(50)]
+                    client.append_batch(1, payloads)
+                    written.extend(payloads)
+
+        thread = threading.Thread(target=appender)
+        thread.start()
+        try:
+            ok(c.url, "rebuild", "4")
+            wait_for(
+                lambda: storage_state(c.url, 4) == "AUTHORITATIVE_EMPTY",
+                30,
+                "the rebuilding to end while appends go on",
+            )
+            assert thread.is_alive()
+            assert written
+        finally:
+            stop.set()
+            thread.join()
+        appended[1].update(written)
+        check_all_read(c.url, appended)
+
+
+def test_a_donor_keeps_to_its_rebuild_rate(tmp_path: Path) -> None:
+    """``--rebuild-rate``: a donor sends its new copies at the rate set (a
+    byte rate per donor, LogDevice's rebuilding rate limiter), within 10%,
+    measured from its ``logstrand_rebuilding_bytes_total`` over 3 s of its walk
+    once its first second's burst is spent."""
+    rate = 200 * 1024
+    donors = (1, 2, 3)
+    with cluster4(tmp_path, node_args=("--rebuild-rate", "200KiB")) as c:
+        # Batches of 20 KB: the counts move in steps of 10% of a second's rate.
+        fill(c.url, batches=150, per_batch=20, size=1000)
+        c.stop_node(4)
+        c.wipe_node(4)
+        ok(c.url, "rebuild", "4")
+
+        def sent() -> dict[int, float]:
+            return {d: c.metric(d, "logstrand_rebuilding_bytes_total", 0.0) for d in donors}
+
+        wait_for(lambda: max(sent().values()) > 2 * rate, 30, "a donor past its first burst")
+        t0, before = time.monotonic(), sent()
+        time.sleep(3)
+        t1, after = time.monotonic(), sent()
+        run = state(c.url)["rebuilding"]
+        assert isinstance(run, dict), "the rebuilding ended within the 3 s measured"
+        busy = [d for d in donors if before[d] > 2 * rate and not run["per_donor"][str(d)]["done"]]
+        assert busy
+        for d in busy:
+            measured = (after[d] - before[d]) / (t1 - t0)
+            assert abs(measured - rate) <= 0.1 * rate, (d, measured, rate)
+        wait_for(lambda: storage_state(c.url, 4) == "AUTHORITATIVE_EMPTY", 120, "the rebuilding")
+
+
 def test_rolling_rebuilding_under_load(tmp_path: Path) -> None:
     """RebuildingTest.RollingRebuilding: three of the cluster's four nodes in
     turn are lost (killed, directory deleted), rebuilt, and started again empty, while

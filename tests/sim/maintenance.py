@@ -122,7 +122,7 @@ def maintain(world: World) -> dict[str, Any]:
 
 
 def _donate(world: World, donor: SimNode, run: Run) -> int:
-    """One donor's pass over its copies of the log, as ``Rebuilder._donate_log``
+    """One donor's pass over its copies of the log, as ``Donor._donate_log``
     walks them: the copies it leads get new copies off the lost nodes."""
     store = donor.store
     assert store is not None
