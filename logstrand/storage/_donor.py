@@ -50,7 +50,9 @@ STORE_TIMEOUT_S = 5.0
 IN_FLIGHT = 16
 #: Logs walked at once.
 LOGS_AT_ONCE = 4
-CHUNK_BYTES = 4 * 1024 * 1024
+#: Bytes of stored batches read at once per log (a read seeks in every file
+#: of a partition: fewer, larger reads).
+CHUNK_BYTES = 8 * 1024 * 1024
 ATTEMPTS = 4
 #: How long a donor waits for its release pointer to cover the copies it holds.
 RELEASE_WAIT_S = 10.0
