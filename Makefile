@@ -90,7 +90,7 @@ fuzz: venv-test
 faults: venv-test zookeeper
 	LOGSTRAND_FAILOVER_ROUNDS=100 $(BIN)/python -m pytest -q tests/integration/test_failover.py tests/integration/test_idempotence.py
 	LOGSTRAND_PARTITION_EVENTS=104 $(BIN)/python -m pytest -q -s tests/integration/test_partitions.py
-	LOGSTRAND_PAUSE_WATCH_S=60 LOGSTRAND_PAUSE_STORES=sqlite,zookeeper $(BIN)/python -m pytest -q -s tests/integration/test_pause.py
+	LOGSTRAND_PAUSE_HOLD_DOWN_S=0 LOGSTRAND_PAUSE_WATCH_S=60 LOGSTRAND_PAUSE_STORES=sqlite,zookeeper $(BIN)/python -m pytest -q -s tests/integration/test_pause.py
 	LOGSTRAND_SPARK_CLUSTER=1 $(BIN)/python -m pytest -q tests/spark/test_standalone.py
 
 # The seeded simulation over many more seeds than CI runs (tests/sim), then

@@ -214,7 +214,8 @@ class FrameDecoder:
         if avail < HEADER_BYTES + size:
             return None
         start = self._pos + HEADER_BYTES
-        body = bytes(self._buf[start : start + size])
+        with memoryview(self._buf) as view:  # one copy of the body, not two (slice, bytes)
+            body = bytes(view[start : start + size])
         self._pos = start + size
         self.last_frame_bytes = HEADER_BYTES + size
         return decode_body(body, items_max=self.items_max)

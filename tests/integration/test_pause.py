@@ -7,11 +7,13 @@ default settings, on ZooKeeper and on SQLite:
 * an APPEND that waited in its socket while it was stopped is answered
   within a second of SIGCONT (REDIRECTED or PREEMPTED: it takes no logs back
   at once);
-* it takes its logs back only after its hold-down (30 s), so no log changes
-  sequencer more than twice in the minute after SIGCONT.
+* it takes its logs back only after its hold-down, so no log changes
+  sequencer more than twice while the test watches after SIGCONT.
 
-``LOGSTRAND_PAUSE_WATCH_S`` sets how long the test watches after SIGCONT
-(CI: 40 s, past the hold-down; ``make faults``: 60), and
+``LOGSTRAND_PAUSE_HOLD_DOWN_S`` sets the nodes' ``--sequencer-hold-down``
+(CI: 10 s; ``make faults``: 0, the default of 30 s),
+``LOGSTRAND_PAUSE_WATCH_S`` how long the test watches after SIGCONT (CI:
+20 s, past the hold-down; ``make faults``: 60), and
 ``LOGSTRAND_PAUSE_STORES`` the epoch stores it runs on (CI: SQLite, for
 time; ``make faults``: both).
 """
@@ -47,7 +49,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-WATCH_S = float(os.environ.get("LOGSTRAND_PAUSE_WATCH_S", "40"))
+HOLD_DOWN_S = float(os.environ.get("LOGSTRAND_PAUSE_HOLD_DOWN_S", "10"))
+WATCH_S = float(os.environ.get("LOGSTRAND_PAUSE_WATCH_S", "20"))
 STORES = os.environ.get("LOGSTRAND_PAUSE_STORES", "sqlite").split(",")
 #: How long each store's run keeps the node stopped (past its failure detection).
 PAUSES = {"sqlite": 6.0, "zookeeper": 13.0}
@@ -114,7 +117,10 @@ def test_a_stopped_sequencer_node_is_routed_around_and_does_not_flap(
     tmp_path: Path, kind: str, pause_s: float, request: pytest.FixtureRequest
 ) -> None:
     zk = request.getfixturevalue("slow_zookeeper").address if kind == "zookeeper" else None
-    with LocalCluster(tmp_path, nodes=3, zookeeper=zk, cluster=f"pause{kind}") as cluster:
+    hold = ("--sequencer-hold-down", f"{HOLD_DOWN_S:g}") if HOLD_DOWN_S else ()
+    with LocalCluster(
+        tmp_path, nodes=3, zookeeper=zk, cluster=f"pause{kind}", node_args=hold
+    ) as cluster:
         with open_epoch_store(cluster.url) as store:
             store.create_logs(LOGS.start, LOGS.stop - 1, LogAttributes(replication_factor=2))
         with logstrand.connect(cluster.url) as client:
