@@ -359,3 +359,30 @@ def test_logsdb_keeps_extras_through_splits_compaction_and_digests(tmp_path: Pat
     digest = db.read_batch(1, E1 + 1, E1 + 10).to_packed()
     assert dict(zip(digest.lsns(), digest.extras() or [], strict=True)) == got
     db.close()
+
+
+@given(
+    st.lists(st.integers(-(2**31), 2**31 - 1) | st.integers(-3, 300), min_size=1, max_size=64),
+    st.integers(0, 7),
+    st.booleans(),
+)
+def test_a_body_s_lengths_are_checked_as_one_by_one(
+    lens: list[int], start: int, honest_size: bool
+) -> None:
+    """``_lengths`` checks with passes in C (the top bit of each word, a
+    count of -1s): it refuses exactly what comparing each length refuses,
+    a length below -1 or lengths that disagree with the body's size."""
+    import struct
+
+    from logstrand.batch._packed import _lengths
+    from logstrand.errors import ProtocolError
+
+    data = bytes(start) + struct.pack(f"<{len(lens)}i", *lens)
+    size = sum(lens) + lens.count(-1) if honest_size else sum(map(abs, lens)) + 1
+    sound = min(lens) >= -1 and sum(lens) + lens.count(-1) == size
+    if sound:
+        assert _lengths(data, start, len(lens), size) == lens
+        assert _lengths(memoryview(data), start, len(lens), size) == lens
+    else:
+        with pytest.raises(ProtocolError):
+            _lengths(data, start, len(lens), size)
