@@ -114,10 +114,8 @@ def _spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
 
 
 def _top_frames(raw: Path, n: int = 15) -> list[tuple[str, float]]:
-    """bench/profile.py's summary (loaded by path: its name is the stdlib's)."""
-    spec = importlib.util.spec_from_file_location(
-        "bench_profile", Path(__file__).parent / "profile.py"
-    )
+    """bench/pyspy.py's summary (loaded by path: bench/ is no package)."""
+    spec = importlib.util.spec_from_file_location("bench_pyspy", Path(__file__).parent / "pyspy.py")
     assert spec is not None
     assert spec.loader is not None
     mod = importlib.util.module_from_spec(spec)

@@ -1,12 +1,12 @@
 """Where the time goes in one workload of bench/compare.py, by py-spy.
 
-    python bench/profile.py backfill-10k [--seconds 8] [--top 15]
-    python bench/profile.py append-10k
-    python bench/profile.py arrow-100b     # read_arrow, what each Spark task runs
-    python bench/profile.py sequential-100b  # append one record, wait, again
-    python bench/profile.py many-logs      # one record to each of 10,000 logs, again
-    python bench/profile.py kafka-produce  # confluent-kafka producing 100 B through the front
-    python bench/profile.py kafka-consume  # confluent-kafka consuming 100 B from the start
+    python bench/pyspy.py backfill-10k [--seconds 8] [--top 15]
+    python bench/pyspy.py append-10k
+    python bench/pyspy.py arrow-100b     # read_arrow, what each Spark task runs
+    python bench/pyspy.py sequential-100b  # append one record, wait, again
+    python bench/pyspy.py many-logs      # one record to each of 10,000 logs, again
+    python bench/pyspy.py kafka-produce  # confluent-kafka producing 100 B through the front
+    python bench/pyspy.py kafka-consume  # confluent-kafka consuming 100 B from the start
 
 A local 3-node cluster (R=2) gets the workload's records; then the workload
 runs again in a loop while ``py-spy record`` samples (at 200 Hz, native frames
