@@ -40,7 +40,7 @@ from ._partitions import META_CF, LogsDBOptions, Partition, PartitionInfo, Parti
 from ._write import Write, amend
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Mapping
 
     from ._scan import PackedRead
 
@@ -186,14 +186,10 @@ class LogsDB(EngineFacts):
 
     def amend(self, log_id: int, first: int, last: int, old: Copyset, new: Copyset) -> int:
         """Stored batches in [first, last] with copyset ``old`` get ``new`` (rebuilding)."""
-        return self.amend_many(log_id, [(first, last, old, new)])
-
-    def amend_many(self, log_id: int, changes: Sequence[tuple[int, int, Copyset, Copyset]]) -> int:
-        """Each (first, last, old, new) as ``amend``, in one write."""
         self._check_open()
         check_log_id(log_id, internal=True)
         w = Write(self._parts, self._engine)
-        changed = sum(amend(w, log_id, *change) for change in changes)
+        changed = amend(w, log_id, first, last, old, new)
         self._commit(w, {}, sync=False)
         return changed
 
