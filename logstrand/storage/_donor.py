@@ -4,9 +4,11 @@ Per log, the stored batches up to the release pointer, from the persisted
 progress on; for each batch this node leads, STORE the batch as it is stored
 (re-headered with the new copyset, never re-encoded) on the chosen nodes,
 then amend its own copy and AMEND the other holders.  ``IN_FLIGHT``
-batches are on their way at once; ``--rebuild-rate`` bounds the bytes sent.  Progress (per log, the
-LSN walked to, and the copies counted up to it) is saved after each read
-chunk, under a lock so that a later save never carries older positions.
+batches are on their way at once; ``--rebuild-rate`` bounds the bytes sent.
+One log at a time: progress (per log, the LSN walked to, and the copies
+counted so far) is saved after each read chunk, and must not count copies
+of another log's chunk still under way, which a donor that restarts would
+count again (4 logs at once did: ``test_donor_killed_mid_rebuild_resumes``).
 """
 
 from __future__ import annotations
@@ -43,14 +45,8 @@ if TYPE_CHECKING:
 _log = logging.getLogger("logstrand.rebuilding")
 
 STORE_TIMEOUT_S = 5.0
-#: Stored batches re-created at once over every log walked (each waits for
-#: its STOREs' replies).
+#: Stored batches re-created at once (each waits for its STOREs' replies).
 IN_FLIGHT = 16
-#: Logs walked at once.  One: the counts saved with a log's position must
-#: not take in copies of another log's chunk still under way, which a donor
-#: that restarts would count again (``test_donor_killed_mid_rebuild_resumes``
-#: found it with 4).
-LOGS_AT_ONCE = 1
 #: Bytes of stored batches read at once per log (a read seeks in every file
 #: of a partition: fewer, larger reads).
 CHUNK_BYTES = 8 * 1024 * 1024
@@ -65,6 +61,13 @@ def _save(run_id: int, donor: int, progress: DonorProgress, store: EpochStore) -
     store.set_donor_progress(run_id, donor, progress)
 
 
+async def _then_release(work: Callable[[], Awaitable[None]], slot: trio.Semaphore) -> None:
+    try:
+        await work()
+    finally:
+        slot.release()
+
+
 @attrs.define
 class _Walk:
     """A donor's state in one run: per log the LSN walked to, its counts
@@ -76,7 +79,6 @@ class _Walk:
     records: int = 0
     bytes: int = 0
     short: int = 0
-    saving: trio.Lock = attrs.field(factory=trio.Lock)
 
     def add(self, records: int, nbytes: int, short: int) -> None:
         self.records += records
@@ -129,22 +131,15 @@ class Donor:
         else:
             _log.info("node %d: donating for rebuilding %d of nodes %s", me, run.id, run.nodes)
         walk = _Walk(run, self.metrics, dict(saved.logs), saved.records, saved.bytes, saved.short)
-        behind: list[int] = []
-        logs = iter(sorted(self.committer.logs()))
-        in_flight = trio.CapacityLimiter(IN_FLIGHT)
-
-        async def walker() -> None:
-            for log_id in logs:  # shared: each walker takes the next log
-                if await self._donate_log(walk, log_id, in_flight):
-                    behind.append(log_id)
-
-        async with trio.open_nursery() as nursery:
-            for _ in range(LOGS_AT_ONCE):
-                nursery.start_soon(walker)
+        behind = [
+            log_id
+            for log_id in sorted(self.committer.logs())
+            if await self._donate_log(walk, log_id)
+        ]
         if behind:
             # Unreleased copies were passed over: the run must not end
             # without them.  Going on from the progress saved, once released.
-            raise LogstrandError(f"copies of logs {sorted(behind)} are not released here yet")
+            raise LogstrandError(f"copies of logs {behind} are not released here yet")
         await self._save(walk, done=True)
         _log.info(
             "node %d: done donating for rebuilding %d: %d records, %d bytes",
@@ -156,11 +151,10 @@ class Donor:
         return True
 
     async def _save(self, walk: _Walk, done: bool = False) -> None:
-        async with walk.saving:  # the positions as they are when saved, in order
-            progress = walk.progress(done)
-            await self.view.astore.run(partial(_save, walk.run.id, self.node_id, progress))
+        progress = walk.progress(done)
+        await self.view.astore.run(partial(_save, walk.run.id, self.node_id, progress))
 
-    async def _donate_log(self, walk: _Walk, log_id: int, in_flight: trio.CapacityLimiter) -> bool:
+    async def _donate_log(self, walk: _Walk, log_id: int) -> bool:
         """Walk one log; True if copies it held when the walk began were
         left out (not released in time).  Copies stored since need no walk:
         the run's nodes had left every copyset placed by then (the settle),
@@ -170,14 +164,13 @@ class Donor:
         until = await self._released_to(log_id, held)
         pos = walk.logs.get(log_id, 0) + 1
         if pos <= until:
-            await self._walk_log(walk, log_id, pos, until, in_flight)
+            await self._walk_log(walk, log_id, pos, until)
         return walk.logs.get(log_id, 0) < held
 
-    async def _walk_log(
-        self, walk: _Walk, log_id: int, pos: int, until: int, in_flight: trio.CapacityLimiter
-    ) -> None:
+    async def _walk_log(self, walk: _Walk, log_id: int, pos: int, until: int) -> None:
         epochs = await self.view.astore.log_epochs(log_id)
         weights = self.view.storage_weights()
+        in_flight = trio.Semaphore(IN_FLIGHT)
         while pos <= until:
             got = self.committer.read_packed(
                 log_id, pos, until, max_records=1 << 20, max_bytes=CHUNK_BYTES, tolerant=True
@@ -188,10 +181,10 @@ class Donor:
                     meta = epochs.metadata_for(lsn_epoch(pb.first_lsn))
                     nodeset = meta.nodeset if meta is not None else tuple(weights)
                     domains = self.view.domains(meta.replicate_across if meta else "node")
-                    slot = object()  # taken before the task starts: tasks are bounded too
-                    await in_flight.acquire_on_behalf_of(slot)
                     place = (nodeset, weights, domains)
-                    nursery.start_soon(self._one, walk, log_id, pb, place, until, (in_flight, slot))
+                    await in_flight.acquire()  # before the task starts: tasks are bounded too
+                    recreate = partial(self._recreate, walk, log_id, pb, place, until)
+                    nursery.start_soon(_then_release, recreate, in_flight)
             pos = got.scanned_to + 1
             walk.logs[log_id] = min(got.scanned_to, until)
             await self._save(walk)
@@ -223,23 +216,6 @@ class Donor:
             )
         return release
 
-    async def _one(
-        self,
-        walk: _Walk,
-        log_id: int,
-        pb: PackedBatch,
-        place: Place,
-        release: int,
-        slot: tuple[trio.CapacityLimiter, object],
-    ) -> None:
-        """Re-create one stored batch if this node leads it (``place``: the
-        nodeset of its epoch, the nodes' weights and failure domains), in
-        the slot of ``in_flight`` the caller took for it."""
-        try:
-            await self._recreate(walk, log_id, pb, place, release)
-        finally:
-            slot[0].release_on_behalf_of(slot[1])
-
     async def _recreate(
         self,
         walk: _Walk,
@@ -248,6 +224,8 @@ class Donor:
         place: Place,
         release: int,
     ) -> None:
+        """Re-create one stored batch if this node leads it (``place``: the
+        nodeset of its epoch, the nodes' weights and failure domains)."""
         nodeset, weights, domains = place
         view, run = self.view, walk.run
         avoid: set[int] = set()

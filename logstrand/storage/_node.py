@@ -46,6 +46,7 @@ from ..wire import (
     TailsReply,
 )
 from ._detector import FailureDetector
+from ._donor import Donor
 from ._drops import Drops
 from ._gc import watch_collections
 from ._gossip import Gossiper
@@ -334,9 +335,8 @@ class Node:
             streams_per_connection=opts.read_streams_per_connection,
             credit_max=opts.read_credit_max,
         )
-        self.rebuilder = Rebuilder(
-            self.node_id, view, committer, peers, metrics, opts, reads.servable
-        )
+        donor = Donor(self.node_id, view, committer, peers, metrics, opts, reads.servable)
+        self.rebuilder = Rebuilder(self.node_id, view, metrics, opts, donor)
         procedures = ProcedureRunner(self.node_id, view, peers, committer.answer, metrics)
         self.sequencers = SequencerHost(
             self.node_id,

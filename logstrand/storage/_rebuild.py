@@ -28,18 +28,14 @@ from ..errors import LogstrandError, Status
 from ..rebuilding import Mode, RebuildingState, Run, Start, on_start
 from ..rebuilding._core import due_for_grace
 from ..rebuilding._model import StorageState
-from ._donor import Donor, Windows
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
-
     from ..epochstore import EpochStore
     from ..rpc import ClusterView
     from ..wire import StoreReply
-    from ._group_commit import Committer
+    from ._donor import Donor
     from ._metrics import NodeMetrics
     from ._options import NodeOptions
-    from ._peers import Peers
 
 _log = logging.getLogger("logstrand.rebuilding")
 
@@ -88,17 +84,15 @@ class Rebuilder:
         self,
         node_id: int,
         view: ClusterView,
-        committer: Committer,
-        peers: Peers,
         metrics: NodeMetrics,
         options: NodeOptions,
-        servable: Callable[[int, Windows, int], Awaitable[Windows]],
+        donor: Donor,
     ) -> None:
         self.node_id = node_id
         self.view = view
         self.metrics = metrics
         self.options = options
-        self.donor = Donor(node_id, view, committer, peers, metrics, options, servable)
+        self.donor = donor
         self.marker = ""
         self._donating: tuple[int, trio.CancelScope] | None = None
         self._dead_since: dict[int, int] = {}
