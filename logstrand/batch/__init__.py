@@ -14,7 +14,7 @@ views over batches are in the client (``client._views``).
 from __future__ import annotations
 
 from ._build import Columns
-from ._compression import Codec, pack_body
+from ._compression import Codec, pack_body, seal_body
 from ._extras import Header, extras_of, pack_extra, unpack_extra
 from ._layout import (
     COUNT_MAX,
@@ -50,6 +50,7 @@ __all__ = [
     "make_batch",
     "pack_body",
     "pack_extra",
+    "seal_body",
     "unpack_extra",
 ]
 

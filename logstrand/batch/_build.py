@@ -21,6 +21,7 @@ from ._layout import (
     PRODUCER,
     TIMESTAMPS,
     Head,
+    check_lengths,
     check_size,
     header,
     payload_bytes_of,
@@ -123,29 +124,51 @@ class Building:
         whether the body has ``extras`` (``_extras``)."""
         extras = none_if_empty(extras)
         body, raw_len, crc, used = pack_body(keys, payloads, codec, extras)
-        count = len(payloads)
+        n = len(payloads) * (3 if extras is not None else 2)
+        lens = memoryview(body)[: 4 * n].cast("i").tolist()  # packed here: no check
+        return cls.for_body(
+            body, raw_len, crc, used, len(payloads), producer, extras is not None, lens
+        )
+
+    @classmethod
+    def for_body(
+        cls,
+        body: bytes,
+        raw_len: int,
+        crc: int,
+        codec: int,
+        count: int,
+        producer: tuple[int, int] | None = None,
+        extras: bool = False,
+        lens: list[int] | None = None,
+    ) -> Self:
+        """``for_append`` of a body packed already (``pack_body``'s four
+        values and the record count): a client that has the lengths and the
+        bytes in its own buffers (Arrow columns) packs without a Python
+        object per record.  The lengths table is checked as ``parse`` does."""
         check_size(count, raw_len)
         head = header(
             len(body),
             raw_len,
             crc,
-            used,
+            codec,
             count,
             first_lsn=0,
             timestamps_ms=0,
             producer=producer,
-            extras=extras is not None,
+            extras=extras,
         )
         # Made here from checked columns: not parsed back (that was a third
         # of the cost of a one-record append's batch).  ``test_packed``
         # holds it to what ``parse`` makes of the same bytes.
         b: Any = cls.__new__(cls)
-        lens = memoryview(body)[: 4 * (3 if extras is not None else 2) * count].cast("i").tolist()
+        if lens is None:
+            lens = check_lengths(body, 0, count * (3 if extras else 2), raw_len)
         b.data = head + body
         b.count = count
         b.first_lsn, b.last_lsn, b.timestamp_ms, b.wave, b.flags0 = 0, count - 1, 0, 0, 0
-        b.codec = used
-        b.layout = (PRODUCER if producer is not None else 0) | (EXTRAS if extras is not None else 0)
+        b.codec = codec
+        b.layout = (PRODUCER if producer is not None else 0) | (EXTRAS if extras else 0)
         b.copyset = ()
         b.body_start = len(head)
         b.raw_len, b.body_crc, b.producer = raw_len, crc, producer

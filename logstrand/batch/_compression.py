@@ -89,16 +89,25 @@ def pack_body(
     if extras is not None:
         lens += [-1 if x is None else len(x) for x in extras]
         parts += [x for x in extras if x]
-    raw = b"".join(parts)
-    blob = raw
-    if codec != Codec.NONE and raw:
+    return seal_body(struct.pack(f"<{len(lens)}i", *lens), parts, codec)
+
+
+def seal_body(
+    lengths: bytes, parts: Sequence[bytes | memoryview], codec: int = Codec.NONE
+) -> tuple[bytes, int, int, int]:
+    """``pack_body`` of a lengths table packed already and the records'
+    bytes in ``parts`` (their concatenation is the raw blob): one copy of the
+    bytes when they are kept raw.  A compressed blob that is not smaller than
+    the raw one is kept raw (codec NONE)."""
+    raw_len = sum(map(len, parts))
+    if codec != Codec.NONE and raw_len:
+        raw = b"".join(parts)
         blob = compress(codec, raw)
-        if len(blob) >= len(raw):
-            blob, codec = raw, Codec.NONE
-    elif not raw:
-        codec = Codec.NONE
-    body = struct.pack(f"<{len(lens)}i", *lens) + blob
-    return body, len(raw), google_crc32c.value(body), int(codec)
+        if len(blob) < raw_len:
+            body = lengths + blob
+            return body, raw_len, google_crc32c.value(body), int(codec)
+    body = b"".join((lengths, *parts))
+    return body, raw_len, google_crc32c.value(body), int(Codec.NONE)
 
 
 def slices(blob: bytes, lens: list[int], at: int) -> tuple[list[bytes | None], int]:

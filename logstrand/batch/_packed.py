@@ -54,6 +54,7 @@ from ._layout import (
     PRODUCER,
     PRODUCER_FIELDS,
     TIMESTAMPS,
+    check_lengths,
     check_size,
     crc32c,
     crc_extend,
@@ -147,7 +148,7 @@ class PackedBatch(Building):
         b.body_crc = bcrc
         b.producer = producer
         b._blob = None
-        b._lens = _lengths(data, body_start, columns * count, raw_len)
+        b._lens = check_lengths(data, body_start, columns * count, raw_len)
         b.payload_bytes = payload_bytes_of(b._lens, count)
         if layout & LSNS:
             lsns = b.lsns()
@@ -284,27 +285,6 @@ def _body_start(
 
 
 #: Byte values with the top bit set: the last byte of a negative 32-bit length.
-_HIGH = bytes(range(0x80, 0x100))
-
-
-def _lengths(data: bytes, body_start: int, n: int, raw_len: int) -> list[int]:
-    """The body's ``n`` key, payload (and extras) lengths (-1: none), checked
-    against its size.  (Read on every batch a node serves and a reader
-    decodes: each check is one pass in C, and none compares ints one by one.)"""
-    end = body_start + 4 * n
-    view = memoryview(data)
-    lens: list[int] = view[body_start:end].cast("i").tolist()
-    nones = lens.count(-1)
-    # A length is -1 or at least 0: as many have their top bit set (the last
-    # byte of each little-endian word) as are -1.
-    tops = (data if isinstance(data, bytes) else bytes(view))[body_start + 3 : end : 4]
-    if len(tops) - len(tops.translate(None, _HIGH)) != nones:
-        raise ProtocolError("packed batch has a bad key or payload length")
-    if sum(lens) + nones != raw_len:
-        raise ProtocolError("packed batch lengths disagree with its body")
-    return lens
-
-
 def last_lsn_of(data: bytes) -> int:
     """The last LSN a packed batch claims, from its header alone (unchecked:
     to pass over a batch without parsing it)."""

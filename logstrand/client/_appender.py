@@ -46,9 +46,10 @@ from ..records import KEY_BYTES_MAX, check_log_id
 from ..wire import Append, AppendMany, AppendReply, ErrorReply
 from ._append_mux import MANY_PROTOCOL, Entry, NodeMux, send_alone, settle
 from ._batcher import Ticket, _finish_all, _LogBatcher
+from ._settings import check_bytes
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
     from ..rpc import ClusterView, Links
     from ._nodewatch import NodeWatch
@@ -65,26 +66,6 @@ _FATAL = {
 #: Refusals of an idempotent batch that mean "not yet" while an earlier
 #: batch of the same producer is still out, and "never" once it is the oldest.
 _SEQUENCE = (Status.OUT_OF_SEQUENCE, Status.UNKNOWN_PRODUCER)
-
-
-def check_record(log_id: int, payload: bytes | None, key: bytes | None, payload_max: int) -> None:
-    """What ``Appender.check`` refuses of one record without waiting: a bad
-    log id, a key or payload that is not bytes or too big."""
-    check_log_id(log_id)
-    _check_bytes("payload", (payload,), payload_max)
-    _check_bytes("key", (key,), KEY_BYTES_MAX)
-
-
-def _check_bytes(what: str, values: Sequence[bytes | None], limit: int) -> None:
-    for v in values:
-        if v is None:
-            continue
-        if type(v) is not bytes:
-            raise InvalidArgumentError(f"{what} must be bytes or None, not {type(v).__name__}")
-        if len(v) > limit:
-            raise InvalidArgumentError(
-                f"{what} of {len(v)} bytes exceeds the limit of {limit}", Status.TOOBIG
-            )
 
 
 @attrs.define(eq=False)
@@ -204,25 +185,44 @@ class Appender:
             raise InvalidArgumentError("keys and payloads differ in length")
         key_list = list(keys) if keys is not None else [None] * len(payloads)
         await self.check(log_id, payloads, key_list, extras)
-        lsns: list[int] = []
+
+        spans: list[tuple[int, int]] = []
         start = 0
-        producer = self.producer(log_id)
         while start < len(payloads):
-            end = self.batch_end(payloads, start)
+            spans.append((start, self.batch_end(payloads, start)))
+            start = spans[-1][1]
+
+        def build(start: int, end: int, number: tuple[int, int] | None, codec: int) -> PackedBatch:
+            ex = None if extras is None else extras[start:end]
+            return PackedBatch.for_append(
+                key_list[start:end], payloads[start:end], codec, number, ex
+            )
+
+        lsns: list[int] = []
+        firsts = await self.append_spans(log_id, spans, build)
+        for (start, end), first in zip(spans, firsts, strict=True):
+            lsns.extend(range(first, first + end - start))
+        return lsns
+
+    async def append_spans(
+        self,
+        log_id: int,
+        spans: Iterable[tuple[int, int]],
+        build: Callable[[int, int, tuple[int, int] | None, int], PackedBatch],
+    ) -> list[int]:
+        """The first LSN of each span of records ``[start, end)``, appended
+        in order, one APPEND each, as ``build(start, end, number, codec)``
+        packs it (the span's producer numbering, the log's codec).  The
+        caller has checked the log and the records."""
+        firsts: list[int] = []
+        producer = self.producer(log_id)
+        for start, end in spans:
             number = None
             if producer is not None:
                 await producer.wait_room()
                 number = producer.number(end - start)
-            first = await self.append_rpc(
-                log_id,
-                payloads[start:end],
-                key_list[start:end],
-                number,
-                None if extras is None else extras[start:end],
-            )
-            lsns.extend(range(first, first + end - start))
-            start = end
-        return lsns
+            firsts.append(await self.send(log_id, partial(build, start, end, number), number))
+        return firsts
 
     def batch_end(self, payloads: Sequence[bytes | None], start: int) -> int:
         """Where the APPEND that starts at ``start`` ends (at least one record)."""
@@ -237,12 +237,12 @@ class Appender:
     ) -> None:
         """Refuse what no node would take, before anything is sent."""
         check_log_id(log_id)
-        _check_bytes("payload", payloads, self.settings.payload_bytes_max)
-        _check_bytes("key", keys, KEY_BYTES_MAX)
+        check_bytes("payload", payloads, self.settings.payload_bytes_max)
+        check_bytes("key", keys, KEY_BYTES_MAX)
         if extras is not None:
             if len(extras) != len(payloads):
                 raise InvalidArgumentError("headers and payloads differ in length")
-            _check_bytes("headers", extras, self.settings.payload_bytes_max)
+            check_bytes("headers", extras, self.settings.payload_bytes_max)
         if self.view.log_attributes(log_id) is None:
             await self.view.refresh()
             if self.view.log_attributes(log_id) is None:
@@ -262,7 +262,12 @@ class Appender:
         front's idempotent producers): retried as any APPEND, a refusal for
         its numbering is the caller's to handle (``ProducerError``)."""
         await self.check(log_id, payloads, keys, extras)
-        return await self._append_rpc(log_id, payloads, keys, number, own=False, extras=extras)
+        return await self._append_rpc(
+            log_id,
+            lambda codec: PackedBatch.for_append(keys, payloads, codec, number, extras),
+            number,
+            own=False,
+        )
 
     async def append_rpc(
         self,
@@ -272,13 +277,27 @@ class Appender:
         number: tuple[int, int] | None = None,
         extras: Sequence[bytes | None] | None = None,
     ) -> int:
-        """One APPEND, retried until it succeeds, fails for good, or times out.
+        """One APPEND of these records (``send``)."""
+        return await self.send(
+            log_id,
+            lambda codec: PackedBatch.for_append(keys, payloads, codec, number, extras),
+            number,
+        )
+
+    async def send(
+        self,
+        log_id: int,
+        build: Callable[[int], PackedBatch],
+        number: tuple[int, int] | None = None,
+    ) -> int:
+        """One APPEND of the batch ``build`` packs with the log's codec,
+        retried until it succeeds, fails for good, or times out.
 
         ``number``: the batch's (producer id, first number) from the log's
         ``LogProducer``, which hears how it ended."""
         failed = True
         try:
-            first = await self._append_rpc(log_id, payloads, keys, number, extras=extras)
+            first = await self._append_rpc(log_id, build, number)
             failed = False
             return first
         except DuplicateAppendError:
@@ -292,19 +311,17 @@ class Appender:
     async def _append_rpc(
         self,
         log_id: int,
-        payloads: Sequence[bytes | None],
-        keys: Sequence[bytes | None],
+        build: Callable[[int], PackedBatch],
         number: tuple[int, int] | None,
         *,
         own: bool = True,
-        extras: Sequence[bytes | None] | None = None,
     ) -> int:
         # ``check`` has validated every key and payload: no second pass here.
         # The body is packed (and compressed) once, with its checksum, and
         # travels unchanged to every node that stores it and every reader.
         attributes = self.view.log_attributes(log_id)
         codec = Codec.parse(attributes.compression) if attributes is not None else Codec.NONE
-        batch = PackedBatch.for_append(keys, payloads, codec, number, extras)
+        batch = build(codec)
         deadline = trio.current_time() + self.settings.append_timeout_s
         backoff = 0.01
         last = "no attempt"

@@ -82,6 +82,7 @@ class AsyncioClient:
 
     append = _awaited(AsyncClient.append)
     append_batch = _awaited(AsyncClient.append_batch)
+    append_arrow = _awaited(AsyncClient.append_arrow)
     log_of = _awaited(AsyncClient.log_of)
 
     def read(

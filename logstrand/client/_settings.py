@@ -6,8 +6,9 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, Status
 from ..idempotence import WINDOW
+from ..records import KEY_BYTES_MAX, check_log_id
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -88,3 +89,23 @@ class ClientSettings:
             size += p
             end += 1
         return end
+
+
+def check_record(log_id: int, payload: bytes | None, key: bytes | None, payload_max: int) -> None:
+    """What ``Appender.check`` refuses of one record without waiting: a bad
+    log id, a key or payload that is not bytes or too big."""
+    check_log_id(log_id)
+    check_bytes("payload", (payload,), payload_max)
+    check_bytes("key", (key,), KEY_BYTES_MAX)
+
+
+def check_bytes(what: str, values: Sequence[bytes | None], limit: int) -> None:
+    for v in values:
+        if v is None:
+            continue
+        if type(v) is not bytes:
+            raise InvalidArgumentError(f"{what} must be bytes or None, not {type(v).__name__}")
+        if len(v) > limit:
+            raise InvalidArgumentError(
+                f"{what} of {len(v)} bytes exceeds the limit of {limit}", Status.TOOBIG
+            )

@@ -20,11 +20,10 @@ from ..errors import ClosedError, InvalidArgumentError, LogstrandError, Status, 
 from ..records import KEY_BYTES_MAX, LOG_ID_MAX
 from ..types import LSN_OLDEST, TAIL, Gap, Record, _Tail
 from ._accumulator import Accumulator, cost
-from ._appender import check_record
 from ._async import AsyncClient, open_trio_client, resolve_connection
 from ._delivery import Delivery, Waiters
 from ._forward import _blocking
-from ._settings import ClientSettings
+from ._settings import ClientSettings, check_record
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
@@ -138,6 +137,7 @@ class Client:
         return lsn
 
     append_batch = _blocking(AsyncClient.append_batch)
+    append_arrow = _blocking(AsyncClient.append_arrow)
     log_of = _blocking(AsyncClient.log_of)
 
     def _named(self, name: str, key: bytes | None) -> int:

@@ -26,7 +26,7 @@ from pyspark.sql.datasource import (
 from ..client import ClientSettings, connect
 from ..errors import DuplicateAppendError, InvalidArgumentError
 from ..idempotence import derived_id
-from ._arrow import rows_for_append
+from ._arrow import rows_by_log
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -64,28 +64,23 @@ def _task() -> tuple[int, str | None, str | None]:
 def append_rows(
     opts: WriteOptions, producer_id: int, batches: Iterator[pa.RecordBatch]
 ) -> Appended:
-    """Append the rows under ``producer_id``, one APPEND per call, so that a
-    batch found too old to answer (DUPLICATE) skips only itself."""
+    """Append the rows under ``producer_id``, one APPEND per call (its body
+    packed from the Arrow buffers: ``append_arrow``), so that a batch found
+    too old to answer (DUPLICATE) skips only itself."""
     settings = ClientSettings(producer_id=producer_id)
     done: dict[int, tuple[int, int, int]] = {}
     duplicates = 0
     with connect(opts.url, settings=settings, credentials=opts.auth.credentials()) as client:
         for batch in batches:
-            for log, (payloads, keys) in rows_for_append(batch, opts.log).items():
-                start = 0
-                while start < len(payloads):
-                    end = settings.batch_end(payloads, start)
+            for log, rows in rows_by_log(batch, opts.log).items():
+                for start, end in rows.spans(settings):
                     try:
-                        lsns = client.append_batch(
-                            log, payloads[start:end], keys=None if keys is None else keys[start:end]
-                        )
+                        lsns = client.append_arrow(log, rows.span(start, end))
                     except DuplicateAppendError:
                         duplicates += end - start
-                        start = end
                         continue
-                    start = end
-                    n, first, _ = done.get(log, (0, lsns[0], 0))
-                    done[log] = (n + len(lsns), first, lsns[-1])
+                    n, first, _ = done.get(log, (0, int(lsns[0]), 0))
+                    done[log] = (n + len(lsns), first, int(lsns[-1]))
     return Appended(done, duplicates)
 
 

@@ -509,3 +509,40 @@ def test_an_asyncio_program_uses_the_thread_backed_client(cluster: LocalCluster)
 
     appended, read = asyncio.run(main())
     assert [(r.lsn, r.payload) for r in read] == sorted(appended.items())
+
+
+def test_arrow_rows_append_in_order_and_read_back_as_appended(cluster: LocalCluster) -> None:
+    """``append_arrow``: a table's rows, keys and tombstones, in several
+    APPENDs, each span's LSNs consecutive; bad columns refused before
+    anything is sent."""
+    import numpy as np
+    import pyarrow as pa
+
+    payloads = [b"row %d " % i + b"." * (i % 50) for i in range(3000)]
+    keys = [None if i % 7 == 0 else b"k%d" % (i % 40) for i in range(3000)]
+    table = pa.table({"payload": payloads, "key": keys})
+    settings = logstrand.ClientSettings(batch_bytes_max=20_000)
+    with logstrand.connect(cluster.url, settings=settings) as client:
+        lsns = client.append_arrow(45, table)
+        assert lsns.dtype == np.uint64
+        assert len(lsns) == 3000
+        assert (np.diff(lsns.astype(np.int64)) > 0).all()
+        assert len({lsn_epoch(int(x)) for x in lsns}) == 1
+        got = [r for r in client.read(45, int(lsns[0]), int(lsns[-1])) if isinstance(r, Record)]
+        assert [r.lsn for r in got] == lsns.tolist()
+        assert [r.payload for r in got] == payloads
+        assert [r.key for r in got] == keys
+        # A compacted log takes tombstones (null payloads) with their keys.
+        dead = pa.record_batch({"payload": pa.array([b"v", None], pa.binary()), "key": ["a", "a"]})
+        first, second = client.append_arrow(245, dead).tolist()
+        recs = [r for r in client.read(245, first, until=second) if isinstance(r, Record)]
+        assert [(r.key, r.payload) for r in recs] == [(b"a", b"v"), (b"a", None)]
+        tail = client.tail_lsn(46)
+        with pytest.raises(InvalidArgumentError, match="column 'payload' must be binary"):
+            client.append_arrow(46, pa.record_batch({"payload": [1, 2]}))
+        with pytest.raises(InvalidArgumentError, match="exceeds the limit") as err:
+            client.append_arrow(46, pa.record_batch({"payload": [b"a", b"x" * (2 << 20)]}))
+        assert err.value.status == Status.TOOBIG
+        with pytest.raises(NotFoundError):
+            client.append_arrow(9999, pa.record_batch({"payload": [b"a"]}))
+        assert client.tail_lsn(46) == tail

@@ -83,7 +83,7 @@ async def append_through(view: FakeView, nodes: Nodes, timeout_s: float) -> int:
     async with trio.open_nursery() as nursery:
         appender = Appender(view, nodes, nursery, settings, Watch())  # type: ignore[arg-type]
         try:
-            lsn = await appender._append_rpc(5, [b"x"], [None], None)
+            lsn = await appender.append_rpc(5, [b"x"], [None], None)
         except TransientError as exc:
             error = exc
         nursery.cancel_scope.cancel()

@@ -374,7 +374,7 @@ def test_a_body_s_lengths_are_checked_as_one_by_one(
     a length below -1 or lengths that disagree with the body's size."""
     import struct
 
-    from logstrand.batch._packed import _lengths
+    from logstrand.batch._layout import check_lengths as _lengths
     from logstrand.errors import ProtocolError
 
     data = bytes(start) + struct.pack(f"<{len(lens)}i", *lens)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import pickle
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -16,7 +17,7 @@ from logstrand.client._arrow import ARROW_SCHEMA
 from logstrand.client._arrow import arrow_batch as record_batch
 from logstrand.errors import InvalidArgumentError
 from logstrand.spark import _plan
-from logstrand.spark._arrow import rows_for_append
+from logstrand.spark._arrow import rows_by_log
 from logstrand.spark._options import ReadOptions, WriteOptions, parse_logs
 from logstrand.types import compose_lsn
 
@@ -206,18 +207,30 @@ def test_arrow_rows_match_the_spark_schema() -> None:
         record_batch(4, [1 << 63], [0], [None], [b""])
 
 
-def test_rows_for_append_by_option_and_by_column() -> None:
+def test_rows_by_log_by_option_and_by_column() -> None:
     b = pa.RecordBatch.from_pydict(
         {"log_id": [1, 2, 1], "payload": ["a", "b", "c"], "key": [b"x", None, b"z"]}
     )
-    assert rows_for_append(b, None) == {1: ([b"a", b"c"], [b"x", b"z"]), 2: ([b"b"], [None])}
-    assert rows_for_append(b, 9) == {9: ([b"a", b"b", b"c"], [b"x", None, b"z"])}
+
+    def rows(by: dict[int, Any]) -> dict[int, tuple[list[Any], list[Any]]]:
+        return {
+            log: (
+                r.span(0, len(r)).column("payload").to_pylist(),
+                r.span(0, len(r))["key"].to_pylist(),
+            )
+            for log, r in by.items()
+        }
+
+    assert rows(rows_by_log(b, None)) == {1: (["a", "c"], [b"x", b"z"]), 2: (["b"], [None])}
+    assert rows(rows_by_log(b, 9)) == {9: (["a", "b", "c"], [b"x", None, b"z"])}
+    one = pa.RecordBatch.from_pydict({"log_id": [3, 3], "payload": [b"a", b"b"]})
+    assert list(rows_by_log(one, None)) == [3]
     with pytest.raises(InvalidArgumentError, match="payload"):
-        rows_for_append(pa.RecordBatch.from_pydict({"log_id": [1]}), None)
+        rows_by_log(pa.RecordBatch.from_pydict({"log_id": [1]}), None)
     with pytest.raises(InvalidArgumentError, match="log_id"):
-        rows_for_append(pa.RecordBatch.from_pydict({"payload": [b"a"]}), None)
+        rows_by_log(pa.RecordBatch.from_pydict({"payload": [b"a"]}), None)
     with pytest.raises(InvalidArgumentError, match="binary or string"):
-        rows_for_append(pa.RecordBatch.from_pydict({"payload": [1]}), 1)
+        rows_by_log(pa.RecordBatch.from_pydict({"payload": [1]}), 1)
 
 
 def test_partitions_pickle() -> None:
