@@ -35,17 +35,18 @@ venv-test: $(TEST_STAMP)
 # kcat for the Kafka front's tests.
 zookeeper:
 	@if [ -x /usr/share/zookeeper/bin/zkServer.sh ] && command -v java >/dev/null \
-	    && command -v iptables >/dev/null && command -v kcat >/dev/null; then :; \
+	    && command -v iptables >/dev/null && command -v kcat >/dev/null \
+	    && command -v chromium >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \
-	  echo "installing the Debian packages zookeeper, default-jre-headless, iptables and kcat"; \
+	  echo "installing the Debian packages zookeeper, default-jre-headless, iptables, kcat and chromium"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-	    apt-get install -y -qq zookeeper default-jre-headless iptables kcat >/dev/null; \
+	    apt-get install -y -qq zookeeper default-jre-headless iptables kcat chromium >/dev/null; \
 	else \
-	  echo "warning: not root: install the Debian packages 'zookeeper', 'default-jre-headless', 'iptables' and 'kcat'"; \
+	  echo "warning: not root: install the Debian packages 'zookeeper', 'default-jre-headless', 'iptables', 'kcat' and 'chromium'"; \
 	fi
 
 run: venv
-	$(BIN)/logstrand dev demo --dir run-data/demo
+	$(BIN)/logstrand dev demo --dir run-data/demo --keep
 
 test: venv-test zookeeper lint
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)

@@ -24,6 +24,7 @@ from ..types import format_lsn
 from ._append import append
 from ._cluster import dev_app
 from ._common import EXIT_FAILED, EXIT_USAGE, console, err_console
+from ._console import serve_console
 from ._groups import groups_app
 from ._kafka import kafka_app
 from ._log_ops import compact, info, trim
@@ -63,6 +64,7 @@ app.add_typer(acl_app, name="acl")
 app.add_typer(groups_app, name="groups")
 app.add_typer(tls_app, name="tls")
 app.add_typer(kafka_app, name="kafka")
+app.command("console")(serve_console)
 
 
 def _version(value: bool) -> None:

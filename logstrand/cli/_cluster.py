@@ -55,7 +55,8 @@ def dev_up(
         ),
     ] = False,
 ) -> None:
-    """Start a local cluster, print 'ready <url>', stop it on SIGINT/SIGTERM."""
+    """Start a local cluster, print 'ready <url>' and 'console http://HOST:PORT/'
+    (every node serves the console: docs/console.md), stop it on SIGINT/SIGTERM."""
     from ..testing import LocalCluster
 
     grace_ms = None if rebuild_grace is None else duration_option(rebuild_grace, "--rebuild-grace")
@@ -66,6 +67,7 @@ def dev_up(
         secure=secure,
         rebuild_grace_ms=grace_ms,
         kafka=kafka,
+        console=True,
     )
     _serve_until_signalled(cluster, directory)
 
@@ -98,6 +100,8 @@ def _serve_until_signalled(cluster: LocalCluster, directory: Path) -> None:
                     f"ssl.ca.location={directory.absolute() / 'tls' / 'ca.pem'}",
                     highlight=False,
                 )
+        if cluster.console:
+            print(f"console {next(iter(cluster.console_urls.values()))}/", flush=True)
         print(f"ready {cluster.url}", flush=True)
         while not stop:
             for node_id in list(cluster.procs):
@@ -116,14 +120,22 @@ def dev_demo(
         Path, typer.Option("--dir", help="Where the cluster keeps its data.")
     ] = Path("run-data/demo"),
     nodes: Annotated[int, typer.Option("--nodes", min=1, max=16)] = 3,
+    keep: Annotated[
+        bool,
+        typer.Option(
+            "--keep",
+            help="Keep the cluster running afterwards, with its console, until Ctrl-C.",
+        ),
+    ] = False,
 ) -> None:
-    """Start a local cluster, create a log, append to it three ways, and stop."""
+    """Start a local cluster, create a log, append to it three ways, and stop
+    (with --keep: keep it, and say where its console is)."""
     from ..epochstore import LogAttributes, open_epoch_store
     from ..errors import ExistsError
     from ..testing import LocalCluster
 
     replication = min(2, nodes)
-    with LocalCluster(directory, nodes=nodes) as cluster:
+    with LocalCluster(directory, nodes=nodes, console=keep) as cluster:
         console.print(f"started {nodes} nodes: ready {cluster.url}")
         console.print(
             "insecure mode (no TLS, every peer trusted) on 127.0.0.1 only; "
@@ -139,7 +151,25 @@ def dev_demo(
             _demo_appends(client, replication)
             _demo_reads(client)
         _demo_stored(cluster)
+        if keep:
+            _keep(cluster)
     console.print(f"cluster stopped; its data stays in {directory}")
+
+
+def _keep(cluster: LocalCluster) -> None:
+    """Serve on until SIGINT/SIGTERM, saying where the console is."""
+    url = next(iter(cluster.console_urls.values()))
+    console.print(
+        f"console {url}/ : open it in a browser (every node serves one); Ctrl-C stops the cluster",
+        highlight=False,
+    )
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    try:
+        while not stop:
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
 
 
 def _demo_appends(client: Client, replication: int) -> None:

@@ -11,10 +11,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .._units import format_bytes, format_duration_ms
-from ..errors import InvalidArgumentError, LogstrandError, Status
+from ..admin import info_doc, sequencer_doc
+from ..errors import InvalidArgumentError, LogstrandError
 from ..records import parse_log_range
 from ..types import compose_lsn, format_lsn, lsn_epoch, lsn_esn, parse_lsn
-from ..wire import SeqState
 from ._common import (
     EXIT_FAILED,
     JsonOption,
@@ -33,11 +33,8 @@ from ._common import (
 from ._nodes import corrupt_text
 
 if TYPE_CHECKING:
-    from collections.abc import Collection
-
     from ..client import Client
-    from ..epochstore import LogAttributes, LogEpochs
-    from ..wire import LogInfoReply
+    from ..epochstore import LogAttributes
 
 
 def _ts(ms: int) -> str:
@@ -138,19 +135,6 @@ def _trim_each(
     return results
 
 
-def _sequencer_doc(state: SeqState | None) -> dict[str, Any] | None:
-    if state is None or state.status != Status.OK:
-        return None
-    return {
-        "epoch": state.epoch,
-        "recovered": state.recovered,
-        "recovering_s": round(state.recovering_ms / 1000, 3),
-        "stalled": state.stalled,
-        "recovery_attempts_failed": state.attempts_failed,
-        "recovery_error": state.error,
-    }
-
-
 def _recovery_text(seq: dict[str, Any] | None) -> str:
     if seq is None:
         return "- (the sequencer did not answer)"
@@ -165,61 +149,6 @@ def _recovery_text(seq: dict[str, Any] | None) -> str:
     if seq["stalled"]:
         text = f"[red]STALLED[/]: {text}; appends are refused until it finishes"
     return text
-
-
-def _info_doc(
-    log: int,
-    attributes: LogAttributes,
-    epochs: LogEpochs,
-    lce: int,
-    alive: Collection[int],
-    compaction: dict[str, Any] | None,
-    tail: int,
-    infos: list[LogInfoReply],
-    sequencer: int | None,
-) -> dict[str, Any]:
-    """``info``'s document: what the epoch store and the nodes said of the log."""
-    current = epochs.current
-    nodeset = list(current.nodeset) if current else []
-    copies = max(1, attributes.replication_factor)
-    head = max((i.trim_point for i in infos), default=0)
-    doc: dict[str, Any] = {
-        "log_id": log,
-        "head": head,
-        "tail": tail,
-        "epoch": epochs.next_epoch - 1,
-        "last_clean_epoch": lce,
-        "sequencer_node": sequencer,
-        "sequencer": None,
-        "nodeset": nodeset,
-        "replication_factor": attributes.replication_factor,
-        "replicate_across": attributes.replicate_across,
-        "retention_ms": attributes.retention_ms,
-        "cleanup_policy": attributes.cleanup_policy,
-        # Every node counts its copies: divided by R, and approximate.
-        "records_approx": sum(i.records for i in infos) // copies,
-        "bytes_approx": sum(i.bytes for i in infos) // copies,
-        "oldest_timestamp_ms": min(
-            (i.first_timestamp_ms for i in infos if i.first_timestamp_ms), default=0
-        ),
-        "newest_timestamp_ms": max((i.last_timestamp_ms for i in infos), default=0),
-        "nodes_answered": len(infos),
-        "nodes_alive": [n for n in nodeset if n in alive],
-        # Ranges of copies the nodes found unreadable (a checksum failed) since they started.
-        "corrupt_copies": sum(i.corrupt_copies for i in infos),
-    }
-    if attributes.compacted:
-        state = compaction or {}
-        total = doc["bytes_approx"]
-        clean = int(state.get("clean_bytes", 0))
-        doc["compaction"] = {
-            "clean_point": int(state.get("clean_point", 0)),
-            "dirty_ratio": round(max(0, total - clean) / total, 3) if total else 0.0,
-            "min_cleanable_ratio": attributes.min_cleanable_ratio,
-            "passes": int(state.get("passes", 0)),
-            "last_pass": state.get("last_pass"),
-        }
-    return doc
 
 
 def _info_rows(
@@ -279,8 +208,8 @@ def info(
         infos = client.log_info(log)
         sequencer = client.sequencer_node(log)
         seq_state = client.sequencer_state(log)
-    doc = _info_doc(log, attributes, epochs, lce, alive, compaction, tail, infos, sequencer)
-    doc["sequencer"] = _sequencer_doc(seq_state)
+    doc = info_doc(log, attributes, epochs, lce, alive, compaction, tail, infos, sequencer)
+    doc["sequencer"] = sequencer_doc(seq_state)
     if as_json:
         print_json(doc)
         return

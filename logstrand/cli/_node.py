@@ -116,6 +116,17 @@ _OWN_OPTIONS = (
         ),
     ),
     keyword(
+        "http_port",
+        int | None,
+        None,
+        typer.Option(
+            min=0,
+            max=65535,
+            help="Serve the console (a web page) and the HTTP admin API on this port "
+            "(on the host the node listens on; docs/console.md).",
+        ),
+    ),
+    keyword(
         "kafka_advertise",
         str | None,
         None,
@@ -340,7 +351,8 @@ def _build(params: dict[str, Any]) -> Callable[[str, TlsFiles | None], Node]:
             logsdb_options=LogsDBOptions(partition_duration_ms=partition_ms),
             # The coordinator before the Kafka front, which shares it.
             extensions=(Cleaner(cleaner), GroupsMonitor(monitor, LazyClient), groups)
-            + (() if kafka is None else (kafka,)),
+            + (() if kafka is None else (kafka,))
+            + _console(params["http_port"]),
             kafka=None if kafka is None else kafka.address(),
         )
 
@@ -366,6 +378,15 @@ def _kafka(params: dict[str, Any], groups: NodeGroups) -> Any:
         ),
         groups,
     )
+
+
+def _console(port: int | None) -> tuple[Any, ...]:
+    """The node's console (none without --http-port)."""
+    if port is None:
+        return ()
+    from ..console import NodeConsole, NodeConsoleOptions
+
+    return (NodeConsole(NodeConsoleOptions(port)),)
 
 
 def _tls(cert: str | None, key: str | None, ca: str | None) -> TlsFiles | None:

@@ -12,11 +12,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from .._units import format_bytes, format_duration_ms, parse_duration_ms
+from ..admin import rebuilding_doc, status_row
 from ..epochstore import NodeConfig, describe_offset
 from ..rebuilding import Mode, StorageState
 from ..rebuilding._core import removable
 from ..records import log_name
-from ..wire import NodeStatus
 from ._common import (
     EXIT_FAILED,
     JsonOption,
@@ -32,7 +32,7 @@ from ._common import (
 )
 
 if TYPE_CHECKING:
-    from ..epochstore import EpochStore, Member, NodeConfig
+    from ..epochstore import EpochStore, NodeConfig
     from ..rebuilding import RebuildingState
 
 nodes_app = typer.Typer(help="The nodes of the cluster configuration.", no_args_is_help=True)
@@ -44,33 +44,6 @@ WaitOption = Annotated[
     bool, typer.Option("--wait", help="Show the progress and return when it has ended.")
 ]
 NodeArgument = Annotated[int, typer.Argument(help="Node id.", min=0)]
-
-
-def rebuilding_doc(store: EpochStore, alive: frozenset[int]) -> dict[str, Any]:
-    """Each node's ``storage_state`` and the run under way, for ``status --json``."""
-    st = store.rebuilding_state()
-    states = {
-        n: st.storage_state(n, n in alive).value
-        for n, cfg in store.nodes().items()
-        if "storage" in cfg.roles
-    }
-    run: dict[str, Any] | None = None
-    if st.run is not None:
-        progress = store.run_progress()
-        run = {
-            **st.run.to_json(),
-            "modes": {str(n): st.shards[n].mode.value for n in st.run.nodes if n in st.shards},
-            "donors_done": sum(p.done for p in progress.values()),
-            "records": sum(p.records for p in progress.values()),
-            "bytes": sum(p.bytes for p in progress.values()),
-            "per_donor": {str(d): p.to_json() for d, p in progress.items()},
-        }
-    return {
-        "storage_state": states,
-        "rebuilding": run,
-        "last": st.last,
-        "grace_ms": st.grace_ms,
-    }
 
 
 def rebuild(
@@ -301,7 +274,7 @@ def status(url: UrlOption = None, as_json: JsonOption = False) -> None:
         for node_id, cfg in sorted(nodes.items()):
             st = client.node_status(node_id) if node_id in alive else None
             storage = rebuilding["storage_state"].get(node_id)
-            rows.append(_status_row(node_id, cfg, st, members.get(node_id), alive, storage))
+            rows.append(status_row(node_id, cfg, st, members.get(node_id), alive, storage))
     unhealthy = any(r["state"] not in ("alive", "no space") for r in rows)
     if as_json:
         print_json({"epoch_store": store_url, "nodes": rows, **rebuilding})
@@ -313,43 +286,6 @@ def status(url: UrlOption = None, as_json: JsonOption = False) -> None:
     _print_rebuilding(rebuilding)
     if unhealthy:
         raise typer.Exit(EXIT_FAILED)
-
-
-def _status_row(
-    node_id: int,
-    cfg: NodeConfig,
-    st: NodeStatus | None,
-    m: Member | None,
-    alive: frozenset[int],
-    storage_state: str | None,
-) -> dict[str, Any]:
-    """One node's line of ``status``: what the epoch store and the node said
-    (``st`` None: it did not answer, or is not a member)."""
-    return {
-        "node_id": node_id,
-        "address": f"{cfg.host}:{cfg.port}",
-        #: Its Kafka front's address (``--kafka-port``), or None.
-        "kafka": cfg.kafka,
-        "location": cfg.location,
-        "state": _state(st is not None, node_id in alive, st),
-        "clock_offset_ms": m.clock_offset_ms if m else None,
-        "takes_sequencers": m.sequencer if m else None,
-        "why_not": m.why if m and not m.sequencer else None,
-        "storage_state": storage_state,
-        "sequencing": list(st.sequencing) if st else [],
-        "partitions": st.partitions if st else None,
-        "disk_bytes": st.disk_bytes if st else None,
-        "logs": st.logs if st else None,
-        "uptime_s": st.uptime_s if st else None,
-        "corrupt_copies": st.corrupt_copies if st else None,
-        "free_bytes": st.free_bytes if st else None,
-        "space_low": bool(st.space_low) if st else None,
-        #: Bytes LogsDB's flushes and compactions wrote over bytes of records
-        #: given to it, since the node started (None: nothing written yet).
-        "write_amplification": (
-            round(st.disk_written / st.user_written, 2) if st and st.user_written else None
-        ),
-    }
 
 
 def _status_table(rows: list[dict[str, Any]]) -> Table:
@@ -415,14 +351,6 @@ def _print_rebuilding(doc: dict[str, Any]) -> None:
 def corrupt_text(ranges: int) -> str:
     """Ranges of unreadable copies a node reported since it started (red when any)."""
     return f"[red]{ranges}[/]" if ranges else "0"
-
-
-def _state(answered: bool, member: bool, st: NodeStatus | None = None) -> str:
-    if answered:
-        # Alive but below its free-space floor: it serves reads, takes no STOREs.
-        return "no space" if st is not None and st.space_low else "alive"
-    # In the membership but silent: stopped, overloaded, or just dying.
-    return "unreachable" if member else "dead"
 
 
 def _sequences(row: dict[str, Any]) -> str:

@@ -71,6 +71,8 @@ class NodeConfig:
     data_dir: str = ""
     #: host:port of its Kafka listener (``--kafka-port``), for Kafka clients.
     kafka: str | None = None
+    #: Port of its console and HTTP admin API (``--http-port``), on its host.
+    http_port: int | None = None
 
     def __attrs_post_init__(self) -> None:
         if type(self.node_id) is not int or not NODE_ID_MIN <= self.node_id <= NODE_ID_MAX:
@@ -114,6 +116,7 @@ class NodeConfig:
             "metrics_port": self.metrics_port,
             "data_dir": self.data_dir,
             "kafka": self.kafka,
+            "http_port": self.http_port,
         }
 
     @classmethod
@@ -127,6 +130,7 @@ class NodeConfig:
             d.get("metrics_port"),
             d.get("data_dir", ""),
             d.get("kafka"),
+            d.get("http_port"),
         )
 
 

@@ -22,9 +22,7 @@ node's ``NodeServices`` and registers handlers for the messages it answers.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import resource
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -63,7 +61,7 @@ from ._reads import ReadStreams
 from ._rebuild import Rebuilder, read_marker
 from ._release_watch import ReleaseWatch
 from ._sequencers import SequencerHost
-from ._server import Server
+from ._server import Server, raise_fd_limit
 from ._upkeep import Upkeep
 
 if TYPE_CHECKING:
@@ -82,7 +80,8 @@ IDLE_TICK_S = 0.5
 
 class NodeExtension(Protocol):
     """Runs beside the node's parts (the cleaner): it gets the node, registers
-    handlers for the messages it answers, and says when it has started."""
+    handlers for the messages it answers, and says when it has started.  One
+    that serves an address has ``configure(cfg) -> cfg`` too (``_advertise``)."""
 
     async def run(self, node: Node, *, task_status: trio.TaskStatus[None] = ...) -> None: ...
 
@@ -158,7 +157,7 @@ class Node:
         store = await trio.to_thread.run_sync(open_epoch_store, self.url)
         self.view = view = ClusterView(store)
         self.guard = Guard(self.node_id, view, self.metrics, secure=self.options.tls is not None)
-        _raise_fd_limit()
+        raise_fd_limit()
         unwatch = watch_collections(self.metrics)
         try:
             await view.refresh()
@@ -219,23 +218,27 @@ class Node:
         await trio.to_thread.run_sync(mark_handed_off, self._data_dir)
 
     async def _advertise(self, cfg: NodeConfig) -> NodeConfig:
-        """Put ``--advertise`` (and the port of ``--metrics``, and the Kafka
-        front's address or its absence) in the cluster configuration when
-        they differ from it."""
+        """Put ``--advertise`` (and the port of ``--metrics``, the Kafka
+        front's address, the console's port, or their absence) in the cluster
+        configuration when they differ from it.  An extension with a
+        ``configure(cfg) -> cfg`` says what it serves."""
         metrics_port = self.metrics_at[1] if self.metrics_at else cfg.metrics_port
         address = self.advertise or cfg.address
         kafka = self.kafka
         if kafka is not None and kafka.startswith(":"):
             kafka = address.rsplit(":", 1)[0] + kafka
-        if (address, metrics_port, kafka) == (cfg.address, cfg.metrics_port, cfg.kafka):
+        new = attrs.evolve(
+            cfg, address=address, metrics_port=metrics_port, kafka=kafka, http_port=None
+        )
+        for extension in self.extensions:
+            configure = getattr(extension, "configure", None)
+            new = new if configure is None else configure(new)
+        if new == cfg:
             return cfg
-        new = attrs.evolve(cfg, address=address, metrics_port=metrics_port, kafka=kafka)
         await self.view.astore.run(lambda s: s.update_node(new))
-        if address == cfg.address and not cfg.metrics_port:
-            # The first start with --metrics: a port recorded, nothing changed.
-            _log.info("node %d: metrics port %s recorded", self.node_id, metrics_port)
-        else:
-            _log.warning("node %d: configuration now says %s (was %s)", self.node_id, new, cfg)
+        # A new address is worth a warning; ports recorded at start are not.
+        level = logging.WARNING if address != cfg.address else logging.INFO
+        _log.log(level, "node %d: configuration now says %s (was %s)", self.node_id, new, cfg)
         await self.view.refresh()
         return new
 
@@ -473,15 +476,6 @@ class Node:
                     self.metrics.receive_held.labels(pool).set(budget.used)
                     self.metrics.receive_held_peak.labels(pool).set(budget.peak)
                 self.metrics.releases_overdue.set(watch.overdue(now))
-
-
-def _raise_fd_limit() -> None:
-    """Connections are bounded by ``connections_max``, not by a low default
-    limit on open files, which would also starve RocksDB and peer links."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def _sync(fn: Callable[[], None]) -> Callable[[], Awaitable[None]]:

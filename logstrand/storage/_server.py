@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import resource
 import socket
 from typing import TYPE_CHECKING, Any
 
@@ -332,3 +333,12 @@ async def _drop(stream: trio.SocketStream) -> None:
             socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
         )
     await stream.aclose()
+
+
+def raise_fd_limit() -> None:
+    """Connections are bounded by ``connections_max``, not by a low default
+    limit on open files, which would also starve RocksDB and peer links."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))

@@ -40,8 +40,13 @@ class LocalCluster(Harness):
         rebuild_grace_ms: int | None = None,
         clock_offsets: dict[int, int] | None = None,
         kafka: bool = False,
+        console: bool = False,
     ) -> None:
         super().__init__()
+        #: Each node serves the console and HTTP admin API (``--http-port``):
+        #: ``console_urls`` lists them.
+        self.console = console
+        self.http_ports: dict[int, int] = {}
         #: Each node serves the Kafka protocol too (``--kafka-port``, topics
         #: created when asked for): ``kafka_bootstrap`` lists them.
         self.kafka = kafka
@@ -149,12 +154,26 @@ class LocalCluster(Harness):
         argv = [sys.executable, "-m", *launcher, "node", "--url", self.url, "--id", str(node_id)]
         argv += [*self._tls_args(node_id), *self.node_args]
         if self.kafka:
-            if node_id not in self.kafka_ports:
-                taken = {n.port for n in self.nodes.values()} | set(self.kafka_ports.values())
-                taken |= {n.metrics_port for n in self.nodes.values() if n.metrics_port}
-                self.kafka_ports[node_id] = next(p for p in iter(free_port, 0) if p not in taken)
-            argv += ["--kafka-port", str(self.kafka_ports[node_id]), "--kafka-auto-create"]
+            argv += ["--kafka-port", str(self._port(self.kafka_ports, node_id))]
+            argv += ["--kafka-auto-create"]
+        if self.console:
+            argv += ["--http-port", str(self._port(self.http_ports, node_id))]
         self.processes[node_id] = Process(argv, logs / f"node{node_id}.log")
+
+    def _port(self, ports: dict[int, int], node_id: int) -> int:
+        """A free port for ``node_id`` kept in ``ports``, the same on restarts."""
+        if node_id not in ports:
+            taken = {n.port for n in self.nodes.values()} | {
+                n.metrics_port for n in self.nodes.values()
+            }
+            taken |= set(self.kafka_ports.values()) | set(self.http_ports.values())
+            ports[node_id] = next(p for p in iter(free_port, 0) if p not in taken)
+        return ports[node_id]
+
+    @property
+    def console_urls(self) -> dict[int, str]:
+        """Each node's console (``console=True``): ``http://127.0.0.1:PORT``."""
+        return {n: f"http://127.0.0.1:{p}" for n, p in sorted(self.http_ports.items())}
 
     @property
     def kafka_bootstrap(self) -> str:

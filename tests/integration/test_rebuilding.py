@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from logstrand import Gap, Record
-from logstrand.cli._nodes import rebuilding_doc
+from logstrand.admin import rebuilding_doc
 from logstrand.client import connect, open_client
 from logstrand.epochstore import LogAttributes, open_epoch_store
 from logstrand.logsdb import LogsDB

@@ -1,0 +1,51 @@
+"""``logstrand console``: the console and HTTP admin API on their own,
+outside the nodes (docs/console.md)."""
+
+from __future__ import annotations
+
+import signal
+from typing import Annotated
+
+import typer
+
+from ._common import UrlOption, console, fail, require_url
+
+
+def serve_console(
+    port: Annotated[
+        int, typer.Option("--port", min=0, max=65535, help="Port to listen on (0: any free one).")
+    ] = 8080,
+    url: UrlOption = None,
+    host: Annotated[
+        str, typer.Option("--host", help="Address to listen on (127.0.0.1: this machine only).")
+    ] = "127.0.0.1",
+) -> None:
+    """Serve the console (a web page) and the HTTP admin API for the cluster
+    at --url until SIGINT/SIGTERM, as a client with the credentials of
+    --token/--ca (or LOGSTRAND_TOKEN/LOGSTRAND_CA).  Prints 'console
+    http://HOST:PORT/' once it listens."""
+    import trio
+
+    from ..client import open_client
+    from ..console import serve_console as serve
+    from ..security import credentials_from_env
+
+    cluster = require_url(url)
+    credentials = credentials_from_env()
+
+    async def main() -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with (
+                open_client(cluster, credentials=credentials) as client,
+                trio.open_nursery() as nursery,
+            ):
+                try:
+                    h, p = await nursery.start(serve, client, host, port)
+                except OSError as exc:
+                    fail(f"cannot listen on {host}:{port}: {exc}", 1)
+                console.print(f"console http://{h}:{p}/", highlight=False)
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+                    break
+
+    trio.run(main)

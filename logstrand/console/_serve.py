@@ -1,0 +1,145 @@
+"""Serving the console: the ASGI app (API, OpenAPI document, the page and
+its assets) under hypercorn on the caller's trio loop, in a node
+(``logstrand node --http-port``) or alone (``logstrand console``).
+
+hypercorn parses HTTP (h11) with its own bounds: a request head at most
+``h11_max_incomplete_size``, idle connections closed after
+``keep_alive_timeout``; the app bounds bodies (``_http.BODY_MAX``) and live
+tails (``_routes.TAILS_MAX``).
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import logging
+import mimetypes
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from ._http import App, HttpError, Request, Response, json_response, route
+from ._routes import Handlers, openapi
+
+if TYPE_CHECKING:
+    from ..client import AsyncClient
+    from ..epochstore import NodeConfig
+
+_log = logging.getLogger("logstrand.console")
+
+#: The page's files, shipped in the package (``console/static``): no build step.
+STATIC = importlib.resources.files("logstrand.console") / "static"
+_TYPES = {
+    ".js": "text/javascript",
+    ".css": "text/css",
+    ".html": "text/html",
+    ".svg": "image/svg+xml",
+}
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("logstrand")
+    except PackageNotFoundError:
+        return "0"
+
+
+def make_app(client: AsyncClient) -> App:
+    """The console's ASGI app over ``client``."""
+    handlers = Handlers(client)
+    document = openapi(_version())
+
+    async def spec(r: Request) -> Response:
+        return json_response(document)
+
+    async def page(r: Request) -> Response:
+        return _file("index.html")
+
+    async def asset(r: Request) -> Response:
+        return _file(r.params["name"])
+
+    return App(
+        [
+            *handlers.routes(),
+            route("GET", "/openapi.json", spec),
+            route("GET", "/", page),
+            route("GET", "/static/{name}", asset),
+        ]
+    )
+
+
+def _file(name: str) -> Response:
+    if "/" in name or name.startswith("."):
+        raise HttpError(404, f"no such file: {name}")
+    path = STATIC / name
+    if not path.is_file():
+        raise HttpError(404, f"no such file: {name}")
+    suffix = name[name.rfind(".") :]
+    kind = _TYPES.get(suffix) or mimetypes.guess_type(name)[0] or "application/octet-stream"
+    return Response(200, path.read_bytes(), f"{kind}; charset=utf-8")
+
+
+def _config(host: str, port: int) -> Any:
+    from hypercorn.config import Config
+
+    config = Config()
+    config.bind = [f"{host}:{port}"]
+    config.accesslog = None
+    config.errorlog = _log
+    config.keep_alive_timeout = 30
+    config.graceful_timeout = 1
+    return config
+
+
+async def serve_console(
+    client: AsyncClient,
+    host: str,
+    port: int,
+    *,
+    task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the console over ``client`` on ``host:port`` (0: any free port)
+    until cancelled; ``task_status`` gets the address it bound."""
+    from hypercorn.trio import serve
+
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(serve, make_app(client), _config(host, port))
+        where = binds[0].rsplit("/", 1)[-1]
+        h, _, p = where.rpartition(":")
+        task_status.started((h.strip("[]"), int(p)))
+
+
+@attrs.frozen
+class NodeConsoleOptions:
+    port: int
+    #: The address to bind (None: the host the node listens on).
+    host: str | None = None
+
+
+class NodeConsole:
+    """A node extension (``storage.NodeExtension``): the console and HTTP
+    admin API on ``options.port``; the node records the port in its entry of
+    the cluster configuration (``NodeConfig.http_port``)."""
+
+    def __init__(self, options: NodeConsoleOptions) -> None:
+        self.options = options
+
+    def configure(self, cfg: NodeConfig) -> NodeConfig:
+        return attrs.evolve(cfg, http_port=self.options.port)
+
+    async def run(
+        self, host: Any, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        from ..client import open_client
+
+        cfg = host.view.nodes[host.node_id]
+        bind = self.options.host or (host.listen[0] if host.listen else cfg.host)
+        async with (
+            open_client(host.url, credentials=host.credentials) as client,
+            trio.open_nursery() as nursery,
+        ):
+            where = await nursery.start(serve_console, client, bind, self.options.port)
+            _log.info("node %d: console on http://%s:%d/", host.node_id, *where)
+            task_status.started()

@@ -1,0 +1,147 @@
+"""The console's page in a real browser: Debian's chromium driven by
+Playwright, against real nodes serving the console (``--http-port``)."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+import logstrand
+from logstrand.epochstore import LogAttributes, open_epoch_store
+from logstrand.testing import LocalCluster
+from logstrand.types import Record
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with LocalCluster(tmp_path_factory.mktemp("page"), nodes=3, console=True) as c:
+        with open_epoch_store(c.url) as store:
+            store.create_logs(1, 99, LogAttributes(replication_factor=2))
+        yield c
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    assert shutil.which("chromium"), "Debian's chromium is missing: make zookeeper installs it"
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield pg
+    context.close()
+    assert errors == [], errors  # no script error on any page
+
+
+def test_the_overview_shows_the_nodes_of_the_cluster(cluster: LocalCluster, page: Any) -> None:
+    page.goto(cluster.console_urls[1] + "/")
+    page.wait_for_selector("#nodes .card >> nth=2")
+    cards = page.locator("#nodes .card")
+    assert cards.count() == 3
+    for i in range(3):
+        assert "alive" in (cards.nth(i).get_attribute("class") or "")
+    assert "3 nodes, 99 logs" in page.locator("#summary").inner_text()
+
+
+def test_an_appended_record_shows_in_the_live_tail_within_a_second(
+    cluster: LocalCluster, page: Any
+) -> None:
+    page.goto(cluster.console_urls[2] + "/#/logs/11")
+    page.click("#tail-toggle")
+    page.wait_for_selector("#tail-note:has-text('following from')")
+    with logstrand.connect(cluster.url) as client:
+        t0 = time.monotonic()
+        lsn = client.append(11, b'{"order": 42}')
+        page.wait_for_selector(
+            f"#tail-rows tr[data-lsn='{logstrand.format_lsn(lsn)}']", timeout=5000
+        )
+        took = time.monotonic() - t0
+    assert took < 1.0, took
+    assert '"order": 42' in page.locator("#tail-rows").inner_text()
+    # 1,000 appends a second for two seconds: the page keeps up (it samples
+    # and says so when a flush brings more than it shows).
+    with logstrand.connect(cluster.url) as client:
+        t0 = time.monotonic()
+        futures = []
+        for i in range(2000):
+            futures.append(client.append_async(11, b"burst %d" % i))
+            pause = t0 + (i + 1) / 1000 - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+        last = futures[-1].result(timeout=30)
+    page.wait_for_selector(f"#tail-rows tr[data-lsn='{logstrand.format_lsn(last)}']", timeout=3000)
+    assert "2,001 records arrived" in page.locator("#tail-note").inner_text()
+    assert page.locator("#tail-rows tr").count() <= 500
+
+
+def test_a_groups_lag_goes_down_as_a_reader_consumes(cluster: LocalCluster, page: Any) -> None:
+    with logstrand.connect(cluster.url) as client:
+        lsns = client.append_batch(12, [b"e%d" % i for i in range(300)])
+        client.commit("reader", 12, lsns[0])
+        page.goto(cluster.console_urls[1] + "/#/groups/reader")
+        page.wait_for_selector("#group-lag:has-text('299 records')")
+        seen = []
+        records = (r for r in client.read(12, lsns[1], until=lsns[-1]) if isinstance(r, Record))
+        for n, record in enumerate(records, 1):
+            if n % 100 == 0:
+                client.commit("reader", 12, record.lsn)
+                text = f"lag: {299 - n:,} records"
+                page.wait_for_selector(f"#group-lag:has-text('{text}')", timeout=6000)
+                seen.append(text)
+    assert seen == ["lag: 199 records", "lag: 99 records"]
+
+
+def test_a_reset_shows_its_dry_run_and_moves_the_position_once_confirmed(
+    cluster: LocalCluster, page: Any
+) -> None:
+    with logstrand.connect(cluster.url) as client:
+        lsns = client.append_batch(13, [b"r%d" % i for i in range(50)])
+        client.commit("resettable", 13, lsns[-1])
+    page.goto(cluster.console_urls[1] + "/#/groups/resettable")
+    page.wait_for_selector("tr[data-log='13'] button.reset")
+    page.once("dialog", lambda d: d.accept("earliest"))
+    page.click("tr[data-log='13'] button.reset")
+    page.wait_for_selector("#confirm[open]")
+    body = page.locator("#confirm-body").inner_text()
+    assert logstrand.format_lsn(lsns[-1]) in body  # where it is, from the dry run
+    with logstrand.connect(cluster.url) as client:
+        assert client.committed("resettable", 13) == lsns[-1]  # not moved yet
+        page.click("#confirm-ok")
+        deadline = time.monotonic() + 5
+        while client.committed("resettable", 13) == lsns[-1]:
+            assert time.monotonic() < deadline, "the reset did not happen"
+            time.sleep(0.1)
+        assert client.committed("resettable", 13) == 0
+
+
+def test_a_killed_node_turns_red_within_its_failure_detection_time(
+    cluster: LocalCluster, page: Any
+) -> None:
+    page.goto(cluster.console_urls[1] + "/")
+    page.wait_for_selector("#nodes .card[data-node='3'].alive")
+    t0 = time.monotonic()
+    cluster.kill_node(3)
+    page.wait_for_selector(
+        "#nodes .card[data-node='3'].dead, #nodes .card[data-node='3'].unreachable",
+        timeout=30_000,
+    )
+    took = time.monotonic() - t0
+    assert took < 20, took
+    assert "alive" in (page.locator("#nodes .card[data-node='1']").get_attribute("class") or "")
