@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -124,7 +125,8 @@ def dev_demo(
         bool,
         typer.Option(
             "--keep",
-            help="Keep the cluster running afterwards, with its console, until Ctrl-C.",
+            help="Keep the cluster running afterwards, with its console, until Ctrl-C "
+            "(when run from a terminal; otherwise say where the console was and stop).",
         ),
     ] = False,
 ) -> None:
@@ -157,8 +159,16 @@ def dev_demo(
 
 
 def _keep(cluster: LocalCluster) -> None:
-    """Serve on until SIGINT/SIGTERM, saying where the console is."""
+    """Serve on until SIGINT/SIGTERM, saying where the console is (from a
+    terminal only: a script that runs the demo is not left waiting)."""
     url = next(iter(cluster.console_urls.values()))
+    if not sys.stdin.isatty():
+        console.print(
+            f"console {url}/ (not a terminal: stopping; `logstrand dev up` keeps a cluster "
+            "with its console)",
+            highlight=False,
+        )
+        return
     console.print(
         f"console {url}/ : open it in a browser (every node serves one); Ctrl-C stops the cluster",
         highlight=False,

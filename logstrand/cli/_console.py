@@ -4,6 +4,7 @@ outside the nodes (docs/console.md)."""
 from __future__ import annotations
 
 import signal
+from functools import partial
 from typing import Annotated
 
 import typer
@@ -19,11 +20,16 @@ def serve_console(
     host: Annotated[
         str, typer.Option("--host", help="Address to listen on (127.0.0.1: this machine only).")
     ] = "127.0.0.1",
+    tls_cert: Annotated[
+        str | None, typer.Option("--tls-cert", help="Serve HTTPS with this certificate (PEM).")
+    ] = None,
+    tls_key: Annotated[str | None, typer.Option("--tls-key", help="Its private key (PEM).")] = None,
 ) -> None:
     """Serve the console (a web page) and the HTTP admin API for the cluster
     at --url until SIGINT/SIGTERM, as a client with the credentials of
-    --token/--ca (or LOGSTRAND_TOKEN/LOGSTRAND_CA).  Prints 'console
-    http://HOST:PORT/' once it listens."""
+    --token/--ca (or LOGSTRAND_TOKEN/LOGSTRAND_CA).  With those (a secure
+    cluster) every API request must carry a user's token and may do what the
+    user's grants allow.  Prints 'console http://HOST:PORT/' once it listens."""
     import trio
 
     from ..client import open_client
@@ -32,6 +38,11 @@ def serve_console(
 
     cluster = require_url(url)
     credentials = credentials_from_env()
+    if (tls_cert is None) != (tls_key is None):
+        fail("HTTPS needs both --tls-cert and --tls-key")
+    tls = None if tls_cert is None or tls_key is None else (tls_cert, tls_key)
+    scheme = "http" if tls is None else "https"
+    secure = credentials is not None
 
     async def main() -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -40,10 +51,12 @@ def serve_console(
                 trio.open_nursery() as nursery,
             ):
                 try:
-                    h, p = await nursery.start(serve, client, host, port)
+                    h, p = await nursery.start(
+                        partial(serve, secure=secure, tls=tls), client, host, port
+                    )
                 except OSError as exc:
                     fail(f"cannot listen on {host}:{port}: {exc}", 1)
-                console.print(f"console http://{h}:{p}/", highlight=False)
+                console.print(f"console {scheme}://{h}:{p}/", highlight=False)
                 async for _ in signals:
                     nursery.cancel_scope.cancel()
                     break

@@ -89,6 +89,10 @@ API: tuple[Api, ...] = (
 )  # fmt: skip
 
 
+#: (method, path template) -> the operation it needs in secure mode.
+OPS = {(a.method, a.path): a.op for a in API}
+
+
 class Handlers:
     """The API's handlers over one client of the cluster."""
 

@@ -13,16 +13,24 @@ COUNTERS = {
     "logstrand_store_records_total": "store_records",
 }
 RESPONSE_MAX = 8 << 20
+#: An endpoint that did not answer is not asked again for this long (a
+#: metrics port bound to another address than the node's must not cost
+#: every status request its timeout).
+QUIET_S = 30.0
+_quiet_until: dict[tuple[str, int], float] = {}
 
 
 async def node_counters(host: str, port: int, timeout_s: float) -> dict[str, float] | None:
     """The node's counters (None: it did not answer in time, or not as
     Prometheus does)."""
+    if _quiet_until.get((host, port), 0.0) > trio.current_time():
+        return None
     with trio.move_on_after(timeout_s):
         try:
             return parse_counters(await _get(host, port))
         except (OSError, ValueError):
-            return None
+            pass
+    _quiet_until[(host, port)] = trio.current_time() + QUIET_S
     return None
 
 

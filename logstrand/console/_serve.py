@@ -13,11 +13,13 @@ from __future__ import annotations
 import importlib.resources
 import logging
 import mimetypes
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
+from ._auth import Gate
 from ._http import App, HttpError, Request, Response, json_response, route
 from ._routes import Handlers, openapi
 
@@ -46,8 +48,10 @@ def _version() -> str:
         return "0"
 
 
-def make_app(client: AsyncClient) -> App:
-    """The console's ASGI app over ``client``."""
+def make_app(client: AsyncClient, *, secure: bool = False) -> App:
+    """The console's ASGI app over ``client``; ``secure``: every API request
+    carries a user's token and may do only what the user's grants allow
+    (``_auth``)."""
     handlers = Handlers(client)
     document = openapi(_version())
 
@@ -66,7 +70,8 @@ def make_app(client: AsyncClient) -> App:
             route("GET", "/openapi.json", spec),
             route("GET", "/", page),
             route("GET", "/static/{name}", asset),
-        ]
+        ],
+        before=Gate(client) if secure else None,
     )
 
 
@@ -81,11 +86,13 @@ def _file(name: str) -> Response:
     return Response(200, path.read_bytes(), f"{kind}; charset=utf-8")
 
 
-def _config(host: str, port: int) -> Any:
+def _config(host: str, port: int, tls: tuple[str, str] | None) -> Any:
     from hypercorn.config import Config
 
     config = Config()
     config.bind = [f"{host}:{port}"]
+    if tls is not None:
+        config.certfile, config.keyfile = tls
     config.accesslog = None
     config.errorlog = _log
     config.keep_alive_timeout = 30
@@ -98,14 +105,19 @@ async def serve_console(
     host: str,
     port: int,
     *,
+    secure: bool = False,
+    tls: tuple[str, str] | None = None,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the console over ``client`` on ``host:port`` (0: any free port)
-    until cancelled; ``task_status`` gets the address it bound."""
+    until cancelled; ``task_status`` gets the address it bound.  ``secure``:
+    tokens and grants (``make_app``); ``tls``: (certificate, key) files to
+    serve HTTPS with."""
     from hypercorn.trio import serve
 
+    app, config = make_app(client, secure=secure), _config(host, port, tls)
     async with trio.open_nursery() as nursery:
-        binds = await nursery.start(serve, make_app(client), _config(host, port))
+        binds = await nursery.start(serve, app, config)
         where = binds[0].rsplit("/", 1)[-1]
         h, _, p = where.rpartition(":")
         task_status.started((h.strip("[]"), int(p)))
@@ -136,10 +148,14 @@ class NodeConsole:
 
         cfg = host.view.nodes[host.node_id]
         bind = self.options.host or (host.listen[0] if host.listen else cfg.host)
+        files = host.options.tls  # secure mode: HTTPS with the node's certificate
+        tls = None if files is None else (files.cert, files.key)
         async with (
             open_client(host.url, credentials=host.credentials) as client,
             trio.open_nursery() as nursery,
         ):
-            where = await nursery.start(serve_console, client, bind, self.options.port)
-            _log.info("node %d: console on http://%s:%d/", host.node_id, *where)
+            serve = partial(serve_console, secure=tls is not None, tls=tls)
+            where = await nursery.start(serve, client, bind, self.options.port)
+            scheme = "https" if tls else "http"
+            _log.info("node %d: console on %s://%s:%d/", host.node_id, scheme, *where)
             task_status.started()

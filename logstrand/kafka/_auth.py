@@ -26,12 +26,9 @@ import hmac
 import logging
 from typing import TYPE_CHECKING, Any
 
-import trio
-
-from ..records import LOG_ID_MAX
 from ..security import (
     MECHANISMS,
-    Grant,
+    Access,
     SaslError,
     ScramServer,
     check_plain,
@@ -45,10 +42,6 @@ if TYPE_CHECKING:
     from ._protocol import Request
 
 _log = logging.getLogger("logstrand.kafka")
-#: Users and grants are read again after this long.
-REFRESH_S = 5.0
-#: A request refused reads them again, if they are older than this.
-RECHECK_S = 0.5
 #: What a connection may ask before it authenticated.
 BEFORE_AUTH = frozenset({17, 18, 36})
 
@@ -63,26 +56,15 @@ class FrontAuth:
     def __init__(self, client: AsyncClient, *, secure: bool) -> None:
         self.client = client
         self.secure = secure
-        self.users: dict[str, Any] = {}
-        self.grants: tuple[Grant, ...] = ()
-        self._read_at = -float("inf")
-        self._reading = trio.Lock()
 
-    async def _refresh(self, *, force: bool = False) -> None:
-        async with self._reading:
-            if not force and trio.current_time() - self._read_at < REFRESH_S:
-                return
-            doc = await self.client.view.astore.run(lambda s: s.security())
-            self.users = doc["users"]
-            self.grants = tuple(Grant.from_json(g) for g in doc["grants"])
-            self._read_at = trio.current_time()
+        async def read() -> dict[str, Any]:
+            doc: dict[str, Any] = await client.view.astore.run(lambda s: s.security())
+            return doc
+
+        self.access = Access(read)
 
     async def _user(self, name: str) -> dict[str, Any] | None:
-        await self._refresh()
-        if name not in self.users:
-            await self._refresh(force=True)
-        user: dict[str, Any] | None = self.users.get(name)
-        return user
+        return await self.access.user(name)
 
     # -- the gate -----------------------------------------------------------------
 
@@ -151,29 +133,11 @@ class FrontAuth:
         if not self.secure:
             return True
         user = getattr(request.conn, "user", None)
-        if user is None:
-            return False
-        await self._refresh()
-        if self._allows(user, op, log_id):
-            return True
-        # Refused: a grant made since the last read counts within ``RECHECK_S``
-        # (read again at most that often); a revoked one within ``REFRESH_S``.
-        if trio.current_time() - self._read_at < RECHECK_S:
-            return False
-        await self._refresh(force=True)
-        return self._allows(user, op, log_id)
+        return user is not None and await self.access.may(user, op, log_id)
 
     def forget(self) -> None:
         """Users and grants changed through this front: read them again."""
-        self._read_at = -float("inf")
-
-    def _allows(self, user: str, op: str, log_id: int | None) -> bool:
-        if log_id is None:
-            return any(
-                g.user == user and op in g.ops and (g.first, g.last) == (1, LOG_ID_MAX)
-                for g in self.grants
-            )
-        return any(g.user == user and g.covers(op, log_id) for g in self.grants)
+        self.access.forget()
 
 
 def _auth_error(code: int, message: str) -> dict[str, Any]:

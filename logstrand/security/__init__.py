@@ -4,6 +4,7 @@
 is imported from ``logstrand.security._certs`` where it is used.
 """
 
+from ._access import Access
 from ._model import (
     NODE_ONLY,
     OPS,
@@ -35,6 +36,7 @@ __all__ = [
     "NODE_ONLY",
     "OPS",
     "TRUSTED",
+    "Access",
     "Credentials",
     "Grant",
     "Principal",

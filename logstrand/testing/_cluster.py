@@ -172,8 +172,10 @@ class LocalCluster(Harness):
 
     @property
     def console_urls(self) -> dict[int, str]:
-        """Each node's console (``console=True``): ``http://127.0.0.1:PORT``."""
-        return {n: f"http://127.0.0.1:{p}" for n, p in sorted(self.http_ports.items())}
+        """Each node's console (``console=True``): ``http://127.0.0.1:PORT``
+        (``https`` in secure mode, with the node's certificate)."""
+        scheme = "https" if self.secure else "http"
+        return {n: f"{scheme}://127.0.0.1:{p}" for n, p in sorted(self.http_ports.items())}
 
     @property
     def kafka_bootstrap(self) -> str:

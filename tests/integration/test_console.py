@@ -50,8 +50,10 @@ def refused(
 ) -> str:
     with pytest.raises(urllib.error.HTTPError) as err:
         call(url, method, body, raw)
-    assert err.value.code == status, err.value.read()
-    message: str = json.loads(err.value.read())["error"]
+    with err.value:
+        answer = err.value.read()
+    assert err.value.code == status, answer
+    message: str = json.loads(answer)["error"]
     return message
 
 
@@ -294,4 +296,5 @@ def test_the_openapi_document_describes_the_running_server(cluster: LocalCluster
             url = base(cluster) + path.format(**fill)
             with pytest.raises(urllib.error.HTTPError) as err:
                 call(url, method.upper(), raw=b"{nope")
+            err.value.close()
             assert err.value.code == 400, (method, path)

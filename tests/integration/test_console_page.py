@@ -145,3 +145,88 @@ def test_a_killed_node_turns_red_within_its_failure_detection_time(
     took = time.monotonic() - t0
     assert took < 20, took
     assert "alive" in (page.locator("#nodes .card[data-node='1']").get_attribute("class") or "")
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, str]]:
+    """A secure cluster serving the console over HTTPS, and the token of a
+    user ``viewer`` who may read logs 1..5 and nothing else."""
+    from logstrand.security import hash_token, new_token
+
+    with LocalCluster(
+        tmp_path_factory.mktemp("secure-page"), nodes=3, console=True, secure=True
+    ) as c:
+        token = new_token()
+        with open_epoch_store(c.url) as store:
+            store.create_logs(1, 9, LogAttributes(replication_factor=2))
+            store.add_user("viewer", hash_token(token))
+            store.grant("viewer", 1, 5, frozenset({"read"}))
+        yield c, token
+
+
+def _get(url: str, token: str | None, ca: str, method: str = "GET") -> tuple[int, Any]:
+    import json
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    context = ssl.create_default_context(cafile=ca)
+    context.check_hostname = False
+    req = urllib.request.Request(url, method=method, data=b"{}" if method == "POST" else None)
+    if token:
+        req.add_header("authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=15, context=context) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as err:
+        with err:
+            return err.code, json.loads(err.read())
+
+
+def test_in_secure_mode_the_api_takes_tokens_and_grants(secure: tuple[LocalCluster, str]) -> None:
+    c, viewer = secure
+    assert c.ca_path is not None
+    base = c.console_urls[1]
+    assert base.startswith("https://")
+    with logstrand.connect(c.url, **c.client_options) as client:
+        client.append(3, b"visible")
+        client.append(9, b"secret")
+    assert _get(base + "/api/logs/3", None, c.ca_path)[0] == 401
+    assert _get(base + "/api/logs/3", "lst_not-a-token", c.ca_path) == (
+        401,
+        {"error": "unknown token"},
+    )
+    status, doc = _get(base + "/api/logs/3/records?start=oldest", viewer, c.ca_path)
+    assert status == 200
+    assert [x["payload"]["text"] for x in doc["items"]] == ["visible"]
+    status, doc = _get(base + "/api/logs/9/records?start=oldest", viewer, c.ca_path)
+    assert (status, doc["error"]) == (403, "user viewer may not read on log 9")
+    assert _get(base + "/api/logs/3/trim", viewer, c.ca_path, "POST")[0] == 403
+    assert _get(base + "/api/nodes/1/drain", viewer, c.ca_path, "POST")[0] == 403
+    assert _get(base + "/api/status", viewer, c.ca_path)[0] == 200
+    admin = c.admin_token
+    status, doc = _get(base + "/api/logs/9/records?start=oldest", admin, c.ca_path)
+    assert [x["payload"]["text"] for x in doc["items"]] == ["secret"]
+    # The page and the OpenAPI document need no token: the page asks for one.
+    assert _get(base + "/openapi.json", None, c.ca_path)[0] == 200
+
+
+def test_a_user_without_a_grant_sees_an_error_not_data(
+    secure: tuple[LocalCluster, str], browser: Any
+) -> None:
+    c, viewer = secure
+    context = browser.new_context(ignore_https_errors=True)
+    page = context.new_page()
+    try:
+        page.goto(c.console_urls[2] + "/#/logs/9")
+        page.wait_for_selector("#error:has-text('401')")
+        page.fill("#token", viewer)
+        page.dispatch_event("#token", "change")
+        page.wait_for_selector("#error:has-text('may not read on log 9')")
+        assert "secret" not in page.content()
+        page.goto(c.console_urls[2] + "/#/logs/3")
+        page.wait_for_selector("#log-info")
+        page.wait_for_selector("#records-table")
+        assert page.locator("#error").is_hidden()
+    finally:
+        context.close()

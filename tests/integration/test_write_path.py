@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 import subprocess
@@ -328,7 +329,8 @@ def test_sequencer_node_killed_appends_resume_in_a_higher_epoch(tmp_path: Path) 
 
 
 def test_dev_up_prints_ready_and_stops_its_nodes(tmp_path: Path) -> None:
-    """With --kafka, also the Kafka bootstrap line, and every node a broker."""
+    """With --kafka, also the Kafka bootstrap line, and every node a broker;
+    and the console's address, where it answers."""
     argv = ["dev", "up", "--nodes", "2", "--dir", str(tmp_path), "--kafka"]
     proc = subprocess.Popen(
         [sys.executable, "-m", "logstrand", *argv], stdout=subprocess.PIPE, text=True
@@ -337,6 +339,11 @@ def test_dev_up_prints_ready_and_stops_its_nodes(tmp_path: Path) -> None:
         assert proc.stdout is not None
         kafka = proc.stdout.readline().strip()
         assert kafka.startswith("kafka bootstrap 127.0.0.1:")
+        shown = proc.stdout.readline().strip()
+        assert shown.startswith("console http://127.0.0.1:")
+        assert shown.endswith("/")
+        with urllib.request.urlopen(shown.split(" ")[1] + "api/status", timeout=15) as r:
+            assert len(json.loads(r.read())["nodes"]) == 2
         line = proc.stdout.readline().strip()
         assert line.startswith("ready sqlite://")
         url = line.split(" ", 1)[1]
