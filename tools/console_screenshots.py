@@ -78,6 +78,12 @@ def main() -> None:
             page.click("#tail-toggle")
             time.sleep(3)
             page.screenshot(path=str(args.out / "log.png"), full_page=True)
+            page.goto(base + "/#/logs/100")  # the live tail alone, further down
+            page.wait_for_selector("#records-table")
+            page.click("#tail-toggle")
+            time.sleep(3)
+            page.locator("#tail-note").scroll_into_view_if_needed()
+            page.screenshot(path=str(args.out / "tail.png"))
             page.goto(base + "/#/groups")
             page.wait_for_selector("#group-table")
             page.screenshot(path=str(args.out / "groups.png"))

@@ -82,7 +82,7 @@ function duration(ms) {
 
 function shown(v) {
   if (v === null || v === undefined) return el("span", { class: "muted" }, "null");
-  let text = v.json !== undefined ? JSON.stringify(v.json, null, 1)
+  let text = v.json !== undefined ? JSON.stringify(v.json)
     : v.text !== undefined ? v.text : "0x" + v.hex;
   if (v.truncated) text += " … (" + num(v.size) + " bytes)";
   return el("pre", {}, text);
@@ -142,7 +142,7 @@ async function overview() {
     try { doc = await api("/api/status"); showError(null); } catch (e) { showError(e); return; }
     summary.textContent = doc.nodes.length + " nodes, " + num(doc.logs) + " logs in " +
       num(doc.log_ranges) + " ranges; epoch store " + doc.epoch_store;
-    cards.replaceChildren(...doc.nodes.map(nodeCard));
+    cards.replaceChildren(...doc.nodes.map((n) => nodeCard(n, doc)));
     const now = Date.now() / 1000;
     const sum = (k) => doc.nodes.reduce((a, n) => a + ((n.counters && n.counters[k]) || 0), 0);
     const totals = { a: sum("append_records"), r: sum("read_records") };
@@ -155,12 +155,16 @@ async function overview() {
   });
 }
 
-function nodeCard(n) {
+function nodeCard(n, doc) {
   const row = (k, v) => [el("dt", {}, k), el("dd", {}, v)];
+  const run = doc.rebuilding;
+  const draining = run && run.modes && run.modes[n.node_id] === "drain";
+  const drained = n.storage_state === "AUTHORITATIVE_EMPTY";
   const actions = el("div", { class: "toolbar" },
     n.storage_state === "FULLY_AUTHORITATIVE"
-      ? el("button", { onclick: () => drainNode(n.node_id) }, "Drain…") : null,
-    el("button", { onclick: () => undrainNode(n.node_id) }, "Undrain…"));
+      ? el("button", { class: "drain", onclick: () => drainNode(n.node_id) }, "Drain…") : null,
+    draining || drained
+      ? el("button", { class: "undrain", onclick: () => undrainNode(n.node_id) }, "Undrain…") : null);
   return el("div", { class: "card " + stateClass(n.state), "data-node": n.node_id },
     el("h4", {}, "node " + n.node_id, el("span", { class: "state " + stateClass(n.state) }, n.state)),
     el("dl", {},
@@ -267,7 +271,7 @@ async function logPage(id) {
   const load = async () => {
     try {
       const page = await api("/api/logs/" + id + "/records?limit=100&start=" + encodeURIComponent(start.value));
-      recordsBox.replaceChildren(recordsTable(page.items), el("p", { class: "muted" },
+      recordsBox.replaceChildren(el("div", { class: "scroll" }, recordsTable(page.items)), el("p", { class: "muted" },
         page.at_tail ? "at the tail (" + page.tail_text + ")" : "next page starts at " + page.next_text));
       showError(null);
     } catch (e) { showError(e); }
@@ -287,7 +291,8 @@ async function logPage(id) {
     ]),
     el("h3", {}, "Live tail"),
     el("div", { class: "toolbar" }, toggle, dot, tailNote),
-    el("table", {}, el("thead", {}, el("tr", {}, ...["LSN", "time", "key", "payload"].map((h) => el("th", {}, h)))), tailBody),
+    el("div", { class: "scroll" },
+      el("table", {}, el("thead", {}, el("tr", {}, ...["LSN", "time", "key", "payload"].map((h) => el("th", {}, h)))), tailBody)),
     el("h3", {}, "Records"),
     el("div", { class: "toolbar" }, "from", start, el("button", { onclick: load }, "Show")),
     recordsBox,
