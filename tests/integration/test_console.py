@@ -298,3 +298,25 @@ def test_the_openapi_document_describes_the_running_server(cluster: LocalCluster
                 call(url, method.upper(), raw=b"{nope")
             err.value.close()
             assert err.value.code == 400, (method, path)
+
+
+def test_garbage_and_slow_peers_leave_the_console_and_the_node_serving(
+    cluster: LocalCluster,
+) -> None:
+    host, port = base(cluster).removeprefix("http://").split(":")
+    for junk in (b"\x00\xff garbage\r\n\r\n", b"GET /" + b"a" * 100_000 + b" HTTP/1.1\r\n\r\n"):
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            try:
+                s.sendall(junk)
+                answer = s.recv(4096)
+            except (ConnectionResetError, BrokenPipeError):
+                answer = b""
+            assert answer == b"" or answer.startswith(b"HTTP/1.1 4"), answer[:100]
+    # A peer that sends half a request and never the rest holds nothing up.
+    idle = socket.create_connection((host, int(port)), timeout=10)
+    try:
+        idle.sendall(b"POST /api/logs/7/trim HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        assert call(base(cluster) + "/api/status")["nodes"][0]["state"] == "alive"
+    finally:
+        idle.close()
+    assert cluster.alive(1)

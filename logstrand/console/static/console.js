@@ -288,6 +288,9 @@ async function logPage(id) {
       ["records", "~" + num(info.records_approx)], ["bytes", "~" + bytes(info.bytes_approx)],
       ["oldest / newest", when(info.oldest_timestamp_ms) + " / " + when(info.newest_timestamp_ms)],
       ["placement history", info.epochs.map((e) => "from epoch " + e.since + ": " + e.nodeset.join(" ")).join("; ")],
+      ...(info.compaction ? [["compaction", "clean point " + info.compaction.clean_point + ", dirty " +
+        Math.round(100 * info.compaction.dirty_ratio) + "% (cleans above " +
+        Math.round(100 * info.compaction.min_cleanable_ratio) + "%), " + info.compaction.passes + " passes"]] : []),
     ]),
     el("h3", {}, "Live tail"),
     el("div", { class: "toolbar" }, toggle, dot, tailNote),
