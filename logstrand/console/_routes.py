@@ -59,6 +59,8 @@ API: tuple[Api, ...] = (
         (Param("q", "query"), Param("offset", "query", "integer"),
          Param("limit", "query", "integer")),
         answers=("total", "offset", "limit", "logs")),
+    Api("GET", "/api/ranges", "ranges", "The log ranges, named or not, with their attributes",
+        answers=("ranges",)),
     Api("POST", "/api/logs", "create_logs", "Create logs first..last",
         body={"first": "integer", "last": "integer", "name": "string", "attributes": "object"},
         answers=("range",), op="admin"),
@@ -113,6 +115,10 @@ class Handlers:
             ranges, r.arg("q", "") or "", r.int_arg("offset", 0), r.int_arg("limit", 100, 1)
         )
         return json_response(page)
+
+    async def ranges(self, r: Request) -> Response:
+        await self.client.view.refresh()
+        return json_response(_views.ranges_doc(self.client.view.ranges))
 
     async def log(self, r: Request) -> Response:
         return json_response(await _views.log_doc(self.client, _log_of(r)))

@@ -91,6 +91,12 @@ def _range_doc(r: LogRange) -> dict[str, Any]:
     }
 
 
+def ranges_doc(ranges: list[LogRange]) -> dict[str, Any]:
+    """Every range of user logs in id order, with all its attributes."""
+    user = sorted((r for r in ranges if not _internal(r)), key=lambda r: r.first)
+    return {"ranges": [{**_range_doc(r), "attributes": r.attributes.to_json()} for r in user]}
+
+
 def list_logs(ranges: list[LogRange], q: str, offset: int, limit: int) -> dict[str, Any]:
     """A page of the logs that match ``q`` (a log id, a range ``A..B``, or part
     of a range's name; empty: every user log), in id order.  Computed from the

@@ -97,6 +97,12 @@ def test_the_log_list_pages_through_100000_logs_without_loading_them(cluster: Lo
     span = call(base(cluster) + "/api/logs?q=95..105&limit=100")
     assert [x["log_id"] for x in span["logs"]] == list(range(95, 106))
     assert call(base(cluster) + "/api/logs?q=7")["total"] == 1
+    ranges = call(base(cluster) + "/api/ranges")["ranges"]
+    assert [(r["first"], r["last"], r["name"]) for r in ranges][:2] == [
+        (1, 99, None),
+        (100, 100_000, "events"),
+    ]
+    assert ranges[1]["attributes"]["replication_factor"] == 2
     assert call(base(cluster) + "/api/logs?q=nothing-like-this")["total"] == 0
     assert "limit" in refused(base(cluster) + "/api/logs?limit=0", 400)
     assert "limit" in refused(base(cluster) + "/api/logs?limit=x", 400)
@@ -287,7 +293,7 @@ def test_the_openapi_document_describes_the_running_server(cluster: LocalCluster
             missing = set(schema["required"]) - set(answer)
             assert not missing, (path, missing)
             checked += 1
-    assert checked == 6
+    assert checked == 7
     # Every route the server answers is in the document, and the other way round.
     for path, ops in doc["paths"].items():
         for method in ops:

@@ -60,6 +60,17 @@ def test_the_overview_shows_the_nodes_of_the_cluster(cluster: LocalCluster, page
     assert "3 nodes, 99 logs" in page.locator("#summary").inner_text()
 
 
+def test_the_logs_page_shows_ranges_searches_and_pages(cluster: LocalCluster, page: Any) -> None:
+    page.goto(cluster.console_urls[3] + "/#/logs")
+    page.wait_for_selector("#range-table tbody tr")
+    assert "1..99" in page.locator("#range-table").inner_text()
+    assert page.locator("#log-table tbody tr").count() == 99
+    page.fill("#log-search", "5..7")
+    page.press("#log-search", "Enter")
+    page.wait_for_selector("#log-count:has-text('1–3 of 3')")
+    assert page.locator("#log-table tbody tr").count() == 3
+
+
 def test_an_appended_record_shows_in_the_live_tail_within_a_second(
     cluster: LocalCluster, page: Any
 ) -> None:

@@ -243,7 +243,20 @@ async function logs(params) {
     el("td", {}, l.range.cleanup_policy),
     el("td", {}, duration(l.range.retention_ms)),
     el("td", {}, l.range.compression)));
-  main.replaceChildren(main.firstChild, main.children[1], pager,
+  let ranges = { ranges: [] };
+  try { ranges = await api("/api/ranges"); } catch (e) { showError(e); }
+  const rangeRows = ranges.ranges.map((r) => el("tr", {},
+    el("td", {}, r.name ? el("a", { href: "#/logs?q=" + encodeURIComponent(r.name) }, r.name) : "-"),
+    el("td", {}, el("a", { href: "#/logs?q=" + r.first + ".." + r.last }, r.first + ".." + r.last)),
+    el("td", { class: "num" }, num(r.last - r.first + 1)),
+    el("td", { class: "num" }, r.replication_factor), el("td", {}, r.cleanup_policy),
+    el("td", {}, duration(r.retention_ms)), el("td", {}, r.compression)));
+  main.replaceChildren(main.firstChild,
+    el("h3", {}, "Ranges"),
+    el("div", { class: "scroll" }, el("table", { id: "range-table" },
+      el("thead", {}, el("tr", {}, ...["name", "logs", "count", "R", "cleanup", "retention", "compression"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, rangeRows))),
+    el("h3", {}, "Logs"), main.children[1], pager,
     el("table", { id: "log-table" },
       el("thead", {}, el("tr", {}, ...["log", "name", "range", "R", "cleanup", "retention", "compression"].map((h) => el("th", {}, h)))),
       el("tbody", {}, rows)));
