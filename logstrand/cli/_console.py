@@ -33,6 +33,7 @@ def serve_console(
     import trio
 
     from ..client import open_client
+    from ..console import bind_error
     from ..console import serve_console as serve
     from ..security import credentials_from_env
 
@@ -54,8 +55,11 @@ def serve_console(
                     h, p = await nursery.start(
                         partial(serve, secure=secure, tls=tls), client, host, port
                     )
-                except OSError as exc:
-                    fail(f"cannot listen on {host}:{port}: {exc}", 1)
+                except BaseException as exc:
+                    refused = bind_error(exc)
+                    if refused is None:
+                        raise
+                    fail(f"cannot listen on {host}:{port}: {refused.strerror}", 1)
                 console.print(f"console {scheme}://{h}:{p}/", highlight=False)
                 async for _ in signals:
                     nursery.cancel_scope.cancel()

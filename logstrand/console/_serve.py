@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
+from ..errors import InvalidArgumentError
 from ._auth import Gate
 from ._http import App, HttpError, Request, Response, json_response, route
 from ._routes import Handlers, openapi
@@ -123,6 +124,19 @@ async def serve_console(
         task_status.started((h.strip("[]"), int(p)))
 
 
+def bind_error(exc: BaseException) -> OSError | None:
+    """The OSError of a port that could not be bound, from what starting the
+    server raised (hypercorn's nurseries wrap it in exception groups)."""
+    if isinstance(exc, OSError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = bind_error(inner)
+            if found is not None:
+                return found
+    return None
+
+
 @attrs.frozen
 class NodeConsoleOptions:
     port: int
@@ -155,7 +169,15 @@ class NodeConsole:
             trio.open_nursery() as nursery,
         ):
             serve = partial(serve_console, secure=tls is not None, tls=tls)
-            where = await nursery.start(serve, client, bind, self.options.port)
+            try:
+                where = await nursery.start(serve, client, bind, self.options.port)
+            except BaseException as exc:
+                refused = bind_error(exc)
+                if refused is None:
+                    raise
+                raise InvalidArgumentError(
+                    f"--http-port {self.options.port}: cannot listen on {bind}: {refused.strerror}"
+                ) from None
             scheme = "https" if tls else "http"
             _log.info("node %d: console on %s://%s:%d/", host.node_id, scheme, *where)
             task_status.started()

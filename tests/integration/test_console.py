@@ -326,3 +326,50 @@ def test_garbage_and_slow_peers_leave_the_console_and_the_node_serving(
     finally:
         idle.close()
     assert cluster.alive(1)
+
+
+def test_a_port_taken_is_one_line_of_error_for_a_node_and_for_the_console(
+    cluster: LocalCluster,
+) -> None:
+    import subprocess
+    import sys
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        alone = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "logstrand",
+                "console",
+                "--url",
+                cluster.url,
+                "--port",
+                str(port),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert alone.returncode == 1
+        why = "Address already in use"
+        assert alone.stderr.strip() == f"error: cannot listen on 127.0.0.1:{port}: {why}"
+        cluster.stop_node(3)
+        node = subprocess.run(
+            [sys.executable, "-m", "logstrand", "node", "--url", cluster.url, "--id", "3",
+             "--http-port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )  # fmt: skip
+        assert node.returncode == 2
+        assert node.stderr.strip().splitlines()[-1] == (
+            f"error: --http-port {port}: cannot listen on 127.0.0.1: {why}"
+        )
+    finally:
+        taken.close()
+        cluster.start_node(3)
+    assert call(base(cluster, 3) + "/api/status")["nodes"][2]["state"] == "alive"
