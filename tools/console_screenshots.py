@@ -2,9 +2,11 @@
 
     .venv/bin/python tools/console_screenshots.py [--out docs/console]
 
-Starts a local 3-node cluster serving the console, fills it (10,000 logs,
+Starts a local 4-node cluster serving the console, fills it (10,000 logs,
 JSON records, a consumer group behind, records arriving while the live tail
-follows), and takes each page with Debian's chromium through Playwright.
+follows), takes each page with Debian's chromium through Playwright, and
+last the overview while node 4, killed, is rebuilt (donors held to 16 KiB/s
+so that the picture catches them at work).
 """
 
 from __future__ import annotations
@@ -53,7 +55,9 @@ def main() -> None:
 
     with (
         tempfile.TemporaryDirectory(prefix="logstrand-shots-") as tmp,
-        LocalCluster(Path(tmp) / "c", nodes=3, console=True) as c,
+        LocalCluster(
+            Path(tmp) / "c", nodes=4, console=True, node_args=("--rebuild-rate", "16KiB")
+        ) as c,
         sync_playwright() as p,
     ):
         _fill(c.url)
@@ -95,6 +99,15 @@ def main() -> None:
             page.click("tr[data-log='100'] button.reset")
             page.wait_for_selector("#confirm[open]")
             page.screenshot(path=str(args.out / "reset-confirm.png"))
+            page.click("#confirm-cancel")
+            # A node lost and rebuilt: the overview while the donors work.
+            c.kill_node(4)
+            with open_epoch_store(c.url) as store:
+                store.request_rebuild(4)
+            page.goto(base + "/")
+            page.wait_for_selector("#rebuild-run")
+            time.sleep(8)
+            page.screenshot(path=str(args.out / "rebuilding.png"), full_page=True)
         finally:
             stop.set()
             writer.join()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import time
 from typing import TYPE_CHECKING
 
@@ -37,7 +38,9 @@ if TYPE_CHECKING:
     from ..epochstore import EpochStore, LogAttributes, LogRange, Members, NodeConfig, Watch
 
 _log = logging.getLogger("logstrand.view")
-REFRESH_S = 2.0
+#: How often a view reads the configuration again (membership comes by watch).
+#: ``LOGSTRAND_VIEW_REFRESH_S`` changes it: tests make views stale with it.
+REFRESH_S = float(os.environ.get("LOGSTRAND_VIEW_REFRESH_S", "2.0"))
 SUSPECT_S = 2.0
 
 

@@ -157,7 +157,14 @@ class SequencerHost:
 
     async def handle_renew(self, conn: Connection, msg: Renew) -> None:
         """Move the sequencers of the logs named that run here to a new epoch
-        (host rule 8); answer each one's epoch before (0: none here)."""
+        (host rule 8); answer each one's epoch before (0: none here).
+
+        The view is read again first: a rebalance follows a change of the
+        configuration (nodes added), which this node's view may not have yet
+        (it is read every ``REFRESH_S``), and the new epochs' nodesets are
+        chosen from it."""
+        with contextlib.suppress(EpochStoreUnavailableError):
+            await self.view.refresh()
         epochs: list[int] = []
         actions: list[HostAction] = []
         for log_id in msg.log_ids:
