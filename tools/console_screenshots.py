@@ -106,7 +106,7 @@ def main() -> None:
                 store.request_rebuild(4)
             page.goto(base + "/")
             page.wait_for_selector("#rebuild-run")
-            time.sleep(8)
+            time.sleep(1)
             page.screenshot(path=str(args.out / "rebuilding.png"), full_page=True)
         finally:
             stop.set()

@@ -36,6 +36,8 @@ def rebuilding_doc(store: EpochStore, alive: frozenset[int]) -> dict[str, Any]:
         }
     return {
         "storage_state": states,
+        #: Nodes drained or draining (``undrain`` returns them to service).
+        "drained": sorted(n for n, shard in st.shards.items() if shard.mode.value == "drain"),
         "rebuilding": run,
         "last": st.last,
         "grace_ms": st.grace_ms,

@@ -54,7 +54,8 @@ DRY_RUN = {"dry_run": "boolean"}
 
 API: tuple[Api, ...] = (
     Api("GET", "/api/status", "status", "The nodes, their state and load; rebuilding",
-        answers=("epoch_store", "nodes", "storage_state", "rebuilding", "logs", "log_ranges")),
+        answers=("epoch_store", "nodes", "storage_state", "drained", "rebuilding", "logs",
+                 "log_ranges")),
     Api("GET", "/api/logs", "logs", "A page of the logs matching q (an id, A..B or a name)",
         (Param("q", "query"), Param("offset", "query", "integer"),
          Param("limit", "query", "integer")),

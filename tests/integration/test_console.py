@@ -238,13 +238,21 @@ def test_groups_their_lag_and_a_reset_with_a_dry_run(cluster: LocalCluster) -> N
     assert "no-such-group" in refused(base(cluster) + "/api/groups/no-such-group", 404)
 
 
-def test_drain_and_undrain_dry_runs_change_nothing(cluster: LocalCluster) -> None:
+def test_drain_and_undrain_dry_runs_change_nothing_and_real_ones_do(cluster: LocalCluster) -> None:
     url = base(cluster) + "/api/nodes/3/drain"
     dry = call(url, "POST", {"dry_run": True})
     assert dry == {"node_id": 3, "dry_run": True, "storage_state": "FULLY_AUTHORITATIVE",
                    "draining": False}  # fmt: skip
     assert call(base(cluster) + "/api/status")["rebuilding"] is None
     assert "not drained" in refused(base(cluster) + "/api/nodes/3/undrain", 400, "POST", {})
+    # For real: the node is draining (the page offers to undrain it), then back.
+    assert call(url, "POST", {})["draining"]
+    status = call(base(cluster) + "/api/status")
+    assert status["drained"] == [3]
+    assert status["rebuilding"]["nodes"] == [3]
+    assert call(base(cluster) + "/api/nodes/3/undrain", "POST", {})["undrained"]
+    status = call(base(cluster) + "/api/status")
+    assert (status["drained"], status["rebuilding"]) == ([], None)
     assert "not in the cluster" in refused(base(cluster) + "/api/nodes/42/drain", 400, "POST", {})
 
 

@@ -157,13 +157,11 @@ async function overview() {
 
 function nodeCard(n, doc) {
   const row = (k, v) => [el("dt", {}, k), el("dd", {}, v)];
-  const run = doc.rebuilding;
-  const draining = run && run.modes && run.modes[n.node_id] === "drain";
-  const drained = n.storage_state === "AUTHORITATIVE_EMPTY";
+  const drained = (doc.drained || []).includes(n.node_id);
   const actions = el("div", { class: "toolbar" },
-    n.storage_state === "FULLY_AUTHORITATIVE"
+    n.storage_state === "FULLY_AUTHORITATIVE" && !drained
       ? el("button", { class: "drain", onclick: () => drainNode(n.node_id) }, "Drain…") : null,
-    draining || drained
+    drained
       ? el("button", { class: "undrain", onclick: () => undrainNode(n.node_id) }, "Undrain…") : null);
   return el("div", { class: "card " + stateClass(n.state), "data-node": n.node_id },
     el("h4", {}, "node " + n.node_id, el("span", { class: "state " + stateClass(n.state) }, n.state)),
