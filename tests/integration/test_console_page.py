@@ -34,7 +34,10 @@ def browser() -> Iterator[Any]:
 
     assert shutil.which("chromium"), "Debian's chromium is missing: make zookeeper installs it"
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        # No GPU, no extensions: the browser shares two cores with the
+        # nodes of this test and of the other worker's.
+        flags = ["--no-sandbox", "--disable-gpu", "--disable-extensions", "--mute-audio"]
+        b = p.chromium.launch(executable_path=CHROMIUM, args=flags)
         yield b
         b.close()
 
@@ -86,19 +89,20 @@ def test_an_appended_record_shows_in_the_live_tail_within_a_second(
         took = time.monotonic() - t0
     assert took < 1.0, took
     assert '{"order":42}' in page.locator("#tail-rows").inner_text()
-    # 1,000 appends a second for two seconds: the page keeps up (it samples
-    # and says so when a flush brings more than it shows).
+    # 1,000 appends a second for a second: the page keeps up (it samples and
+    # says so when a flush brings more than it shows; bench/console.py runs
+    # it for 5 s).
     with logstrand.connect(cluster.url) as client:
         t0 = time.monotonic()
         futures = []
-        for i in range(2000):
+        for i in range(1000):
             futures.append(client.append_async(11, b"burst %d" % i))
             pause = t0 + (i + 1) / 1000 - time.monotonic()
             if pause > 0:
                 time.sleep(pause)
         last = futures[-1].result(timeout=30)
     page.wait_for_selector(f"#tail-rows tr[data-lsn='{logstrand.format_lsn(last)}']", timeout=3000)
-    assert "2,001 records arrived" in page.locator("#tail-note").inner_text()
+    assert "1,001 records arrived" in page.locator("#tail-note").inner_text()
     assert page.locator("#tail-rows tr").count() <= 500
 
 
