@@ -77,6 +77,26 @@ def format_lsn(lsn: int) -> str:
     return f"e{lsn >> 32}n{lsn & 0xFFFFFFFF}"
 
 
+def lsn_value(value: object, what: str) -> int:
+    """An LSN given in a JSON document or an option: an integer (not a bool),
+    or text ``parse_lsn`` reads.
+
+    Raises:
+        InvalidArgumentError: anything else; the message names ``what``.
+    """
+    from .errors import InvalidArgumentError
+
+    if isinstance(value, int) and not isinstance(value, bool):
+        if 0 <= value <= LSN_MAX:
+            return value
+    elif isinstance(value, str):
+        try:
+            return parse_lsn(value)
+        except ValueError:
+            pass
+    raise InvalidArgumentError(f"{what}: {value!r} is not an LSN (an integer or 'e5n123')")
+
+
 def parse_lsn(text: str) -> int:
     """Parse an LSN given either as a plain integer or as ``e<epoch>n<esn>``.
 

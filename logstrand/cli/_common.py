@@ -16,7 +16,7 @@ from ..epochstore import EpochStore, open_epoch_store
 from ..records import LOG_ID_MAX
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
     from ..client import Client
 
@@ -147,3 +147,37 @@ def declared(*parameters: inspect.Parameter) -> Callable[[Callable[..., Any]], C
 
 URL = inspect.Parameter("url", _KEYWORD, default=None, annotation=UrlOption)
 JSON = inspect.Parameter("as_json", _KEYWORD, default=False, annotation=JsonOption)
+
+
+def serve_until_signalled(
+    start: Callable[..., Awaitable[None]],
+    host: str,
+    port: int,
+    announce: Callable[[tuple[str, int]], str],
+) -> None:
+    """Run the server ``start`` (a trio task that reports the address it
+    bound through ``task_status``) until SIGINT/SIGTERM, printing
+    ``announce(address)`` once it listens.  A port that cannot be bound is
+    one line of error (exit 1), however deep in nurseries it was raised."""
+    import signal
+
+    import trio
+
+    from ..errors import leaves
+
+    async def main() -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with trio.open_nursery() as nursery:
+                try:
+                    where = await nursery.start(start)
+                except BaseException as exc:
+                    refused = next((e for e in leaves(exc) if isinstance(e, OSError)), None)
+                    if refused is None:
+                        raise
+                    fail(f"cannot listen on {host}:{port}: {refused.strerror}", 1)
+                console.print(announce(where), highlight=False)
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+                    break
+
+    trio.run(main)

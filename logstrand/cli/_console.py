@@ -3,13 +3,11 @@ outside the nodes (docs/console.md)."""
 
 from __future__ import annotations
 
-import signal
-from functools import partial
 from typing import Annotated
 
 import typer
 
-from ._common import UrlOption, console, fail, require_url
+from ._common import UrlOption, fail, require_url, serve_until_signalled
 
 
 def serve_console(
@@ -33,7 +31,6 @@ def serve_console(
     import trio
 
     from ..client import open_client
-    from ..console import bind_error
     from ..console import serve_console as serve
     from ..security import credentials_from_env
 
@@ -45,24 +42,8 @@ def serve_console(
     scheme = "http" if tls is None else "https"
     secure = credentials is not None
 
-    async def main() -> None:
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async with (
-                open_client(cluster, credentials=credentials) as client,
-                trio.open_nursery() as nursery,
-            ):
-                try:
-                    h, p = await nursery.start(
-                        partial(serve, secure=secure, tls=tls), client, host, port
-                    )
-                except BaseException as exc:
-                    refused = bind_error(exc)
-                    if refused is None:
-                        raise
-                    fail(f"cannot listen on {host}:{port}: {refused.strerror}", 1)
-                console.print(f"console {scheme}://{h}:{p}/", highlight=False)
-                async for _ in signals:
-                    nursery.cancel_scope.cancel()
-                    break
+    async def start(task_status: trio.TaskStatus[tuple[str, int]]) -> None:
+        async with open_client(cluster, credentials=credentials) as client:
+            await serve(client, host, port, secure=secure, tls=tls, task_status=task_status)
 
-    trio.run(main)
+    serve_until_signalled(start, host, port, lambda at: f"console {scheme}://{at[0]}:{at[1]}/")

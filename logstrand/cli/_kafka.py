@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import signal
 from typing import Annotated
 
 import typer
 
-from ._common import UrlOption, console, fail, require_url
+from ._common import UrlOption, require_url, serve_until_signalled
 from ._node_setup import host_port
 
 kafka_app = typer.Typer(help="Serve the Kafka protocol (docs/kafka.md).", no_args_is_help=True)
@@ -56,30 +55,17 @@ def serve(
     cluster = require_url(url)
     credentials = credentials_from_env()
 
-    async def main() -> None:
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async with trio.open_nursery() as nursery:
+    async def front(task_status: trio.TaskStatus[tuple[str, int]]) -> None:
+        await run_front(
+            cluster,
+            host,
+            port,
+            advertise=told,
+            broker_id=broker_id,
+            auto_create=auto_create,
+            group_session_ms=group_session_ms,
+            credentials=credentials,
+            task_status=task_status,
+        )
 
-                async def front(task_status: trio.TaskStatus[tuple[str, int]]) -> None:
-                    await run_front(
-                        cluster,
-                        host,
-                        port,
-                        advertise=told,
-                        broker_id=broker_id,
-                        auto_create=auto_create,
-                        group_session_ms=group_session_ms,
-                        credentials=credentials,
-                        task_status=task_status,
-                    )
-
-                try:
-                    addr = await nursery.start(front)
-                except OSError as exc:
-                    fail(f"cannot listen on {host}:{port}: {exc}", 1)
-                console.print(f"kafka bootstrap {addr[0]}:{addr[1]}", highlight=False)
-                async for _ in signals:
-                    nursery.cancel_scope.cancel()
-                    break
-
-    trio.run(main)
+    serve_until_signalled(front, host, port, lambda at: f"kafka bootstrap {at[0]}:{at[1]}")

@@ -26,24 +26,23 @@ I32 = np.dtype("<i4")
 
 
 def _binary(name: str, arr: Any) -> Any:
-    """``arr`` as one binary (or large binary) array whose null slots hold no bytes."""
+    """``arr`` as one binary (or large binary) array."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     if pa.types.is_string(arr.type):
-        arr = arr.cast(pa.binary())
-    elif pa.types.is_large_string(arr.type):
-        arr = arr.cast(pa.large_binary())
-    elif not (pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type)):
+        return arr.cast(pa.binary())
+    if pa.types.is_large_string(arr.type):
+        return arr.cast(pa.large_binary())
+    if not (pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type)):
         raise InvalidArgumentError(f"column {name!r} must be binary or string, not {arr.type}")
-    if arr.null_count:
-        offsets = np.frombuffer(
-            arr.buffers()[1], dtype=np.int64 if pa.types.is_large_binary(arr.type) else np.int32
-        )[arr.offset : arr.offset + len(arr) + 1]
-        if np.diff(offsets)[arr.is_null().to_numpy(zero_copy_only=False)].any():
-            # Arrow lets a null slot span bytes, a body does not: rebuilt
-            # without them (rare: builders leave null slots empty).
-            arr = pa.array(arr.to_pylist(), arr.type)
     return arr
+
+
+def _offsets(arr: Any) -> np.ndarray[Any, np.dtype[np.int64]]:
+    """Where each value of a binary array starts in its data buffer, and the end."""
+    wide = pa.types.is_large_binary(arr.type)
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64 if wide else np.int32)
+    return offsets[arr.offset : arr.offset + len(arr) + 1].astype(np.int64)
 
 
 class BinaryColumn:
@@ -51,16 +50,21 @@ class BinaryColumn:
 
     def __init__(self, name: str, arr: Any) -> None:
         arr = _binary(name, arr)
-        _, offsets_buf, data_buf = arr.buffers()
-        wide = pa.types.is_large_binary(arr.type)
-        offsets = np.frombuffer(offsets_buf, dtype=np.int64 if wide else np.int32)
-        offsets = offsets[arr.offset : arr.offset + len(arr) + 1].astype(np.int64)
+        offsets = _offsets(arr)
         lens = np.diff(offsets)
         if arr.null_count:
-            lens[arr.is_null().to_numpy(zero_copy_only=False)] = -1
+            nulls = arr.is_null().to_numpy(zero_copy_only=False)
+            if lens[nulls].any():
+                # Arrow lets a null slot span bytes, a body does not: rebuilt
+                # without them (rare: builders leave null slots empty).
+                arr = pa.array(arr.to_pylist(), arr.type)
+                offsets = _offsets(arr)
+                lens = np.diff(offsets)
+            lens[nulls] = -1
         self.lens = lens.astype(I32)
         self.offsets = offsets
-        self.data = memoryview(data_buf) if data_buf is not None else memoryview(b"")
+        data = arr.buffers()[2]
+        self.data = memoryview(data) if data is not None else memoryview(b"")
 
     def __len__(self) -> int:
         return len(self.lens)

@@ -6,6 +6,6 @@ It is a client of the cluster like any other: it reads the epoch store and
 asks the nodes, and holds nothing a node would have to keep.
 """
 
-from ._serve import NodeConsole, NodeConsoleOptions, bind_error, make_app, serve_console
+from ._serve import NodeConsole, NodeConsoleOptions, make_app, serve_console
 
-__all__ = ["NodeConsole", "NodeConsoleOptions", "bind_error", "make_app", "serve_console"]
+__all__ = ["NodeConsole", "NodeConsoleOptions", "make_app", "serve_console"]

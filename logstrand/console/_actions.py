@@ -13,7 +13,7 @@ from .._units import parse_duration_ms
 from ..epochstore import LogAttributes
 from ..errors import InvalidArgumentError
 from ..rebuilding import Mode
-from ..types import format_lsn, parse_lsn
+from ..types import format_lsn, lsn_value
 
 if TYPE_CHECKING:
     from ..client import AsyncClient
@@ -27,17 +27,6 @@ def _flag(body: dict[str, Any], name: str) -> bool:
     return value
 
 
-def _lsn(value: Any, what: str) -> int:
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    if isinstance(value, str):
-        try:
-            return parse_lsn(value)
-        except ValueError:
-            pass
-    raise InvalidArgumentError(f"{what} must be an LSN (123 or e1n5), not {value!r}")
-
-
 async def trim(client: AsyncClient, log_id: int, body: dict[str, Any]) -> dict[str, Any]:
     """Trim ``log_id`` up to ``to`` (an LSN, included) or everything older
     than ``older_than`` (a duration: 7d, 12h); with ``dry_run``, only what
@@ -47,7 +36,7 @@ async def trim(client: AsyncClient, log_id: int, body: dict[str, Any]) -> dict[s
     if ("to" in body) == ("older_than" in body):
         raise InvalidArgumentError("give one of to (an LSN) or older_than (a duration)")
     if "to" in body:
-        target = _lsn(body["to"], "to")
+        target = lsn_value(body["to"], "to")
     else:
         if not isinstance(body["older_than"], str):
             raise InvalidArgumentError("older_than must be a duration such as 7d or 30m")
@@ -107,7 +96,7 @@ async def reset_group(client: AsyncClient, group: str, body: dict[str, Any]) -> 
         raise InvalidArgumentError("how must be one of lsn, time, earliest, latest")
     value: int | None = None
     if how == "lsn":
-        value = _lsn(body.get("value"), "value")
+        value = lsn_value(body.get("value"), "value")
     elif how == "time":
         v = body.get("value")
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:

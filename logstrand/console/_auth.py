@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..security import Access
 from ._http import HttpError
+from ._routes import OPS
 
 if TYPE_CHECKING:
     from ..client import AsyncClient
@@ -37,8 +38,6 @@ class Gate:
         self.access = Access(read)
 
     async def __call__(self, request: Request, route: Route) -> None:
-        from ._routes import OPS
-
         op = OPS.get((route.method, route.template))
         if op is None:
             return  # the page, its files, the OpenAPI document
@@ -58,8 +57,7 @@ class Gate:
             if not await self.access.may(user, op, log_id):
                 raise HttpError(403, f"user {user} may not {op} on log {log_id}")
             return
-        await self.access.refresh()
-        if not any(g.user == user and op in g.ops for g in self.access.grants):
+        if not await self.access.may_somewhere(user, op):
             raise HttpError(403, f"user {user} may not {op} on any log")
 
 

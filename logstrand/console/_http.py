@@ -48,7 +48,6 @@ class Request:
     query: dict[str, str]
     headers: dict[str, str]
     params: dict[str, str]
-    receive: Any
     body: bytes = b""
 
     def json(self) -> dict[str, Any]:
@@ -84,7 +83,6 @@ class Response:
     status: int
     body: bytes
     content_type: str = "application/json"
-    headers: tuple[tuple[str, str], ...] = ()
 
 
 @attrs.frozen
@@ -148,7 +146,6 @@ class App:
             (b"content-type", answer.content_type.encode()),
             (b"content-length", str(len(answer.body)).encode()),
             (b"cache-control", b"no-store"),
-            *((k.encode(), v.encode()) for k, v in answer.headers),
         ]
         await send({"type": "http.response.start", "status": answer.status, "headers": headers})
         await send({"type": "http.response.body", "body": answer.body})
@@ -169,7 +166,6 @@ class App:
                 _query(scope.get("query_string", b"")),
                 {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]},
                 {k: urllib.parse.unquote(v) for k, v in m.groupdict().items()},
-                receive,
             )
             if method in ("POST", "PUT", "PATCH", "DELETE"):
                 request.body = await _body(request, receive)

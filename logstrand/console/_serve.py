@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, leaves
 from ._auth import Gate
 from ._http import App, HttpError, Request, Response, json_response, route
 from ._routes import Handlers, openapi
@@ -127,21 +127,13 @@ async def serve_console(
 def bind_error(exc: BaseException) -> OSError | None:
     """The OSError of a port that could not be bound, from what starting the
     server raised (hypercorn's nurseries wrap it in exception groups)."""
-    if isinstance(exc, OSError):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = bind_error(inner)
-            if found is not None:
-                return found
-    return None
+    return next((e for e in leaves(exc) if isinstance(e, OSError)), None)
 
 
 @attrs.frozen
 class NodeConsoleOptions:
+    #: Served on the host the node listens on.
     port: int
-    #: The address to bind (None: the host the node listens on).
-    host: str | None = None
 
 
 class NodeConsole:
@@ -161,7 +153,7 @@ class NodeConsole:
         from ..client import open_client
 
         cfg = host.view.nodes[host.node_id]
-        bind = self.options.host or (host.listen[0] if host.listen else cfg.host)
+        bind = host.listen[0] if host.listen else cfg.host
         files = host.options.tls  # secure mode: HTTPS with the node's certificate
         tls = None if files is None else (files.cert, files.key)
         async with (

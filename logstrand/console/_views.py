@@ -15,8 +15,9 @@ import trio
 
 from ..admin import info_doc, rebuilding_doc, sequencer_doc, status_row
 from ..errors import InvalidArgumentError
+from ..positions import records_between
 from ..records import INTERNAL_LOGS
-from ..types import format_lsn, lsn_epoch, lsn_esn
+from ..types import format_lsn
 from ._scrape import node_counters
 
 if TYPE_CHECKING:
@@ -181,7 +182,9 @@ async def groups_doc(client: AsyncClient) -> dict[str, Any]:
     tails = await client.tail_lsns(logs) if logs else {}
     groups = []
     for name, ps in sorted(positions.items()):
-        behind = [max(0, _esn_gap(p.lsn, tails.get(p.log_id, 0))) for p in ps]
+        # Exact within an epoch; across epochs the tail's ESNs (the group
+        # page asks for the epochs' ends: ``describe_group``).
+        behind = [records_between(p.lsn, tails.get(p.log_id, 0), {}) for p in ps]
         groups.append(
             {
                 "group": name,
@@ -191,16 +194,6 @@ async def groups_doc(client: AsyncClient) -> dict[str, Any]:
             }
         )
     return {"groups": groups}
-
-
-def _esn_gap(committed: int, tail: int) -> int:
-    """About how many records lie above ``committed`` up to ``tail`` (exact
-    within one epoch; across epochs the ESNs of the tail's epoch)."""
-    if tail <= committed:
-        return 0
-    if lsn_epoch(tail) == lsn_epoch(committed):
-        return lsn_esn(tail) - lsn_esn(committed)
-    return lsn_esn(tail)
 
 
 async def group_doc(client: AsyncClient, group: str) -> dict[str, Any]:

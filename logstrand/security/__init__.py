@@ -18,6 +18,7 @@ from ._model import (
     parse_log_range,
     parse_ops,
     refusal,
+    user_of_token,
     user_principal,
 )
 from ._sasl import MECHANISMS, SaslError, ScramServer, check_plain, scram_credentials
@@ -57,5 +58,6 @@ __all__ = [
     "refusal",
     "scram_credentials",
     "server_context",
+    "user_of_token",
     "user_principal",
 ]

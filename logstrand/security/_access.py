@@ -6,13 +6,12 @@ revoked one within ``REFRESH_S``)."""
 
 from __future__ import annotations
 
-import hmac
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from ..records import LOG_ID_MAX
-from ._model import Grant, hash_token
+from ._model import Grant, user_of_token
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -53,18 +52,17 @@ class Access:
     async def user_of_token(self, token: str) -> str | None:
         """The name of the user whose token this is, or None."""
         await self.refresh()
-        name = self._named(token)
+        name = user_of_token(self.users, token)
         if name is None and trio.current_time() - self._read_at >= RECHECK_S:
             await self.refresh(force=True)
-            name = self._named(token)
+            name = user_of_token(self.users, token)
         return name
 
-    def _named(self, token: str) -> str | None:
-        digest = hash_token(token)
-        for name, user in self.users.items():
-            if hmac.compare_digest(digest, user["sha256"]):
-                return name
-        return None
+    async def may_somewhere(self, user: str, op: str) -> bool:
+        """Whether ``user`` may ``op`` on at least one log (the console's
+        cluster-wide views)."""
+        await self.refresh()
+        return any(g.user == user and op in g.ops for g in self.grants)
 
     async def may(self, user: str, op: str, log_id: int | None) -> bool:
         """Whether ``user`` may ``op`` on ``log_id`` (None: on every user log)."""

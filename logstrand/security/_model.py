@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import re
 import secrets
 from typing import Any
@@ -141,6 +142,16 @@ def refusal(principal: Principal, grants: tuple[Grant, ...], msg: Any) -> str | 
 def new_token() -> str:
     """A fresh random token (256 bits), shown once to whoever creates a user."""
     return TOKEN_PREFIX + base64.urlsafe_b64encode(secrets.token_bytes(32)).decode().rstrip("=")
+
+
+def user_of_token(users: dict[str, Any], token: str) -> str | None:
+    """The name of the user (of the epoch store's ``users``) whose token this
+    is, or None; each hash compared in constant time."""
+    digest = hash_token(token)
+    for name, user in users.items():
+        if hmac.compare_digest(digest, user["sha256"]):
+            return name
+    return None
 
 
 def hash_token(token: str) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -19,7 +19,7 @@ from ..errors import InvalidArgumentError
 from ..positions import check_group
 from ..records import check_log_id
 from ..security import Credentials, read_token
-from ..types import parse_lsn
+from ..types import lsn_value
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -72,21 +72,6 @@ def parse_logs(text: str) -> tuple[int, ...]:
     return tuple(sorted(logs))
 
 
-def _lsn_value(value: Any, what: str) -> int:
-    if isinstance(value, bool):
-        raise InvalidArgumentError(f"{what}: {value!r} is not an LSN")
-    if isinstance(value, int):
-        if value < 0:
-            raise InvalidArgumentError(f"{what}: {value} is not an LSN")
-        return value
-    if isinstance(value, str):
-        try:
-            return parse_lsn(value)
-        except ValueError:
-            pass
-    raise InvalidArgumentError(f"{what}: {value!r} is not an LSN (an integer or 'e5n123')")
-
-
 #: A position: "earliest", "latest", or an LSN per log.
 Position = str | dict[int, int]
 
@@ -98,7 +83,7 @@ def parse_position(text: str, what: str, logs: tuple[int, ...]) -> Position:
     if t.lower() in (EARLIEST, LATEST):
         return t.lower()
     if len(logs) == 1 and not t.startswith("{"):
-        return {logs[0]: _lsn_value(t, what)}
+        return {logs[0]: lsn_value(t, what)}
     try:
         raw = json.loads(t)
     except ValueError:
@@ -116,7 +101,7 @@ def parse_position(text: str, what: str, logs: tuple[int, ...]) -> Position:
             raise InvalidArgumentError(f"{what}: {k!r} is not a log id") from None
         if log not in logs:
             raise InvalidArgumentError(f"{what}: log {log} is not among the logs read")
-        out[log] = _lsn_value(v, f"{what}[{log}]")
+        out[log] = lsn_value(v, f"{what}[{log}]")
     return out
 
 

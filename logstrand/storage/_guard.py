@@ -15,7 +15,6 @@ sequencer told AGAIN tries again; one told "never handed out" gives up.
 from __future__ import annotations
 
 import contextlib
-import hmac
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -26,9 +25,9 @@ from ..security import (
     TRUSTED,
     Grant,
     Principal,
-    hash_token,
     node_principal,
     refusal,
+    user_of_token,
     user_principal,
 )
 from ..types import lsn_epoch, lsn_esn
@@ -246,8 +245,4 @@ class Guard:
         return user_principal(name)
 
     def _user_of(self, token: str) -> str | None:
-        digest = hash_token(token)
-        for name, user in self.users.items():
-            if hmac.compare_digest(digest, user["sha256"]):
-                return name
-        return None
+        return user_of_token(self.users, token)
