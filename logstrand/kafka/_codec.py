@@ -19,6 +19,24 @@ Flexible versions (KIP-482) frame strings, bytes and arrays with an unsigned
 varint of length + 1 (0: null) and end every struct with tagged fields;
 tagged fields this code does not know are skipped on decode.
 
+What decoding may cost
+----------------------
+A request comes from a peer that may be hostile, so its decoding is bounded
+by the frame, not by what the frame claims:
+
+- time is linear in the frame: every byte is looked at a bounded number of
+  times.  A tagged field is decoded in place, bounded by a memoryview of
+  the frame cut at the field's end (an O(1) slice; a copy per field made
+  a frame of repeated tags quadratic), and tags must come in increasing
+  order, each at most once (Kafka's rule), so no field is decoded twice;
+- memory is bounded by ``Items``: every array item decoded takes one from
+  the decoder's allowance.  Items are what decoding multiplies: two bytes
+  on the wire (an empty topic name and its tagged section) become a dict of
+  ~200 bytes, so counting wire bytes alone lets 8 MiB become 1.8 GB.  The
+  server reserves ``ITEM_BYTES`` of its receive budget for each item it
+  allows (``_server``); an array longer than the allowance raises
+  ``TooManyItems`` before its items are made.
+
 Errors: every malformed input raises ``KafkaDecodeError`` (never IndexError
 or struct.error), which the server answers by closing the connection.
 """
@@ -30,20 +48,53 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-Decoder = Callable[[bytes, int], tuple[Any, int]]
+Buffer = bytes | memoryview
+Decoder = Callable[[Buffer, int, "Items"], tuple[Any, int]]
 Encoder = Callable[[Any, bytearray], None]
 
 OPEN = 32767
+#: What an array item decoded is taken to cost in memory, in bytes: a dict
+#: of a few fields and its small strings (``tests/unit/test_kafka_decode_cost``
+#: holds every request of every version served to it).
+ITEM_BYTES = 512
 
 
 class KafkaDecodeError(ValueError):
     """Bytes that are not the message they claim to be."""
 
 
+class TooManyItems(KafkaDecodeError):
+    """The request has more array items than its decoder was allowed."""
+
+
+class Items:
+    """How many more array items a decode may make (see the module docstring)."""
+
+    __slots__ = ("allowed", "left")
+
+    def __init__(self, allowed: int) -> None:
+        self.allowed = allowed
+        self.left = allowed
+
+    @property
+    def used(self) -> int:
+        return self.allowed - self.left
+
+    def take(self, n: int) -> None:
+        if n > self.left:
+            raise TooManyItems(f"an array of {n} items, past the {self.allowed} allowed")
+        self.left -= n
+
+
+#: For decoding what this process made itself (responses, in tests and tools).
+def unbounded() -> Items:
+    return Items(1 << 62)
+
+
 # -- varints ---------------------------------------------------------------------
 
 
-def read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+def read_uvarint(buf: Buffer, pos: int) -> tuple[int, int]:
     value = shift = 0
     while True:
         if pos >= len(buf):
@@ -65,7 +116,7 @@ def write_uvarint(value: int, out: bytearray) -> None:
     out.append(value)
 
 
-def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+def read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
     """A zigzag varint (record fields)."""
     raw, pos = read_uvarint(buf, pos)
     return (raw >> 1) ^ -(raw & 1), pos
@@ -95,7 +146,7 @@ def _fixed(kind: str) -> tuple[Decoder, Encoder]:
     fmt = _FIXED[kind]
     size, unpack, pack = fmt.size, fmt.unpack_from, fmt.pack
 
-    def dec(buf: bytes, pos: int) -> tuple[Any, int]:
+    def dec(buf: Buffer, pos: int, _items: Items) -> tuple[Any, int]:
         if pos + size > len(buf):
             raise KafkaDecodeError(f"truncated {kind}")
         return unpack(buf, pos)[0], pos + size
@@ -110,7 +161,7 @@ def _fixed(kind: str) -> tuple[Decoder, Encoder]:
 
 
 def _uuid() -> tuple[Decoder, Encoder]:
-    def dec(buf: bytes, pos: int) -> tuple[Any, int]:
+    def dec(buf: Buffer, pos: int, _items: Items) -> tuple[Any, int]:
         if pos + 16 > len(buf):
             raise KafkaDecodeError("truncated uuid")
         return bytes(buf[pos : pos + 16]), pos + 16
@@ -124,7 +175,7 @@ def _uuid() -> tuple[Decoder, Encoder]:
 # -- lengths: classic (int16/int32, -1 for null) or compact (uvarint n + 1) ----------
 
 
-def _read_len(buf: bytes, pos: int, compact: bool, wide: bool) -> tuple[int, int]:
+def _read_len(buf: Buffer, pos: int, compact: bool, wide: bool) -> tuple[int, int]:
     """A length; -1 means null."""
     if compact:
         n, pos = read_uvarint(buf, pos)
@@ -147,7 +198,7 @@ def _blob(kind: str, compact: bool, nullable: bool) -> tuple[Decoder, Encoder]:
     text = kind == "string"
     wide = not text
 
-    def dec(buf: bytes, pos: int) -> tuple[Any, int]:
+    def dec(buf: Buffer, pos: int, _items: Items) -> tuple[Any, int]:
         n, pos = _read_len(buf, pos, compact, wide)
         if n < 0:
             if not nullable and n != -1:
@@ -181,17 +232,18 @@ def _blob(kind: str, compact: bool, nullable: bool) -> tuple[Decoder, Encoder]:
 def _array(item: tuple[Decoder, Encoder], compact: bool, nullable: bool) -> tuple[Decoder, Encoder]:
     item_dec, item_enc = item
 
-    def dec(buf: bytes, pos: int) -> tuple[Any, int]:
+    def dec(buf: Buffer, pos: int, items: Items) -> tuple[Any, int]:
         n, pos = _read_len(buf, pos, compact, True)
         if n < 0:
             return (None if nullable else []), pos
         if n > len(buf) - pos:  # every item takes at least a byte
             raise KafkaDecodeError(f"array of {n} items in {len(buf) - pos} bytes")
-        items = []
+        items.take(n)  # before any is made: the allowance bounds memory
+        out = []
         for _ in range(n):
-            value, pos = item_dec(buf, pos)
-            items.append(value)
-        return items, pos
+            value, pos = item_dec(buf, pos, items)
+            out.append(value)
+        return out, pos
 
     def enc(value: Any, out: bytearray) -> None:
         if value is None:
@@ -261,12 +313,12 @@ def _nullable_struct(item: tuple[Decoder, Encoder]) -> tuple[Decoder, Encoder]:
     """A struct that may be null: a signed byte first (-1 null, 1 present)."""
     item_dec, item_enc = item
 
-    def dec(buf: bytes, pos: int) -> tuple[Any, int]:
+    def dec(buf: Buffer, pos: int, items: Items) -> tuple[Any, int]:
         if pos >= len(buf):
             raise KafkaDecodeError("truncated struct")
         if buf[pos] == 0xFF:
             return None, pos + 1
-        return item_dec(buf, pos + 1)
+        return item_dec(buf, pos + 1, items)
 
     def enc(value: Any, out: bytearray) -> None:
         if value is None:
@@ -321,27 +373,52 @@ def _struct_decoder(
     steps = [(name, dec) for name, dec, _e, _d in plain]
     defaults = absent + [(name, d) for name, _dec, _e, d in tagged.values()]
 
-    def dec(buf: bytes, pos: int) -> tuple[Any, int]:
+    def dec(buf: Buffer, pos: int, items: Items) -> tuple[Any, int]:
         obj: dict[str, Any] = {}
         for name, default in defaults:
             obj[name] = _fresh(default)
         for name, step in steps:
-            obj[name], pos = step(buf, pos)
+            obj[name], pos = step(buf, pos, items)
         if flexible:
-            count, pos = read_uvarint(buf, pos)
-            for _ in range(count):
-                tag, pos = read_uvarint(buf, pos)
-                size, pos = read_uvarint(buf, pos)
-                end = pos + size
-                if end > len(buf):
-                    raise KafkaDecodeError("tagged field runs past the message")
-                known = tagged.get(tag)
-                if known is not None:
-                    obj[known[0]], _ = known[1](buf[:end], pos)
-                pos = end
+            pos = _tagged(buf, pos, items, tagged, obj)
         return obj, pos
 
     return dec
+
+
+def _tagged(
+    buf: Buffer,
+    pos: int,
+    items: Items,
+    tagged: dict[int, tuple[str, Decoder, Encoder, Any]],
+    obj: dict[str, Any],
+) -> int:
+    """A struct's tagged section into ``obj``; where it ends."""
+    count, pos = read_uvarint(buf, pos)
+    last = -1
+    view: memoryview | None = None
+    for _ in range(count):
+        tag, pos = read_uvarint(buf, pos)
+        # Kafka writes tags in increasing order, each once: a repeated tag
+        # would decode its field again (a frame of nothing but tag 0 held
+        # a node for seconds), so anything else is refused.
+        if tag <= last:
+            raise KafkaDecodeError(f"tagged field {tag} after {last}: repeated or out of order")
+        last = tag
+        size, pos = read_uvarint(buf, pos)
+        end = pos + size
+        if end > len(buf):
+            raise KafkaDecodeError("tagged field runs past the message")
+        known = tagged.get(tag)
+        if known is not None:
+            # Decoded within its size: a view cut at its end (no copy).
+            if view is None:
+                view = buf if isinstance(buf, memoryview) else memoryview(buf)
+            obj[known[0]], at = known[1](view[:end], pos, items)
+            if at != end:
+                raise KafkaDecodeError(f"tagged field {tag} is {size} bytes, its value {at - pos}")
+        pos = end
+    return pos
 
 
 def _struct_encoder(

@@ -18,9 +18,13 @@ from typing import Any
 
 import attrs
 
-from ._codec import Decoder, Encoder, KafkaDecodeError, compile_struct
+from ._codec import Decoder, Encoder, Items, KafkaDecodeError, compile_struct, unbounded
 
 API_VERSIONS = 18
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+#: What a connection may ask before it authenticated, in secure mode: no
+#: other request is even decoded (``_server``).
+BEFORE_AUTH = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
 _HEAD = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
 
@@ -171,16 +175,33 @@ def peek_header(frame: bytes) -> tuple[int, int, int]:
     return key, version, correlation
 
 
-def decode_request(frame: bytes, served: dict[int, tuple[int, int]], conn: Any = None) -> Request:
-    """One request (the frame without its size), from connection ``conn``."""
+def decode_request(
+    frame: bytes,
+    served: dict[int, tuple[int, int]],
+    conn: Any = None,
+    *,
+    items: Items | None = None,
+) -> Request:
+    """One request (the frame without its size), from connection ``conn``.
+
+    ``items``: the array items decoding may make (``_codec``; None: no bound,
+    for what this process made itself).
+
+    Raises:
+        UnsupportedRequest: an API or version not in ``served`` (the body is
+            not decoded).
+        KafkaDecodeError: bytes that are not the request; ``TooManyItems``
+            past ``items``.
+    """
     api_key, version, correlation = peek_header(frame)
     span = served.get(api_key)
     if span is None or not span[0] <= version <= span[1]:
         raise UnsupportedRequest(api_key, version, correlation)
+    allowance = unbounded() if items is None else items
     head_dec, _ = _header("request", request_header_version(api_key, version))
-    header, pos = head_dec(frame, 0)
+    header, pos = head_dec(frame, 0, allowance)
     body_dec, _ = _body(api_key, "request", version)
-    body, _ = body_dec(frame, pos)
+    body, _ = body_dec(frame, pos, allowance)
     # Bytes after the request are ignored, as Kafka's brokers ignore them:
     # librdkafka 2.x leaves three after a Metadata v12 request for every topic.
     return Request(api_key, version, correlation, header["client_id"], body, conn)
@@ -223,9 +244,9 @@ def encode_request(
 def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, dict[str, Any]]:
     """Correlation id and body of a response (the frame without its size)."""
     head_dec, _ = _header("response", response_header_version(api_key, version))
-    header, pos = head_dec(frame, 0)
+    header, pos = head_dec(frame, 0, unbounded())
     body_dec, _ = _body(api_key, "response", version)
-    body, pos = body_dec(frame, pos)
+    body, pos = body_dec(frame, pos, unbounded())
     if pos != len(frame):
         raise KafkaDecodeError(f"{len(frame) - pos} bytes left after the response")
     return header["correlation_id"], body
