@@ -41,14 +41,16 @@ from ..types import GapType, lsn_epoch
 from ._codec import KafkaDecodeError
 from ._errors import KafkaError
 from ._fetch_read import FetchReads
+from ._inflate import TooLarge, UnsupportedCodec
 from ._offsets import OffsetMap
-from ._records import KafkaBatch, UnsupportedCodec, decode_batches
+from ._records import RECORDS_ROOM_MAX, KafkaBatch, decode_batches
 from ._rereads import Rereads
 from ._sessions import Session, Sessions, close
 
 if TYPE_CHECKING:
     from ..client import AsyncClient
     from ..epochstore import LogRange
+    from ..net import Budget
     from ._protocol import Request
 
 _log = logging.getLogger("logstrand.kafka")
@@ -142,20 +144,64 @@ class DataPlane(FetchReads):
                     if not await self.may(request, "append", t["name"], p["index"]):
                         row["error_code"] = KafkaError.TOPIC_AUTHORIZATION_FAILED
                         continue
-                    nursery.start_soon(self._produce_one, t["name"], p, row, timeout_s)
+                    decoded = getattr(request.conn, "decoded", None)
+                    nursery.start_soon(self._produce_one, t["name"], p, row, timeout_s, decoded)
         if body["acks"] == 0:
             return None
         return {"responses": out, "throttle_time_ms": 0}
 
     async def _produce_one(
-        self, name: str, p: dict[str, Any], row: dict[str, Any], timeout_s: float
+        self,
+        name: str,
+        p: dict[str, Any],
+        row: dict[str, Any],
+        timeout_s: float,
+        decoded: Budget | None,
     ) -> None:
         r, log_id = await self.partition(name, p["index"])
         if r is None:
             row["error_code"] = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
             return
         try:
-            batches = decode_batches(p["records"] or b"")
+            batches, held = await self._records(p["records"] or b"", decoded, timeout_s)
+        except KafkaDecodeError as exc:
+            row.update(error_code=_produce_error(exc), error_message=str(exc))
+            return
+        try:
+            await self._store(log_id, batches, row, timeout_s)
+        finally:
+            if decoded is not None:
+                decoded.give(held)
+
+    async def _records(
+        self, data: bytes, decoded: Budget | None, timeout_s: float
+    ) -> tuple[list[KafkaBatch], int]:
+        """A partition's batches decoded, and what of ``decoded`` (the front's
+        budget for decoded requests) they hold: as much as it has room for
+        (all it may when nothing else holds any); with more, they wait for
+        room and are decoded again (``_records`` says what a batch costs)."""
+        if decoded is None:
+            return decode_batches(data), 0
+        with trio.move_on_after(max(timeout_s, 1.0)):
+            while True:
+                room = decoded.limit - decoded.used
+                allowed = RECORDS_ROOM_MAX if decoded.used == 0 else min(RECORDS_ROOM_MAX, room)
+                try:
+                    batches = decode_batches(data, max(allowed, 0))
+                except TooLarge:
+                    if allowed >= RECORDS_ROOM_MAX:
+                        raise
+                    await decoded.wait_freed()
+                    continue
+                held = sum(b.cost for b in batches)
+                decoded.take(held)
+                return batches, held
+        raise TooLarge("no room to decode these records in time")
+
+    async def _store(
+        self, log_id: int, batches: list[KafkaBatch], row: dict[str, Any], timeout_s: float
+    ) -> None:
+        try:
             problem = _refused(batches)
             if problem is not None:
                 row.update(error_code=KafkaError.INVALID_RECORD, error_message=problem)
@@ -431,6 +477,8 @@ def _produce_error(exc: Exception) -> KafkaError:
     """What Kafka calls a partition's failure to produce (the first that fits)."""
     if isinstance(exc, UnsupportedCodec):
         return KafkaError.UNSUPPORTED_COMPRESSION_TYPE
+    if isinstance(exc, TooLarge):
+        return KafkaError.MESSAGE_TOO_LARGE
     if isinstance(exc, KafkaDecodeError):
         return KafkaError.CORRUPT_MESSAGE
     if isinstance(exc, ProducerError):

@@ -11,11 +11,17 @@ value and headers.
 Producers' batches are checked (magic, length, CRC, count) before anything
 of them is stored: a batch that does not check out is CORRUPT_MESSAGE and
 nothing of its request's partition is appended.
+
+What decoding a partition's records may cost is bounded by ``room``: the
+bytes of the records once decompressed plus ``RECORD_BYTES`` for each
+record (its slots in the columns and its extras).  Decompression stops at
+what is left of it (a kilobyte of zstd can hold a gigabyte of empty
+records), and past it decoding raises ``TooLarge``.  The front sizes
+``room`` from its budget for decoded requests (``_server``, ``_data``).
 """
 
 from __future__ import annotations
 
-import gzip
 import struct
 import zlib
 
@@ -25,6 +31,7 @@ import google_crc32c
 from ..batch import pack_extra, unpack_extra
 from ..errors import ProtocolError
 from ._codec import KafkaDecodeError, read_varint, write_varint
+from ._inflate import CODECS, TooLarge, decompress
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_BYTES = _HEADER.size  # 61
@@ -35,11 +42,26 @@ _LENGTH_FROM = 12  # batch length counts from the leader epoch on
 COMPRESSION_MASK = 0x07
 TRANSACTIONAL = 0x10
 CONTROL = 0x20
-CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
 
-class UnsupportedCodec(KafkaDecodeError):
-    pass
+#: What a decoded record costs besides its bytes (see the module docstring).
+RECORD_BYTES = 96
+#: The most one request's records of one partition may decode into.
+RECORDS_ROOM_MAX = 64 * 1024 * 1024
+
+
+class _Room:
+    """What is left of the room a decoding was given."""
+
+    __slots__ = ("given", "left")
+
+    def __init__(self, given: int) -> None:
+        self.given = self.left = given
+
+    def take(self, n: int, what: str) -> None:
+        if n > self.left:
+            raise TooLarge(f"{what}: more than the {self.given} bytes these records may take")
+        self.left -= n
 
 
 @attrs.frozen
@@ -70,6 +92,8 @@ class KafkaBatch:
     #: The decompressed records, for ``records``; or the records themselves.
     body: bytes = b""
     decoded: tuple[KafkaRecord, ...] | None = None
+    #: What it takes decoded (the module docstring's ``room``).
+    cost: int = 0
 
     @property
     def records(self) -> tuple[KafkaRecord, ...]:
@@ -95,48 +119,6 @@ class KafkaBatch:
     @property
     def control(self) -> bool:
         return bool(self.attributes & CONTROL)
-
-
-def _decompress(codec: int, data: bytes) -> bytes:
-    if codec == 0:
-        return data
-    try:
-        if codec == 1:
-            return gzip.decompress(data)
-        if codec == 3:
-            import lz4.frame
-
-            out: bytes = lz4.frame.decompress(data)
-            return out
-        if codec == 4:
-            import zstandard
-
-            return zstandard.ZstdDecompressor().decompressobj().decompress(data)
-        if codec == 2:
-            return _snappy(data)
-    except UnsupportedCodec:
-        raise
-    except Exception as exc:
-        name = CODECS.get(codec, codec)
-        raise KafkaDecodeError(f"{name} data does not decompress: {exc}") from exc
-    raise UnsupportedCodec(f"compression codec {codec} is not Kafka's")
-
-
-def _snappy(data: bytes) -> bytes:
-    try:
-        import cramjam
-    except ImportError as exc:
-        raise UnsupportedCodec("snappy needs the cramjam package on the front") from exc
-    # Kafka's Java clients frame snappy the way xerial's library does.
-    if data[:8] == b"\x82SNAPPY\x00":
-        out = bytearray()
-        pos = 16
-        while pos + 4 <= len(data):
-            (n,) = struct.unpack_from(">i", data, pos)
-            out += bytes(cramjam.snappy.decompress_raw(data[pos + 4 : pos + 4 + n]))
-            pos += 4 + n
-        return bytes(out)
-    return bytes(cramjam.snappy.decompress_raw(data))
 
 
 def _bytes_field(buf: bytes, pos: int) -> tuple[bytes | None, int]:
@@ -179,7 +161,7 @@ def _record(buf: bytes, pos: int, first_ts: int) -> tuple[KafkaRecord, int]:
 _LEGACY = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
 
 
-def _legacy(data: bytes, pos: int, records: list[KafkaRecord], depth: int = 0) -> int:
+def _legacy(data: bytes, pos: int, records: list[KafkaRecord], room: _Room, depth: int = 0) -> int:
     """One message of the message sets older than v2 (magic 0 and 1, which
     Produce v0-v2 carry); a compressed one holds a whole inner set in its
     value.  Appends its records; returns where the next message starts."""
@@ -202,14 +184,15 @@ def _legacy(data: bytes, pos: int, records: list[KafkaRecord], depth: int = 0) -
     value, at = _int32_bytes(data, at, end)
     codec = attributes & COMPRESSION_MASK
     if codec == 0:
+        room.take(end - pos + RECORD_BYTES, "a message set")
         records.append(KafkaRecord(len(records), ts, key, value))
         return end
     if depth or value is None:
         raise KafkaDecodeError("a compressed message inside a compressed one")
-    inner = _decompress(codec, value)
+    inner = decompress(codec, value, room.left)
     ipos = 0
     while ipos < len(inner):
-        ipos = _legacy(inner, ipos, records, depth + 1)
+        ipos = _legacy(inner, ipos, records, room, depth + 1)
     return end
 
 
@@ -225,17 +208,19 @@ def _int32_bytes(data: bytes, pos: int, end: int) -> tuple[bytes | None, int]:
     return bytes(data[pos : pos + n]), pos + n
 
 
-def decode_message_set(data: bytes) -> KafkaBatch:
+def decode_message_set(data: bytes, room: int = RECORDS_ROOM_MAX) -> KafkaBatch:
     """The records of a message set older than v2 (Produce v0-v2), checked."""
     records: list[KafkaRecord] = []
     pos = 0
+    left = _Room(room)
     while pos < len(data):
-        pos = _legacy(data, pos, records)
+        pos = _legacy(data, pos, records, left)
     keys = [r.key for r in records]
     values = [r.value for r in records]
     extras = [pack_extra(r.timestamp_ms if r.timestamp_ms >= 0 else None) for r in records]
     last = max(0, len(records) - 1)
-    return KafkaBatch(0, 0, last, 0, 0, -1, -1, -1, keys, values, extras, decoded=tuple(records))
+    fields = (0, 0, last, 0, 0, -1, -1, -1, keys, values, extras)
+    return KafkaBatch(*fields, decoded=tuple(records), cost=left.given - left.left)
 
 
 def _columns(
@@ -309,15 +294,18 @@ def _columns(
 _NO_HEADERS = struct.Struct("<BQH")
 
 
-def decode_batches(data: bytes) -> list[KafkaBatch]:
+def decode_batches(data: bytes, room: int = RECORDS_ROOM_MAX) -> list[KafkaBatch]:
     """Every batch of a Produce request's records, checked: RecordBatch v2,
-    or a message set of magic 0 or 1 (what Produce v0-v2 carries).
+    or a message set of magic 0 or 1 (what Produce v0-v2 carries); together
+    they may take ``room`` bytes (``cost``).
 
-    Raises KafkaDecodeError (UnsupportedCodec for a codec it cannot read)."""
+    Raises KafkaDecodeError (UnsupportedCodec for a codec it cannot read,
+    TooLarge past ``room``)."""
     if len(data) > 16 and data[16] in (0, 1):
-        return [decode_message_set(data)]
+        return [decode_message_set(data, room)]
     out = []
     pos = 0
+    left = _Room(room)
     while pos < len(data):
         if pos + HEADER_BYTES > len(data):
             raise KafkaDecodeError("truncated record batch header")
@@ -330,12 +318,20 @@ def decode_batches(data: bytes) -> list[KafkaBatch]:
             raise KafkaDecodeError("record batch length runs past the request")
         if google_crc32c.value(data[pos + _CRC_FROM : end]) != crc:
             raise KafkaDecodeError("record batch CRC does not match")
-        body = _decompress(attributes & COMPRESSION_MASK, data[pos + HEADER_BYTES : end])
-        if count < 0 or count > len(body):
+        if count < 0 or count * RECORD_BYTES > left.left:
+            raise TooLarge(f"a record batch of {count} records: more than its room")
+        body = decompress(
+            attributes & COMPRESSION_MASK,
+            data[pos + HEADER_BYTES : end],
+            left.left - count * RECORD_BYTES,
+        )
+        if count > len(body):
             raise KafkaDecodeError(f"record batch of {count} records in {len(body)} bytes")
+        taken = len(body) + count * RECORD_BYTES
+        left.take(taken, "a record batch")
         keys, values, extras = _columns(body, count, first_ts)
         fields = (base, attributes, last_delta, first_ts, max_ts, pid, pepoch, base_seq)
-        out.append(KafkaBatch(*fields, keys, values, extras, body))
+        out.append(KafkaBatch(*fields, keys, values, extras, body, cost=taken))
         pos = end
     return out
 
