@@ -8,12 +8,20 @@ SASL user name is a logstrand user and the password its token
 (``security._sasl``: PLAIN checks the token's hash, SCRAM the keys derived
 from it when the user was added).
 
+A failed login is answered after ``FAILED_LOGIN_DELAY_S`` and ends its
+connection (Kafka's connection.failed.authentication.delay.ms), and a name
+that is not a user is looked up in the epoch store at most every
+``security.RECHECK_S`` however often it is tried.
+
 The front then acts for that user: each partition a request touches is
 checked against the user's grants as the native protocol checks them
 (read for Fetch, ListOffsets, OffsetFetch and OffsetCommit; append for
 Produce; trim for DeleteRecords; admin over every log for the APIs that
-make, change or delete topics), and what is refused is answered with
-TOPIC_AUTHORIZATION_FAILED (or CLUSTER_AUTHORIZATION_FAILED), nothing
+make, change or delete topics), and each group a group API names against
+the user's grants on groups (read to be a member or commit, describe to
+see it, delete to remove it or its offsets: Kafka's GROUP resource).  What
+is refused is answered with TOPIC_AUTHORIZATION_FAILED,
+GROUP_AUTHORIZATION_FAILED (or CLUSTER_AUTHORIZATION_FAILED), nothing
 done.  Users and grants are read from the epoch store, again every
 ``REFRESH_S``, at once for a user the front does not know, and before a
 refusal when they are older than ``RECHECK_S`` (so a new grant counts
@@ -22,19 +30,26 @@ within ``RECHECK_S``, and a revoked one within ``REFRESH_S``).
 
 from __future__ import annotations
 
+import base64
 import hmac
 import logging
 from typing import TYPE_CHECKING, Any
 
+import trio
+
 from ..security import (
     MECHANISMS,
+    REFUSED,
     Access,
     SaslError,
     ScramServer,
-    check_plain,
     hash_token,
+    mock_credentials,
+    parse_client_first,
+    parse_plain,
 )
 from ._errors import KafkaError
+from ._protocol import BEFORE_AUTH
 from ._server import CloseConnection
 
 if TYPE_CHECKING:
@@ -42,8 +57,10 @@ if TYPE_CHECKING:
     from ._protocol import Request
 
 _log = logging.getLogger("logstrand.kafka")
-#: What a connection may ask before it authenticated.
-BEFORE_AUTH = frozenset({17, 18, 36})
+#: A failed login is answered this late, then its connection is closed
+#: (Kafka's connection.failed.authentication.delay.ms): one connection can
+#: no longer try hundreds of tokens a second.
+FAILED_LOGIN_DELAY_S = 0.1
 
 
 class NotAuthenticated(CloseConnection):
@@ -53,9 +70,17 @@ class NotAuthenticated(CloseConnection):
 class FrontAuth:
     """SASL and grants for one front (see the module docstring)."""
 
-    def __init__(self, client: AsyncClient, *, secure: bool) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        *,
+        secure: bool,
+        failed_login_delay_s: float = FAILED_LOGIN_DELAY_S,
+    ) -> None:
         self.client = client
         self.secure = secure
+        self.failed_login_delay_s = failed_login_delay_s
+        self._secret: bytes | None = None
 
         async def read() -> dict[str, Any]:
             doc: dict[str, Any] = await client.view.astore.run(lambda s: s.security())
@@ -63,13 +88,12 @@ class FrontAuth:
 
         self.access = Access(read)
 
-    async def _user(self, name: str) -> dict[str, Any] | None:
-        return await self.access.user(name)
-
     # -- the gate -----------------------------------------------------------------
 
     def check(self, request: Request) -> None:
-        """Raises NotAuthenticated for a request that needs a user and has none."""
+        """Raises NotAuthenticated for a request that needs a user and has none
+        (the listener closes such a connection before decoding the request;
+        this holds for any other way a request may come)."""
         needs = self.secure and request.api_key not in BEFORE_AUTH
         if needs and getattr(request.conn, "user", None) is None:
             raise NotAuthenticated(
@@ -82,6 +106,7 @@ class FrontAuth:
         mechanism = request.body["mechanism"]
         if mechanism not in MECHANISMS:
             code = KafkaError.UNSUPPORTED_SASL_MECHANISM
+            request.conn.closing = True  # as Kafka's brokers do
             return {"error_code": code, "mechanisms": list(MECHANISMS)}
         request.conn.sasl = mechanism
         request.conn.scram = None
@@ -91,36 +116,52 @@ class FrontAuth:
         conn = request.conn
         mechanism = getattr(conn, "sasl", None)
         if mechanism is None:
+            conn.closing = True
             return _auth_error(KafkaError.ILLEGAL_SASL_STATE, "SaslHandshake first")
-        data = request.body["auth_bytes"]
         try:
-            if mechanism == "PLAIN":
-                name = check_plain(data, self._plain_ok(await self._plain_user(data)))
-                return self._done(conn, name, b"")
-            if conn.scram is None:
-                name = data.decode(errors="replace").partition("n=")[2].split(",", 1)[0]
-                creds = ((await self._user(name)) or {}).get("scram", {}).get(mechanism)
-                conn.scram = ScramServer(mechanism, lambda _n: creds)
-                return {"error_code": 0, "auth_bytes": conn.scram.first(data)}
-            final = conn.scram.final(data)
-            return self._done(conn, conn.scram.user, final)
+            return await self._step(conn, mechanism, request.body["auth_bytes"])
         except SaslError as exc:
             conn.sasl = conn.scram = None
             _log.warning("kafka: %s: SASL %s refused: %s", conn.peer, mechanism, exc)
+            # Late, and the last answer on this connection (rule of the module).
+            await trio.sleep(self.failed_login_delay_s)
+            conn.closing = True
             return _auth_error(KafkaError.SASL_AUTHENTICATION_FAILED, str(exc))
 
-    async def _plain_user(self, data: bytes) -> dict[str, Any] | None:
-        parts = data.split(b"\x00")
-        return await self._user(parts[1].decode(errors="replace")) if len(parts) == 3 else None
+    async def _step(self, conn: Any, mechanism: str, data: bytes) -> dict[str, Any]:
+        """One SASL message: the answer, or SaslError.  Each message is
+        parsed once; the name it gives is looked up and authenticated
+        (``security._sasl``, rule 1)."""
+        if mechanism == "PLAIN":
+            plain = parse_plain(data)
+            user = await self.access.user(plain.user)
+            if user is None or not hmac.compare_digest(hash_token(plain.token), user["sha256"]):
+                raise SaslError(REFUSED)
+            return self._done(conn, plain.user, b"")
+        if conn.scram is None:
+            first = parse_client_first(data)
+            user = await self.access.user(first.user)
+            creds = (user or {}).get("scram", {}).get(mechanism)
+            if creds is None:  # no such user (or no keys): made-up ones, the same each time
+                creds = mock_credentials(await self._sasl_secret(), mechanism, first.user)
+            conn.scram = ScramServer(mechanism)
+            return {"error_code": 0, "auth_bytes": conn.scram.first(first, creds)}
+        final = conn.scram.final(data)
+        return self._done(conn, conn.scram.user, final)
 
-    @staticmethod
-    def _plain_ok(user: dict[str, Any] | None) -> Any:
-        def verify(_name: str, token: str) -> bool:
-            return user is not None and hmac.compare_digest(hash_token(token), user["sha256"])
-
-        return verify
+    async def _sasl_secret(self) -> bytes:
+        if self._secret is None:
+            await self.access.refresh()
+            text = self.access.sasl_secret
+            if text is None:
+                text = await self.client.view.astore.run(lambda s: s.sasl_secret())
+            self._secret = base64.b64decode(text)
+        return self._secret
 
     def _done(self, conn: Any, name: str | None, answer: bytes) -> dict[str, Any]:
+        if conn.user is not None and conn.user != name:
+            # Kafka's re-authentication (KIP-368) keeps the principal.
+            raise SaslError(f"this connection is {conn.user}'s; it cannot become {name}'s")
         conn.user, conn.sasl, conn.scram = name, None, None
         _log.info("kafka: %s authenticated as %s", conn.peer, name)
         return {"error_code": 0, "auth_bytes": answer, "session_lifetime_ms": 0}
@@ -134,6 +175,14 @@ class FrontAuth:
             return True
         user = getattr(request.conn, "user", None)
         return user is not None and await self.access.may(user, op, log_id)
+
+    async def may_group(self, request: Request, op: str, group: str) -> bool:
+        """Whether the connection's user may ``op`` (read, describe, delete)
+        on consumer group ``group``."""
+        if not self.secure:
+            return True
+        user = getattr(request.conn, "user", None)
+        return user is not None and await self.access.may_group(user, op, group)
 
     def forget(self) -> None:
         """Users and grants changed through this front: read them again."""

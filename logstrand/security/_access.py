@@ -1,8 +1,10 @@
 """Users and grants as the epoch store has them, for the fronts that check
 them themselves (the Kafka front, the console): read every ``REFRESH_S``,
-at once for a name or token not known yet, and before a refusal when they
-are older than ``RECHECK_S`` (a new grant counts within ``RECHECK_S``, a
-revoked one within ``REFRESH_S``)."""
+again for a name or token not known yet or before a refusal, but never
+more often than every ``RECHECK_S`` (a new grant counts within
+``RECHECK_S``, a revoked one within ``REFRESH_S``; a flood of logins with
+names that do not exist costs one read of the store per ``RECHECK_S``,
+not one each)."""
 
 from __future__ import annotations
 
@@ -10,15 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..records import LOG_ID_MAX
-from ._model import Grant, user_of_token
+from ._model import NO_GRANTS, Grants, user_of_token
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
 #: Users and grants are read again after this long.
 REFRESH_S = 5.0
-#: A request refused reads them again, if they are older than this.
+#: What is not known (a name, a token, a grant) reads them again, if they
+#: are older than this.
 RECHECK_S = 0.5
 
 
@@ -28,24 +30,31 @@ class Access:
     def __init__(self, read: Callable[[], Awaitable[dict[str, Any]]]) -> None:
         self._read = read
         self.users: dict[str, Any] = {}
-        self.grants: tuple[Grant, ...] = ()
+        self.grants: Grants = NO_GRANTS
+        #: The cluster's secret for SCRAM's made-up salts (None: not made yet).
+        self.sasl_secret: str | None = None
         self._read_at = -float("inf")
         self._reading = trio.Lock()
+        #: How many times the document was read (the tests count them).
+        self.reads = 0
 
     async def refresh(self, *, force: bool = False) -> None:
         async with self._reading:
-            if not force and trio.current_time() - self._read_at < REFRESH_S:
+            since = trio.current_time() - self._read_at
+            if since < RECHECK_S or (not force and since < REFRESH_S):
                 return
             doc = await self._read()
+            self.reads += 1
             self.users = doc["users"]
-            self.grants = tuple(Grant.from_json(g) for g in doc["grants"])
+            self.grants = Grants.from_doc(doc)
+            self.sasl_secret = doc.get("sasl_secret")
             self._read_at = trio.current_time()
 
     async def user(self, name: str) -> dict[str, Any] | None:
         """The user's entry (its token's hash, SCRAM keys), or None."""
         await self.refresh()
         if name not in self.users:
-            await self.refresh(force=True)
+            await self.refresh(force=True)  # at most every RECHECK_S
         user: dict[str, Any] | None = self.users.get(name)
         return user
 
@@ -53,7 +62,7 @@ class Access:
         """The name of the user whose token this is, or None."""
         await self.refresh()
         name = user_of_token(self.users, token)
-        if name is None and trio.current_time() - self._read_at >= RECHECK_S:
+        if name is None:
             await self.refresh(force=True)
             name = user_of_token(self.users, token)
         return name
@@ -62,26 +71,24 @@ class Access:
         """Whether ``user`` may ``op`` on at least one log (the console's
         cluster-wide views)."""
         await self.refresh()
-        return any(g.user == user and op in g.ops for g in self.grants)
+        return self.grants.may_somewhere(user, op)
 
     async def may(self, user: str, op: str, log_id: int | None) -> bool:
         """Whether ``user`` may ``op`` on ``log_id`` (None: on every user log)."""
         await self.refresh()
-        if self.allows(user, op, log_id):
+        if self.grants.may(user, op, log_id):
             return True
-        if trio.current_time() - self._read_at < RECHECK_S:
-            return False
         await self.refresh(force=True)
-        return self.allows(user, op, log_id)
+        return self.grants.may(user, op, log_id)
+
+    async def may_group(self, user: str, op: str, group: str) -> bool:
+        """Whether ``user`` may ``op`` on consumer group ``group``."""
+        await self.refresh()
+        if self.grants.may_group(user, op, group):
+            return True
+        await self.refresh(force=True)
+        return self.grants.may_group(user, op, group)
 
     def forget(self) -> None:
         """Users and grants changed: read them again at the next question."""
         self._read_at = -float("inf")
-
-    def allows(self, user: str, op: str, log_id: int | None) -> bool:
-        if log_id is None:
-            return any(
-                g.user == user and op in g.ops and (g.first, g.last) == (1, LOG_ID_MAX)
-                for g in self.grants
-            )
-        return any(g.user == user and g.covers(op, log_id) for g in self.grants)
