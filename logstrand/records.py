@@ -14,6 +14,7 @@ client (a batch of records, the one format they travel and rest in, is
 from __future__ import annotations
 
 import enum
+import re
 import zlib
 from typing import TYPE_CHECKING, Final
 
@@ -71,6 +72,10 @@ POSITIONS_LOGS: Final = tuple(range(POSITIONS_LOG_ID, POSITIONS_LOG_ID + 16))
 INTERNAL_LOGS: Final = frozenset(POSITIONS_LOGS)
 
 
+#: What names a consumer group (Kafka's group ids, as far as logstrand takes them).
+GROUP_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}")
+
+
 def positions_log_of(group: str) -> int:
     """The positions log that holds ``group``: one of ``POSITIONS_LOGS`` by a
     hash of the name (Kafka spreads groups over __consumer_offsets the same way)."""
@@ -79,6 +84,9 @@ def positions_log_of(group: str) -> int:
 
 #: What a user may be granted on a range of logs (docs/security.md).
 OPS: Final = ("read", "append", "trim", "admin")
+#: What a user may be granted on a consumer group (Kafka's READ, DESCRIBE
+#: and DELETE on its GROUP resource).
+GROUP_OPS: Final = ("read", "describe", "delete")
 #: Nodes in one copyset, at most.
 COPYSET_SIZE_MAX: Final = 0xFF
 #: Bytes of one idempotent producer's batch entry as it travels and rests

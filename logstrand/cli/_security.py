@@ -18,6 +18,8 @@ from ..security import (
     check_name,
     hash_token,
     new_token,
+    parse_group_ops,
+    parse_group_pattern,
     parse_log_range,
     parse_ops,
     scram_credentials,
@@ -30,10 +32,12 @@ if TYPE_CHECKING:
 users_app = typer.Typer(
     help="Users (principals) that clients authenticate as.", no_args_is_help=True
 )
-acl_app = typer.Typer(help="What each user may do, per log.", no_args_is_help=True)
+acl_app = typer.Typer(
+    help="What each user may do, per log and per consumer group.", no_args_is_help=True
+)
 
 LogsOption = Annotated[
-    str,
+    str | None,
     typer.Option(
         "--logs",
         help="Logs: N, FIRST..LAST, all (every log, the internal ones too) or positions "
@@ -41,9 +45,23 @@ LogsOption = Annotated[
         show_default=False,
     ),
 ]
+GroupOption = Annotated[
+    str | None,
+    typer.Option(
+        "--group",
+        help="A consumer group instead of logs: NAME, PREFIX* (every group whose name "
+        "starts so) or * (every group); operations read,describe,delete.",
+        show_default=False,
+    ),
+]
 OpsOption = Annotated[
     str,
-    typer.Option("--ops", help="Operations: read,append,trim,admin or all.", show_default=False),
+    typer.Option(
+        "--ops",
+        help="Operations: read,append,trim,admin or all on logs; read,describe,delete or "
+        "all on a group.",
+        show_default=False,
+    ),
 ]
 
 
@@ -97,50 +115,72 @@ def _logs_text(first: int, last: int) -> str:
     return str(first) if first == last else f"{first}..{last}"
 
 
-def _grant_args(name: str, logs: str, ops: str) -> tuple[str, int, int, frozenset[str]]:
-    first, last = parse_log_range(logs)
-    return check_name(name), first, last, parse_ops(ops)
+def _grant_args(
+    name: str, logs: str | None, group: str | None, ops: str
+) -> tuple[str, tuple[int, int] | str, frozenset[str]]:
+    """(user, logs (first, last) or a group pattern, operations)."""
+    if (logs is None) == (group is None):
+        fail("give one of --logs or --group")
+    if group is not None:
+        return check_name(name), parse_group_pattern(group), parse_group_ops(ops)
+    assert logs is not None
+    return check_name(name), parse_log_range(logs), parse_ops(ops)
+
+
+def _what(on: tuple[int, int] | str) -> str:
+    return f"group {on}" if isinstance(on, str) else f"logs {_logs_text(*on)}"
 
 
 @acl_app.command("grant")
 def acl_grant(
     name: Annotated[str, typer.Argument(help="The user.")],
-    logs: LogsOption,
     ops: OpsOption,
+    logs: LogsOption = None,
+    group: GroupOption = None,
     url: UrlOption = None,
 ) -> None:
-    """Let a user do OPS on LOGS."""
-    name, first, last, op_set = _grant_args(name, logs, ops)
+    """Let a user do OPS on LOGS, or on the consumer groups --group names."""
+    name, on, op_set = _grant_args(name, logs, group, ops)
     with open_store(url) as store:
-        store.grant(name, first, last, op_set)
-    console.print(f"{name} may {','.join(sorted(op_set))} on logs {_logs_text(first, last)}")
+        if isinstance(on, str):
+            store.grant_group(name, on, op_set)
+        else:
+            store.grant(name, *on, op_set)
+    console.print(f"{name} may {','.join(sorted(op_set))} on {_what(on)}", highlight=False)
 
 
 @acl_app.command("revoke")
 def acl_revoke(
     name: Annotated[str, typer.Argument(help="The user.")],
-    logs: LogsOption,
     ops: OpsOption,
+    logs: LogsOption = None,
+    group: GroupOption = None,
     url: UrlOption = None,
 ) -> None:
-    """Take OPS on LOGS away from a user (parts of wider grants stay)."""
-    name, first, last, op_set = _grant_args(name, logs, ops)
+    """Take OPS on LOGS (parts of wider grants stay), or on --group as it was
+    granted, away from a user."""
+    name, on, op_set = _grant_args(name, logs, group, ops)
     with open_store(url) as store:
-        changed = store.revoke(name, first, last, op_set)
+        if isinstance(on, str):
+            changed = store.revoke_group(name, on, op_set)
+        else:
+            changed = store.revoke(name, *on, op_set)
     console.print(f"{changed} grant(s) of {name} changed")
 
 
 @acl_app.command("list")
 def acl_list(url: UrlOption = None, as_json: JsonOption = False) -> None:
-    """Every grant."""
+    """Every grant, on logs and on groups."""
     with open_store(url) as store:
-        grants = store.security()["grants"]
+        doc = store.security()
     if as_json:
-        print_json(grants)
+        print_json(doc["grants"] + doc["group_grants"])
         return
-    table = Table("user", "logs", "operations")
-    for g in grants:
+    table = Table("user", "logs or group", "operations")
+    for g in doc["grants"]:
         table.add_row(g["user"], _logs_text(g["first"], g["last"]), ",".join(g["ops"]))
+    for g in doc["group_grants"]:
+        table.add_row(g["user"], f"group {g['group']}", ",".join(g["ops"]))
     console.print(table)
 
 

@@ -1,22 +1,30 @@
 """Users and grants, one document (``security``) of the epoch store.
 
     security   {"users": {name: {"sha256": hex, "created_ms": ms, "scram": {...}}},
-                "grants": [{"user", "first", "last", "ops"}, ...]}
+                "grants": [{"user", "first", "last", "ops"}, ...],
+                "group_grants": [{"user", "group", "ops"}, ...],
+                "sasl_secret": base64}
 
 Only a token's SHA-256 is kept (``logstrand.security.hash_token``), and for
 SASL/SCRAM over the Kafka front a salt and the keys derived from the token
 (``security._sasl.scram_credentials``); the token itself is shown once, to
 whoever created the user.  Nodes read this document
 to authenticate tokens and to check each request against the grants.
+Group grants name a group, ``PREFIX*`` or ``*`` (``security.GroupGrant``).
+``sasl_secret`` is made once, by the first front that needs it: SCRAM's
+made-up salts for names that are not users derive from it, so that they
+are the same on every node and after restarts.
 """
 
 from __future__ import annotations
 
+import base64
+import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ExistsError, InvalidArgumentError, NotFoundError
-from ..records import OPS
+from ..records import GROUP_OPS, OPS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -29,9 +37,68 @@ class SecurityDocs:
     _update: Callable[[str, Callable[[Any], Any]], Any]
 
     def security(self) -> dict[str, Any]:
-        """The whole document: ``users`` (name → hash, creation time) and ``grants``."""
+        """The whole document: ``users`` (name → hash, creation time),
+        ``grants`` on logs, ``group_grants``, and ``sasl_secret`` (or None)."""
         doc = self._doc("security") or {}
-        return {"users": dict(doc.get("users", {})), "grants": list(doc.get("grants", []))}
+        return {
+            "users": dict(doc.get("users", {})),
+            "grants": list(doc.get("grants", [])),
+            "group_grants": list(doc.get("group_grants", [])),
+            "sasl_secret": doc.get("sasl_secret"),
+        }
+
+    def sasl_secret(self) -> str:
+        """The cluster's secret for SCRAM's made-up salts (base64), made the
+        first time it is asked for (by whichever node asks first)."""
+
+        def change(doc: Any) -> Any:
+            doc = _fresh(doc)
+            doc.setdefault("sasl_secret", base64.b64encode(secrets.token_bytes(32)).decode())
+            return doc
+
+        secret = (self._doc("security") or {}).get("sasl_secret")
+        if secret is None:
+            self._update("security", change)
+            secret = self._doc("security")["sasl_secret"]
+        return str(secret)
+
+    def grant_group(self, name: str, pattern: str, ops: frozenset[str]) -> None:
+        """Let ``name`` do ``ops`` (``GROUP_OPS``) on the groups ``pattern``
+        names (a group, ``PREFIX*`` or ``*``), added to what it has."""
+        _check_ops(ops, GROUP_OPS)
+
+        def change(doc: Any) -> Any:
+            doc = _fresh(doc)
+            if name not in doc["users"]:
+                raise NotFoundError(f"no user {name!r}")
+            doc["group_grants"].append({"user": name, "group": pattern, "ops": sorted(ops)})
+            return doc
+
+        self._update("security", change)
+
+    def revoke_group(self, name: str, pattern: str, ops: frozenset[str]) -> int:
+        """Take ``ops`` on ``pattern`` (as it was granted) away from ``name``;
+        returns how many grants changed."""
+        _check_ops(ops, GROUP_OPS)
+        changed = [0]
+
+        def change(doc: Any) -> Any:
+            doc = _fresh(doc)
+            kept: list[dict[str, Any]] = []
+            changed[0] = 0
+            for g in doc["group_grants"]:
+                if g["user"] != name or g["group"] != pattern or not set(g["ops"]) & ops:
+                    kept.append(g)
+                    continue
+                changed[0] += 1
+                rest = sorted(set(g["ops"]) - ops)
+                if rest:
+                    kept.append({**g, "ops": rest})
+            doc["group_grants"] = kept
+            return doc
+
+        self._update("security", change)
+        return changed[0]
 
     def add_user(self, name: str, token_sha256: str, scram: dict[str, Any] | None = None) -> None:
         """Raises ExistsError when the user exists (remove it first to change its token)."""
@@ -57,6 +124,7 @@ class SecurityDocs:
                 raise NotFoundError(f"no user {name!r}")
             del doc["users"][name]
             doc["grants"] = [g for g in doc["grants"] if g["user"] != name]
+            doc["group_grants"] = [g for g in doc["group_grants"] if g["user"] != name]
             return doc
 
         self._update("security", change)
@@ -109,9 +177,10 @@ def _fresh(doc: Any) -> dict[str, Any]:
     fresh: dict[str, Any] = dict(doc or {})
     fresh.setdefault("users", {})
     fresh.setdefault("grants", [])
+    fresh.setdefault("group_grants", [])
     return fresh
 
 
-def _check_ops(ops: frozenset[str]) -> None:
-    if not ops or not ops <= set(OPS):
-        raise InvalidArgumentError(f"operations must be among {', '.join(OPS)}")
+def _check_ops(ops: frozenset[str], known: tuple[str, ...] = OPS) -> None:
+    if not ops or not ops <= set(known):
+        raise InvalidArgumentError(f"operations must be among {', '.join(known)}")

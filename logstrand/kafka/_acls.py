@@ -6,16 +6,20 @@ have a meaning:
 
 * the resource is a **topic** by its literal name (its range of logs), or
   ``*`` (every log, a grant on ``all``); the cluster resource is ``all`` too;
+* or a **group** (a group grant): a literal name (``*``: every group) or a
+  prefix (PREFIXED: ``PREFIX*``); READ, DESCRIBE and DELETE are the group
+  operations of the same names, ALL is the three;
 * the principal is ``User:NAME``, a logstrand user; the host ``*``;
-* READ and DESCRIBE are ``read``, WRITE is ``append``, DELETE is ``trim``,
-  ALTER, CREATE and ALTER_CONFIGS are ``admin``, ALL is all four;
+* on a topic, READ and DESCRIBE are ``read``, WRITE is ``append``, DELETE is
+  ``trim``, ALTER, CREATE and ALTER_CONFIGS are ``admin``, ALL is all four;
 * only ALLOW: grants allow, nothing denies.
 
-What has no counterpart is refused, naming why: DENY, prefixed patterns,
-groups, transactional ids, other hosts.  DescribeAcls lists the grants that
-are on a topic's range or on everything; a grant on another range of logs
-has no Kafka name and is left out (``logstrand acl list`` shows it).  The
-APIs need ``admin`` on every log, as topic administration does.
+What has no counterpart is refused, naming why: DENY, prefixed topics,
+transactional ids, other hosts.  DescribeAcls lists the grants that are on
+a topic's range, on everything, or on groups; a grant on another range of
+logs has no Kafka name and is left out (``logstrand acl list`` shows it).
+A filter's MATCH pattern type is taken as ANY.  The APIs need ``admin`` on
+every log, as topic administration does.
 """
 
 from __future__ import annotations
@@ -24,30 +28,61 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LogstrandError
-from ..records import LOG_ID_MAX, OPS
+from ..records import GROUP_OPS, LOG_ID_MAX, OPS
+from ..security import parse_group_pattern
 from ._errors import KafkaError
 
 if TYPE_CHECKING:
     from ._groups import GroupFront
     from ._protocol import Request
 
-TOPIC, CLUSTER = 2, 4
+TOPIC, GROUP, CLUSTER = 2, 3, 4
 ANY_TYPE, ANY_OP, ANY_PERMISSION, ANY_PATTERN, MATCH = 1, 1, 1, 1, 2
-LITERAL, ALLOW, ALL = 3, 3, 2
-#: Kafka operation -> the logstrand operations it is.
+LITERAL, PREFIXED, ALLOW, ALL = 3, 4, 3, 2
+#: Kafka operation -> the logstrand operations it is, on a topic and on a group.
 _OPS = {2: set(OPS), 3: {"read"}, 8: {"read"}, 4: {"append"}, 6: {"trim"}, 7: {"admin"}}
 _OPS |= {5: {"admin"}, 11: {"admin"}}
+_GROUP_OPS = {2: set(GROUP_OPS), 3: {"read"}, 8: {"describe"}, 6: {"delete"}}
 #: logstrand operation -> the Kafka operation shown.
 _SHOWN = {"read": 3, "append": 4, "trim": 6, "admin": 7}
+_GROUP_SHOWN = {"read": 3, "describe": 8, "delete": 6}
 INVALID = KafkaError.INVALID_REQUEST
 
 
-def _grant(store: Any, *, user: str, first: int, last: int, ops: frozenset[str]) -> None:
-    store.grant(user, first, last, ops)
+def _grant(store: Any, *, user: str, on: tuple[int, int] | str, ops: frozenset[str]) -> None:
+    if isinstance(on, str):
+        store.grant_group(user, on, ops)
+    else:
+        store.grant(user, *on, ops)
 
 
 def _revoke(store: Any, *, grant: dict[str, Any], op: str) -> None:
-    store.revoke(grant["user"], grant["first"], grant["last"], frozenset({op}))
+    if "group" in grant:
+        store.revoke_group(grant["user"], grant["group"], frozenset({op}))
+    else:
+        store.revoke(grant["user"], grant["first"], grant["last"], frozenset({op}))
+
+
+def _group_acls(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every group grant, one ACL per operation."""
+    out = []
+    for g in doc.get("group_grants", ()):
+        prefixed = g["group"].endswith("*") and g["group"] != "*"
+        for op in sorted(g["ops"]):
+            out.append(
+                {
+                    "resource_type": GROUP,
+                    "resource_name": g["group"][:-1] if prefixed else g["group"],
+                    "pattern_type": PREFIXED if prefixed else LITERAL,
+                    "principal": f"User:{g['user']}",
+                    "host": "*",
+                    "operation": _GROUP_SHOWN[op],
+                    "permission_type": ALLOW,
+                    "grant": g,
+                    "op": op,
+                }
+            )
+    return out
 
 
 class AclApis:
@@ -87,7 +122,7 @@ class AclApis:
                         "op": op,
                     }
                 )
-        return out
+        return out + _group_acls(doc)
 
     @staticmethod
     def _matches(acl: dict[str, Any], f: dict[str, Any]) -> bool:
@@ -95,6 +130,7 @@ class AclApis:
         return (
             f["resource_type_filter"] in (ANY_TYPE, acl["resource_type"])
             and f["resource_name_filter"] in (None, acl["resource_name"])
+            and f.get("pattern_type_filter", LITERAL) in (ANY_PATTERN, MATCH, acl["pattern_type"])
             and f["principal_filter"] in (None, acl["principal"])
             and f["host_filter"] in (None, "*")
             and f["operation"] in (ANY_OP, ALL, acl["operation"])
@@ -111,9 +147,10 @@ class AclApis:
                 "resources": [],
             }
         chosen = [a for a in acls if self._matches(a, request.body)]
-        resources: dict[tuple[int, str], list[dict[str, Any]]] = {}
+        resources: dict[tuple[int, str, int], list[dict[str, Any]]] = {}
         for a in chosen:
-            resources.setdefault((a["resource_type"], a["resource_name"]), []).append(
+            where = (a["resource_type"], a["resource_name"], a["pattern_type"])
+            resources.setdefault(where, []).append(
                 {k: a[k] for k in ("principal", "host", "operation", "permission_type")}
             )
         return {
@@ -121,37 +158,56 @@ class AclApis:
             "error_code": 0,
             "error_message": None,
             "resources": [
-                {"resource_type": t, "resource_name": n, "pattern_type": LITERAL, "acls": acls}
-                for (t, n), acls in sorted(resources.items())
+                {"resource_type": t, "resource_name": n, "pattern_type": p, "acls": acls}
+                for (t, n, p), acls in sorted(resources.items())
             ],
         }
 
     def _grant_of(
         self, c: dict[str, Any], users: dict[str, Any]
-    ) -> tuple[str, int, int, set[str]] | str:
-        """(user, first, last, ops) an ACL creation asks for, or why it cannot be."""
+    ) -> tuple[str, tuple[int, int] | str, set[str]] | str:
+        """(user, logs (first, last) or a group pattern, ops) an ACL creation
+        asks for, or why it cannot be."""
         if c["permission_type"] != ALLOW:
             return "only ALLOW: logstrand's grants allow, nothing denies"
-        if c.get("resource_pattern_type", LITERAL) != LITERAL:
-            return "only literal resource names (a topic, or *)"
         if c["host"] != "*":
             return "only host *: grants are not per host"
         principal = c["principal"]
         if not principal.startswith("User:") or principal[5:] not in users:
             return f"no logstrand user {principal!r} (logstrand users add)"
+        user, pattern = principal[5:], c.get("resource_pattern_type", LITERAL)
+        if c["resource_type"] == GROUP:
+            return self._group_grant_of(user, c["resource_name"], pattern, c["operation"])
+        if pattern != LITERAL:
+            return "only literal topic names (a topic, or *); groups may be PREFIXED"
         ops = _OPS.get(c["operation"])
         if ops is None:
             return f"operation {c['operation']} has no logstrand counterpart"
         if c["resource_type"] == CLUSTER:
-            return principal[5:], 1, LOG_ID_MAX, ops
+            return user, (1, LOG_ID_MAX), ops
         if c["resource_type"] != TOPIC:
-            return "only topics and the cluster: group ACLs have no counterpart"
+            return "only topics, groups and the cluster: others have no counterpart"
         if c["resource_name"] == "*":
-            return principal[5:], 1, LOG_ID_MAX, ops
+            return user, (1, LOG_ID_MAX), ops
         r = self.front.topics().get(c["resource_name"])
         if r is None:
             return f"no topic {c['resource_name']!r}"
-        return principal[5:], r.first, r.last, ops
+        return user, (r.first, r.last), ops
+
+    @staticmethod
+    def _group_grant_of(
+        user: str, name: str, pattern: int, operation: int
+    ) -> tuple[str, str, set[str]] | str:
+        ops = _GROUP_OPS.get(operation)
+        if ops is None:
+            return f"operation {operation} has no counterpart on a group (read, describe, delete)"
+        if pattern not in (LITERAL, PREFIXED):
+            return "a group ACL is LITERAL or PREFIXED"
+        try:
+            on = parse_group_pattern(name + "*" if pattern == PREFIXED and name != "*" else name)
+        except LogstrandError as exc:
+            return str(exc)
+        return user, on, ops
 
     async def create(self, request: Request) -> dict[str, Any]:
         users = (await self._security())["users"]
@@ -164,10 +220,10 @@ class AclApis:
             if isinstance(want, str):
                 results.append({"error_code": INVALID, "error_message": want})
                 continue
-            user, first, last, ops = want
+            user, on, ops = want
             try:
                 await self.front.client.view.astore.run(
-                    functools.partial(_grant, user=user, first=first, last=last, ops=frozenset(ops))
+                    functools.partial(_grant, user=user, on=on, ops=frozenset(ops))
                 )
             except LogstrandError as exc:
                 results.append({"error_code": INVALID, "error_message": str(exc)})

@@ -20,22 +20,19 @@ error code per topic or partition for what cannot be done.
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import logging
 from typing import TYPE_CHECKING, Any
 
-import trio
-
 from ..epochstore import LogAttributes
 from ..epochstore._model import check_range_name
-from ..errors import ExistsError, InvalidArgumentError, LogstrandError, NotFoundError
+from ..errors import LogstrandError
 from ..placement import select_nodeset
 from ._acls import AclApis
 from ._admin import AdminApis
 from ._auth import ADMIN_APIS, FrontAuth, refused_admin
 from ._data import DataPlane
 from ._errors import KafkaError
+from ._group_gate import gated
 from ._group_heartbeat import ConsumerGroupApis
 from ._group_offsets import GroupAdmin
 from ._groups import GroupCoordinator
@@ -48,23 +45,17 @@ from ._protocol import (
     known_versions,
     missing,
 )
-from ._topics import ConfigError, apply_configs, free_firsts, topic_id
+from ._topic_admin import AUTO_PARTITIONS, TopicApis
+from ._topics import topic_id
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from ..client import AsyncClient
-    from ..epochstore import EpochStore, LogRange
+    from ..epochstore import LogRange
     from ._protocol import Request
 
 _log = logging.getLogger("logstrand.kafka")
-
-#: Partitions of a topic made by Metadata's auto-creation (Kafka's num.partitions).
-AUTO_PARTITIONS = 1
-#: Partitions one CreateTopics may ask for.
-PARTITIONS_MAX = 10_000
-#: Log ids topics are allocated below.
-TOPIC_IDS_TOP = 1 << 40
 
 
 class KafkaFront:
@@ -82,13 +73,10 @@ class KafkaFront:
         secure: bool = False,
         coordinator: GroupCoordinator | None = None,
     ) -> None:
-        self.client = client
+        self.client, self.view, self.secure = client, client.view, secure
         self.auth = FrontAuth(client, secure=secure)
-        self.view = client.view
-        self.broker_id = broker_id
-        self.advertise = advertise
-        self.standalone = standalone
-        self.auto_create = auto_create
+        self.broker_id, self.advertise = broker_id, advertise
+        self.standalone, self.auto_create = standalone, auto_create
         self.data = DataPlane(client, self.topics, self.auth)
         #: The node's coordinator (``_native_groups``, which runs it), or its own.
         self._own_coordinator = coordinator is None
@@ -97,7 +85,8 @@ class KafkaFront:
         heartbeats = ConsumerGroupApis(self, self.coordinator)
         acls = AclApis(self)
         admin = AdminApis(self)
-        self._handlers: dict[int, Callable[[Request], Awaitable[dict[str, Any] | None]]] = {
+        self.topic_apis = TopicApis(self)
+        handlers: dict[int, Callable[[Request], Awaitable[dict[str, Any] | None]]] = {
             0: self.data.produce,
             1: self.data.fetch,
             2: self.data.list_offsets,
@@ -112,8 +101,8 @@ class KafkaFront:
             14: self.coordinator.sync_group,
             15: groups.describe_groups,
             16: groups.list_groups,
-            19: self._create_topics,
-            20: self._delete_topics,
+            19: self.topic_apis.create_topics,
+            20: self.topic_apis.delete_topics,
             21: admin.delete_records,
             22: self._init_producer_id,
             32: admin.describe_configs,
@@ -131,11 +120,12 @@ class KafkaFront:
             17: self.auth.handshake,
             36: self.auth.authenticate,
         }
+        #: Each group API behind its check of the user's grant on the group.
+        self._handlers = {k: gated(self.auth, k, h) for k, h in handlers.items()}
         #: API key -> the versions served.
         self.served: dict[int, tuple[int, int]] = dict(SERVED)
         if secure:  # SASL is served (and needed) in secure mode only
             self.served.update({17: (1, 1), 36: (0, 2)})
-        self._creating = trio.Lock()
         #: APIs a client asked for that are not served (logged once each).
         self._said: set[int] = set()
 
@@ -362,139 +352,7 @@ class KafkaFront:
     async def _auto_create(self, name: str) -> None:
         try:
             check_range_name(name)
-            attributes = LogAttributes(replication_factor=self._r())
-            await self.create_topic(name, AUTO_PARTITIONS, attributes)
+            attributes = LogAttributes(replication_factor=self.topic_apis.replication())
+            await self.topic_apis.create_topic(name, AUTO_PARTITIONS, attributes)
         except (LogstrandError, ValueError) as exc:
             _log.warning("kafka: cannot create topic %r: %s", name, exc)
-
-    def _r(self) -> int:
-        storage = [n for n in self.view.nodes.values() if "storage" in n.roles]
-        return max(1, min(LogAttributes().replication_factor, len(storage)))
-
-    async def create_topic(self, name: str, partitions: int, attributes: LogAttributes) -> LogRange:
-        """A new range named ``name`` of ``partitions`` logs never used before.
-
-        Raises ExistsError when the name is taken."""
-        astore = self.view.astore
-        async with self._creating:
-            while True:
-                ranges = await astore.log_ranges()
-                if any(r.name == name for r in ranges):
-                    raise ExistsError(f"topic {name!r} already exists")
-                first = await self._virgin_first(ranges, partitions)
-                make = functools.partial(
-                    _create, first=first, last=first + partitions - 1, a=attributes, name=name
-                )
-                try:
-                    made = await astore.run(make)
-                except ExistsError:
-                    continue  # another front took it meanwhile: look again
-                await self.view.refresh()
-                return made
-
-    async def _virgin_first(self, ranges: list[LogRange], count: int) -> int:
-        """The lowest free run of ``count`` log ids that no epoch was ever
-        taken in (a range removed keeps its logs' epochs, and a topic must
-        start empty)."""
-        astore = self.view.astore
-        for first in free_firsts(ranges, count, TOPIC_IDS_TOP):
-            ids = list(range(first, first + count))
-            epochs = await astore.log_epochs_many(ids)
-            if all(epochs[i].next_epoch == 1 for i in ids):
-                return first
-        raise InvalidArgumentError("no free run of log ids for the topic")
-
-    async def _create_topics(self, request: Request) -> dict[str, Any]:
-        body = request.body
-        out = []
-        for t in body["topics"]:
-            out.append(await self._create_one(t, bool(body["validate_only"])))
-        return {"throttle_time_ms": 0, "topics": out}
-
-    async def _create_one(self, t: dict[str, Any], validate_only: bool) -> dict[str, Any]:
-        name = t["name"]
-
-        def error(code: KafkaError, message: str) -> dict[str, Any]:
-            return {"name": name, "error_code": code, "error_message": message}
-
-        partitions = AUTO_PARTITIONS if t["num_partitions"] == -1 else t["num_partitions"]
-        r = self._r() if t["replication_factor"] == -1 else t["replication_factor"]
-        try:
-            check_range_name(name)
-        except InvalidArgumentError as exc:
-            return error(KafkaError.INVALID_TOPIC_EXCEPTION, str(exc))
-        if t["assignments"]:
-            return error(
-                KafkaError.INVALID_REPLICA_ASSIGNMENT,
-                "logstrand places every record itself: no replica assignment",
-            )
-        if not 1 <= partitions <= PARTITIONS_MAX:
-            return error(KafkaError.INVALID_PARTITIONS, f"partitions: 1 to {PARTITIONS_MAX}")
-        try:
-            attributes = apply_configs(
-                LogAttributes(replication_factor=r) if 1 <= r <= 15 else LogAttributes(),
-                [(c["name"], c["value"]) for c in t["configs"]],
-            )
-        except ConfigError as exc:
-            return error(KafkaError.INVALID_CONFIG, str(exc))
-        if not 1 <= r <= 15 or r > len(self.view.storage_weights()):
-            return error(
-                KafkaError.INVALID_REPLICATION_FACTOR,
-                f"replication factor {r}: 1 to the number of storage nodes",
-            )
-        if validate_only:
-            if name in self.topics():
-                return error(KafkaError.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
-            made = None
-        else:
-            try:
-                made = await self.create_topic(name, partitions, attributes)
-            except ExistsError as exc:
-                return error(KafkaError.TOPIC_ALREADY_EXISTS, str(exc))
-            except LogstrandError as exc:
-                return error(KafkaError.INVALID_REQUEST, str(exc))
-        return {
-            "name": name,
-            "topic_id": topic_id(self.view.cluster, made) if made else bytes(16),
-            "error_code": 0,
-            "num_partitions": partitions,
-            "replication_factor": r,
-        }
-
-    async def _delete_topics(self, request: Request) -> dict[str, Any]:
-        body = request.body
-        if request.version >= 6:
-            asked = [(t["name"], t["topic_id"]) for t in body["topics"]]
-        else:
-            asked = [(n, bytes(16)) for n in body["topic_names"]]
-        await self.view.refresh()
-        named = self.topics()
-        by_id = {topic_id(self.view.cluster, r): r for r in named.values()}
-        out = []
-        for name, tid in asked:
-            r = named.get(name) if name is not None else by_id.get(tid)
-            row: dict[str, Any] = {"name": name, "topic_id": tid, "error_code": 0}
-            if r is None:
-                row["error_code"] = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
-            else:
-                try:
-                    await self.delete_topic(r)
-                except LogstrandError as exc:
-                    row["error_code"] = KafkaError.UNKNOWN_SERVER_ERROR
-                    row["error_message"] = str(exc)
-            out.append(row)
-        return {"throttle_time_ms": 0, "responses": out}
-
-    async def delete_topic(self, r: LogRange) -> None:
-        """Trim every log of the range to its tail, then remove the range."""
-        tails = await self.client.tail_lsns(list(range(r.first, r.last + 1)))
-        for log_id, tail in tails.items():
-            if tail > 0:
-                await self.client.trim(log_id, tail)
-        with contextlib.suppress(NotFoundError):  # another front removed it meanwhile
-            await self.view.astore.run(lambda s: s.remove_logs(r.first, r.last))
-        await self.view.refresh()
-
-
-def _create(store: EpochStore, *, first: int, last: int, a: LogAttributes, name: str) -> LogRange:
-    return store.create_logs(first, last, a, name=name)

@@ -289,6 +289,8 @@ class GroupAdmin:
                     r, log_id = await self.front.data.partition(t["name"], p["partition_index"])
                     if r is None:
                         c = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+                    elif not await self._may_read(request, log_id):  # Kafka: READ on the topic
+                        c = KafkaError.TOPIC_AUTHORIZATION_FAILED
                     else:
                         logs.append(log_id)
                 parts.append({"partition_index": p["partition_index"], "error_code": c})

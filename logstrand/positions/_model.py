@@ -14,13 +14,13 @@ instead of asking a group coordinator.
 
 from __future__ import annotations
 
-import re
 import struct
 from typing import TYPE_CHECKING, Final
 
 import attrs
 
 from ..errors import InvalidArgumentError
+from ..records import GROUP_RE as GROUP_RE
 from ..records import LOG_ID_MAX, check_log_id
 from ..records import positions_log_of as positions_log_of
 from ..types import LSN_MAX, lsn_epoch, lsn_esn
@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 
     from ..epochstore._model import EpochEnd
 
-GROUP_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}")
 _LOG = struct.Struct(">Q")
 #: A position's value: format version, the LSN, when it was committed (ms).
 _VALUE = struct.Struct("<BQQ")
@@ -82,6 +81,18 @@ def decode_key(key: bytes) -> tuple[str, int] | None:
     if not GROUP_RE.fullmatch(group) or not 1 <= log_id <= LOG_ID_MAX:
         return None
     return group, log_id
+
+
+def group_of_key(key: bytes | None) -> str | None:
+    """The group a key of the positions log belongs to (a position's or the
+    group's membership record), or None for a key that is neither."""
+    if key is None or len(key) < 2 + _LOG.size or key[-_LOG.size - 1] != 0:
+        return None
+    try:
+        group = key[: -_LOG.size - 1].decode()
+    except UnicodeDecodeError:
+        return None
+    return group if GROUP_RE.fullmatch(group) else None
 
 
 def membership_key(group: str) -> bytes:

@@ -12,6 +12,14 @@ A connection to a node acts for one principal, fixed at the handshake:
 
 Operations: ``read`` (read streams, find-time, log state, the sequencer's
 state), ``append``, ``trim`` and ``admin`` (compaction, node status).
+
+Consumer groups are a resource of grants of their own (``GroupGrant``), as
+Kafka's GROUP resource is: ``read`` (be a member, commit), ``describe``
+(see its members and positions; any grant on a group implies it, as in
+Kafka) and ``delete`` (remove its positions), on one group, on groups by a
+prefix (``billing-*``) or on every group (``*``).  A user with ``admin`` on
+every log may do everything to every group.  (The node checks them on the
+native protocol: ``storage._group_access``.)
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ import attrs
 
 from .. import records
 from ..errors import InvalidArgumentError
-from ..records import INTERNAL_LOGS, LOG_ID_MAX, POSITIONS_LOGS
+from ..records import GROUP_OPS, GROUP_RE, INTERNAL_LOGS, LOG_ID_MAX, POSITIONS_LOGS
 from ..records import OPS as OPS
 from ..wire import ACCESS
 
@@ -77,6 +85,73 @@ class Grant:
 
 
 @attrs.frozen
+class GroupGrant:
+    """``user`` may do ``ops`` on the groups ``pattern`` names: one group,
+    the groups whose names start with a prefix (``PREFIX*``), or every
+    group (``*``)."""
+
+    user: str
+    pattern: str
+    ops: frozenset[str]
+
+    def names(self, group: str) -> bool:
+        if self.pattern.endswith("*"):
+            return group.startswith(self.pattern[:-1])
+        return group == self.pattern
+
+    def covers(self, op: str, group: str) -> bool:
+        # Kafka's implied operations: any grant on a group lets its holder
+        # describe it.
+        return (op in self.ops or (op == "describe" and bool(self.ops))) and self.names(group)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"user": self.user, "group": self.pattern, "ops": sorted(self.ops)}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> GroupGrant:
+        return cls(doc["user"], doc["group"], frozenset(doc["ops"]))
+
+
+@attrs.frozen
+class Grants:
+    """Every grant of the cluster: on logs and on groups (the epoch store's
+    ``security`` document)."""
+
+    logs: tuple[Grant, ...] = ()
+    groups: tuple[GroupGrant, ...] = ()
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> Grants:
+        return cls(
+            tuple(Grant.from_json(g) for g in doc.get("grants", ())),
+            tuple(GroupGrant.from_json(g) for g in doc.get("group_grants", ())),
+        )
+
+    def may(self, user: str, op: str, log_id: int | None) -> bool:
+        """Whether ``user`` may ``op`` on ``log_id`` (None: on every user log)."""
+        if log_id is None:
+            return any(
+                g.user == user and op in g.ops and (g.first, g.last) == (1, LOG_ID_MAX)
+                for g in self.logs
+            )
+        return any(g.user == user and g.covers(op, log_id) for g in self.logs)
+
+    def may_somewhere(self, user: str, op: str) -> bool:
+        """Whether ``user`` may ``op`` on at least one log."""
+        return any(g.user == user and op in g.ops for g in self.logs)
+
+    def may_group(self, user: str, op: str, group: str) -> bool:
+        """Whether ``user`` may ``op`` (``GROUP_OPS``) on ``group``: a grant
+        on it, or admin on every log."""
+        return any(g.user == user and g.covers(op, group) for g in self.groups) or self.may(
+            user, "admin", None
+        )
+
+
+NO_GRANTS = Grants()
+
+
+@attrs.frozen
 class Principal:
     kind: str  # "node", "user" or "trusted"
     name: str
@@ -113,7 +188,7 @@ def required(msg: Any) -> tuple[str, int | None] | None:
     return op, getattr(msg, "log_id", None)
 
 
-def refusal(principal: Principal, grants: tuple[Grant, ...], msg: Any) -> str | None:
+def refusal(principal: Principal, grants: Grants, msg: Any) -> str | None:
     """Why ``principal`` may not send ``msg`` (None: it may)."""
     if principal.is_node:
         return None
@@ -126,7 +201,7 @@ def refusal(principal: Principal, grants: tuple[Grant, ...], msg: Any) -> str | 
     if need is None:
         return None
     op, log_id = need
-    mine = [g for g in grants if g.user == principal.name]
+    mine = [g for g in grants.logs if g.user == principal.name]
     # A request on many logs (``GetTails``) needs the operation on each.
     logs: tuple[int | None, ...] = getattr(msg, "log_ids", None) or (log_id,)
     for log in logs:
@@ -181,6 +256,32 @@ def parse_ops(text: str) -> frozenset[str]:
         bad = ", ".join(sorted(unknown)) or "none"
         raise InvalidArgumentError(f"unknown operations {bad}; known: {', '.join(OPS)}, all")
     return ops
+
+
+def parse_group_ops(text: str) -> frozenset[str]:
+    """``read,describe`` or ``all`` → the operations on a group."""
+    if text.strip() == "all":
+        return frozenset(GROUP_OPS)
+    ops = frozenset(p.strip() for p in text.split(",") if p.strip())
+    unknown = ops - set(GROUP_OPS)
+    if not ops or unknown:
+        bad = ", ".join(sorted(unknown)) or "none"
+        raise InvalidArgumentError(
+            f"unknown operations on a group {bad}; known: {', '.join(GROUP_OPS)}, all"
+        )
+    return ops
+
+
+def parse_group_pattern(text: str) -> str:
+    """A group name, ``PREFIX*`` (every group whose name starts so) or ``*``
+    (every group)."""
+    name = text[:-1] if text.endswith("*") else text
+    if text == "*" or GROUP_RE.fullmatch(name):
+        return text
+    raise InvalidArgumentError(
+        f"bad group {text!r}: a group name, PREFIX* or * (names are 1-128 of letters, "
+        "digits and _.@:-, not first)"
+    )
 
 
 def parse_log_range(text: str) -> tuple[int, int]:

@@ -22,8 +22,9 @@ import trio
 
 from ..errors import EpochStoreUnavailableError, Status
 from ..security import (
+    NO_GRANTS,
     TRUSTED,
-    Grant,
+    Grants,
     Principal,
     node_principal,
     refusal,
@@ -33,6 +34,7 @@ from ..security import (
 from ..types import lsn_epoch, lsn_esn
 from ..wire import Store
 from . import _admission
+from ._group_access import group_refusal
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -63,7 +65,7 @@ class Guard:
         self._inflight: dict[tuple[str, int], trio.Event] = {}
         self._es = trio.CapacityLimiter(64)
         self.users: dict[str, dict[str, Any]] = {}
-        self.grants: tuple[Grant, ...] = ()
+        self.grants: Grants = NO_GRANTS
         self._security_read = -1e9
 
     # -- facts (the ``_admission.Facts`` port) -----------------------------------
@@ -161,7 +163,13 @@ class Guard:
     async def check(self, principal: Principal, msg: Any) -> tuple[Status, str] | None:
         """Why ``msg`` from ``principal`` must be refused, or None."""
         if principal is not TRUSTED:
-            why = refusal(principal, self.grants, msg)
+            why = self._access_refusal(principal, msg)
+            if why is not None:
+                # Grants may have changed since they were read (a grant just
+                # made): read them again, at most every second, and look again.
+                with contextlib.suppress(EpochStoreUnavailableError):
+                    await self.refresh_security()
+                why = self._access_refusal(principal, msg)
             if why is not None:
                 self.metrics.refused.labels("access").inc()
                 return Status.ACCESS, why
@@ -191,6 +199,9 @@ class Guard:
         self.metrics.refused.labels("nonsense").inc()
         return refused.status, refused.reason
 
+    def _access_refusal(self, principal: Principal, msg: Any) -> str | None:
+        return refusal(principal, self.grants, msg) or group_refusal(principal, self.grants, msg)
+
     # -- principals ----------------------------------------------------------------
 
     async def refresh_security(self, *, force: bool = False) -> None:
@@ -200,7 +211,7 @@ class Guard:
         self._security_read = now
         doc = await self.view.astore.security()
         self.users = doc["users"]
-        self.grants = tuple(Grant.from_json(g) for g in doc["grants"])
+        self.grants = Grants.from_doc(doc)
 
     async def run_security(self) -> None:
         """Keep users and grants current (revocations apply within seconds)."""

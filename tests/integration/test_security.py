@@ -329,7 +329,8 @@ def test_a_member_of_a_group_needs_read_on_its_logs_and_the_group_s_positions(
     secure: tuple[LocalCluster, dict[str, str]],
 ) -> None:
     """``subscribe``'s heartbeats are checked as reads: of every log the
-    member subscribes to, and of its group's positions log."""
+    member subscribes to, of its group's positions log, and of the group
+    itself (a group grant)."""
     from logstrand.records import POSITIONS_LOGS
 
     cluster, tokens = secure
@@ -342,6 +343,13 @@ def test_a_member_of_a_group_needs_read_on_its_logs_and_the_group_s_positions(
         store.grant("member", 1, 5, frozenset({"read"}))
         store.grant("member", POSITIONS_LOGS[0], POSITIONS_LOGS[-1], frozenset({"read", "append"}))
     time.sleep(2.5)  # the nodes re-read users and grants every 2 s
+    with _client(cluster, ca=cluster.ca_path, token=member_token) as client:
+        refused = client.subscribe("members", [2])
+        with pytest.raises(logstrand.AccessDeniedError, match="may not read group members"):
+            next(refused)
+    with open_epoch_store(cluster.url) as store:
+        store.grant_group("member", "members", frozenset({"read"}))
+    time.sleep(1.1)  # a refusal reads them again, at most every second
     with _client(cluster, ca=cluster.ca_path, token=tokens["reader"]) as client:
         refused = client.subscribe("members", [1, 2])
         with pytest.raises(logstrand.AccessDeniedError, match="may not read on log"):
