@@ -22,6 +22,14 @@ def serve_console(
         str | None, typer.Option("--tls-cert", help="Serve HTTPS with this certificate (PEM).")
     ] = None,
     tls_key: Annotated[str | None, typer.Option("--tls-key", help="Its private key (PEM).")] = None,
+    allowed_hosts: Annotated[
+        str,
+        typer.Option(
+            "--allowed-hosts",
+            help="Host names it answers under besides --host, IP addresses and localhost, "
+            "comma-separated; other names are refused (DNS rebinding).",
+        ),
+    ] = "",
 ) -> None:
     """Serve the console (a web page) and the HTTP admin API for the cluster
     at --url until SIGINT/SIGTERM, as a client with the credentials of
@@ -42,8 +50,12 @@ def serve_console(
     scheme = "http" if tls is None else "https"
     secure = credentials is not None
 
+    names = tuple(n.strip() for n in allowed_hosts.split(",") if n.strip())
+
     async def start(task_status: trio.TaskStatus[tuple[str, int]]) -> None:
         async with open_client(cluster, credentials=credentials) as client:
-            await serve(client, host, port, secure=secure, tls=tls, task_status=task_status)
+            await serve(
+                client, host, port, secure=secure, tls=tls, names=names, task_status=task_status
+            )
 
     serve_until_signalled(start, host, port, lambda at: f"console {scheme}://{at[0]}:{at[1]}/")

@@ -127,6 +127,17 @@ _OWN_OPTIONS = (
         ),
     ),
     keyword(
+        "http_allowed_hosts",
+        str | None,
+        None,
+        typer.Option(
+            help="Host names the console answers under besides the node's own address, "
+            "IP addresses and localhost, comma-separated (a name it is reached by through "
+            "a proxy or DNS). Other names are refused: a web page cannot reach the console "
+            "through a name of its own (DNS rebinding).",
+        ),
+    ),
+    keyword(
         "kafka_advertise",
         str | None,
         None,
@@ -352,7 +363,7 @@ def _build(params: dict[str, Any]) -> Callable[[str, TlsFiles | None], Node]:
             # The coordinator before the Kafka front, which shares it.
             extensions=(Cleaner(cleaner), GroupsMonitor(monitor, LazyClient), groups)
             + (() if kafka is None else (kafka,))
-            + _console(params["http_port"]),
+            + _console(params["http_port"], params["http_allowed_hosts"]),
             kafka=None if kafka is None else kafka.address(),
         )
 
@@ -380,13 +391,16 @@ def _kafka(params: dict[str, Any], groups: NodeGroups) -> Any:
     )
 
 
-def _console(port: int | None) -> tuple[Any, ...]:
+def _console(port: int | None, allowed_hosts: str | None) -> tuple[Any, ...]:
     """The node's console (none without --http-port)."""
     if port is None:
+        if allowed_hosts is not None:
+            fail("--http-allowed-hosts needs --http-port")
         return ()
     from ..console import NodeConsole, NodeConsoleOptions
 
-    return (NodeConsole(NodeConsoleOptions(port)),)
+    names = tuple(n.strip() for n in (allowed_hosts or "").split(",") if n.strip())
+    return (NodeConsole(NodeConsoleOptions(port, names)),)
 
 
 def _tls(cert: str | None, key: str | None, ca: str | None) -> TlsFiles | None:

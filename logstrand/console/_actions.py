@@ -13,7 +13,9 @@ from .._units import parse_duration_ms
 from ..epochstore import LogAttributes
 from ..errors import InvalidArgumentError
 from ..rebuilding import Mode
+from ..records import LOG_ID_MAX
 from ..types import format_lsn, lsn_value
+from ._records import TIME_MS_MAX
 
 if TYPE_CHECKING:
     from ..client import AsyncClient
@@ -40,7 +42,11 @@ async def trim(client: AsyncClient, log_id: int, body: dict[str, Any]) -> dict[s
     else:
         if not isinstance(body["older_than"], str):
             raise InvalidArgumentError("older_than must be a duration such as 7d or 30m")
-        cutoff = int(time.time() * 1000) - parse_duration_ms(body["older_than"])
+        try:
+            age_ms = parse_duration_ms(body["older_than"])
+        except ValueError as exc:
+            raise InvalidArgumentError(f"older_than: {exc}") from None
+        cutoff = max(0, int(time.time() * 1000) - age_ms)
         target = await client.find_time(log_id, cutoff) - 1
     head = await client.trim_point(log_id)
     tail = await client.tail_lsn(log_id)
@@ -88,9 +94,7 @@ async def reset_group(client: AsyncClient, group: str, body: dict[str, Any]) -> 
     """Move ``group``'s position on ``log`` (``how``: lsn, time, earliest,
     latest; ``value``: the LSN or ms); with ``dry_run``, where it would go."""
     dry_run = _flag(body, "dry_run")
-    log = body.get("log")
-    if not isinstance(log, int) or isinstance(log, bool) or log < 1:
-        raise InvalidArgumentError("log must be a log id")
+    log = _log_id(body.get("log"), "log")
     how = body.get("how")
     if how not in ("lsn", "time", "earliest", "latest"):
         raise InvalidArgumentError("how must be one of lsn, time, earliest, latest")
@@ -99,8 +103,8 @@ async def reset_group(client: AsyncClient, group: str, body: dict[str, Any]) -> 
         value = lsn_value(body.get("value"), "value")
     elif how == "time":
         v = body.get("value")
-        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise InvalidArgumentError("value must be milliseconds since the epoch")
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= TIME_MS_MAX:
+            raise InvalidArgumentError("value must be milliseconds since the epoch (0 to 2^63-1)")
         value = v
     before, after = await client.reset_group(group, log, how, value, dry_run=dry_run)
     return {
@@ -155,7 +159,8 @@ async def undrain(client: AsyncClient, node_id: int, body: dict[str, Any]) -> di
 async def create_logs(client: AsyncClient, body: dict[str, Any]) -> dict[str, Any]:
     """Create logs ``first..last`` with ``attributes`` (as ``logs create``)
     and an optional ``name``."""
-    first, last = _log_id(body.get("first")), _log_id(body.get("last", body.get("first")))
+    first = _log_id(body.get("first"), "first")
+    last = _log_id(body.get("last", body.get("first")), "last")
     name = body.get("name")
     if name is not None and not isinstance(name, str):
         raise InvalidArgumentError("name must be a string")
@@ -183,7 +188,9 @@ def _object(value: Any, what: str) -> dict[str, Any]:
     return value
 
 
-def _log_id(value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidArgumentError("first and last must be log ids")
+def _log_id(value: Any, what: str) -> int:
+    """A user log's id in a JSON body (1 to 2^63-1; the top bit is the
+    internal logs')."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= LOG_ID_MAX:
+        raise InvalidArgumentError(f"{what} must be a log id from 1 to {LOG_ID_MAX}")
     return value

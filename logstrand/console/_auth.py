@@ -1,14 +1,17 @@
 """The console in secure mode: every API request names its user by a token
-(``Authorization: Bearer lst_...``, or ``?token=`` where a browser cannot
-set a header: the live tail's EventSource), and may do only what the user's
+(``Authorization: Bearer lst_...``; ``?token=`` only on the live tail, whose
+EventSource cannot set a header: a token in a URL ends up in histories and
+logs, so no other route takes one there), and may do only what the user's
 grants allow, as on the native protocol (docs/security.md):
 
 - a route on one log (``/api/logs/{log}...``) needs its operation (read,
   trim) on that log;
+- a route on one consumer group needs ``describe`` on the group, and the
+  list of groups shows only those the user may describe (group grants);
 - admin actions (create and change logs, reset a group, drain a node) need
   admin on every log, as Kafka's admin APIs do on the Kafka front;
-- the cluster-wide views (status, the log list, groups) need the operation
-  on some log.
+- the cluster-wide views (status, the log list) need the operation on some
+  log.
 
 The page and its files, and ``/openapi.json``, need no token: the page asks
 for one.  Users and grants are read from the epoch store (``security.Access``).
@@ -20,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..security import Access
 from ._http import HttpError
-from ._routes import OPS
+from ._routes import GROUP_OPS, OPS, TOKEN_IN_QUERY
+from ._views import parse_log_id
 
 if TYPE_CHECKING:
     from ..client import AsyncClient
@@ -38,17 +42,22 @@ class Gate:
         self.access = Access(read)
 
     async def __call__(self, request: Request, route: Route) -> None:
-        op = OPS.get((route.method, route.template))
+        where = (route.method, route.template)
+        op = OPS.get(where)
         if op is None:
             return  # the page, its files, the OpenAPI document
-        token = _token(request)
+        token = _token(request, where in TOKEN_IN_QUERY)
         if token is None:
             raise HttpError(401, "this console needs a token (Authorization: Bearer ...)")
         user = await self.access.user_of_token(token)
         if user is None:
             raise HttpError(401, "unknown token")
+        group_op = GROUP_OPS.get(where)
+        if group_op is not None:
+            await self._group(request, user, group_op)
+            return
         log_text = request.params.get("log")
-        log_id = int(log_text) if log_text and log_text.isdigit() else None
+        log_id = None if log_text is None else parse_log_id(log_text)
         if op == "admin":
             if not await self.access.may(user, "admin", None):
                 raise HttpError(403, f"user {user} may not do this: it needs admin on all logs")
@@ -60,10 +69,21 @@ class Gate:
         if not await self.access.may_somewhere(user, op):
             raise HttpError(403, f"user {user} may not {op} on any log")
 
+    async def _group(self, request: Request, user: str, op: str) -> None:
+        access = self.access
 
-def _token(request: Request) -> str | None:
+        async def sees(group: str) -> bool:
+            return await access.may_group(user, op, group)
+
+        request.sees_group = sees
+        group = request.params.get("group")
+        if group is not None and not await sees(group):
+            raise HttpError(403, f"user {user} may not {op} group {group}")
+
+
+def _token(request: Request, in_query: bool) -> str | None:
     header = request.headers.get("authorization", "")
     scheme, _, value = header.partition(" ")
     if scheme.lower() == "bearer" and value.strip():
         return value.strip()
-    return request.query.get("token") or None
+    return (request.query.get("token") or None) if in_query else None

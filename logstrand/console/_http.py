@@ -5,7 +5,9 @@ The console serves a handful of routes; a framework would add more than it
 saves.  Everything here is bounded: a request body above ``BODY_MAX`` is
 refused (413) before it is read whole, a path or query that does not parse
 is a 400, and an exception a handler did not expect is a 500 with its text,
-never a dead server.
+never a dead server.  Before any route, the request must come under one of
+the console's names and, when it changes something, as JSON from the
+console's own origin (``_origin``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..errors import AccessDeniedError, InvalidArgumentError, LogstrandError, NotFoundError
+from ._origin import SAFE_HEADERS, change_refusal, host_refusal
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -41,6 +44,22 @@ class HttpError(Exception):
         self.message = message
 
 
+#: What an integer in a path or a query may look like (``int()`` also takes
+#: "²", "1_000" and " 7 ").
+_INTEGER = re.compile(r"-?[0-9]{1,20}")
+
+
+def parse_int(text: str, what: str, lo: int, hi: int) -> int:
+    """``text`` as an integer in ``lo..hi``, or a 400 naming ``what``."""
+    if not _INTEGER.fullmatch(text) or not lo <= int(text) <= hi:
+        raise HttpError(400, f"{what} must be an integer from {lo} to {hi}, not {text[:40]!r}")
+    return int(text)
+
+
+async def _everyone(_group: str) -> bool:
+    return True
+
+
 @attrs.define
 class Request:
     method: str
@@ -49,6 +68,9 @@ class Request:
     headers: dict[str, str]
     params: dict[str, str]
     body: bytes = b""
+    #: Whether the user may see a consumer group (secure mode: its grants;
+    #: set by the gate before the handler runs).
+    sees_group: Callable[[str], Awaitable[bool]] = _everyone
 
     def json(self) -> dict[str, Any]:
         """The body as a JSON object (an empty body: {})."""
@@ -67,15 +89,7 @@ class Request:
 
     def int_arg(self, name: str, default: int, lo: int = 0, hi: int = 1 << 62) -> int:
         text = self.query.get(name)
-        if text is None:
-            return default
-        try:
-            value = int(text)
-        except ValueError:
-            raise HttpError(400, f"{name} must be an integer, not {text!r}") from None
-        if not lo <= value <= hi:
-            raise HttpError(400, f"{name} must be between {lo} and {hi}")
-        return value
+        return default if text is None else parse_int(text, name, lo, hi)
 
 
 @attrs.frozen
@@ -122,12 +136,17 @@ _ERRORS: tuple[tuple[type[Exception], int], ...] = (
 
 
 class App:
-    """The ASGI application: ``routes`` in order, the first that matches."""
+    """The ASGI application: ``routes`` in order, the first that matches;
+    ``names``: the host names it answers under besides addresses and
+    localhost (``_origin``)."""
 
-    def __init__(self, routes: list[Route], before: Any = None) -> None:
+    def __init__(
+        self, routes: list[Route], before: Any = None, names: frozenset[str] = frozenset()
+    ) -> None:
         self.routes = routes
         #: Called with each request before its handler (authentication).
         self.before = before
+        self.names = names
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -146,12 +165,20 @@ class App:
             (b"content-type", answer.content_type.encode()),
             (b"content-length", str(len(answer.body)).encode()),
             (b"cache-control", b"no-store"),
+            *SAFE_HEADERS,
         ]
         await send({"type": "http.response.start", "status": answer.status, "headers": headers})
         await send({"type": "http.response.body", "body": answer.body})
 
     async def _answer(self, scope: Scope, receive: Any) -> Response | EventStream:
         method, path = scope["method"], scope["path"]
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        why = host_refusal(headers.get("host"), self.names)
+        if why is not None:
+            raise HttpError(403, why)
+        refused = change_refusal(method, headers, scope.get("scheme", "http"))
+        if refused is not None:
+            raise HttpError(*refused)
         allowed = []
         for r in self.routes:
             m = r.pattern.match(path)
@@ -164,7 +191,7 @@ class App:
                 method,
                 path,
                 _query(scope.get("query_string", b"")),
-                {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]},
+                headers,
                 {k: urllib.parse.unquote(v) for k, v in m.groupdict().items()},
             )
             if method in ("POST", "PUT", "PATCH", "DELETE"):
@@ -236,6 +263,7 @@ async def _stream(stream: EventStream, receive: Any, send: Any) -> None:
         (b"content-type", b"text/event-stream"),
         (b"cache-control", b"no-store"),
         (b"x-accel-buffering", b"no"),
+        *SAFE_HEADERS,
     ]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
 

@@ -33,6 +33,8 @@ SHOWN_PER_FLUSH = 200
 #: out of reach answers with what came, and says it timed out).
 PAGE_TIMEOUT_S = 5.0
 PING_S = 5.0
+#: The latest time a page may start at (a timestamp is a u64 of ms on the wire).
+TIME_MS_MAX = 2**63 - 1
 
 
 def show_bytes(value: bytes | None) -> dict[str, Any] | None:
@@ -86,8 +88,10 @@ async def start_lsn(client: AsyncClient, log_id: int, start: str, limit: int) ->
         return compose_lsn(lsn_epoch(tail), max(1, lsn_esn(tail) - limit + 1)) if tail else 1
     if start.startswith("time:"):
         ms = start.removeprefix("time:")
-        if not ms.isdigit():
-            raise InvalidArgumentError(f"time must be milliseconds since the epoch, not {ms!r}")
+        if not ms.isascii() or not ms.isdigit() or int(ms) > TIME_MS_MAX:
+            raise InvalidArgumentError(
+                f"start: time must be milliseconds since the epoch (0 to 2^63-1), not {ms[:40]!r}"
+            )
         return await client.find_time(log_id, int(ms))
     try:
         return max(LSN_OLDEST, parse_lsn(start))

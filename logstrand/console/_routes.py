@@ -9,7 +9,7 @@ import attrs
 import trio
 
 from . import _actions, _records, _views
-from ._http import EventStream, HttpError, Request, Response, json_response, route
+from ._http import EventStream, HttpError, Request, Response, json_response, parse_int, route
 
 if TYPE_CHECKING:
     from ..client import AsyncClient
@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 
 #: Live tails served at once by one console (each is a read stream).
 TAILS_MAX = 64
+#: Node ids run 1..NODE_ID_MAX (the wire's u32).
+NODE_ID_MAX = 2**32 - 1
 
 
 @attrs.frozen
@@ -44,6 +46,10 @@ class Api:
     #: What the operation needs of a user in secure mode: read, append,
     #: trim or admin (``security``), on the log in the path when there is one.
     op: str = "read"
+    #: Or, for the routes about consumer groups, the operation on the group
+    #: in the path (read, describe, delete); a list of groups shows those
+    #: the user may describe.
+    group_op: str | None = None
     events: bool = False
 
 
@@ -79,9 +85,10 @@ API: tuple[Api, ...] = (
     Api("POST", "/api/logs/{log}/trim", "trim", "Trim to an LSN or by age (dry_run first)",
         (LOG,), body={"to": "string", "older_than": "string", **DRY_RUN},
         answers=("head", "head_before", "records_approx", "dry_run"), op="trim"),
-    Api("GET", "/api/groups", "groups", "Consumer groups and their lag", answers=("groups",)),
+    Api("GET", "/api/groups", "groups", "Consumer groups and their lag", answers=("groups",),
+        group_op="describe"),
     Api("GET", "/api/groups/{group}", "group", "One group: position and lag per log, members",
-        (GROUP,), answers=("group", "logs", "lag_records", "membership")),
+        (GROUP,), answers=("group", "logs", "lag_records", "membership"), group_op="describe"),
     Api("POST", "/api/groups/{group}/reset", "reset", "Move a group's position (dry_run first)",
         (GROUP,), body={"log": "integer", "how": "string", "value": "integer", **DRY_RUN},
         answers=("committed", "committed_before", "dry_run"), op="admin"),
@@ -94,6 +101,11 @@ API: tuple[Api, ...] = (
 
 #: (method, path template) -> the operation it needs in secure mode.
 OPS = {(a.method, a.path): a.op for a in API}
+#: (method, path template) -> the operation on its group (routes about groups).
+GROUP_OPS = {(a.method, a.path): a.group_op for a in API if a.group_op}
+#: The routes a browser reaches with EventSource, which cannot set a header:
+#: the only ones that take a token in the query (``?token=``).
+TOKEN_IN_QUERY = frozenset((a.method, a.path) for a in API if a.events)
 
 
 class Handlers:
@@ -147,7 +159,7 @@ class Handlers:
         return json_response(await _actions.trim(self.client, _log_of(r), r.json()))
 
     async def groups(self, r: Request) -> Response:
-        return json_response(await _views.groups_doc(self.client))
+        return json_response(await _views.groups_doc(self.client, r.sees_group))
 
     async def group(self, r: Request) -> Response:
         return json_response(await _views.group_doc(self.client, r.params["group"]))
@@ -173,10 +185,7 @@ def _log_of(r: Request) -> int:
 
 
 def _node_of(r: Request) -> int:
-    text = r.params["node"]
-    if not text.isdigit():
-        raise HttpError(400, f"not a node id: {text!r}")
-    return int(text)
+    return parse_int(r.params["node"], "node", 1, NODE_ID_MAX)
 
 
 def openapi(version: str) -> dict[str, Any]:
@@ -197,7 +206,7 @@ def openapi(version: str) -> dict[str, Any]:
                 for p in a.params
             ],
             "responses": _responses(a),
-            "x-logstrand-grant": a.op,
+            "x-logstrand-grant": f"group:{a.group_op}" if a.group_op else a.op,
         }
         if a.body is not None:
             op["requestBody"] = {

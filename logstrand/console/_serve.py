@@ -49,10 +49,13 @@ def _version() -> str:
         return "0"
 
 
-def make_app(client: AsyncClient, *, secure: bool = False) -> App:
+def make_app(
+    client: AsyncClient, *, secure: bool = False, names: frozenset[str] = frozenset()
+) -> App:
     """The console's ASGI app over ``client``; ``secure``: every API request
     carries a user's token and may do only what the user's grants allow
-    (``_auth``)."""
+    (``_auth``); ``names``: the host names it answers under, besides IP
+    addresses and localhost (``_origin``)."""
     handlers = Handlers(client)
     document = openapi(_version())
 
@@ -73,6 +76,7 @@ def make_app(client: AsyncClient, *, secure: bool = False) -> App:
             route("GET", "/static/{name}", asset),
         ],
         before=Gate(client) if secure else None,
+        names=names,
     )
 
 
@@ -108,15 +112,18 @@ async def serve_console(
     *,
     secure: bool = False,
     tls: tuple[str, str] | None = None,
+    names: tuple[str, ...] = (),
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the console over ``client`` on ``host:port`` (0: any free port)
     until cancelled; ``task_status`` gets the address it bound.  ``secure``:
     tokens and grants (``make_app``); ``tls``: (certificate, key) files to
-    serve HTTPS with."""
+    serve HTTPS with; ``names``: host names it answers under besides
+    ``host``, IP addresses and localhost (``--http-allowed-hosts``)."""
     from hypercorn.trio import serve
 
-    app, config = make_app(client, secure=secure), _config(host, port, tls)
+    known = frozenset(n.strip("[]").lower().rstrip(".") for n in (host, *names))
+    app, config = make_app(client, secure=secure, names=known), _config(host, port, tls)
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(serve, app, config)
         where = binds[0].rsplit("/", 1)[-1]
@@ -134,6 +141,9 @@ def bind_error(exc: BaseException) -> OSError | None:
 class NodeConsoleOptions:
     #: Served on the host the node listens on.
     port: int
+    #: Host names it answers under besides the node's own, IP addresses and
+    #: localhost (``--http-allowed-hosts``).
+    allowed_hosts: tuple[str, ...] = ()
 
 
 class NodeConsole:
@@ -160,7 +170,8 @@ class NodeConsole:
             open_client(host.url, credentials=host.credentials) as client,
             trio.open_nursery() as nursery,
         ):
-            serve = partial(serve_console, secure=tls is not None, tls=tls)
+            names = (cfg.host, *self.options.allowed_hosts)
+            serve = partial(serve_console, secure=tls is not None, tls=tls, names=names)
             try:
                 where = await nursery.start(serve, client, bind, self.options.port)
             except BaseException as exc:

@@ -16,11 +16,14 @@ import trio
 from ..admin import info_doc, rebuilding_doc, sequencer_doc, status_row
 from ..errors import InvalidArgumentError
 from ..positions import records_between
-from ..records import INTERNAL_LOGS
+from ..records import INTERNAL_LOGS, LOG_ID_MAX
 from ..types import format_lsn
+from ._http import parse_int
 from ._scrape import node_counters
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from ..client import AsyncClient
     from ..epochstore import EpochStore, LogRange
     from ..wire import NodeStatus
@@ -174,10 +177,11 @@ async def log_doc(client: AsyncClient, log_id: int) -> dict[str, Any]:
     return doc
 
 
-async def groups_doc(client: AsyncClient) -> dict[str, Any]:
-    """Every consumer group: its logs, total lag in records, and whether it has
-    members (a Kafka group) — one round of tails for all their logs."""
-    positions = await client.group_positions()
+async def groups_doc(client: AsyncClient, sees: Callable[[str], Awaitable[bool]]) -> dict[str, Any]:
+    """Every consumer group the user ``sees``: its logs, total lag in records,
+    and whether it has members (a Kafka group) — one round of tails for all
+    their logs."""
+    positions = {g: ps for g, ps in (await client.group_positions()).items() if await sees(g)}
     logs = sorted({p.log_id for ps in positions.values() for p in ps})
     tails = await client.tail_lsns(logs) if logs else {}
     groups = []
@@ -214,6 +218,5 @@ async def group_doc(client: AsyncClient, group: str) -> dict[str, Any]:
 
 
 def parse_log_id(text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) < 1 << 63:
-        raise InvalidArgumentError(f"not a log id: {text!r}")
-    return int(text)
+    """A log id in a path: 1 to 2^63-1 in ASCII digits (a 400 otherwise)."""
+    return parse_int(text, "log", 1, LOG_ID_MAX)

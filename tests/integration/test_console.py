@@ -139,7 +139,7 @@ def test_a_log_its_records_and_how_payloads_are_shown(cluster: LocalCluster) -> 
     assert [x["lsn"] for x in since["items"]] == lsns
     assert "start must be" in refused(base(cluster) + "/api/logs/5/records?start=bogus", 400)
     assert "log 77777777" in refused(base(cluster) + "/api/logs/77777777", 404)
-    assert "not a log id" in refused(base(cluster) + "/api/logs/abc", 400)
+    assert "log must be an integer" in refused(base(cluster) + "/api/logs/abc", 400)
 
 
 def _events(url: str, want: int, timeout_s: float) -> list[dict[str, Any]]:

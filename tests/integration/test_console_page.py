@@ -188,6 +188,8 @@ def _get(url: str, token: str | None, ca: str, method: str = "GET") -> tuple[int
     context = ssl.create_default_context(cafile=ca)
     context.check_hostname = False
     req = urllib.request.Request(url, method=method, data=b"{}" if method == "POST" else None)
+    if method == "POST":
+        req.add_header("content-type", "application/json")
     if token:
         req.add_header("authorization", f"Bearer {token}")
     try:
