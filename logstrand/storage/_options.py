@@ -42,12 +42,17 @@ def option(
 
 
 def default_receive_budget() -> int:
-    """A sixteenth of the machine's memory, between 64 MiB and 2 GiB."""
+    """128 MiB, or a sixteenth of the machine's memory when that is less (at
+    least 32 MiB).  The budget is what peers may make the node hold of frames
+    they have not finished (per pool: clients, and other nodes): it bounds
+    memory, not speed (appends at full speed hold a few MiB), so it does not
+    grow with the machine (a sixteenth of 24 GiB let 60 connections of
+    partial frames hold 1.5 GiB)."""
     try:
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         ram = 8 * 1024**3
-    return max(64 * MiB, min(2 * 1024**3, ram // 16))
+    return max(32 * MiB, min(128 * MiB, ram // 16))
 
 
 @attrs.frozen
@@ -230,7 +235,7 @@ class NodeOptions:
         "size",
         "Bytes the node holds of what clients sent (frames coming in, requests not yet "
         "answered), all together; past it connections wait to be read. Other nodes get a "
-        "budget of the same size. 0: 1/16 of RAM, 64MiB to 2GiB.",
+        "budget of the same size. 0: 128MiB, or 1/16 of RAM when less (at least 32MiB).",
     )
     requests_per_connection: int = option(
         128,
