@@ -201,8 +201,10 @@ def _blob(kind: str, compact: bool, nullable: bool) -> tuple[Decoder, Encoder]:
     def dec(buf: Buffer, pos: int, _items: Items) -> tuple[Any, int]:
         n, pos = _read_len(buf, pos, compact, wide)
         if n < 0:
-            if not nullable and n != -1:
-                raise KafkaDecodeError(f"negative {kind} length {n}")
+            # Kafka's rule: null only where the schema allows it (a handler
+            # is never given None for a field it takes as a string).
+            if not nullable:
+                raise KafkaDecodeError(f"a null {kind} where the schema has none")
             return None, pos
         end = pos + n
         if end > len(buf):
