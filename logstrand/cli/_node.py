@@ -146,6 +146,25 @@ _OWN_OPTIONS = (
         ),
     ),
     keyword(
+        "kafka_budget",
+        str,
+        "256MiB",
+        typer.Option(
+            help="Bytes of Kafka requests the front holds, over all its connections, "
+            "counted as they arrive: past it, reading waits (docs/security.md).",
+        ),
+    ),
+    keyword(
+        "kafka_decode_budget",
+        str,
+        "128MiB",
+        typer.Option(
+            help="What the Kafka requests in hand may have been decoded into, at 512 "
+            "bytes an array item and a record's bytes plus 96: past it, a request "
+            "waits to be decoded (docs/security.md).",
+        ),
+    ),
+    keyword(
         "kafka_auto_create",
         bool,
         False,
@@ -380,15 +399,28 @@ def _kafka(params: dict[str, Any], groups: NodeGroups) -> Any:
     if params["kafka_advertise"] is not None:
         host_port(params["kafka_advertise"], "--kafka-advertise")
     from ..kafka._node_front import NodeKafkaFront, NodeKafkaOptions
+    from ..kafka._server import Limits
 
+    limits = Limits(
+        budget_bytes=_size(params["kafka_budget"], "--kafka-budget"),
+        decoded_bytes=_size(params["kafka_decode_budget"], "--kafka-decode-budget"),
+    )
     return NodeKafkaFront(
-        NodeKafkaOptions(
-            port,
-            params["kafka_advertise"],
-            params["kafka_auto_create"],
-        ),
+        NodeKafkaOptions(port, params["kafka_advertise"], params["kafka_auto_create"], limits),
         groups,
     )
+
+
+def _size(text: str, flag: str) -> int:
+    from .._units import parse_size
+
+    try:
+        size = parse_size(text)
+    except ValueError as exc:
+        fail(f"{flag}: {exc}")
+    if size < 1024 * 1024:
+        fail(f"{flag}: at least 1MiB, not {text}")
+    return size
 
 
 def _console(port: int | None, allowed_hosts: str | None) -> tuple[Any, ...]:

@@ -16,7 +16,7 @@ import attrs
 import trio
 
 from ._front import KafkaFront
-from ._server import serve_kafka
+from ._server import Limits, serve_kafka
 
 if TYPE_CHECKING:
     import ssl
@@ -47,6 +47,9 @@ class NodeKafkaOptions:
     #: The node puts it in its configuration at start (``NodeConfig.kafka``).
     advertise: str | None = None
     auto_create: bool = False
+    #: The listener's bounds (``_server.Limits``: --kafka-budget,
+    #: --kafka-decode-budget).
+    limits: Limits = attrs.field(factory=Limits)
 
 
 class NodeKafkaFront:
@@ -90,6 +93,7 @@ class NodeKafkaFront:
                     front,
                     bind,
                     self.options.port,
+                    self.options.limits,
                 )
                 _log.info(
                     "node %d: Kafka front on %s:%d (as %s)",

@@ -195,3 +195,51 @@ def test_every_declared_node_option_reaches_the_node(
     code, _, err = run(capsys, "node", "--id", "1", "--url", "sqlite:///x.db", "--send-queue", "1")
     assert code == 2
     assert "--send-queue must be at least 1KiB" in err
+
+
+def test_the_kafka_front_and_console_options_reach_their_extensions(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import logstrand.storage
+    from logstrand.cli import _node
+
+    made: list[tuple[object, ...]] = []
+
+    class FakeNode:
+        def __init__(self, *args: object, extensions: tuple[object, ...], **kw: object) -> None:
+            made.append(extensions)
+
+        async def run(self) -> None:
+            return None
+
+    monkeypatch.setattr(logstrand.storage, "Node", FakeNode)
+    monkeypatch.setattr(_node, "setup_logging", lambda *a: None)
+    base = ["node", "--id", "1", "--url", "sqlite:///nowhere.db"]
+    code, _, err = run(
+        capsys,
+        *base,
+        "--kafka-port",
+        "9092",
+        "--kafka-budget",
+        "64MiB",
+        "--kafka-decode-budget",
+        "32MiB",
+        "--http-port",
+        "8080",
+        "--http-allowed-hosts",
+        "logs.corp.example, 10.1.1.1",
+    )
+    assert code == 0, err
+    kinds = {type(e).__name__: e for e in made[0]}
+    limits = kinds["NodeKafkaFront"].options.limits  # type: ignore[attr-defined]
+    assert (limits.budget_bytes, limits.decoded_bytes) == (64 << 20, 32 << 20)
+    hosts = kinds["NodeConsole"].options.allowed_hosts  # type: ignore[attr-defined]
+    assert hosts == ("logs.corp.example", "10.1.1.1")
+    for bad, message in (
+        (["--kafka-port", "9092", "--kafka-budget", "1KiB"], "--kafka-budget: at least 1MiB"),
+        (["--kafka-port", "9092", "--kafka-decode-budget", "lots"], "--kafka-decode-budget"),
+        (["--http-allowed-hosts", "x.example"], "--http-allowed-hosts needs --http-port"),
+    ):
+        code, _, err = run(capsys, *base, *bad)
+        assert code == 2
+        assert message in err
