@@ -72,16 +72,22 @@ bench-compare: venv-test
 	$(BIN)/python bench/compare.py --json bench/results/compare.json
 
 # Coverage-guided fuzzing (atheris) of the codec, of the committer's
-# handlers, and of a whole node's dispatch over sessions (stateful: one node
-# for the run, valid prefixes with mutated tails); FUZZ_S seconds each,
-# corpora kept in fuzz-corpus/, the coverage in each last line ("cov:").
-# CI runs a short pass of each.
+# handlers, of a whole node's dispatch over sessions (stateful: one node
+# for the run, valid prefixes with mutated tails), of the Kafka front's
+# decoder (every API and version served) and SASL exchange (stateful: a
+# conversation an input), and of the console's requests; FUZZ_S seconds
+# each, corpora kept in fuzz-corpus/, the coverage in each last line
+# ("cov:").  CI runs a short pass of each.
 FUZZ_S ?= 300
+FUZZ_TARGETS := codec dispatch node kafka sasl console
 fuzz: venv-test
-	@mkdir -p fuzz-corpus/codec fuzz-corpus/dispatch fuzz-corpus/node
+	@for t in $(FUZZ_TARGETS); do mkdir -p fuzz-corpus/$$t; done
 	$(BIN)/python tests/fuzz/fuzz_codec.py -max_total_time=$(FUZZ_S) fuzz-corpus/codec
 	$(BIN)/python tests/fuzz/fuzz_dispatch.py -max_total_time=$(FUZZ_S) fuzz-corpus/dispatch
 	$(BIN)/python tests/fuzz/fuzz_node.py -max_total_time=$(FUZZ_S) -max_len=4096 fuzz-corpus/node
+	$(BIN)/python tests/fuzz/fuzz_kafka.py -max_total_time=$(FUZZ_S) -max_len=4096 fuzz-corpus/kafka
+	$(BIN)/python tests/fuzz/fuzz_sasl.py -max_total_time=$(FUZZ_S) -max_len=1024 fuzz-corpus/sasl
+	$(BIN)/python tests/fuzz/fuzz_console.py -max_total_time=$(FUZZ_S) -max_len=2048 fuzz-corpus/console
 
 # Failovers at length: 100 back-to-back rounds (CI runs 8), idempotent
 # appends across SIGKILLed sequencers, 104 partition and kill events across

@@ -14,7 +14,14 @@ FUZZ = Path(__file__).resolve().parents[1] / "fuzz"
 
 @pytest.mark.parametrize(
     ("target", "runs"),
-    [("fuzz_codec.py", 20_000), ("fuzz_dispatch.py", 1_000), ("fuzz_node.py", 300)],
+    [
+        ("fuzz_codec.py", 20_000),
+        ("fuzz_dispatch.py", 1_000),
+        ("fuzz_node.py", 300),
+        ("fuzz_kafka.py", 20_000),
+        ("fuzz_sasl.py", 2_000),
+        ("fuzz_console.py", 2_000),
+    ],
 )
 def test_fuzz_target_short_run(target: str, runs: int, tmp_path: Path) -> None:
     done = subprocess.run(
