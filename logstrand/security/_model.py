@@ -247,28 +247,23 @@ def check_name(name: str) -> str:
 
 
 def parse_ops(text: str) -> frozenset[str]:
-    """``read,append`` or ``all`` → the set of operations."""
-    if text.strip() == "all":
-        return frozenset(OPS)
-    ops = frozenset(p.strip() for p in text.split(",") if p.strip())
-    unknown = ops - set(OPS)
-    if not ops or unknown:
-        bad = ", ".join(sorted(unknown)) or "none"
-        raise InvalidArgumentError(f"unknown operations {bad}; known: {', '.join(OPS)}, all")
-    return ops
+    """``read,append`` or ``all`` → the set of operations on logs."""
+    return _parse_ops(text, OPS, "operations")
 
 
 def parse_group_ops(text: str) -> frozenset[str]:
     """``read,describe`` or ``all`` → the operations on a group."""
+    return _parse_ops(text, GROUP_OPS, "operations on a group")
+
+
+def _parse_ops(text: str, known: tuple[str, ...], what: str) -> frozenset[str]:
     if text.strip() == "all":
-        return frozenset(GROUP_OPS)
+        return frozenset(known)
     ops = frozenset(p.strip() for p in text.split(",") if p.strip())
-    unknown = ops - set(GROUP_OPS)
+    unknown = ops - set(known)
     if not ops or unknown:
         bad = ", ".join(sorted(unknown)) or "none"
-        raise InvalidArgumentError(
-            f"unknown operations on a group {bad}; known: {', '.join(GROUP_OPS)}, all"
-        )
+        raise InvalidArgumentError(f"unknown {what} {bad}; known: {', '.join(known)}, all")
     return ops
 
 

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from typing import Any, ClassVar
 
 import atheris
 import trio
 
-with atheris.instrument_imports():
+with atheris.instrument_imports(include=["logstrand"]):
     from logstrand.console import make_app
     from logstrand.errors import NotFoundError
     from logstrand.security import hash_token
@@ -158,11 +157,6 @@ def seeds() -> list[bytes]:
 
 
 if __name__ == "__main__":
-    from pathlib import Path
+    from seeded import run
 
-    dirs = [Path(a) for a in sys.argv[1:] if not a.startswith("-")]
-    if dirs and dirs[0].is_dir() and not any(dirs[0].iterdir()):
-        for i, s in enumerate(seeds()):
-            (dirs[0] / f"seed-{i}").write_bytes(s)
-    atheris.Setup(sys.argv, one_input)
-    atheris.Fuzz()
+    run(one_input, seeds())

@@ -19,13 +19,11 @@ on the command line when it is empty.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import atheris
 
-with atheris.instrument_imports():
+with atheris.instrument_imports(include=["logstrand"]):
     from logstrand.kafka import _protocol as proto
     from logstrand.kafka._codec import Items, KafkaDecodeError, TooManyItems
     from logstrand.kafka._front import SERVED
@@ -79,9 +77,10 @@ def one_input(data: bytes) -> None:
         _records(request.body)
 
 
-def seed(corpus: Path) -> None:
+def seeds() -> list[bytes]:
     """A valid request of every pair: defaults, and arrays of one default item."""
     spec = proto._specs()["apis"]
+    out = []
     for api_key, version in PAIRS:
         body: dict[str, Any] = {}
         for f in spec[str(api_key)]["request"]["fields"]:
@@ -90,12 +89,11 @@ def seed(corpus: Path) -> None:
         frame = proto.encode_request(api_key, version, 7, body, client_id="fuzz")
         index = PAIRS.index((api_key, version)).to_bytes(2, "big")
         head = len(HEADERS[(api_key, version)])
-        (corpus / f"seed-{api_key}-{version}").write_bytes(index + frame[4 + head :])
+        out.append(index + frame[4 + head :])
+    return out
 
 
 if __name__ == "__main__":
-    dirs = [Path(a) for a in sys.argv[1:] if not a.startswith("-")]
-    if dirs and dirs[0].is_dir() and not any(dirs[0].iterdir()):
-        seed(dirs[0])
-    atheris.Setup(sys.argv, one_input)
-    atheris.Fuzz()
+    from seeded import run
+
+    run(one_input, seeds())

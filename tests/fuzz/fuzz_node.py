@@ -26,16 +26,9 @@ with atheris.instrument_imports(include=["logstrand"]):
 
 
 def main() -> None:
-    corpus = [a for a in sys.argv[1:] if not a.startswith("-")]
-    for folder in corpus[:1]:
-        os.makedirs(folder, exist_ok=True)
-        if not os.listdir(folder):
-            for i, seed in enumerate(seeds()):
-                with open(os.path.join(folder, f"seed-{i:03d}"), "wb") as f:
-                    f.write(seed)
-    harness = NodeHarness()
-    atheris.Setup(sys.argv, harness.one)
-    atheris.Fuzz()
+    from seeded import run
+
+    run(NodeHarness().one, seeds())
 
 
 if __name__ == "__main__":
