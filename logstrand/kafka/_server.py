@@ -156,8 +156,8 @@ class _Connection:
         self.written = trio.Event()
         #: Bytes read and not yet a request, all of them counted in the budget.
         self.buf = bytearray()
-        #: Bytes of the budget this connection holds (``buf`` and the request
-        #: in hand, with its items).
+        #: Bytes of ``budget`` this connection holds: ``buf`` and the frame of
+        #: the request in hand (its items are held in ``decoded``).
         self.held = 0
         #: SASL: the user authenticated (None: none yet), the mechanism of a
         #: handshake, and a SCRAM exchange under way (``_auth``).
