@@ -382,7 +382,12 @@ def _struct_decoder(
         for name, step in steps:
             obj[name], pos = step(buf, pos, items)
         if flexible:
-            pos = _tagged(buf, pos, items, tagged, obj)
+            # Almost every struct has no tagged field: one byte, 0, read here
+            # without a call.
+            if pos < len(buf) and buf[pos] == 0:
+                pos += 1
+            else:
+                pos = _tagged(buf, pos, items, tagged, obj)
         return obj, pos
 
     return dec
