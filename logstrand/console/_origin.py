@@ -31,6 +31,9 @@ import ipaddress
 from typing import Final
 
 MUTATING: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+#: HTTP's optional white space around a header's value: space and tab only
+#: (``str.strip()`` would also take control characters for white space).
+_OWS: Final = " \t"
 #: The headers of every answer (rule 3).
 SAFE_HEADERS: Final = (
     (b"x-frame-options", b"DENY"),
@@ -43,7 +46,7 @@ SAFE_HEADERS: Final = (
 def host_name(header: str) -> str:
     """The name in a Host header, without its port, lower case (an IPv6
     address without its brackets)."""
-    text = header.strip().lower()
+    text = header.strip(_OWS).lower()
     if text.startswith("["):
         return text[1:].partition("]")[0]
     return text.rpartition(":")[0] if text.count(":") == 1 else text
@@ -75,12 +78,12 @@ def change_refusal(method: str, headers: dict[str, str], scheme: str) -> tuple[i
     """(status, why) a request that changes something is refused (rule 2), or None."""
     if method not in MUTATING:
         return None
-    kind = headers.get("content-type", "").partition(";")[0].strip().lower()
+    kind = headers.get("content-type", "").partition(";")[0].strip(_OWS).lower()
     if kind != "application/json":
         return 415, "a request that changes something must be Content-Type: application/json"
     origin = headers.get("origin")
-    own = f"{scheme}://{headers.get('host', '').strip().lower()}"
-    if origin is not None and origin.strip().lower() != own:
+    own = f"{scheme}://{headers.get('host', '').strip(_OWS).lower()}"
+    if origin is not None and origin.strip(_OWS).lower() != own:
         return 403, f"origin {origin!r} is not this console's ({own}): refused"
     if headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
         return 403, "a request from another site (Sec-Fetch-Site): refused"

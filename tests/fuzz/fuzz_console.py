@@ -114,9 +114,9 @@ def one_input(data: bytes) -> None:
     path = "/" + parts[0].decode(errors="replace").lstrip("/")
     query = parts[1] if len(parts) > 1 else b""
     headers = [
-        (k.strip().lower(), v.strip())
+        (k.strip(b" \t").lower(), v.strip(b" \t"))
         for k, _, v in (h.partition(b":") for h in parts[2:-1])
-        if k.strip()
+        if k.strip(b" \t")
     ]
     body = parts[-1] if len(parts) > 2 else b""
     scope = {
@@ -135,7 +135,7 @@ def one_input(data: bytes) -> None:
         json.loads(answer)
     if CHANGES:  # the twin was asked to change something: it had to be allowed
         given = {k: v for k, v in headers}
-        kind = given.get(b"content-type", b"").split(b";")[0].strip().lower()
+        kind = given.get(b"content-type", b"").split(b";")[0].strip(b" \t").lower()
         assert kind == b"application/json"  # media types are case-insensitive
         own = b"http://" + given.get(b"host", b"").lower()
         assert b"origin" not in given or given[b"origin"].lower() == own
