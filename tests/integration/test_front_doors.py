@@ -25,6 +25,8 @@ import urllib.request
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
 
 import logstrand
 from logstrand.epochstore import LogAttributes, open_epoch_store
@@ -303,6 +305,19 @@ def test_a_group_is_deleted_only_by_a_user_granted_delete_on_it(secure: LocalClu
         listed = peer.request(16, 4, {"states_filter": []})
         assert listed is not None
         assert "victim" not in [g["group_id"] for g in listed["groups"]]
+    # The same through librdkafka's AdminClient.
+    admin_client = AdminClient(
+        {
+            "bootstrap.servers": secure.kafka_bootstrap,
+            "security.protocol": "SASL_SSL",
+            "ssl.ca.location": ca(secure),
+            "sasl.mechanism": "SCRAM-SHA-256",
+            "sasl.username": "mallory",
+            "sasl.password": mallory,
+        }
+    )
+    with pytest.raises(KafkaException, match="GROUP_AUTHORIZATION_FAILED"):
+        admin_client.delete_consumer_groups(["victim"], request_timeout=20)["victim"].result(30)
     # Natively: a commit, a subscription and the groups commands.
     with logstrand.connect(secure.url, ca=ca(secure), token=mallory) as client:
         with pytest.raises(AccessDeniedError, match="group victim"):
