@@ -1,6 +1,7 @@
 """Append throughput and latency on a local 3-node cluster (R=2 by default).
 
     python bench/append.py [--records 100000] [--repeat 3] [--replication 2] [--json out.json]
+                           [--node-arg=--receive-budget --node-arg=1GiB ...]
 
 Cases (each run --repeat times, medians printed):
 - one appender, batching: ``append_batch`` calls of 1000 records (100 B) or
@@ -95,15 +96,22 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--replication", type=int, default=2)
     ap.add_argument("--json", default=None)
+    ap.add_argument(
+        "--node-arg",
+        action="append",
+        default=[],
+        help="An option for every node, e.g. --node-arg=--receive-budget --node-arg=1GiB",
+    )
     args = ap.parse_args()
     with (
         tempfile.TemporaryDirectory(prefix="logstrand-bench-") as d,
-        LocalCluster(d, nodes=3) as cluster,
+        LocalCluster(d, nodes=3, node_args=tuple(args.node_arg)) as cluster,
     ):
         with open_epoch_store(cluster.url) as store:
             store.create_logs(1, 1, LogAttributes(replication_factor=args.replication))
         res = trio.run(run_all, cluster.url, args.records, args.repeat)
     res["replication"] = args.replication
+    res["node_args"] = args.node_arg
     print(f"3 nodes, R={args.replication}, median of {args.repeat} runs")
     print("| case | records/s | MB/s |")
     print("|---|---|---|")
