@@ -41,18 +41,28 @@ def option(
     return attrs.field(default=default, metadata=meta)
 
 
+def _ram() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 * 1024**3
+
+
 def default_receive_budget() -> int:
     """128 MiB, or a sixteenth of the machine's memory when that is less (at
-    least 32 MiB).  The budget is what peers may make the node hold of frames
-    they have not finished (per pool: clients, and other nodes): it bounds
-    memory, not speed (appends at full speed hold a few MiB), so it does not
-    grow with the machine (a sixteenth of 24 GiB let 60 connections of
-    partial frames hold 1.5 GiB)."""
-    try:
-        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        ram = 8 * 1024**3
-    return max(32 * MiB, min(128 * MiB, ram // 16))
+    least 32 MiB).  The budget is what clients may make the node hold of
+    frames they have not finished: it bounds memory, not speed (appends at
+    full speed hold a few MiB), so it does not grow with the machine (a
+    sixteenth of 24 GiB let 60 connections of partial frames hold 1.5 GiB)."""
+    return max(32 * MiB, min(128 * MiB, _ram() // 16))
+
+
+def default_node_receive_budget() -> int:
+    """A sixteenth of the machine's memory, 64 MiB to 2 GiB: what other nodes
+    may make the node hold.  Nodes are authenticated by their certificates
+    (and an insecure cluster trusts its network), and their STOREs carry
+    every copy and every rebuilt record, so their pool stays wide."""
+    return max(64 * MiB, min(2 * 1024**3, _ram() // 16))
 
 
 @attrs.frozen
@@ -234,8 +244,17 @@ class NodeOptions:
         "--receive-budget",
         "size",
         "Bytes the node holds of what clients sent (frames coming in, requests not yet "
-        "answered), all together; past it connections wait to be read. Other nodes get a "
-        "budget of the same size. 0: 128MiB, or 1/16 of RAM when less (at least 32MiB).",
+        "answered), all together; past it connections wait to be read. 0: 128MiB, or 1/16 "
+        "of RAM when less (at least 32MiB).",
+    )
+    #: 0: ``default_node_receive_budget()`` (``node_receive_budget``).
+    node_receive_budget_bytes: int = option(
+        0,
+        "--node-receive-budget",
+        "size",
+        "The same for what other nodes sent (STOREs, rebuilding), a pool of its own so "
+        "that clients never hold up the copies their appends wait for. 0: 1/16 of RAM, "
+        "64MiB to 2GiB.",
     )
     requests_per_connection: int = option(
         128,
@@ -295,8 +314,13 @@ class NodeOptions:
 
     @property
     def receive_budget(self) -> int:
-        """Bytes of what clients sent the node may hold (and other nodes, as much)."""
+        """Bytes of what clients sent the node may hold."""
         return self.receive_budget_bytes or default_receive_budget()
+
+    @property
+    def node_receive_budget(self) -> int:
+        """Bytes of what other nodes sent the node may hold."""
+        return self.node_receive_budget_bytes or default_node_receive_budget()
 
     @property
     def user_bytes(self) -> int:

@@ -123,7 +123,7 @@ class Server:
         )
         #: What clients, and other nodes, have sent that the node holds.
         self.client_pool = Budget(options.receive_budget)
-        self.peer_pool = Budget(options.receive_budget)
+        self.peer_pool = Budget(options.node_receive_budget)
         self._users: dict[str, Budget] = {}
         self._per_user: dict[str, int] = {}
         self._handlers: dict[type, Handler] = {}
