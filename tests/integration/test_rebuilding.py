@@ -318,7 +318,11 @@ def test_a_donor_keeps_to_its_rebuild_rate(tmp_path: Path) -> None:
     donors = (1, 2, 3)
     with cluster4(tmp_path, node_args=("--rebuild-rate", "200KiB")) as c:
         # Batches of 20 KB: the counts move in steps of 10% of a second's rate.
-        fill(c.url, batches=150, per_batch=20, size=1000)
+        # About 3 MB a donor (15 s of walk at the rate): a donor whose share of
+        # the lost copies is small must still be walking after the 3 s
+        # measured (with 1.5 MB, one under a loaded machine's late scrapes
+        # was done by then: make test saw it, before and after issue 54).
+        fill(c.url, batches=300, per_batch=20, size=1000)
         c.stop_node(4)
         c.wipe_node(4)
         ok(c.url, "rebuild", "4")
