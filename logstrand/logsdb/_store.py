@@ -199,8 +199,8 @@ class LogsDB(EngineFacts):
         For compaction (and tests that destroy data): each stored batch that
         holds one is rewritten without it, keeping the others' LSNs, in one
         write; space comes back when RocksDB compacts or the partition is
-        dropped (``reclaim``).  Directory entries keep their ranges (their
-        counts become approximate).
+        dropped (``reclaim``).  Directory entries keep their ranges; their
+        record and byte counts drop by what was removed.
         """
         self._check_open()
         check_log_id(log_id, internal=True)
@@ -221,10 +221,15 @@ class LogsDB(EngineFacts):
             found += len(drop)
             w.delete(pid, fmt.data_key(log_id, pb.first_lsn))
             keep = [i for i, x in enumerate(have) if x not in drop]
+            left = 0
             if keep:
-                w.put(log_id, pid, pb.select(keep), account=False)
+                kept = pb.select(keep)
+                w.put(log_id, pid, kept, account=False)
+                left = len(kept.data) + 16
+            # Sizes as ``Write.put`` counts them: the value and its key.
+            w.shrink(log_id, pid, len(drop), len(pb.data) + 16 - left)
         if found:
-            self._engine.write(w.batch, sync=sync)
+            self._commit(w, {}, sync=sync)
         return found
 
     def reclaim(self, log_id: int) -> None:

@@ -66,6 +66,20 @@ class Write:
         self.batch.delete(self.parts.by_id(pid).cf, key)
         self.deleted = True
 
+    def shrink(self, log_id: int, pid: int, records: int, nbytes: int) -> None:
+        """The log's entry in partition ``pid`` holds ``records`` records and
+        ``nbytes`` bytes fewer (copies removed by compaction).  Its range
+        stays: readers and retention need where the log was, not what is left.
+        Without this, a log's size would never shrink, and its dirty ratio,
+        measured against it, would stay high after a pass to the tail."""
+        k = (log_id, pid)
+        old = self.touched.get(k) or self.parts.dir.get(log_id, {}).get(pid)
+        if old is None:
+            return
+        self.touched[k] = old._replace(
+            bytes=max(0, old.bytes - nbytes), records=max(0, old.records - records)
+        )
+
     def replace(self, log_id: int, pb: PackedBatch) -> None:
         """Put ``pb`` over stored batches it overlaps: split them around it."""
         found = _scan.stored(self.parts, self.engine, log_id, pb.first_lsn, pb.last_lsn)

@@ -345,6 +345,22 @@ class NodeStore:
         ``reclaim`` syncs."""
         self.db.delete(log_id, lsns, sync=False)
 
+    def stored_bytes_to(self, log_id: int, end: int) -> int:
+        """The bytes this node stores of the log above its trim point and at
+        or below ``end``, from the directory (an entry that ``end`` cuts
+        counts in proportion to its LSNs, as the rest of the size is
+        approximate too)."""
+        trim = self.trim_point(log_id)
+        total = 0
+        for _, e in self.db.directory(log_id):
+            if e.last_lsn <= trim or e.first_lsn > end:
+                continue
+            if e.last_lsn <= end:
+                total += e.bytes
+            else:
+                total += e.bytes * (end - e.first_lsn + 1) // (e.last_lsn - e.first_lsn + 1)
+        return total
+
     def drop_copies(
         self, msg: DropCopies, offsets: OffsetMap | None = None
     ) -> Generator[int, None, DropReply]:
@@ -361,7 +377,7 @@ class NodeStore:
         # Readers may take LSNs missing up to here for compacted from now on:
         # only superseded copies go, never a key's latest record.
         self.set_clean_point(log, end)
-        scanned = removed = removed_bytes = kept_bytes = 0
+        scanned = removed = removed_bytes = 0
         lsn = self.trim_point(log) + 1
         while lsn <= end:
             batch = self.read_batch(log, lsn, end, max_records=DROP_SCAN_RECORDS)
@@ -384,9 +400,13 @@ class NodeStore:
             scanned += len(batch.lsns)
             removed += len(gone)
             removed_bytes += gone_bytes
-            kept_bytes += sum(sizes) - gone_bytes
             lsn = batch.scanned_to + 1
             yield sum(sizes)
+        # What is left up to ``end`` as the log's size counts it (stored
+        # batches, their headers too), so that the dirty ratio compares like
+        # with like: payload bytes against stored bytes left small logs
+        # looking 90% dirty after a pass to their tail.
+        kept_bytes = self.stored_bytes_to(log, end)
         self.metrics.compaction_records_removed.inc(removed)
         self.metrics.compaction_bytes_removed.inc(removed_bytes)
         ok = int(Status.OK)

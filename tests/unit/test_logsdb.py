@@ -462,6 +462,26 @@ def test_delete_removes_copies(db: LogsDB) -> None:
     assert db.delete(1, [3]) == 0
 
 
+def test_delete_shrinks_the_directory_entries_it_leaves_in_place(opener: Opener) -> None:
+    """Compaction's deletes count: a log's records and bytes (what `logstrand
+    info` and the cleaner's dirty ratio read) drop by what was removed, and
+    stay so after a restart; the entry's range is kept."""
+    db = opener.open()
+    db.write([put(1, range(1, 101), ts=T0)])
+    [(pid, before)] = db.directory(1)
+    db.delete(1, range(1, 91))
+    [(_, after)] = db.directory(1)
+    assert (after.first_lsn, after.last_lsn) == (before.first_lsn, before.last_lsn)
+    assert after.records == 10
+    assert after.bytes < before.bytes / 3, (before.bytes, after.bytes)
+    db.delete(1, range(91, 101))  # every record: nothing of the log is left
+    [(_, empty)] = db.directory(1)
+    assert (empty.records, empty.bytes) == (0, 0)
+    db = opener.reopen(db)
+    assert db.directory(1) == [(pid, empty)]
+    db.close()
+
+
 def test_skip_passes_over_other_nodes_runs_and_reports_how_far_it_looked(db: LogsDB) -> None:
     """Single-copy delivery: a node reads past the runs another node sends,
     without decoding them, and ``scanned_to`` says where to go on from."""
