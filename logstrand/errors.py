@@ -152,6 +152,13 @@ class AccessDeniedError(LogstrandError, PermissionError):
     default_status = Status.ACCESS
 
 
+class NotAuthenticatedError(AccessDeniedError):
+    """A node did not accept the connection: no credentials where it needs
+    them (a CA and a token), wrong ones, or TLS on one side only.  Unlike a
+    missing grant it concerns every log, and the fix is the client's
+    credentials, not the cluster's grants."""
+
+
 class ExistsError(LogstrandError):
     """The object to create already exists, or overlaps one that does."""
 

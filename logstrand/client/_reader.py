@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 import trio
 
-from ..errors import AccessDeniedError, LogstrandError, Status, TransientError
+from ..errors import (
+    AccessDeniedError,
+    LogstrandError,
+    NotAuthenticatedError,
+    Status,
+    TransientError,
+)
 from ..positions import last_lsn_of
 from ..rebuilding import Authority
 from ..types import LSN_MAX, TAIL, Gap, Record, _Tail, records_of
@@ -217,6 +223,10 @@ class ReadStream:
             await self.cursor.next_requested()
         try:
             core = self.core or await self._open()
+        except NotAuthenticatedError:
+            # The credentials, not a grant: no ACCESS gap, and not the advice
+            # to grant 'read' (the fix is --ca and --token).
+            raise
         except AccessDeniedError:
             return self._deny()
         while True:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..errors import AccessDeniedError, ProtocolError, Status, TransientError
+from ..errors import NotAuthenticatedError, ProtocolError, Status, TransientError
 from ..security import peer_identity
 from ..wire import (
     FRAME_BYTES_MAX_DEFAULT,
@@ -64,7 +64,8 @@ async def connect(
 
     Raises:
         TransientError: CONNFAILED when the peer cannot be reached or refuses us.
-        AccessDeniedError: the node did not accept our credentials.
+        NotAuthenticatedError (an AccessDeniedError): the node did not accept our
+            credentials.
     """
     tcp: trio.SocketStream | None = None
     done = False
@@ -97,7 +98,7 @@ async def connect(
         cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) else exc
         if isinstance(cause, ssl.SSLError) and cause.reason == "WRONG_VERSION_NUMBER":
             # Plain bytes where a TLS handshake was expected.
-            raise AccessDeniedError(
+            raise NotAuthenticatedError(
                 f"{host}:{port} does not speak TLS (a cluster without security): "
                 "connect without a CA certificate (--ca, LOGSTRAND_CA)"
             ) from None
@@ -112,7 +113,7 @@ async def connect(
         why = f": {ack.message}" if isinstance(ack, HelloAck) and ack.message else ""
         msg = f"{host}:{port} refused the handshake: {status.name}{why}"
         if status == Status.ACCESS:
-            raise AccessDeniedError(msg)
+            raise NotAuthenticatedError(msg)
         raise TransientError(msg, Status.CONNFAILED)
     conn.peer_node_id = ack.node_id
     conn.protocol = ack.protocol
@@ -267,3 +268,24 @@ def handshake_sync(
             return isinstance(ack, HelloAck) and ack.status == Status.OK
     except (OSError, ProtocolError):
         return False
+
+
+def speaks_tls(host: str, port: int, *, timeout_s: float = 2.0) -> bool | None:
+    """Does the node at ``host:port`` speak TLS?  None when it cannot be
+    reached.  Only the protocol is learnt (no certificate is checked, nothing
+    is sent past the TLS handshake): for tools that must know which kind of
+    cluster they are aimed at before acting on its epoch store."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as raw:
+            try:
+                with context.wrap_socket(raw, server_hostname=host):
+                    return True
+            except ssl.SSLError:
+                # A node without TLS answers a handshake byte with a plain
+                # refusal, which the TLS layer cannot parse.
+                return False
+    except OSError:
+        return None

@@ -252,7 +252,10 @@ class Guard:
                 return Status.ACCESS, "unknown token"
         if name is None or name not in self.users:
             self.metrics.refused.labels("credentials").inc()
-            return Status.ACCESS, "this cluster needs a token or a client certificate"
+            return Status.ACCESS, (
+                "this cluster needs a token (--token, LOGSTRAND_TOKEN or "
+                "LOGSTRAND_TOKEN_FILE) or a client certificate (--cert and --key)"
+            )
         return user_principal(name)
 
     def _user_of(self, token: str) -> str | None:
