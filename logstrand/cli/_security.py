@@ -24,9 +24,19 @@ from ..security import (
     parse_ops,
     scram_credentials,
 )
-from ._common import JsonOption, UrlOption, console, fail, open_store, parse_node_id, print_json
+from ._common import (
+    EXIT_USAGE,
+    JsonOption,
+    UrlOption,
+    console,
+    fail,
+    open_store,
+    parse_node_id,
+    print_json,
+)
 
 if TYPE_CHECKING:
+    from ..epochstore import EpochStore
     from ..security._certs import LocalCA
 
 users_app = typer.Typer(
@@ -65,6 +75,44 @@ OpsOption = Annotated[
 ]
 
 
+_CREDENTIALS_ENV = ("LOGSTRAND_CA", "LOGSTRAND_TOKEN", "LOGSTRAND_TOKEN_FILE", "LOGSTRAND_CERT")
+
+
+def open_security_store(url: str | None) -> EpochStore:
+    """The epoch store whose users and grants a command changes, refused when
+    the shell's TLS credentials say the user means a secure cluster and the
+    store's nodes speak no TLS: users and grants would land, unused, in the
+    wrong cluster (an earlier `export LOGSTRAND_URL` of an insecure one)."""
+    import os
+
+    from ..net import speaks_tls
+
+    store = open_store(url)
+    set_vars = [name for name in _CREDENTIALS_ENV if os.environ.get(name)]
+    if not set_vars:
+        return store
+    nodes = store.nodes()
+    for node_id in sorted(store.alive_nodes()):
+        if node_id not in nodes:
+            continue
+        host, _, port = nodes[node_id].address.rpartition(":")
+        tls = speaks_tls(host, int(port))
+        if tls is None:
+            continue  # not reachable from here: ask the next one
+        if not tls:
+            store.close()
+            where = url or os.environ.get("LOGSTRAND_URL")
+            fail(
+                f"{where} is a cluster without TLS (node {node_id} speaks none), but "
+                f"{' and '.join(set_vars)} {'is' if len(set_vars) == 1 else 'are'} set, as for "
+                "a secure one: is LOGSTRAND_URL (or --url) the cluster you mean? Users and "
+                "grants are not checked without TLS; unset those to change them anyway",
+                EXIT_USAGE,
+            )
+        break
+    return store
+
+
 @users_app.command("add")
 def users_add(
     name: Annotated[str, typer.Argument(help="The user's name.")],
@@ -74,7 +122,7 @@ def users_add(
     """Create a user and print its token, once (only its hash is kept)."""
     check_name(name)
     token = new_token()
-    with open_store(url) as store:
+    with open_security_store(url) as store:
         store.add_user(name, hash_token(token), scram_credentials(token))
     if as_json:
         print_json({"user": name, "token": token})
@@ -88,7 +136,7 @@ def users_remove(
     url: UrlOption = None,
 ) -> None:
     """Remove a user and its grants (its connections are refused from the next one on)."""
-    with open_store(url) as store:
+    with open_security_store(url) as store:
         store.remove_user(check_name(name))
     console.print(f"removed user {name}")
 
@@ -96,7 +144,7 @@ def users_remove(
 @users_app.command("list")
 def users_list(url: UrlOption = None, as_json: JsonOption = False) -> None:
     """The users, with when each was created."""
-    with open_store(url) as store:
+    with open_security_store(url) as store:
         users = store.security()["users"]
     if as_json:
         print_json([{"user": n, "created_ms": u["created_ms"]} for n, u in sorted(users.items())])
@@ -141,7 +189,7 @@ def acl_grant(
 ) -> None:
     """Let a user do OPS on LOGS, or on the consumer groups --group names."""
     name, on, op_set = _grant_args(name, logs, group, ops)
-    with open_store(url) as store:
+    with open_security_store(url) as store:
         if isinstance(on, str):
             store.grant_group(name, on, op_set)
         else:
@@ -160,7 +208,7 @@ def acl_revoke(
     """Take OPS on LOGS (parts of wider grants stay), or on --group as it was
     granted, away from a user."""
     name, on, op_set = _grant_args(name, logs, group, ops)
-    with open_store(url) as store:
+    with open_security_store(url) as store:
         if isinstance(on, str):
             changed = store.revoke_group(name, on, op_set)
         else:
@@ -171,7 +219,7 @@ def acl_revoke(
 @acl_app.command("list")
 def acl_list(url: UrlOption = None, as_json: JsonOption = False) -> None:
     """Every grant, on logs and on groups."""
-    with open_store(url) as store:
+    with open_security_store(url) as store:
         doc = store.security()
     if as_json:
         print_json(doc["grants"] + doc["group_grants"])

@@ -1,7 +1,7 @@
 """Thin trio shells that move framed messages over TCP or TLS."""
 
 from ._conn import Connection, ConnLimits, SendBudget
-from ._handshake import connect, handshake_sync, serve_connection
+from ._handshake import connect, handshake_sync, serve_connection, speaks_tls
 from ._intake import PEER_INTAKE, Budget, Intake, IntakeLimits
 from ._tls import TlsStream
 
@@ -17,4 +17,5 @@ __all__ = [
     "connect",
     "handshake_sync",
     "serve_connection",
+    "speaks_tls",
 ]
