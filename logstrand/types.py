@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import functools
 import itertools
+import re
 from typing import TYPE_CHECKING, Final, NamedTuple, NewType
 
 import attrs
@@ -97,6 +98,9 @@ def lsn_value(value: object, what: str) -> int:
     raise InvalidArgumentError(f"{what}: {value!r} is not an LSN (an integer or 'e5n123')")
 
 
+_DIGITS = re.compile(r"[0-9]{1,20}")
+
+
 def parse_lsn(text: str) -> int:
     """Parse an LSN given either as a plain integer or as ``e<epoch>n<esn>``.
 
@@ -104,9 +108,15 @@ def parse_lsn(text: str) -> int:
         ValueError: the text is neither form, or is out of range.
     """
     text = text.strip()
+    # ASCII digits only: int() would take "١٢" or "1_000", and its own
+    # message ("invalid literal for int()") tells a user nothing.
     if text.startswith("e") and "n" in text:
         epoch_text, _, esn_text = text[1:].partition("n")
+        if not (_DIGITS.fullmatch(epoch_text) and _DIGITS.fullmatch(esn_text)):
+            raise ValueError(f"{text!r} is not an LSN: give e<epoch>n<esn> (e1n5) or a number")
         return compose_lsn(int(epoch_text), int(esn_text))
+    if not _DIGITS.fullmatch(text):
+        raise ValueError(f"{text!r} is not an LSN: give a number or e<epoch>n<esn> (e1n5)")
     value = int(text)
     if not 0 <= value <= LSN_MAX:
         raise ValueError(f"LSN {value} out of range 0..{LSN_MAX}")

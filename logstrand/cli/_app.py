@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Annotated
@@ -108,6 +109,14 @@ def _credentials(
         str | None,
         typer.Option("--key", help="Its key (or LOGSTRAND_KEY).", show_default=False),
     ] = None,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url",
+            help="The cluster's URL (or LOGSTRAND_URL); after the command too.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """logstrand: a distributed log store in the style of LogDevice.
 
@@ -115,6 +124,7 @@ def _credentials(
     (or --cert/--key) before the command, or LOGSTRAND_CA and LOGSTRAND_TOKEN.
     """
     for name, value in (
+        ("LOGSTRAND_URL", url),
         ("LOGSTRAND_TOKEN", token),
         ("LOGSTRAND_CA", ca),
         ("LOGSTRAND_CERT", cert),
@@ -249,15 +259,46 @@ def inspect(
         console.print(table)
 
 
+#: Options of the whole command that may be typed after the subcommand too
+#: (`logstrand logs list --token T`). Not --key: `append --key` is a record's key.
+_HOISTED = ("--token", "--ca", "--cert")
+
+
+def hoist_credentials(args: list[str]) -> list[str]:
+    """``args`` with the credentials options found after the subcommand moved
+    before it, where the command-line parser takes them (``--url`` is an
+    option of both places already)."""
+    front: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":  # what follows is operands, whatever it looks like
+            rest += args[i:]
+            break
+        name = arg.split("=", 1)[0]
+        if name in _HOISTED:
+            if "=" in arg:
+                front.append(arg)
+            else:
+                front += args[i : i + 2]
+                i += 1
+        else:
+            rest.append(arg)
+        i += 1
+    return front + rest
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command; every failure ends as one line on stderr and an exit code.
 
     Exit codes: 0 done, 1 the operation failed, 2 bad usage or input.
     """
     command = typer.main.get_command(app)
+    args = hoist_credentials(sys.argv[1:] if argv is None else argv)
     try:
         try:
-            result = command.main(args=argv, prog_name="logstrand", standalone_mode=False)
+            result = command.main(args=args, prog_name="logstrand", standalone_mode=False)
         except BaseExceptionGroup as group:
             # Work done concurrently (a request to every node) fails as a
             # group: one error of ours, one line.

@@ -90,11 +90,27 @@ def trim(
     if as_json:
         print_json(results)
     else:
+        untouched = []
         for r in results:
             if "error" in r:
                 err_console.print(f"[red]log {r['log_id']}:[/] {r['error']}", highlight=False)
-            else:
+            elif r["trimmed"]:
                 console.print(f"log {r['log_id']}: trimmed to {format_lsn(r['trim_point'])}")
+            else:
+                untouched.append(r)
+        # A line per log that did not move would bury the ones that did
+        # (`trim 1..100 --older-than 7d` on a young cluster: 100 such lines).
+        if len(untouched) == 1 and len(results) == 1:
+            r = untouched[0]
+            why = f"nothing older than {older_than}" if older_than else "already trimmed there"
+            console.print(f"log {r['log_id']}: {why} (trim point {format_lsn(r['trim_point'])})")
+        elif untouched:
+            why = (
+                f"had nothing older than {older_than}"
+                if older_than
+                else "were trimmed there already"
+            )
+            console.print(f"{len(untouched)} of {len(results)} logs {why}: unchanged")
     if failed:
         raise typer.Exit(EXIT_FAILED)
 
@@ -118,15 +134,20 @@ def _trim_each(
         task = progress.add_task("trim", total=len(ids))
         for log in ids:
             try:
+                before = client.trim_point(log)
                 if age_ms is not None:
                     cutoff = int(time.time() * 1000) - age_ms
-                    # The first record to keep (past the tail if none is that recent).
-                    target = client.find_time(log, cutoff) - 1
+                    # The first record to keep (past the tail if none is that
+                    # recent); when it is the log's first record, nothing is
+                    # older (a trim to just before it would remove nothing and
+                    # still read as a trim).
+                    keep = client.find_time(log, cutoff)
+                    target = keep - 1 if keep > client.find_time(log, 0) else before
                 else:
                     assert lsn is not None
                     target = lsn
-                point = client.trim(log, target) if target else client.trim_point(log)
-                results.append({"log_id": log, "trim_point": point})
+                point = client.trim(log, target) if target > before else before
+                results.append({"log_id": log, "trim_point": point, "trimmed": point > before})
             except LogstrandError as exc:
                 if len(ids) == 1:
                     raise

@@ -12,8 +12,9 @@ from rich.table import Table
 from .._units import format_bytes, format_duration_ms
 from ..client import RebalanceReport
 from ..epochstore import COMPRESSIONS, DURABILITIES, SCOPES, LogAttributes, LogRange
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, NotFoundError
 from ..logsdb import LogsDBOptions
+from ..records import INTERNAL_LOGS, POSITIONS_LOGS, log_name
 from ..records import parse_log_range as _parse_range
 from ..types import format_lsn
 from ._common import (
@@ -53,9 +54,25 @@ def _resolve(store: EpochStore, text: str) -> tuple[int, int]:
     """A range ``FIRST..LAST``, one log id, or the name of a range (a name
     may start with a digit, as ``1st-orders``; it is never digits alone)."""
     try:
-        return _parse_range(text)
+        first, last = _parse_range(text)
     except InvalidArgumentError:
         return (r := store.log_range_named(text)).first, r.last
+    if first == last:
+        # One log id names the range it is in only when that range is just
+        # it: attributes belong to a whole range, and changing 100..199 when
+        # asked about 101 would surprise; say which range it is instead.
+        try:
+            r = store.log_range(first)
+        except NotFoundError:
+            fail(f"log {first} is not in the configuration (`logstrand logs list`)", 1)
+        if (r.first, r.last) != (first, last):
+            named = f" or its name {r.name!r}" if r.name else ""
+            fail(
+                f"log {first} is part of the range {r.first}..{r.last}: attributes belong to "
+                f"a whole range; give {r.first}..{r.last}{named}",
+                1,
+            )
+    return first, last
 
 
 def _choice(value: str | None, allowed: tuple[str, ...], name: str) -> str | None:
@@ -75,6 +92,12 @@ def _dur(ms: int | None) -> str:
 def _attributes_row(r: LogRange) -> list[str]:
     a = r.attributes
     rng = str(r.first) if r.first == r.last else f"{r.first}..{r.last}"
+    if r.first in INTERNAL_LOGS:
+        # The groups' positions logs, under the name grants and `read` take
+        # (their ids, past 2^63, mean nothing to a reader of this table).
+        whole = (r.first, r.last) == (POSITIONS_LOGS[0], POSITIONS_LOGS[-1])
+        rng = "positions" if whole else f"{log_name(r.first)}..{log_name(r.last)}"
+        rng += " (internal: consumer groups' positions)"
     if r.name is not None:
         rng += f" ({r.name})"
     cleanup = a.cleanup_policy
@@ -227,7 +250,9 @@ def create(**params: Any) -> None:
         "logs",
         str,
         REQUIRED,
-        typer.Argument(help="An existing range FIRST..LAST (or one log id), or its name."),
+        typer.Argument(
+            help="An existing range FIRST..LAST, or its name (a range of one log: its id)."
+        ),
     ),
     _NAME,
     *_attribute_options(
@@ -261,7 +286,10 @@ def update(**params: Any) -> None:
 @logs_app.command("remove")
 def remove(
     logs: Annotated[
-        str, typer.Argument(help="An existing range FIRST..LAST (or one log id), or its name.")
+        str,
+        typer.Argument(
+            help="An existing range FIRST..LAST, or its name (a range of one log: its id)."
+        ),
     ],
     url: UrlOption = None,
     as_json: JsonOption = False,

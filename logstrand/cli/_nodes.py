@@ -193,11 +193,23 @@ def nodes_add(
     location: Annotated[str, typer.Option(help="Failure domain: region.dc.rack.")] = "",
     weight: Annotated[float, typer.Option(help="Relative weight.")] = 1.0,
     roles: Annotated[str, typer.Option(help="storage,sequencer")] = "storage,sequencer",
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            min=1,
+            max=65535,
+            help="Port of its Prometheus /metrics (on 127.0.0.1 unless the node is given "
+            "--metrics HOST:PORT); `nodes list` shows it.",
+        ),
+    ] = None,
     url: UrlOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Add a node to the configuration."""
-    config = NodeConfig(node_id, address, location, weight, tuple(roles.split(",")))
+    config = NodeConfig(
+        node_id, address, location, weight, tuple(roles.split(",")), metrics_port=metrics_port
+    )
     with open_store(url, create=True) as store:
         store.add_node(config)
     if as_json:
@@ -241,12 +253,20 @@ def nodes_list(url: UrlOption = None, as_json: JsonOption = False) -> None:
         print_json([{**n.to_json(), "alive": n.node_id in alive} for n in nodes.values()])
         return
     table = Table()
-    for col in ("id", "address", "location", "weight", "roles", "state"):
+    for col in ("id", "address", "metrics", "location", "weight", "roles", "state"):
         table.add_column(col)
     for n in sorted(nodes.values(), key=lambda n: n.node_id):
         state = "[green]alive[/]" if n.node_id in alive else "[red]dead[/]"
+        # Where Prometheus scrapes it (/metrics on that port of the node's host).
+        metrics = "-" if n.metrics_port is None else str(n.metrics_port)
         table.add_row(
-            str(n.node_id), n.address, n.location or "-", f"{n.weight:g}", ",".join(n.roles), state
+            str(n.node_id),
+            n.address,
+            metrics,
+            n.location or "-",
+            f"{n.weight:g}",
+            ",".join(n.roles),
+            state,
         )
     console.print(table)
 
