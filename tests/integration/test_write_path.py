@@ -344,9 +344,23 @@ def test_dev_up_prints_ready_and_stops_its_nodes(tmp_path: Path) -> None:
         assert shown.endswith("/")
         with urllib.request.urlopen(shown.split(" ")[1] + "api/status", timeout=15) as r:
             assert len(json.loads(r.read())["nodes"]) == 2
+        env_line = proc.stdout.readline().strip()
+        assert env_line.startswith(f"environment: . {tmp_path / 'env'} ")
         line = proc.stdout.readline().strip()
         assert line.startswith("ready sqlite://")
         url = line.split(" ", 1)[1]
+        # DIR/env aims a shell at this cluster and at no other: its URL and
+        # bootstrap set, a secure cluster's credentials unset.
+        sourced = subprocess.run(
+            ["bash", "-c", f". {tmp_path / 'env'} && env"],
+            env={"LOGSTRAND_CA": "/elsewhere/ca.pem", "PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.splitlines()
+        assert f"LOGSTRAND_URL={url}" in sourced
+        assert f"KAFKA_BOOTSTRAP={kafka.split(' ')[2]}" in sourced
+        assert not [v for v in sourced if v.startswith("LOGSTRAND_CA=")]
         with open_epoch_store(url) as store:
             assert len(store.alive_nodes()) == 2
             store.create_logs(1, 1, LogAttributes(replication_factor=2), name="hi")
