@@ -103,6 +103,11 @@ class FrontAuth:
     # -- SASL --------------------------------------------------------------------------
 
     async def handshake(self, request: Request) -> dict[str, Any]:
+        if request.version == 0:
+            # v0 sends the SASL messages raw after it, not in SaslAuthenticate:
+            # not served (every client since Kafka 1.0 takes v1 when listed).
+            request.conn.closing = True
+            return {"error_code": KafkaError.UNSUPPORTED_VERSION, "mechanisms": list(MECHANISMS)}
         mechanism = request.body["mechanism"]
         if mechanism not in MECHANISMS:
             code = KafkaError.UNSUPPORTED_SASL_MECHANISM

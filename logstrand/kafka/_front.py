@@ -38,6 +38,7 @@ from ._group_offsets import GroupAdmin
 from ._groups import GroupCoordinator
 from ._protocol import (
     API_VERSIONS,
+    SASL_SERVED,
     SERVED,
     UnsupportedRequest,
     api_name,
@@ -125,7 +126,7 @@ class KafkaFront:
         #: API key -> the versions served.
         self.served: dict[int, tuple[int, int]] = dict(SERVED)
         if secure:  # SASL is served (and needed) in secure mode only
-            self.served.update({17: (1, 1), 36: (0, 2)})
+            self.served.update(SASL_SERVED)
         #: APIs a client asked for that are not served (logged once each).
         self._said: set[int] = set()
 
