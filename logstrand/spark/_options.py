@@ -173,6 +173,8 @@ class ReadOptions:
     #: the group, decides where it reads from, as with Spark's Kafka source).
     group: str | None = None
     auth: Auth = NO_AUTH
+    #: Columns read as UTF-8 strings rather than bytes (``stringColumns``).
+    string_columns: frozenset[str] = frozenset()
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
@@ -227,7 +229,26 @@ class ReadOptions:
             max_records_per_trigger=None if mpt is None else _int(mpt, "maxRecordsPerTrigger", 1),
             group=group,
             auth=Auth.parse(options),
+            string_columns=parse_string_columns(options),
         )
+
+
+#: The columns ``stringColumns`` may name.
+STRING_COLUMNS = ("key", "payload")
+
+
+def parse_string_columns(options: Mapping[str, str]) -> frozenset[str]:
+    """``stringColumns``: ``key``, ``payload`` or both, comma-separated: those
+    columns are read as UTF-8 strings (keys usually are text; Spark shows
+    bytes as hex)."""
+    text = _get(options, "stringColumns") or ""
+    names = frozenset(n.strip() for n in text.split(",") if n.strip())
+    unknown = sorted(names - set(STRING_COLUMNS))
+    if unknown:
+        raise InvalidArgumentError(
+            f"stringColumns: {', '.join(unknown)} is not one of {', '.join(STRING_COLUMNS)}"
+        )
+    return names
 
 
 @attrs.frozen

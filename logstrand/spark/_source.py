@@ -42,7 +42,14 @@ from ..client import connect
 from ..errors import InvalidArgumentError, LogstrandError
 from ..types import LSN_OLDEST, Gap, GapType, format_lsn, lsn_epoch
 from . import _plan
-from ._options import LATEST, NO_AUTH, Auth, ReadOptions, WriteOptions
+from ._options import (
+    LATEST,
+    NO_AUTH,
+    Auth,
+    ReadOptions,
+    WriteOptions,
+    parse_string_columns,
+)
 from ._writer import LogstrandStreamWriter, LogstrandWriter
 
 if TYPE_CHECKING:
@@ -95,6 +102,20 @@ class LsnRange(InputPartition):
     hi: int
     fail_on_data_loss: bool
     auth: Auth = NO_AUTH
+    #: Columns read as UTF-8 strings (``stringColumns``).
+    strings: frozenset[str] = frozenset()
+
+
+def read_schema(strings: frozenset[str]) -> StructType:
+    """``LOG_SCHEMA`` with the columns of ``strings`` as strings."""
+    if not strings:
+        return LOG_SCHEMA
+    return StructType(
+        [
+            StructField(f.name, StringType(), f.nullable) if f.name in strings else f
+            for f in LOG_SCHEMA.fields
+        ]
+    )
 
 
 # -- planning (driver) ----------------------------------------------------------------
@@ -154,7 +175,10 @@ def plan_partitions(client: Client, opts: ReadOptions) -> list[LsnRange]:
         extents=extents,
     )
     return [
-        LsnRange(opts.url, r.log_id, r.lo, r.hi, opts.fail_on_data_loss, opts.auth) for r in planned
+        LsnRange(
+            opts.url, r.log_id, r.lo, r.hi, opts.fail_on_data_loss, opts.auth, opts.string_columns
+        )
+        for r in planned
     ]
 
 
@@ -190,13 +214,42 @@ def read_range(client: Client, part: LsnRange) -> Iterator[pa.RecordBatch]:
         _log.warning("%s: skipped", what)
         lost += 1
 
-    yield from client.read_arrow(part.log_id, part.lo, part.hi - 1, on_gap=on_gap)
+    batches = client.read_arrow(part.log_id, part.lo, part.hi - 1, on_gap=on_gap)
+    if not part.strings:
+        yield from batches
+    else:
+        for batch in batches:
+            yield as_strings(batch, part.strings, part.log_id)
     if lost:
         _log.warning("log %d: %d gaps of lost records skipped", part.log_id, lost)
 
 
+def as_strings(batch: pa.RecordBatch, names: frozenset[str], log_id: int) -> pa.RecordBatch:
+    """``batch`` with the binary columns ``names`` as UTF-8 strings (checked:
+    bytes that are not UTF-8 fail the read, naming the log and the column)."""
+    import pyarrow as pa
+
+    schema = batch.schema
+    columns = list(batch.columns)
+    for i, field in enumerate(schema):
+        if field.name in names:
+            try:
+                columns[i] = columns[i].cast(pa.string())
+            except pa.ArrowInvalid:
+                raise InvalidArgumentError(
+                    f"log {log_id}: a {field.name} is not UTF-8 (stringColumns={field.name}); "
+                    "read it as bytes"
+                ) from None
+            # The field keeps its name and nullability: Spark checks both.
+            schema = schema.set(i, field.with_type(pa.string()))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
 def _read(part: InputPartition) -> Iterator[pa.RecordBatch]:
-    assert isinstance(part, LsnRange)
+    if not isinstance(part, LsnRange):
+        # Nothing to read (every log empty): the plan had no partition, and
+        # PySpark then reads one of its own, InputPartition(None).
+        return
     with connect(part.url, credentials=part.auth.credentials()) as client:
         yield from read_range(client, part)
 
@@ -305,7 +358,13 @@ class LogstrandStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             if hi > lo:
                 parts.append(
                     LsnRange(
-                        self.opts.url, log, lo, hi, self.opts.fail_on_data_loss, self.opts.auth
+                        self.opts.url,
+                        log,
+                        lo,
+                        hi,
+                        self.opts.fail_on_data_loss,
+                        self.opts.auth,
+                        self.opts.string_columns,
                     )
                 )
         return parts
@@ -360,7 +419,7 @@ class LogstrandDataSource(DataSource):
         return "logstrand"
 
     def schema(self) -> StructType:
-        return LOG_SCHEMA
+        return read_schema(parse_string_columns(self.options))
 
     def reader(self, schema: StructType) -> LogstrandReader:
         return LogstrandReader(ReadOptions.parse(self.options, streaming=False))

@@ -122,6 +122,38 @@ def test_write_then_read_back(spark: Any, cluster: LocalCluster) -> None:
         ).save()
 
 
+def test_logs_without_records_read_as_no_rows(spark: Any, cluster: LocalCluster) -> None:
+    """The plan has no partition then, and PySpark reads one of its own
+    (once an AssertionError in the executor: docs/spark.md's first snippet
+    on a new cluster)."""
+    df = source(spark, cluster.url, "90-92")
+    assert df.count() == 0
+    assert df.collect() == []
+
+
+def test_keys_and_payloads_read_as_strings_when_asked(spark: Any, cluster: LocalCluster) -> None:
+    """Keys are usually text, and bytes show as hex ("[6B 32]") in Spark:
+    ``stringColumns`` reads them as UTF-8 strings."""
+    with logstrand.connect(cluster.url) as client:
+        client.append_batch(93, [b"ada", b"grace"], keys=[b"k1", b"k2"])
+        client.append(94, b"\xff\xfe", key=b"k3")
+    df = source(spark, cluster.url, "93", stringColumns="key")
+    assert dict(df.dtypes)["key"] == "string"
+    assert dict(df.dtypes)["payload"] == "binary"
+    assert sorted((r.key, bytes(r.payload)) for r in df.collect()) == [
+        ("k1", b"ada"),
+        ("k2", b"grace"),
+    ]
+    both = source(spark, cluster.url, "93", stringColumns="key,payload")
+    assert sorted((r.key, r.payload) for r in both.collect()) == [("k1", "ada"), ("k2", "grace")]
+    rows_ = both.groupBy("key").count().collect()
+    assert sorted((r.key, r["count"]) for r in rows_) == [("k1", 1), ("k2", 1)]
+    with pytest.raises(Exception, match="not UTF-8"):
+        source(spark, cluster.url, "94", stringColumns="payload").collect()
+    with pytest.raises(Exception, match="stringColumns"):
+        source(spark, cluster.url, "93", stringColumns="lsn").collect()
+
+
 def test_bad_options_fail_the_query_clearly(spark: Any, cluster: LocalCluster) -> None:
     with pytest.raises(Exception, match="logs"):
         source(spark, cluster.url, "1-x").count()
