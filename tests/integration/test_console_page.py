@@ -63,6 +63,23 @@ def test_the_overview_shows_the_nodes_of_the_cluster(cluster: LocalCluster, page
     assert "3 nodes, 99 logs" in page.locator("#summary").inner_text()
 
 
+def test_the_overview_says_it_is_loading_until_the_status_comes(
+    cluster: LocalCluster, page: Any
+) -> None:
+    """Captured at load (chromium --screenshot, as docs/console.md does),
+    the overview was an empty page until its first API answer."""
+    held: list[Any] = []
+    page.route("**/api/status", lambda route: held.append(route))  # held: no answer yet
+    page.goto(cluster.console_urls[1] + "/")
+    page.wait_for_load_state("load")
+    assert "Asking the cluster for its status" in page.locator("#summary").inner_text()
+    assert "Loading the nodes" in page.locator("#nodes").inner_text()
+    assert held  # the page did ask
+    page.unroute("**/api/status")  # (playwright lets the held request go on)
+    page.wait_for_selector("#nodes .card >> nth=2")
+    assert "3 nodes" in page.locator("#summary").inner_text()
+
+
 def test_the_logs_page_shows_ranges_searches_and_pages(cluster: LocalCluster, page: Any) -> None:
     page.goto(cluster.console_urls[3] + "/#/logs")
     page.wait_for_selector("#range-table tbody tr")

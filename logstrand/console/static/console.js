@@ -129,9 +129,13 @@ function every(ms, fn) {
 // -- pages ---------------------------------------------------------------------
 
 async function overview() {
-  const cards = el("div", { class: "cards", id: "nodes" });
+  // Until the first status comes (a node may take a while under load, and
+  // a screenshot is taken at load), the page says what it is waiting for
+  // rather than showing an empty page.
+  const cards = el("div", { class: "cards", id: "nodes" },
+    el("p", { class: "muted loading" }, "Loading the nodes…"));
   const rates = chart("records / s", ["appended", "read"]);
-  const summary = el("p", { class: "muted", id: "summary" });
+  const summary = el("p", { class: "muted", id: "summary" }, "Asking the cluster for its status…");
   const rebuilding = el("div", { id: "rebuilding" });
   main.replaceChildren(
     el("h2", {}, "Cluster"), summary, cards,
