@@ -136,11 +136,11 @@ class AsyncioClient:
         *,
         autocommit: bool = True,
         instance_id: str | None = None,
-    ) -> AsyncioReadStream[tuple[int, Record | Gap]]:
+    ) -> AsyncioSubscription:
         """Join ``group`` and read the logs it gives this member: an async
         iterator of ``(log, item)`` pairs (see ``AsyncClient.subscribe``);
         use it as a context manager so that the member leaves when done."""
-        return AsyncioReadStream(
+        return AsyncioSubscription(
             self,
             lambda c: c.subscribe(group, logs, autocommit=autocommit, instance_id=instance_id),
             _pairs_of,
@@ -235,6 +235,25 @@ class AsyncioReadStream(Generic[T]):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+class AsyncioSubscription(AsyncioReadStream[tuple[int, Record | Gap]]):
+    """A member of a group for asyncio (``AsyncioClient.subscribe``)."""
+
+    @property
+    def assigned(self) -> list[int]:
+        """The logs this member reads now (none before the first item is asked for)."""
+        source = self._source
+        if source is None:
+            return []
+        # The member lives on the client's thread, which changes its set of
+        # logs as the coordinator decides: a copy taken mid-change is retried.
+        for _ in range(8):
+            try:
+                return list(source.assigned)  # type: ignore[attr-defined]
+            except RuntimeError:
+                continue
+        return []
 
 
 @contextlib.asynccontextmanager
