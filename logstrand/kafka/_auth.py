@@ -137,6 +137,10 @@ class FrontAuth:
         """One SASL message: the answer, or SaslError.  Each message is
         parsed once; the name it gives is looked up and authenticated
         (``security._sasl``, rule 1)."""
+        # A login reads users again if they are older than RECHECK_S: a user
+        # made again with a new token (users remove, users add) logs in at
+        # once, not after the next periodic read (REFRESH_S).
+        await self.access.refresh(force=True)
         if mechanism == "PLAIN":
             plain = parse_plain(data)
             user = await self.access.user(plain.user)

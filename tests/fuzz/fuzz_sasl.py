@@ -80,9 +80,10 @@ class _Conn:
 
 
 class _Request:
-    def __init__(self, conn: _Conn, body: dict[str, Any]) -> None:
+    def __init__(self, conn: _Conn, body: dict[str, Any], version: int = 1) -> None:
         self.conn = conn
         self.body = body
+        self.version = version  # SaslHandshake v1: its messages in SaslAuthenticate
 
 
 async def _talk(steps: list[bytes]) -> None:
