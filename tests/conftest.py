@@ -48,7 +48,7 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``make test`` runs two workers, ``--dist loadgroup``):
+    """Under pytest-xdist (``make test`` runs three workers, ``--dist loadgroup``):
     a module's tests stay on one worker (they share its fixtures: a cluster, a
     SparkSession), and every Spark module goes to the same worker, so that one
     JVM serves them all."""

@@ -18,7 +18,8 @@ configuration files) is text.  An HTML comment just before a block says more:
 
 and one comment anywhere on the page, ``<!-- doc-page: cluster [logs]
 [secure] [kafka] [nodes=N] -->``, starts ``logstrand dev up`` for it before
-the first block and loads its ``DIR/env``; with ``logs``, the cluster has
+the first block and loads its ``DIR/env`` (two nodes unless ``nodes=N``);
+with ``logs``, the cluster has
 the README's development logs (1..100, and 200..215 named orders).
 ``<!-- doc-python: CODE -->`` is prepended to every Python block of the page.
 
@@ -261,7 +262,10 @@ class Runner:
         needs = self.page.needs
         if "cluster" in needs:
             flags = [f"--{n}" for n in ("secure", "kafka") if n in needs]
-            flags += [f"--nodes {n[6:]}" for n in needs if n.startswith("nodes=")]
+            # Two nodes unless the page says: enough for R=2, and a third
+            # node process per page is CPU the rest of `make test` needs.
+            nodes = [n[6:] for n in needs if n.startswith("nodes=")] or ["2"]
+            flags.append(f"--nodes {nodes[0]}")
             setup = [
                 f"logstrand dev up --dir /tmp/page-cluster {' '.join(flags)}",
                 ". /tmp/page-cluster/env",
