@@ -36,7 +36,7 @@ from logstrand.kafka._codec import write_uvarint
 from logstrand.testing import LocalCluster, rss_mb
 from logstrand.wire import PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN, Hello, encode_frame
 
-from .kafka_raw import KafkaPeer, wait_answered
+from .kafka_raw import SASL_HANDSHAKE, KafkaPeer, wait_answered
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -45,6 +45,7 @@ pytestmark = pytest.mark.slow
 MIB = 1024 * 1024
 #: Kafka's error codes the tests look for.
 SASL_AUTHENTICATION_FAILED, TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED = 58, 29, 30
+UNSUPPORTED_VERSION = 35
 ORDERS = (100, 101)
 
 
@@ -596,6 +597,21 @@ def test_a_failed_login_is_answered_late_and_ends_the_connection(secure: LocalCl
         assert answer is not None
         assert answer["error_code"] == SASL_AUTHENTICATION_FAILED
         assert took >= 0.09, took
+        assert peer.closed(timeout_s=2.0)
+
+
+def test_a_v0_handshake_is_refused_and_ends_the_connection(secure: LocalCluster) -> None:
+    """SaslHandshake v0 is listed (older librdkafka wants it there), but its
+    raw SASL frames are not served: a v0 handshake is refused, the
+    connection closed, and no mechanism is taken."""
+    with KafkaPeer(secure.kafka_bootstrap, ca=ca(secure)) as peer:
+        versions = peer.api_versions()
+        assert versions is not None
+        listed = {k["api_key"]: (k["min_version"], k["max_version"]) for k in versions["api_keys"]}
+        assert listed[SASL_HANDSHAKE] == (0, 1)
+        answer = peer.request(SASL_HANDSHAKE, 0, {"mechanism": "PLAIN"})
+        assert answer is not None
+        assert answer["error_code"] == UNSUPPORTED_VERSION
         assert peer.closed(timeout_s=2.0)
 
 
