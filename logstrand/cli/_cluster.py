@@ -172,7 +172,6 @@ def dev_demo(
     """Start a local cluster, create a log, append to it three ways, and stop
     (with --keep: keep it, and say where its console is)."""
     from ..epochstore import LogAttributes, open_epoch_store
-    from ..errors import ExistsError
     from ..testing import LocalCluster
 
     replication = min(2, nodes)
@@ -183,12 +182,9 @@ def dev_demo(
             "insecure mode (no TLS, every peer trusted) on 127.0.0.1 only; "
             "`logstrand dev up --secure` runs one with TLS and tokens (docs/security.md)"
         )
-        with open_epoch_store(cluster.url) as store:
-            try:
-                store.create_logs(1, 10, LogAttributes(replication_factor=replication))
-                console.print(f"created logs 1..10 with replication {replication}")
-            except ExistsError:
-                console.print("logs 1..10 exist already")
+        with open_epoch_store(cluster.url) as store:  # a new cluster: _start_clean
+            store.create_logs(1, 10, LogAttributes(replication_factor=replication))
+        console.print(f"created logs 1..10 with replication {replication}")
         with connect_client(cluster.url) as client:
             _demo_appends(client, replication)
             _demo_reads(client)

@@ -246,14 +246,10 @@ class AsyncioSubscription(AsyncioReadStream[tuple[int, Record | Gap]]):
         source = self._source
         if source is None:
             return []
-        # The member lives on the client's thread, which changes its set of
-        # logs as the coordinator decides: a copy taken mid-change is retried.
-        for _ in range(8):
-            try:
-                return list(source.assigned)  # type: ignore[attr-defined]
-            except RuntimeError:
-                continue
-        return []
+        # The member lives on the client's thread, but replaces its owned
+        # logs (a frozenset) whole, never changes them in place: read as is.
+        assigned: list[int] = source.assigned  # type: ignore[attr-defined]
+        return assigned
 
 
 @contextlib.asynccontextmanager

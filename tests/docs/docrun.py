@@ -227,24 +227,16 @@ class Runner:
         self.tmp = tmp
         self.state = tmp / ".doc-state"
         self.state.mkdir(parents=True, exist_ok=True)
-        self.env = dict(os.environ)
+        #: What every block starts from: this process's environment without a
+        #: cluster's; each block adds the shell's exports so far (to this,
+        #: never to what an earlier block had: an `unset` must stick).
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LOGSTRAND_")}
         venv_bin = str(Path(sys.executable).parent)
-        self.env["PATH"] = venv_bin + os.pathsep + self.env.get("PATH", "")
-        self.env["DOC_STATE"] = str(self.state)
-        self.env["DOC_READY_S"] = str(int(READY_TIMEOUT_S))
-        self.env["COLUMNS"] = "160"  # tables as a terminal shows them, in failures
-        for name in (
-            "LOGSTRAND_URL",
-            "LOGSTRAND_CA",
-            "LOGSTRAND_TOKEN",
-            "LOGSTRAND_TOKEN_FILE",
-            "LOGSTRAND_CERT",
-            "LOGSTRAND_KEY",
-        ):
-            self.env.pop(name, None)
-        #: What every block starts from; the shell's exports are added to it
-        #: (never to what an earlier block had: an `unset` must stick).
-        self.base_env = dict(self.env)
+        env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "")
+        env["DOC_STATE"] = str(self.state)
+        env["DOC_READY_S"] = str(int(READY_TIMEOUT_S))
+        env["COLUMNS"] = "160"  # tables as a terminal shows them, in failures
+        self.base_env = env
         #: Process groups of the blocks run (their leaders' pids).
         self.groups: list[int] = []
 
@@ -301,15 +293,13 @@ class Runner:
             )
 
     def _shell(self, block: Block) -> None:
-        self.env = self.base_env
+        # (The script sources the exports itself: see _SHELL_PRELUDE.)
         before = block.before + "\n" if block.before else ""
         script = _SHELL_PRELUDE + self.localize(before + block.code) + "\n"
-        proc = self._spawn(["bash", "-c", script], block)
+        proc = self._spawn(["bash", "-c", script], block, self.base_env)
         self._check(block, proc)
 
     def _python(self, block: Block) -> None:
-        # The shell's exports so far are the snippet's environment.
-        self._load_env()
         hidden = "\n".join(p for p in (self.page.python_prelude, block.before) if p)
         setup = self.state / f"block{block.line}-hidden.py"
         setup.write_text(self.localize(hidden))
@@ -318,24 +308,25 @@ class Runner:
         driver = self.state / "driver.py"
         driver.write_text(_PY_DRIVER)
         argv = [sys.executable, str(driver), str(setup), str(path), self._where(block)]
-        proc = self._spawn(argv, block)
+        # The shell's exports so far are the snippet's environment.
+        proc = self._spawn(argv, block, self._exported_env())
         self._check(block, proc)
 
-    def _load_env(self) -> None:
+    def _exported_env(self) -> dict[str, str]:
         exported = self.state / "env.sh"
         if not exported.exists():
-            return
+            return self.base_env
         proc = subprocess.run(
             ["bash", "-c", f". {shlex.quote(str(exported))}; env -0"],
             capture_output=True,
             env=self.base_env,
             timeout=30,
         )
-        self.env = dict(
-            item.split("=", 1) for item in proc.stdout.decode().split("\0") if "=" in item
-        )
+        return dict(item.split("=", 1) for item in proc.stdout.decode().split("\0") if "=" in item)
 
-    def _spawn(self, argv: list[str], block: Block) -> subprocess.CompletedProcess[str]:
+    def _spawn(
+        self, argv: list[str], block: Block, env: dict[str, str]
+    ) -> subprocess.CompletedProcess[str]:
         # Each block leads a process group of its own: what it leaves running
         # in the background (``node ... &``) is stopped with it at the end.
         # Output goes to files, not pipes: a process the block leaves in the
@@ -346,7 +337,7 @@ class Runner:
             proc = subprocess.Popen(
                 argv,
                 cwd=self.tmp,
-                env=self.env,
+                env=env,
                 stdout=out,
                 stderr=err,
                 stdin=subprocess.DEVNULL,

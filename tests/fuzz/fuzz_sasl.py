@@ -101,7 +101,8 @@ async def _talk(steps: list[bytes]) -> None:
             body = {"mechanism": mech.decode(errors="replace")}
             answer = await auth.handshake(_Request(conn, body, version))
             if version == 0:
-                assert answer["error_code"] and conn.closing, answer
+                assert answer["error_code"], answer
+                assert conn.closing
             continue
         if kind == 1:
             answer = await auth.authenticate(_Request(conn, {"auth_bytes": rest}))
