@@ -66,6 +66,9 @@ _FATAL = {
 #: Refusals of an idempotent batch that mean "not yet" while an earlier
 #: batch of the same producer is still out, and "never" once it is the oldest.
 _SEQUENCE = (Status.OUT_OF_SEQUENCE, Status.UNKNOWN_PRODUCER)
+#: An attempt made before a retrying loop starts: (node, its outcome, the
+#: producer's acknowledgements before it).
+_First = tuple[int, tuple[AppendReply | None, str], int]
 
 
 @attrs.define(eq=False)
@@ -295,11 +298,93 @@ class Appender:
 
         ``number``: the batch's (producer id, first number) from the log's
         ``LogProducer``, which hears how it ended."""
+        batch = build(self._codec(log_id))
+        deadline = trio.current_time() + self.settings.append_timeout_s
+        return await self._send_built(log_id, batch, number, deadline, None)
+
+    def launch(
+        self,
+        log_id: int,
+        payloads: Sequence[bytes | None],
+        keys: Sequence[bytes | None],
+        number: tuple[int, int] | None,
+        extras: Sequence[bytes | None] | None,
+        done: Callable[[int, BaseException | None], None],
+    ) -> None:
+        """``send`` without a task while it goes well (``_append_mux`` rule
+        6): the batch's first attempt waits in its node's outbox, and ``done``
+        gets (first LSN, None) from the task of the request that carried it.
+        Only an attempt that did not succeed becomes a task of its own, which
+        goes on from that outcome as ``send`` would have, until ``done(0,
+        error)`` or success."""
+        batch = PackedBatch.for_append(keys, payloads, self._codec(log_id), number, extras)
+        deadline = trio.current_time() + self.settings.append_timeout_s
+        node = self._route(log_id)
+        if node is None:
+            self._slowly(log_id, batch, number, deadline, done, None)
+            return
+        producer = self._producers.get(log_id)
+        acks_then = producer.acks if producer is not None else 0
+
+        def outcome(entry: Entry) -> None:
+            reply = entry.outcome[0]
+            if reply is not None and reply.status == Status.OK and not entry.alone:
+                if number is not None and producer is not None:
+                    producer.done(*number, failed=False)
+                done(reply.first_lsn, None)
+                return
+            # Anything else takes the retrying path, from this outcome (an
+            # entry refused as part of a request has none: tried again).
+            first = None if entry.alone else (node, entry.outcome, acks_then)
+            self._slowly(log_id, batch, number, deadline, done, first)
+
+        self._mux(node).launch(log_id, batch, outcome)
+
+    def _slowly(
+        self,
+        log_id: int,
+        batch: PackedBatch,
+        number: tuple[int, int] | None,
+        deadline: float,
+        done: Callable[[int, BaseException | None], None],
+        first: _First | None,
+    ) -> None:
+        """The rest of a launched batch's life in a task (``launch``)."""
+
+        async def run() -> None:
+            lsn = 0
+            error: BaseException | None = None
+            try:
+                lsn = await self._send_built(log_id, batch, number, deadline, first)
+            except LogstrandError as exc:
+                error = exc
+            except BaseException:  # cancelled: the client is closing
+                error = ClosedError("client is closed")
+                raise
+            finally:
+                done(lsn, error)
+
+        try:
+            self.nursery.start_soon(run)
+        except RuntimeError:  # the client is closing: its nursery takes no new tasks
+            producer = self._producers.get(log_id)
+            if number is not None and producer is not None:
+                producer.done(*number, failed=True)
+            done(0, ClosedError("client is closed"))
+
+    async def _send_built(
+        self,
+        log_id: int,
+        batch: PackedBatch,
+        number: tuple[int, int] | None,
+        deadline: float,
+        first: _First | None,
+    ) -> int:
         failed = True
         try:
-            first = await self._append_rpc(log_id, build, number)
+            lsn = await self._retry(log_id, batch, number, deadline, first=first)
             failed = False
-            return first
+            return lsn
         except DuplicateAppendError:
             failed = False
             raise
@@ -307,6 +392,18 @@ class Appender:
             producer = self._producers.get(log_id)
             if number is not None and producer is not None:
                 producer.done(*number, failed=failed)
+
+    def _codec(self, log_id: int) -> int:
+        attributes = self.view.log_attributes(log_id)
+        return Codec.parse(attributes.compression) if attributes is not None else Codec.NONE
+
+    def _route(self, log_id: int) -> int | None:
+        """Where an attempt for ``log_id`` goes now: where a node said its
+        sequencer runs, or where the view hashes it."""
+        node = self._hint.get(log_id)
+        if node is None or not self._routable(node):
+            node = self.view.sequencer_node(log_id)
+        return node
 
     async def _append_rpc(
         self,
@@ -319,27 +416,47 @@ class Appender:
         # ``check`` has validated every key and payload: no second pass here.
         # The body is packed (and compressed) once, with its checksum, and
         # travels unchanged to every node that stores it and every reader.
-        attributes = self.view.log_attributes(log_id)
-        codec = Codec.parse(attributes.compression) if attributes is not None else Codec.NONE
-        batch = build(codec)
+        batch = build(self._codec(log_id))
         deadline = trio.current_time() + self.settings.append_timeout_s
+        return await self._retry(log_id, batch, number, deadline, own=own)
+
+    async def _retry(
+        self,
+        log_id: int,
+        batch: PackedBatch,
+        number: tuple[int, int] | None,
+        deadline: float,
+        *,
+        own: bool = True,
+        first: _First | None = None,
+    ) -> int:
+        """Attempts until one succeeds, the append fails for good, or
+        ``deadline``; ``first``: an attempt already made (node, outcome,
+        the producer's acks before it), taken as this loop's first."""
         backoff = 0.01
         last = "no attempt"
         producer = self._producers.get(log_id) if own else None
         #: Nodes that sent this append elsewhere since the last pause.
         redirected_by: set[int] = set()
         again = False  # a retry waits at the front of its node's outbox
+        node: int | None
+        reply: AppendReply | None
         with trio.move_on_at(deadline):
             while True:
-                node = self._hint.get(log_id)
-                if node is None or not self._routable(node):
-                    node = self.view.sequencer_node(log_id)
-                if node is None:
-                    last = "no live node can run the sequencer"
-                else:
-                    acks_then = producer.acks if producer is not None else 0
-                    reply, last = await self._try(node, log_id, batch, again)
+                if first is not None:
+                    node, (reply, last), acks_then = first
+                    first = None
                     again = True
+                else:
+                    node = self._route(log_id)
+                    reply = None
+                    if node is None:
+                        last = "no live node can run the sequencer"
+                    else:
+                        acks_then = producer.acks if producer is not None else 0
+                        reply, last = await self._try(node, log_id, batch, again)
+                        again = True
+                if node is not None:
                     if reply is not None:
                         status = Status(reply.status)
                         if status == Status.OK:
@@ -397,6 +514,9 @@ class Appender:
     ) -> tuple[AppendReply | None, str]:
         """One attempt: alone, or with other logs' batches to the same node
         (``_append_mux``)."""
+        return await self._mux(node).attempt(log_id, batch, again=again)
+
+    def _mux(self, node: int) -> NodeMux:
         mux = self._muxes.get(node)
         if mux is None:
             mux = self._muxes[node] = NodeMux(
@@ -405,7 +525,7 @@ class Appender:
                 partial(self._together, node),
                 self.settings.appends_in_flight_per_node,
             )
-        return await mux.attempt(log_id, batch, again=again)
+        return mux
 
     async def _alone(
         self, node: int, log_id: int, batch: PackedBatch

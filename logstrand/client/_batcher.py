@@ -8,15 +8,15 @@ other threads."""
 from __future__ import annotations
 
 import copy
+from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
 import trio
 
-from ..errors import ClosedError, LogstrandError
-
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
+    from ..errors import LogstrandError
     from ..idempotence._client import LogProducer
     from ._settings import ClientSettings
 
@@ -29,14 +29,15 @@ class Appender(Protocol):
 
     def producer(self, log_id: int) -> LogProducer | None: ...
     def batch_end(self, payloads: Sequence[bytes | None], start: int) -> int: ...
-    async def append_rpc(
+    def launch(
         self,
         log_id: int,
         payloads: Sequence[bytes | None],
         keys: Sequence[bytes | None],
-        number: tuple[int, int] | None = None,
-        extras: Sequence[bytes | None] | None = None,
-    ) -> int: ...
+        number: tuple[int, int] | None,
+        extras: Sequence[bytes | None] | None,
+        done: Callable[[int, BaseException | None], None],
+    ) -> None: ...
 
 
 class Ticket(Protocol):
@@ -177,35 +178,18 @@ class _LogBatcher:
         self.inflight += 1
         producer = self.appender.producer(self.log_id)
         number = producer.number(n) if producer is not None else None
-        try:
-            self.appender.nursery.start_soon(self._send, payloads, keys, waiters, number, extras)
-        except RuntimeError:  # the client is closing: its nursery takes no new tasks
-            self.inflight -= 1
-            if producer is not None and number is not None:
-                producer.done(*number, failed=True)
-            _finish_all(waiters, 0, ClosedError("client is closed"))
+        # No task per batch: the batch waits in its node's outbox and
+        # ``_sent`` hears how it ended (``Appender.launch``).
+        self.appender.launch(
+            self.log_id, payloads, keys, number, extras, partial(self._sent, waiters)
+        )
 
-    async def _send(
-        self,
-        payloads: list[bytes | None],
-        keys: list[bytes | None],
-        waiters: list[Ticket],
-        number: tuple[int, int] | None,
-        extras: list[bytes | None] | None = None,
-    ) -> None:
-        first = 0
-        error: BaseException | None = None
-        try:
-            first = await self.appender.append_rpc(self.log_id, payloads, keys, number, extras)
-        except LogstrandError as exc:
-            error = exc
-        except BaseException:  # cancelled: the client is closing
-            error = ClosedError("client is closed")
-            raise
-        finally:
-            self.inflight -= 1
-            _finish_all(waiters, first, error)
-            self.poke()
+    def _sent(self, waiters: list[Ticket], first: int, error: BaseException | None) -> None:
+        """A batch of this log ended: its records learn how, and what
+        waits may leave."""
+        self.inflight -= 1
+        _finish_all(waiters, first, error)
+        self.poke()
 
     def fail_waiting(self, error: LogstrandError) -> None:
         """The client closes: what was never sent fails with ``error``."""
