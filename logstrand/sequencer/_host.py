@@ -66,7 +66,6 @@ Rules:
 
 from __future__ import annotations
 
-import functools
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -411,7 +410,7 @@ class SequencerHostCore(HostQueries):
                     slot.error,
                 )
             )
-        owner = functools.cache(functools.partial(owner_of, log_id))  # one look per tick
+        owner = _Once(owner_of, log_id)  # one look per tick
         if not slot.activating and self._retirable(core, owner):
             del self._slots[log_id]
             self._attention.discard(log_id)
@@ -470,3 +469,23 @@ class SequencerHostCore(HostQueries):
         # Rule 2: never before everything it acknowledged is released.
         done = core.recovered and core.released_lsn >= core.last_known_good_lsn
         return done and not self.closing and owner() != self.node_id
+
+
+class _Once:
+    """``owner_of(log_id)``, looked up at most once, when first asked.
+    (``functools.cache`` over a partial did the same at several times the
+    cost, and a tick makes one per log it looks at.)"""
+
+    __slots__ = ("_fn", "_got", "_log_id", "_value")
+
+    def __init__(self, fn: Callable[[int], int | None], log_id: int) -> None:
+        self._fn = fn
+        self._log_id = log_id
+        self._got = False
+        self._value: int | None = None
+
+    def __call__(self) -> int | None:
+        if not self._got:
+            self._value = self._fn(self._log_id)
+            self._got = True
+        return self._value
