@@ -144,8 +144,11 @@ def activate(
     the epoch store before any append: ``set_epoch_start``), and the sealed
     nodes' producer entries (which recovery sifts: ``_idempotence``).
     """
-    epoch, meta = yield EpochStoreCall(lambda s: s.take_epoch(log_id, placement))
-    state, standing = yield EpochStoreCall(lambda s: (s.log_epochs(log_id), _standing(s)))
+    # One call, so one transaction and one worker-thread hop of the node's
+    # grouped epoch-store calls: the new epoch with what the seal needs.
+    epoch, meta, state, standing = yield EpochStoreCall(
+        lambda s: (*s.take_epoch(log_id, placement), s.log_epochs(log_id), _standing(s))
+    )
     history = list(state.history)
     earlier = [h for h in history if h.since < epoch]
     replies = yield from seal_earlier(log_id, epoch, earlier, seal_timeout_s, standing)

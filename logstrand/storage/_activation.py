@@ -146,9 +146,13 @@ class Activations:
         )
         core.down.update(n for n in meta.nodeset if n not in view.up)
         core.no_writes = view.authority.no_writes
-        self.host.nursery.start_soon(
-            self.host.procedures.run, procs.rebroadcast_release(log_id, meta.nodeset, 2.0)
-        )
+        if epoch > 1:
+            # A log's first epoch follows no release pointer anywhere: the
+            # three asks and answers of a rebroadcast (a fifth of a burst
+            # of first appends' messages) would find nothing to spread.
+            self.host.nursery.start_soon(
+                self.host.procedures.run, procs.rebroadcast_release(log_id, meta.nodeset, 2.0)
+            )
         self.host.metrics.sequencer_activations.inc()
         _log.info(
             "node %d: sequencer for log %d active in epoch %d", self.host.node_id, log_id, epoch
