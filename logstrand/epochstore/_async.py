@@ -33,21 +33,21 @@ class _Call:
         self.value: Any = None
 
 
-class AsyncEpochStore:
-    def __init__(self, store: EpochStore, *, threads_max: int = 8) -> None:
-        self.store = store
-        self.cluster = store.cluster
-        self._limiter = trio.CapacityLimiter(threads_max)
-        #: ``grouped`` calls waiting for the next group, and whether one runs.
+class _Groups:
+    """Calls that wait now go together in one worker-thread hop (``grouped``)."""
+
+    def __init__(
+        self,
+        run: Callable[[list[Callable[[EpochStore], Any]]], list[tuple[bool, Any]]],
+        limiter: trio.CapacityLimiter,
+    ) -> None:
+        self._run = run
+        self._limiter = limiter
         self._queue: list[_Call] = []
         self._leading = False
         self._turn = trio.Event()
 
-    async def grouped(self, fn: Callable[[EpochStore], R]) -> R:
-        """``fn(store)`` in a worker thread together with the other grouped
-        calls waiting now: one thread hop, and on SQLite one transaction and
-        one fsync, for a burst of activations (``EpochStore.calls``).  For
-        short calls only: each waits for the whole group."""
+    async def call(self, fn: Callable[[EpochStore], Any]) -> Any:
         call = _Call(fn)
         self._queue.append(call)
         while not call.done:
@@ -59,7 +59,7 @@ class AsyncEpochStore:
             try:
                 # Not abandoned on cancel: the group's results must reach its callers.
                 outcomes = await trio.to_thread.run_sync(
-                    functools.partial(self.store.calls, [c.fn for c in group]),
+                    functools.partial(self._run, [c.fn for c in group]),
                     limiter=self._limiter,
                 )
                 for c, (ok, value) in zip(group, outcomes, strict=True):
@@ -71,7 +71,29 @@ class AsyncEpochStore:
                 turn.set()
         if not call.ok:
             raise call.value
-        result: R = call.value
+        return call.value
+
+
+class AsyncEpochStore:
+    def __init__(self, store: EpochStore, *, threads_max: int = 8) -> None:
+        self.store = store
+        self.cluster = store.cluster
+        self._limiter = trio.CapacityLimiter(threads_max)
+        #: ``grouped`` calls that may write, and those that only read.
+        self._writes = _Groups(lambda fns: self.store.calls(fns), self._limiter)
+        self._reads = _Groups(lambda fns: self.store.read_calls(fns), self._limiter)
+
+    async def grouped(self, fn: Callable[[EpochStore], R], *, read_only: bool = False) -> R:
+        """``fn(store)`` in a worker thread together with the other grouped
+        calls waiting now: one thread hop, and on SQLite one transaction and
+        one fsync, for a burst of activations (``EpochStore.calls``).  For
+        short calls only: each waits for the whole group.
+
+        ``read_only``: ``fn`` only reads, and goes with the other readers
+        (``EpochStore.read_calls``): on SQLite a WAL reader, which neither
+        takes nor waits for the write lock the activations' groups hold."""
+        groups = self._reads if read_only else self._writes
+        result: R = await groups.call(fn)
         return result
 
     async def run(self, fn: Callable[[EpochStore], R]) -> R:

@@ -117,6 +117,11 @@ class EpochStore(LogDocs, SecurityDocs, RebuildingDocs, ProducerDocs, abc.ABC):
     def _get(self, path: str) -> tuple[bytes, int] | None:
         """The document at ``path`` and its version, or None."""
 
+    def read_calls(self, fns: list[Callable[[EpochStore], Any]]) -> list[tuple[bool, Any]]:
+        """``calls`` of functions that only read: a backend may run them
+        without the write lock (SQLite: one read transaction, a WAL reader)."""
+        return self.calls(fns)
+
     def calls(self, fns: list[Callable[[EpochStore], Any]]) -> list[tuple[bool, Any]]:
         """Run ``fns`` one after another: for each, (True, its result) or
         (False, the exception it raised); one failing does not stop the

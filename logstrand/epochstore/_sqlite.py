@@ -194,14 +194,23 @@ class SqliteEpochStore(EpochStore):
             raise EpochStoreUnavailableError(f"cannot open epoch store {self.path}: {exc}") from exc
         self.cluster = name
 
-    def calls(self, fns: list[Callable[[EpochStore], Any]]) -> list[tuple[bool, Any]]:
+    def read_calls(self, fns: list[Callable[[EpochStore], Any]]) -> list[tuple[bool, Any]]:
+        # A deferred transaction that only reads is a WAL reader: one
+        # snapshot for them all, no write lock taken or waited for, and
+        # nothing to make durable.  (The guards' epoch checks of a burst of
+        # new logs took the write lock the activations' own groups need.)
+        return self.calls(fns, begin="BEGIN")
+
+    def calls(
+        self, fns: list[Callable[[EpochStore], Any]], begin: str = "BEGIN IMMEDIATE"
+    ) -> list[tuple[bool, Any]]:
         # One IMMEDIATE transaction around them all: the reads and CAS writes
         # inside run on it (``_mine``), and one COMMIT makes them durable.
         with self._lock:
             if self._closed:
                 raise EpochStoreUnavailableError("epoch store is closed")
             try:
-                self._begin()
+                self._begin(begin)
             except sqlite3.OperationalError as exc:
                 error = EpochStoreUnavailableError(f"epoch store {self.path}: {exc}")
                 return [(False, error)] * len(fns)
@@ -218,7 +227,7 @@ class SqliteEpochStore(EpochStore):
                 self._owner = None
             return out
 
-    def _begin(self) -> None:
+    def _begin(self, begin: str = "BEGIN IMMEDIATE") -> None:
         """BEGIN IMMEDIATE, waiting for another process's write to end in
         steps of 0.2 to 5 ms.  (SQLite's own busy handler sleeps 1, 2, 5, 10,
         15, 20, 25 ms...: three nodes writing at once waited 20-30 ms per
@@ -230,7 +239,7 @@ class SqliteEpochStore(EpochStore):
             pause = 0.0002
             while True:
                 try:
-                    db.execute("BEGIN IMMEDIATE")
+                    db.execute(begin)
                     return
                 except sqlite3.OperationalError as exc:
                     if "locked" not in str(exc) or time.monotonic() >= deadline:

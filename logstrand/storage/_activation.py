@@ -154,7 +154,14 @@ class Activations:
                 self.host.procedures.run, procs.rebroadcast_release(log_id, meta.nodeset, 2.0)
             )
         self.host.metrics.sequencer_activations.inc()
-        _log.info(
-            "node %d: sequencer for log %d active in epoch %d", self.host.node_id, log_id, epoch
+        # A log's first activation is routine (a burst of new logs makes
+        # thousands a second); one in a later epoch follows a failover or a
+        # move, which an operator reads the log for.
+        _log.log(
+            logging.INFO if epoch > 1 else logging.DEBUG,
+            "node %d: sequencer for log %d active in epoch %d",
+            self.host.node_id,
+            log_id,
+            epoch,
         )
         return core, tuple(history)

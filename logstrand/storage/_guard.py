@@ -133,14 +133,16 @@ class Guard:
                     await self.view.refresh()
                 elif fact == "epochs":
                     # Grouped: a burst of new logs' first STOREs reads together.
-                    epochs = await store.grouped(lambda s: s.log_epochs(log_id))
+                    epochs = await store.grouped(lambda s: s.log_epochs(log_id), read_only=True)
                     self._next_epoch[log_id] = epochs.next_epoch
                 elif fact == "trim":
                     self._trim[log_id] = await store.trim_point(log_id)
                 elif fact == "lce":
                     # Grouped too: a restart's recoveries (or a stopping
                     # node's epoch ends) send thousands of recovery STOREs.
-                    self._lce[log_id] = await store.grouped(lambda s: s.last_clean_epoch(log_id))
+                    self._lce[log_id] = await store.grouped(
+                        lambda s: s.last_clean_epoch(log_id), read_only=True
+                    )
         except EpochStoreUnavailableError as exc:
             _log.warning("node %d: cannot check a message: %s", self.node_id, exc)
             return False

@@ -75,3 +75,30 @@ def test_a_call_that_fails_halfway_leaves_nothing_of_itself(store: EpochStore) -
     assert store.log_epochs(11).next_epoch == 2
     if store.url.startswith("sqlite"):  # its savepoint undid the half call's write
         assert store.log_epochs(10).next_epoch == 1
+
+
+async def test_grouped_reads_go_on_while_another_process_holds_the_write_lock(
+    tmp_path: Any,
+) -> None:
+    """A guard's epoch check (``read_only``) is a WAL reader: it neither takes
+    nor waits for the write lock that another node's activations hold, while
+    a group that may write waits for it."""
+    import sqlite3
+
+    url = f"sqlite://{tmp_path}/es.db"
+    with open_epoch_store(url, create=True) as store:
+        astore = AsyncEpochStore(store)
+        other = sqlite3.connect(f"{tmp_path}/es.db", isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process's write, in progress
+        try:
+            with trio.fail_after(2):
+                epochs = await astore.grouped(lambda s: s.log_epochs(1), read_only=True)
+            assert epochs.next_epoch == 1
+            with trio.move_on_after(0.3) as waited:
+                await trio.to_thread.run_sync(
+                    lambda: store.calls([lambda s: s.log_epochs(1)]), abandon_on_cancel=True
+                )
+            assert waited.cancelled_caught  # a writer's group waits for the lock
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
