@@ -291,17 +291,30 @@ class EpochEnd:
     lng_esn: int
     bridge_esn: int
     seal: int
+    #: The epoch's newest timestamp, when its own sequencer ended it
+    #: (``sequencer._handoff``); 0 when a recovery did.  The next sequencer
+    #: stamps from it without sealing (``_procedures.activate``).  Not part
+    #: of what the end says about the records, so not of equality.
+    last_timestamp_ms: int = attrs.field(default=0, eq=False)
 
     def __attrs_post_init__(self) -> None:
-        if not 0 <= self.lng_esn < self.bridge_esn or self.seal < 1:
+        if not 0 <= self.lng_esn < self.bridge_esn or self.seal < 1 or self.last_timestamp_ms < 0:
             _fail(f"bad epoch end {self}")
 
     def to_json(self) -> dict[str, Any]:
-        return {"lng_esn": self.lng_esn, "bridge_esn": self.bridge_esn, "seal": self.seal}
+        out = {"lng_esn": self.lng_esn, "bridge_esn": self.bridge_esn, "seal": self.seal}
+        if self.last_timestamp_ms:
+            out["last_timestamp_ms"] = self.last_timestamp_ms
+        return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> EpochEnd:
-        return cls(int(d["lng_esn"]), int(d["bridge_esn"]), int(d["seal"]))
+        return cls(
+            int(d["lng_esn"]),
+            int(d["bridge_esn"]),
+            int(d["seal"]),
+            int(d.get("last_timestamp_ms", 0)),
+        )
 
 
 @attrs.frozen

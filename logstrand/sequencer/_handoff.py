@@ -101,7 +101,8 @@ def end_epoch(
         LogstrandError: the bridge could not be stored on R nodes.
     """
     log_id, epoch, lng_esn = core.log_id, core.epoch, core.lng_esn
-    end = EpochEnd(lng_esn, lng_esn + 1, epoch)
+    # With its newest stamp: the next sequencer starts from it unsealed.
+    end = EpochEnd(lng_esn, lng_esn + 1, epoch, core.last_timestamp_ms)
     recorded = yield EpochStoreCall(partial(_record_end, log_id, epoch, end))
     if not recorded:
         return False

@@ -142,21 +142,40 @@ def activate(
     the older ones), the timestamp the new sequencer stamps from (the later
     of its clock and the newest timestamp the sealed nodes hold, recorded in
     the epoch store before any append: ``set_epoch_start``), and the sealed
-    nodes' producer entries (which recovery sifts: ``_idempotence``).
+    nodes' producer entries (which recovery sifts: ``_idempotence``), None
+    when nothing was sealed.
+
+    Nothing is sealed in a log's first epoch, nor when every earlier epoch
+    is clean and the last was ended by its own sequencer as its node
+    stopped (``_handoff``): that sequencer took its last append before it
+    recorded the end, so no older wave can be acknowledged any more, the
+    end carries its newest stamp, and the producers are in the epoch store
+    with the clean mark.  A node restarted with thousands of active logs
+    then costs each log's next sequencer no message at all before it takes
+    appends (it cost a SEAL to every node of the nodeset, each answered
+    after an fsync).
     """
+
     # One call, so one transaction and one worker-thread hop of the node's
     # grouped epoch-store calls: the new epoch with what the seal needs.
-    epoch, meta, state, standing = yield EpochStoreCall(
-        lambda s: (*s.take_epoch(log_id, placement), s.log_epochs(log_id), _standing(s))
-    )
+    def take(s: EpochStore) -> tuple[Any, ...]:
+        epoch, meta = s.take_epoch(log_id, placement)
+        end = s.epoch_end(log_id, epoch - 1) if epoch > 1 else None
+        return epoch, meta, s.log_epochs(log_id), _standing(s), s.last_clean_epoch(log_id), end
+
+    epoch, meta, state, standing, lce, end = yield EpochStoreCall(take)
     history = list(state.history)
+    if epoch > 1 and lce >= epoch - 1 and end is not None and end.last_timestamp_ms > 0:
+        start = max(end.last_timestamp_ms, clock_ms())
+        yield EpochStoreCall(lambda s: s.set_epoch_start(log_id, epoch, start))
+        return epoch, meta, history, start, None
     earlier = [h for h in history if h.since < epoch]
     replies = yield from seal_earlier(log_id, epoch, earlier, seal_timeout_s, standing)
     last_ts = max((r.last_timestamp_ms for r in replies.values()), default=0)
     start = max(last_ts, clock_ms())
     if epoch > 1:
         yield EpochStoreCall(lambda s: s.set_epoch_start(log_id, epoch, start))
-    return epoch, meta, history, start, sealed_entries(replies)
+    return epoch, meta, history, start, sealed_entries(replies) if replies else None
 
 
 def seal_earlier(

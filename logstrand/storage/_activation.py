@@ -119,7 +119,7 @@ class Activations:
             )
         except EpochStoreUnavailableError as exc:
             raise LogstrandError(str(exc), Status.NOSEQUENCER) from exc
-        if epoch > 1:  # earlier epochs were sealed
+        if sealed is not None:  # earlier epochs were sealed (not after a hand-off)
             self.host.metrics.seals.inc()
         selector = CopysetSelector(
             meta.nodeset,
@@ -154,14 +154,7 @@ class Activations:
                 self.host.procedures.run, procs.rebroadcast_release(log_id, meta.nodeset, 2.0)
             )
         self.host.metrics.sequencer_activations.inc()
-        # A log's first activation is routine (a burst of new logs makes
-        # thousands a second); one in a later epoch follows a failover or a
-        # move, which an operator reads the log for.
-        _log.log(
-            logging.INFO if epoch > 1 else logging.DEBUG,
-            "node %d: sequencer for log %d active in epoch %d",
-            self.host.node_id,
-            log_id,
-            epoch,
+        _log.info(
+            "node %d: sequencer for log %d active in epoch %d", self.host.node_id, log_id, epoch
         )
         return core, tuple(history)

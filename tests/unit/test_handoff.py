@@ -166,3 +166,42 @@ def test_a_release_up_to_esn_0_of_the_next_epoch_is_taken_and_no_further() -> No
     refused = check(Release(LOG, compose_lsn(2, 1)), Facts(lce=1))
     assert refused is not None
     assert refused.status == Status.INVALID_PARAM
+
+
+def _activate(d: Driver, clock_ms: int) -> tuple[object, list[object]]:
+    """The next sequencer's activation; what it asked the nodes (SEALs
+    answered as sealed nodes answer, stamped 5,000)."""
+    from logstrand.wire import Seal, SealReply
+
+    asked: list[object] = []
+
+    def answer(node: int, msg: object) -> object:
+        asked.append(msg)
+        assert isinstance(msg, Seal)
+        return SealReply(msg.request_id, int(Status.OK), node, msg.seal_epoch, 5000)
+
+    d.answer = answer  # type: ignore[method-assign]
+    return d.run(procs.activate(LOG, Placement(NODESET, 2), 1.0, lambda: clock_ms)), asked
+
+
+def test_after_a_hand_off_the_next_sequencer_starts_without_a_seal() -> None:
+    """Every earlier epoch clean, the last ended by its own sequencer: no
+    SEAL (no older wave can be acknowledged any more), and the new epoch
+    stamps from the end's newest timestamp when the clock is behind it."""
+    d = _fresh_driver(up=set(NODESET))
+    core = _core_with_acked(3)  # stamped 1,000..1,002
+    assert d.run(end_epoch(core, lambda: set(NODESET), 1.0))
+    assert d.store.epoch_end(LOG, 1).last_timestamp_ms == 1002
+    (epoch, _, _, start, sealed), asked = _activate(d, clock_ms=10)
+    assert (epoch, start, sealed, asked) == (2, 1002, None, [])
+    assert d.store.epoch_starts(LOG)[2] == 1002
+
+
+def test_after_a_crash_the_next_sequencer_seals() -> None:
+    """Epoch 1 not clean (its sequencer died): the activation seals it on
+    an f-majority and stamps from the newest timestamp the nodes report."""
+    d = _fresh_driver(up=set(NODESET))
+    (epoch, _, _, start, sealed), asked = _activate(d, clock_ms=10)
+    assert (epoch, start) == (2, 5000)
+    assert sealed is not None
+    assert len(asked) == len(NODESET)
