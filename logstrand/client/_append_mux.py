@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from ..errors import Status
+from ..errors import LogstrandError, Status
 from ..wire import APPEND_MANY_MAX, AppendManyReply, AppendReply
 
 if TYPE_CHECKING:
@@ -227,7 +227,12 @@ class NodeMux:
                 if entry.callback is None:
                     send_alone(entries)
                 else:
-                    entry.finish(await self._alone(entry.log_id, entry.batch))
+                    try:
+                        entry.finish(await self._alone(entry.log_id, entry.batch))
+                    except LogstrandError:
+                        # Not this task's to raise (a refused login, say): the
+                        # entry's own task tries it again and raises it there.
+                        send_alone(entries)
             elif entries:
                 await self._together(entries)
         finally:

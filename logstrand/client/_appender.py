@@ -551,6 +551,11 @@ class Appender:
             except TransientError as exc:
                 settle(entries, None, str(exc))
                 return
+            except LogstrandError:
+                # Refused for good (a login the node does not take): each
+                # entry goes alone, and its own task raises it.
+                send_alone(entries)
+                return
             if link.conn.protocol < MANY_PROTOCOL:
                 send_alone(entries)
                 return
