@@ -162,6 +162,17 @@ class Guard:
         refused = _admission.check(msg, self)
         return refused is not None and refused.recheck is not None
 
+    def passes(self, principal: Principal, msg: Store) -> bool:
+        """Whether a plain STORE passes every check as things stand, without
+        reading anything (``check`` would return None at once).  False says
+        only that it needs ``check``: a refusal, a fact to read again, or a
+        recovery's STORE."""
+        if msg.recovery_seal:
+            return False
+        if principal is not TRUSTED and not principal.is_node:
+            return False  # a user's STORE: refused by ``check``, with why
+        return _admission.check(msg, self) is None
+
     async def check(self, principal: Principal, msg: Any) -> tuple[Status, str] | None:
         """Why ``msg`` from ``principal`` must be refused, or None."""
         if principal is not TRUSTED:

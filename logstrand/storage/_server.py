@@ -263,6 +263,11 @@ class Server:
 
     async def _dispatch(self, conn: Connection, aside: _Aside, msg: Any) -> None:
         kind = type(msg)
+        if kind is Store and self.guard.passes(conn.principal, msg):
+            # The write path's STOREs, nearly all of a node's messages: one
+            # admission check, not ``must_read``'s and then ``check``'s.
+            await self._handle_checked(conn, self._handlers[Store], msg)
+            return
         if kind is StoreMany or kind is ReleaseMany:
             # Many logs' STOREs or RELEASEs: each entry as if it came alone,
             # in order, with the checks and the answer a single one gets.
@@ -299,17 +304,34 @@ class Server:
                 await self._answer(conn, msg, status, why)
                 return
             await handler(conn, msg)
-        except LogstrandError as exc:
+        except Exception as exc:
+            await self._failed(conn, msg, exc)
+
+    async def _handle_checked(self, conn: Connection, handler: Any, msg: Any) -> None:
+        """``handler`` for a message that passed the guard's checks."""
+        try:
+            await handler(conn, msg)
+        except Exception as exc:
+            await self._failed(conn, msg, exc)
+
+    async def _failed(self, conn: Connection, msg: Any, exc: Exception) -> None:
+        """A handler raised: a refusal is answered; a bug is answered and
+        logged, and the connection cut."""
+        if isinstance(exc, LogstrandError):
             _log.warning(
                 "node %d: %s from %s: %s", self.node_id, type(msg).__name__, conn.peer, exc
             )
             await self._answer(conn, msg, exc.status, str(exc))
-        except Exception as exc:
-            _log.exception(
-                "node %d: %s from %s failed", self.node_id, type(msg).__name__, conn.peer
-            )
-            await self._answer(conn, msg, Status.FAILED, f"the node failed: {exc!r}")
-            conn.cut("a handler failed")
+            return
+        _log.error(
+            "node %d: %s from %s failed",
+            self.node_id,
+            type(msg).__name__,
+            conn.peer,
+            exc_info=exc,
+        )
+        await self._answer(conn, msg, Status.FAILED, f"the node failed: {exc!r}")
+        conn.cut("a handler failed")
 
     async def _answer(self, conn: Connection, msg: Any, status: Status, text: str) -> None:
         if conn.closed:
