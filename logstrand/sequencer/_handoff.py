@@ -10,7 +10,9 @@ not pay it for its logs: each of its sequencers knows exactly what its epoch
 holds once its appends in flight are done, and can write the epoch's end
 itself (``end_epoch``).  The next sequencer of the log then finds every
 earlier epoch clean and recovers nothing: a restart of a node with
-thousands of active logs costs each of them a seal, not a recovery.
+thousands of active logs costs each of them neither a recovery nor a seal
+(``_procedures.activate``: the end records the epoch's newest timestamp,
+which the seal's replies would have given).
 
 An epoch is ended here only when its sequencer is *endable*: every ESN it
 handed out is fully stored (the LNG is the last one; an append is
