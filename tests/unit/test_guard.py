@@ -38,8 +38,10 @@ class Store:
             raise EpochStoreUnavailableError("session expired")
         return Epochs(self.next_epoch)
 
-    async def grouped(self, fn: Any) -> Any:
-        """As ``AsyncEpochStore.grouped``: ``fn`` on the (here synchronous) store."""
+    async def grouped(self, fn: Any, *, read_only: bool = False) -> Any:
+        """As ``AsyncEpochStore.grouped``: ``fn`` on the (here synchronous)
+        store.  The guard only reads: its groups must not take the write lock."""
+        assert read_only
         await trio.lowlevel.checkpoint()
         return fn(self)
 
