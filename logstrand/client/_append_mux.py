@@ -40,7 +40,7 @@ Rules
 6. A batch's first attempt needs no task of its own (``launch``): its
    entry waits in the outbox with a callback, the request's task (one per
    request, not per batch) finishes it, and only an attempt that did not
-   succeed becomes a task, which retries it (``Appender.launch``).  One
+   succeed becomes a task, which retries it (``Attempts.launch``).  One
    more record to each of 10,000 logs made a task and three cancel scopes
    per batch, and entering those scopes was half of the client's time.
    An entry that found nothing to gather with goes as a plain ``Append``
