@@ -109,6 +109,13 @@ class Entry:
         self.outcome = outcome
         self._end()
 
+    def go_alone(self) -> None:
+        """Refused as part of a request (rule 3): not tried, goes again alone."""
+        if not self.finished:
+            self.alone = True
+            self.outcome = (None, "refused as part of a request")
+            self._end()
+
     def _end(self) -> None:
         self.finished = True
         if self._done is not None:
@@ -278,7 +285,4 @@ def settle(entries: list[Entry], reply: object, why: str) -> None:
 def send_alone(entries: list[Entry]) -> None:
     """The request was refused as a whole: each entry goes again alone."""
     for entry in entries:
-        if not entry.finished:
-            entry.alone = True
-            entry.outcome = (None, "refused as part of a request")
-            entry._end()
+        entry.go_alone()

@@ -18,6 +18,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import trio
 
 from ..batch import PackedBatch
 from ..errors import ClosedError, InvalidArgumentError, LogstrandError, NotFoundError
@@ -212,24 +213,8 @@ class Appender(Attempts):
         front's idempotent producers): retried as any APPEND, a refusal for
         its numbering is the caller's to handle (``ProducerError``)."""
         await self.check(log_id, payloads, keys, extras)
-        return await self._append_rpc(
-            log_id,
-            lambda codec: PackedBatch.for_append(keys, payloads, codec, number, extras),
-            number,
-            own=False,
-        )
-
-    async def append_rpc(
-        self,
-        log_id: int,
-        payloads: Sequence[bytes | None],
-        keys: Sequence[bytes | None],
-        number: tuple[int, int] | None = None,
-        extras: Sequence[bytes | None] | None = None,
-    ) -> int:
-        """One APPEND of these records (``send``)."""
-        return await self.send(
-            log_id,
-            lambda codec: PackedBatch.for_append(keys, payloads, codec, number, extras),
-            number,
-        )
+        # ``check`` has validated every key and payload: no second pass
+        # here.  Not this client's numbering: its producers hear nothing.
+        batch = PackedBatch.for_append(keys, payloads, self._codec(log_id), number, extras)
+        deadline = trio.current_time() + self.settings.append_timeout_s
+        return await self._retry(log_id, batch, number, deadline, own=False)

@@ -93,6 +93,8 @@ class Attempts:
 
         ``number``: the batch's (producer id, first number) from the log's
         ``LogProducer``, which hears how it ended."""
+        # The body is packed (and compressed) once, with its checksum, and
+        # travels unchanged to every node that stores it and every reader.
         batch = build(self._codec(log_id))
         deadline = trio.current_time() + self.settings.append_timeout_s
         return await self._send_built(log_id, batch, number, deadline, None)
@@ -199,21 +201,6 @@ class Attempts:
         if node is None or not self._routable(node):
             node = self.view.sequencer_node(log_id)
         return node
-
-    async def _append_rpc(
-        self,
-        log_id: int,
-        build: Callable[[int], PackedBatch],
-        number: tuple[int, int] | None,
-        *,
-        own: bool = True,
-    ) -> int:
-        # ``check`` has validated every key and payload: no second pass here.
-        # The body is packed (and compressed) once, with its checksum, and
-        # travels unchanged to every node that stores it and every reader.
-        batch = build(self._codec(log_id))
-        deadline = trio.current_time() + self.settings.append_timeout_s
-        return await self._retry(log_id, batch, number, deadline, own=own)
 
     async def _retry(
         self,

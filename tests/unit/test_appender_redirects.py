@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import trio
 
+from logstrand.batch import PackedBatch
 from logstrand.client._appender import Appender
 from logstrand.client._settings import ClientSettings
 from logstrand.errors import Status, TransientError
@@ -83,7 +84,9 @@ async def append_through(view: FakeView, nodes: Nodes, timeout_s: float) -> int:
     async with trio.open_nursery() as nursery:
         appender = Appender(view, nodes, nursery, settings, Watch())  # type: ignore[arg-type]
         try:
-            lsn = await appender.append_rpc(5, [b"x"], [None], None)
+            lsn = await appender.send(
+                5, lambda codec: PackedBatch.for_append([None], [b"x"], codec)
+            )
         except TransientError as exc:
             error = exc
         nursery.cancel_scope.cancel()
