@@ -266,7 +266,7 @@ class Server:
         if kind is Store and self.guard.passes(conn.principal, msg):
             # The write path's STOREs, nearly all of a node's messages: one
             # admission check, not ``must_read``'s and then ``check``'s.
-            await self._handle_checked(conn, self._handlers[Store], msg)
+            await self._handle(conn, self._handlers[Store], msg, checked=True)
             return
         if kind is StoreMany or kind is ReleaseMany:
             # Many logs' STOREs or RELEASEs: each entry as if it came alone,
@@ -294,44 +294,32 @@ class Server:
         finally:
             aside.running -= 1
 
-    async def _handle(self, conn: Connection, handler: Any, msg: Any) -> None:
+    async def _handle(
+        self, conn: Connection, handler: Any, msg: Any, *, checked: bool = False
+    ) -> None:
+        """``handler`` for ``msg``, after the guard's checks (``checked``:
+        the caller saw it pass them)."""
         try:
-            refused = await self.guard.check(conn.principal, msg)
-            if refused is not None:
-                status, why = refused
-                name = type(msg).__name__
-                _log.info("node %d: refused %s from %s: %s", self.node_id, name, conn.peer, why)
-                await self._answer(conn, msg, status, why)
-                return
+            if not checked:
+                refused = await self.guard.check(conn.principal, msg)
+                if refused is not None:
+                    status, why = refused
+                    name = type(msg).__name__
+                    _log.info("node %d: refused %s from %s: %s", self.node_id, name, conn.peer, why)
+                    await self._answer(conn, msg, status, why)
+                    return
             await handler(conn, msg)
-        except Exception as exc:
-            await self._failed(conn, msg, exc)
-
-    async def _handle_checked(self, conn: Connection, handler: Any, msg: Any) -> None:
-        """``handler`` for a message that passed the guard's checks."""
-        try:
-            await handler(conn, msg)
-        except Exception as exc:
-            await self._failed(conn, msg, exc)
-
-    async def _failed(self, conn: Connection, msg: Any, exc: Exception) -> None:
-        """A handler raised: a refusal is answered; a bug is answered and
-        logged, and the connection cut."""
-        if isinstance(exc, LogstrandError):
+        except LogstrandError as exc:
             _log.warning(
                 "node %d: %s from %s: %s", self.node_id, type(msg).__name__, conn.peer, exc
             )
             await self._answer(conn, msg, exc.status, str(exc))
-            return
-        _log.error(
-            "node %d: %s from %s failed",
-            self.node_id,
-            type(msg).__name__,
-            conn.peer,
-            exc_info=exc,
-        )
-        await self._answer(conn, msg, Status.FAILED, f"the node failed: {exc!r}")
-        conn.cut("a handler failed")
+        except Exception as exc:
+            _log.exception(
+                "node %d: %s from %s failed", self.node_id, type(msg).__name__, conn.peer
+            )
+            await self._answer(conn, msg, Status.FAILED, f"the node failed: {exc!r}")
+            conn.cut("a handler failed")
 
     async def _answer(self, conn: Connection, msg: Any, status: Status, text: str) -> None:
         if conn.closed:

@@ -82,3 +82,28 @@ async def test_a_refusal_on_a_stale_fact_is_again_while_the_store_is_away(
     store.up = True
     await trio.sleep(1)
     assert await guard.check(TRUSTED, seal) is None
+
+
+def test_only_a_plain_store_from_a_node_passes_without_the_full_check() -> None:
+    """``Guard.passes`` (the write path's one admission check) lets through
+    only what ``check`` would pass at once: a user's STORE, a recovery's, one
+    for a log the configuration lacks or for an epoch not known yet all go to
+    ``check``, which refuses or reads the store."""
+    from logstrand.batch import make_batch
+    from logstrand.security import node_principal, user_principal
+    from logstrand.types import compose_lsn
+    from logstrand.wire import Store as StoreMsg
+
+    guard = Guard(1, View(Store()), METRICS, secure=True)  # type: ignore[arg-type]
+    guard._next_epoch[2] = 3
+
+    def store(log: int, epoch: int, seal: int = 0) -> StoreMsg:
+        batch = make_batch([compose_lsn(epoch, 1)], [b"x"], timestamps_ms=0)
+        return StoreMsg.of(1, log, 1, (1, 2), 0, False, batch, recovery_seal=seal)
+
+    assert guard.passes(node_principal(2), store(2, 2))
+    assert guard.passes(TRUSTED, store(2, 1))
+    assert not guard.passes(user_principal("eve"), store(2, 2))
+    assert not guard.passes(node_principal(2), store(2, 2, seal=3))
+    assert not guard.passes(node_principal(2), store(11, 1))  # not in the configuration
+    assert not guard.passes(node_principal(2), store(2, 3))  # epoch 3 not handed out yet
