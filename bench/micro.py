@@ -13,7 +13,9 @@
 - one LogsDB write of a 100 B record back to back, and after the process slept
   0.5, 2 and 4 ms (what a node that waits for the next sequential append pays).
 
-``--idle``: only the last one.
+``--idle``: only the last one.  ``--scopes``: only what entering and leaving a
+trio cancel scope costs, bare and with a deadline (the client made three per
+batch before issue 56).
 """
 
 from __future__ import annotations
@@ -145,12 +147,35 @@ def idle_write() -> None:
         db.close()
 
 
+def scopes() -> None:
+    """A cancel scope entered and left, bare and with a deadline (µs each)."""
+
+    async def run() -> None:
+        n = 20_000
+        t = time.perf_counter()
+        for _ in range(n):
+            with trio.CancelScope():  # noqa: ASYNC100 (its cost is the point)
+                pass
+        bare = (time.perf_counter() - t) / n * 1e6
+        t = time.perf_counter()
+        for _ in range(n):
+            with trio.move_on_after(10):  # noqa: ASYNC100 (its cost is the point)
+                pass
+        timed = (time.perf_counter() - t) / n * 1e6
+        print(f"cancel scope: {bare:.1f} us bare, {timed:.1f} us with a deadline")
+
+    trio.run(run)
+
+
 def main() -> None:
     if sys.argv[1:] == ["--packed"]:
         codec()
         return
     if sys.argv[1:] == ["--idle"]:
         idle_write()
+        return
+    if sys.argv[1:] == ["--scopes"]:
+        scopes()
         return
     codec()
     with tempfile.TemporaryDirectory() as d, LocalCluster(d, nodes=1) as cluster:

@@ -5,6 +5,7 @@
     python bench/pyspy.py arrow-100b     # read_arrow, what each Spark task runs
     python bench/pyspy.py sequential-100b  # append one record, wait, again
     python bench/pyspy.py many-logs      # one record to each of 10,000 logs, again
+    python bench/pyspy.py many-logs --inclusive  # shares with callees
     python bench/pyspy.py kafka-produce  # confluent-kafka producing 100 B through the front
     python bench/pyspy.py kafka-consume  # confluent-kafka consuming 100 B from the start
 
@@ -129,6 +130,23 @@ def _top(raw: Path, n: int) -> list[tuple[str, float]]:
     return [(frame, c / total) for frame, c in counts.most_common(n)] if total else []
 
 
+def _inclusive(raw: Path, n: int) -> list[tuple[str, float]]:
+    """(function, share of samples with it anywhere on the stack), the most
+    first: where a stage's time goes with everything it calls."""
+    counts: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack:
+            continue
+        c = int(count)
+        total += c
+        # A frame is "name (file:line)": the function once per stack.
+        for name in {frame.rsplit(":", 1)[0] for frame in stack.split(";")}:
+            counts[name] += c
+    return [(name, c / total) for name, c in counts.most_common(n)] if total else []
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument(
@@ -145,6 +163,7 @@ def main() -> None:
     )
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--inclusive", action="store_true", help="time with callees, not self time")
     args = ap.parse_args()
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     kafka = args.case.startswith("kafka-")
@@ -199,9 +218,11 @@ def main() -> None:
         print(f"{result[0] if result else 0:,} records in the run")
         for name in pids:
             print(f"\n## {name}: {cpu[name]:.0%} of a core\n")
-            print("| share of samples | function (self) |")
+            kind = "with callees" if args.inclusive else "self"
+            print(f"| share of samples | function ({kind}) |")
             print("|---:|---|")
-            for frame, share in _top(outs[name], args.top):
+            top = _inclusive if args.inclusive else _top
+            for frame, share in top(outs[name], args.top):
                 print(f"| {share:.1%} | `{frame}` |")
 
 
