@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -141,8 +142,8 @@ def _inclusive(raw: Path, n: int) -> list[tuple[str, float]]:
             continue
         c = int(count)
         total += c
-        # A frame is "name (file:line)": the function once per stack.
-        for name in {frame.rsplit(":", 1)[0] for frame in stack.split(";")}:
+        # A frame is "name (file:line)": each function once per stack.
+        for name in {re.sub(r":\d+\)$", ")", frame) for frame in stack.split(";")}:
             counts[name] += c
     return [(name, c / total) for name, c in counts.most_common(n)] if total else []
 
