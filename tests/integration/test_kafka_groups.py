@@ -213,7 +213,6 @@ def _check_described(cluster: LocalCluster, members: Members) -> None:
 def test_kafka_python_aiokafka_and_librdkafka_consumers_share_one_group(
     cluster: LocalCluster, members: Members
 ) -> None:
-    _produce(cluster, members.topic, 20)
     members.start("rd", "confluent", "partition.assignment.strategy=roundrobin")
     members.start("kp", "kafka-python")
     members.start("aio", "aiokafka")
@@ -224,6 +223,14 @@ def test_kafka_python_aiokafka_and_librdkafka_consumers_share_one_group(
             and _shared(members, ["rd", "kp", "aio"])
         ),
     )
+    # The messages come once the group has settled.  Produced before, they
+    # were read during the three joins' rebalances, and in two full runs of
+    # 2026-11-29 aiokafka, after two rebalances in a row, read 0:17-0:19
+    # again after committing them (it had asked for its committed offsets
+    # while its commit of 0:16 was in flight).  At-least-once allows such a
+    # redelivery; _check_delivery counts it as a double commit.  Commits
+    # across rebalances are the subject of the kill test above.
+    _produce(cluster, members.topic, 20)
     _wait(
         "every message",
         lambda: (
