@@ -62,6 +62,12 @@ _UNAVAILABLE = (
     KazooTimeoutError,
 )
 _log = logging.getLogger("logstrand.epochstore.zookeeper")
+
+#: Where every cluster's root is made (``/logstrand/<cluster>``).
+_PARENT = "/logstrand"
+#: Its ACL: anyone reads it and makes a cluster's root in it; a cluster's
+#: own root and what is under it carry that cluster's ACL.
+_PARENT_ACL = [make_acl("world", "anyone", read=True, create=True)]
 #: How often a member measures its clock against ZooKeeper's.
 CLOCK_PROBE_S = 2.0
 #: A member's znode is rewritten when its raw offset moved by this much.
@@ -176,7 +182,7 @@ class ZooKeeperEpochStore(EpochStore):
                 make_digest_acl(user, password, all=True),
                 make_acl("world", "anyone", read=True),
             ]
-        self.root = f"/logstrand/{cluster}"
+        self.root = f"{_PARENT}/{cluster}"
         self.call_timeout_s = call_timeout_s
         self._members: set[_ZkMember] = set()
         self._lost = threading.Event()
@@ -192,6 +198,13 @@ class ZooKeeperEpochStore(EpochStore):
         self._zk.add_listener(self._on_state)
         try:
             self._zk.start(timeout=connect_timeout_s)
+            # The parent of every cluster's root is shared by all the clusters
+            # on this ZooKeeper.  Made with this cluster's digest ACL (by
+            # ensure_path below, when this store is the first), it let no
+            # other cluster create its root: open to read and create in.
+            if not self._zk.exists(_PARENT):
+                with contextlib.suppress(NodeExistsError):
+                    self._zk.create(_PARENT, acl=_PARENT_ACL)
             for folder in ("members", "clocks"):
                 if not self._zk.exists(f"{self.root}/{folder}"):
                     self._zk.ensure_path(f"{self.root}/{folder}")

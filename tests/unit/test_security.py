@@ -355,3 +355,24 @@ def test_zookeeper_digest_acl(zookeeper: ZooKeeperServer, monkeypatch: pytest.Mo
         assert store.set_trim_point(1, 9) == 9
     with pytest.raises(InvalidArgumentError):
         open_epoch_store(f"zk://nopassword@{zookeeper.address}/{cluster}")
+
+
+def test_a_cluster_with_a_digest_acl_leaves_other_clusters_room(tmp_path: Path) -> None:
+    """The first store on a fresh ZooKeeper makes ``/logstrand``, the parent
+    every cluster's root sits under.  Made with a cluster's digest ACL, it
+    let no other cluster create its root (NoAuth): a full ``make test`` met
+    it when this file's ACL test ran first on a worker's ZooKeeper.  It is
+    made open to read and create in, whoever makes it."""
+    from logstrand.testing import ZooKeeperServer, zookeeper_available
+
+    if not zookeeper_available():
+        pytest.skip("ZooKeeper is not installed (Debian package 'zookeeper')")
+    with ZooKeeperServer(tmp_path / "zk") as zk:
+        with open_epoch_store(f"zk://ops:s3cret@{zk.address}/first", create=True) as store:
+            store.set_trim_point(1, 5)
+        with open_epoch_store(f"zk://{zk.address}/second", create=True) as other:
+            assert other.set_trim_point(1, 3) == 3
+        with open_epoch_store(f"zk://{zk.address}/first") as anon:
+            assert anon.trim_point(1) == 5
+            with pytest.raises(AccessDeniedError):
+                anon.set_trim_point(1, 9)  # the cluster's own root keeps its ACL
