@@ -61,6 +61,10 @@ _SEQUENCE = (Status.OUT_OF_SEQUENCE, Status.UNKNOWN_PRODUCER)
 #: An attempt made before a retrying loop starts: (node, its outcome, the
 #: producer's acknowledgements before it).
 _First = tuple[int, tuple[AppendReply | None, str], int]
+#: The retries' jitter.  Its own generator, not the random module's: a
+#: library's threads must not move the state a user seeded (hypothesis took
+#: a client's retry, in a thread of the test process, for a strategy's use).
+_JITTER = random.Random()
 
 
 @attrs.define(eq=False)
@@ -258,7 +262,7 @@ class Attempts:
                         self._hint.pop(log_id, None)
                 with contextlib.suppress(LogstrandError):
                     await self.view.refresh()
-                await trio.sleep(backoff * (0.5 + random.random()))
+                await trio.sleep(backoff * (0.5 + _JITTER.random()))
                 backoff = min(backoff * 2, 0.5)
         raise TransientError(
             f"append to log {log_id} timed out after {self.settings.append_timeout_s} s ({last})",
