@@ -347,9 +347,15 @@ class NodeStore:
 
     def stored_bytes_to(self, log_id: int, end: int) -> int:
         """The bytes this node stores of the log above its trim point and at
-        or below ``end``, from the directory (an entry that ``end`` cuts
-        counts in proportion to its LSNs, as the rest of the size is
-        approximate too)."""
+        or below ``end``: the directory's entries below ``end``, and the
+        stored batches of an entry that ``end`` cuts, counted as ``LogInfo``
+        counts them (a batch that ``end`` cuts in proportion to its LSNs).
+
+        The cut entry was once counted in proportion to its LSNs too.  But a
+        pass leaves an entry's range as it was and its lower part nearly
+        empty: ten records kept below ``end`` and forty dirty above it were
+        counted as 96% clean, the dirty ratio fell under the log's, and the
+        cleaner never came back for the forty."""
         trim = self.trim_point(log_id)
         total = 0
         for _, e in self.db.directory(log_id):
@@ -358,7 +364,28 @@ class NodeStore:
             if e.last_lsn <= end:
                 total += e.bytes
             else:
-                total += e.bytes * (end - e.first_lsn + 1) // (e.last_lsn - e.first_lsn + 1)
+                total += self._batch_bytes(log_id, max(e.first_lsn, trim + 1), end)
+        return total
+
+    def _batch_bytes(self, log_id: int, first: int, end: int) -> int:
+        """Stored bytes of the batches in [first, end] (``Write.put``'s count:
+        the value and its key), a batch that ``end`` cuts in proportion."""
+        total = 0
+        lsn = first
+        while lsn <= end:
+            read = self.db.read_packed(log_id, lsn, end, max_records=DROP_SCAN_RECORDS)
+            for pb in read.batches:
+                if pb.first_lsn < first:
+                    continue  # counted with the entry below (a batch across entries)
+                size = len(pb.data) + 16
+                if pb.last_lsn <= end:
+                    total += size
+                else:
+                    span = pb.last_lsn - pb.first_lsn + 1
+                    total += size * (end - pb.first_lsn + 1) // span
+            if not read.batches or read.scanned_to < lsn:
+                break
+            lsn = read.scanned_to + 1
         return total
 
     def drop_copies(
