@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import collections.abc
 import os
 import re
 import shutil
@@ -117,17 +118,20 @@ def _workload(case: str, url: str, stop: threading.Event) -> int:
     return done
 
 
+def _stacks(raw: Path) -> collections.abc.Iterator[tuple[list[str], int]]:
+    """(frames, samples) of each line of py-spy's raw output, outermost first."""
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if stack:
+            yield stack.split(";"), int(count)
+
+
 def _top(raw: Path, n: int) -> list[tuple[str, float]]:
     """(frame, share of samples) with the most self samples, from py-spy's raw output."""
     counts: collections.Counter[str] = collections.Counter()
-    total = 0
-    for line in raw.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack:
-            continue
-        c = int(count)
-        total += c
-        counts[stack.split(";")[-1]] += c
+    for frames, c in _stacks(raw):
+        counts[frames[-1]] += c
+    total = sum(counts.values())
     return [(frame, c / total) for frame, c in counts.most_common(n)] if total else []
 
 
@@ -136,14 +140,10 @@ def _inclusive(raw: Path, n: int) -> list[tuple[str, float]]:
     first: where a stage's time goes with everything it calls."""
     counts: collections.Counter[str] = collections.Counter()
     total = 0
-    for line in raw.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack:
-            continue
-        c = int(count)
+    for frames, c in _stacks(raw):
         total += c
         # A frame is "name (file:line)": each function once per stack.
-        for name in {re.sub(r":\d+\)$", ")", frame) for frame in stack.split(";")}:
+        for name in {re.sub(r":\d+\)$", ")", frame) for frame in frames}:
             counts[name] += c
     return [(name, c / total) for name, c in counts.most_common(n)] if total else []
 
