@@ -45,7 +45,7 @@ from ..wire import AmendReply, DropReply, FindTimeReply, StoreReply, TrimReply
 from . import _rules
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Generator, Mapping
+    from collections.abc import Callable, Generator, Mapping, Sequence
 
     from ..batch import PackedBatch
     from ..logsdb import PackedRead, StoredBatch
@@ -131,6 +131,9 @@ class NodeStore:
     def commit(self, stores: list[Store]) -> list[StoreReply]:
         """Take these STOREs together: one write for those admitted; a reply each."""
         puts: list[PutBatch] = []
+        #: The batches of ``puts`` by log: rule 7 looks only at its own log's,
+        #: so that a write of many logs' copies costs no more than one per copy.
+        by_log: dict[int, list[PackedBatch]] = {}
         verdicts: list[Status | None] = []
         sync = False
         for msg in stores:
@@ -145,13 +148,14 @@ class NodeStore:
                 verdicts.append(Status.CHECKSUM_MISMATCH)
             elif not self.admit(msg):
                 verdicts.append(Status.PREEMPTED)  # sealed: only a newer recovery may write
-            elif self._superseded(msg, puts):
+            elif self._superseded(msg, by_log.get(msg.log_id, ())):
                 verdicts.append(Status.OK)  # rule 7: a copy that wins is here already
             else:
                 if msg.released_lsn:
                     # The sequencer's release pointer rides along with its STOREs.
                     self.on_release(msg.log_id, msg.released_lsn)
                 puts.append(PutBatch(msg.log_id, msg.batch, msg.producers))
+                by_log.setdefault(msg.log_id, []).append(msg.batch)
                 verdicts.append(None)
                 sync = sync or msg.sync
         status = Status.OK
@@ -169,13 +173,14 @@ class NodeStore:
             for msg, v in zip(stores, verdicts, strict=True)
         ]
 
-    def _superseded(self, msg: Store, puts: list[PutBatch]) -> bool:
+    def _superseded(self, msg: Store, pending: Sequence[PackedBatch]) -> bool:
         """Rule 7: does a copy that wins over ``msg``'s (``records.precedence``)
         already cover its LSNs here, stored or about to be in this write?
 
         A STORE may arrive after a later one for the same records: a wave the
         sequencer gave up on, sent on a connection since replaced, or a late
-        recovery's.  Written, it would replace the better copy, and its
+        recovery's.  ``pending``: this write's batches of the log so far.
+        Written, it would replace the better copy, and its
         copyset with one that no longer says where the copies are (rebuilding
         then misses them: found by the maintenance simulation).  Only a STORE
         at or below the log's tail here can meet one, so appends in order pay
@@ -187,7 +192,7 @@ class NodeStore:
             covers = other.first_lsn <= b.first_lsn and other.last_lsn >= b.last_lsn
             return covers and precedence(other.flag_bits, other.wave) > mine
 
-        if any(put.log_id == msg.log_id and wins(put.batch) for put in puts):
+        if any(wins(other) for other in pending):
             return True
         tail = self._tails.get(msg.log_id)
         if tail is None:
