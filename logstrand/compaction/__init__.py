@@ -4,10 +4,18 @@ extension that works through the client library).  Each node's part of a
 pass is ``logstrand.storage._drops``.  See docs/compaction.md."""
 
 from ._core import Candidate, PassStats, choose, drops, order
-from ._offset_map import ENTRY_BYTES, MapFullError, OffsetMap, hash_keys
+from ._offset_map import (
+    ENTRY_BYTES,
+    MAP_BYTES_MIN,
+    MapFullError,
+    OffsetMap,
+    hash_keys,
+    map_bytes_for,
+)
 
 __all__ = [
     "ENTRY_BYTES",
+    "MAP_BYTES_MIN",
     "Candidate",
     "MapFullError",
     "OffsetMap",
@@ -15,5 +23,6 @@ __all__ = [
     "choose",
     "drops",
     "hash_keys",
+    "map_bytes_for",
     "order",
 ]

@@ -32,7 +32,7 @@ from ..errors import LogstrandError, Status
 from ..types import TAIL
 from ..wire import CleanPoint, Compact, CompactReply, DropCopies, DropReply
 from ._core import Candidate, PassStats, order
-from ._offset_map import OffsetMap, hash_keys
+from ._offset_map import OffsetMap, hash_keys, map_bytes_for
 from ._shell import Throttle, compacted_attributes
 
 if TYPE_CHECKING:
@@ -47,13 +47,18 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("logstrand.cleaner")
 
+#: Keys a pass's map has room for beyond the records counted above the clean
+#: point when it starts: those appended while it reads.
+DIRTY_SLACK = 4096
+
 
 @attrs.frozen
 class CleanerOptions:
     #: How often the cleaner looks for a compacted log to clean (0: never by
     #: itself; ``client.compact`` still runs a pass).
     interval_s: float = 15.0
-    #: The offset map's memory (24 bytes a key, filled to 90%).
+    #: The offset map's memory at most (24 bytes a key, filled to 90%); a
+    #: pass takes what the records above its clean point need of it.
     map_bytes: int = 64 * 1024 * 1024
     #: Bytes a second the cleaner reads and each node scans (0: no limit).
     io_bytes_s: int = 0
@@ -212,6 +217,17 @@ class Cleaner:
             )
         return order(candidates, now)
 
+    async def _new_map(self, log: int, clean_point: int) -> OffsetMap:
+        """The offset map of a pass from ``clean_point``.  Each record above
+        it adds at most one key: the map has room for the records the nodes'
+        directories count there (each copy, so up to R times more; an entry
+        across the point whole) and for what is appended meanwhile, within
+        ``map_bytes``; more ends the pass early (partial), the next goes on."""
+        client = await self.client()
+        segments = await client.log_directory(log)
+        dirty = sum(s.records for s in segments if s.last_lsn > clean_point)
+        return OffsetMap(map_bytes_for(dirty + DIRTY_SLACK, self.options.map_bytes))
+
     async def _oldest_dirty_ms(self, log: int, clean_point: int) -> int | None:
         client = await self.client()
         entries = [s for s in await client.log_directory(log) if s.last_lsn > clean_point]
@@ -268,7 +284,7 @@ class Cleaner:
         now_ms = host.clock_ms()
         state = await host.view.astore.compaction(log) or {}
         clean_before = int(state.get("clean_point", 0))
-        offsets = OffsetMap(opts.map_bytes)
+        offsets = await self._new_map(log, clean_before)
         end, records, nbytes, partial = await self._read_dirty(
             log,
             clean_before,

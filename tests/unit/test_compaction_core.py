@@ -9,12 +9,14 @@ from hypothesis import strategies as st
 
 from logstrand.compaction import (
     ENTRY_BYTES,
+    MAP_BYTES_MIN,
     Candidate,
     MapFullError,
     OffsetMap,
     choose,
     drops,
     hash_keys,
+    map_bytes_for,
     order,
 )
 
@@ -106,3 +108,12 @@ def test_hashes_sharing_their_first_word_stay_two_keys() -> None:
     m.put_many(h, np.array([10, 11, 12], dtype=np.uint64))
     assert m.size == 2
     assert m.get_many(h[:2]).tolist() == [12, 11]
+
+
+@given(keys=st.integers(0, 10_000_000), most=st.integers(ENTRY_BYTES * 2, 1 << 30))
+def test_a_pass_map_has_room_for_its_keys_within_the_budget(keys: int, most: int) -> None:
+    size = map_bytes_for(keys, most)
+    assert size <= most
+    assert size >= min(most, MAP_BYTES_MIN)
+    if size < most:  # not cut by the budget: every key fits
+        assert OffsetMap(size).capacity >= keys
