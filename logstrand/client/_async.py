@@ -40,7 +40,7 @@ from ._subscribe import Subscription
 from ._tails import tail_lsns
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Sequence
+    from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
     from ..epochstore import EpochEnd, LogAttributes
     from ..positions import GroupLag, Position
@@ -252,6 +252,19 @@ class AsyncClient(AppendApi):
             NotFoundError: the group has no positions.
         """
         return await self._groups.describe(group)
+
+    async def group_lags(
+        self, positions: Mapping[str, Sequence[Position]]
+    ) -> dict[str, list[GroupLag]]:
+        """``describe_group`` of many groups at once, from their positions as
+        ``group_positions`` gave them: the logs' tails in one ``tail_lsns``.
+
+        Raises:
+            NotFoundError: a log of a position does not exist.
+        """
+        logs = sorted({p.log_id for held in positions.values() for p in held})
+        tails = await self.tail_lsns(logs) if logs else {}
+        return await self._groups.lags(positions, tails)
 
     async def group_membership(self, group: str) -> dict[str, Any] | None:
         """The members of a group with membership (a Kafka consumer group), as

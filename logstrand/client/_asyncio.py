@@ -151,6 +151,7 @@ class AsyncioClient:
     group_positions = _awaited(AsyncClient.group_positions)
     group_membership = _awaited(AsyncClient.group_membership)
     describe_group = _awaited(AsyncClient.describe_group)
+    group_lags = _awaited(AsyncClient.group_lags)
     reset_group = _awaited(AsyncClient.reset_group)
     delete_group = _awaited(AsyncClient.delete_group)
     compact = _awaited(AsyncClient.compact)

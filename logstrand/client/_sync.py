@@ -409,6 +409,7 @@ class Client:
     group_positions = _blocking(AsyncClient.group_positions)
     group_membership = _blocking(AsyncClient.group_membership)
     describe_group = _blocking(AsyncClient.describe_group)
+    group_lags = _blocking(AsyncClient.group_lags)
     reset_group = _blocking(AsyncClient.reset_group)
     delete_group = _blocking(AsyncClient.delete_group)
     compact = _blocking(AsyncClient.compact)

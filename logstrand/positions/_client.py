@@ -44,7 +44,7 @@ from ._model import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from contextlib import AbstractAsyncContextManager
 
     from ..epochstore import EpochEnd, EpochStore
@@ -296,10 +296,14 @@ class Groups:
 
     # -- lag ---------------------------------------------------------------------------
 
-    async def lag(self, group: str, log_id: int, position: Position | None) -> GroupLag:
-        """How far ``group`` is behind on ``log_id`` (``positions.GroupLag``)."""
+    async def lag(
+        self, group: str, log_id: int, position: Position | None, tail: int | None = None
+    ) -> GroupLag:
+        """How far ``group`` is behind on ``log_id`` (``positions.GroupLag``);
+        ``tail``: the log's tail, when the caller has it already."""
         admin = self.admin
-        tail = await admin.tail_lsn(log_id)
+        if tail is None:
+            tail = await admin.tail_lsn(log_id)
         after = position.lsn if position is not None else 0
         ends: dict[int, EpochEnd | None] = {}
         if tail > after and lsn_epoch(tail) != lsn_epoch(after):
@@ -320,6 +324,18 @@ class Groups:
                     if isinstance(item, Record):
                         return item.timestamp
         return None
+
+    async def lags(
+        self, positions: Mapping[str, Sequence[Position]], tails: Mapping[int, int]
+    ) -> dict[str, list[GroupLag]]:
+        """The lag of each group on each log it has a position on, from
+        positions already read (``positions``) and the logs' tails: what the
+        groups monitor exports, without a read of a positions log and a
+        ``tail_lsn`` per group and log."""
+        return {
+            group: [await self.lag(group, p.log_id, p, tails[p.log_id]) for p in held]
+            for group, held in positions.items()
+        }
 
     async def describe(self, group: str) -> list[GroupLag]:
         """The group's lag on each log it has a position on."""
