@@ -103,6 +103,8 @@ class GroupCoordinator:
         self._loaded: set[int] = set()
         #: The positions logs whose groups this front coordinates.
         self._mine: set[int] = set()
+        #: The view's sequencer weights ``_mine`` was worked out from.
+        self._mine_weights: object = None
         self._loading = {p: trio.Lock() for p in POSITIONS_LOGS}
         #: The logs of each subscription of logstrand's own readers, by the
         #: name it stands under as a topic (``native_topic``).
@@ -125,6 +127,13 @@ class GroupCoordinator:
     def _check_ownership(self) -> None:
         """Forget the groups of positions logs this front no longer coordinates
         (their sequencer moved): a coordinator that comes back reads them again."""
+        # Asked on every group request: the sixteen owners are looked up
+        # again only when the view's sequencer weights are a new object
+        # (it keeps one while nothing they rest on changed).
+        weights = None if self.front.standalone else self.front.view.sequencer_weights()
+        if weights is not None and weights is self._mine_weights:
+            return
+        self._mine_weights = weights
         now_mine = {p for p in POSITIONS_LOGS if self.coordinates_log(p)}
         lost = self._mine - now_mine
         self._mine = now_mine

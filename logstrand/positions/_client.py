@@ -217,7 +217,11 @@ class Groups:
         home = positions_log_of(group)
         # Each as an append of its own, all at once: the client's batcher
         # puts them in one batch of the positions log with whatever other
-        # groups commit meanwhile, instead of a batch per request.
+        # groups commit meanwhile, instead of a batch per request.  One (a
+        # consumer of one partition, the usual commit) needs no nursery.
+        if len(keys) == 1:
+            await self.appender.append(home, values[0], keys[0])
+            return
         try:
             async with trio.open_nursery() as nursery:
                 for value, key in zip(values, keys, strict=True):
