@@ -69,7 +69,8 @@ class Status(enum.IntEnum):
     CLOSED = 23
     #: A record in a compacted log has no key.
     NOKEY = 24
-    #: A payload could not be accepted (e.g. None outside a compacted log).
+    #: A payload could not be accepted (nodes before issue 57 sent it for a
+    #: payload None outside a compacted log, which every log now takes).
     BADPAYLOAD = 25
     #: The epoch store (ZooKeeper or the SQLite file) cannot be reached now.
     UNAVAILABLE = 26

@@ -167,7 +167,7 @@ class Record(NamedTuple):
 
     lsn: int
     timestamp: int  # milliseconds since the epoch
-    payload: bytes | None  # None only for a tombstone of a compacted log
+    payload: bytes | None  # None: no payload (a null value); a tombstone in a compacted log
     key: bytes | None = None
     #: The record's headers and create time, packed (``batch.pack_extra``);
     #: ``headers`` and ``create_time`` read them.

@@ -46,8 +46,9 @@ class AppendApi:
 
         Raises:
             NotFoundError: the log does not exist.
-            InvalidArgumentError: TOOBIG, BADPAYLOAD (None outside a compacted
-                log), NOKEY (no key in a compacted log), a bad header.
+            InvalidArgumentError: TOOBIG, NOKEY (no key in a compacted log),
+                a bad header.  (A payload None is a record without one, as
+                Kafka's null value; in a compacted log, its key's tombstone.)
             TransientError: TIMEDOUT, or no sequencer could be reached in time.
         """
         extra = pack_extra(None, headers) if headers else None
@@ -96,7 +97,8 @@ class AppendApi:
     ) -> np.ndarray[Any, np.dtype[np.uint64]]:
         """Append the rows of a ``pyarrow.RecordBatch`` or ``Table`` in
         order; returns their LSNs.  Payloads come from the column
-        ``payload`` (binary or string; null: a tombstone), keys from ``key``
+        ``payload`` (binary or string; null: no payload, in a compacted log a
+        tombstone), keys from ``key``
         when the data has that column.  Each APPEND's body is packed straight
         from the columns' buffers: no Python object per row (the Spark sink
         writes this way).  Needs pyarrow (``logstrand[arrow]``).

@@ -94,9 +94,9 @@ def check_records(
         return Status.CHECKSUM_MISMATCH, "the batch's body does not match its checksum"
     compacted = attributes.compacted
     limit = options.payload_bytes_max
+    # A payload None is a record without a payload on any log (a Kafka record
+    # whose value is null), and on a compacted log the tombstone of its key.
     lens = batch.payload_lens()
-    if -1 in lens and not compacted:
-        return Status.BADPAYLOAD, "a tombstone (payload None) needs a compacted log"
     if max(lens) > limit:
         return Status.TOOBIG, f"payload of {max(lens)} bytes exceeds the limit of {limit}"
     extra = batch.extra_lens()

@@ -71,12 +71,14 @@ def test_routing_and_refusals_before_any_store() -> None:
     assert replies(append(h, "t", attributes=None))[0].status == Status.NOTFOUND
     big = h.on_append(LOG, batch(payload=b"12345"), "t", 0.0, 0, owner=ME, attributes=PLAIN)
     assert replies(big)[0].status == Status.TOOBIG
-    tomb = h.on_append(LOG, batch(payload=None), "t", 0.0, 0, owner=ME, attributes=PLAIN)
-    assert replies(tomb)[0].status == Status.BADPAYLOAD
     compacted = LogAttributes(replication_factor=2, cleanup_policy="compact")
     keyless = h.on_append(LOG, batch(), "t", 0.0, 0, owner=ME, attributes=compacted)
     assert replies(keyless)[0].status == Status.NOKEY
     assert h.logs() == []
+    # A payload None is no refusal on any log (a Kafka record's null value):
+    # it waits for the log's activation like any append.
+    empty = h.on_append(LOG, batch(payload=None), "t", 0.0, 0, owner=ME, attributes=PLAIN)
+    assert empty == [Activate(LOG)]
 
 
 def test_one_activation_and_the_waiting_appends_go_to_the_new_core() -> None:

@@ -1,0 +1,110 @@
+"""What Kafka's own clients rely on of a broker (issue 57), each through a
+real client against real node processes serving the Kafka front."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+import logstrand
+from logstrand.epochstore import open_epoch_store
+from logstrand.testing import LocalCluster
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with LocalCluster(
+        tmp_path_factory.mktemp("kafka-clients") / "c",
+        nodes=3,
+        kafka=True,
+        node_args=("--compaction-interval", "0"),
+    ) as c:
+        yield c
+
+
+def _create(cluster: LocalCluster, *topics: NewTopic) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    for future in admin.create_topics(list(topics)).values():
+        future.result(30)
+
+
+def _log_of(cluster: LocalCluster, topic: str) -> int:
+    with open_epoch_store(cluster.url) as store:
+        return store.log_range_named(topic).first
+
+
+def _produce(cluster: LocalCluster, topic: str, records: list[tuple[Any, Any]]) -> list[Any]:
+    """Produce (key, value) pairs to partition 0; each delivery report's error."""
+    errors: list[Any] = []
+    producer = Producer({"bootstrap.servers": cluster.kafka_bootstrap, "linger.ms": 0})
+    for key, value in records:
+        producer.produce(
+            topic, key=key, value=value, partition=0, on_delivery=lambda e, _m: errors.append(e)
+        )
+    assert producer.flush(30) == 0
+    return errors
+
+
+def _consume(cluster: LocalCluster, topic: str, count: int) -> list[tuple[int, Any, Any]]:
+    """(offset, key, value) of ``count`` messages of partition 0, from the start."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap,
+            "group.id": f"read-{topic}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        got: list[tuple[int, Any, Any]] = []
+        deadline = time.monotonic() + 30
+        while len(got) < count and time.monotonic() < deadline:
+            m = consumer.poll(0.2)
+            if m is None:
+                continue
+            assert m.error() is None, m.error()
+            got.append((m.offset(), m.key(), m.value()))
+        return got
+    finally:
+        consumer.close()
+
+
+def test_a_null_value_is_stored_and_on_a_compacted_topic_deletes_its_key(
+    cluster: LocalCluster,
+) -> None:
+    """Kafka stores a record whose value is null; on a compacted topic it is
+    the tombstone that deletes its key.  A producer that did not check its
+    delivery reports lost such records silently (INVALID_RECORD)."""
+    _create(
+        cluster,
+        NewTopic("nulls", 1, 2),
+        NewTopic("nulls-compacted", 1, 2, config={"cleanup.policy": "compact"}),
+    )
+    plain = [(b"a", None), (None, None), (b"b", b"v")]
+    assert _produce(cluster, "nulls", plain) == [None, None, None]
+    assert _consume(cluster, "nulls", 3) == [(0, b"a", None), (1, None, None), (2, b"b", b"v")]
+    with logstrand.connect(cluster.url) as client:
+        got = [(r.key, r.payload) for r in client.read(_log_of(cluster, "nulls"))]
+    assert got == plain  # a native reader sees payload None
+
+    updates = [(b"k", b"1"), (b"j", b"2"), (b"k", None)]
+    assert _produce(cluster, "nulls-compacted", updates) == [None, None, None]
+    log = _log_of(cluster, "nulls-compacted")
+    with logstrand.connect(cluster.url) as client:
+        stats = client.compact(log)
+        after = [(r.key, r.payload) for r in client.read(log)]
+    # k's value is gone and its tombstone stays (for delete.retention.ms);
+    # the consumer reads around the offset compaction removed.
+    assert stats["records_removed"] == 1
+    assert after == [(b"j", b"2"), (b"k", None)]
+    assert _consume(cluster, "nulls-compacted", 2) == [(1, b"j", b"2"), (2, b"k", None)]
