@@ -267,8 +267,14 @@ def _in(rng: list[int] | None, version: int) -> bool:
 
 def default_of(field: list[Any], version: int) -> Any:
     """What a field holds when the message does not carry it."""
-    _name, kind, _v, _nullable, _tag, default, children, _flex = field
+    name, kind, _v, nullable, _tag, default, children, _flex = field
     if default == "null":
+        return None
+    if name.endswith("error_message") and kind == "string" and _in(nullable, version):
+        # "The error message, or null if there was no error": Kafka's
+        # brokers set null for a success (ApiError.NONE's message) even where
+        # the schema gives no default, and clients show it (kafka-python's
+        # admin client returns the response as it came).
         return None
     if kind.startswith("[]"):
         return []

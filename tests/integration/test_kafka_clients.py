@@ -108,3 +108,23 @@ def test_a_null_value_is_stored_and_on_a_compacted_topic_deletes_its_key(
     assert stats["records_removed"] == 1
     assert after == [(b"j", b"2"), (b"k", None)]
     assert _consume(cluster, "nulls-compacted", 2) == [(1, b"j", b"2"), (2, b"k", None)]
+
+
+# kafka-python 3 reads its own schemas with importlib.resources.read_text.
+@pytest.mark.filterwarnings("ignore:(read|open)_text is deprecated:DeprecationWarning")
+def test_a_success_carries_a_null_error_message(cluster: LocalCluster) -> None:
+    """Kafka answers "the error message, or null if there was no error";
+    kafka-python's admin client returns the response as it came."""
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap)
+    try:
+        made = admin.create_topics({"null-message": {"num_partitions": 2, "replication_factor": 2}})
+        (row,) = made["topics"]
+        assert (row["name"], row["error_code"], row["error_message"]) == ("null-message", 0, None)
+        refused = admin.create_topics({"null-message": {"num_partitions": 2}}, raise_errors=False)
+        (again,) = refused["topics"]
+        assert again["error_code"] == 36  # TOPIC_ALREADY_EXISTS, with its message
+        assert again["error_message"]
+    finally:
+        admin.close()
