@@ -141,29 +141,37 @@ class FetchReads:
                         self.dataloss += 1
                         _log.warning("kafka: log %d: records lost (%s), skipped", log_id, item)
                     continue
-                m, parts, last, whole = await self._run(log_id, m, item, next_offset, limit - size)
+                m, parts, last, whole = await self._run(
+                    log_id, m, item, next_offset, limit - size, first=not out
+                )
                 if parts:
                     out += parts
                     size += sum(map(len, parts))
                     next_offset = last + 1
-                if not whole:  # the rest of this run is the next answer's
+                if not whole:
+                    # The rest of this run is the next answer's, and this one
+                    # is done (taking the leftover again here would find the
+                    # same batch that does not fit, for ever).
                     session.leftover = items[k:]
-                    break
+                    return b"".join(out), next_offset, False, m
                 if size >= limit:
                     session.leftover = items[k + 1 :]
                     break
         return b"".join(out), next_offset, False, m
 
     async def _run(
-        self, log_id: int, m: OffsetMap, run: RecordRun, offset: int, room: int
+        self, log_id: int, m: OffsetMap, run: RecordRun, offset: int, room: int, *, first: bool
     ) -> tuple[OffsetMap, list[bytes], int, bool]:
         """One run of records (one stored batch, one epoch) as Kafka batches
-        of at most ``FETCH_BATCH_RECORDS`` records and about ``CHUNK_BYTES``,
-        those below ``offset`` left out, until they fill ``room`` bytes; with
+        of at most ``FETCH_BATCH_RECORDS`` records and ``CHUNK_BYTES``, those
+        below ``offset`` left out, as long as they fit in ``room`` bytes; with
         the offset of the last record taken and whether the run was taken
-        whole.  A stored batch may hold a whole produce request (thousands
-        of records): between its Kafka batches the loop lets other tasks run
-        (the writer sending the last answer while this one reads ahead)."""
+        whole.  Kafka's rule for a partition's limit: a batch that does not
+        fit ends the answer, except the answer's first (``first``), which goes
+        whole however big, so that a consumer always gets on.  A stored batch
+        may hold a whole produce request (thousands of records): between its
+        Kafka batches the loop lets other tasks run (the writer sending the
+        last answer while this one reads ahead)."""
         lsns = run.lsns
         epoch = lsn_epoch(lsns[0])
         if not m.known(epoch):
@@ -181,13 +189,26 @@ class FetchReads:
         )
         parts: list[bytes] = []
         size = 0
-        for lo in range(a, n, step):
+        lo = a
+        while lo < n:
             if parts:
                 await trio.lowlevel.checkpoint()
-            hi = min(n, lo + step)
-            x = None if extras is None else extras[lo:hi]
-            parts.append(encode_columns(offsets[lo:hi], ts[lo:hi], keys[lo:hi], values[lo:hi], x))
-            size += len(parts[-1])
-            if size >= room and hi < n:
-                return m, parts, offsets[hi - 1], False
+            # As many records as the room left takes at the run's mean size;
+            # a batch over the room (the records bigger than the mean) is
+            # made again with half as many, down to one record.
+            left = room - size
+            fit = max(1, min(step, left * packed.count // (packed.payload_bytes + 1)))
+            while True:
+                hi = min(n, lo + fit)
+                x = None if extras is None else extras[lo:hi]
+                part = encode_columns(offsets[lo:hi], ts[lo:hi], keys[lo:hi], values[lo:hi], x)
+                if len(part) <= left or hi - lo == 1:
+                    break
+                fit = (hi - lo) // 2
+            if len(part) > left and (parts or not first):
+                # Not this answer's: the next one starts with it.
+                return m, parts, (offsets[lo - 1] if lo > a else offset - 1), False
+            parts.append(part)
+            size += len(part)
+            lo = hi
         return m, parts, offsets[-1], True

@@ -128,3 +128,47 @@ def test_a_success_carries_a_null_error_message(cluster: LocalCluster) -> None:
         assert again["error_message"]
     finally:
         admin.close()
+
+
+@pytest.mark.filterwarnings("ignore:(read|open)_text is deprecated:DeprecationWarning")
+def test_a_fetch_stops_before_a_batch_over_the_partition_limit(cluster: LocalCluster) -> None:
+    """max.partition.fetch.bytes 4,000: Kafka answers with batches that fit,
+    and a first batch however big (so a consumer gets on), never one past
+    the limit behind it.  Records appended natively in one batch go out cut
+    to the limit too."""
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTopicPartition
+
+    _create(cluster, NewTopic("fetch-limit", 1, 2))
+    assert _produce(cluster, "fetch-limit", [(None, b"s" * 10)]) == [None]
+    assert _produce(cluster, "fetch-limit", [(None, b"B" * 50_000)]) == [None]
+    log = _log_of(cluster, "fetch-limit")
+    with logstrand.connect(cluster.url) as client:
+        client.append_batch(log, [b"m%04d" % i + b"." * 95 for i in range(200)])
+    consumer = KafkaConsumer(
+        bootstrap_servers=cluster.kafka_bootstrap,
+        max_partition_fetch_bytes=4000,
+        enable_auto_commit=False,
+    )
+    try:
+        tp = KTopicPartition("fetch-limit", 0)
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        answers: list[list[int]] = []
+        seen = 0
+        deadline = time.monotonic() + 30
+        while seen < 202 and time.monotonic() < deadline:
+            got = consumer.poll(timeout_ms=1000, max_records=1000).get(tp, [])
+            if got:
+                answers.append([len(r.value) for r in got])
+                seen += len(got)
+    finally:
+        consumer.close()
+    assert seen == 202
+    # The 10 B record alone; the 50,000 B one alone (first of its answer);
+    # then the 100 B records, about 30 an answer, never more than fit.
+    assert answers[0] == [10]
+    assert answers[1] == [50_000]
+    assert all(sizes == [100] * len(sizes) for sizes in answers[2:])
+    assert sum(len(a) for a in answers[2:]) == 200
+    assert max(len(a) for a in answers[2:]) * 100 <= 4000
