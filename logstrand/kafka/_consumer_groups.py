@@ -320,6 +320,10 @@ class ConsumerCoordinator:
 
     def check_commit(self, group_name: str, member_id: str, epoch: int) -> int:
         group = self.groups.get(group_name)
+        if epoch < 0 and (group is None or not group.members):
+            # A consumer that assigned itself its partitions (or an admin
+            # client): Kafka takes its commits while the group has no members.
+            return KafkaError.NONE
         member = group.members.get(member_id) if group is not None else None
         if member is None:
             return KafkaError.UNKNOWN_MEMBER_ID

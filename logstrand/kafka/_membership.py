@@ -434,10 +434,13 @@ class Coordinator:
     ) -> int:
         """The error a commit from this member gets (NONE: take it)."""
         group = self.groups.get(group_name)
-        if generation < 0 and member_id == "":
-            if group is not None and group.members:
-                return KafkaError.UNKNOWN_MEMBER_ID  # a plain commit to a live group
+        if generation < 0 and (group is None or not group.members):
+            # No generation: an admin client's commit, or a consumer that
+            # assigned itself its partitions (a KIP-848 one names itself,
+            # joined to nothing).  Kafka takes it for a group without members.
             return KafkaError.NONE
+        if generation < 0 and member_id == "":
+            return KafkaError.UNKNOWN_MEMBER_ID  # a plain commit to a live group
         group, _member, code = self._member(group_name, member_id, instance_id, generation)
         if code:
             return code

@@ -172,3 +172,40 @@ def test_a_fetch_stops_before_a_batch_over_the_partition_limit(cluster: LocalClu
     assert all(sizes == [100] * len(sizes) for sizes in answers[2:])
     assert sum(len(a) for a in answers[2:]) == 200
     assert max(len(a) for a in answers[2:]) * 100 <= 4000
+
+
+def test_a_consumer_protocol_client_commits_for_partitions_it_assigned_itself(
+    cluster: LocalCluster,
+) -> None:
+    """KIP-848's consumer (group.protocol=consumer) with assign(): it joins
+    no group, and its commits are taken as Kafka takes any commit to a
+    group without members."""
+    _create(cluster, NewTopic("self-assigned", 2, 2))
+    assert _produce(cluster, "self-assigned", [(None, b"x%d" % i) for i in range(5)]) == [None] * 5
+    config = {
+        "bootstrap.servers": cluster.kafka_bootstrap,
+        "group.id": "assigner",
+        "group.protocol": "consumer",
+        "enable.auto.commit": False,
+    }
+    consumer = Consumer(config)
+    try:
+        consumer.assign([TopicPartition("self-assigned", 0, 0)])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 5 and time.monotonic() < deadline:
+            m = consumer.poll(0.2)
+            if m is not None:
+                assert m.error() is None, m.error()
+                got.append(m)
+        assert len(got) == 5
+        done = consumer.commit(message=got[2], asynchronous=False)
+        assert [(p.partition, p.offset, p.error) for p in done] == [(0, 3, None)]
+    finally:
+        consumer.close()
+    again = Consumer(config)
+    try:
+        (committed,) = again.committed([TopicPartition("self-assigned", 0)], timeout=30)
+        assert committed.offset == 3
+    finally:
+        again.close()

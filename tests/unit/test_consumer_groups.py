@@ -123,6 +123,10 @@ def test_stale_epochs_are_fenced_and_commits_checked() -> None:
     assert g.core.check_commit("g", a, epoch) == 0
     assert g.core.check_commit("g", a, epoch + 5) == KafkaError.STALE_MEMBER_EPOCH
     assert g.core.check_commit("g", "nobody", epoch) == KafkaError.UNKNOWN_MEMBER_ID
+    assert g.core.check_commit("g", "nobody", -1) == KafkaError.UNKNOWN_MEMBER_ID  # not empty
+    # A consumer that assigned itself its partitions names itself but has no
+    # epoch: taken while the group has no members, as Kafka does.
+    assert g.core.check_commit("no-members", "self-assigned", -1) == 0
 
 
 def test_a_static_member_that_comes_back_gets_its_partitions_again() -> None:

@@ -178,6 +178,8 @@ def test_stale_generations_and_unknown_members_are_refused() -> None:
     assert h.core.check_commit("g", 0, ida, None) == KafkaError.ILLEGAL_GENERATION
     assert h.core.check_commit("g", -1, "", None) == KafkaError.UNKNOWN_MEMBER_ID
     assert h.core.check_commit("other", -1, "", None) == 0
+    assert h.core.check_commit("g", -1, "self-assigned", None) == KafkaError.UNKNOWN_MEMBER_ID
+    assert h.core.check_commit("other", -1, "self-assigned", None) == 0  # no members
     assert h.join("made-up")  # an id the coordinator never gave
     assert h.answers[h.token]["error_code"] == KafkaError.UNKNOWN_MEMBER_ID
     assert h.core.forget("g") == KafkaError.NON_EMPTY_GROUP
