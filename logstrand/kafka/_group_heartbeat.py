@@ -77,8 +77,13 @@ class ConsumerGroupApis:
         b = request.body
         group = b["group_id"]
         code = await self.coordinator.take(group)
-        if not code and group in self.coordinator.core.groups:
-            code = KafkaError.GROUP_ID_NOT_FOUND  # a classic group: not this protocol's
+        # A classic group: an empty one becomes this protocol's (forgotten
+        # there), as Kafka converts it, so that consumers moving to
+        # group.protocol=consumer one restart after the other find their
+        # group's offsets; one with members is not this protocol's.
+        classic = self.coordinator.core
+        if not code and group in classic.groups and classic.forget(group) != KafkaError.NONE:
+            code = KafkaError.GROUP_ID_NOT_FOUND
         if not code and b.get("server_assignor") not in (None, "", "uniform", "range"):
             code = KafkaError.UNSUPPORTED_ASSIGNOR
         topics = self._topics(b)

@@ -259,8 +259,11 @@ class GroupCoordinator:
     async def join_group(self, request: Request) -> dict[str, Any]:
         b = request.body
         code = await self.take(b["group_id"])
-        if not code and b["group_id"] in self.ccore.groups:
-            code = KafkaError.INCONSISTENT_GROUP_PROTOCOL  # a consumer-protocol group
+        # A consumer-protocol group: an empty one becomes a classic one (Kafka
+        # converts an empty group either way); one with members refuses.
+        name = b["group_id"]
+        if not code and name in self.ccore.groups and self.ccore.forget(name) != KafkaError.NONE:
+            code = KafkaError.INCONSISTENT_GROUP_PROTOCOL
         if code:
             return join_error(code, b["member_id"])
         token = next(self._tokens)

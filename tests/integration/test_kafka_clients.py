@@ -209,3 +209,36 @@ def test_a_consumer_protocol_client_commits_for_partitions_it_assigned_itself(
         assert committed.offset == 3
     finally:
         again.close()
+
+
+def _subscribed(config: dict[str, Any], topic: str, count: int) -> list[bytes]:
+    """The values a consumer of ``config`` subscribed to ``topic`` reads, up
+    to ``count`` (committing as it goes), before it closes and leaves."""
+    consumer = Consumer({**config, "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    got: list[bytes] = []
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while len(got) < count and time.monotonic() < deadline:
+            m = consumer.poll(0.2)
+            if m is None:
+                continue
+            assert m.error() is None, m.error()
+            got.append(m.value())
+            consumer.commit(message=m, asynchronous=False)
+    finally:
+        consumer.close()
+    return got
+
+
+def test_an_empty_group_changes_protocol_with_its_next_member(cluster: LocalCluster) -> None:
+    """Consumers moving between group.protocol=classic and consumer, one
+    restart after the other: the empty group is converted (as Kafka 4 does),
+    and the next member goes on from the group's committed offsets."""
+    _create(cluster, NewTopic("migrating", 1, 2))
+    values = [b"v%d" % i for i in range(9)]
+    assert _produce(cluster, "migrating", [(None, v) for v in values]) == [None] * 9
+    base = {"bootstrap.servers": cluster.kafka_bootstrap, "group.id": "migrating"}
+    assert _subscribed({**base, "group.protocol": "classic"}, "migrating", 3) == values[:3]
+    assert _subscribed({**base, "group.protocol": "consumer"}, "migrating", 3) == values[3:6]
+    assert _subscribed({**base, "group.protocol": "classic"}, "migrating", 3) == values[6:]
