@@ -103,6 +103,8 @@ class GroupCoordinator:
         self._loaded: set[int] = set()
         #: The positions logs whose groups this front coordinates.
         self._mine: set[int] = set()
+        #: A transaction's FindCoordinator was logged (once per front).
+        self._said_transactions = False
         #: The view's sequencer weights ``_mine`` was worked out from.
         self._mine_weights: object = None
         self._loading = {p: trio.Lock() for p in POSITIONS_LOGS}
@@ -352,9 +354,17 @@ class GroupCoordinator:
         for key in keys:
             entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1}
             if b.get("key_type", 0) != 0:
-                _log.warning("kafka: FindCoordinator for a transaction (%r): not served", key)
-                entry["error_code"] = KafkaError.COORDINATOR_NOT_AVAILABLE
-                entry["error_message"] = "transactions are not served"
+                # Not COORDINATOR_NOT_AVAILABLE, which clients retry until
+                # their timeout (and this warning came twice a second), nor
+                # UNSUPPORTED_VERSION (librdkafka retries any error but one):
+                # what Kafka answers where an ACL denies the transactional
+                # id, the way a Kafka cluster turns transactions off, and
+                # every client takes as final at once.
+                if not self._said_transactions:
+                    self._said_transactions = True
+                    _log.warning("kafka: FindCoordinator for a transaction (%r): not served", key)
+                entry["error_code"] = KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                entry["error_message"] = "transactions are not served by this cluster"
             elif not GROUP_RE.fullmatch(key):
                 entry["error_code"] = KafkaError.INVALID_GROUP_ID
             else:

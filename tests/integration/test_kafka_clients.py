@@ -7,7 +7,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 import logstrand
@@ -242,3 +242,20 @@ def test_an_empty_group_changes_protocol_with_its_next_member(cluster: LocalClus
     assert _subscribed({**base, "group.protocol": "classic"}, "migrating", 3) == values[:3]
     assert _subscribed({**base, "group.protocol": "consumer"}, "migrating", 3) == values[3:6]
     assert _subscribed({**base, "group.protocol": "classic"}, "migrating", 3) == values[6:]
+
+
+def test_a_transactional_producer_is_refused_at_once(cluster: LocalCluster) -> None:
+    """Until transactions are served, a transactional producer learns so at
+    once (what Kafka answers where an ACL denies the transactional id),
+    instead of retrying COORDINATOR_NOT_AVAILABLE until its timeout."""
+    producer = Producer(
+        {"bootstrap.servers": cluster.kafka_bootstrap, "transactional.id": "not-yet"}
+    )
+    t0 = time.monotonic()
+    with pytest.raises(KafkaException) as refused:
+        producer.init_transactions(20)
+    took = time.monotonic() - t0
+    error = refused.value.args[0]
+    assert error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error
+    assert error.fatal()
+    assert took < 10, took
