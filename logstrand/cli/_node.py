@@ -175,6 +175,17 @@ _OWN_OPTIONS = (
         ),
     ),
     keyword(
+        "kafka_num_partitions",
+        int,
+        1,
+        typer.Option(
+            min=1,
+            max=10_000,
+            help="Partitions of a topic the Kafka front makes without being told how many "
+            "(Kafka's num.partitions): by --kafka-auto-create, or by CreateTopics with -1.",
+        ),
+    ),
+    keyword(
         "group_session_ms",
         int,
         45_000,
@@ -406,7 +417,13 @@ def _kafka(params: dict[str, Any], groups: NodeGroups) -> Any:
         decoded_bytes=_size(params["kafka_decode_budget"], "--kafka-decode-budget"),
     )
     return NodeKafkaFront(
-        NodeKafkaOptions(port, params["kafka_advertise"], params["kafka_auto_create"], limits),
+        NodeKafkaOptions(
+            port,
+            params["kafka_advertise"],
+            params["kafka_auto_create"],
+            limits,
+            num_partitions=params["kafka_num_partitions"],
+        ),
         groups,
     )
 

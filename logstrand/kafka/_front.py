@@ -70,6 +70,7 @@ class KafkaFront:
         advertise: tuple[str, int],
         standalone: bool,
         auto_create: bool = False,
+        num_partitions: int = AUTO_PARTITIONS,
         group_session_ms: int = 45_000,
         secure: bool = False,
         coordinator: GroupCoordinator | None = None,
@@ -78,6 +79,8 @@ class KafkaFront:
         self.auth = FrontAuth(client, secure=secure)
         self.broker_id, self.advertise = broker_id, advertise
         self.standalone, self.auto_create = standalone, auto_create
+        #: Partitions of a topic made without a number (Kafka's num.partitions).
+        self.num_partitions = num_partitions
         self.data = DataPlane(client, self.topics, self.auth)
         #: The node's coordinator (``_native_groups``, which runs it), or its own.
         self._own_coordinator = coordinator is None
@@ -354,6 +357,6 @@ class KafkaFront:
         try:
             check_range_name(name)
             attributes = LogAttributes(replication_factor=self.topic_apis.replication())
-            await self.topic_apis.create_topic(name, AUTO_PARTITIONS, attributes)
+            await self.topic_apis.create_topic(name, self.num_partitions, attributes)
         except (LogstrandError, ValueError) as exc:
             _log.warning("kafka: cannot create topic %r: %s", name, exc)

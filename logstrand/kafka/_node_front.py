@@ -17,6 +17,7 @@ import trio
 
 from ._front import KafkaFront
 from ._server import Limits, serve_kafka
+from ._topic_admin import AUTO_PARTITIONS
 
 if TYPE_CHECKING:
     import ssl
@@ -50,6 +51,8 @@ class NodeKafkaOptions:
     #: The listener's bounds (``_server.Limits``: --kafka-budget,
     #: --kafka-decode-budget).
     limits: Limits = attrs.field(factory=Limits)
+    #: Partitions of a topic made without a number (Kafka's num.partitions).
+    num_partitions: int = AUTO_PARTITIONS
 
 
 class NodeKafkaFront:
@@ -83,6 +86,7 @@ class NodeKafkaFront:
                 advertise=(h, int(p)),
                 standalone=False,
                 auto_create=self.options.auto_create,
+                num_partitions=self.options.num_partitions,
                 secure=host.server_ssl is not None,
                 coordinator=None if self.groups is None else self.groups.coordinator,
             )

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from ..rpc import ClusterView
     from ._protocol import Request
 
-#: Partitions of a topic made by Metadata's auto-creation (Kafka's num.partitions).
+#: Partitions of a topic made without a number, unless the node says
+#: (``--kafka-num-partitions``, Kafka's num.partitions; its default is 1 too).
 AUTO_PARTITIONS = 1
 #: Partitions one CreateTopics may ask for.
 PARTITIONS_MAX = 10_000
@@ -36,6 +37,7 @@ class TopicsPort(Protocol):
 
     client: AsyncClient
     view: ClusterView
+    num_partitions: int
 
     def topics(self) -> dict[str, LogRange]: ...
 
@@ -99,7 +101,7 @@ class TopicApis:
         def error(code: KafkaError, message: str) -> dict[str, Any]:
             return {"name": name, "error_code": code, "error_message": message}
 
-        partitions = AUTO_PARTITIONS if t["num_partitions"] == -1 else t["num_partitions"]
+        partitions = self.front.num_partitions if t["num_partitions"] == -1 else t["num_partitions"]
         r = self.replication() if t["replication_factor"] == -1 else t["replication_factor"]
         try:
             check_range_name(name)

@@ -26,7 +26,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         tmp_path_factory.mktemp("kafka-clients") / "c",
         nodes=3,
         kafka=True,
-        node_args=("--compaction-interval", "0"),
+        node_args=(
+            "--compaction-interval",
+            "0",
+            "--kafka-auto-create",
+            "--kafka-num-partitions",
+            "3",
+        ),
     ) as c:
         yield c
 
@@ -259,3 +265,22 @@ def test_a_transactional_producer_is_refused_at_once(cluster: LocalCluster) -> N
     assert error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error
     assert error.fatal()
     assert took < 10, took
+
+
+# kafka-python 3 reads its own schemas with importlib.resources.read_text.
+@pytest.mark.filterwarnings("ignore:(read|open)_text is deprecated:DeprecationWarning")
+def test_a_topic_made_without_a_number_gets_num_partitions(cluster: LocalCluster) -> None:
+    """Kafka's num.partitions (--kafka-num-partitions 3 here): for a topic a
+    producer makes by naming it, and for CreateTopics with -1."""
+    from kafka import KafkaAdminClient
+
+    assert _produce(cluster, "named-only", [(None, b"x")]) == [None]
+    admin = KafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap)
+    try:
+        made = admin.create_topics({"no-number": {}})
+        assert made["topics"][0]["error_code"] == 0
+    finally:
+        admin.close()
+    listed = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap}).list_topics(timeout=30)
+    assert len(listed.topics["named-only"].partitions) == 3
+    assert len(listed.topics["no-number"].partitions) == 3
