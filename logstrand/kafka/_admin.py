@@ -22,7 +22,13 @@ import trio
 
 from ..errors import ExistsError, LogstrandError, NotFoundError
 from ._errors import KafkaError
-from ._topics import TOPIC_CONFIGS, ConfigError, apply_configs, describe_configs
+from ._topics import (
+    TOPIC_CONFIG_INFO,
+    TOPIC_CONFIGS,
+    ConfigError,
+    apply_configs,
+    describe_configs,
+)
 
 if TYPE_CHECKING:
     from ..client import AsyncClient
@@ -37,7 +43,29 @@ TOPIC = 2
 BROKER = 4
 #: DescribeConfigs' config sources.
 SOURCE_TOPIC = 1
+SOURCE_STATIC = 4
 SOURCE_DEFAULT = 5
+#: Kafka's ConfigType codes of the broker settings.
+_TYPES = {"BOOLEAN": 1, "INT": 3, "LIST": 7}
+
+
+def _entry(
+    name: str, value: str, source: int, kind: int, doc: str, *, read_only: bool
+) -> dict[str, Any]:
+    """One config of a DescribeConfigs answer."""
+    return {
+        "name": name,
+        "value": value,
+        "read_only": read_only,
+        "is_default": source == SOURCE_DEFAULT,
+        "config_source": source,
+        "is_sensitive": False,
+        "synonyms": [],
+        "config_type": kind,
+        "documentation": doc,
+    }
+
+
 #: IncrementalAlterConfigs' operations.
 SET, DELETE = 0, 1
 #: DeleteRecords past the high watermark waits this often this long for it.
@@ -50,6 +78,10 @@ class FrontPort(Protocol):
     client: AsyncClient
     view: ClusterView
     data: DataPlane
+
+    num_partitions: int
+    auto_create: bool
+    secure: bool
 
     def topics(self) -> dict[str, LogRange]: ...
 
@@ -77,28 +109,65 @@ class AdminApis:
                 "configs": [],
             }
             results.append(row)
+            keys = res["configuration_keys"]
+            synonyms = bool(request.body.get("include_synonyms"))
             if res["resource_type"] == BROKER:
+                self._broker_configs(row, keys, synonyms)
                 continue
             r = await self._range(res["resource_name"]) if res["resource_type"] == TOPIC else None
             if r is None:
                 row["error_code"] = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
                 row["error_message"] = f"no topic {res['resource_name']!r}"
                 continue
-            keys = res["configuration_keys"]
-            for name, value, default in describe_configs(r.attributes):
-                if keys is None or name in keys:
-                    row["configs"].append(
-                        {
-                            "name": name,
-                            "value": value,
-                            "read_only": False,
-                            "is_default": default,
-                            "config_source": SOURCE_DEFAULT if default else SOURCE_TOPIC,
-                            "is_sensitive": False,
-                            "synonyms": [],
-                        }
-                    )
+            for name, value, default, default_value in describe_configs(r.attributes):
+                if keys is not None and name not in keys:
+                    continue
+                kind, broker_name, doc = TOPIC_CONFIG_INFO[name]
+                source = SOURCE_DEFAULT if default else SOURCE_TOPIC
+                entry = _entry(name, value, source, kind, doc, read_only=False)
+                entry["is_default"] = default
+                # As Kafka lists them: the topic's own setting, then the
+                # default it falls back to (under the broker's name for it).
+                if synonyms:
+                    fallback = {"name": broker_name, "value": default_value}
+                    own = [] if default else [{"name": name, "value": value, "source": source}]
+                    entry["synonyms"] = [*own, {**fallback, "source": SOURCE_DEFAULT}]
+                row["configs"].append(entry)
         return {"throttle_time_ms": 0, "results": results}
+
+    def _broker_configs(self, row: dict[str, Any], keys: list[str] | None, synonyms: bool) -> None:
+        """A broker's settings (read only: a node's are its command line's)."""
+        brokers = self.front.brokers()
+        try:
+            broker_id = int(row["resource_name"])
+        except ValueError:
+            broker_id = -1
+        if broker_id not in brokers:
+            row["error_code"] = KafkaError.INVALID_REQUEST
+            row["error_message"] = f"no broker {row['resource_name']!r}"
+            return
+        host, port = brokers[broker_id]
+        scheme = "SASL_SSL" if self.front.secure else "PLAINTEXT"
+        settings = {
+            "broker.id": (str(broker_id), "INT", "This node's id."),
+            "advertised.listeners": (f"{scheme}://{host}:{port}", "LIST", "Where clients connect."),
+            "num.partitions": (
+                str(self.front.num_partitions),
+                "INT",
+                "Partitions of a topic made without a number (--kafka-num-partitions).",
+            ),
+            "auto.create.topics.enable": (
+                str(self.front.auto_create).lower(),
+                "BOOLEAN",
+                "Whether naming a topic makes it (--kafka-auto-create).",
+            ),
+        }
+        for name, (value, kind, doc) in settings.items():
+            if keys is None or name in keys:
+                entry = _entry(name, value, SOURCE_STATIC, _TYPES[kind], doc, read_only=True)
+                if synonyms:
+                    entry["synonyms"] = [{"name": name, "value": value, "source": SOURCE_STATIC}]
+                row["configs"].append(entry)
 
     async def alter_configs(self, request: Request) -> dict[str, Any]:
         out = []

@@ -85,6 +85,47 @@ TOPIC_CONFIGS: dict[str, tuple[str, Any, Any]] = {
 }
 
 
+#: Kafka's ConfigType codes (DescribeConfigs v3+).
+STRING, LONG, DOUBLE, LIST = 2, 5, 6, 7
+
+#: Kafka config name -> (its ConfigType, the broker-wide default it falls
+#: back to, what it means): what DescribeConfigs shows besides the value.
+TOPIC_CONFIG_INFO: dict[str, tuple[int, str, str]] = {
+    "retention.ms": (LONG, "log.retention.ms", "How long a record is kept (-1: no limit)."),
+    "retention.bytes": (
+        LONG,
+        "log.retention.bytes",
+        "Bytes a partition keeps before its oldest records go (-1: no limit).",
+    ),
+    "cleanup.policy": (LIST, "log.cleanup.policy", "delete, compact, or both."),
+    "delete.retention.ms": (
+        LONG,
+        "log.cleaner.delete.retention.ms",
+        "How long a tombstone stays after compaction reached it.",
+    ),
+    "min.compaction.lag.ms": (
+        LONG,
+        "log.cleaner.min.compaction.lag.ms",
+        "How old a record must be before compaction may remove it.",
+    ),
+    "max.compaction.lag.ms": (
+        LONG,
+        "log.cleaner.max.compaction.lag.ms",
+        "How long a record may stay uncompacted at most.",
+    ),
+    "min.cleanable.dirty.ratio": (
+        DOUBLE,
+        "log.cleaner.min.cleanable.ratio",
+        "The share of a log not yet compacted past which the cleaner runs.",
+    ),
+    "compression.type": (
+        STRING,
+        "compression.type",
+        "How the log keeps its batches: producer (as they come), lz4 or zstd.",
+    ),
+}
+
+
 def apply_configs(base: LogAttributes, configs: Iterable[tuple[str, str | None]]) -> LogAttributes:
     """``base`` with Kafka topic configs applied (None: back to the default)."""
     changes: dict[str, Any] = {}
@@ -107,13 +148,14 @@ def apply_configs(base: LogAttributes, configs: Iterable[tuple[str, str | None]]
         raise ConfigError(", ".join(n for n, _ in configs), str(exc)) from exc
 
 
-def describe_configs(attributes: LogAttributes) -> list[tuple[str, str, bool]]:
-    """(name, value, is default) of every topic config, as Kafka names them."""
+def describe_configs(attributes: LogAttributes) -> list[tuple[str, str, bool, str]]:
+    """(name, value, is default, the default's value) of every topic
+    config, as Kafka names them."""
     default = LogAttributes()
     out = []
     for name, (attr, _, render) in sorted(TOPIC_CONFIGS.items()):
-        value = getattr(attributes, attr)
-        out.append((name, render(value), value == getattr(default, attr)))
+        value, was = getattr(attributes, attr), getattr(default, attr)
+        out.append((name, render(value), value == was, render(was)))
     return out
 
 

@@ -284,3 +284,46 @@ def test_a_topic_made_without_a_number_gets_num_partitions(cluster: LocalCluster
     listed = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap}).list_topics(timeout=30)
     assert len(listed.topics["named-only"].partitions) == 3
     assert len(listed.topics["no-number"].partitions) == 3
+
+
+# kafka-python 3 reads its own schemas with importlib.resources.read_text.
+@pytest.mark.filterwarnings("ignore:(read|open)_text is deprecated:DeprecationWarning")
+def test_configs_of_a_broker_and_of_a_topic_as_kafka_describes_them(
+    cluster: LocalCluster,
+) -> None:
+    """A BROKER resource has the node's settings; a topic's configs carry
+    their type, documentation and synonyms (the topic's setting, then the
+    broker-wide default it falls back to)."""
+    from confluent_kafka.admin import ConfigResource
+    from kafka import KafkaAdminClient
+    from kafka.admin import ConfigResource as KConfigResource
+
+    _create(cluster, NewTopic("configured", 1, 2, config={"retention.ms": "60000"}))
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    broker = ConfigResource(ConfigResource.Type.BROKER, "1")
+    entries = admin.describe_configs([broker])[broker].result(30)
+    assert entries["broker.id"].value == "1"
+    assert entries["num.partitions"].value == "3"
+    assert entries["auto.create.topics.enable"].value == "true"
+    assert entries["advertised.listeners"].value.startswith("PLAINTEXT://127.0.0.1:")
+    assert all(e.is_read_only for e in entries.values())
+
+    topic = ConfigResource(ConfigResource.Type.TOPIC, "configured")
+    configs = admin.describe_configs([topic], request_timeout=30)[topic].result(30)
+    retention = configs["retention.ms"]
+    assert (retention.value, retention.is_default) == ("60000", False)
+    assert [(s.name, s.value) for s in retention.synonyms.values()] == [
+        ("retention.ms", "60000"),
+        ("log.retention.ms", "-1"),  # logstrand keeps records by default
+    ]
+
+    kadmin = KafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap)
+    try:
+        got = kadmin.describe_configs([KConfigResource("TOPIC", "configured")], config_filter="all")
+    finally:
+        kadmin.close()
+    described = next(iter(next(iter(got.values())).values()))
+    assert described["retention.ms"]["config_type"] == "LONG"
+    assert described["cleanup.policy"]["config_type"] == "LIST"
+    assert described["min.cleanable.dirty.ratio"]["config_type"] == "DOUBLE"
+    assert described["retention.ms"]["documentation"]
