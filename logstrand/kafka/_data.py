@@ -33,7 +33,6 @@ from ..errors import (
     DuplicateAppendError,
     InvalidArgumentError,
     LogstrandError,
-    NotFoundError,
     ProducerError,
     Status,
 )
@@ -42,6 +41,7 @@ from ._codec import KafkaDecodeError
 from ._errors import KafkaError
 from ._fetch_read import FetchReads
 from ._inflate import TooLarge, UnsupportedCodec
+from ._list_offsets import OffsetListing
 from ._offsets import OffsetMap
 from ._records import RECORDS_ROOM_MAX, KafkaBatch, decode_batches
 from ._rereads import Rereads
@@ -64,7 +64,7 @@ MAPS_MAX = 100_000
 BOUNDS_S = 1.0
 
 
-class DataPlane(FetchReads):
+class DataPlane(OffsetListing, FetchReads):
     def __init__(self, client: AsyncClient, topics: Any, auth: Any = None) -> None:
         #: Grants in secure mode (``_auth.FrontAuth``; None: everything allowed).
         self.auth = auth
@@ -284,48 +284,6 @@ class DataPlane(FetchReads):
             raise LogstrandError(f"log {log_id}: earlier epochs are still being recovered")
         start = m.offset(trim) + 1 if trim > 0 else 0
         return start, max(start, m.next_offset(tail)), m, tail
-
-    async def list_offsets(self, request: Request) -> dict[str, Any]:
-        out = []
-        for t in request.body["topics"]:
-            rows = []
-            for p in t["partitions"]:
-                if not await self.may(request, "read", t["name"], p["partition_index"]):
-                    rows.append(_denied(p["partition_index"]))
-                    continue
-                rows.append(await self._list_one(t["name"], p, request.version))
-            out.append({"name": t["name"], "partitions": rows})
-        return {"throttle_time_ms": 0, "topics": out}
-
-    async def _list_one(self, name: str, p: dict[str, Any], version: int) -> dict[str, Any]:
-        row: dict[str, Any] = {"partition_index": p["partition_index"], "error_code": 0}
-        r, log_id = await self.partition(name, p["partition_index"])
-        if r is None:
-            row["error_code"] = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
-            return row
-        try:
-            start, end, m = await self.bounds(log_id)
-            ts = p["timestamp"]
-            if ts == -2:  # earliest
-                offset = start
-            elif ts < 0:  # latest (-1), and the newest record's time (-3) as latest
-                offset = end
-            else:
-                lsn = await self.client.find_time(log_id, ts)
-                epoch = lsn_epoch(lsn)
-                known = await self.offsets(log_id, epoch, wait_s=5.0)
-                offset = min(end, max(start, (known or m).offset(lsn)))
-        except NotFoundError:
-            row["error_code"] = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
-            return row
-        except LogstrandError as exc:
-            _log.warning("kafka: ListOffsets %s[%d]: %s", name, p["partition_index"], exc)
-            row["error_code"] = KafkaError.REQUEST_TIMED_OUT
-            return row
-        row.update(timestamp=-1, offset=offset)
-        if version == 0:
-            row["old_style_offsets"] = [offset]
-        return row
 
     # -- Fetch ----------------------------------------------------------------------
 

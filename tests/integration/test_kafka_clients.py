@@ -327,3 +327,41 @@ def test_configs_of_a_broker_and_of_a_topic_as_kafka_describes_them(
     assert described["cleanup.policy"]["config_type"] == "LIST"
     assert described["min.cleanable.dirty.ratio"]["config_type"] == "DOUBLE"
     assert described["retention.ms"]["documentation"]
+
+
+def test_offsets_for_times_name_a_record_and_its_time(cluster: LocalCluster) -> None:
+    """ListOffsets by time answers the first record at or after it with that
+    record's timestamp, -1 past the last record, and MAX_TIMESTAMP (-3,
+    KIP-734) the record with the largest timestamp."""
+    from confluent_kafka.admin import OffsetSpec
+
+    _create(cluster, NewTopic("timed", 1, 2))
+    for i in range(3):
+        assert _produce(cluster, "timed", [(None, b"t%d" % i)]) == [None]
+        time.sleep(0.05)
+    consumer = Consumer({"bootstrap.servers": cluster.kafka_bootstrap, "group.id": "timed"})
+    try:
+        consumer.assign([TopicPartition("timed", 0, 0)])
+        stamps: list[int] = []
+        deadline = time.monotonic() + 30
+        while len(stamps) < 3 and time.monotonic() < deadline:
+            m = consumer.poll(0.2)
+            if m is not None and m.error() is None:
+                stamps.append(m.timestamp()[1])
+        assert len(stamps) == 3
+        assert stamps == sorted(stamps)
+        # One time a call: librdkafka keeps one entry per partition.
+        asked = [stamps[0] - 1000, stamps[1], stamps[2] + 60_000]
+        found = [consumer.offsets_for_times([TopicPartition("timed", 0, t)], 30)[0] for t in asked]
+    finally:
+        consumer.close()
+    # Before the first record: the first; at the second's time: the second
+    # (or the first, were they stamped in the same millisecond); past the
+    # last record: -1, as Kafka answers.
+    assert [tp.offset for tp in found] == [0, stamps.index(stamps[1]), -1]
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    tp = TopicPartition("timed", 0)
+    at = admin.list_offsets({tp: OffsetSpec.for_timestamp(stamps[1])})[tp].result(30)
+    assert (at.offset, at.timestamp) == (stamps.index(stamps[1]), stamps[1])
+    top = admin.list_offsets({tp: OffsetSpec.max_timestamp()})[tp].result(30)
+    assert (top.offset, top.timestamp) == (2, stamps[2])
