@@ -29,9 +29,19 @@ def serve(
     auto_create: Annotated[
         bool,
         typer.Option(
-            "--auto-create", help="Create a topic (one partition) when a client asks for it."
+            "--auto-create", help="Create a topic when a client asks for one that does not exist."
         ),
     ] = False,
+    num_partitions: Annotated[
+        int,
+        typer.Option(
+            "--num-partitions",
+            min=1,
+            max=10_000,
+            help="Partitions of a topic made without a number (Kafka's num.partitions): by "
+            "--auto-create, or by CreateTopics with -1.",
+        ),
+    ] = 1,
     group_session_ms: Annotated[
         int,
         typer.Option(
@@ -63,6 +73,7 @@ def serve(
             advertise=told,
             broker_id=broker_id,
             auto_create=auto_create,
+            num_partitions=num_partitions,
             group_session_ms=group_session_ms,
             credentials=credentials,
             task_status=task_status,

@@ -170,8 +170,8 @@ _OWN_OPTIONS = (
         False,
         typer.Option(
             "--kafka-auto-create",
-            help="Create a topic (one partition) when a Kafka client asks for one that "
-            "does not exist.",
+            help="Create a topic (--kafka-num-partitions partitions) when a Kafka client "
+            "asks for one that does not exist.",
         ),
     ),
     keyword(

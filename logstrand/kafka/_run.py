@@ -26,6 +26,7 @@ async def run_front(
     broker_id: int = 0,
     standalone: bool = True,
     auto_create: bool = False,
+    num_partitions: int = 1,
     group_session_ms: int = 45_000,
     settings: ClientSettings | None = None,
     credentials: Credentials | None = None,
@@ -44,6 +45,7 @@ async def run_front(
             advertise=advertise or (host, port),
             standalone=standalone,
             auto_create=auto_create,
+            num_partitions=num_partitions,
             group_session_ms=group_session_ms,
         )
         async with trio.open_nursery() as nursery:

@@ -510,6 +510,10 @@ def test_old_produce_versions_with_message_sets_before_v2(cluster: LocalCluster)
     assert [g[3] for g in read] == [b"m%d" % i for i in range(5)] * 2
 
 
+#: ``kafka serve`` makes topics producers name, with two partitions each.
+SERVE_ARGS = ("--auto-create", "--num-partitions", "2")
+
+
 def test_a_front_of_its_own_serves_the_cluster(cluster: LocalCluster) -> None:
     """``logstrand kafka serve``: one broker (id 0) answering for every topic."""
     import os
@@ -519,7 +523,7 @@ def test_a_front_of_its_own_serves_the_cluster(cluster: LocalCluster) -> None:
     with open_epoch_store(cluster.url) as store:
         store.create_logs(950, 951, LogAttributes(replication_factor=2), name="alone")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "logstrand", "kafka", "serve", "--port", "0"],
+        [sys.executable, "-m", "logstrand", "kafka", "serve", "--port", "0", *SERVE_ARGS],
         env={**os.environ, **cluster.client_env(), "COLUMNS": "200"},
         stdout=subprocess.PIPE,
         text=True,
@@ -550,6 +554,24 @@ def test_a_front_of_its_own_serves_the_cluster(cluster: LocalCluster) -> None:
         with logstrand.connect(cluster.url) as client:
             got = [r.payload for r in client.read(951) if isinstance(r, Record)]
         assert got == [b"one", b"two"]
+        # A topic named by a producer is made with --num-partitions.
+        subprocess.run(
+            ["kcat", "-b", bootstrap, "-P", "-t", "alone-made"],
+            input="x\n",
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        made = json.loads(
+            subprocess.run(
+                ["kcat", "-b", bootstrap, "-L", "-J", "-t", "alone-made"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
+            ).stdout
+        )
+        assert len(made["topics"][0]["partitions"]) == 2
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:
