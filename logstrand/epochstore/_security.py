@@ -62,14 +62,17 @@ class SecurityDocs:
             secret = self._doc("security")["sasl_secret"]
         return str(secret)
 
-    def grant_group(self, name: str, pattern: str, ops: frozenset[str]) -> None:
+    def grant_group(
+        self, name: str, pattern: str, ops: frozenset[str], *, user_to_come: bool = False
+    ) -> None:
         """Let ``name`` do ``ops`` (``GROUP_OPS``) on the groups ``pattern``
-        names (a group, ``PREFIX*`` or ``*``), added to what it has."""
+        names (a group, ``PREFIX*`` or ``*``), added to what it has.
+        ``user_to_come``: ``name`` need not be a user yet (``grant``)."""
         _check_ops(ops, GROUP_OPS)
 
         def change(doc: Any) -> Any:
             doc = _fresh(doc)
-            if name not in doc["users"]:
+            if name not in doc["users"] and not user_to_come:
                 raise NotFoundError(f"no user {name!r}")
             doc["group_grants"].append({"user": name, "group": pattern, "ops": sorted(ops)})
             return doc
@@ -129,13 +132,20 @@ class SecurityDocs:
 
         self._update("security", change)
 
-    def grant(self, name: str, first: int, last: int, ops: frozenset[str]) -> None:
-        """Let ``name`` do ``ops`` on logs ``first..last`` (added to what it has)."""
+    def grant(
+        self, name: str, first: int, last: int, ops: frozenset[str], *, user_to_come: bool = False
+    ) -> None:
+        """Let ``name`` do ``ops`` on logs ``first..last`` (added to what it has).
+
+        ``user_to_come``: ``name`` need not be a user yet, as a Kafka ACL
+        names any principal; the grant applies once ``add_user`` makes it
+        (and goes with ``remove_user``, as every grant of the user does).
+        Without it an unknown name is refused: an operator's typo."""
         _check_ops(ops)
 
         def change(doc: Any) -> Any:
             doc = _fresh(doc)
-            if name not in doc["users"]:
+            if name not in doc["users"] and not user_to_come:
                 raise NotFoundError(f"no user {name!r}")
             doc["grants"].append({"user": name, "first": first, "last": last, "ops": sorted(ops)})
             return doc

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import LogstrandError
 from ..records import GROUP_OPS, LOG_ID_MAX, OPS
-from ..security import parse_group_pattern
+from ..security import check_name, parse_group_pattern
 from ._errors import KafkaError
 
 if TYPE_CHECKING:
@@ -50,10 +50,12 @@ INVALID = KafkaError.INVALID_REQUEST
 
 
 def _grant(store: Any, *, user: str, on: tuple[int, int] | str, ops: frozenset[str]) -> None:
+    # A Kafka ACL names any principal, a user of SCRAM credentials or not
+    # yet: the grant waits for ``logstrand users add``.
     if isinstance(on, str):
-        store.grant_group(user, on, ops)
+        store.grant_group(user, on, ops, user_to_come=True)
     else:
-        store.grant(user, *on, ops)
+        store.grant(user, *on, ops, user_to_come=True)
 
 
 def _revoke(store: Any, *, grant: dict[str, Any], op: str) -> None:
@@ -163,9 +165,7 @@ class AclApis:
             ],
         }
 
-    def _grant_of(
-        self, c: dict[str, Any], users: dict[str, Any]
-    ) -> tuple[str, tuple[int, int] | str, set[str]] | str:
+    def _grant_of(self, c: dict[str, Any]) -> tuple[str, tuple[int, int] | str, set[str]] | str:
         """(user, logs (first, last) or a group pattern, ops) an ACL creation
         asks for, or why it cannot be."""
         if c["permission_type"] != ALLOW:
@@ -173,8 +173,12 @@ class AclApis:
         if c["host"] != "*":
             return "only host *: grants are not per host"
         principal = c["principal"]
-        if not principal.startswith("User:") or principal[5:] not in users:
-            return f"no logstrand user {principal!r} (logstrand users add)"
+        if not principal.startswith("User:"):
+            return f"not a principal logstrand can have: {principal!r} (User:NAME)"
+        try:
+            check_name(principal[5:])
+        except LogstrandError as exc:
+            return str(exc)
         user, pattern = principal[5:], c.get("resource_pattern_type", LITERAL)
         if c["resource_type"] == GROUP:
             return self._group_grant_of(user, c["resource_name"], pattern, c["operation"])
@@ -210,13 +214,12 @@ class AclApis:
         return user, on, ops
 
     async def create(self, request: Request) -> dict[str, Any]:
-        users = (await self._security())["users"]
         named = self.front.topics()
         if any(c["resource_name"] not in named for c in request.body["creations"]):
             await self.front.data.rereads.reread()  # a topic made since the last read
         results = []
         for c in request.body["creations"]:
-            want = self._grant_of(c, users)
+            want = self._grant_of(c)
             if isinstance(want, str):
                 results.append({"error_code": INVALID, "error_message": want})
                 continue

@@ -297,3 +297,43 @@ def test_acls_through_kafka_are_grants(
     p.flush(30)
     assert errors[0] is not None
     assert errors[0].name() == "TOPIC_AUTHORIZATION_FAILED"
+
+
+def test_an_acl_for_a_user_to_come_applies_once_it_is_made(
+    secure: tuple[LocalCluster, dict[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Kafka takes an ACL for any principal, a user with SCRAM credentials or
+    not yet: CreateAcls for User:dave, then ``logstrand users add dave``,
+    and dave produces.  A principal logstrand cannot have is refused."""
+    c, _ = secure
+    admin = AdminClient(_conf(c, "admin", c.admin_token or "", "SCRAM-SHA-256"))
+    write = AclBinding(
+        ResourceType.TOPIC,
+        "paid",
+        ResourcePatternType.LITERAL,
+        "User:dave",
+        "*",
+        AclOperation.WRITE,
+        AclPermissionType.ALLOW,
+    )
+    admin.create_acls([write])[write].result(30)
+    bad = AclBinding(
+        ResourceType.TOPIC,
+        "paid",
+        ResourcePatternType.LITERAL,
+        "Group:ops",
+        "*",
+        AclOperation.WRITE,
+        AclPermissionType.ALLOW,
+    )
+    with pytest.raises(KafkaException, match="User:NAME"):
+        admin.create_acls([bad])[bad].result(30)
+    capsys.readouterr()
+    assert main(["users", "add", "dave", "--url", c.url, "--json"]) == 0
+    token = json.loads(capsys.readouterr().out)["token"]
+    time.sleep(6)  # the front reads grants again at most every 5 s
+    errors: list[Any] = []
+    p = Producer({**_conf(c, "dave", token, "SCRAM-SHA-256"), "message.timeout.ms": 10000})
+    p.produce("paid", value=b"dave's", partition=3, on_delivery=lambda e, m: errors.append(e))
+    p.flush(30)
+    assert errors == [None], [str(e) for e in errors]
