@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
     from prometheus_client import Counter, Gauge
 
-    from ..client import AsyncClient
+    from ..client import AsyncClient, LogSegment
     from ..epochstore import AsyncEpochStore, LogAttributes, LogRange
     from ..net import Connection
     from ..security import Credentials
@@ -223,15 +223,18 @@ class Cleaner:
         directories count there (each copy, so up to R times more; an entry
         across the point whole) and for what is appended meanwhile, within
         ``map_bytes``; more ends the pass early (partial), the next goes on."""
-        client = await self.client()
-        segments = await client.log_directory(log)
-        dirty = sum(s.records for s in segments if s.last_lsn > clean_point)
+        dirty = sum(s.records for s in await self._dirty_segments(log, clean_point))
         return OffsetMap(map_bytes_for(dirty + DIRTY_SLACK, self.options.map_bytes))
 
     async def _oldest_dirty_ms(self, log: int, clean_point: int) -> int | None:
+        segments = await self._dirty_segments(log, clean_point)
+        return min((s.min_ts_ms for s in segments), default=None)
+
+    async def _dirty_segments(self, log: int, clean_point: int) -> list[LogSegment]:
+        """The nodes' directory entries of ``log`` with records above
+        ``clean_point`` (an entry across it whole)."""
         client = await self.client()
-        entries = [s for s in await client.log_directory(log) if s.last_lsn > clean_point]
-        return min((s.min_ts_ms for s in entries), default=None)
+        return [s for s in await client.log_directory(log) if s.last_lsn > clean_point]
 
     async def run_pass(self, log: int) -> PassStats:
         async with self._locks.setdefault(log, trio.Lock()):

@@ -152,12 +152,6 @@ class OffsetMap:
         table[:, 2] = self._lsn[occupied]
         return table.tobytes()
 
-    def clear(self) -> None:
-        """Empty the map for another pass, keeping its memory (the hashes
-        stay: a slot is empty when its LSN is 0)."""
-        self._lsn.fill(0)
-        self.size = 0
-
     @classmethod
     def from_entries(cls, data: bytes, *, load_factor: float = 0.9) -> OffsetMap:
         """Rebuild a map from ``entries()`` (what nodes get from the cleaner)."""
