@@ -23,6 +23,9 @@ import trio
 from ..errors import ExistsError, LogstrandError, NotFoundError
 from ._errors import KafkaError
 from ._topics import (
+    BOOLEAN,
+    INT,
+    LIST,
     TOPIC_CONFIG_INFO,
     TOPIC_CONFIGS,
     ConfigError,
@@ -45,8 +48,6 @@ BROKER = 4
 SOURCE_TOPIC = 1
 SOURCE_STATIC = 4
 SOURCE_DEFAULT = 5
-#: Kafka's ConfigType codes of the broker settings.
-_TYPES = {"BOOLEAN": 1, "INT": 3, "LIST": 7}
 
 
 def _entry(
@@ -79,6 +80,8 @@ class FrontPort(Protocol):
     view: ClusterView
     data: DataPlane
 
+    broker_id: int
+    advertise: tuple[str, int]
     num_partitions: int
     auto_create: bool
     secure: bool
@@ -125,7 +128,6 @@ class AdminApis:
                 kind, broker_name, doc = TOPIC_CONFIG_INFO[name]
                 source = SOURCE_DEFAULT if default else SOURCE_TOPIC
                 entry = _entry(name, value, source, kind, doc, read_only=False)
-                entry["is_default"] = default
                 # As Kafka lists them: the topic's own setting, then the
                 # default it falls back to (under the broker's name for it).
                 if synonyms:
@@ -137,36 +139,40 @@ class AdminApis:
 
     def _broker_configs(self, row: dict[str, Any], keys: list[str] | None, synonyms: bool) -> None:
         """A broker's settings (read only: a node's are its command line's)."""
-        brokers = self.front.brokers()
-        try:
-            broker_id = int(row["resource_name"])
-        except ValueError:
-            broker_id = -1
-        if broker_id not in brokers:
-            row["error_code"] = KafkaError.INVALID_REQUEST
-            row["error_message"] = f"no broker {row['resource_name']!r}"
+        # As Kafka: a broker describes itself (an admin client sends a BROKER
+        # resource to that broker), and "" is the cluster-wide dynamic
+        # defaults, of which logstrand has none.  Another broker's settings
+        # are not this front's to give.
+        name, own = row["resource_name"], str(self.front.broker_id)
+        if name == "":
             return
-        host, port = brokers[broker_id]
+        if name != own:
+            row["error_code"] = KafkaError.INVALID_REQUEST
+            row["error_message"] = (
+                f"unexpected broker id, expected {own} or empty string, but received {name!r}"
+            )
+            return
+        host, port = self.front.advertise
         scheme = "SASL_SSL" if self.front.secure else "PLAINTEXT"
         settings = {
-            "broker.id": (str(broker_id), "INT", "This node's id."),
-            "advertised.listeners": (f"{scheme}://{host}:{port}", "LIST", "Where clients connect."),
+            "broker.id": (own, INT, "This node's id."),
+            "advertised.listeners": (f"{scheme}://{host}:{port}", LIST, "Where clients connect."),
             "num.partitions": (
                 str(self.front.num_partitions),
-                "INT",
+                INT,
                 "Partitions of a topic made without a number (--kafka-num-partitions).",
             ),
             "auto.create.topics.enable": (
                 str(self.front.auto_create).lower(),
-                "BOOLEAN",
+                BOOLEAN,
                 "Whether naming a topic makes it (--kafka-auto-create).",
             ),
         }
-        for name, (value, kind, doc) in settings.items():
-            if keys is None or name in keys:
-                entry = _entry(name, value, SOURCE_STATIC, _TYPES[kind], doc, read_only=True)
+        for key, (value, kind, doc) in settings.items():
+            if keys is None or key in keys:
+                entry = _entry(key, value, SOURCE_STATIC, kind, doc, read_only=True)
                 if synonyms:
-                    entry["synonyms"] = [{"name": name, "value": value, "source": SOURCE_STATIC}]
+                    entry["synonyms"] = [{"name": key, "value": value, "source": SOURCE_STATIC}]
                 row["configs"].append(entry)
 
     async def alter_configs(self, request: Request) -> dict[str, Any]:

@@ -86,7 +86,7 @@ TOPIC_CONFIGS: dict[str, tuple[str, Any, Any]] = {
 
 
 #: Kafka's ConfigType codes (DescribeConfigs v3+).
-STRING, LONG, DOUBLE, LIST = 2, 5, 6, 7
+BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7
 
 #: Kafka config name -> (its ConfigType, the broker-wide default it falls
 #: back to, what it means): what DescribeConfigs shows besides the value.

@@ -365,3 +365,24 @@ def test_offsets_for_times_name_a_record_and_its_time(cluster: LocalCluster) -> 
     assert (at.offset, at.timestamp) == (stamps.index(stamps[1]), stamps[1])
     top = admin.list_offsets({tp: OffsetSpec.max_timestamp()})[tp].result(30)
     assert (top.offset, top.timestamp) == (2, stamps[2])
+
+
+def test_a_broker_describes_only_itself(cluster: LocalCluster) -> None:
+    """A BROKER resource goes to that broker (Kafka's admin clients send it
+    there): another id, or a name that is no id, is INVALID_REQUEST naming
+    what was expected; "" (the cluster-wide dynamic defaults) has none."""
+    from .kafka_raw import KafkaPeer
+
+    asked = [
+        {"resource_type": 4, "resource_name": n, "configuration_keys": None}
+        for n in ("2", "x", "", "1")
+    ]
+    with KafkaPeer(f"127.0.0.1:{cluster.kafka_ports[1]}") as peer:
+        answer = peer.request(32, 4, {"resources": asked, "include_synonyms": False})
+    assert answer is not None
+    rows = {r["resource_name"]: r for r in answer["results"]}
+    for name in ("2", "x"):
+        assert rows[name]["error_code"] == 42, rows[name]  # INVALID_REQUEST
+        assert "expected 1 or empty string" in rows[name]["error_message"]
+    assert (rows[""]["error_code"], rows[""]["configs"]) == (0, [])
+    assert {c["name"] for c in rows["1"]["configs"]} >= {"broker.id", "num.partitions"}
