@@ -404,8 +404,17 @@ def _kafka(params: dict[str, Any], groups: NodeGroups) -> Any:
     """The node's Kafka front (None without --kafka-port)."""
     port = params["kafka_port"]
     if port is None:
-        if params["kafka_advertise"] is not None or params["kafka_auto_create"]:
-            fail("--kafka-advertise and --kafka-auto-create need --kafka-port")
+        # Said rather than ignored: a node told how to serve Kafka but not
+        # where would start without a front.
+        if (
+            params["kafka_advertise"] is not None
+            or params["kafka_auto_create"]
+            or params["kafka_num_partitions"] != 1
+        ):
+            fail(
+                "--kafka-advertise, --kafka-auto-create and --kafka-num-partitions "
+                "need --kafka-port"
+            )
         return None
     if params["kafka_advertise"] is not None:
         host_port(params["kafka_advertise"], "--kafka-advertise")

@@ -10,6 +10,7 @@ import tomllib
 from typing import TYPE_CHECKING
 
 import pytest
+import typer
 
 from logstrand.cli import main
 
@@ -243,3 +244,21 @@ def test_the_kafka_front_and_console_options_reach_their_extensions(
         code, _, err = run(capsys, *base, *bad)
         assert code == 2
         assert message in err
+
+
+def test_kafka_options_without_a_kafka_port_are_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A node told how to serve Kafka but not where says so (exit 2), and a
+    partition count out of range is refused by the option itself."""
+    from logstrand.cli._node import _kafka
+
+    base = {"kafka_port": None, "kafka_advertise": None, "kafka_auto_create": False}
+    assert _kafka({**base, "kafka_num_partitions": 1}, None) is None  # type: ignore[arg-type]
+    with pytest.raises(typer.Exit) as refused:
+        _kafka({**base, "kafka_num_partitions": 3}, None)  # type: ignore[arg-type]
+    assert refused.value.exit_code == 2
+    assert "need --kafka-port" in " ".join(capsys.readouterr().err.split())
+    code, _, err = run(capsys, "node", "--kafka-port", "9092", "--kafka-num-partitions", "0")
+    assert code == 2
+    assert "--kafka-num-partitions" in err
