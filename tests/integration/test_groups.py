@@ -17,7 +17,7 @@ from logstrand import Record
 from logstrand.cli import main
 from logstrand.epochstore import LogAttributes, open_epoch_store
 from logstrand.errors import InvalidArgumentError, NotFoundError
-from logstrand.positions import encode_key, encode_value, positions_log_of
+from logstrand.positions import Position, encode_key, encode_value, positions_log_of
 from logstrand.records import POSITIONS_LOG_ID, POSITIONS_LOGS
 from logstrand.testing import LocalCluster
 from logstrand.types import lsn_epoch
@@ -111,6 +111,10 @@ def test_positions_survive_a_restart_of_every_node_and_lag_is_counted(
         (many,) = client.group_lags(client.group_positions())["g"]
         assert (many.committed, many.lag_records, many.tail) == (second[1], 7, tail)
         assert many.lag_ms >= 50
+        # A position on a log that does not exist is said, not taken as empty.
+        with pytest.raises(NotFoundError):
+            client.group_lags({"g": [Position("g", 987_654, 1, 0)]})
+        assert client.group_lags({}) == {}
 
     (described,) = cli_json(capsys, c.url, "describe", "g")  # type: ignore[misc]
     assert (described["committed"], described["lag_records"], described["tail"]) == (
