@@ -36,8 +36,9 @@ def map_bytes_for(keys: int, most: int, load_factor: float = 0.9) -> int:
     A pass sizes its map to the records it may meet, not to the budget: numpy
     asks the kernel for huge pages for arrays of 4 MiB and more, and the
     first touch of each (zeroing 2 MiB, compacting memory to find it) cost a
-    64 MiB map's first few hundred keys 60-220 ms of CPU in one step of the
-    node's loop, where a map sized to them takes 0.4 ms."""
+    new 64 MiB map's first 200 keys 3-156 ms of CPU, against 0.2-0.4 ms in a
+    map sized to them (``bench/micro.py --offset-map``), in one step of the
+    node's loop."""
     return min(most, max(MAP_BYTES_MIN, (int(keys / load_factor) + 2) * ENTRY_BYTES))
 
 
@@ -144,10 +145,8 @@ class OffsetMap:
 
     def entries(self) -> bytes:
         """The occupied slots as bytes (h0, h1, lsn little-endian u64 each)."""
-        # Indices, not a mask: a mask over the (slots, 2) hashes walks all of
-        # them (12-15 ms for the default 64 MiB map, 3 ms this way).
-        occupied = np.flatnonzero(self._lsn)
-        table = np.empty((len(occupied), 3), dtype=_HASH)
+        occupied = self._lsn != 0
+        table = np.empty((int(occupied.sum()), 3), dtype=_HASH)
         table[:, :2] = self._h[occupied]
         table[:, 2] = self._lsn[occupied]
         return table.tobytes()
