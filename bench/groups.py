@@ -38,7 +38,7 @@ from typing import Any
 
 from logstrand.epochstore import LogAttributes, open_epoch_store
 from logstrand.kafka import _protocol as proto
-from logstrand.testing import LocalCluster
+from logstrand.testing import LocalCluster, cpu_s
 
 TOPIC_FIRST = 5000
 #: The commit figures are also given without the first seconds.
@@ -236,8 +236,15 @@ def main() -> None:
         host, port = c.kafka_bootstrap.split(",")[0].split(":")
         bootstrap = (host, int(port))
         print("join", asyncio.run(join_phase(bootstrap, args.members, args.partitions)), flush=True)
+        pids = [p.pid for p in c.procs.values()]
         for burst in (False, True):
+            cpu0, t0 = cpu_s(pids), time.monotonic()
             figures = asyncio.run(commit_phase(bootstrap, args.groups, args.seconds, burst=burst))
+            # The nodes' CPU over the phase (its 5 s of connecting included):
+            # cores busy, and per commit.
+            cpu = cpu_s(pids) - cpu0
+            figures["nodes_cores"] = round(cpu / (time.monotonic() - t0), 2)
+            figures["nodes_cpu_ms_per_commit"] = round(cpu * 1000 / figures["all"]["commits"], 2)
             print("commits", figures, flush=True)
 
 

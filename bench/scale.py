@@ -10,7 +10,8 @@ For each N, on a fresh local 3-node cluster (R=2, 100 B records):
 - ``again``: one more record to every log, a loop of ``append_async``: rec/s,
   and the copies the nodes' group commits wrote per RocksDB write meanwhile
   (``again_copies_per_write`` in each run's line), and the CPU the client and
-  the nodes used per record (``again_cpu_ms_per_record``);
+  the nodes used per record (``again_cpu_ms_per_record``) and each one's share
+  of a core meanwhile (``again_cores``: the client, then the nodes);
 - ``tails``: ``tail_lsns`` of every log (one round per node): seconds;
 - activations per log over those phases, from the nodes' counters: 1.00
   unless sequencers moved (a node taken for dead gives its logs away); the
@@ -113,16 +114,20 @@ def one(
             out["first_s"], out["first_errors"] = windowed(client, range(1, n + 1))
             writes0 = commits(c)
             pids = [os.getpid(), *(p.pid for p in c.procs.values())]
-            cpu0 = cpu_s(pids)
+            each0 = [cpu_s([p]) for p in pids]
             t0 = time.perf_counter()
             for log in range(1, n + 1):
                 client.append_async(log, PAYLOAD)
             left = client.flush(600)
-            out["again_rps"] = n / (time.perf_counter() - t0)
+            took = time.perf_counter() - t0
+            each = [cpu_s([p]) - c for p, c in zip(pids, each0, strict=True)]
+            out["again_rps"] = n / took
             out["again_left"] = left
             copies, writes = (b - a for a, b in zip(writes0, commits(c), strict=True))
             out["again_copies_per_write"] = copies / max(writes, 1)
-            out["again_cpu_ms_per_record"] = (cpu_s(pids) - cpu0) * 1000 / n
+            out["again_cpu_ms_per_record"] = sum(each) * 1000 / n
+            # Each process's share of a core over the round: the client, then the nodes.
+            out["again_cores"] = [round(x / took, 2) for x in each]
             t0 = time.perf_counter()
             client.tail_lsns(range(1, n + 1))
             out["tails_s"] = time.perf_counter() - t0

@@ -131,8 +131,8 @@ class GroupsMonitor:
             # Each positions log read once and the tails of every log in one
             # request per node, not a read of the group's positions log and a
             # tail_lsn (an ask of every node, an epoch-store read) per group
-            # and log, which grew with the groups: with 1,000 groups
-            # committing, 4% of the nodes' busy samples (bench/groups.py).
+            # and log, which grew with the groups (py-spy of the nodes during
+            # bench/groups.py found it on the commits' path).
             chosen: dict[str, list[Position]] = {}
             pairs = 0
             for group, held in (await client.group_positions(mine)).items():
