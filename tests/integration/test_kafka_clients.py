@@ -7,7 +7,14 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 import logstrand
@@ -60,6 +67,20 @@ def _produce(cluster: LocalCluster, topic: str, records: list[tuple[Any, Any]]) 
     return errors
 
 
+def _messages(consumer: Consumer, count: int, within_s: float = 30.0) -> Iterator[Message]:
+    """Up to ``count`` messages ``consumer`` polls within ``within_s``, each
+    checked to carry no error."""
+    got = 0
+    deadline = time.monotonic() + within_s
+    while got < count and time.monotonic() < deadline:
+        m = consumer.poll(0.2)
+        if m is None:
+            continue
+        assert m.error() is None, m.error()
+        got += 1
+        yield m
+
+
 def _consume(cluster: LocalCluster, topic: str, count: int) -> list[tuple[int, Any, Any]]:
     """(offset, key, value) of ``count`` messages of partition 0, from the start."""
     consumer = Consumer(
@@ -72,15 +93,7 @@ def _consume(cluster: LocalCluster, topic: str, count: int) -> list[tuple[int, A
     )
     try:
         consumer.assign([TopicPartition(topic, 0, 0)])
-        got: list[tuple[int, Any, Any]] = []
-        deadline = time.monotonic() + 30
-        while len(got) < count and time.monotonic() < deadline:
-            m = consumer.poll(0.2)
-            if m is None:
-                continue
-            assert m.error() is None, m.error()
-            got.append((m.offset(), m.key(), m.value()))
-        return got
+        return [(m.offset(), m.key(), m.value()) for m in _messages(consumer, count)]
     finally:
         consumer.close()
 
@@ -197,13 +210,7 @@ def test_a_consumer_protocol_client_commits_for_partitions_it_assigned_itself(
     consumer = Consumer(config)
     try:
         consumer.assign([TopicPartition("self-assigned", 0, 0)])
-        got = []
-        deadline = time.monotonic() + 30
-        while len(got) < 5 and time.monotonic() < deadline:
-            m = consumer.poll(0.2)
-            if m is not None:
-                assert m.error() is None, m.error()
-                got.append(m)
+        got = list(_messages(consumer, 5))
         assert len(got) == 5
         done = consumer.commit(message=got[2], asynchronous=False)
         assert [(p.partition, p.offset, p.error) for p in done] == [(0, 3, None)]
@@ -224,12 +231,7 @@ def _subscribed(config: dict[str, Any], topic: str, count: int) -> list[bytes]:
     got: list[bytes] = []
     try:
         consumer.subscribe([topic])
-        deadline = time.monotonic() + 60
-        while len(got) < count and time.monotonic() < deadline:
-            m = consumer.poll(0.2)
-            if m is None:
-                continue
-            assert m.error() is None, m.error()
+        for m in _messages(consumer, count, within_s=60):
             got.append(m.value())
             consumer.commit(message=m, asynchronous=False)
     finally:
@@ -342,12 +344,7 @@ def test_offsets_for_times_name_a_record_and_its_time(cluster: LocalCluster) -> 
     consumer = Consumer({"bootstrap.servers": cluster.kafka_bootstrap, "group.id": "timed"})
     try:
         consumer.assign([TopicPartition("timed", 0, 0)])
-        stamps: list[int] = []
-        deadline = time.monotonic() + 30
-        while len(stamps) < 3 and time.monotonic() < deadline:
-            m = consumer.poll(0.2)
-            if m is not None and m.error() is None:
-                stamps.append(m.timestamp()[1])
+        stamps = [m.timestamp()[1] for m in _messages(consumer, 3)]
         assert len(stamps) == 3
         assert stamps == sorted(stamps)
         # One time a call: librdkafka keeps one entry per partition.

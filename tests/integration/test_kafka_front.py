@@ -510,6 +510,25 @@ def test_old_produce_versions_with_message_sets_before_v2(cluster: LocalCluster)
     assert [g[3] for g in read] == [b"m%d" % i for i in range(5)] * 2
 
 
+def _kcat_produce(bootstrap: str, lines: str, *args: str) -> None:
+    subprocess.run(
+        ["kcat", "-b", bootstrap, "-P", *args], input=lines, text=True, timeout=60, check=True
+    )
+
+
+def _kcat_metadata(bootstrap: str, topic: str) -> dict[str, Any]:
+    """``kcat -L -J`` of one topic."""
+    out = subprocess.run(
+        ["kcat", "-b", bootstrap, "-L", "-J", "-t", topic],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    meta: dict[str, Any] = json.loads(out.stdout)
+    return meta
+
+
 #: ``kafka serve`` makes topics producers name, with two partitions each.
 SERVE_ARGS = ("--auto-create", "--num-partitions", "2")
 
@@ -533,44 +552,16 @@ def test_a_front_of_its_own_serves_the_cluster(cluster: LocalCluster) -> None:
         line = proc.stdout.readline().strip()
         assert line.startswith("kafka bootstrap 127.0.0.1:"), line
         bootstrap = line.split(" ")[2]
-        subprocess.run(
-            ["kcat", "-b", bootstrap, "-P", "-t", "alone", "-p", "1"],
-            input="one\ntwo\n",
-            text=True,
-            timeout=60,
-            check=True,
-        )
-        meta = json.loads(
-            subprocess.run(
-                ["kcat", "-b", bootstrap, "-L", "-J", "-t", "alone"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-                check=True,
-            ).stdout
-        )
+        _kcat_produce(bootstrap, "one\ntwo\n", "-t", "alone", "-p", "1")
+        meta = _kcat_metadata(bootstrap, "alone")
         assert [b["id"] for b in meta["brokers"]] == [0]
         assert [p["leader"] for p in meta["topics"][0]["partitions"]] == [0, 0]
         with logstrand.connect(cluster.url) as client:
             got = [r.payload for r in client.read(951) if isinstance(r, Record)]
         assert got == [b"one", b"two"]
         # A topic named by a producer is made with --num-partitions.
-        subprocess.run(
-            ["kcat", "-b", bootstrap, "-P", "-t", "alone-made"],
-            input="x\n",
-            text=True,
-            timeout=60,
-            check=True,
-        )
-        made = json.loads(
-            subprocess.run(
-                ["kcat", "-b", bootstrap, "-L", "-J", "-t", "alone-made"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-                check=True,
-            ).stdout
-        )
+        _kcat_produce(bootstrap, "x\n", "-t", "alone-made")
+        made = _kcat_metadata(bootstrap, "alone-made")
         assert len(made["topics"][0]["partitions"]) == 2
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0

@@ -72,6 +72,17 @@ def _token(capsys: pytest.CaptureFixture[str], c: LocalCluster, user: str) -> st
     return token
 
 
+def _paid_acl(
+    principal: str,
+    op: AclOperation = AclOperation.WRITE,
+    permission: AclPermissionType = AclPermissionType.ALLOW,
+) -> AclBinding:
+    """An ACL on topic ``paid`` by its literal name, for every host."""
+    return AclBinding(
+        ResourceType.TOPIC, "paid", ResourcePatternType.LITERAL, principal, "*", op, permission
+    )
+
+
 def _conf(c: LocalCluster, user: str, password: str, mechanism: str) -> dict[str, Any]:
     return {
         "bootstrap.servers": c.kafka_bootstrap,
@@ -232,15 +243,7 @@ def test_acls_through_kafka_are_grants(
     c, _ = secure
     token = _token(capsys, c, "carol")
     admin = AdminClient(_conf(c, "admin", c.admin_token or "", "SCRAM-SHA-256"))
-    write = AclBinding(
-        ResourceType.TOPIC,
-        "paid",
-        ResourcePatternType.LITERAL,
-        "User:carol",
-        "*",
-        AclOperation.WRITE,
-        AclPermissionType.ALLOW,
-    )
+    write = _paid_acl("User:carol")
     for f in admin.create_acls([write]).values():
         f.result(30)
     described = admin.describe_acls(
@@ -261,15 +264,7 @@ def test_acls_through_kafka_are_grants(
     p.produce("paid", value=b"allowed", partition=2, on_delivery=lambda e, m: errors.append(e))
     p.flush(30)
     assert errors == [None], [str(e) for e in errors]
-    deny = AclBinding(
-        ResourceType.TOPIC,
-        "paid",
-        ResourcePatternType.LITERAL,
-        "User:carol",
-        "*",
-        AclOperation.READ,
-        AclPermissionType.DENY,
-    )
+    deny = _paid_acl("User:carol", AclOperation.READ, AclPermissionType.DENY)
     with pytest.raises(KafkaException, match="only ALLOW"):
         admin.create_acls([deny])[deny].result(30)
     carol_admin = AdminClient(_conf(c, "carol", token, "SCRAM-SHA-256"))
@@ -307,25 +302,9 @@ def test_an_acl_for_a_user_to_come_applies_once_it_is_made(
     and dave produces.  A principal logstrand cannot have is refused."""
     c, _ = secure
     admin = AdminClient(_conf(c, "admin", c.admin_token or "", "SCRAM-SHA-256"))
-    write = AclBinding(
-        ResourceType.TOPIC,
-        "paid",
-        ResourcePatternType.LITERAL,
-        "User:dave",
-        "*",
-        AclOperation.WRITE,
-        AclPermissionType.ALLOW,
-    )
+    write = _paid_acl("User:dave")
     admin.create_acls([write])[write].result(30)
-    bad = AclBinding(
-        ResourceType.TOPIC,
-        "paid",
-        ResourcePatternType.LITERAL,
-        "Group:ops",
-        "*",
-        AclOperation.WRITE,
-        AclPermissionType.ALLOW,
-    )
+    bad = _paid_acl("Group:ops")
     with pytest.raises(KafkaException, match="User:NAME"):
         admin.create_acls([bad])[bad].result(30)
     capsys.readouterr()
