@@ -11,7 +11,14 @@ from rich.table import Table
 
 from .._units import format_bytes, format_duration_ms
 from ..client import RebalanceReport
-from ..epochstore import COMPRESSIONS, DURABILITIES, SCOPES, LogAttributes, LogRange
+from ..epochstore import (
+    COMPRESSIONS,
+    DURABILITIES,
+    SCOPES,
+    LogAttributes,
+    LogRange,
+    named_logs,
+)
 from ..errors import InvalidArgumentError, NotFoundError
 from ..logsdb import LogsDBOptions
 from ..records import INTERNAL_LOGS, POSITIONS_LOGS, log_name
@@ -75,6 +82,16 @@ def _resolve(store: EpochStore, text: str) -> tuple[int, int]:
     return first, last
 
 
+def _parts(store: EpochStore, text: str) -> list[LogRange]:
+    """The ranges a name has (none when ``text`` is a range or a log id)."""
+    try:
+        _parse_range(text)
+    except InvalidArgumentError:
+        named = named_logs(store.log_ranges()).get(text)
+        return [] if named is None else list(named.parts)
+    return []
+
+
 def _choice(value: str | None, allowed: tuple[str, ...], name: str) -> str | None:
     if value is not None and value not in allowed:
         fail(f"{name}: {value!r} is not one of {', '.join(allowed)}")
@@ -89,7 +106,9 @@ def _dur(ms: int | None) -> str:
     return "forever" if ms is None else format_duration_ms(ms)
 
 
-def _attributes_row(r: LogRange) -> list[str]:
+def _attributes_row(r: LogRange, start: int = 0) -> list[str]:
+    """``start``: the partition index of the range's first log in its name
+    (a part after the first of a topic that grew)."""
     a = r.attributes
     rng = str(r.first) if r.first == r.last else f"{r.first}..{r.last}"
     if r.first in INTERNAL_LOGS:
@@ -98,7 +117,9 @@ def _attributes_row(r: LogRange) -> list[str]:
         whole = (r.first, r.last) == (POSITIONS_LOGS[0], POSITIONS_LOGS[-1])
         rng = "positions" if whole else f"{log_name(r.first)}..{log_name(r.last)}"
         rng += " (internal: consumer groups' positions)"
-    if r.name is not None:
+    if r.name is not None and start:
+        rng += f" ({r.name}, partitions {start}..{start + r.last - r.first})"
+    elif r.name is not None:
         rng += f" ({r.name})"
     cleanup = a.cleanup_policy
     if a.compacted:
@@ -271,10 +292,19 @@ def update(**params: Any) -> None:
     if not changes and name is None:
         fail("nothing to change: give at least one attribute option or --name")
     with open_store(params["url"]) as store:
-        first, last = _resolve(store, params["logs"])
+        parts = _parts(store, params["logs"])
+        if len(parts) > 1:
+            # A name over several ranges (a topic that grew): its attributes
+            # change on every part at once; a new name would split it.
+            if name is not None:
+                fail(f"{params['logs']} spans {len(parts)} ranges: it cannot be renamed")
+            updated = store.update_logs_named(params["logs"], **changes)[0]
+            first, last = parts[0].first, parts[-1].last
+        else:
+            first, last = _resolve(store, params["logs"])
         if name is not None:
             updated = store.name_logs(first, last, name or None)
-        if changes:
+        if changes and len(parts) <= 1:
             updated = store.update_logs(first, last, **changes)
     if params["as_json"]:
         print_json(updated.to_json())
@@ -296,8 +326,12 @@ def remove(
 ) -> None:
     """Remove a range of logs from the configuration."""
     with open_store(url) as store:
-        first, last = _resolve(store, logs)
-        store.remove_logs(first, last)
+        if len(parts := _parts(store, logs)) > 1:
+            store.remove_logs_named(logs)  # every part of the name
+            first, last = parts[0].first, parts[-1].last
+        else:
+            first, last = _resolve(store, logs)
+            store.remove_logs(first, last)
     if as_json:
         print_json({"removed": [first, last]})
     else:
@@ -313,10 +347,14 @@ def list_logs(url: UrlOption = None, as_json: JsonOption = False) -> None:
         print_json([r.to_json() for r in ranges])
         return
     table = Table()
-    for col in ("logs", "R", "across", "nodeset", "retention", "cleanup", "durability", "codec"):
+    # The logs and their name stay on one line: the other columns wrap.
+    table.add_column("logs", no_wrap=True)
+    for col in ("R", "across", "nodeset", "retention", "cleanup", "durability", "codec"):
         table.add_column(col)
+    names = named_logs(ranges)
     for r in ranges:
-        table.add_row(*_attributes_row(r))
+        start = 0 if r.name is None else names[r.name].index(r.first) or 0
+        table.add_row(*_attributes_row(r, start))
     console.print(table)
 
 

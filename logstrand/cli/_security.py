@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
+from ..epochstore._model import check_range_name
 from ..records import LOG_ID_MAX, POSITIONS_LOGS
 from ..security import (
     check_name,
@@ -61,6 +62,15 @@ GroupOption = Annotated[
         "--group",
         help="A consumer group instead of logs: NAME, PREFIX* (every group whose name "
         "starts so) or * (every group); operations read,describe,delete.",
+        show_default=False,
+    ),
+]
+TopicOption = Annotated[
+    str | None,
+    typer.Option(
+        "--topic",
+        help="Logs by the name of their range (a Kafka topic): NAME or PREFIX*; it covers "
+        "the topic's logs as it grows, and a topic made later.",
         show_default=False,
     ),
 ]
@@ -164,19 +174,22 @@ def _logs_text(first: int, last: int) -> str:
 
 
 def _grant_args(
-    name: str, logs: str | None, group: str | None, ops: str
-) -> tuple[str, tuple[int, int] | str, frozenset[str]]:
-    """(user, logs (first, last) or a group pattern, operations)."""
-    if (logs is None) == (group is None):
-        fail("give one of --logs or --group")
+    name: str, logs: str | None, group: str | None, topic: str | None, ops: str
+) -> tuple[str, tuple[int, int] | tuple[str, str], frozenset[str]]:
+    """(user, logs (first, last) or ("group" or "topic", a pattern), operations)."""
+    if sum(x is not None for x in (logs, group, topic)) != 1:
+        fail("give one of --logs, --topic or --group")
     if group is not None:
-        return check_name(name), parse_group_pattern(group), parse_group_ops(ops)
+        return check_name(name), ("group", parse_group_pattern(group)), parse_group_ops(ops)
+    if topic is not None:
+        check_range_name(topic[:-1] if topic.endswith("*") else topic)
+        return check_name(name), ("topic", topic), parse_ops(ops)
     assert logs is not None
     return check_name(name), parse_log_range(logs), parse_ops(ops)
 
 
-def _what(on: tuple[int, int] | str) -> str:
-    return f"group {on}" if isinstance(on, str) else f"logs {_logs_text(*on)}"
+def _what(on: tuple[int, int] | tuple[str, str]) -> str:
+    return f"{on[0]} {on[1]}" if isinstance(on[0], str) else f"logs {_logs_text(*on)}"
 
 
 @acl_app.command("grant")
@@ -185,15 +198,19 @@ def acl_grant(
     ops: OpsOption,
     logs: LogsOption = None,
     group: GroupOption = None,
+    topic: TopicOption = None,
     url: UrlOption = None,
 ) -> None:
-    """Let a user do OPS on LOGS, or on the consumer groups --group names."""
-    name, on, op_set = _grant_args(name, logs, group, ops)
+    """Let a user do OPS on LOGS, on the logs of --topic, or on the consumer
+    groups --group names."""
+    name, on, op_set = _grant_args(name, logs, group, topic, ops)
     with open_security_store(url) as store:
-        if isinstance(on, str):
-            store.grant_group(name, on, op_set)
+        if on[0] == "group":
+            store.grant_group(name, str(on[1]), op_set)
+        elif on[0] == "topic":
+            store.grant_topic(name, str(on[1]), op_set)
         else:
-            store.grant(name, *on, op_set)
+            store.grant(name, int(on[0]), int(on[1]), op_set)
     console.print(f"{name} may {','.join(sorted(op_set))} on {_what(on)}", highlight=False)
 
 
@@ -203,30 +220,35 @@ def acl_revoke(
     ops: OpsOption,
     logs: LogsOption = None,
     group: GroupOption = None,
+    topic: TopicOption = None,
     url: UrlOption = None,
 ) -> None:
-    """Take OPS on LOGS (parts of wider grants stay), or on --group as it was
-    granted, away from a user."""
-    name, on, op_set = _grant_args(name, logs, group, ops)
+    """Take OPS on LOGS (parts of wider grants stay), or on --topic or --group
+    as it was granted, away from a user."""
+    name, on, op_set = _grant_args(name, logs, group, topic, ops)
     with open_security_store(url) as store:
-        if isinstance(on, str):
-            changed = store.revoke_group(name, on, op_set)
+        if on[0] == "group":
+            changed = store.revoke_group(name, str(on[1]), op_set)
+        elif on[0] == "topic":
+            changed = store.revoke_topic(name, str(on[1]), op_set)
         else:
-            changed = store.revoke(name, *on, op_set)
+            changed = store.revoke(name, int(on[0]), int(on[1]), op_set)
     console.print(f"{changed} grant(s) of {name} changed")
 
 
 @acl_app.command("list")
 def acl_list(url: UrlOption = None, as_json: JsonOption = False) -> None:
-    """Every grant, on logs and on groups."""
+    """Every grant, on logs, on topics and on groups."""
     with open_security_store(url) as store:
         doc = store.security()
     if as_json:
-        print_json(doc["grants"] + doc["group_grants"])
+        print_json(doc["grants"] + doc["topic_grants"] + doc["group_grants"])
         return
-    table = Table("user", "logs or group", "operations")
+    table = Table("user", "logs, topic or group", "operations")
     for g in doc["grants"]:
         table.add_row(g["user"], _logs_text(g["first"], g["last"]), ",".join(g["ops"]))
+    for g in doc["topic_grants"]:
+        table.add_row(g["user"], f"topic {g['topic']}", ",".join(g["ops"]))
     for g in doc["group_grants"]:
         table.add_row(g["user"], f"group {g['group']}", ",".join(g["ops"]))
     console.print(table)

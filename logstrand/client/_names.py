@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from ..epochstore._named import named_logs
 from ..errors import InvalidArgumentError, NotFoundError
 from ..placement import partition_for_key
 from ..types import LSN_OLDEST
@@ -22,7 +23,7 @@ from ..types import LSN_OLDEST
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
 
-    from ..epochstore import LogRange
+    from ..epochstore import LogRange, NamedLogs
     from ..rpc import ClusterView
 
     #: ``AsyncClient.append_batch`` to one log.
@@ -38,14 +39,14 @@ class Names:
     def __init__(self, view: ClusterView) -> None:
         self.view = view
         self._of: list[LogRange] | None = None
-        self._named: dict[str, LogRange] = {}
+        self._named: dict[str, NamedLogs] = {}
         #: The next log of each named range for records without a key.
         self._turn: dict[str, int] = {}
 
-    def range(self, name: str) -> LogRange | None:
+    def range(self, name: str) -> NamedLogs | None:
         ranges = self.view.ranges
         if ranges is not self._of:  # the view read the configuration again
-            self._named = {r.name: r for r in ranges if r.name is not None}
+            self._named = named_logs(ranges)
             self._turn = {n: t for n, t in self._turn.items() if n in self._named}
             self._of = ranges
         return self._named.get(name)
@@ -56,12 +57,11 @@ class Names:
         r = self.range(name)
         if r is None:
             return None
-        size = r.last - r.first + 1
         if key is not None:
-            return r.first + partition_for_key(key, size)
+            return r.log(partition_for_key(key, r.count))
         turn = self._turn.get(name, 0)
         self._turn[name] = turn + 1
-        return r.first + turn % size
+        return r.log(turn % r.count)
 
     async def starts(self, name: str) -> dict[int, int]:
         """Every log of the range ``name``, to be read from its oldest record
@@ -76,7 +76,7 @@ class Names:
             r = self.range(name)
         if r is None:
             raise NotFoundError(f"no log range is named {name!r}")
-        return dict.fromkeys(range(r.first, r.last + 1), LSN_OLDEST)
+        return dict.fromkeys(r.logs(), LSN_OLDEST)
 
     async def resolve(self, name: str, key: bytes | None) -> int:
         """``log_for``, reading the configuration again for a name not seen yet.
@@ -118,8 +118,7 @@ async def append_to_name(
         await names.resolve(name, b"")  # not known yet: read the configuration, or NOTFOUND
         r = names.range(name)
         assert r is not None
-    size = r.last - r.first + 1
-    logs = [unkeyed if k is None else r.first + partition_for_key(k, size) for k in keys]
+    logs = [unkeyed if k is None else r.log(partition_for_key(k, r.count)) for k in keys]
     groups: dict[int, list[int]] = {}
     for i, log in enumerate(logs):
         assert log is not None

@@ -39,7 +39,7 @@ class Gate:
             doc: dict[str, Any] = await client.view.astore.run(lambda s: s.security())
             return doc
 
-        self.access = Access(read)
+        self.access = Access(read, client.view.range_name)
 
     async def __call__(self, request: Request, route: Route) -> None:
         where = (route.method, route.template)

@@ -21,6 +21,7 @@ from ._model import (
     LogRange,
     NodeConfig,
 )
+from ._named import NamedCache, NamedLogs, named_logs
 from ._url import open_epoch_store
 
 if TYPE_CHECKING:
@@ -61,11 +62,14 @@ __all__ = [
     "Member",
     "MemberSession",
     "Members",
+    "NamedCache",
+    "NamedLogs",
     "NodeConfig",
     "Placement",
     "SqliteEpochStore",
     "Watch",
     "ZooKeeperEpochStore",
     "describe_offset",
+    "named_logs",
     "open_epoch_store",
 ]

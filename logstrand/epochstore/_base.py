@@ -41,6 +41,7 @@ from ..idempotence._docs import ProducerDocs
 from ..records import EPOCH_MAX, check_log_id
 from ._log_docs import LogDocs
 from ._model import EpochMetadata, LogAttributes, LogEpochs, LogRange, NodeConfig
+from ._name_docs import NameDocs
 from ._rebuilding import RebuildingDocs
 from ._security import SecurityDocs
 
@@ -100,7 +101,7 @@ class Watch:
         self._cancel()
 
 
-class EpochStore(LogDocs, SecurityDocs, RebuildingDocs, ProducerDocs, abc.ABC):
+class EpochStore(LogDocs, NameDocs, SecurityDocs, RebuildingDocs, ProducerDocs, abc.ABC):
     """Per-log epochs, the cluster configuration and membership.
 
     Every method is blocking and thread-safe; trio code calls them through

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ExistsError, InvalidArgumentError, NotFoundError
+from ..errors import InvalidArgumentError
 from ..records import check_log_id
-from ._model import EpochEnd, LogRange
+from ._model import EpochEnd
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -176,37 +176,3 @@ class LogDocs:
 
         self._update(f"offsets/{log_id}", change)
         return found[0] if found else base
-
-    # -- ranges that grow ---------------------------------------------------------------
-
-    def extend_logs(self, first: int, last: int, new_last: int) -> LogRange:
-        """Grow the range ``first..last`` to ``first..new_last`` (Kafka's
-        CreatePartitions), keeping its attributes and name.
-
-        Raises:
-            NotFoundError: no range is exactly ``first..last``.
-            ExistsError: an id in ``last+1..new_last`` is in another range.
-            InvalidArgumentError: ``new_last`` does not grow it.
-        """
-        if new_last <= last:
-            raise InvalidArgumentError(f"logs {first}..{last}: {new_last} does not grow the range")
-        result: list[LogRange] = []
-
-        def change(doc: Any) -> Any:
-            ranges = [LogRange.from_json(d) for d in doc or []]
-            grown = None
-            for i, r in enumerate(ranges):
-                if (r.first, r.last) == (first, last):
-                    grown = ranges[i] = LogRange(first, new_last, r.attributes, r.name)
-            if grown is None:
-                raise NotFoundError(f"no log range {first}..{last}")
-            for r in ranges:
-                if r is not grown and r.overlaps(grown):
-                    raise ExistsError(
-                        f"logs {last + 1}..{new_last} overlap the range {r.first}..{r.last}"
-                    )
-            result.append(grown)
-            return [r.to_json() for r in ranges]
-
-        self._update("logs", change)
-        return result[0]

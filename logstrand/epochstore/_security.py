@@ -3,6 +3,7 @@
     security   {"users": {name: {"sha256": hex, "created_ms": ms, "scram": {...}}},
                 "grants": [{"user", "first", "last", "ops"}, ...],
                 "group_grants": [{"user", "group", "ops"}, ...],
+                "topic_grants": [{"user", "topic", "ops"}, ...],
                 "sasl_secret": base64}
 
 Only a token's SHA-256 is kept (``logstrand.security.hash_token``), and for
@@ -10,7 +11,9 @@ SASL/SCRAM over the Kafka front a salt and the keys derived from the token
 (``security._sasl.scram_credentials``); the token itself is shown once, to
 whoever created the user.  Nodes read this document
 to authenticate tokens and to check each request against the grants.
-Group grants name a group, ``PREFIX*`` or ``*`` (``security.GroupGrant``).
+Group grants name a group, ``PREFIX*`` or ``*`` (``security.GroupGrant``);
+topic grants name a range's name or ``PREFIX*`` (``security.TopicGrant``),
+and cover its logs whenever they are, even if they do not exist yet.
 ``sasl_secret`` is made once, by the first front that needs it: SCRAM's
 made-up salts for names that are not users derive from it, so that they
 are the same on every node and after restarts.
@@ -38,12 +41,13 @@ class SecurityDocs:
 
     def security(self) -> dict[str, Any]:
         """The whole document: ``users`` (name → hash, creation time),
-        ``grants`` on logs, ``group_grants``, and ``sasl_secret`` (or None)."""
+        ``grants`` on logs, ``group_grants``, ``topic_grants``, and ``sasl_secret`` (or None)."""
         doc = self._doc("security") or {}
         return {
             "users": dict(doc.get("users", {})),
             "grants": list(doc.get("grants", [])),
             "group_grants": list(doc.get("group_grants", [])),
+            "topic_grants": list(doc.get("topic_grants", [])),
             "sasl_secret": doc.get("sasl_secret"),
         }
 
@@ -69,35 +73,61 @@ class SecurityDocs:
         names (a group, ``PREFIX*`` or ``*``), added to what it has.
         ``user_to_come``: ``name`` need not be a user yet (``grant``)."""
         _check_ops(ops, GROUP_OPS)
-
-        def change(doc: Any) -> Any:
-            doc = _fresh(doc)
-            if name not in doc["users"] and not user_to_come:
-                raise NotFoundError(f"no user {name!r}")
-            doc["group_grants"].append({"user": name, "group": pattern, "ops": sorted(ops)})
-            return doc
-
-        self._update("security", change)
+        self._grant_named("group_grants", "group", name, pattern, ops, user_to_come)
 
     def revoke_group(self, name: str, pattern: str, ops: frozenset[str]) -> int:
         """Take ``ops`` on ``pattern`` (as it was granted) away from ``name``;
         returns how many grants changed."""
         _check_ops(ops, GROUP_OPS)
+        return self._revoke_named("group_grants", "group", name, pattern, ops)
+
+    def grant_topic(
+        self, name: str, pattern: str, ops: frozenset[str], *, user_to_come: bool = False
+    ) -> None:
+        """Let ``name`` do ``ops`` on the logs of the named ranges (topics)
+        ``pattern`` names: a name, or ``PREFIX*``, whether such ranges
+        exist yet or not; a range made or grown later is covered at once
+        (Kafka's ACLs on a topic name or a prefix).  ``user_to_come`` as
+        for ``grant``."""
+        _check_ops(ops)
+        self._grant_named("topic_grants", "topic", name, pattern, ops, user_to_come)
+
+    def revoke_topic(self, name: str, pattern: str, ops: frozenset[str]) -> int:
+        """Take ``ops`` on the topic ``pattern`` (as it was granted) away from
+        ``name``; returns how many grants changed."""
+        _check_ops(ops)
+        return self._revoke_named("topic_grants", "topic", name, pattern, ops)
+
+    def _grant_named(
+        self, key: str, field: str, name: str, pattern: str, ops: frozenset[str], to_come: bool
+    ) -> None:
+        def change(doc: Any) -> Any:
+            doc = _fresh(doc)
+            if name not in doc["users"] and not to_come:
+                raise NotFoundError(f"no user {name!r}")
+            doc[key].append({"user": name, field: pattern, "ops": sorted(ops)})
+            return doc
+
+        self._update("security", change)
+
+    def _revoke_named(
+        self, key: str, field: str, name: str, pattern: str, ops: frozenset[str]
+    ) -> int:
         changed = [0]
 
         def change(doc: Any) -> Any:
             doc = _fresh(doc)
             kept: list[dict[str, Any]] = []
             changed[0] = 0
-            for g in doc["group_grants"]:
-                if g["user"] != name or g["group"] != pattern or not set(g["ops"]) & ops:
+            for g in doc[key]:
+                if g["user"] != name or g[field] != pattern or not set(g["ops"]) & ops:
                     kept.append(g)
                     continue
                 changed[0] += 1
                 rest = sorted(set(g["ops"]) - ops)
                 if rest:
                     kept.append({**g, "ops": rest})
-            doc["group_grants"] = kept
+            doc[key] = kept
             return doc
 
         self._update("security", change)
@@ -128,6 +158,7 @@ class SecurityDocs:
             del doc["users"][name]
             doc["grants"] = [g for g in doc["grants"] if g["user"] != name]
             doc["group_grants"] = [g for g in doc["group_grants"] if g["user"] != name]
+            doc["topic_grants"] = [g for g in doc["topic_grants"] if g["user"] != name]
             return doc
 
         self._update("security", change)
@@ -188,6 +219,7 @@ def _fresh(doc: Any) -> dict[str, Any]:
     fresh.setdefault("users", {})
     fresh.setdefault("grants", [])
     fresh.setdefault("group_grants", [])
+    fresh.setdefault("topic_grants", [])
     return fresh
 
 

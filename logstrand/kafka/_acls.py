@@ -4,8 +4,11 @@ A grant lets a user do operations on a range of logs (docs/security.md); an
 ACL lets a principal do an operation on a resource.  They map where both
 have a meaning:
 
-* the resource is a **topic** by its literal name (its range of logs), or
-  ``*`` (every log, a grant on ``all``); the cluster resource is ``all`` too;
+* the resource is a **topic** by its literal name or a prefix (PREFIXED): a
+  grant by topic name, which covers the topic's logs whatever ranges they
+  are in, and a topic made later (so an ACL may come before its topic, as
+  in Kafka); or ``*`` (every log, a grant on ``all``); the cluster resource
+  is ``all`` too;
 * or a **group** (a group grant): a literal name (``*``: every group) or a
   prefix (PREFIXED: ``PREFIX*``); READ, DESCRIBE and DELETE are the group
   operations of the same names, ALL is the three;
@@ -14,10 +17,11 @@ have a meaning:
   ``trim``, ALTER, CREATE and ALTER_CONFIGS are ``admin``, ALL is all four;
 * only ALLOW: grants allow, nothing denies.
 
-What has no counterpart is refused, naming why: DENY, prefixed topics,
-transactional ids, other hosts.  DescribeAcls lists the grants that are on
-a topic's range, on everything, or on groups; a grant on another range of
-logs has no Kafka name and is left out (``logstrand acl list`` shows it).
+What has no counterpart is refused, naming why: DENY, transactional ids,
+other hosts.  DescribeAcls lists the grants by topic name, those on the
+range of a topic of one range (``logstrand acl grant USER orders``), on
+everything, or on groups; a grant on another range of logs has no Kafka
+name and is left out (``logstrand acl list`` shows it).
 A filter's MATCH pattern type is taken as ANY.  The APIs need ``admin`` on
 every log, as topic administration does.
 """
@@ -27,6 +31,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
+from ..epochstore._model import check_range_name
 from ..errors import LogstrandError
 from ..records import GROUP_OPS, LOG_ID_MAX, OPS
 from ..security import check_name, parse_group_pattern
@@ -49,11 +54,18 @@ _GROUP_SHOWN = {"read": 3, "describe": 8, "delete": 6}
 INVALID = KafkaError.INVALID_REQUEST
 
 
-def _grant(store: Any, *, user: str, on: tuple[int, int] | str, ops: frozenset[str]) -> None:
+#: What an ACL is granted on: logs (first, last), or ("group" or
+#: "topic", a name or ``PREFIX*``).
+On = tuple[int, int] | tuple[str, str]
+
+
+def _grant(store: Any, *, user: str, on: On, ops: frozenset[str]) -> None:
     # A Kafka ACL names any principal, a user of SCRAM credentials or not
     # yet: the grant waits for ``logstrand users add``.
-    if isinstance(on, str):
-        store.grant_group(user, on, ops, user_to_come=True)
+    if on[0] == "group":
+        store.grant_group(user, on[1], ops, user_to_come=True)
+    elif on[0] == "topic":
+        store.grant_topic(user, on[1], ops, user_to_come=True)
     else:
         store.grant(user, *on, ops, user_to_come=True)
 
@@ -61,24 +73,29 @@ def _grant(store: Any, *, user: str, on: tuple[int, int] | str, ops: frozenset[s
 def _revoke(store: Any, *, grant: dict[str, Any], op: str) -> None:
     if "group" in grant:
         store.revoke_group(grant["user"], grant["group"], frozenset({op}))
+    elif "topic" in grant:
+        store.revoke_topic(grant["user"], grant["topic"], frozenset({op}))
     else:
         store.revoke(grant["user"], grant["first"], grant["last"], frozenset({op}))
 
 
-def _group_acls(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every group grant, one ACL per operation."""
+def _named_acls(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every grant by group or topic name, one ACL per operation."""
     out = []
-    for g in doc.get("group_grants", ()):
-        prefixed = g["group"].endswith("*") and g["group"] != "*"
+    named = [("group", GROUP, g) for g in doc.get("group_grants", ())]
+    named += [("topic", TOPIC, g) for g in doc.get("topic_grants", ())]
+    for field, kind, g in named:
+        pattern = g[field]
+        prefixed = pattern.endswith("*") and pattern != "*"
         for op in sorted(g["ops"]):
             out.append(
                 {
-                    "resource_type": GROUP,
-                    "resource_name": g["group"][:-1] if prefixed else g["group"],
+                    "resource_type": kind,
+                    "resource_name": pattern[:-1] if prefixed else pattern,
                     "pattern_type": PREFIXED if prefixed else LITERAL,
                     "principal": f"User:{g['user']}",
                     "host": "*",
-                    "operation": _GROUP_SHOWN[op],
+                    "operation": (_GROUP_SHOWN if kind == GROUP else _SHOWN)[op],
                     "permission_type": ALLOW,
                     "grant": g,
                     "op": op,
@@ -98,7 +115,13 @@ class AclApis:
         return doc
 
     def _ranges(self) -> dict[tuple[int, int], str]:
-        out = {(r.first, r.last): n for n, r in self.front.topics().items()}
+        # A grant on a range is shown under the topic's name when the topic
+        # is that range alone: one that grew is not all of it.
+        out = {
+            (r.first, r.parts[0].last): n
+            for n, r in self.front.topics().items()
+            if len(r.parts) == 1
+        }
         out[(1, LOG_ID_MAX)] = "*"
         return out
 
@@ -124,7 +147,7 @@ class AclApis:
                         "op": op,
                     }
                 )
-        return out + _group_acls(doc)
+        return out + _named_acls(doc)
 
     @staticmethod
     def _matches(acl: dict[str, Any], f: dict[str, Any]) -> bool:
@@ -165,9 +188,9 @@ class AclApis:
             ],
         }
 
-    def _grant_of(self, c: dict[str, Any]) -> tuple[str, tuple[int, int] | str, set[str]] | str:
-        """(user, logs (first, last) or a group pattern, ops) an ACL creation
-        asks for, or why it cannot be."""
+    def _grant_of(self, c: dict[str, Any]) -> tuple[str, On, set[str]] | str:
+        """(user, what it is on, ops) an ACL creation asks for, or why it
+        cannot be."""
         if c["permission_type"] != ALLOW:
             return "only ALLOW: logstrand's grants allow, nothing denies"
         if c["host"] != "*":
@@ -182,8 +205,8 @@ class AclApis:
         user, pattern = principal[5:], c.get("resource_pattern_type", LITERAL)
         if c["resource_type"] == GROUP:
             return self._group_grant_of(user, c["resource_name"], pattern, c["operation"])
-        if pattern != LITERAL:
-            return "only literal topic names (a topic, or *); groups may be PREFIXED"
+        if pattern not in (LITERAL, PREFIXED):
+            return "a topic ACL is LITERAL or PREFIXED"
         ops = _OPS.get(c["operation"])
         if ops is None:
             return f"operation {c['operation']} has no logstrand counterpart"
@@ -191,17 +214,19 @@ class AclApis:
             return user, (1, LOG_ID_MAX), ops
         if c["resource_type"] != TOPIC:
             return "only topics, groups and the cluster: others have no counterpart"
-        if c["resource_name"] == "*":
+        name = c["resource_name"]
+        if name == "*" and pattern == LITERAL:
             return user, (1, LOG_ID_MAX), ops
-        r = self.front.topics().get(c["resource_name"])
-        if r is None:
-            return f"no topic {c['resource_name']!r}"
-        return user, (r.first, r.last), ops
+        try:
+            check_range_name(name)
+        except LogstrandError as exc:
+            return str(exc)
+        return user, ("topic", name + "*" if pattern == PREFIXED else name), ops
 
     @staticmethod
     def _group_grant_of(
         user: str, name: str, pattern: int, operation: int
-    ) -> tuple[str, str, set[str]] | str:
+    ) -> tuple[str, On, set[str]] | str:
         ops = _GROUP_OPS.get(operation)
         if ops is None:
             return f"operation {operation} has no counterpart on a group (read, describe, delete)"
@@ -211,12 +236,9 @@ class AclApis:
             on = parse_group_pattern(name + "*" if pattern == PREFIXED and name != "*" else name)
         except LogstrandError as exc:
             return str(exc)
-        return user, on, ops
+        return user, ("group", on), ops
 
     async def create(self, request: Request) -> dict[str, Any]:
-        named = self.front.topics()
-        if any(c["resource_name"] not in named for c in request.body["creations"]):
-            await self.front.data.rereads.reread()  # a topic made since the last read
         results = []
         for c in request.body["creations"]:
             want = self._grant_of(c)

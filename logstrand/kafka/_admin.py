@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
-from ..errors import ExistsError, LogstrandError, NotFoundError
+from ..errors import LogstrandError
 from ._errors import KafkaError
+from ._topic_admin import PARTITIONS_MAX, TopicApis
 from ._topics import (
     BOOLEAN,
     INT,
@@ -35,10 +36,11 @@ from ._topics import (
 
 if TYPE_CHECKING:
     from ..client import AsyncClient
-    from ..epochstore import LogRange
+    from ..epochstore import NamedLogs
     from ..rpc import ClusterView
     from ._data import DataPlane
     from ._protocol import Request
+
 
 _log = logging.getLogger("logstrand.kafka")
 
@@ -79,6 +81,7 @@ class FrontPort(Protocol):
     client: AsyncClient
     view: ClusterView
     data: DataPlane
+    topic_apis: TopicApis
 
     broker_id: int
     advertise: tuple[str, int]
@@ -86,7 +89,7 @@ class FrontPort(Protocol):
     auto_create: bool
     secure: bool
 
-    def topics(self) -> dict[str, LogRange]: ...
+    def topics(self) -> dict[str, NamedLogs]: ...
 
     def brokers(self) -> dict[int, tuple[str, int]]: ...
 
@@ -95,7 +98,7 @@ class AdminApis:
     def __init__(self, front: FrontPort) -> None:
         self.front = front
 
-    async def _range(self, name: str) -> LogRange | None:
+    async def _range(self, name: str) -> NamedLogs | None:
         await self.front.view.refresh()
         return self.front.topics().get(name)
 
@@ -218,7 +221,7 @@ class AdminApis:
         if not validate_only:
             fields = new.to_json()
             try:
-                await self.front.view.astore.run(lambda s: s.update_logs(r.first, r.last, **fields))
+                await self.front.view.astore.run(lambda s: s.update_logs_named(r.name, **fields))
             except LogstrandError as exc:
                 return _answer(res, KafkaError.INVALID_CONFIG, str(exc))
             await self.front.view.refresh()
@@ -241,25 +244,17 @@ class AdminApis:
         r = await self._range(name)
         if r is None:
             return error(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
-        now = r.last - r.first + 1
         if t["assignments"]:
             return error(KafkaError.INVALID_REPLICA_ASSIGNMENT, "logstrand places records itself")
-        if count <= now:
-            return error(KafkaError.INVALID_PARTITIONS, f"{name} has {now} partitions already")
-        new_last = r.first + count - 1
-        ids = list(range(r.last + 1, new_last + 1))
-        epochs = await self.front.view.astore.log_epochs_many(ids)
-        if any(epochs[i].next_epoch != 1 for i in ids):
-            return error(
-                KafkaError.INVALID_PARTITIONS,
-                f"logs {ids[0]}..{ids[-1]} after the topic's were used before",
-            )
+        if count <= r.count:
+            return error(KafkaError.INVALID_PARTITIONS, f"{name} has {r.count} partitions already")
+        if count > PARTITIONS_MAX:
+            return error(KafkaError.INVALID_PARTITIONS, f"partitions: at most {PARTITIONS_MAX}")
         if not validate_only:
             try:
-                await self.front.view.astore.run(lambda s: s.extend_logs(r.first, r.last, new_last))
-            except (ExistsError, NotFoundError) as exc:
+                await self.front.topic_apis.grow_topic(r, count - r.count)
+            except LogstrandError as exc:
                 return error(KafkaError.INVALID_PARTITIONS, f"cannot grow {name}: {exc}")
-            await self.front.view.refresh()
         return {"name": name, "error_code": 0, "error_message": None}
 
     async def delete_records(self, request: Request) -> dict[str, Any]:

@@ -86,7 +86,7 @@ class FrontAuth:
             doc: dict[str, Any] = await client.view.astore.run(lambda s: s.security())
             return doc
 
-        self.access = Access(read)
+        self.access = Access(read, client.view.range_name)
 
     # -- the gate -----------------------------------------------------------------
 

@@ -49,7 +49,7 @@ from ._sessions import Session, Sessions, close
 
 if TYPE_CHECKING:
     from ..client import AsyncClient
-    from ..epochstore import LogRange
+    from ..epochstore import NamedLogs
     from ..net import Budget
     from ._protocol import Request
 
@@ -103,7 +103,7 @@ class DataPlane(OffsetListing, FetchReads):
             pause = min(pause * 2, 0.2)
         return m
 
-    async def partition(self, name: str, index: int) -> tuple[LogRange | None, int]:
+    async def partition(self, name: str, index: int) -> tuple[NamedLogs | None, int]:
         """The range of topic ``name`` and the log of its partition ``index``.
         A topic this front does not know is looked up again (``Rereads``):
         another front or the CLI may have made it since this one's view last
@@ -112,9 +112,10 @@ class DataPlane(OffsetListing, FetchReads):
         if r is None:
             await self.rereads.reread()
             r = self.topics().get(name)
-        if r is None or not 0 <= index <= r.last - r.first:
+        log_id = None if r is None else r.log(index)
+        if r is None or log_id is None:
             return None, 0
-        return r, r.first + index
+        return r, log_id
 
     async def may(self, request: Request, op: str, name: str, index: int) -> bool:
         """Whether the request's user may ``op`` on the partition (secure

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ..epochstore import LogAttributes
+from ..epochstore import LogAttributes, NamedCache
 from ..epochstore._model import check_range_name
 from ..errors import LogstrandError
 from ..placement import select_nodeset
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from ..client import AsyncClient
-    from ..epochstore import LogRange
+    from ..epochstore import NamedLogs
     from ._protocol import Request
 
 _log = logging.getLogger("logstrand.kafka")
@@ -76,6 +76,7 @@ class KafkaFront:
         coordinator: GroupCoordinator | None = None,
     ) -> None:
         self.client, self.view, self.secure = client, client.view, secure
+        self._named = NamedCache()
         self.auth = FrontAuth(client, secure=secure)
         self.broker_id, self.advertise = broker_id, advertise
         self.standalone, self.auto_create = standalone, auto_create
@@ -87,9 +88,7 @@ class KafkaFront:
         self.coordinator = coordinator or GroupCoordinator(self, session_ms=group_session_ms)
         groups = GroupAdmin(self, self.coordinator)
         heartbeats = ConsumerGroupApis(self, self.coordinator)
-        acls = AclApis(self)
-        admin = AdminApis(self)
-        self.topic_apis = TopicApis(self)
+        acls, admin, self.topic_apis = AclApis(self), AdminApis(self), TopicApis(self)
         handlers: dict[int, Callable[[Request], Awaitable[dict[str, Any] | None]]] = {
             0: self.data.produce,
             1: self.data.fetch,
@@ -231,7 +230,9 @@ class KafkaFront:
         node = None if self.standalone else self.view.sequencer_node(log_id)
         return node if node is not None and node in brokers else self.broker_id
 
-    def replicas(self, r: LogRange, log_id: int, leader: int, brokers: dict[int, Any]) -> list[int]:
+    def replicas(
+        self, r: NamedLogs, log_id: int, leader: int, brokers: dict[int, Any]
+    ) -> list[int]:
         if self.standalone:
             return [leader]
         a = r.attributes
@@ -244,8 +245,8 @@ class KafkaFront:
         )
         return [leader] + [n for n in nodeset if n in brokers and n != leader]
 
-    def topics(self) -> dict[str, LogRange]:
-        return {r.name: r for r in self.view.ranges if r.name is not None}
+    def topics(self) -> dict[str, NamedLogs]:
+        return self._named(self.view.ranges)
 
     async def _metadata(self, request: Request) -> dict[str, Any]:
         body, version = request.body, request.version
@@ -304,7 +305,7 @@ class KafkaFront:
         }
 
     async def _visible(
-        self, request: Request, names: list[str], named: dict[str, LogRange], *, every: bool
+        self, request: Request, names: list[str], named: dict[str, NamedLogs], *, every: bool
     ) -> tuple[list[str], list[str]]:
         """The topics a user may see (read or append to some partition of),
         and those asked by name that it may not."""
@@ -313,7 +314,7 @@ class KafkaFront:
             r = named.get(n)
             ok = r is None
             for op in ("read", "append"):
-                for log_id in () if r is None else (r.first, r.last):
+                for log_id in () if r is None else [e for p in r.parts for e in (p.first, p.last)]:
                     ok = ok or await self.auth.may(request, op, log_id)
             if ok:
                 seen.append(n)
@@ -322,7 +323,7 @@ class KafkaFront:
         return seen, refused
 
     def _topic_metadata(
-        self, name: str, r: LogRange | None, brokers: dict[int, tuple[str, int]]
+        self, name: str, r: NamedLogs | None, brokers: dict[int, tuple[str, int]]
     ) -> dict[str, Any]:
         if r is None:
             return {
@@ -331,7 +332,7 @@ class KafkaFront:
                 "partitions": [],
             }
         partitions = []
-        for i, log_id in enumerate(range(r.first, r.last + 1)):
+        for i, log_id in enumerate(r.logs()):
             leader = self.leader(log_id, brokers)
             replicas = self.replicas(r, log_id, leader, brokers)
             partitions.append(

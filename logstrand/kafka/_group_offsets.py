@@ -107,8 +107,9 @@ class GroupAdmin:
     def _where(self, log_id: int) -> tuple[str, int] | None:
         """(topic, partition) of a log, if a topic holds it."""
         for name, r in self.front.topics().items():
-            if r.first <= log_id <= r.last:
-                return name, log_id - r.first
+            index = r.index(log_id)
+            if index is not None:
+                return name, index
         return None
 
     async def _offset_of(self, position: Position) -> int:

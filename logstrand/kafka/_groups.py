@@ -49,7 +49,7 @@ from ._membership import Coordinator
 
 if TYPE_CHECKING:
     from ..client import AsyncClient
-    from ..epochstore import LogRange
+    from ..epochstore import NamedLogs
     from ..rpc import ClusterView
     from ._auth import FrontAuth
     from ._data import DataPlane
@@ -66,7 +66,7 @@ class CoordinatorHost(Protocol):
     broker_id: int
     standalone: bool
 
-    def topics(self) -> dict[str, LogRange]: ...
+    def topics(self) -> dict[str, NamedLogs]: ...
 
     def brokers(self) -> dict[int, tuple[str, int]]: ...
 
@@ -194,7 +194,7 @@ class GroupCoordinator:
         if topic.startswith(NATIVE_PREFIX):  # a subscription to logs
             return int(topic.rsplit("/", 1)[1])
         r = self.front.topics().get(topic)
-        return 0 if r is None else r.last - r.first + 1
+        return 0 if r is None else r.count
 
     # -- waiting and ticking ---------------------------------------------------------
 

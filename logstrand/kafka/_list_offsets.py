@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from ..client import AsyncClient
-    from ..epochstore import LogRange
+    from ..epochstore import NamedLogs
     from ._offsets import OffsetMap
     from ._protocol import Request
 
@@ -96,7 +96,7 @@ class OffsetListing:
     async def may(self, request: Request, op: str, name: str, index: int) -> bool:
         raise NotImplementedError
 
-    async def partition(self, name: str, index: int) -> tuple[LogRange | None, int]:
+    async def partition(self, name: str, index: int) -> tuple[NamedLogs | None, int]:
         raise NotImplementedError
 
     async def _bounds(self, log_id: int) -> tuple[int, int, OffsetMap, int]:

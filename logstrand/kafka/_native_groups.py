@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
+from ..epochstore import NamedCache
 from ..errors import LogstrandError, Status
 from ..wire import GroupHeartbeat, GroupHeartbeatReply
 from ._consumer_groups import Beat
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from ..client import AsyncClient
-    from ..epochstore import LogRange
+    from ..epochstore import NamedLogs
     from ..net import Connection
     from ..rpc import ClusterView
     from ..security import Credentials
@@ -67,9 +68,10 @@ class _NodeSide:
         self.client = client
         self.view: ClusterView = client.view
         self.broker_id = node_id
+        self._named = NamedCache()
 
-    def topics(self) -> dict[str, LogRange]:
-        return {r.name: r for r in self.view.ranges if r.name is not None}
+    def topics(self) -> dict[str, NamedLogs]:
+        return self._named(self.view.ranges)
 
     def brokers(self) -> dict[int, tuple[str, int]]:
         out: dict[int, tuple[str, int]] = {}

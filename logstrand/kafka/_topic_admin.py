@@ -19,7 +19,7 @@ from ._topics import ConfigError, apply_configs, free_firsts, topic_id
 
 if TYPE_CHECKING:
     from ..client import AsyncClient
-    from ..epochstore import EpochStore, LogRange
+    from ..epochstore import EpochStore, LogRange, NamedLogs
     from ..rpc import ClusterView
     from ._protocol import Request
 
@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 AUTO_PARTITIONS = 1
 #: Partitions one CreateTopics may ask for.
 PARTITIONS_MAX = 10_000
+#: Attempts to grow a topic while other fronts take the ids it looked at.
+GROW_TRIES = 5
 #: Log ids topics are allocated below.
 TOPIC_IDS_TOP = 1 << 40
 
@@ -39,7 +41,7 @@ class TopicsPort(Protocol):
     view: ClusterView
     num_partitions: int
 
-    def topics(self) -> dict[str, LogRange]: ...
+    def topics(self) -> dict[str, NamedLogs]: ...
 
 
 class TopicApis:
@@ -65,7 +67,7 @@ class TopicApis:
                 ranges = await astore.log_ranges()
                 if any(r.name == name for r in ranges):
                     raise ExistsError(f"topic {name!r} already exists")
-                first = await self._virgin_first(ranges, partitions)
+                first = await self.virgin_first(ranges, partitions)
                 make = functools.partial(
                     _create, first=first, last=first + partitions - 1, a=attributes, name=name
                 )
@@ -76,17 +78,49 @@ class TopicApis:
                 await self.front.view.refresh()
                 return made
 
-    async def _virgin_first(self, ranges: list[LogRange], count: int) -> int:
-        """The lowest free run of ``count`` log ids that no epoch was ever
-        taken in (a range removed keeps its logs' epochs, and a topic must
-        start empty)."""
+    async def virgin_first(self, ranges: list[LogRange], count: int, above: int = 0) -> int:
+        """The lowest free run of ``count`` log ids above ``above`` that no
+        epoch was ever taken in (a range removed keeps its logs' epochs, and
+        a topic's logs must start empty)."""
         astore = self.front.view.astore
-        for first in free_firsts(ranges, count, TOPIC_IDS_TOP):
+        for first in free_firsts(ranges, count, TOPIC_IDS_TOP, above=above):
             ids = list(range(first, first + count))
             epochs = await astore.log_epochs_many(ids)
             if all(epochs[i].next_epoch == 1 for i in ids):
                 return first
         raise InvalidArgumentError("no free run of log ids for the topic")
+
+    async def grow_topic(self, topic: NamedLogs, add: int) -> None:
+        """``add`` partitions more: the ids right after its last range when
+        they are free and were never used (the topic stays one range), else
+        a new range of its own above its others (``epochstore._named``)."""
+        astore = self.front.view.astore
+        name, last = topic.name, topic.parts[-1]
+        async with self._creating:
+            for _ in range(GROW_TRIES):
+                ranges = await astore.log_ranges()
+                if not any(r.name == name and r.last == last.last for r in ranges):
+                    raise NotFoundError(f"topic {name!r} changed meanwhile: ask again")
+                after = list(range(last.last + 1, last.last + add + 1))
+                next_first = min((r.first for r in ranges if r.first > last.last), default=None)
+                epochs = await astore.log_epochs_many(after)
+                in_place = (next_first is None or next_first > after[-1]) and all(
+                    epochs[i].next_epoch == 1 for i in after
+                )
+                if in_place:
+                    grow = functools.partial(_extend, first=last.first, last=last.last, add=add)
+                else:
+                    first = await self.virgin_first(ranges, add, above=last.last)
+                    grow = functools.partial(_part, name=name, first=first, last=first + add - 1)
+                try:
+                    await astore.run(grow)
+                except ExistsError:
+                    continue  # another front took the ids meanwhile: look again
+                await self.front.view.refresh()
+                return
+        raise ExistsError(
+            f"topic {name!r}: the ids it could grow into were taken {GROW_TRIES} times"
+        )
 
     async def create_topics(self, request: Request) -> dict[str, Any]:
         body = request.body
@@ -169,15 +203,23 @@ class TopicApis:
             out.append(row)
         return {"throttle_time_ms": 0, "responses": out}
 
-    async def delete_topic(self, r: LogRange) -> None:
-        """Trim every log of the range to its tail, then remove the range."""
-        tails = await self.front.client.tail_lsns(list(range(r.first, r.last + 1)))
+    async def delete_topic(self, r: NamedLogs) -> None:
+        """Trim every log of the topic to its tail, then remove its ranges."""
+        tails = await self.front.client.tail_lsns(r.logs())
         for log_id, tail in tails.items():
             if tail > 0:
                 await self.front.client.trim(log_id, tail)
         with contextlib.suppress(NotFoundError):  # another front removed it meanwhile
-            await self.front.view.astore.run(lambda s: s.remove_logs(r.first, r.last))
+            await self.front.view.astore.run(lambda s: s.remove_logs_named(r.name))
         await self.front.view.refresh()
+
+
+def _extend(store: EpochStore, *, first: int, last: int, add: int) -> LogRange:
+    return store.extend_logs(first, last, last + add)
+
+
+def _part(store: EpochStore, *, name: str, first: int, last: int) -> LogRange:
+    return store.add_logs_part(name, first, last)
 
 
 def _create(store: EpochStore, *, first: int, last: int, a: LogAttributes, name: str) -> LogRange:

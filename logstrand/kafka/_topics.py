@@ -20,12 +20,14 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
     from ..epochstore._model import LogRange
+    from ..epochstore._named import NamedLogs
 
 _NAMESPACE = uuid.UUID("5b0a5f1e-3a52-4f59-9d0c-6c6f6773747a")
 
 
-def topic_id(cluster: str, r: LogRange) -> bytes:
-    """A topic's id: the same for the same range, new when it is made again."""
+def topic_id(cluster: str, r: NamedLogs | LogRange) -> bytes:
+    """A topic's id: the same for the same name and first log (it grows
+    without changing), new when it is made again."""
     return uuid.uuid5(_NAMESPACE, f"{cluster}/{r.name}/{r.first}").bytes
 
 
@@ -159,10 +161,13 @@ def describe_configs(attributes: LogAttributes) -> list[tuple[str, str, bool, st
     return out
 
 
-def free_firsts(ranges: Iterable[LogRange], count: int, top: int) -> Iterator[int]:
-    """First ids of runs of ``count`` ids in no range, lowest first, below ``top``."""
+def free_firsts(
+    ranges: Iterable[LogRange], count: int, top: int, *, above: int = 0
+) -> Iterator[int]:
+    """First ids of runs of ``count`` ids in no range, lowest first, above
+    ``above`` and below ``top``."""
     taken = sorted((r.first, r.last) for r in ranges if r.first >= 1)
-    at = 1
+    at = above + 1
     for first, last in [*taken, (top + 1, top + 1)]:
         while at + count - 1 < first:
             yield at

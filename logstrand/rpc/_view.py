@@ -17,6 +17,7 @@ log must always have a sequencer somewhere.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 import math
@@ -69,6 +70,11 @@ class ClusterView:
         self.cluster = store.cluster
         self.nodes: dict[int, NodeConfig] = {}
         self.ranges: list[LogRange] = []
+        #: ``range_name``'s index: the first ids of ``ranges`` (made again
+        #: when ``ranges`` is a new list).
+        self._by_first: list[LogRange] = []
+        self._firsts: list[int] = []
+        self._firsts_of: object = None
         self.alive: frozenset[int] = frozenset()
         #: The live members and what each says (its clock, whether it takes sequencers).
         self.members: Members = {}
@@ -219,6 +225,17 @@ class ClusterView:
             if log_id in r:
                 return r.attributes
         return None
+
+    def range_name(self, log_id: int) -> str | None:
+        """The name of the range ``log_id`` is in (None: no name, or in no
+        range): what grants by topic name are checked against."""
+        if self.ranges is not self._firsts_of:  # the view read them again
+            self._by_first = sorted(self.ranges, key=lambda r: r.first)
+            self._firsts = [r.first for r in self._by_first]
+            self._firsts_of = self.ranges
+        i = bisect.bisect_right(self._firsts, log_id) - 1
+        r = self._by_first[i] if i >= 0 else None
+        return r.name if r is not None and log_id in r else None
 
     def suspect(self, node_id: int, ttl_s: float = SUSPECT_S) -> None:
         """Leave ``node_id`` out of routing for a while (a connection to it failed)."""

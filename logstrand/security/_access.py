@@ -27,8 +27,14 @@ RECHECK_S = 0.5
 class Access:
     """``read()`` returns the epoch store's security document (``security()``)."""
 
-    def __init__(self, read: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+    def __init__(
+        self,
+        read: Callable[[], Awaitable[dict[str, Any]]],
+        name_of: Callable[[int], str | None] = lambda _: None,
+    ) -> None:
         self._read = read
+        #: The name of the range a log is in (grants by topic name).
+        self._name_of = name_of
         self.users: dict[str, Any] = {}
         self.grants: Grants = NO_GRANTS
         #: The cluster's secret for SCRAM's made-up salts (None: not made yet).
@@ -75,11 +81,12 @@ class Access:
 
     async def may(self, user: str, op: str, log_id: int | None) -> bool:
         """Whether ``user`` may ``op`` on ``log_id`` (None: on every user log)."""
+        name = None if log_id is None else self._name_of(log_id)
         await self.refresh()
-        if self.grants.may(user, op, log_id):
+        if self.grants.may(user, op, log_id, name):
             return True
         await self.refresh(force=True)
-        return self.grants.may(user, op, log_id)
+        return self.grants.may(user, op, log_id, name)
 
     async def may_group(self, user: str, op: str, group: str) -> bool:
         """Whether ``user`` may ``op`` on consumer group ``group``."""

@@ -29,7 +29,7 @@ import hashlib
 import hmac
 import re
 import secrets
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -38,6 +38,9 @@ from ..errors import InvalidArgumentError
 from ..records import GROUP_OPS, GROUP_RE, INTERNAL_LOGS, LOG_ID_MAX, POSITIONS_LOGS
 from ..records import OPS as OPS
 from ..wire import ACCESS
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
 TOKEN_PREFIX = "lst_"
@@ -85,6 +88,32 @@ class Grant:
 
 
 @attrs.frozen
+class TopicGrant:
+    """``user`` may do ``ops`` on the logs of the ranges ``pattern`` names:
+    one name, or the names that start with a prefix (``PREFIX*``).  Unlike
+    a ``Grant`` it holds by name, so it covers a topic made or grown after
+    it (Kafka's literal and prefixed ACLs on topics)."""
+
+    user: str
+    pattern: str
+    ops: frozenset[str]
+
+    def names(self, name: str | None) -> bool:
+        if name is None:
+            return False
+        if self.pattern.endswith("*"):
+            return name.startswith(self.pattern[:-1])
+        return name == self.pattern
+
+    def to_json(self) -> dict[str, Any]:
+        return {"user": self.user, "topic": self.pattern, "ops": sorted(self.ops)}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> TopicGrant:
+        return cls(doc["user"], doc["topic"], frozenset(doc["ops"]))
+
+
+@attrs.frozen
 class GroupGrant:
     """``user`` may do ``ops`` on the groups ``pattern`` names: one group,
     the groups whose names start with a prefix (``PREFIX*``), or every
@@ -119,26 +148,33 @@ class Grants:
 
     logs: tuple[Grant, ...] = ()
     groups: tuple[GroupGrant, ...] = ()
+    topics: tuple[TopicGrant, ...] = ()
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> Grants:
         return cls(
             tuple(Grant.from_json(g) for g in doc.get("grants", ())),
             tuple(GroupGrant.from_json(g) for g in doc.get("group_grants", ())),
+            tuple(TopicGrant.from_json(g) for g in doc.get("topic_grants", ())),
         )
 
-    def may(self, user: str, op: str, log_id: int | None) -> bool:
-        """Whether ``user`` may ``op`` on ``log_id`` (None: on every user log)."""
+    def may(self, user: str, op: str, log_id: int | None, name: str | None = None) -> bool:
+        """Whether ``user`` may ``op`` on ``log_id`` (None: on every user log),
+        which is in the range named ``name`` (None: in no named range)."""
         if log_id is None:
             return any(
                 g.user == user and op in g.ops and (g.first, g.last) == (1, LOG_ID_MAX)
                 for g in self.logs
             )
-        return any(g.user == user and g.covers(op, log_id) for g in self.logs)
+        return any(g.user == user and g.covers(op, log_id) for g in self.logs) or any(
+            g.user == user and op in g.ops and g.names(name) for g in self.topics
+        )
 
     def may_somewhere(self, user: str, op: str) -> bool:
         """Whether ``user`` may ``op`` on at least one log."""
-        return any(g.user == user and op in g.ops for g in self.logs)
+        return any(g.user == user and op in g.ops for g in self.logs) or any(
+            g.user == user and op in g.ops for g in self.topics
+        )
 
     def may_group(self, user: str, op: str, group: str) -> bool:
         """Whether ``user`` may ``op`` (``GROUP_OPS``) on ``group``: a grant
@@ -188,8 +224,18 @@ def required(msg: Any) -> tuple[str, int | None] | None:
     return op, getattr(msg, "log_id", None)
 
 
-def refusal(principal: Principal, grants: Grants, msg: Any) -> str | None:
-    """Why ``principal`` may not send ``msg`` (None: it may)."""
+def _no_name(log_id: int) -> str | None:
+    return None
+
+
+def refusal(
+    principal: Principal,
+    grants: Grants,
+    msg: Any,
+    name_of: Callable[[int], str | None] = _no_name,
+) -> str | None:
+    """Why ``principal`` may not send ``msg`` (None: it may).  ``name_of``
+    gives the name of the range a log is in, for grants by topic name."""
     if principal.is_node:
         return None
     kind = type(msg)
@@ -202,10 +248,13 @@ def refusal(principal: Principal, grants: Grants, msg: Any) -> str | None:
         return None
     op, log_id = need
     mine = [g for g in grants.logs if g.user == principal.name]
+    by_name = [g for g in grants.topics if g.user == principal.name and op in g.ops]
     # A request on many logs (``GetTails``) needs the operation on each.
     logs: tuple[int | None, ...] = getattr(msg, "log_ids", None) or (log_id,)
     for log in logs:
-        if not any(g.covers(op, log) for g in mine):
+        if any(g.covers(op, log) for g in mine):
+            continue
+        if log is None or not by_name or not any(g.names(name_of(log)) for g in by_name):
             where = f" on log {log}" if log is not None else ""
             return f"{principal} may not {op}{where}"
     return None

@@ -213,7 +213,9 @@ class Guard:
         return refused.status, refused.reason
 
     def _access_refusal(self, principal: Principal, msg: Any) -> str | None:
-        return refusal(principal, self.grants, msg) or group_refusal(principal, self.grants, msg)
+        return refusal(principal, self.grants, msg, self.view.range_name) or group_refusal(
+            principal, self.grants, msg
+        )
 
     # -- principals ----------------------------------------------------------------
 

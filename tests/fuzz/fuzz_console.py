@@ -67,6 +67,9 @@ class _View:
     async def refresh(self) -> None:
         return None
 
+    def range_name(self, log_id: int) -> str | None:
+        return None
+
 
 class _Client:
     view = _View()

@@ -65,6 +65,9 @@ class _AStore:
 class _View:
     astore = _AStore()
 
+    def range_name(self, log_id: int) -> str | None:
+        return None
+
 
 class _Client:
     view = _View()

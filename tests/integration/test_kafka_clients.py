@@ -18,6 +18,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewTopic
 
 import logstrand
+from logstrand.cli import main
 from logstrand.epochstore import open_epoch_store
 from logstrand.testing import LocalCluster
 
@@ -383,3 +384,61 @@ def test_a_broker_describes_only_itself(cluster: LocalCluster) -> None:
         assert "expected 1 or empty string" in rows[name]["error_message"]
     assert (rows[""]["error_code"], rows[""]["configs"]) == (0, [])
     assert {c["name"] for c in rows["1"]["configs"]} >= {"broker.id", "num.partitions"}
+
+
+def test_a_topic_grows_after_another_topic_took_the_ids_after_it(
+    cluster: LocalCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """CreatePartitions works whatever was made since: the topic's new
+    partitions are a range of their own when the ids after it are taken.
+    Records go to every partition by index, a consumer reads the new ones,
+    a keyed native append spreads over all of them, and ``logs list`` shows
+    the part and which partitions it holds.  Before, the growth failed with
+    "logs 8..9 overlap the range 8..9"."""
+    from confluent_kafka.admin import NewPartitions
+
+    _create(cluster, NewTopic("grows", 2, 2), NewTopic("after-grows", 2, 2))
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    admin.create_partitions([NewPartitions("grows", 5)])["grows"].result(30)
+    with open_epoch_store(cluster.url) as store:
+        parts = [(r.first, r.last) for r in store.log_ranges() if r.name == "grows"]
+        other = store.log_range_named("after-grows")
+    assert len(parts) == 2, parts
+    assert parts[1][0] > other.last, parts
+    topics = admin.list_topics("grows", timeout=30).topics
+    assert sorted(topics["grows"].partitions) == [0, 1, 2, 3, 4]
+
+    producer = Producer({"bootstrap.servers": cluster.kafka_bootstrap, "linger.ms": 0})
+    for p in range(5):
+        producer.produce("grows", value=b"to %d" % p, partition=p)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": cluster.kafka_bootstrap, "group.id": "grows-r"})
+    try:
+        consumer.assign([TopicPartition("grows", p, 0) for p in range(5)])
+        got = sorted((m.partition(), m.value()) for m in _messages(consumer, 5))
+    finally:
+        consumer.close()
+    assert got == [(p, b"to %d" % p) for p in range(5)]
+    # Kafka's partitioner over the five partitions (murmur2, as Java's) and
+    # the native client's by name agree, key by key.
+    keyed = Producer(
+        {"bootstrap.servers": cluster.kafka_bootstrap, "partitioner": "murmur2_random"}
+    )
+    where: dict[bytes, int] = {}
+    for i in range(30):
+        key = b"key-%d" % i
+        keyed.produce(
+            "grows", key=key, value=b"v", on_delivery=lambda e, m: where.update({m.key(): m})
+        )
+    assert keyed.flush(30) == 0
+    logs = [first + i for first, last in parts for i in range(last - first + 1)]
+    with logstrand.connect(cluster.url) as client:
+        # Partition 3 is the new part's second log.
+        assert next(r.payload for r in client.read(parts[1][0] + 1)) == b"to 3"
+        native = {k: client.log_of("grows", key=k) for k in where}
+    assert native == {k: logs[m.partition()] for k, m in where.items()}
+    assert len({m.partition() for m in where.values()}) == 5
+    capsys.readouterr()
+    assert main(["logs", "list", "--url", cluster.url]) == 0
+    listed = capsys.readouterr().out
+    assert f"{parts[1][0]}..{parts[1][1]} (grows, partitions 2..4)" in listed

@@ -316,3 +316,100 @@ def test_an_acl_for_a_user_to_come_applies_once_it_is_made(
     p.produce("paid", value=b"dave's", partition=3, on_delivery=lambda e, m: errors.append(e))
     p.flush(30)
     assert errors == [None], [str(e) for e in errors]
+
+
+def _topic_acl(name: str, pattern: ResourcePatternType, op: AclOperation) -> AclBinding:
+    return AclBinding(
+        ResourceType.TOPIC, name, pattern, "User:erin", "*", op, AclPermissionType.ALLOW
+    )
+
+
+def test_acls_on_a_topic_to_come_and_on_a_prefix_cover_it_as_it_grows(
+    secure: tuple[LocalCluster, dict[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Kafka takes an ACL on a topic that does not exist yet, and on a prefix
+    (PREFIXED): a grant by name that holds once the topic is made, and for
+    the partitions it gains later, even as a range of its own.  The node
+    checks it too, for a native client with the same user's token; a topic
+    the ACLs do not name stays refused.  Before, CreateAcls answered
+    INVALID_REQUEST ("no topic 'soon'", "only literal topic names")."""
+    from confluent_kafka.admin import NewPartitions, NewTopic
+
+    c, _ = secure
+    admin = AdminClient(_conf(c, "admin", c.admin_token or "", "SCRAM-SHA-256"))
+    acls = [
+        _topic_acl("soon", ResourcePatternType.LITERAL, AclOperation.WRITE),
+        _topic_acl("so", ResourcePatternType.PREFIXED, AclOperation.READ),
+        AclBinding(
+            ResourceType.GROUP,
+            "g-erin",
+            ResourcePatternType.LITERAL,
+            "User:erin",
+            "*",
+            AclOperation.READ,
+            AclPermissionType.ALLOW,
+        ),
+    ]
+    for f in admin.create_acls(acls).values():
+        f.result(30)
+    for f in admin.create_topics([NewTopic("soon", 2, 2), NewTopic("other", 1, 2)]).values():
+        f.result(30)
+    admin.create_partitions([NewPartitions("soon", 4)])["soon"].result(30)
+    with open_epoch_store(c.url) as store:
+        soon = [r for r in store.log_ranges() if r.name == "soon"]
+        other = store.log_range_named("other").first
+    assert len(soon) == 2  # "other" took the ids after the first part
+    capsys.readouterr()
+    assert main(["users", "add", "erin", "--url", c.url, "--json"]) == 0
+    token = json.loads(capsys.readouterr().out)["token"]
+    time.sleep(6)  # the front reads grants again at most every 5 s
+
+    errors: list[Any] = []
+
+    def report(e: Any, m: Any) -> None:
+        errors.append((m.topic(), m.partition(), e and e.name()))
+
+    p = Producer({**_conf(c, "erin", token, "SCRAM-SHA-256"), "message.timeout.ms": 10000})
+    for partition in (0, 3):
+        p.produce("soon", value=b"erin's", partition=partition, on_delivery=report)
+    p.produce("other", value=b"no", partition=0, on_delivery=report)
+    p.flush(30)
+    assert sorted(errors, key=str) == [
+        ("other", 0, "TOPIC_AUTHORIZATION_FAILED"),
+        ("soon", 0, None),
+        ("soon", 3, None),
+    ]
+    consumer = Consumer({**_conf(c, "erin", token, "SCRAM-SHA-256"), "group.id": "g-erin"})
+    try:
+        consumer.assign([TopicPartition("soon", 3, 0)])
+        m = None
+        deadline = time.monotonic() + 30
+        while m is None and time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+    finally:
+        consumer.close()
+    assert m is not None
+    assert (m.error(), m.value()) == (None, b"erin's")
+
+    # The nodes check the same grants for a native client of the user.
+    ca = str(c.directory / "tls" / "ca.pem")
+    with logstrand.connect(c.url, ca=ca, token=token) as client:
+        assert client.append(soon[1].last, b"native") > 0
+        with pytest.raises(logstrand.AccessDeniedError):
+            client.append(other, b"no")
+    described = admin.describe_acls(
+        AclBindingFilter(
+            ResourceType.TOPIC,
+            None,
+            ResourcePatternType.ANY,
+            "User:erin",
+            None,
+            AclOperation.ANY,
+            AclPermissionType.ANY,
+        )
+    ).result(30)
+    topics = [b for b in described if b.restype == ResourceType.TOPIC]
+    assert sorted((b.name, b.resource_pattern_type, b.operation) for b in topics) == [
+        ("so", ResourcePatternType.PREFIXED, AclOperation.READ),
+        ("soon", ResourcePatternType.LITERAL, AclOperation.WRITE),
+    ]

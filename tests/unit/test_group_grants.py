@@ -181,7 +181,7 @@ def test_acl_commands_take_one_of_logs_or_group(
     assert "ann may read on group etl-*" in capsys.readouterr().out
     both = ["acl", "grant", "ann", "--group", "g", "--logs", "1", "--ops", "read", "--url", url]
     assert main(both) == 2
-    assert "one of --logs or --group" in capsys.readouterr().err
+    assert "one of --logs, --topic or --group" in capsys.readouterr().err
     assert main(["acl", "grant", "ann", "--ops", "read", "--url", url]) == 2
     capsys.readouterr()
     assert main(["acl", "grant", "ann", "--group", "a b", "--ops", "read", "--url", url]) != 0

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 import trio
 
+from logstrand.epochstore import LogRange, NamedLogs
 from logstrand.kafka import _protocol as proto
 from logstrand.kafka._data import DataPlane
 from logstrand.types import compose_lsn
@@ -32,6 +33,9 @@ class _View:
 
     async def refresh(self) -> None:
         pass
+
+    def range_name(self, log_id: int) -> str | None:
+        return None
 
 
 class _Stream:
@@ -71,8 +75,8 @@ class _Client:
         return _Stream()
 
 
-class _Range:
-    first = last = 7
+def _topic() -> NamedLogs:
+    return NamedLogs("t", (LogRange(7, 7, name="t"),))
 
 
 def _fetch(offset: int, wait_ms: int) -> proto.Request:
@@ -97,7 +101,7 @@ async def test_a_consumer_waiting_at_the_end_asks_the_nodes_nothing(
 ) -> None:
     async with trio.open_nursery() as nursery:
         client = _Client(nursery)
-        data = DataPlane(client, lambda: {"t": _Range()})  # type: ignore[arg-type]
+        data = DataPlane(client, lambda: {"t": _topic()})
         for _ in range(20):  # 20 long polls of 500 ms at the end
             answer = await data.fetch(_fetch(5, 500))
             row = answer["responses"][0]["partitions"][0]
