@@ -26,6 +26,7 @@ import trio
 from ..client._reader_parts import GapItem
 from ..errors import LogstrandError
 from ..types import GapType, compose_lsn, lsn_epoch
+from ._offsets import LEADER_EPOCH_MAX
 from ._records import encode_columns
 from ._sessions import Session, Sessions, close
 
@@ -179,6 +180,9 @@ class FetchReads:
             assert known is not None
             m = known
         shift = compose_lsn(epoch, 0) - m.base(epoch) + 1  # offset = lsn - shift
+        # Kafka's partition leader epoch is an int32; logstrand's epochs stay
+        # far below 2^31 (one per failover), the clamp only keeps the field valid.
+        kafka_epoch = min(epoch, LEADER_EPOCH_MAX)
         offsets = [lsn - shift for lsn in lsns]
         a = bisect.bisect_left(offsets, offset)
         n = len(offsets)
@@ -201,7 +205,9 @@ class FetchReads:
             while True:
                 hi = min(n, lo + fit)
                 x = None if extras is None else extras[lo:hi]
-                part = encode_columns(offsets[lo:hi], ts[lo:hi], keys[lo:hi], values[lo:hi], x)
+                part = encode_columns(
+                    offsets[lo:hi], ts[lo:hi], keys[lo:hi], values[lo:hi], x, kafka_epoch
+                )
                 if len(part) <= left or hi - lo == 1:
                     break
                 fit = (hi - lo) // 2

@@ -108,6 +108,7 @@ class KafkaFront:
             20: self.topic_apis.delete_topics,
             21: admin.delete_records,
             22: self._init_producer_id,
+            23: self.data.offset_for_leader_epoch,
             32: admin.describe_configs,
             33: admin.alter_configs,
             37: admin.create_partitions,

@@ -1,4 +1,5 @@
-"""ListOffsets by time: which record a timestamp names, and its time.
+"""ListOffsets (which record a timestamp names, and its time) and
+OffsetForLeaderEpoch (where an epoch ends, ``_offsets.epoch_end``).
 
 Kafka answers a search for time *t* with the first record at or after *t*,
 giving its offset and its own timestamp, and with offset -1 and timestamp
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import LogstrandError, NotFoundError
 from ..types import Record, lsn_epoch
 from ._errors import KafkaError
+from ._offsets import epoch_end
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -117,6 +119,41 @@ class OffsetListing:
                 rows.append(await self._list_one(t["name"], p, request.version))
             out.append({"name": t["name"], "partitions": rows})
         return {"throttle_time_ms": 0, "topics": out}
+
+    async def offset_for_leader_epoch(self, request: Request) -> dict[str, Any]:
+        """Where each asked epoch ends.  A consumer asks after a leader change
+        or a seek with an epoch, to learn whether records it read were lost
+        (Kafka's truncation detection, KIP-320).  ``current_leader_epoch`` is
+        not checked: every front serves every partition, none is fenced."""
+        out = []
+        for t in request.body["topics"]:
+            rows: list[dict[str, Any]] = []
+            for p in t["partitions"]:
+                row = {"partition": p["partition"], "leader_epoch": -1, "end_offset": -1}
+                if not await self.may(request, "read", t["topic"], p["partition"]):
+                    rows.append({**row, "error_code": KafkaError.TOPIC_AUTHORIZATION_FAILED})
+                    continue
+                code, epoch, end = await self._epoch_end(t["topic"], p)
+                rows.append({**row, "error_code": code, "leader_epoch": epoch, "end_offset": end})
+            out.append({"topic": t["topic"], "partitions": rows})
+        return {"throttle_time_ms": 0, "topics": out}
+
+    async def _epoch_end(self, name: str, p: dict[str, Any]) -> tuple[int, int, int]:
+        r, log_id = await self.partition(name, p["partition"])
+        if r is None:
+            return KafkaError.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
+        try:
+            _, end, m, tail = await self._bounds(log_id)
+            # The map must hold every epoch up to the tail's: an epoch's end
+            # is the next one's base.
+            m = await self.offsets(log_id, lsn_epoch(tail), wait_s=5.0) or m
+        except NotFoundError:
+            return KafkaError.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
+        except LogstrandError as exc:
+            _log.warning("kafka: OffsetForLeaderEpoch %s[%d]: %s", name, p["partition"], exc)
+            return KafkaError.REQUEST_TIMED_OUT, -1, -1
+        epoch, offset = epoch_end(m, p["leader_epoch"], end)
+        return KafkaError.NONE, epoch, offset
 
     async def _list_one(self, name: str, p: dict[str, Any], version: int) -> dict[str, Any]:
         row: dict[str, Any] = {"partition_index": p["partition_index"], "error_code": 0}

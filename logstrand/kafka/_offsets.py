@@ -68,3 +68,33 @@ class OffsetMap:
             return 0
         epoch = lsn_epoch(tail_lsn)
         return self.base(epoch) + lsn_esn(tail_lsn)
+
+
+#: Kafka's leader epochs are int32: a logstrand epoch past it (never in
+#: practice: one per sequencer activation) is shown as this.
+LEADER_EPOCH_MAX = 2**31 - 1
+
+
+def epoch_end(m: OffsetMap, asked: int, end: int) -> tuple[int, int]:
+    """OffsetForLeaderEpoch: (the largest epoch with records at or below
+    ``asked``, the offset that epoch ends at), given the log end offset
+    ``end``.  Kafka's leader epochs are logstrand's epochs, so an epoch ends
+    where the next one with records starts (its base), and the newest one at
+    the log's end.  An epoch newer than any with records (a sequencer that
+    has appended nothing yet) also ends at the log's end: it holds nothing.
+    -1, -1 for no epoch (``asked`` < 0), as Kafka answers UNDEFINED_EPOCH.
+
+    A record acknowledged is never lost, so for an epoch a consumer read a
+    record of, the end is always past that record: a Kafka client checking
+    its position after a failover finds no truncation, and there is none."""
+    if asked < 0:
+        return -1, -1
+    later = [(e, b) for e, b in m.bases if e > asked]
+    if not later:
+        return asked, end
+    below = [e for e, _ in m.bases if e <= asked]
+    if below:
+        return below[-1], later[0][1]
+    # Epoch 1 starts at offset 0 without an entry: it holds the records
+    # below the first entry's base, if there are any.
+    return (1 if later[0][1] > 0 else asked), later[0][1]

@@ -358,9 +358,11 @@ def encode_columns(
     keys: list[bytes | None],
     values: list[bytes | None],
     extras: list[bytes | None] | None = None,
+    leader_epoch: int = -1,
 ) -> bytes:
     """One uncompressed batch (CreateTime) of records given as columns,
-    offsets ascending: what a fetch answers with.  A record's ``extras``
+    offsets ascending: what a fetch answers with.  ``leader_epoch``: the
+    partition leader epoch the batch carries (the records' logstrand epoch).  A record's ``extras``
     (``batch.pack_extra``) give its headers and the create time its producer
     sent, which is the time a consumer sees (else the log's timestamp).
     Works a column at a time where it can."""
@@ -398,7 +400,7 @@ def encode_columns(
         put(hs)
     body = b"".join(parts)
     head = _HEADER.pack(
-        base, HEADER_BYTES - _LENGTH_FROM + len(body), -1, 2, 0, 0, offsets[-1] - base,
+        base, HEADER_BYTES - _LENGTH_FROM + len(body), leader_epoch, 2, 0, 0, offsets[-1] - base,
         first_ts, max(timestamps), -1, -1, -1, len(offsets),
     )  # fmt: skip
     crc = google_crc32c.extend(google_crc32c.value(head[_CRC_FROM:]), body)

@@ -21,6 +21,9 @@ import logstrand
 from logstrand.cli import main
 from logstrand.epochstore import open_epoch_store
 from logstrand.testing import LocalCluster
+from logstrand.types import lsn_epoch
+
+from .kafka_raw import KafkaPeer
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -442,3 +445,59 @@ def test_a_topic_grows_after_another_topic_took_the_ids_after_it(
     assert main(["logs", "list", "--url", cluster.url]) == 0
     listed = capsys.readouterr().out
     assert f"{parts[1][0]}..{parts[1][1]} (grows, partitions 2..4)" in listed
+
+
+def test_records_carry_their_epoch_and_an_epoch_ends_where_the_next_begins(
+    cluster: LocalCluster,
+) -> None:
+    """Kafka's leader epoch is logstrand's epoch: each fetched batch carries
+    its records' (librdkafka's ``Message.leader_epoch()``), and
+    OffsetForLeaderEpoch says where an epoch ends, which is how a Kafka
+    client checks after a failover that nothing it read was lost.  Before,
+    every record had no epoch and API 23 was not served."""
+    _create(cluster, NewTopic("epochs", 1, 2))
+    log = _log_of(cluster, "epochs")
+    assert _produce(cluster, "epochs", [(None, b"a"), (None, b"b")]) == [None, None]
+    with logstrand.connect(cluster.url) as client:
+        first = lsn_epoch(client.tail_lsn(log))
+        sequencer = client.sequencer_node(log)
+    assert sequencer is not None
+    cluster.stop_node(sequencer)
+    try:
+        # The next append activates a sequencer on another node: a new epoch.
+        with logstrand.connect(cluster.url) as client:
+            second = lsn_epoch(client.append(log, b"c"))
+    finally:
+        cluster.start_node(sequencer)
+    assert second > first
+    consumer = Consumer({"bootstrap.servers": cluster.kafka_bootstrap, "group.id": "epochs-r"})
+    try:
+        consumer.assign([TopicPartition("epochs", 0, 0)])
+        got = [(m.offset(), m.leader_epoch()) for m in _messages(consumer, 3)]
+    finally:
+        consumer.close()
+    assert got == [(0, first), (1, first), (2, second)]
+
+    def ask(epoch: int, partition: int = 0) -> tuple[int, int, int]:
+        body = {
+            "replica_id": -1,
+            "topics": [
+                {
+                    "topic": "epochs",
+                    "partitions": [
+                        {"partition": partition, "current_leader_epoch": -1, "leader_epoch": epoch}
+                    ],
+                }
+            ],
+        }
+        with KafkaPeer(cluster.kafka_bootstrap.split(",")[0]) as peer:
+            answer = peer.request(23, 4, body)
+        assert answer is not None
+        p = answer["topics"][0]["partitions"][0]
+        return p["error_code"], p["leader_epoch"], p["end_offset"]
+
+    assert ask(first) == (0, first, 2)  # the first epoch ends where the second starts
+    assert ask(second) == (0, second, 3)  # the newest ends at the log's end
+    assert ask(second + 5) == (0, second + 5, 3)  # one with nothing in it yet, too
+    assert ask(-1) == (0, -1, -1)  # no epoch: Kafka's UNDEFINED
+    assert ask(first, partition=7)[0] == 3  # UNKNOWN_TOPIC_OR_PARTITION

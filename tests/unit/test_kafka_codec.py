@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from logstrand.batch import pack_extra, unpack_extra
 from logstrand.kafka import _protocol as proto
 from logstrand.kafka._codec import KafkaDecodeError, read_varint, write_varint
-from logstrand.kafka._offsets import OffsetMap
+from logstrand.kafka._offsets import OffsetMap, epoch_end
 from logstrand.kafka._records import decode_batches, encode_columns
 from logstrand.types import compose_lsn
 
@@ -172,6 +172,22 @@ def test_offsets_are_dense_within_and_across_epochs() -> None:
     assert m.next_offset(0) == 0
     assert m.known(4)
     assert not m.known(5)
+
+
+def test_an_epoch_ends_where_the_next_epoch_with_records_starts() -> None:
+    """OffsetForLeaderEpoch's answer: (the epoch with records at or below
+    the one asked, where it ends), the log end offset (here 170) for the
+    newest and for any later one."""
+    m = OffsetMap(((3, 100), (4, 150)), clean=3)
+    assert epoch_end(m, 1, 170) == (1, 100)  # epoch 1, implicit at 0, ends at 3's base
+    assert epoch_end(m, 2, 170) == (1, 100)  # 2 had nothing: 1 is the epoch below it
+    assert epoch_end(m, 3, 170) == (3, 150)
+    assert epoch_end(m, 4, 170) == (4, 170)
+    assert epoch_end(m, 9, 170) == (9, 170)  # a sequencer that appended nothing yet
+    assert epoch_end(m, -1, 170) == (-1, -1)
+    # A log whose first records came in epoch 2: epoch 1 held nothing.
+    assert epoch_end(OffsetMap(((2, 0),), clean=1), 1, 5) == (1, 0)
+    assert epoch_end(OffsetMap((), clean=0), 1, 5) == (1, 5)
 
 
 @pytest.mark.parametrize("magic", [0, 1])
