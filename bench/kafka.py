@@ -2,6 +2,7 @@
 Redis Streams in the same run.
 
     .venv/bin/python bench/kafka.py [--repeat 3] [--records 200000] [--big 20000]
+                                    [--codec gzip|snappy|lz4|zstd]
 
 Each repeat starts a fresh local 3-node cluster whose nodes serve Kafka (R=2,
 SQLite epoch store) and runs, on one topic of one partition each:
@@ -14,7 +15,10 @@ SQLite epoch store) and runs, on one topic of one partition each:
 - produce latency: 2,000 sequential produce + flush with acks=all and
   linger 0 against 2,000 sequential ``append``, p50 and p99;
 - a consumer waiting at the end of 8 partitions (long polls): the nodes'
-  CPU over 5 s, then produce -> consume latency of 50 records.
+  CPU over 5 s, then produce -> consume latency of 50 records;
+- with ``--codec``, the 100 B records again on a topic of that
+  compression.type, consumed from the start: the front compresses every
+  batch it sends, and the row gives the rate against the uncompressed topic's.
 
 Redis Streams (``bench/kafka_redis.py``, from the peers' virtualenv that
 ``bench/compare.py`` installs) runs pipelined XADD and XRANGE backfill on the
@@ -145,9 +149,10 @@ def _ours(client: Any, log: int, payload: bytes, n: int) -> tuple[float, float]:
     return produce, consume
 
 
-def one_run(records: int, big: int) -> dict[str, float]:
+def one_run(records: int, big: int, codec: str | None = None) -> dict[str, float]:
     import logstrand
     from logstrand.epochstore import LogAttributes, open_epoch_store
+    from logstrand.kafka._topics import apply_configs
     from logstrand.testing import LocalCluster
 
     out: dict[str, float] = {}
@@ -156,11 +161,19 @@ def one_run(records: int, big: int) -> dict[str, float]:
         with open_epoch_store(c.url) as store:
             for first, name in enumerate(names, 1):
                 store.create_logs(first, first, LogAttributes(replication_factor=2), name=name)
+            if codec is not None:
+                packed = apply_configs(
+                    LogAttributes(replication_factor=2), [("compression.type", codec)]
+                )
+                store.create_logs(100, 100, packed, name="kpacked")
         b = c.kafka_bootstrap
         pids = [p.pid for p in c.procs.values()]
         out["idle_cpu"], out["wait_p50_ms"] = _waiting(b, pids)
         out["kafka_produce_100b"] = _produce(b, "k100", SMALL, records)
         out["kafka_consume_100b"] = _consume(b, "k100", records)
+        if codec is not None:
+            _produce(b, "kpacked", SMALL, records)
+            out["kafka_consume_100b_packed"] = _consume(b, "kpacked", records)
         out["kafka_produce_10kib"] = _produce(b, "k10k", BIG, big)
         out["kafka_consume_10kib"] = _consume(b, "k10k", big)
         out["kafka_p50_ms"], out["kafka_p99_ms"] = _latency(b, "klat", 2000)
@@ -198,8 +211,9 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--big", type=int, default=20_000)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--codec", choices=("gzip", "snappy", "lz4", "zstd"), default=None)
     args = ap.parse_args()
-    runs = [one_run(args.records, args.big) for _ in range(args.repeat)]
+    runs = [one_run(args.records, args.big, args.codec) for _ in range(args.repeat)]
     peers = [r for r in (redis_run(args.records, args.big) for _ in range(args.repeat)) if r]
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     red = {k: statistics.median(r[k] for r in peers) for k in peers[0]} if peers else {}
@@ -218,6 +232,12 @@ def main() -> None:
         print(
             f"| {what} | {rcell} | {own:,.0f} rec/s | {front:,.0f} rec/s | {rratio} "
             f"| {front / own:.2f}x |"
+        )
+    if args.codec:
+        packed = med["kafka_consume_100b_packed"]
+        print(
+            f"| consume 100 B from the start, {args.codec} topic | | | {packed:,.0f} rec/s | "
+            f"| {packed / med['kafka_consume_100b']:.2f}x of uncompressed |"
         )
     print(
         f"| produce, acks=all, linger 0: p50 / p99 | | {med['own_p50_ms']:.2f} / "

@@ -25,6 +25,8 @@ NODE_ID_MAX = 2**31 - 1
 SCOPES = ("node", "rack", "dc", "region")
 CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
 COMPRESSIONS = ("none", "lz4", "zstd")
+#: Kafka's codecs, for the batches the Kafka front sends (``wire_compression``).
+WIRE_COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 DURABILITIES = ("async", "fsync")
 ROLES = ("storage", "sequencer")
 _CLUSTER_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -155,6 +157,10 @@ class LogAttributes:
     durability: str = "async"
     #: How clients compress the bodies of their batches: none, lz4 or zstd.
     compression: str = "none"
+    #: The Kafka codec of the batches the Kafka front sends for the log
+    #: (Kafka's compression.type, where logstrand keeps no such codec of its
+    #: own: gzip, snappy; or none); None: as ``compression``.
+    wire_compression: str | None = None
 
     def __attrs_post_init__(self) -> None:
         if type(self.replication_factor) is not int or not 1 <= self.replication_factor <= 15:
@@ -183,13 +189,25 @@ class LogAttributes:
             _fail(f"bad durability {self.durability!r}: {', '.join(DURABILITIES)}")
         if self.compression not in COMPRESSIONS:
             _fail(f"bad compression {self.compression!r}: {', '.join(COMPRESSIONS)}")
+        if self.wire_compression is not None and self.wire_compression not in WIRE_COMPRESSIONS:
+            _fail(f"bad wire compression {self.wire_compression!r}: {', '.join(WIRE_COMPRESSIONS)}")
 
     @property
     def compacted(self) -> bool:
         return "compact" in self.cleanup_policy
 
+    @property
+    def kafka_codec(self) -> str:
+        """The codec of the batches the Kafka front sends for the log."""
+        return self.wire_compression or self.compression
+
     def to_json(self) -> dict[str, Any]:
-        return attrs.asdict(self)
+        d = attrs.asdict(self)
+        if d["wire_compression"] is None:
+            # Left out unless set: a node of an earlier version reads the
+            # document too, and refuses attributes it does not know.
+            del d["wire_compression"]
+        return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> LogAttributes:

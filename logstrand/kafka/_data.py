@@ -40,7 +40,7 @@ from ..types import GapType, lsn_epoch
 from ._codec import KafkaDecodeError
 from ._errors import KafkaError
 from ._fetch_read import FetchReads
-from ._inflate import TooLarge, UnsupportedCodec
+from ._inflate import CODEC_IDS, TooLarge, UnsupportedCodec
 from ._list_offsets import OffsetListing
 from ._offsets import OffsetMap
 from ._records import RECORDS_ROOM_MAX, KafkaBatch, decode_batches
@@ -417,7 +417,8 @@ class DataPlane(OffsetListing, FetchReads):
             return name, row
         if offset < end and budget[0] > 0:
             limit = min(budget[0], max(1, p["partition_max_bytes"]))
-            data = await self._read(log_id, m, offset, limit, tail)
+            codec = CODEC_IDS[r.attributes.kafka_codec]
+            data = await self._read(log_id, m, offset, limit, tail, codec)
             budget[0] -= len(data)
             row["records"] = data
         return name, row

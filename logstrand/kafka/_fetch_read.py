@@ -78,16 +78,25 @@ class FetchReads:
     async def offsets(self, log_id: int, epoch: int, wait_s: float = 0.0) -> OffsetMap | None:
         raise NotImplementedError
 
-    async def _read(self, log_id: int, m: OffsetMap, offset: int, limit: int, tail: int) -> bytes:
+    async def _read(
+        self, log_id: int, m: OffsetMap, offset: int, limit: int, tail: int, codec: int = 0
+    ) -> bytes:
         """Batches of records from ``offset``, about ``limit`` bytes (at least
-        one record, as Kafka returns a first batch larger than the limit).
+        one record, as Kafka returns a first batch larger than the limit),
+        compressed with Kafka codec ``codec``.
         The read stream goes on from the last fetch's when this one continues
         where it ended, with the answer it read ahead; a new one is opened up
         to the tail."""
         session = self.sessions.take(log_id, offset)
+        if session is not None and session.codec != codec and session.ahead is not None:
+            # The topic's compression.type changed since this answer was read
+            # ahead in the old codec: read it again.
+            await close(session)
+            session = None
         if session is None:
             stream = self.client.read(log_id, m.lsn_at(offset), tail)
             session = Session(stream, stream.batches())
+        session.codec = codec  # a long poll's stream holds records, not batches
         ahead: Ahead | None = session.ahead
         session.ahead = None
         try:
@@ -143,7 +152,7 @@ class FetchReads:
                         _log.warning("kafka: log %d: records lost (%s), skipped", log_id, item)
                     continue
                 m, parts, last, whole = await self._run(
-                    log_id, m, item, next_offset, limit - size, first=not out
+                    log_id, m, item, next_offset, limit - size, first=not out, codec=session.codec
                 )
                 if parts:
                     out += parts
@@ -161,7 +170,15 @@ class FetchReads:
         return b"".join(out), next_offset, False, m
 
     async def _run(
-        self, log_id: int, m: OffsetMap, run: RecordRun, offset: int, room: int, *, first: bool
+        self,
+        log_id: int,
+        m: OffsetMap,
+        run: RecordRun,
+        offset: int,
+        room: int,
+        *,
+        first: bool,
+        codec: int = 0,
     ) -> tuple[OffsetMap, list[bytes], int, bool]:
         """One run of records (one stored batch, one epoch) as Kafka batches
         of at most ``FETCH_BATCH_RECORDS`` records and ``CHUNK_BYTES``, those
@@ -206,7 +223,7 @@ class FetchReads:
                 hi = min(n, lo + fit)
                 x = None if extras is None else extras[lo:hi]
                 part = encode_columns(
-                    offsets[lo:hi], ts[lo:hi], keys[lo:hi], values[lo:hi], x, kafka_epoch
+                    offsets[lo:hi], ts[lo:hi], keys[lo:hi], values[lo:hi], x, kafka_epoch, codec
                 )
                 if len(part) <= left or hi - lo == 1:
                     break

@@ -1,15 +1,21 @@
 """ListOffsets (which record a timestamp names, and its time) and
 OffsetForLeaderEpoch (where an epoch ends, ``_offsets.epoch_end``).
 
-Kafka answers a search for time *t* with the first record at or after *t*,
-giving its offset and its own timestamp, and with offset -1 and timestamp
--1 when no record is that recent; MAX_TIMESTAMP (-3, KIP-734) names the
-record with the largest timestamp.  Here the search goes by the log's own
-time (``client.find_time``), which the nodes index, and the answer gives
-the record found with the time a consumer sees for it: the CreateTime its
-producer gave, else the log's.  A producer's CreateTime is not indexed: a
-record whose CreateTime is far from when it was appended is found by its
-append time.
+Kafka answers a search for time *t* with the first record, in offset order,
+whose timestamp is at or after *t*, giving its offset and its timestamp, and
+offset -1 and timestamp -1 when no record has such a time; MAX_TIMESTAMP
+(-3, KIP-734) names the record with the largest timestamp.  A topic's
+timestamps are CreateTimes (Kafka's default): the time each producer gave
+its record, else (a record appended natively without one) the log's own.
+The nodes index the log's time, not producers' (``client.find_time``), so
+the search goes by offsets instead: a binary search that reads the record
+at each probe (about 30 reads for a billion records), which is exact when
+CreateTimes rise with offsets, as they do from producers with clocks in
+step and from a replay of old records in their order; then the
+``DISORDER_RECORDS`` records before where it landed are read again for an
+earlier one with the time (CreateTimes a little out of order: clocks a
+little apart, retried batches).  MAX_TIMESTAMP looks at the last
+``DISORDER_RECORDS`` records.
 """
 
 from __future__ import annotations
@@ -36,6 +42,9 @@ _log = logging.getLogger("logstrand.kafka")
 NOT_FOUND = (-1, -1)
 #: Read batches looked at for the first record from an LSN (gaps before it).
 BATCHES_MAX = 16
+#: Records read again before a search's landing point, and at the end for
+#: MAX_TIMESTAMP: how far out of order CreateTimes may be and still be found.
+DISORDER_RECORDS = 1000
 
 
 async def first_record(
@@ -57,37 +66,85 @@ async def first_record(
     return None
 
 
-async def at_time(
-    client: AsyncClient,
-    log_id: int,
-    timestamp_ms: int,
-    tail: int,
-    offsets_of: Callable[[int], Awaitable[OffsetMap]],
-) -> tuple[int, int]:
-    """(offset, timestamp) of the first record at or after ``timestamp_ms``
-    by the log's time, or ``NOT_FOUND``.  ``offsets_of(epoch)``: the log's
-    offset map with that epoch known."""
-    lsn = await client.find_time(log_id, timestamp_ms)
-    found = await first_record(client, log_id, lsn, tail)
-    if found is None:
-        return NOT_FOUND
-    m = await offsets_of(lsn_epoch(found[0]))
-    return m.offset(found[0]), found[1]
+async def _scan(
+    client: AsyncClient, log_id: int, lsn: int, tail: int, count: int
+) -> list[tuple[int, int]]:
+    """(LSN, timestamp a consumer sees) of up to ``count`` records from ``lsn``."""
+    out: list[tuple[int, int]] = []
+    if lsn > tail:
+        return out
+    async with client.read(log_id, lsn, tail) as reader:
+        while len(out) < count:
+            items = await reader.next_objects()
+            if not items:
+                break
+            for item in items:
+                if isinstance(item, Record):
+                    created = item.create_time
+                    out.append((item.lsn, item.timestamp if created is None else created))
+    return out[:count]
 
 
-async def newest(
-    client: AsyncClient, log_id: int, bounds: tuple[int, int], tail: int, m: OffsetMap
-) -> tuple[int, int]:
-    """MAX_TIMESTAMP: (offset, timestamp) of the newest record by the log's
-    time (the last one: offset ``end - 1`` of ``bounds``, start and end), or
-    ``NOT_FOUND`` for a partition with no record."""
-    start, end = bounds
-    if end <= start:
+class Searcher:
+    """One partition's records by offset, for the searches by time."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        log_id: int,
+        tail: int,
+        m: OffsetMap,
+        offsets_of: Callable[[int], Awaitable[OffsetMap]],
+    ) -> None:
+        self.client, self.log_id, self.tail, self.m = client, log_id, tail, m
+        self._offsets_of = offsets_of
+
+    async def _offset(self, lsn: int) -> int:
+        epoch = lsn_epoch(lsn)
+        if not self.m.known(epoch):
+            self.m = await self._offsets_of(epoch)
+        return self.m.offset(lsn)
+
+    async def record_at(self, offset: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after ``offset``."""
+        found = await first_record(self.client, self.log_id, self.m.lsn_at(offset), self.tail)
+        return None if found is None else (await self._offset(found[0]), found[1])
+
+    async def records(self, offset: int, count: int) -> list[tuple[int, int]]:
+        """(offset, timestamp) of up to ``count`` records from ``offset``."""
+        got = await _scan(self.client, self.log_id, self.m.lsn_at(offset), self.tail, count)
+        return [(await self._offset(lsn), ts) for lsn, ts in got]
+
+    async def at_time(self, t: int, start: int, end: int) -> tuple[int, int]:
+        """(offset, timestamp) of the first record whose timestamp is at or
+        after ``t``, between offsets ``start`` and ``end``; or ``NOT_FOUND``
+        (see the module docstring)."""
+        lo, hi = start, end
+        while lo < hi:
+            mid = (lo + hi) // 2
+            found = await self.record_at(mid)
+            if found is None or found[1] >= t:
+                hi = mid
+            else:
+                lo = found[0] + 1
+        # The first with the time is at ``lo`` (or there is none, at the
+        # end), unless an earlier one is out of order: read those again.
+        back = max(start, lo - DISORDER_RECORDS)
+        for offset, ts in await self.records(back, lo - back + 1):
+            if ts >= t:
+                return offset, ts
         return NOT_FOUND
-    found = await first_record(client, log_id, m.lsn_at(end - 1), tail)
-    if found is None:
-        return NOT_FOUND
-    return m.offset(found[0]), found[1]
+
+    async def newest(self, start: int, end: int) -> tuple[int, int]:
+        """MAX_TIMESTAMP: (offset, timestamp) of the record with the largest
+        timestamp among the last ``DISORDER_RECORDS`` (the first of them on a
+        tie, as Kafka keeps it), or ``NOT_FOUND`` with no record."""
+        back = max(start, end - DISORDER_RECORDS)
+        best = NOT_FOUND
+        for offset, ts in await self.records(back, end - back) if end > start else []:
+            if ts > best[1]:
+                best = (offset, ts)
+        return best
 
 
 class OffsetListing:
@@ -164,20 +221,19 @@ class OffsetListing:
         try:
             start, end, m, tail = await self._bounds(log_id)
             ts, stamp = p["timestamp"], -1
+
+            async def offsets_of(epoch: int) -> OffsetMap:
+                return await self.offsets(log_id, epoch, wait_s=5.0) or m
+
+            search = Searcher(self.client, log_id, tail, m, offsets_of)
             if ts == -2:  # earliest
                 offset = start
             elif ts == -3:  # the record with the largest timestamp (KIP-734)
-                offset, stamp = await newest(self.client, log_id, (start, end), tail, m)
+                offset, stamp = await search.newest(start, end)
             elif ts < 0:  # latest
                 offset = end
             else:
-
-                async def offsets_of(epoch: int) -> OffsetMap:
-                    return await self.offsets(log_id, epoch, wait_s=5.0) or m
-
-                offset, stamp = await at_time(self.client, log_id, ts, tail, offsets_of)
-                if (offset, stamp) != NOT_FOUND:
-                    offset = max(start, offset)
+                offset, stamp = await search.at_time(ts, start, end)
         except NotFoundError:
             row["error_code"] = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
             return row

@@ -31,7 +31,7 @@ import google_crc32c
 from ..batch import pack_extra, unpack_extra
 from ..errors import ProtocolError
 from ._codec import KafkaDecodeError, read_varint, write_varint
-from ._inflate import CODECS, TooLarge, decompress
+from ._inflate import CODECS, TooLarge, compress, decompress
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_BYTES = _HEADER.size  # 61
@@ -359,10 +359,12 @@ def encode_columns(
     values: list[bytes | None],
     extras: list[bytes | None] | None = None,
     leader_epoch: int = -1,
+    codec: int = 0,
 ) -> bytes:
     """One uncompressed batch (CreateTime) of records given as columns,
     offsets ascending: what a fetch answers with.  ``leader_epoch``: the
-    partition leader epoch the batch carries (the records' logstrand epoch).  A record's ``extras``
+    partition leader epoch the batch carries (the records' logstrand epoch);
+    ``codec``: the Kafka codec its records are compressed with (0: none).  A record's ``extras``
     (``batch.pack_extra``) give its headers and the create time its producer
     sent, which is the time a consumer sees (else the log's timestamp).
     Works a column at a time where it can."""
@@ -398,10 +400,10 @@ def encode_columns(
         if value is not None:
             put(value)
         put(hs)
-    body = b"".join(parts)
+    body = compress(codec, b"".join(parts))
     head = _HEADER.pack(
-        base, HEADER_BYTES - _LENGTH_FROM + len(body), leader_epoch, 2, 0, 0, offsets[-1] - base,
-        first_ts, max(timestamps), -1, -1, -1, len(offsets),
+        base, HEADER_BYTES - _LENGTH_FROM + len(body), leader_epoch, 2, 0, codec,
+        offsets[-1] - base, first_ts, max(timestamps), -1, -1, -1, len(offsets),
     )  # fmt: skip
     crc = google_crc32c.extend(google_crc32c.value(head[_CRC_FROM:]), body)
     return head[:17] + struct.pack(">I", crc) + head[_CRC_FROM:] + body

@@ -49,6 +49,8 @@ class Session:
     used: float = 0.0
     #: The next fetch's answer, being read ahead (``_fetch_read.Ahead``).
     ahead: Any = None
+    #: The Kafka codec its batches are sent with (the topic's compression.type).
+    codec: int = 0
     #: The scope of its task (``follow``'s, or the read ahead's): closing
     #: the session cancels it.
     scope: trio.CancelScope | None = None

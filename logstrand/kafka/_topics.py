@@ -60,18 +60,33 @@ def _policy(value: str) -> str:
     return parts[0]
 
 
-def _codec(value: str) -> str:
-    # Kafka's producer/uncompressed mean "as the producer sent it": batches
-    # are kept as they come either way.
-    if value in ("producer", "uncompressed", "none"):
-        return "none"
+def _codec(value: str) -> tuple[str, str | None]:
+    """compression.type -> (the log's own codec, the codec of fetched
+    batches where it is not the log's).  lz4 and zstd are logstrand codecs
+    too: the log keeps its batches so, and the front sends them so.  gzip and
+    snappy are Kafka's alone: the log keeps batches uncompressed and the
+    front compresses what it sends.  ``producer`` keeps no codec (produced
+    batches are stored decompressed) and sends uncompressed batches."""
+    if value == "producer":
+        return "none", None
+    if value in ("uncompressed", "none"):
+        return "none", "none"
     if value in ("lz4", "zstd"):
-        return value
-    raise ValueError("logstrand keeps batches as producer, none, lz4 or zstd")
+        return value, None
+    if value in ("gzip", "snappy"):
+        return "none", value
+    raise ValueError("one of producer, uncompressed, gzip, snappy, lz4, zstd")
 
 
-#: Kafka config name -> (attribute, parse, render).
-TOPIC_CONFIGS: dict[str, tuple[str, Any, Any]] = {
+def _codec_shown(value: tuple[str, str | None]) -> str:
+    log, wire = value
+    if wire is None:
+        return "producer" if log == "none" else log
+    return "uncompressed" if wire == "none" else wire
+
+
+#: Kafka config name -> (attribute or attributes, parse, render).
+TOPIC_CONFIGS: dict[str, tuple[str | tuple[str, ...], Any, Any]] = {
     "retention.ms": ("retention_ms", _ms, lambda v: _or(v, "-1")),
     "retention.bytes": ("retention_bytes", _positive_or_none, lambda v: _or(v, "-1")),
     "cleanup.policy": ("cleanup_policy", _policy, str),
@@ -83,7 +98,7 @@ TOPIC_CONFIGS: dict[str, tuple[str, Any, Any]] = {
         lambda v: _or(v, "9223372036854775807"),
     ),
     "min.cleanable.dirty.ratio": ("min_cleanable_ratio", float, str),
-    "compression.type": ("compression", _codec, lambda v: "producer" if v == "none" else v),
+    "compression.type": (("compression", "wire_compression"), _codec, _codec_shown),
 }
 
 
@@ -123,7 +138,8 @@ TOPIC_CONFIG_INFO: dict[str, tuple[int, str, str]] = {
     "compression.type": (
         STRING,
         "compression.type",
-        "How the log keeps its batches: producer (as they come), lz4 or zstd.",
+        "The codec of the batches consumers get: producer (none), uncompressed, gzip, snappy, "
+        "lz4 or zstd (lz4 and zstd also compress what the log keeps).",
     ),
 }
 
@@ -137,13 +153,15 @@ def apply_configs(base: LogAttributes, configs: Iterable[tuple[str, str | None]]
         if known is None:
             raise ConfigError(name, "not a topic config logstrand has")
         attr, parse, _ = known
+        names = attr if isinstance(attr, tuple) else (attr,)
         if value is None:
-            changes[attr] = getattr(default, attr)
+            changes.update((n, getattr(default, n)) for n in names)
             continue
         try:
-            changes[attr] = parse(value)
+            parsed = parse(value)
         except ValueError as exc:
             raise ConfigError(name, f"bad value {value!r}: {exc}") from exc
+        changes.update(zip(names, parsed if isinstance(attr, tuple) else (parsed,), strict=True))
     try:
         return attrs.evolve(base, **changes)
     except (InvalidArgumentError, ValueError, TypeError) as exc:
@@ -156,9 +174,15 @@ def describe_configs(attributes: LogAttributes) -> list[tuple[str, str, bool, st
     default = LogAttributes()
     out = []
     for name, (attr, _, render) in sorted(TOPIC_CONFIGS.items()):
-        value, was = getattr(attributes, attr), getattr(default, attr)
+        value, was = _value(attributes, attr), _value(default, attr)
         out.append((name, render(value), value == was, render(was)))
     return out
+
+
+def _value(attributes: LogAttributes, attr: str | tuple[str, ...]) -> Any:
+    if isinstance(attr, tuple):
+        return tuple(getattr(attributes, n) for n in attr)
+    return getattr(attributes, attr)
 
 
 def free_firsts(

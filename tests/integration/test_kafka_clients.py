@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 import logstrand
 from logstrand.cli import main
 from logstrand.epochstore import open_epoch_store
+from logstrand.kafka._records import decode_batches
 from logstrand.testing import LocalCluster
 from logstrand.types import lsn_epoch
 
@@ -368,6 +369,43 @@ def test_offsets_for_times_name_a_record_and_its_time(cluster: LocalCluster) -> 
     assert (top.offset, top.timestamp) == (2, stamps[2])
 
 
+def test_a_search_by_time_goes_by_the_producers_create_times(cluster: LocalCluster) -> None:
+    """A topic's timestamps are CreateTimes, and Kafka searches by them: a
+    replay of a day-old history is found by its own times, not by when it
+    was appended, a record a little out of order is still the first with
+    its time, and MAX_TIMESTAMP names the record with the largest CreateTime
+    even when it is not the last.  Before, the search went by append time:
+    every time of that day answered offset 0."""
+    from confluent_kafka.admin import OffsetSpec
+
+    _create(cluster, NewTopic("replayed", 1, 2))
+    day_ago = int(time.time() * 1000) - 86_400_000
+    # Ten records a second apart, a day old; the one at offset 6 was retried
+    # and came late (a time before offset 5's); offset 8 has a clock ahead.
+    stamps = [day_ago + i * 1000 for i in range(10)]
+    stamps[6] = day_ago + 4_500
+    stamps[8] = day_ago + 60_000
+    producer = Producer({"bootstrap.servers": cluster.kafka_bootstrap, "linger.ms": 0})
+    for i, ts in enumerate(stamps):
+        producer.produce("replayed", value=b"r%d" % i, partition=0, timestamp=ts)
+    assert producer.flush(30) == 0
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    tp = TopicPartition("replayed", 0)
+
+    def search(t: int) -> tuple[int, int]:
+        got = admin.list_offsets({tp: OffsetSpec.for_timestamp(t)})[tp].result(30)
+        return got.offset, got.timestamp
+
+    assert search(day_ago - 5) == (0, day_ago)
+    assert search(day_ago + 3_000) == (3, day_ago + 3_000)
+    assert search(day_ago + 3_001) == (4, day_ago + 4_000)
+    assert search(day_ago + 4_200) == (5, day_ago + 5_000)  # 6's 4,500 comes after 5
+    assert search(day_ago + 9_500) == (8, day_ago + 60_000)
+    assert search(day_ago + 61_000) == (-1, -1)
+    top = admin.list_offsets({tp: OffsetSpec.max_timestamp()})[tp].result(30)
+    assert (top.offset, top.timestamp) == (8, day_ago + 60_000)
+
+
 def test_a_broker_describes_only_itself(cluster: LocalCluster) -> None:
     """A BROKER resource goes to that broker (Kafka's admin clients send it
     there): another id, or a name that is no id, is INVALID_REQUEST naming
@@ -501,3 +539,68 @@ def test_records_carry_their_epoch_and_an_epoch_ends_where_the_next_begins(
     assert ask(second + 5) == (0, second + 5, 3)  # one with nothing in it yet, too
     assert ask(-1) == (0, -1, -1)  # no epoch: Kafka's UNDEFINED
     assert ask(first, partition=7)[0] == 3  # UNKNOWN_TOPIC_OR_PARTITION
+
+
+@pytest.mark.filterwarnings("ignore:(read|open)_text is deprecated:DeprecationWarning")
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "zstd"])
+def test_a_topic_sends_its_batches_in_its_compression_type(
+    cluster: LocalCluster, codec: str
+) -> None:
+    """Every Kafka codec is a topic's compression.type: lz4 and zstd are the
+    log's own codec too, gzip and snappy the front's alone.  A fetch answers
+    with batches in it (seen raw on the wire), which librdkafka and
+    kafka-python read; DescribeConfigs shows it, and the log keeps gzip and
+    snappy topics' records uncompressed.  Before, gzip and snappy were
+    INVALID_CONFIG and every fetch was uncompressed."""
+    from confluent_kafka.admin import ConfigResource
+    from kafka import KafkaConsumer
+
+    topic = f"packed-{codec}"
+    _create(cluster, NewTopic(topic, 1, 2, config={"compression.type": codec}))
+    records = [(b"k%d" % i, b"a fairly repetitive value %d " % i * 40) for i in range(30)]
+    assert _produce(cluster, topic, records) == [None] * 30
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    shown = admin.describe_configs([resource])[resource].result(30)["compression.type"]
+    assert (shown.value, shown.is_default) == (codec, False)
+    with open_epoch_store(cluster.url) as store:
+        kept = store.log_range_named(topic).attributes.compression
+    assert kept == ("zstd" if codec == "zstd" else "none")
+
+    fetch = {
+        "replica_id": -1,
+        "max_wait_ms": 0,
+        "min_bytes": 1,
+        "max_bytes": 1 << 20,
+        "isolation_level": 0,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}],
+            }
+        ],
+    }
+    with KafkaPeer(cluster.kafka_bootstrap.split(",")[0]) as peer:
+        answer = peer.request(1, 11, fetch)
+    assert answer is not None
+    wire = answer["responses"][0]["partitions"][0]["records"]
+    batches = decode_batches(wire)
+    assert {b.codec for b in batches} == {codec}
+    assert sum(len(v) for b in batches for v in b.values) > 4 * len(wire)
+
+    assert _consume(cluster, topic, 30) == [(i, k, v) for i, (k, v) in enumerate(records)]
+    consumer = KafkaConsumer(
+        topic,
+        bootstrap_servers=cluster.kafka_bootstrap,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=10_000,
+    )
+    got = []
+    try:
+        for m in consumer:  # ends after 10 s without a message
+            got.append((m.offset, m.key, m.value))
+            if len(got) == len(records):
+                break
+    finally:
+        consumer.close()
+    assert got == [(i, k, v) for i, (k, v) in enumerate(records)]

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from logstrand.batch import pack_extra, unpack_extra
 from logstrand.kafka import _protocol as proto
 from logstrand.kafka._codec import KafkaDecodeError, read_varint, write_varint
+from logstrand.kafka._inflate import CODECS
 from logstrand.kafka._offsets import OffsetMap, epoch_end
 from logstrand.kafka._records import decode_batches, encode_columns
 from logstrand.types import compose_lsn
@@ -226,6 +227,29 @@ def test_batches_made_from_columns_decode_in_kafka_python() -> None:
     assert theirs.timestamp_type == 0  # CreateTime: each record its own time
     (ours,) = decode_batches(data)
     assert (ours.base_offset, ours.last_offset_delta) == (7, 70_004)
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4], ids=["gzip", "snappy", "lz4", "zstd"])
+def test_a_fetched_batch_in_each_codec_decodes_in_kafka_python(codec: int) -> None:
+    """A topic's compression.type compresses what a fetch sends: the batch
+    says its codec and leader epoch, and kafka-python (its own decoders for
+    each codec) and the front's decoder both read the records back; snappy
+    in xerial's framing, 100 KiB so that it spans several of its blocks."""
+    n = 200
+    offsets = list(range(40, 40 + n))
+    values: list[bytes | None] = [b"value %d " % i * 60 for i in range(n)]
+    keys: list[bytes | None] = [b"k%d" % i for i in range(n)]
+    plain = encode_columns(offsets, [9_000] * n, keys, values, leader_epoch=3)
+    data = encode_columns(offsets, [9_000] * n, keys, values, leader_epoch=3, codec=codec)
+    assert len(data) < len(plain) // 4
+    theirs = DefaultRecordBatch(data)
+    assert theirs.validate_crc()
+    assert (theirs.compression_type, theirs.leader_epoch) == (codec, 3)
+    assert [(r.offset, r.key, r.value) for r in theirs] == list(
+        zip(offsets, keys, values, strict=True)
+    )
+    (ours,) = decode_batches(data)
+    assert (ours.codec, ours.base_offset, ours.values) == (CODECS[codec], 40, values)
 
 
 def test_headers_and_create_times_from_extras_reach_kafka_python() -> None:
