@@ -8,6 +8,11 @@ SASL user name is a logstrand user and the password its token
 (``security._sasl``: PLAIN checks the token's hash, SCRAM the keys derived
 from it when the user was added).
 
+A SaslHandshake v0 (Kafka 0.10's, which kafka-python 2.0 still sends) is
+followed by the SASL messages themselves, each a frame of its own with no
+Kafka header, and each answered the same way (``raw``), until the login is
+done; then Kafka requests follow as usual.
+
 A failed login is answered after ``FAILED_LOGIN_DELAY_S`` and ends its
 connection (Kafka's connection.failed.authentication.delay.ms), and a name
 that is not a user is looked up in the epoch store at most every
@@ -103,11 +108,6 @@ class FrontAuth:
     # -- SASL --------------------------------------------------------------------------
 
     async def handshake(self, request: Request) -> dict[str, Any]:
-        if request.version == 0:
-            # v0 sends the SASL messages raw after it, not in SaslAuthenticate:
-            # not served (every client since Kafka 1.0 takes v1 when listed).
-            request.conn.closing = True
-            return {"error_code": KafkaError.UNSUPPORTED_VERSION, "mechanisms": list(MECHANISMS)}
         mechanism = request.body["mechanism"]
         if mechanism not in MECHANISMS:
             code = KafkaError.UNSUPPORTED_SASL_MECHANISM
@@ -115,6 +115,8 @@ class FrontAuth:
             return {"error_code": code, "mechanisms": list(MECHANISMS)}
         request.conn.sasl = mechanism
         request.conn.scram = None
+        # v0: the SASL messages come next, raw (see the module docstring).
+        request.conn.raw_sasl = request.version == 0
         return {"error_code": 0, "mechanisms": list(MECHANISMS)}
 
     async def authenticate(self, request: Request) -> dict[str, Any]:
@@ -123,8 +125,23 @@ class FrontAuth:
         if mechanism is None:
             conn.closing = True
             return _auth_error(KafkaError.ILLEGAL_SASL_STATE, "SaslHandshake first")
+        return await self._login(conn, mechanism, request.body["auth_bytes"])
+
+    async def raw(self, conn: Any, data: bytes) -> bytes | None:
+        """One raw SASL message after a v0 handshake: the answer to send
+        back raw, or None when the login failed (the connection closes
+        without a word: raw SASL has no way to say why)."""
+        answer = await self._login(conn, conn.sasl, data)
+        if answer["error_code"] != 0:
+            return None
+        if conn.user is not None:
+            conn.raw_sasl = False  # logged in: Kafka requests from here on
+        auth_bytes: bytes = answer["auth_bytes"]
+        return auth_bytes
+
+    async def _login(self, conn: Any, mechanism: str, data: bytes) -> dict[str, Any]:
         try:
-            return await self._step(conn, mechanism, request.body["auth_bytes"])
+            return await self._step(conn, mechanism, data)
         except SaslError as exc:
             conn.sasl = conn.scram = None
             _log.warning("kafka: %s: SASL %s refused: %s", conn.peer, mechanism, exc)

@@ -149,6 +149,10 @@ class KafkaFront:
             return None
         return encode_response(request.api_key, request.version, request.correlation_id, body)
 
+    async def raw_sasl(self, conn: Any, data: bytes) -> bytes | None:
+        """A raw SASL message after a SaslHandshake v0 (``_auth.FrontAuth.raw``)."""
+        return await self.auth.raw(conn, data)
+
     def unsupported(self, exc: UnsupportedRequest) -> bytes | None:
         """A request for an API or version this front does not serve.
 

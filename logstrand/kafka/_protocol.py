@@ -68,8 +68,8 @@ SERVED: dict[int, tuple[int, int]] = {
 
 #: The SASL APIs, served in secure mode.  SaslHandshake from v0, as Kafka
 #: lists it: older librdkafka (2.0.2, Debian 12's kcat) takes the handshake as
-#: absent without v0 and fails every mechanism.  A v0 handshake itself is
-#: refused (``kafka._auth``): the raw SASL frames that follow it are not served.
+#: absent without v0 and fails every mechanism, and kafka-python 2.0 sends v0
+#: and then the SASL messages raw (``kafka._auth``, ``_server``).
 SASL_SERVED: dict[int, tuple[int, int]] = {SASL_HANDSHAKE: (0, 1), SASL_AUTHENTICATE: (0, 2)}
 
 

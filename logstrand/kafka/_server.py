@@ -87,6 +87,8 @@ class Front(Protocol):
 
     async def handle(self, request: Request) -> bytes | None: ...
 
+    async def raw_sasl(self, conn: Any, data: bytes) -> bytes | None: ...
+
     def unsupported(self, exc: UnsupportedRequest) -> bytes | None: ...
 
 
@@ -164,6 +166,8 @@ class _Connection:
         self.user: str | None = None
         self.sasl: str | None = None
         self.scram: Any = None
+        #: After a SaslHandshake v0: the next frames are raw SASL messages.
+        self.raw_sasl = False
         #: Set by the front: answer the request in hand, then close.
         self.closing = False
 
@@ -249,7 +253,8 @@ class _Connection:
         top = lim.frame_max
         if self.front.secure and self.user is None:
             top = min(top, lim.unauthenticated_frame_max)
-        if not 8 <= size <= top:
+        # A raw SASL message has no Kafka header: a PLAIN one can be short.
+        if not (1 if self.raw_sasl else 8) <= size <= top:
             raise _Cut(f"sent a frame of {size} bytes (at most {top} here)")
         deadline = lim.frame_deadline(started, size)
         await self._fill(4 + size, deadline, lim.frame_grace_s)  # ``buf`` holds 4 already
@@ -268,6 +273,15 @@ class _Connection:
             await self.slots.acquire()
             slot: list[Any] = [trio.Event(), None]
             self.order.append(slot)
+            if self.raw_sasl:
+                answer = await self.front.raw_sasl(self, frame)
+                self._give(request_bytes)
+                if answer is None:  # a failed login: no word, the connection ends
+                    slot.append("last")
+                    self._finish(slot, None)
+                    return
+                self._finish(slot, _SIZE.pack(len(answer)) + answer)
+                continue
             request, items_bytes = await self._decode(frame)
             if request is None:
                 self._give(request_bytes)

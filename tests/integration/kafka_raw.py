@@ -96,17 +96,41 @@ class KafkaPeer:
 
     # -- SASL ----------------------------------------------------------------------
 
-    def handshake(self, mechanism: str) -> None:
-        answer = self.request(SASL_HANDSHAKE, 1, {"mechanism": mechanism})
+    def handshake(self, mechanism: str, version: int = 1) -> None:
+        answer = self.request(SASL_HANDSHAKE, version, {"mechanism": mechanism})
         assert answer is not None
         assert answer["error_code"] == 0, answer
 
     def authenticate(self, data: bytes) -> dict[str, Any] | None:
         return self.request(SASL_AUTHENTICATE, 2, {"auth_bytes": data})
 
+    def raw(self, data: bytes, timeout_s: float = 10.0) -> bytes | None:
+        """A raw SASL message (after a v0 handshake) and its raw answer;
+        None when the node closed the connection instead."""
+        self.sock.sendall(struct.pack(">i", len(data)) + data)
+        self.sock.settimeout(timeout_s)
+        head = self._exactly(4)
+        if head is None:
+            return None
+        return self._exactly(struct.unpack(">i", head)[0])
+
     def plain(self, user: str, token: str) -> dict[str, Any] | None:
         self.handshake("PLAIN")
         return self.authenticate(f"\x00{user}\x00{token}".encode())
+
+    def raw_scram(self, user: str, token: str, mechanism: str = "SCRAM-SHA-256") -> bytes | None:
+        """A whole SCRAM exchange the way of a v0 handshake, raw: the
+        server's final message (None: the connection was closed)."""
+        self.handshake(mechanism, version=0)
+        nonce = base64.b64encode(secrets.token_bytes(12)).decode()
+        bare = f"n={user},r={nonce}"
+        server_first = self.raw(f"n,,{bare}".encode())
+        if server_first is None:
+            return None
+        server_nonce = server_first.decode().split(",")[0][2:]
+        without_proof = f"c={base64.b64encode(b'n,,').decode()},r={server_nonce}"
+        proof = scram_client_proof(mechanism, token, bare, server_first.decode(), without_proof)
+        return self.raw(f"{without_proof},p={proof}".encode())
 
     def scram(
         self, user: str, token: str, mechanism: str = "SCRAM-SHA-256", *, first: str | None = None

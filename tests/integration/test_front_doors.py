@@ -45,7 +45,6 @@ pytestmark = pytest.mark.slow
 MIB = 1024 * 1024
 #: Kafka's error codes the tests look for.
 SASL_AUTHENTICATION_FAILED, TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED = 58, 29, 30
-UNSUPPORTED_VERSION = 35
 ORDERS = (100, 101)
 
 
@@ -600,19 +599,37 @@ def test_a_failed_login_is_answered_late_and_ends_the_connection(secure: LocalCl
         assert peer.closed(timeout_s=2.0)
 
 
-def test_a_v0_handshake_is_refused_and_ends_the_connection(secure: LocalCluster) -> None:
-    """SaslHandshake v0 is listed (older librdkafka wants it there), but its
-    raw SASL frames are not served: a v0 handshake is refused, the
-    connection closed, and no mechanism is taken."""
+def test_a_v0_handshake_takes_raw_sasl_messages(secure: LocalCluster) -> None:
+    """SaslHandshake v0 (kafka-python 2.0 sends it) is followed by the SASL
+    messages themselves, raw frames without a Kafka header, each answered
+    raw; then Kafka requests.  PLAIN and SCRAM log in so, a wrong token ends
+    the connection without an answer (raw SASL has no error), and a
+    SaslAuthenticate after a v0 handshake is ILLEGAL_SASL_STATE.  Before, a
+    v0 handshake was refused with UNSUPPORTED_VERSION."""
+    metadata = {"topics": None, "allow_auto_topic_creation": False}
     with KafkaPeer(secure.kafka_bootstrap, ca=ca(secure)) as peer:
         versions = peer.api_versions()
         assert versions is not None
         listed = {k["api_key"]: (k["min_version"], k["max_version"]) for k in versions["api_keys"]}
         assert listed[SASL_HANDSHAKE] == (0, 1)
-        answer = peer.request(SASL_HANDSHAKE, 0, {"mechanism": "PLAIN"})
+        peer.handshake("PLAIN", version=0)
+        assert peer.raw(f"\x00admin\x00{secure.admin_token}".encode()) == b""
+        answer = peer.request(3, 4, metadata)
         assert answer is not None
-        assert answer["error_code"] == UNSUPPORTED_VERSION
-        assert peer.closed(timeout_s=2.0)
+        assert answer["brokers"]
+    with KafkaPeer(secure.kafka_bootstrap, ca=ca(secure)) as peer:
+        final = peer.raw_scram("admin", secure.admin_token or "")
+        assert final is not None
+        assert final.startswith(b"v=")
+        assert peer.request(3, 4, metadata) is not None
+    with KafkaPeer(secure.kafka_bootstrap, ca=ca(secure)) as peer:
+        peer.handshake("PLAIN", version=0)
+        assert peer.raw(b"\x00admin\x00lst_wrong") is None
+    # After a v0 handshake every frame is a SASL message: a SaslAuthenticate
+    # request is taken as one, is no PLAIN login, and ends the connection.
+    with KafkaPeer(secure.kafka_bootstrap, ca=ca(secure)) as peer:
+        peer.handshake("PLAIN", version=0)
+        assert peer.authenticate(f"\x00admin\x00{secure.admin_token}".encode()) is None
 
 
 # -- 11. The native port: partial frames within a bound ---------------------------------------
