@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from ._errors import KafkaError
+from ._group_model import ClassicMeta
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -74,6 +75,9 @@ class Member:
     away: bool = False
     client_id: str = ""
     client_host: str = ""
+    #: A classic member (``_mixed_groups.ClassicMeta``): it joins, syncs and
+    #: heartbeats with the classic APIs.  None: a consumer-protocol member.
+    classic: ClassicMeta | None = None
 
 
 @attrs.define(eq=False)
@@ -169,6 +173,32 @@ class ConsumerCoordinator:
 
     def _wake(self, group: CGroup, at: float) -> None:
         heapq.heappush(self._deadlines, (at, next(self._seq), group.name))
+
+    wake = _wake
+
+    def new_id(self) -> str:
+        return self._ids()
+
+    def adopt(self, group: CGroup) -> None:
+        """A group made elsewhere (``_mixed_groups.upgrade``): its members'
+        sessions are watched, and it is written down."""
+        soonest = min((m.deadline for m in group.members.values()), default=None)
+        if soonest is not None:
+            self._wake(group, soonest)
+        self._changed.add(group.name)
+
+    def release(self, group: CGroup, member: Member, gone: set[Partition]) -> None:
+        """``member`` owns ``gone`` no longer (a classic member said so)."""
+        member.given -= gone
+        member.revoking -= gone
+        for p in gone:
+            if group.owner.get(p) == member.member_id:
+                del group.owner[p]
+
+    def remove(self, group: CGroup, member: Member, sizes: Callable[[str], int]) -> None:
+        """``member`` left: its partitions are free and the group retargets."""
+        self._drop(group, member)
+        self._retarget(group, sizes)
 
     def tick(self, now: float, sizes: Callable[[str], int]) -> None:
         """Drop members whose session ended (``sizes``: a topic's partitions)."""
@@ -328,7 +358,9 @@ class ConsumerCoordinator:
         if member is None:
             return KafkaError.UNKNOWN_MEMBER_ID
         if epoch not in (member.epoch, member.previous_epoch):
-            return KafkaError.STALE_MEMBER_EPOCH
+            # A classic member's commit names its generation, as in Kafka.
+            classic = member.classic is not None
+            return KafkaError.ILLEGAL_GENERATION if classic else KafkaError.STALE_MEMBER_EPOCH
         return KafkaError.NONE
 
     def take_changed(self) -> list[str]:
@@ -369,6 +401,7 @@ class ConsumerCoordinator:
                     "target": parts(group.target.get(m.member_id, set())),
                     "client": m.client_id,
                     "host": m.client_host,
+                    **({} if m.classic is None else {"classic": m.classic.to_json()}),
                 }
                 for m in group.members.values()
             ],
@@ -387,6 +420,7 @@ class ConsumerCoordinator:
                 deadline=now + self.session_ms / 1000,
                 client_id=m["client"],
                 client_host=m["host"],
+                classic=None if "classic" not in m else ClassicMeta.from_json(m["classic"]),
             )
             group.members[member.member_id] = member
             group.target[member.member_id] = {(t, i) for t, i in m["target"]}

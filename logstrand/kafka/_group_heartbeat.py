@@ -79,11 +79,12 @@ class ConsumerGroupApis:
         code = await self.coordinator.take(group)
         # A classic group: an empty one becomes this protocol's (forgotten
         # there), as Kafka converts it, so that consumers moving to
-        # group.protocol=consumer one restart after the other find their
-        # group's offsets; one with members is not this protocol's.
+        # group.protocol=consumer find their group's offsets; one with
+        # members becomes a consumer group of classic members, which go on
+        # with their own protocol (Kafka's online upgrade, ``_mixed_groups``).
         classic = self.coordinator.core
         if not code and group in classic.groups and classic.forget(group) != KafkaError.NONE:
-            code = KafkaError.GROUP_ID_NOT_FOUND
+            code = self.coordinator.upgrade(group)
         if not code and b.get("server_assignor") not in (None, "", "uniform", "range"):
             code = KafkaError.UNSUPPORTED_ASSIGNOR
         topics = self._topics(b)

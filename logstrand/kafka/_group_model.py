@@ -93,6 +93,36 @@ class JoinArgs:
     can_skip: bool = False
 
 
+@attrs.frozen
+class ClassicMeta:
+    """What a classic member said in its JoinGroup."""
+
+    protocols: tuple[tuple[str, bytes], ...]
+    session_ms: int
+    rebalance_ms: int
+
+    @property
+    def protocol(self) -> str:
+        """The protocol its answers name: its first (the coordinator assigns,
+        so which one does not matter, but it must be one it has)."""
+        return self.protocols[0][0]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "protocols": [[n, m.hex()] for n, m in self.protocols],
+            "session_ms": self.session_ms,
+            "rebalance_ms": self.rebalance_ms,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ClassicMeta:
+        return cls(
+            tuple((n, bytes.fromhex(m)) for n, m in d["protocols"]),
+            int(d["session_ms"]),
+            int(d["rebalance_ms"]),
+        )
+
+
 def error(code: int, **extra: Any) -> dict[str, Any]:
     return {"error_code": int(code), **extra}
 

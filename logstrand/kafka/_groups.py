@@ -34,10 +34,12 @@ import trio
 
 from ..errors import LogstrandError
 from ..positions import GROUP_RE, POSITIONS_LOGS, positions_log_of
+from . import _mixed_groups as mixed
 from ._consumer_groups import ConsumerCoordinator, heartbeat_ms_for
 from ._errors import KafkaError
 from ._group_model import (
     NATIVE_PREFIX,
+    STABLE,
     JoinArgs,
     Reply,
     Settings,
@@ -190,6 +192,20 @@ class GroupCoordinator:
         """Whether this coordinator has ``group`` in memory (either protocol)."""
         return group in self.core.groups or group in self.ccore.groups
 
+    def upgrade(self, name: str) -> int:
+        """The classic group ``name``, which has members, as a consumer group
+        of classic members (``_mixed_groups``, rule 1): NONE, or the error a
+        consumer-protocol member that asked gets (it retries)."""
+        group = self.core.groups[name]
+        if group.protocol_type != "consumer":
+            return KafkaError.INCONSISTENT_GROUP_PROTOCOL
+        if group.state != STABLE:  # joins or syncs wait in it: not now
+            return KafkaError.COORDINATOR_LOAD_IN_PROGRESS
+        mixed.upgrade(self.ccore, trio.current_time(), group)
+        del self.core.groups[name]
+        _log.info("kafka: group %s: a consumer-protocol member joined; now a consumer group", name)
+        return KafkaError.NONE
+
     def partitions_of(self, topic: str) -> int:
         if topic.startswith(NATIVE_PREFIX):  # a subscription to logs
             return int(topic.rsplit("/", 1)[1])
@@ -261,15 +277,8 @@ class GroupCoordinator:
     async def join_group(self, request: Request) -> dict[str, Any]:
         b = request.body
         code = await self.take(b["group_id"])
-        # A consumer-protocol group: an empty one becomes a classic one (Kafka
-        # converts an empty group either way); one with members refuses.
-        name = b["group_id"]
-        if not code and name in self.ccore.groups and self.ccore.forget(name) != KafkaError.NONE:
-            code = KafkaError.INCONSISTENT_GROUP_PROTOCOL
         if code:
             return join_error(code, b["member_id"])
-        token = next(self._tokens)
-        slot = self._waiting[token] = [trio.Event(), None]
         rebalance_ms = b["rebalance_timeout_ms"]
         args = JoinArgs(
             b["group_id"],
@@ -284,6 +293,17 @@ class GroupCoordinator:
             require_id=request.version >= 4,
             can_skip=request.version >= 9,
         )
+        name = args.group
+        # A consumer-protocol group: an empty one becomes a classic one again
+        # (Kafka converts an empty group either way); one with members takes
+        # the member as a classic member of its own (``_mixed_groups``).
+        if name in self.ccore.groups and self.ccore.forget(name) != KafkaError.NONE:
+            answer = mixed.join(self.ccore, trio.current_time(), args, self.partitions_of)
+            self.poke()
+            await self.write_down()
+            return answer
+        token = next(self._tokens)
+        slot = self._waiting[token] = [trio.Event(), None]
         self._deliver(self.core.join(trio.current_time(), token, args))
         late = join_error(KafkaError.REBALANCE_IN_PROGRESS, b["member_id"])
         return await self._wait(token, slot, args.rebalance_ms / 1000, late)
@@ -293,6 +313,9 @@ class GroupCoordinator:
         code = await self.take(b["group_id"])
         if code:
             return {"error_code": code, "assignment": b""}
+        cgroup = self.ccore.groups.get(b["group_id"])
+        if cgroup is not None:  # a classic member of a consumer group
+            return mixed.sync(cgroup, b["generation_id"], b["member_id"])
         token = next(self._tokens)
         slot = self._waiting[token] = [trio.Event(), None]
         assignments = {a["member_id"]: a["assignment"] for a in b["assignments"]}
@@ -316,7 +339,13 @@ class GroupCoordinator:
     async def heartbeat(self, request: Request) -> dict[str, Any]:
         b = request.body
         code = await self.take(b["group_id"])
-        if not code:
+        cgroup = self.ccore.groups.get(b["group_id"])
+        if not code and cgroup is not None:  # a classic member of a consumer group
+            code = mixed.heartbeat(
+                self.ccore, trio.current_time(), cgroup, b["generation_id"], b["member_id"]
+            )
+            self.poke()
+        elif not code:
             code = self.core.heartbeat(
                 trio.current_time(),
                 b["group_id"],
@@ -336,7 +365,12 @@ class GroupCoordinator:
         code = await self.take(b["group_id"])
         if code:
             return {"error_code": code, "members": []}
-        codes, replies = self.core.leave(trio.current_time(), b["group_id"], leaving)
+        cgroup = self.ccore.groups.get(b["group_id"])
+        if cgroup is not None:  # classic members of a consumer group
+            codes = mixed.leave(self.ccore, cgroup, leaving, self.partitions_of)
+            replies: list[Reply] = []
+        else:
+            codes, replies = self.core.leave(trio.current_time(), b["group_id"], leaving)
         self._deliver(replies)
         await self.write_down()
         members = [

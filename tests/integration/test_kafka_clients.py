@@ -3,6 +3,7 @@ real client against real node processes serving the Kafka front."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -255,6 +256,68 @@ def test_an_empty_group_changes_protocol_with_its_next_member(cluster: LocalClus
     assert _subscribed({**base, "group.protocol": "classic"}, "migrating", 3) == values[:3]
     assert _subscribed({**base, "group.protocol": "consumer"}, "migrating", 3) == values[3:6]
     assert _subscribed({**base, "group.protocol": "classic"}, "migrating", 3) == values[6:]
+
+
+def _owned(consumers: list[Consumer], within_s: float, want: Any) -> list[set[int]]:
+    """Each consumer's partitions, polling all of them, once ``want`` holds
+    of them (or at ``within_s``)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        for c in consumers:
+            c.poll(0.1)
+        owned = [{tp.partition for tp in c.assignment()} for c in consumers]
+        if want(owned) or time.monotonic() > deadline:
+            return owned
+
+
+def test_classic_and_consumer_protocol_members_share_a_group(cluster: LocalCluster) -> None:
+    """Kafka 4's online upgrade: a consumer-protocol member joins a group a
+    classic consumer is in; the group becomes a consumer group, the classic
+    member stays with its own protocol, and the partitions are split
+    between them, each record read once.  A classic consumer then joins the
+    mixed group, and when the others leave the last one has them all.
+    Before, the two never shared: the newcomer got GROUP_ID_NOT_FOUND."""
+    _create(cluster, NewTopic("mixed", 4, 2))
+    base = {
+        "bootstrap.servers": cluster.kafka_bootstrap,
+        "group.id": "mixed",
+        "auto.offset.reset": "earliest",
+    }
+    classic = Consumer({**base, "group.protocol": "classic", "session.timeout.ms": 10_000})
+    modern = Consumer({**base, "group.protocol": "consumer"})
+    late = Consumer({**base, "group.protocol": "classic", "session.timeout.ms": 10_000})
+    try:
+        classic.subscribe(["mixed"])
+        assert _owned([classic], 30, lambda o: o == [{0, 1, 2, 3}]) == [{0, 1, 2, 3}]
+        modern.subscribe(["mixed"])
+        split = _owned([classic, modern], 60, lambda o: all(o) and o[0] | o[1] == {0, 1, 2, 3})
+        assert all(split), split
+        assert not split[0] & split[1]
+        assert split[0] | split[1] == {0, 1, 2, 3}
+        producer = Producer({"bootstrap.servers": cluster.kafka_bootstrap, "linger.ms": 0})
+        for i in range(40):
+            producer.produce("mixed", value=b"m%d" % i, partition=i % 4)
+        assert producer.flush(30) == 0
+        got: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 40 and time.monotonic() < deadline:
+            for c in (classic, modern):
+                m = c.poll(0.1)
+                if m is not None and m.error() is None:
+                    got.append(m.value())
+        assert sorted(got) == sorted(b"m%d" % i for i in range(40))
+
+        late.subscribe(["mixed"])
+        three = _owned([classic, modern, late], 60, lambda o: all(o) and sum(map(len, o)) == 4)
+        assert all(three), three
+        assert set().union(*three) == {0, 1, 2, 3}
+        classic.close()
+        modern.close()
+        assert _owned([late], 60, lambda o: o == [{0, 1, 2, 3}]) == [{0, 1, 2, 3}]
+    finally:
+        for c in (classic, modern, late):
+            with contextlib.suppress(RuntimeError):
+                c.close()
 
 
 def test_a_transactional_producer_is_refused_at_once(cluster: LocalCluster) -> None:
