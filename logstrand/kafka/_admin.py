@@ -70,7 +70,7 @@ def _entry(
 
 
 #: IncrementalAlterConfigs' operations.
-SET, DELETE = 0, 1
+SET, DELETE, APPEND = 0, 1, 2
 #: DeleteRecords past the high watermark waits this often this long for it.
 RELEASE_WAITS, RELEASE_WAIT_S = 20, 0.05
 
@@ -199,12 +199,41 @@ class AdminApis:
                 elif c["config_operation"] == DELETE:
                     changes.append((c["name"], None))
                 else:
-                    bad = f"{c['name']}: APPEND and SUBTRACT are for list configs, none here"
+                    listed = await self._list_change(res, c, changes)
+                    if isinstance(listed, str):
+                        bad = listed
+                    else:
+                        changes.append(listed)
             if bad is not None:
                 out.append(_answer(res, KafkaError.INVALID_CONFIG, bad))
                 continue
             out.append(await self._alter(res, changes, request.body["validate_only"]))
         return {"throttle_time_ms": 0, "responses": out}
+
+    async def _list_change(
+        self, res: dict[str, Any], c: dict[str, Any], before: list[tuple[str, str | None]]
+    ) -> tuple[str, str] | str:
+        """APPEND or SUBTRACT on a list config (cleanup.policy): its new value,
+        from the topic's value (or the request's change before it), or why not."""
+        name = c["name"]
+        if TOPIC_CONFIG_INFO.get(name, (0,))[0] != LIST or res["resource_type"] != TOPIC:
+            return f"{name}: APPEND and SUBTRACT are for list configs (cleanup.policy)"
+        r = await self._range(res["resource_name"])
+        if r is None:
+            return "no such topic"
+        now = {n: v for n, v, _, _ in describe_configs(r.attributes)}[name]
+        for n, v in before:
+            if n == name and v is not None:
+                now = v
+        items = [x for x in now.split(",") if x]
+        given = [x.strip() for x in (c["value"] or "").split(",") if x.strip()]
+        if c["config_operation"] == APPEND:
+            items += [x for x in given if x not in items]
+        else:
+            items = [x for x in items if x not in given]
+        if not items:
+            return f"{name}: logstrand keeps no empty policy (delete, compact or both)"
+        return name, ",".join(items)
 
     async def _alter(
         self, res: dict[str, Any], changes: list[tuple[str, str | None]], validate_only: bool
