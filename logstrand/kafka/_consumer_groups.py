@@ -200,8 +200,10 @@ class ConsumerCoordinator:
         self._drop(group, member)
         self._retarget(group, sizes)
 
-    def tick(self, now: float, sizes: Callable[[str], int]) -> None:
-        """Drop members whose session ended (``sizes``: a topic's partitions)."""
+    def tick(self, now: float, sizes: Callable[[str], int]) -> list[str]:
+        """Drop members whose session ended (``sizes``: a topic's
+        partitions); the groups that lost members."""
+        lost: list[str] = []
         due: set[str] = set()
         while self._deadlines and self._deadlines[0][0] <= now:
             due.add(heapq.heappop(self._deadlines)[2])
@@ -214,9 +216,11 @@ class ConsumerCoordinator:
                 self._drop(group, m)
             if gone:
                 self._retarget(group, sizes)
+                lost.append(name)
             soonest = min((m.deadline for m in group.members.values()), default=None)
             if soonest is not None:
                 self._wake(group, soonest)
+        return lost
 
     # -- heartbeats --------------------------------------------------------------------
 

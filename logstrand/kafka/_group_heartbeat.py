@@ -113,6 +113,8 @@ class ConsumerGroupApis:
         )
         ccore = self.coordinator.ccore
         code, out = ccore.heartbeat(trio.current_time(), beat, self.coordinator.partitions_of)
+        if beat.epoch in (-1, -2):  # a member left: maybe only classic ones remain
+            self.coordinator.maybe_downgrade(group)
         self.coordinator.poke()
         if code:
             return _failed(code)

@@ -206,6 +206,20 @@ class GroupCoordinator:
         _log.info("kafka: group %s: a consumer-protocol member joined; now a consumer group", name)
         return KafkaError.NONE
 
+    def maybe_downgrade(self, name: str) -> None:
+        """A consumer group whose members are all classic now is a classic
+        group again (``_mixed_groups``, rule 5)."""
+        cgroup = self.ccore.groups.get(name)
+        if cgroup is None or not mixed.all_classic(cgroup):
+            return
+        group = mixed.downgrade(cgroup)
+        del self.ccore.groups[name]
+        # Written down once its members joined it (a classic group is written
+        # when Stable); until then the record says consumer group, which a
+        # coordinator that takes over serves the same.
+        self._deliver(self.core.adopt(group, trio.current_time()))
+        _log.info("kafka: group %s: only classic members left; a classic group again", name)
+
     def partitions_of(self, topic: str) -> int:
         if topic.startswith(NATIVE_PREFIX):  # a subscription to logs
             return int(topic.rsplit("/", 1)[1])
@@ -247,7 +261,8 @@ class GroupCoordinator:
             self._check_ownership()
             now = trio.current_time()
             self._deliver(self.core.tick(now), poke=False)
-            self.ccore.tick(now, self.partitions_of)
+            for name in self.ccore.tick(now, self.partitions_of):
+                self.maybe_downgrade(name)
             await self.write_down()
 
     async def write_down(self) -> None:

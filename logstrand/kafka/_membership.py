@@ -96,6 +96,14 @@ class Coordinator:
     def next_deadline(self) -> float | None:
         return self._deadlines[0][0] if self._deadlines else None
 
+    def adopt(self, group: Group, now: float) -> list[Reply]:
+        """A group made elsewhere (``_mixed_groups.downgrade``): held here
+        from now on, and rebalanced, so that its members join it."""
+        self.groups[group.name] = group
+        soonest = min((m.deadline for m in group.members.values()), default=now)
+        self._wake(group, max(soonest, now))
+        return self._rebalance(group, now)
+
     def tick(self, now: float) -> list[Reply]:
         """Drop members whose session ended, complete rebalances whose time came."""
         due: set[str] = set()

@@ -26,8 +26,12 @@ consumer at a time, while it keeps consuming:
 4. **Sessions** are the member's own (its JoinGroup's), and LeaveGroup
    removes it, as for any member.
 
-A group whose members are all classic stays a consumer group until it is
-empty; an empty group becomes classic again with its next JoinGroup.
+5. **Downgrade.**  When the last consumer-protocol member of a group is
+   gone (it left, or its session ended) and classic members remain, the
+   group is a classic group again (``downgrade``): its members, their
+   protocols and their partitions as they stand, and a rebalance, so that
+   they join it with the classic protocol (their next Heartbeat says so).
+   An empty consumer group becomes classic with its next JoinGroup.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from ._consumer_groups import Beat, CGroup, ConsumerCoordinator, Member, Partition
 from ._errors import KafkaError
 from ._group_model import (
+    STABLE,
     ClassicMeta,
     Group,
     JoinArgs,
@@ -46,6 +51,7 @@ from ._group_model import (
     join_error,
     subscribed_topics,
 )
+from ._group_model import Member as ClassicMember
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -108,6 +114,38 @@ def upgrade(core: ConsumerCoordinator, now: float, group: Group) -> None:
             cgroup.owner[p] = m.member_id
     core.groups[group.name] = cgroup
     core.adopt(cgroup)
+
+
+def all_classic(group: CGroup) -> bool:
+    """Rule 5: whether ``group`` has members, all of them classic."""
+    return bool(group.members) and all(m.classic is not None for m in group.members.values())
+
+
+def downgrade(group: CGroup) -> Group:
+    """Rule 5: the consumer group ``group``, all of whose members are
+    classic, as a Stable classic group (the caller starts its rebalance)."""
+    members = list(group.members.values())
+    protocols = [m.classic.protocols for m in members if m.classic is not None]
+    common = set.intersection(*({n for n, _ in ps} for ps in protocols))
+    chosen = next((n for n, _ in protocols[0] if n in common), protocols[0][0][0])
+    out = Group(group.name, STABLE, group.epoch, "consumer", chosen, members[0].member_id)
+    for m in members:
+        assert m.classic is not None
+        out.members[m.member_id] = ClassicMember(
+            m.member_id,
+            m.instance_id,
+            m.client_id,
+            m.client_host,
+            m.classic.session_ms,
+            m.classic.rebalance_ms,
+            "consumer",
+            list(m.classic.protocols),
+            assignment=encode_assignment(sorted(m.given)),
+            deadline=m.deadline,
+        )
+        if m.instance_id is not None:
+            out.instances[m.instance_id] = m.member_id
+    return out
 
 
 def join(

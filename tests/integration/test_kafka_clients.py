@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from confluent_kafka import (
     Consumer,
+    ConsumerGroupType,
     KafkaError,
     KafkaException,
     Message,
@@ -270,12 +271,18 @@ def _owned(consumers: list[Consumer], within_s: float, want: Any) -> list[set[in
             return owned
 
 
+def _group_type(cluster: LocalCluster, group: str) -> Any:
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    return admin.describe_consumer_groups([group])[group].result(30).type
+
+
 def test_classic_and_consumer_protocol_members_share_a_group(cluster: LocalCluster) -> None:
     """Kafka 4's online upgrade: a consumer-protocol member joins a group a
     classic consumer is in; the group becomes a consumer group, the classic
     member stays with its own protocol, and the partitions are split
     between them, each record read once.  A classic consumer then joins the
-    mixed group, and when the others leave the last one has them all.
+    mixed group, and when the others leave the last one has them all, in a
+    classic group again (Kafka's downgrade).
     Before, the two never shared: the newcomer got GROUP_ID_NOT_FOUND."""
     _create(cluster, NewTopic("mixed", 4, 2))
     base = {
@@ -311,9 +318,12 @@ def test_classic_and_consumer_protocol_members_share_a_group(cluster: LocalClust
         three = _owned([classic, modern, late], 60, lambda o: all(o) and sum(map(len, o)) == 4)
         assert all(three), three
         assert set().union(*three) == {0, 1, 2, 3}
+        assert _group_type(cluster, "mixed") == ConsumerGroupType.CONSUMER
         classic.close()
         modern.close()
+        # Only a classic member is left: the group is a classic one again.
         assert _owned([late], 60, lambda o: o == [{0, 1, 2, 3}]) == [{0, 1, 2, 3}]
+        assert _group_type(cluster, "mixed") == ConsumerGroupType.CLASSIC
     finally:
         for c in (classic, modern, late):
             with contextlib.suppress(RuntimeError):

@@ -229,3 +229,31 @@ def test_both_kinds_coming_and_going_never_share_a_partition(seed: int) -> None:
             g.beat(m)
     if g.core.groups["g"].members:
         assert set().union(*g.owned.values()) == {("t", i) for i in range(6)}
+
+
+def test_a_group_left_with_classic_members_only_is_classic_again() -> None:
+    """Rule 5: the downgrade keeps the classic members, their protocols and
+    partitions, and starts a rebalance they join with the classic protocol."""
+    from logstrand.kafka._group_model import PREPARING
+    from logstrand.kafka._membership import Coordinator
+
+    g = Mixed()
+    new = g.join()
+    c1 = g.classic_join()
+    for _ in range(3):
+        for m in sorted(g.epoch):
+            g.beat(m)
+    cgroup = g.core.groups["g"]
+    assert not mixed.all_classic(cgroup)
+    g.core.heartbeat(g.now, Beat("g", new, -1), _sizes)
+    assert mixed.all_classic(cgroup)
+    classic = Coordinator()
+    group = mixed.downgrade(cgroup)
+    assert classic.adopt(group, g.now) == []
+    assert group.state == PREPARING
+    member = group.members[c1]
+    assert member.protocols == [("range", encode_subscription(["t"]))]
+    assert assigned_partitions(member.assignment) == {"t": sorted(i for _, i in g.owned[c1])}
+    # Its next heartbeat tells it to join the classic group.
+    code = classic.heartbeat(g.now, "g", group.generation, c1, None)
+    assert code == KafkaError.REBALANCE_IN_PROGRESS
