@@ -1,0 +1,281 @@
+"""The transaction coordinator's rules (Kafka's KIP-98 as KIP-890 revised
+it), for every transactional id one coordinator holds.  Pure: the shell
+feeds it requests and the time, writes down the states it changes, writes
+the markers it asks for, and tells it when they are written.
+
+Rules
+-----
+1. **One producer per transactional id.**  ``init_producer_id`` gives the id
+   a producer id (new the first time) and a producer epoch one higher than
+   before, which fences every older producer of the id: a request carrying
+   an older epoch is PRODUCER_FENCED.  When the epoch would pass
+   ``EPOCH_MAX`` the id gets a new producer id at epoch 0.
+2. **States.**  EMPTY (no transaction) -> ONGOING (the first log added) ->
+   PREPARE_COMMIT or PREPARE_ABORT (EndTxn, or an abort the coordinator
+   decides) -> COMPLETE_COMMIT or COMPLETE_ABORT (every marker written) ->
+   ONGOING again with the next log added.  A PREPARE state is the decision:
+   it is written down before any marker, so a coordinator that takes over
+   finishes writing the markers of a decided transaction, and never decides
+   it again.
+3. **Markers.**  Deciding a transaction asks for one marker (COMMIT or
+   ABORT, with the producer id and the epoch of the decision) in every log
+   the transaction added, in one ``Markers`` order; ``markers_written``
+   completes it.  While markers are out, requests of the id get
+   CONCURRENT_TRANSACTIONS, which clients retry.
+4. **Fencing an open transaction.**  ``init_producer_id`` while a
+   transaction is ONGOING bumps the epoch and aborts it (its markers carry
+   the new epoch, so the old producer's late writes are fenced by the
+   logs), and answers CONCURRENT_TRANSACTIONS until the abort is complete;
+   the new producer's retry then gets the epoch.
+5. **Timeouts.**  A transaction ONGOING for longer than its producer's
+   ``transaction.timeout.ms`` is aborted by the coordinator, with the epoch
+   bumped as in rule 4, so that the producer that went silent is fenced.
+   A timeout above ``max_timeout_ms`` is INVALID_TRANSACTION_TIMEOUT.
+6. **Retries.**  EndTxn repeated after its transaction completed the same
+   way answers NONE (its first answer may have been lost); the other way
+   round, or with no transaction, INVALID_TXN_STATE.
+
+Error codes are Kafka's numbers (``TxnError``), which the Kafka front
+sends as they are and the native client turns into its exceptions.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import itertools
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+#: A producer epoch is a Kafka int16; past this the id gets a new producer id.
+EPOCH_MAX = 32_767
+#: What a transaction may ask for at most unless the node says otherwise
+#: (Kafka's transaction.max.timeout.ms).
+MAX_TIMEOUT_MS = 900_000
+
+
+class TxnError(enum.IntEnum):
+    """The errors of the rules, by Kafka's numbers."""
+
+    NONE = 0
+    INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    INVALID_TRANSACTION_TIMEOUT = 50
+    CONCURRENT_TRANSACTIONS = 51
+    PRODUCER_FENCED = 90
+
+
+class State(enum.Enum):
+    EMPTY = "Empty"
+    ONGOING = "Ongoing"
+    PREPARE_COMMIT = "PrepareCommit"
+    PREPARE_ABORT = "PrepareAbort"
+    COMPLETE_COMMIT = "CompleteCommit"
+    COMPLETE_ABORT = "CompleteAbort"
+
+
+_PREPARING = (State.PREPARE_COMMIT, State.PREPARE_ABORT)
+_DONE = (State.EMPTY, State.COMPLETE_COMMIT, State.COMPLETE_ABORT)
+
+
+@attrs.define(eq=False)
+class Txn:
+    """One transactional id's producer and transaction."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    state: State = State.EMPTY
+    #: The logs the open (or deciding) transaction wrote to.
+    logs: set[int] = attrs.Factory(set)
+    #: When the open transaction started (its first log), for rule 5.
+    started: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.transactional_id,
+            "pid": self.producer_id,
+            "epoch": self.producer_epoch,
+            "timeout_ms": self.timeout_ms,
+            "state": self.state.value,
+            "logs": sorted(self.logs),
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Txn:
+        return cls(
+            d["id"],
+            int(d["pid"]),
+            int(d["epoch"]),
+            int(d["timeout_ms"]),
+            State(d["state"]),
+            {int(x) for x in d["logs"]},
+        )
+
+
+@attrs.frozen
+class Markers:
+    """Rule 3: write a COMMIT (or ABORT) marker of producer ``producer_id``
+    at ``producer_epoch`` into each of ``logs``, then ``markers_written``."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    logs: frozenset[int]
+
+
+class TxnCoordinator:
+    """Every transactional id one coordinator holds (see the module docstring)."""
+
+    def __init__(
+        self, new_producer_id: Callable[[], int], max_timeout_ms: int = MAX_TIMEOUT_MS
+    ) -> None:
+        self._new_producer_id = new_producer_id
+        self.max_timeout_ms = max_timeout_ms
+        self.txns: dict[str, Txn] = {}
+        self._deadlines: list[tuple[float, int, str]] = []
+        self._seq = itertools.count()
+
+    # -- producers ----------------------------------------------------------------------
+
+    def init_producer_id(
+        self, now: float, txn_id: str, timeout_ms: int
+    ) -> tuple[TxnError, Txn | None, Markers | None]:
+        """Rules 1 and 4: the id's producer id and new epoch, or an error;
+        with the markers of an open transaction this aborts."""
+        if not 0 < timeout_ms <= self.max_timeout_ms:
+            return TxnError.INVALID_TRANSACTION_TIMEOUT, None, None
+        txn = self.txns.get(txn_id)
+        if txn is None:
+            txn = self.txns[txn_id] = Txn(txn_id, self._new_producer_id(), 0, timeout_ms)
+            return TxnError.NONE, txn, None
+        if txn.state in _PREPARING:
+            return TxnError.CONCURRENT_TRANSACTIONS, None, None
+        if txn.state == State.ONGOING:
+            return TxnError.CONCURRENT_TRANSACTIONS, None, self._abort(txn)
+        txn.timeout_ms = timeout_ms
+        self._bump(txn)
+        return TxnError.NONE, txn, None
+
+    def _bump(self, txn: Txn) -> None:
+        if txn.producer_epoch >= EPOCH_MAX:
+            txn.producer_id, txn.producer_epoch = self._new_producer_id(), 0
+        else:
+            txn.producer_epoch += 1
+
+    def _check(self, txn_id: str, producer_id: int, epoch: int) -> tuple[TxnError, Txn | None]:
+        txn = self.txns.get(txn_id)
+        if txn is None or txn.producer_id != producer_id:
+            return TxnError.INVALID_PRODUCER_ID_MAPPING, None
+        if epoch < txn.producer_epoch:
+            return TxnError.PRODUCER_FENCED, None
+        if epoch > txn.producer_epoch:
+            return TxnError.INVALID_PRODUCER_EPOCH, None
+        if txn.state in _PREPARING:
+            return TxnError.CONCURRENT_TRANSACTIONS, None
+        return TxnError.NONE, txn
+
+    # -- a transaction -------------------------------------------------------------------
+
+    def add_logs(
+        self, now: float, txn_id: str, producer_id: int, epoch: int, logs: set[int]
+    ) -> TxnError:
+        """AddPartitionsToTxn (and AddOffsetsToTxn's positions log): the
+        transaction writes to ``logs``; the first one opens it (rule 2)."""
+        code, txn = self._check(txn_id, producer_id, epoch)
+        if txn is None:
+            return code
+        if txn.state in _DONE:
+            txn.state, txn.started = State.ONGOING, now
+            txn.logs = set()
+            self._wake(txn, now + txn.timeout_ms / 1000)
+        txn.logs |= logs
+        return TxnError.NONE
+
+    def end(
+        self, txn_id: str, producer_id: int, epoch: int, commit: bool
+    ) -> tuple[TxnError, Markers | None]:
+        """EndTxn: decide the transaction (rules 2, 3 and 6)."""
+        txn = self.txns.get(txn_id)
+        if txn is not None and txn.producer_id == producer_id and epoch == txn.producer_epoch:
+            done = State.COMPLETE_COMMIT if commit else State.COMPLETE_ABORT
+            if txn.state == done:
+                return TxnError.NONE, None  # a retry of what was done
+        code, txn = self._check(txn_id, producer_id, epoch)
+        if txn is None:
+            return code, None
+        if txn.state != State.ONGOING:
+            return TxnError.INVALID_TXN_STATE, None
+        return TxnError.NONE, self._decide(txn, commit)
+
+    def _decide(self, txn: Txn, commit: bool) -> Markers:
+        txn.state = State.PREPARE_COMMIT if commit else State.PREPARE_ABORT
+        return Markers(
+            txn.transactional_id, txn.producer_id, txn.producer_epoch, commit, frozenset(txn.logs)
+        )
+
+    def _abort(self, txn: Txn) -> Markers:
+        """Rules 4 and 5: abort the open transaction at a new epoch."""
+        self._bump(txn)
+        return self._decide(txn, commit=False)
+
+    def markers_written(self, markers: Markers) -> None:
+        """Rule 3: every marker of ``markers`` is in its log."""
+        txn = self.txns.get(markers.transactional_id)
+        if txn is None or txn.state not in _PREPARING or txn.producer_id != markers.producer_id:
+            return
+        txn.state = State.COMPLETE_COMMIT if markers.commit else State.COMPLETE_ABORT
+        txn.logs, txn.started = set(), None
+
+    def pending(self) -> list[Markers]:
+        """The markers of every decided transaction not complete yet: what a
+        coordinator that took the ids over writes first (rule 2)."""
+        return [
+            Markers(
+                t.transactional_id,
+                t.producer_id,
+                t.producer_epoch,
+                t.state == State.PREPARE_COMMIT,
+                frozenset(t.logs),
+            )
+            for t in self.txns.values()
+            if t.state in _PREPARING
+        ]
+
+    # -- time ----------------------------------------------------------------------------
+
+    def _wake(self, txn: Txn, at: float) -> None:
+        heapq.heappush(self._deadlines, (at, next(self._seq), txn.transactional_id))
+
+    def next_deadline(self) -> float | None:
+        return self._deadlines[0][0] if self._deadlines else None
+
+    def tick(self, now: float) -> list[Markers]:
+        """Rule 5: abort the transactions whose time ran out."""
+        out: list[Markers] = []
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, _, txn_id = heapq.heappop(self._deadlines)
+            txn = self.txns.get(txn_id)
+            if txn is None or txn.state != State.ONGOING or txn.started is None:
+                continue
+            if txn.started + txn.timeout_ms / 1000 <= now:
+                out.append(self._abort(txn))
+        return out
+
+    # -- written down and read back --------------------------------------------------------
+
+    def restore(self, now: float, doc: dict[str, Any]) -> None:
+        """A transactional id's state as written down (``Txn.to_json``); an
+        open transaction's clock starts again at ``now``."""
+        txn = Txn.from_json(doc)
+        self.txns[txn.transactional_id] = txn
+        if txn.state == State.ONGOING:
+            txn.started = now
+            self._wake(txn, now + txn.timeout_ms / 1000)
