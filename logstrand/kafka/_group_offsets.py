@@ -105,12 +105,12 @@ class GroupAdmin:
     # -- fetches ----------------------------------------------------------------------
 
     def _where(self, log_id: int) -> tuple[str, int] | None:
-        """(topic, partition) of a log, if a topic holds it."""
-        for name, r in self.front.topics().items():
-            index = r.index(log_id)
-            if index is not None:
-                return name, index
-        return None
+        """(topic, partition) of a log, if a topic holds it: its range's name
+        from the view's index of ranges, not a walk over every topic."""
+        name = self.front.view.range_name(log_id)
+        topic = None if name is None else self.front.topics().get(name)
+        index = None if topic is None else topic.index(log_id)
+        return None if name is None or index is None else (name, index)
 
     async def _offset_of(self, position: Position) -> int:
         if position.offset is not None:
