@@ -302,10 +302,10 @@ def update(**params: Any) -> None:
             first, last = parts[0].first, parts[-1].last
         else:
             first, last = _resolve(store, params["logs"])
-        if name is not None:
-            updated = store.name_logs(first, last, name or None)
-        if changes and len(parts) <= 1:
-            updated = store.update_logs(first, last, **changes)
+            if name is not None:
+                updated = store.name_logs(first, last, name or None)
+            if changes:
+                updated = store.update_logs(first, last, **changes)
     if params["as_json"]:
         print_json(updated.to_json())
     else:

@@ -180,8 +180,9 @@ class ConsumerCoordinator:
         return self._ids()
 
     def adopt(self, group: CGroup) -> None:
-        """A group made elsewhere (``_mixed_groups.upgrade``): its members'
-        sessions are watched, and it is written down."""
+        """A group made elsewhere (``_mixed_groups.upgrade``): held here, its
+        members' sessions watched, and written down."""
+        self.groups[group.name] = group
         soonest = min((m.deadline for m in group.members.values()), default=None)
         if soonest is not None:
             self._wake(group, soonest)

@@ -231,7 +231,7 @@ def restore(now: float, group_name: str, snap: dict[str, Any]) -> Group:
     return group
 
 
-def _string(data: bytes, pos: int) -> tuple[str, int]:
+def string_at(data: bytes, pos: int) -> tuple[str, int]:
     (n,) = struct.unpack_from(">h", data, pos)
     pos += 2
     if n < 0 or pos + n > len(data):
@@ -247,11 +247,31 @@ def subscribed_topics(metadata: bytes) -> set[str]:
         (count,) = struct.unpack_from(">i", metadata, 2)
         pos, out = 6, set()
         for _ in range(min(max(count, 0), len(metadata))):
-            topic, pos = _string(metadata, pos)
+            topic, pos = string_at(metadata, pos)
             out.add(topic)
         return out
     except (struct.error, ValueError, UnicodeDecodeError):
         return set()
+
+
+def topic_partitions(data: bytes, pos: int) -> tuple[dict[str, list[int]], int]:
+    """An array of (topic, [partition]) at ``pos`` (the consumer protocol's
+    assignments and owned partitions), and the position after it.
+
+    Raises:
+        ValueError, struct.error, UnicodeDecodeError: it does not read as one.
+    """
+    (count,) = struct.unpack_from(">i", data, pos)
+    pos, out = pos + 4, {}
+    for _ in range(min(max(count, 0), len(data))):
+        topic, pos = string_at(data, pos)
+        (n,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        if not 0 <= n <= (len(data) - pos) // 4:
+            raise ValueError("bad array")
+        out[topic] = list(struct.unpack_from(f">{n}i", data, pos))
+        pos += 4 * n
+    return out, pos
 
 
 def assigned_partitions(assignment: bytes) -> dict[str, list[int]]:
@@ -259,22 +279,12 @@ def assigned_partitions(assignment: bytes) -> dict[str, list[int]]:
     version, then an array of (topic, [partition])); empty for what does
     not read as one."""
     try:
-        (count,) = struct.unpack_from(">i", assignment, 2)
-        pos, out = 6, {}
-        for _ in range(min(max(count, 0), len(assignment))):
-            topic, pos = _string(assignment, pos)
-            (n,) = struct.unpack_from(">i", assignment, pos)
-            pos += 4
-            if not 0 <= n <= (len(assignment) - pos) // 4:
-                raise ValueError("bad array")
-            out[topic] = list(struct.unpack_from(f">{n}i", assignment, pos))
-            pos += 4 * n
-        return out
+        return topic_partitions(assignment, 2)[0]
     except (struct.error, ValueError, UnicodeDecodeError):
         return {}
 
 
-def _put_string(out: bytearray, text: str) -> None:
+def _putstring_at(out: bytearray, text: str) -> None:
     data = text.encode()
     out += struct.pack(">h", len(data)) + data
 
@@ -283,7 +293,7 @@ def encode_subscription(topics: list[str]) -> bytes:
     """A ConsumerProtocolSubscription (v0) of ``topics``, as tools read it."""
     out = bytearray(struct.pack(">hi", 0, len(topics)))
     for t in topics:
-        _put_string(out, t)
+        _putstring_at(out, t)
     return bytes(out + struct.pack(">i", -1))
 
 
@@ -294,7 +304,7 @@ def encode_assignment(parts: list[tuple[str, int]]) -> bytes:
         topics.setdefault(t, []).append(p)
     out = bytearray(struct.pack(">hi", 0, len(topics)))
     for t, ps in topics.items():
-        _put_string(out, t)
+        _putstring_at(out, t)
         out += struct.pack(f">i{len(ps)}i", len(ps), *ps)
     return bytes(out + struct.pack(">i", -1))
 

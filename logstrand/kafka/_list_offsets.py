@@ -40,30 +40,9 @@ _log = logging.getLogger("logstrand.kafka")
 
 #: What a search for a time past every record answers (Kafka's UNKNOWN_OFFSET).
 NOT_FOUND = (-1, -1)
-#: Read batches looked at for the first record from an LSN (gaps before it).
-BATCHES_MAX = 16
 #: Records read again before a search's landing point, and at the end for
 #: MAX_TIMESTAMP: how far out of order CreateTimes may be and still be found.
 DISORDER_RECORDS = 1000
-
-
-async def first_record(
-    client: AsyncClient, log_id: int, lsn: int, tail: int
-) -> tuple[int, int] | None:
-    """(LSN, timestamp a consumer sees) of the first record from ``lsn`` up
-    to ``tail``; None when there is none."""
-    if lsn > tail:
-        return None
-    async with client.read(log_id, lsn, tail) as reader:
-        for _ in range(BATCHES_MAX):
-            items = await reader.next_objects()
-            if not items:
-                return None
-            for item in items:
-                if isinstance(item, Record):
-                    created = item.create_time
-                    return item.lsn, item.timestamp if created is None else created
-    return None
 
 
 async def _scan(
@@ -107,8 +86,8 @@ class Searcher:
 
     async def record_at(self, offset: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after ``offset``."""
-        found = await first_record(self.client, self.log_id, self.m.lsn_at(offset), self.tail)
-        return None if found is None else (await self._offset(found[0]), found[1])
+        found = await self.records(offset, 1)
+        return found[0] if found else None
 
     async def records(self, offset: int, count: int) -> list[tuple[int, int]]:
         """(offset, timestamp) of up to ``count`` records from ``offset``."""

@@ -49,7 +49,9 @@ from ._group_model import (
     assigned_partitions,
     encode_assignment,
     join_error,
+    string_at,
     subscribed_topics,
+    topic_partitions,
 )
 from ._group_model import Member as ClassicMember
 
@@ -59,31 +61,18 @@ if TYPE_CHECKING:
 
 def owned_partitions(metadata: bytes) -> frozenset[Partition]:
     """The partitions a ConsumerProtocolSubscription says its member still
-    owns (v1 and later; none for v0, or for what does not read as one)."""
+    owns (v1 and later: after the topics and the user data; none for v0,
+    or for what does not read as one)."""
     try:
         (version, count) = struct.unpack_from(">hi", metadata, 0)
         if version < 1:
             return frozenset()
         pos = 6
         for _ in range(min(max(count, 0), len(metadata))):
-            (n,) = struct.unpack_from(">h", metadata, pos)
-            pos += 2 + max(n, 0)
+            _, pos = string_at(metadata, pos)
         (user_data,) = struct.unpack_from(">i", metadata, pos)
-        pos += 4 + max(user_data, 0)
-        (topics,) = struct.unpack_from(">i", metadata, pos)
-        pos += 4
-        out: set[Partition] = set()
-        for _ in range(min(max(topics, 0), len(metadata))):
-            (n,) = struct.unpack_from(">h", metadata, pos)
-            topic = metadata[pos + 2 : pos + 2 + n].decode()
-            pos += 2 + n
-            (k,) = struct.unpack_from(">i", metadata, pos)
-            pos += 4
-            if not 0 <= k <= (len(metadata) - pos) // 4:
-                raise ValueError("bad array")
-            out.update((topic, i) for i in struct.unpack_from(f">{k}i", metadata, pos))
-            pos += 4 * k
-        return frozenset(out)
+        owned, _ = topic_partitions(metadata, pos + 4 + max(user_data, 0))
+        return frozenset((t, i) for t, ps in owned.items() for i in ps)
     except (struct.error, ValueError, UnicodeDecodeError):
         return frozenset()
 
@@ -112,7 +101,6 @@ def upgrade(core: ConsumerCoordinator, now: float, group: Group) -> None:
             cgroup.instances[m.instance_id] = m.member_id
         for p in given:
             cgroup.owner[p] = m.member_id
-    core.groups[group.name] = cgroup
     core.adopt(cgroup)
 
 
@@ -152,8 +140,8 @@ def join(
     core: ConsumerCoordinator, now: float, args: JoinArgs, sizes: Callable[[str], int]
 ) -> dict[str, Any]:
     """Rule 2: a classic member's JoinGroup to a consumer group, answered."""
-    protocols = [(n, m) for n, m in args.protocols if args.protocol_type == "consumer"]
-    if not protocols:
+    protocols = args.protocols
+    if args.protocol_type != "consumer" or not protocols:
         return join_error(KafkaError.INCONSISTENT_GROUP_PROTOCOL, args.member_id)
     group = core.groups[args.group]
     member_id = args.member_id
