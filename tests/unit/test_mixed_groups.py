@@ -5,7 +5,6 @@ in which no partition is ever owned twice."""
 
 from __future__ import annotations
 
-import itertools
 import random
 import struct
 
@@ -23,13 +22,9 @@ from logstrand.kafka._group_model import (
     encode_assignment,
     encode_subscription,
 )
+from tests.unit.test_consumer_groups import Members, _sizes
 
-SIZES = {"t": 6}
 Parts = frozenset[tuple[str, int]]
-
-
-def _sizes(topic: str) -> int:
-    return SIZES.get(topic, 0)
 
 
 def _subscription_v1(topics: list[str], owned: dict[str, list[int]]) -> bytes:
@@ -44,29 +39,24 @@ def _subscription_v1(topics: list[str], owned: dict[str, list[int]]) -> bytes:
 
 
 def test_owned_partitions_read_from_v1_subscriptions_only() -> None:
-    assert mixed.owned_partitions(_subscription_v1(["t"], {"t": [4, 1]})) == {("t", 4), ("t", 1)}
-    assert mixed.owned_partitions(encode_subscription(["t"])) == frozenset()  # v0: none
+    assert mixed.owned_partitions(_subscription_v1(["a"], {"a": [4, 1]})) == {("a", 4), ("a", 1)}
+    assert mixed.owned_partitions(encode_subscription(["a"])) == frozenset()  # v0: none
     assert mixed.owned_partitions(b"\x00\x01garbage") == frozenset()
 
 
-class Mixed:
-    """A group's members as clients run them: a consumer-protocol member owns
-    what it was last given and says so in each heartbeat; a classic member
-    owns what its last SyncGroup gave it and, eager, gives it all up before
-    it joins again (REBALANCE_IN_PROGRESS)."""
+class Mixed(Members):
+    """``Members`` (consumer-protocol members as librdkafka runs them), and
+    classic members: each owns what its last SyncGroup gave it and, eager,
+    gives it all up before it joins again (REBALANCE_IN_PROGRESS)."""
 
     def __init__(self) -> None:
-        ids = itertools.count()
-        self.core = ConsumerCoordinator(10_000, 1_000, ids=lambda: f"m{next(ids)}")
-        self.now = 0.0
-        self.epoch: dict[str, int] = {}
-        self.owned: dict[str, Parts] = {}
+        super().__init__(session_ms=10_000)
         self.classic: set[str] = set()
 
     def classic_join(self, member_id: str = "") -> str:
         args = JoinArgs(
             "g", member_id, None, 10_000, 10_000, "consumer",
-            [("range", encode_subscription(["t"]))], require_id=False,
+            [("range", encode_subscription(["a"]))], require_id=False,
         )  # fmt: skip
         self.owned.pop(member_id, None)  # eager: all given up before joining
         answer = mixed.join(self.core, self.now, args, _sizes)
@@ -81,19 +71,6 @@ class Mixed:
         self.epoch[m] = answer["generation_id"]
         return str(m)
 
-    def join(self) -> str:
-        code, out = self.core.heartbeat(
-            self.now, Beat("g", "", 0, None, frozenset({"t"}), frozenset()), _sizes
-        )
-        assert code == 0
-        self._take(out)
-        return str(out["member_id"])
-
-    def _take(self, out: dict) -> None:
-        self.epoch[out["member_id"]] = out["member_epoch"]
-        if out.get("assignment") is not None:
-            self.owned[out["member_id"]] = frozenset(out["assignment"])
-
     def beat(self, m: str) -> int:
         if m in self.classic:
             code = mixed.heartbeat(self.core, self.now, self.core.groups["g"], self.epoch[m], m)
@@ -101,24 +78,12 @@ class Mixed:
                 self.classic_join(m)
                 return 0
             return code
-        code, out = self.core.heartbeat(
-            self.now, Beat("g", m, self.epoch[m], owned=self.owned.get(m, frozenset())), _sizes
-        )
-        if code == 0:
-            self._take(out)
-        return code
+        return super().beat(m)
 
     def forget(self, m: str) -> None:
         self.epoch.pop(m, None)
         self.owned.pop(m, None)
         self.classic.discard(m)
-
-    def assert_disjoint(self) -> None:
-        seen: dict[tuple[str, int], str] = {}
-        for m, parts in self.owned.items():
-            for p in parts:
-                assert p not in seen, f"{p} owned by {seen[p]} and {m}"
-                seen[p] = m
 
 
 def _classic_group() -> Group:
@@ -127,8 +92,8 @@ def _classic_group() -> Group:
     for name, parts in (("c1", [0, 1, 2]), ("c2", [3, 4, 5])):
         group.members[name] = Member(
             name, None, "client", "host", 10_000, 10_000, "consumer",
-            [("range", encode_subscription(["t"]))],
-            assignment=encode_assignment([("t", i) for i in parts]), deadline=10.0,
+            [("range", encode_subscription(["a"]))],
+            assignment=encode_assignment([("a", i) for i in parts]), deadline=10.0,
         )  # fmt: skip
     return group
 
@@ -139,15 +104,15 @@ def test_an_upgraded_group_keeps_its_classic_members_and_splits_with_a_new_one()
     cgroup = g.core.groups["g"]
     assert cgroup.epoch == 3
     assert {m: sorted(x.given) for m, x in cgroup.members.items()} == {
-        "c1": [("t", 0), ("t", 1), ("t", 2)],
-        "c2": [("t", 3), ("t", 4), ("t", 5)],
+        "c1": [("a", 0), ("a", 1), ("a", 2)],
+        "c2": [("a", 3), ("a", 4), ("a", 5)],
     }
     for m, parts in (("c1", {0, 1, 2}), ("c2", {3, 4, 5})):
         g.classic.add(m)
         g.epoch[m] = 3
-        g.owned[m] = frozenset(("t", i) for i in parts)
+        g.owned[m] = frozenset(("a", i) for i in parts)
         assert mixed.heartbeat(g.core, 1.0, cgroup, 3, m) == KafkaError.NONE  # stable
-    new = g.join()
+    new = g.join({"a"})
     # The classic members hear of the rebalance in their next heartbeat.
     assert mixed.heartbeat(g.core, 1.0, cgroup, 3, "c1") == KafkaError.REBALANCE_IN_PROGRESS
     assert mixed.heartbeat(g.core, 1.0, cgroup, 2, "c1") == KafkaError.ILLEGAL_GENERATION
@@ -161,7 +126,7 @@ def test_an_upgraded_group_keeps_its_classic_members_and_splits_with_a_new_one()
             assert g.beat(m) == 0
             g.assert_disjoint()
     assert {len(g.owned[m]) for m in ("c1", "c2", new)} == {2}
-    assert set().union(*g.owned.values()) == {("t", i) for i in range(6)}
+    assert set().union(*g.owned.values()) == {("a", i) for i in range(6)}
     assert g.core.check_commit("g", "c1", g.epoch["c1"] - 5) == KafkaError.ILLEGAL_GENERATION
     # The group is written down with its classic members, and read back so.
     snap = g.core.snapshot("g")
@@ -179,12 +144,12 @@ def test_an_upgraded_group_keeps_its_classic_members_and_splits_with_a_new_one()
     g.forget("c2")
     for _ in range(3):
         g.beat(new)
-    assert g.owned[new] == {("t", i) for i in range(6)}
+    assert g.owned[new] == {("a", i) for i in range(6)}
 
 
 def test_a_classic_join_to_a_consumer_group_asks_for_a_member_id_first() -> None:
     g = Mixed()
-    g.join()
+    g.join({"a"})
     args = JoinArgs("g", "", None, 10_000, 10_000, "consumer", [("range", b"")], require_id=True)
     first = mixed.join(g.core, 0.0, args, _sizes)
     assert first["error_code"] == KafkaError.MEMBER_ID_REQUIRED
@@ -202,12 +167,12 @@ def test_a_classic_join_to_a_consumer_group_asks_for_a_member_id_first() -> None
 def test_both_kinds_coming_and_going_never_share_a_partition(seed: int) -> None:
     rng = random.Random(seed)
     g = Mixed()
-    g.join()
+    g.join({"a"})
     for _ in range(100):
         roll = rng.random()
         live = sorted(g.epoch)
         if roll < 0.12 or not live:
-            g.join()
+            g.join({"a"})
         elif roll < 0.24:
             g.classic_join()
         elif roll < 0.32:
@@ -228,7 +193,7 @@ def test_both_kinds_coming_and_going_never_share_a_partition(seed: int) -> None:
         for m in sorted(g.epoch):
             g.beat(m)
     if g.core.groups["g"].members:
-        assert set().union(*g.owned.values()) == {("t", i) for i in range(6)}
+        assert set().union(*g.owned.values()) == {("a", i) for i in range(6)}
 
 
 def test_a_group_left_with_classic_members_only_is_classic_again() -> None:
@@ -238,7 +203,7 @@ def test_a_group_left_with_classic_members_only_is_classic_again() -> None:
     from logstrand.kafka._membership import Coordinator
 
     g = Mixed()
-    new = g.join()
+    new = g.join({"a"})
     c1 = g.classic_join()
     for _ in range(3):
         for m in sorted(g.epoch):
@@ -252,8 +217,8 @@ def test_a_group_left_with_classic_members_only_is_classic_again() -> None:
     assert classic.adopt(group, g.now) == []
     assert group.state == PREPARING
     member = group.members[c1]
-    assert member.protocols == [("range", encode_subscription(["t"]))]
-    assert assigned_partitions(member.assignment) == {"t": sorted(i for _, i in g.owned[c1])}
+    assert member.protocols == [("range", encode_subscription(["a"]))]
+    assert assigned_partitions(member.assignment) == {"a": sorted(i for _, i in g.owned[c1])}
     # Its next heartbeat tells it to join the classic group.
     code = classic.heartbeat(g.now, "g", group.generation, c1, None)
     assert code == KafkaError.REBALANCE_IN_PROGRESS

@@ -19,6 +19,16 @@ def _coordinator() -> TxnCoordinator:
     return TxnCoordinator(lambda: next(ids), max_timeout_ms=60_000)
 
 
+def _open(c: TxnCoordinator, tid: str, logs: set[int], timeout_ms: int = 10_000) -> tuple[int, int]:
+    """A producer of ``tid`` at time 0, its transaction open on ``logs`` at
+    time 1: its producer id and epoch."""
+    code, txn, _ = c.init_producer_id(0.0, tid, timeout_ms)
+    assert code == TxnError.NONE
+    assert txn is not None
+    assert c.add_logs(1.0, tid, txn.producer_id, txn.producer_epoch, logs) == TxnError.NONE
+    return txn.producer_id, txn.producer_epoch
+
+
 def test_a_producer_commits_and_its_markers_go_to_every_log_it_wrote() -> None:
     c = _coordinator()
     code, txn, _ = c.init_producer_id(0.0, "t", 10_000)
@@ -48,10 +58,7 @@ def test_a_producer_commits_and_its_markers_go_to_every_log_it_wrote() -> None:
 
 def test_a_new_producer_fences_the_old_one_and_aborts_its_transaction() -> None:
     c = _coordinator()
-    _, old, _ = c.init_producer_id(0.0, "t", 10_000)
-    assert old is not None
-    pid, epoch = old.producer_id, old.producer_epoch
-    c.add_logs(1.0, "t", pid, epoch, {5})
+    pid, epoch = _open(c, "t", {5})
     code, txn, markers = c.init_producer_id(2.0, "t", 10_000)
     assert (code, txn) == (TxnError.CONCURRENT_TRANSACTIONS, None)
     assert markers is not None
@@ -73,10 +80,7 @@ def test_a_new_producer_fences_the_old_one_and_aborts_its_transaction() -> None:
 
 def test_a_silent_producers_transaction_is_aborted_after_its_timeout() -> None:
     c = _coordinator()
-    _, txn, _ = c.init_producer_id(0.0, "t", 5_000)
-    assert txn is not None
-    pid, epoch = txn.producer_id, txn.producer_epoch
-    c.add_logs(1.0, "t", pid, epoch, {5})
+    pid, epoch = _open(c, "t", {5}, timeout_ms=5_000)
     assert c.next_deadline() == pytest.approx(6.0)
     assert c.tick(5.9) == []
     (markers,) = c.tick(6.0)
@@ -100,10 +104,7 @@ def test_timeouts_are_bounded_and_epochs_wrap_to_a_new_producer_id() -> None:
 
 def test_a_coordinator_that_takes_over_finishes_a_decided_transaction() -> None:
     c = _coordinator()
-    _, txn, _ = c.init_producer_id(0.0, "t", 10_000)
-    assert txn is not None
-    c.add_logs(1.0, "t", txn.producer_id, txn.producer_epoch, {5, 6})
-    _, markers = c.end("t", txn.producer_id, txn.producer_epoch, commit=True)
+    _, markers = c.end("t", *_open(c, "t", {5, 6}), commit=True)
     written = c.txns["t"].to_json()  # the decision, written before any marker
     other = _coordinator()
     other.restore(50.0, written)
@@ -113,9 +114,7 @@ def test_a_coordinator_that_takes_over_finishes_a_decided_transaction() -> None:
     assert other.txns["t"].state == State.COMPLETE_COMMIT
     # An open transaction read back gets a whole timeout from then.
     c2 = _coordinator()
-    _, t2, _ = c2.init_producer_id(0.0, "u", 10_000)
-    assert t2 is not None
-    c2.add_logs(1.0, "u", t2.producer_id, t2.producer_epoch, {1})
+    _open(c2, "u", {1})
     other.restore(100.0, c2.txns["u"].to_json())
     assert other.tick(109.9) == []
     assert len(other.tick(110.0)) == 1
