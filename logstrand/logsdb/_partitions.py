@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ..errors import InvalidArgumentError, ProtocolError
+from ..types import lsn_epoch
 from . import _format as fmt
 from ._format import DirEntry
 
@@ -330,20 +331,36 @@ class Partitions:
         entries after it still hold the bound (Kafka's ``retention.bytes``),
         never the newest partition's (0: nothing to trim).  A quiet log whose
         newest entry alone passes the bound keeps that entry: retention by
-        space never empties a log."""
+        space never empties a log.
+
+        The bound is the *log's*, and this node holds only some of its
+        records: each entry counts for the log's bytes over the LSNs it spans
+        (its own average record size times the span), not for this node's
+        copies.  Every node then trims near the same LSN however unevenly
+        copysets fell (a few large batches can put most of a range on one
+        node; counting own copies against a share of the bound kept only
+        80% of it there), and a reader, which starts past the highest trim
+        point it meets, still finds the bound."""
         newest = self.list[-1].id
         entries = sorted(
             (e.first_lsn, pid, e)
             for pid, e in self.dir.get(log_id, {}).items()
             if e.last_lsn > trim
         )
-        total = sum(e.bytes for _, _, e in entries)
+        # The oldest entry counts from its own first LSN (what came before it
+        # may never have been this node's business); each later one from
+        # where the previous ended: the LSNs between them went to other nodes.
+        sizes, covered = [], (entries[0][0] - 1 if entries else 0)
+        for _, _, e in entries:
+            sizes.append(_log_bytes(e, covered))
+            covered = max(covered, e.last_lsn)
+        total = sum(sizes)
         target = 0
-        for _, pid, entry in entries:
-            if total - entry.bytes < keep_bytes or pid == newest:
+        for (_, pid, entry), size in zip(entries, sizes, strict=True):
+            if total - size < keep_bytes or pid == newest:
                 break
             target = entry.last_lsn
-            total -= entry.bytes
+            total -= size
         return target
 
     def drop_trimmed(self, trims: Mapping[int, int]) -> list[int]:
@@ -370,3 +387,23 @@ class Partitions:
             del self.dir[log][part.id]
         self._logs_in.pop(part.id, None)
         self.list.remove(part)
+
+
+def _log_bytes(entry: DirEntry, covered: int) -> int:
+    """The log's bytes (every node's records, one copy each) over the LSNs
+    from ``covered`` + 1 to ``entry``'s last (older entries counted the ones
+    before), from the entry's own average record size.  LSNs within an epoch
+    are dense, so the span counts the log's records; across an epoch
+    boundary it says nothing, and only this node's own bytes count (fewer:
+    the log keeps more, never less)."""
+    if not entry.records:
+        return entry.bytes
+    first = covered + 1
+    if first > entry.last_lsn:
+        return 0  # inside an older entry's span: counted there
+    if lsn_epoch(first) != lsn_epoch(entry.last_lsn):
+        first = entry.first_lsn  # a new epoch began between the two entries
+        if lsn_epoch(first) != lsn_epoch(entry.last_lsn):
+            return entry.bytes
+    span = entry.last_lsn - first + 1
+    return entry.bytes * span // entry.records

@@ -117,21 +117,18 @@ class Upkeep:
         that set one."""
         retention: dict[int, int] = {}
         space: dict[int, int] = {}
-        storage_nodes = max(1, len(self.view.storage_weights()))
         for r in self.view.ranges:
             attributes = r.attributes
             if not _kept(attributes):
                 continue
+            # The whole log's bound on every node: LogsDB counts the log's
+            # bytes over the LSNs its entries span, not its own copies.
             ms, size = attributes.retention_ms, attributes.retention_bytes
-            # This node's share of a log's bound: R copies over the nodeset,
-            # spread evenly by the copyset choice.
-            nodes = min(attributes.nodeset_size or storage_nodes, storage_nodes)
-            share = max(1, (size or 0) * attributes.replication_factor // nodes)
             for log in _in_range(logs, r.first, r.last):
                 if ms is not None:
                     retention.setdefault(log, ms)
                 if size is not None:
-                    space.setdefault(log, share)
+                    space.setdefault(log, size)
         return retention, space
 
 

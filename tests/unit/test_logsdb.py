@@ -230,6 +230,47 @@ def test_space_retention_trims_the_oldest_entries(opener: Opener, db: LogsDB) ->
     assert db.apply_retention({}, retention_bytes={1: 1}) == {}
 
 
+def test_space_retention_counts_the_logs_bytes_not_this_nodes_copies(
+    opener: Opener, db: LogsDB
+) -> None:
+    """A node that holds one record in three (the others went to other
+    copysets) still keeps the LSNs of the log's bound: its entries count for
+    the records they span, or it would trim to a third of the bound and a
+    reader, starting past the highest trim point, would find less."""
+    for i in range(4):  # four partitions over 30 LSNs each, a third of them here
+        first = 30 * i + 1
+        db.write([put(1, range(first, first + 30, 3), ts=opener.clock.now_ms, payload=b"x" * 1000)])
+        opener.clock.advance(60_000)
+        db.new_partition()
+    per_entry = db.directory(1)[0][1].bytes  # 10 of this node's records
+    # The log holds 3 x per_entry in each partition's LSNs: a bound of two
+    # partitions' LSNs keeps two entries here, not six (there are four).
+    assert db.apply_retention({}, retention_bytes={1: 6 * per_entry - 1}) == {1: 58}
+    assert lsns_of(db, 1)[0] == 61
+    assert db.apply_retention({}, retention_bytes={1: 6 * per_entry - 1}) == {}
+
+
+def test_space_retention_counts_an_entry_across_epochs_by_its_own_bytes(
+    opener: Opener, db: LogsDB
+) -> None:
+    """An entry whose LSNs cross an epoch says nothing of the log's records in
+    between (the LSN gap is the epoch's offset space): it counts only this
+    node's bytes, so the log keeps more, never less."""
+    epoch = 1 << 32
+    db.write([put(1, range(1, 11), ts=opener.clock.now_ms, payload=b"x" * 1000)])
+    opener.clock.advance(60_000)
+    db.new_partition()
+    db.write([put(1, [11, epoch + 1], ts=opener.clock.now_ms, payload=b"x" * 1000)])
+    opener.clock.advance(60_000)
+    db.new_partition()
+    db.write([put(1, range(epoch + 2, epoch + 12), ts=opener.clock.now_ms, payload=b"x" * 1000)])
+    per_record = db.directory(1)[0][1].bytes // 10
+    # The middle entry is two records, not four billion: a bound of 12
+    # records keeps it and the newest.
+    assert db.apply_retention({}, retention_bytes={1: 12 * per_record}) == {1: 10}
+    assert db.apply_retention({}, retention_bytes={1: 12 * per_record}) == {}
+
+
 def test_space_retention_never_empties_a_quiet_log(opener: Opener, db: LogsDB) -> None:
     """A log written once in a partition that is no longer the newest (no
     writes for a partition's time) holds more than its bound in one entry:

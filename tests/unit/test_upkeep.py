@@ -80,7 +80,7 @@ async def test_retention_comes_from_the_ranges_that_set_one(tmp_path: Path) -> N
     ranges = [
         LogRange(1, 500, LogAttributes(retention_ms=60_000)),
         LogRange(501, 1000),
-        # 3,000 bytes of a log, twice, over 3 storage nodes: 2,000 here.
+        # The log's whole bound on each node (LogsDB counts the log's bytes).
         LogRange(1001, 1500, LogAttributes(replication_factor=2, retention_bytes=3000)),
         LogRange(1501, 9000, LogAttributes(retention_ms=1000, retention_bytes=10)),
     ]
@@ -92,7 +92,7 @@ async def test_retention_comes_from_the_ranges_that_set_one(tmp_path: Path) -> N
         **dict.fromkeys(range(1501, LOGS + 1), 1000),
     }
     assert space == {
-        **dict.fromkeys(range(1001, 1501), 2000),
-        **dict.fromkeys(range(1501, LOGS + 1), 10 * 2 // 3),  # R=2 by default
+        **dict.fromkeys(range(1001, 1501), 3000),
+        **dict.fromkeys(range(1501, LOGS + 1), 10),
     }
     store.close()
