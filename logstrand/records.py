@@ -39,6 +39,13 @@ class RecordFlags(enum.IntFlag):
     WRITTEN_BY_RECOVERY = 0x0008
     #: A copy re-created by rebuilding (the record's LSN and timestamp kept).
     WRITTEN_BY_REBUILDING = 0x0010
+    #: Written in a transaction by its producer (the batch's producer id): a
+    #: committed reader delivers it once a COMMIT marker of the producer
+    #: follows, never after an ABORT (``logstrand.transactions``).
+    TRANSACTIONAL = 0x0020
+    #: A transaction's COMMIT or ABORT marker (the payload says which, and
+    #: whose): read by readers' transaction tracking, never delivered.
+    CONTROL = 0x0040
 
 
 #: The flags that travel with records (the high byte is LogsDB's own).
@@ -51,6 +58,11 @@ BRIDGE: Final = int(RecordFlags.BRIDGE)
 TOMBSTONE: Final = int(RecordFlags.TOMBSTONE)
 WRITTEN_BY_RECOVERY: Final = int(RecordFlags.WRITTEN_BY_RECOVERY)
 WRITTEN_BY_REBUILDING: Final = int(RecordFlags.WRITTEN_BY_REBUILDING)
+TRANSACTIONAL: Final = int(RecordFlags.TRANSACTIONAL)
+CONTROL: Final = int(RecordFlags.CONTROL)
+#: The flags an appender gives its batch, kept by the sequencer (the rest
+#: are the sequencer's, recovery's and rebuilding's to set).
+FLAGS_APPENDED: Final = TRANSACTIONAL | CONTROL
 
 #: A key is at most this long (LogsDB stores its length in a u16).
 KEY_BYTES_MAX: Final = 0xFFFF

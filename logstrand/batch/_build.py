@@ -11,7 +11,7 @@ import struct
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from ..errors import InvalidArgumentError, ProtocolError
-from ..records import TOMBSTONE
+from ..records import FLAGS_APPENDED, TOMBSTONE
 from ._compression import Codec, pack_body
 from ._extras import none_if_empty
 from ._layout import (
@@ -117,17 +117,19 @@ class Building:
         codec: int = 0,
         producer: tuple[int, int] | None = None,
         extras: Sequence[bytes | None] | None = None,
+        flags: int = 0,
     ) -> Self:
         """What a client appends: the records' body (compressed with ``codec``
         when that helps) under a header the sequencer replaces, but for the
-        ``producer`` (id, first sequence number) of an idempotent append and
-        whether the body has ``extras`` (``_extras``)."""
+        ``producer`` (id, first sequence number) of an idempotent append,
+        whether the body has ``extras`` (``_extras``) and the appender's
+        ``flags`` of every record (``FLAGS_APPENDED``: a transaction's)."""
         extras = none_if_empty(extras)
         body, raw_len, crc, used = pack_body(keys, payloads, codec, extras)
         n = len(payloads) * (3 if extras is not None else 2)
         lens = memoryview(body)[: 4 * n].cast("i").tolist()  # packed here: no check
         return cls.for_body(
-            body, raw_len, crc, used, len(payloads), producer, extras is not None, lens
+            body, raw_len, crc, used, len(payloads), producer, extras is not None, lens, flags
         )
 
     @classmethod
@@ -141,6 +143,7 @@ class Building:
         producer: tuple[int, int] | None = None,
         extras: bool = False,
         lens: list[int] | None = None,
+        flags: int = 0,
     ) -> Self:
         """``for_append`` of a body packed already (``pack_body``'s four
         values and the record count): a client that has the lengths and the
@@ -155,6 +158,7 @@ class Building:
             count,
             first_lsn=0,
             timestamps_ms=0,
+            flags=flags,
             producer=producer,
             extras=extras,
         )
@@ -166,7 +170,7 @@ class Building:
             lens = check_lengths(body, 0, count * (3 if extras else 2), raw_len)
         b.data = head + body
         b.count = count
-        b.first_lsn, b.last_lsn, b.timestamp_ms, b.wave, b.flags0 = 0, count - 1, 0, 0, 0
+        b.first_lsn, b.last_lsn, b.timestamp_ms, b.wave, b.flags0 = 0, count - 1, 0, 0, flags
         b.codec = codec
         b.layout = (PRODUCER if producer is not None else 0) | (EXTRAS if extras else 0)
         b.copyset = ()
@@ -240,7 +244,12 @@ class Building:
         one timestamp, the given wave and copyset (what a sequencer does, once
         per wave).  The body is copied once and not checked again."""
         lens = self.payload_lens()
-        flags: list[int] | int = [TOMBSTONE if n < 0 else 0 for n in lens] if -1 in lens else 0
+        # The appender's own flags (a transaction's) stay; the rest are the
+        # sequencer's to set, from nothing.
+        kept = self.flags0 & FLAGS_APPENDED
+        flags: list[int] | int = (
+            [(TOMBSTONE if n < 0 else 0) | kept for n in lens] if -1 in lens else kept
+        )
         body = memoryview(self.data)[self.body_start :]
         head = header(
             len(body),

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..batch import extras_of, pack_extra
 from ..errors import InvalidArgumentError
+from ..records import CONTROL, TRANSACTIONAL
 from ._names import append_to_name
 
 if TYPE_CHECKING:
@@ -135,12 +136,15 @@ class AppendApi:
         create_times: Sequence[int | None] | None = None,
         extras: Sequence[bytes | None] | None = None,
         producer: tuple[int, int],
+        transactional: bool = False,
     ) -> int:
         """Append one batch numbered by the caller's producer: ``producer`` is
         (an id from ``allocate_producer_id``, the number of the batch's first
         record).  Stored once: sent again, it is answered with the first LSN
         it got, which this returns (the Kafka front's idempotent producers).
-        ``headers``, ``create_times`` and ``extras`` as for ``append_batch``.
+        ``headers``, ``create_times`` and ``extras`` as for ``append_batch``;
+        ``transactional``: the records belong to the producer's open
+        transaction (a committed reader holds them until its marker).
 
         Raises ProducerError (OUT_OF_SEQUENCE: a gap after the producer's last
         batch; UNKNOWN_PRODUCER) and DuplicateAppendError (taken long ago)."""
@@ -148,7 +152,17 @@ class AppendApi:
         if len(key_list) != len(payloads):
             raise InvalidArgumentError("keys and payloads differ in length")
         extras = _extras(len(payloads), headers, create_times, extras)
-        return await self._appender.append_numbered(log_id, payloads, key_list, producer, extras)
+        flags = TRANSACTIONAL if transactional else 0
+        return await self._appender.append_numbered(
+            log_id, payloads, key_list, producer, extras, flags
+        )
+
+    async def append_marker(self, log_id: int, marker: bytes) -> int:
+        """Append a transaction's COMMIT or ABORT marker (``marker``, as
+        ``transactions.encode_marker`` makes it): a record readers never
+        deliver, which ends the producer's transaction in this log.  A
+        coordinator's, not an application's."""
+        return await self._appender.append_numbered(log_id, [marker], [None], None, None, CONTROL)
 
     async def allocate_producer_id(self) -> int:
         """A producer id no other producer of the cluster has (``append_numbered``)."""

@@ -23,7 +23,7 @@ import trio
 from ..batch import PackedBatch
 from ..errors import ClosedError, InvalidArgumentError, LogstrandError, NotFoundError
 from ..idempotence._client import LogProducer, ProducerIds
-from ..records import KEY_BYTES_MAX, check_log_id
+from ..records import FLAGS_APPENDED, KEY_BYTES_MAX, check_log_id
 from ._attempts import Attempts
 from ._batcher import Ticket, _finish_all, _LogBatcher
 from ._settings import check_bytes
@@ -206,15 +206,20 @@ class Appender(Attempts):
         log_id: int,
         payloads: Sequence[bytes | None],
         keys: Sequence[bytes | None],
-        number: tuple[int, int],
+        number: tuple[int, int] | None,
         extras: Sequence[bytes | None] | None = None,
+        flags: int = 0,
     ) -> int:
         """One APPEND numbered by a producer outside this client (the Kafka
-        front's idempotent producers): retried as any APPEND, a refusal for
-        its numbering is the caller's to handle (``ProducerError``)."""
+        front's idempotent producers), or by none (``number`` None: a
+        transaction's marker), with the appender's ``flags``: retried as any
+        APPEND, a refusal for its numbering is the caller's to handle
+        (``ProducerError``)."""
         await self.check(log_id, payloads, keys, extras)
         # ``check`` has validated every key and payload: no second pass
         # here.  Not this client's numbering: its producers hear nothing.
-        batch = PackedBatch.for_append(keys, payloads, self._codec(log_id), number, extras)
+        batch = PackedBatch.for_append(
+            keys, payloads, self._codec(log_id), number, extras, flags & FLAGS_APPENDED
+        )
         deadline = trio.current_time() + self.settings.append_timeout_s
         return await self._retry(log_id, batch, number, deadline, own=False)

@@ -10,6 +10,7 @@ import attrs
 import numpy as np
 
 from ..batch import LSNS, TIMESTAMPS, unpack_extra
+from ..records import CONTROL
 from ..types import Gap
 from ._reader_core import RecordRun
 
@@ -124,6 +125,8 @@ class ColumnBatch:
             if not isinstance(item, RecordRun):
                 gaps.append(Gap(item.type, item.lo, item.hi))
                 continue
+            if item.txn_flags & CONTROL:
+                continue  # a transaction's marker: never delivered
             pb = item.view.packed
             run_extras = item.extras
             with_extras |= run_extras is not None

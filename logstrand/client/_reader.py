@@ -39,6 +39,7 @@ from ._reader_core import (
     StopStream,
 )
 from ._reader_intake import Verdict, absorb, access_gap
+from ._views import without_markers
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -67,7 +68,7 @@ class Inbox(Protocol):
 
 def _objects(items: list[Item]) -> list[Record | Gap]:
     out: list[Record | Gap] = []
-    for item in items:
+    for item in without_markers(items):
         if isinstance(item, RecordRun):
             out.extend(
                 records_of(item.lsns, item.timestamps_ms, item.payloads, item.keys, item.extras)

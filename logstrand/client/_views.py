@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ..records import CONTROL, FLAGS_APPENDED
+
 if TYPE_CHECKING:
     from ..batch import PackedBatch
 
@@ -126,6 +128,21 @@ class RecordRun:
         """Every record's headers and create time, packed, or None: none has any."""
         extras = self.view.extras
         return None if extras is None else self._cut(extras)
+
+    @property
+    def txn_flags(self) -> int:
+        """TRANSACTIONAL or CONTROL (or 0): what the run's records are.  An
+        appender flags a whole batch, so the batch's first record's flags
+        say it for the run."""
+        return self.view.packed.flags0 & FLAGS_APPENDED
+
+
+def without_markers(items: list[Any]) -> list[Any]:
+    """``items`` without the runs of transactions' markers (CONTROL): what
+    a reader delivers to an application."""
+    if not any(getattr(i, "txn_flags", 0) & CONTROL for i in items):
+        return items
+    return [i for i in items if not getattr(i, "txn_flags", 0) & CONTROL]
 
 
 @attrs.frozen

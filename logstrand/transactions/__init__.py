@@ -1,8 +1,34 @@
 """Transactions (KIP-98): a transactional id's producer, its transaction's
-states and the markers that end it (``_coordinator``, pure).  The shells
-that run it on a node, write its markers and serve it to Kafka clients and
-logstrand's own are to come (issue 58)."""
+states and the markers that end it (``_coordinator``, pure); what a
+reader knows of one log's transactions (``_index``, pure).  The Kafka
+front runs it (``kafka._txn_front``), its state kept in the positions logs;
+the logs' own markers and read_committed readers are issue 58's next steps
+(docs/transactions.md)."""
 
-from ._coordinator import EPOCH_MAX, Markers, State, Txn, TxnCoordinator, TxnError
+from ._coordinator import (
+    EPOCH_MAX,
+    MAX_TIMEOUT_MS,
+    TXN_ID_RE,
+    Markers,
+    State,
+    Txn,
+    TxnCoordinator,
+    TxnError,
+)
+from ._index import ABORTED_KEPT_MAX, Aborted, TxnIndex, decode_marker, encode_marker
 
-__all__ = ["EPOCH_MAX", "Markers", "State", "Txn", "TxnCoordinator", "TxnError"]
+__all__ = [
+    "ABORTED_KEPT_MAX",
+    "EPOCH_MAX",
+    "MAX_TIMEOUT_MS",
+    "TXN_ID_RE",
+    "Aborted",
+    "Markers",
+    "State",
+    "Txn",
+    "TxnCoordinator",
+    "TxnError",
+    "TxnIndex",
+    "decode_marker",
+    "encode_marker",
+]

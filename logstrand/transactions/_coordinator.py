@@ -44,6 +44,7 @@ from __future__ import annotations
 import enum
 import heapq
 import itertools
+import re
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -53,6 +54,9 @@ if TYPE_CHECKING:
 
 #: A producer epoch is a Kafka int16; past this the id gets a new producer id.
 EPOCH_MAX = 32_767
+#: What names a transactional id here: printable ASCII, no spaces (Kafka
+#: takes any string; these are the ones its tools and clients use).
+TXN_ID_RE = re.compile(r"[\x21-\x7e]{1,249}")
 #: What a transaction may ask for at most unless the node says otherwise
 #: (Kafka's transaction.max.timeout.ms).
 MAX_TIMEOUT_MS = 900_000
@@ -94,6 +98,8 @@ class Txn:
     state: State = State.EMPTY
     #: The logs the open (or deciding) transaction wrote to.
     logs: set[int] = attrs.Factory(set)
+    #: The groups whose positions it commits (AddOffsetsToTxn).
+    groups: set[str] = attrs.Factory(set)
     #: When the open transaction started (its first log), for rule 5.
     started: float | None = None
 
@@ -105,6 +111,7 @@ class Txn:
             "timeout_ms": self.timeout_ms,
             "state": self.state.value,
             "logs": sorted(self.logs),
+            "groups": sorted(self.groups),
         }
 
     @classmethod
@@ -116,19 +123,22 @@ class Txn:
             int(d["timeout_ms"]),
             State(d["state"]),
             {int(x) for x in d["logs"]},
+            {str(x) for x in d.get("groups", ())},
         )
 
 
 @attrs.frozen
 class Markers:
     """Rule 3: write a COMMIT (or ABORT) marker of producer ``producer_id``
-    at ``producer_epoch`` into each of ``logs``, then ``markers_written``."""
+    at ``producer_epoch`` into each of ``logs``, and commit (or drop) the
+    positions it holds for each of ``groups``, then ``markers_written``."""
 
     transactional_id: str
     producer_id: int
     producer_epoch: int
     commit: bool
     logs: frozenset[int]
+    groups: frozenset[str] = frozenset()
 
 
 class TxnCoordinator:
@@ -185,18 +195,26 @@ class TxnCoordinator:
     # -- a transaction -------------------------------------------------------------------
 
     def add_logs(
-        self, now: float, txn_id: str, producer_id: int, epoch: int, logs: set[int]
+        self,
+        now: float,
+        txn_id: str,
+        producer_id: int,
+        epoch: int,
+        logs: set[int],
+        groups: frozenset[str] = frozenset(),
     ) -> TxnError:
-        """AddPartitionsToTxn (and AddOffsetsToTxn's positions log): the
-        transaction writes to ``logs``; the first one opens it (rule 2)."""
+        """AddPartitionsToTxn (and AddOffsetsToTxn: a group, and its
+        positions log): the transaction writes to ``logs`` and commits
+        positions of ``groups``; the first one opens it (rule 2)."""
         code, txn = self._check(txn_id, producer_id, epoch)
         if txn is None:
             return code
         if txn.state in _DONE:
             txn.state, txn.started = State.ONGOING, now
-            txn.logs = set()
+            txn.logs, txn.groups = set(), set()
             self._wake(txn, now + txn.timeout_ms / 1000)
         txn.logs |= logs
+        txn.groups |= groups
         return TxnError.NONE
 
     def end(
@@ -217,9 +235,7 @@ class TxnCoordinator:
 
     def _decide(self, txn: Txn, commit: bool) -> Markers:
         txn.state = State.PREPARE_COMMIT if commit else State.PREPARE_ABORT
-        return Markers(
-            txn.transactional_id, txn.producer_id, txn.producer_epoch, commit, frozenset(txn.logs)
-        )
+        return _markers(txn, commit)
 
     def _abort(self, txn: Txn) -> Markers:
         """Rules 4 and 5: abort the open transaction at a new epoch."""
@@ -232,19 +248,13 @@ class TxnCoordinator:
         if txn is None or txn.state not in _PREPARING or txn.producer_id != markers.producer_id:
             return
         txn.state = State.COMPLETE_COMMIT if markers.commit else State.COMPLETE_ABORT
-        txn.logs, txn.started = set(), None
+        txn.logs, txn.groups, txn.started = set(), set(), None
 
     def pending(self) -> list[Markers]:
         """The markers of every decided transaction not complete yet: what a
         coordinator that took the ids over writes first (rule 2)."""
         return [
-            Markers(
-                t.transactional_id,
-                t.producer_id,
-                t.producer_epoch,
-                t.state == State.PREPARE_COMMIT,
-                frozenset(t.logs),
-            )
+            _markers(t, t.state == State.PREPARE_COMMIT)
             for t in self.txns.values()
             if t.state in _PREPARING
         ]
@@ -279,3 +289,20 @@ class TxnCoordinator:
         if txn.state == State.ONGOING:
             txn.started = now
             self._wake(txn, now + txn.timeout_ms / 1000)
+
+    def forget(self, keep: Callable[[str], bool]) -> None:
+        """Drop every transactional id but those ``keep`` says (the ids of
+        logs this coordinator no longer holds, or whose state it must read
+        again after a write failed)."""
+        self.txns = {k: t for k, t in self.txns.items() if keep(k)}
+
+
+def _markers(txn: Txn, commit: bool) -> Markers:
+    return Markers(
+        txn.transactional_id,
+        txn.producer_id,
+        txn.producer_epoch,
+        commit,
+        frozenset(txn.logs),
+        frozenset(txn.groups),
+    )
