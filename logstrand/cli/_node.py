@@ -35,6 +35,7 @@ from ._common import (
     require_url,
     size_option,
 )
+from ._node_kafka import KAFKA_OPTIONS, kafka_front
 from ._node_setup import (
     LEVELS,
     config_toml,
@@ -45,7 +46,6 @@ from ._node_setup import (
 )
 
 if TYPE_CHECKING:
-    from ..kafka._native_groups import NodeGroups
     from ..security import TlsFiles
     from ..storage import Node
 
@@ -104,17 +104,7 @@ _OWN_OPTIONS = (
             "the configuration's metrics port; none when that is unset).",
         ),
     ),
-    keyword(
-        "kafka_port",
-        int | None,
-        None,
-        typer.Option(
-            min=1,
-            max=65535,
-            help="Serve the Kafka protocol on this port too (on the host the node "
-            "listens on), for Kafka clients and tools (docs/kafka.md).",
-        ),
-    ),
+    *KAFKA_OPTIONS,
     keyword(
         "http_port",
         int | None,
@@ -135,54 +125,6 @@ _OWN_OPTIONS = (
             "IP addresses and localhost, comma-separated (a name it is reached by through "
             "a proxy or DNS). Other names are refused: a web page cannot reach the console "
             "through a name of its own (DNS rebinding).",
-        ),
-    ),
-    keyword(
-        "kafka_advertise",
-        str | None,
-        None,
-        typer.Option(
-            help="HOST:PORT Kafka clients are told (default: the node's host and --kafka-port)."
-        ),
-    ),
-    keyword(
-        "kafka_budget",
-        str,
-        "256MiB",
-        typer.Option(
-            help="Bytes of Kafka requests the front holds, over all its connections, "
-            "counted as they arrive: past it, reading waits (docs/security.md).",
-        ),
-    ),
-    keyword(
-        "kafka_decode_budget",
-        str,
-        "128MiB",
-        typer.Option(
-            help="What the Kafka requests in hand may have been decoded into, at 512 "
-            "bytes an array item and a record's bytes plus 96: past it, a request "
-            "waits to be decoded (docs/security.md).",
-        ),
-    ),
-    keyword(
-        "kafka_auto_create",
-        bool,
-        False,
-        typer.Option(
-            "--kafka-auto-create",
-            help="Create a topic (--kafka-num-partitions partitions) when a Kafka client "
-            "asks for one that does not exist.",
-        ),
-    ),
-    keyword(
-        "kafka_num_partitions",
-        int,
-        1,
-        typer.Option(
-            min=1,
-            max=10_000,
-            help="Partitions of a topic the Kafka front makes without being told how many "
-            "(Kafka's num.partitions): by --kafka-auto-create, or by CreateTopics with -1.",
         ),
     ),
     keyword(
@@ -348,6 +290,7 @@ def _build(params: dict[str, Any]) -> Callable[[str, TlsFiles | None], Node]:
     and return what makes the node, inside the node's trio run."""
     from ..client._lazy import LazyClient
     from ..compaction._cleaner import Cleaner, CleanerOptions
+    from ..kafka._native_groups import NodeGroups
     from ..logsdb import LogsDBOptions
     from ..positions._monitor import GroupsMonitor, MonitorOptions
     from ..storage import Node, NodeOptions
@@ -363,10 +306,9 @@ def _build(params: dict[str, Any]) -> Callable[[str, TlsFiles | None], Node]:
     addresses = {
         name: host_port(params[name], f"--{name}") for name in ("listen", "advertise", "metrics")
     }
-    from ..kafka._native_groups import NodeGroups
 
     groups = NodeGroups(params["group_session_ms"])
-    kafka = _kafka(params, groups)
+    kafka = kafka_front(params, groups)
     if len([x for x in (params[f"tls_{n}"] for n in ("cert", "key", "ca")) if x]) not in (0, 3):
         fail("TLS needs all three of --tls-cert, --tls-key and --tls-ca")
     options = NodeOptions(
@@ -398,55 +340,6 @@ def _build(params: dict[str, Any]) -> Callable[[str, TlsFiles | None], Node]:
         )
 
     return make
-
-
-def _kafka(params: dict[str, Any], groups: NodeGroups) -> Any:
-    """The node's Kafka front (None without --kafka-port)."""
-    port = params["kafka_port"]
-    if port is None:
-        # Said rather than ignored: a node told how to serve Kafka but not
-        # where would start without a front.
-        if (
-            params["kafka_advertise"] is not None
-            or params["kafka_auto_create"]
-            or params["kafka_num_partitions"] != 1
-        ):
-            fail(
-                "--kafka-advertise, --kafka-auto-create and --kafka-num-partitions "
-                "need --kafka-port"
-            )
-        return None
-    if params["kafka_advertise"] is not None:
-        host_port(params["kafka_advertise"], "--kafka-advertise")
-    from ..kafka._node_front import NodeKafkaFront, NodeKafkaOptions
-    from ..kafka._server import Limits
-
-    limits = Limits(
-        budget_bytes=_size(params["kafka_budget"], "--kafka-budget"),
-        decoded_bytes=_size(params["kafka_decode_budget"], "--kafka-decode-budget"),
-    )
-    return NodeKafkaFront(
-        NodeKafkaOptions(
-            port,
-            params["kafka_advertise"],
-            params["kafka_auto_create"],
-            limits,
-            num_partitions=params["kafka_num_partitions"],
-        ),
-        groups,
-    )
-
-
-def _size(text: str, flag: str) -> int:
-    from .._units import parse_size
-
-    try:
-        size = parse_size(text)
-    except ValueError as exc:
-        fail(f"{flag}: {exc}")
-    if size < 1024 * 1024:
-        fail(f"{flag}: at least 1MiB, not {text}")
-    return size
 
 
 def _console(port: int | None, allowed_hosts: str | None) -> tuple[Any, ...]:

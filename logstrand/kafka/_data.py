@@ -17,7 +17,10 @@ appended natively without one.  Gaps are stepped over: HOLE, BRIDGE and
 COMPACTED are not records; DATALOSS is logged and counted.  With nothing to
 return it polls the tail until ``max_wait_ms`` (a long poll).
 
-Not yet: transactional producers.
+Transactional producers with ``--kafka-transactions`` (``_txn_front``):
+their batches are stored as idempotent ones flagged TRANSACTIONAL, and a
+read_committed Fetch stops at the log's last stable offset with the aborted
+transactions the consumer filters by (``_txn_reads``).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from ._offsets import OffsetMap
 from ._records import RECORDS_ROOM_MAX, KafkaBatch, decode_batches
 from ._rereads import Rereads
 from ._sessions import Session, Sessions, close
+from ._txn_reads import TxnReads
 
 if TYPE_CHECKING:
     from ..client import AsyncClient
@@ -77,6 +81,9 @@ class DataPlane(OffsetListing, FetchReads):
         #: Read streams kept from one fetch to the next.
         self.sessions = Sessions()
         self.dataloss = 0
+        #: Transactional producers are served (``--kafka-transactions``).
+        self.transactions = False
+        self.txn_reads = TxnReads(client)
 
     # -- offsets ------------------------------------------------------------------
 
@@ -138,7 +145,7 @@ class DataPlane(OffsetListing, FetchReads):
                 for p in t["partition_data"]:
                     row: dict[str, Any] = {"index": p["index"], "error_code": 0, "base_offset": -1}
                     rows.append(row)
-                    if body["transactional_id"] is not None:
+                    if body["transactional_id"] is not None and not self.transactions:
                         row["error_code"] = KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
                         row["error_message"] = "transactions are not supported yet"
                         continue
@@ -203,7 +210,7 @@ class DataPlane(OffsetListing, FetchReads):
         self, log_id: int, batches: list[KafkaBatch], row: dict[str, Any], timeout_s: float
     ) -> None:
         try:
-            problem = _refused(batches)
+            problem = _refused(batches, self.transactions)
             if problem is not None:
                 row.update(error_code=KafkaError.INVALID_RECORD, error_message=problem)
                 return
@@ -245,7 +252,12 @@ class DataPlane(OffsetListing, FetchReads):
             else:
                 number = (b.producer_id, b.base_sequence)
                 lsn = await self.client.append_numbered(
-                    log_id, payloads, keys=keys, extras=extras, producer=number
+                    log_id,
+                    payloads,
+                    keys=keys,
+                    extras=extras,
+                    producer=number,
+                    transactional=b.transactional,
                 )
             first = lsn if first is None else first
         assert first is not None
@@ -302,14 +314,16 @@ class DataPlane(OffsetListing, FetchReads):
             refused = {(n, r["partition_index"]) for n, r in denied}
             asked = [(n, p) for n, p in asked if (n, p["partition"]) not in refused]
         results: list[tuple[str, dict[str, Any]]] = []
+        # read_committed: up to each log's last stable offset (``_txn_reads``).
+        committed = self.transactions and body.get("isolation_level", 0) == 1
         while asked:
-            results = [await self._fetch_one(name, p, budget) for name, p in asked]
+            results = [await self._fetch_one(name, p, budget, committed) for name, p in asked]
             got = sum(len(res.get("records") or b"") for _, res in results)
             if got >= max(1, body["min_bytes"]) or trio.current_time() >= deadline:
                 break
             if any(res["error_code"] for _, res in results):
                 break
-            if not await self._wait_for_records(asked, results, deadline):
+            if not await self._wait_for_records(asked, results, deadline, committed):
                 break
             budget = [min(FETCH_BYTES_MAX, max(1, body["max_bytes"]))]
         by_topic: dict[str, list[dict[str, Any]]] = {}
@@ -323,19 +337,21 @@ class DataPlane(OffsetListing, FetchReads):
         }
 
     async def _wait_for_records(
-        self, asked: list[tuple[str, Any]], results: list[Any], deadline: float
+        self, asked: list[tuple[str, Any]], results: list[Any], deadline: float, committed: bool
     ) -> bool:
         """A long poll: wait until a partition at its end gets a record, or
         the deadline.  Each waits on a read stream that follows its log (the
         nodes push what is released; nothing is asked of them meanwhile),
         and the stream that gets records is kept for the fetch that reads
         them (``_sessions``).  True if records came."""
-        waits = []
+        waits, stable = [], []
         for (name, p), (_, row) in zip(asked, results, strict=True):
             r, log_id = await self.partition(name, p["partition"])
             if r is not None and p["fetch_offset"] == row["high_watermark"]:
                 waits.append((log_id, p["fetch_offset"]))
-        if not waits:
+            elif r is not None and committed and p["fetch_offset"] == row["last_stable_offset"]:
+                stable.append(log_id)  # an open transaction: wait for its end
+        if not waits and not stable:
             return False
         came = False
         async with trio.open_nursery() as nursery:
@@ -347,8 +363,16 @@ class DataPlane(OffsetListing, FetchReads):
                     came = True
                     nursery.cancel_scope.cancel()
 
+            async def settle(log_id: int) -> None:
+                nonlocal came
+                await self.txn_reads.changed(log_id)
+                came = True
+                nursery.cancel_scope.cancel()
+
             for log_id, offset in waits:
                 nursery.start_soon(wait, log_id, offset)
+            for log_id in stable:
+                nursery.start_soon(settle, log_id)
         return came
 
     async def _follow(self, log_id: int, offset: int) -> bool:
@@ -391,7 +415,7 @@ class DataPlane(OffsetListing, FetchReads):
         return True
 
     async def _fetch_one(
-        self, name: str, p: dict[str, Any], budget: list[int]
+        self, name: str, p: dict[str, Any], budget: list[int], committed: bool = False
     ) -> tuple[str, dict[str, Any]]:
         row: dict[str, Any] = {
             "partition_index": p["partition"],
@@ -415,10 +439,16 @@ class DataPlane(OffsetListing, FetchReads):
         if not start <= offset <= end:
             row["error_code"] = KafkaError.OFFSET_OUT_OF_RANGE
             return name, row
-        if offset < end and budget[0] > 0:
+        stop, key = end, None
+        if committed and offset < end:
+            c = await self.txn_reads.committed(log_id, m, offset, end, tail)
+            row.update(last_stable_offset=c.last_stable_offset, aborted_transactions=c.aborted)
+            # Its own sessions, read to the LSO (not a read_uncommitted one's).
+            stop, tail, key = c.last_stable_offset, c.until_lsn, -log_id
+        if offset < stop and budget[0] > 0:
             limit = min(budget[0], max(1, p["partition_max_bytes"]))
             codec = CODEC_IDS[r.attributes.kafka_codec]
-            data = await self._read(log_id, m, offset, limit, tail, codec)
+            data = await self._read(log_id, m, offset, limit, tail, codec, key)
             budget[0] -= len(data)
             row["records"] = data
         return name, row
@@ -452,8 +482,10 @@ def _produce_error(exc: Exception) -> KafkaError:
     return KafkaError.REQUEST_TIMED_OUT
 
 
-def _refused(batches: list[Any]) -> str | None:
+def _refused(batches: list[Any], transactions: bool) -> str | None:
     for b in batches:
-        if b.transactional or b.control:
-            return "transactional batches are not supported yet"
+        if b.control:  # markers are the coordinator's to write, not a producer's
+            return "a producer may not write control batches"
+        if b.transactional and not transactions:
+            return "transactional batches are not served (--kafka-transactions)"
     return None

@@ -25,9 +25,11 @@ import trio
 
 from ..client._reader_parts import GapItem
 from ..errors import LogstrandError
+from ..records import CONTROL, TRANSACTIONAL
+from ..transactions import decode_marker
 from ..types import GapType, compose_lsn, lsn_epoch
 from ._offsets import LEADER_EPOCH_MAX
-from ._records import encode_columns
+from ._records import control_record, encode_columns
 from ._sessions import Session, Sessions, close
 
 if TYPE_CHECKING:
@@ -79,15 +81,24 @@ class FetchReads:
         raise NotImplementedError
 
     async def _read(
-        self, log_id: int, m: OffsetMap, offset: int, limit: int, tail: int, codec: int = 0
+        self,
+        log_id: int,
+        m: OffsetMap,
+        offset: int,
+        limit: int,
+        tail: int,
+        codec: int = 0,
+        key: int | None = None,
     ) -> bytes:
         """Batches of records from ``offset``, about ``limit`` bytes (at least
         one record, as Kafka returns a first batch larger than the limit),
         compressed with Kafka codec ``codec``.
         The read stream goes on from the last fetch's when this one continues
         where it ended, with the answer it read ahead; a new one is opened up
-        to the tail."""
-        session = self.sessions.take(log_id, offset)
+        to the tail.  ``key``: what the session is kept under, if not the log
+        (a read_committed fetch's reads to the LSO, not to the tail)."""
+        key = log_id if key is None else key
+        session = self.sessions.take(key, offset)
         if session is not None and session.codec != codec and session.ahead is not None:
             # The topic's compression.type changed since this answer was read
             # ahead in the old codec: read it again.
@@ -116,7 +127,7 @@ class FetchReads:
             self.client.nursery.start_soon(
                 self._read_ahead, log_id, m, session, session.ahead, next_offset
             )
-        await self.sessions.keep(log_id, next_offset, session)
+        await self.sessions.keep(key, next_offset, session)
         return data
 
     async def _read_ahead(
@@ -202,36 +213,81 @@ class FetchReads:
         kafka_epoch = min(epoch, LEADER_EPOCH_MAX)
         offsets = [lsn - shift for lsn in lsns]
         a = bisect.bisect_left(offsets, offset)
-        n = len(offsets)
-        ts, keys, values, extras = run.timestamps_ms, run.keys, run.payloads, run.extras
-        packed = run.view.packed
-        step = max(
-            1, min(FETCH_BATCH_RECORDS, CHUNK_BYTES * packed.count // (packed.payload_bytes + 1))
+        if run.txn_flags & CONTROL:
+            # Each marker a control batch of its own, as Kafka writes them.
+            rows = zip(offsets[a:], run.timestamps_ms[a:], run.payloads[a:], strict=True)
+            marks = [_control(o, t, v, kafka_epoch) for o, t, v in rows]
+            return m, [b for b in marks if b], offsets[-1], True
+        parts, last, whole = await _batches(
+            run, offsets, a, room, first=first, kafka_epoch=kafka_epoch, codec=codec
         )
-        parts: list[bytes] = []
-        size = 0
-        lo = a
-        while lo < n:
-            if parts:
-                await trio.lowlevel.checkpoint()
-            # As many records as the room left takes at the run's mean size;
-            # a batch over the room (the records bigger than the mean) is
-            # made again with half as many, down to one record.
-            left = room - size
-            fit = max(1, min(step, left * packed.count // (packed.payload_bytes + 1)))
-            while True:
-                hi = min(n, lo + fit)
-                x = None if extras is None else extras[lo:hi]
-                part = encode_columns(
-                    offsets[lo:hi], ts[lo:hi], keys[lo:hi], values[lo:hi], x, kafka_epoch, codec
-                )
-                if len(part) <= left or hi - lo == 1:
-                    break
-                fit = (hi - lo) // 2
-            if len(part) > left and (parts or not first):
-                # Not this answer's: the next one starts with it.
-                return m, parts, (offsets[lo - 1] if lo > a else offset - 1), False
-            parts.append(part)
-            size += len(part)
-            lo = hi
-        return m, parts, offsets[-1], True
+        return m, parts, (offset - 1 if last is None else last), whole
+
+
+async def _batches(
+    run: RecordRun,
+    offsets: list[int],
+    a: int,
+    room: int,
+    *,
+    first: bool,
+    kafka_epoch: int,
+    codec: int,
+) -> tuple[list[bytes], int | None, bool]:
+    """``_run``'s Kafka batches of the run's records from index ``a``: the
+    batches, the offset of the last record taken (None: none), whether the
+    run was taken whole."""
+    ts, keys, values, extras = run.timestamps_ms, run.keys, run.payloads, run.extras
+    packed = run.view.packed
+    n = len(offsets)
+    # A transaction's records carry their producer id (Kafka's TRANSACTIONAL
+    # batches): a read_committed consumer drops an aborted one's by it.
+    pid = packed.producer[0] if run.txn_flags & TRANSACTIONAL and packed.producer else -1
+    step = max(
+        1, min(FETCH_BATCH_RECORDS, CHUNK_BYTES * packed.count // (packed.payload_bytes + 1))
+    )
+    parts: list[bytes] = []
+    size = 0
+    lo = a
+    while lo < n:
+        if parts:
+            await trio.lowlevel.checkpoint()
+        # As many records as the room left takes at the run's mean size;
+        # a batch over the room (the records bigger than the mean) is
+        # made again with half as many, down to one record.
+        left = room - size
+        fit = max(1, min(step, left * packed.count // (packed.payload_bytes + 1)))
+        while True:
+            hi = min(n, lo + fit)
+            x = None if extras is None else extras[lo:hi]
+            part = encode_columns(
+                offsets[lo:hi],
+                ts[lo:hi],
+                keys[lo:hi],
+                values[lo:hi],
+                x,
+                kafka_epoch,
+                codec,
+                producer_id=pid,
+            )
+            if len(part) <= left or hi - lo == 1:
+                break
+            fit = (hi - lo) // 2
+        if len(part) > left and (parts or not first):
+            # Not this answer's: the next one starts with it.
+            return parts, (offsets[lo - 1] if lo > a else None), False
+        parts.append(part)
+        size += len(part)
+        lo = hi
+    return parts, offsets[-1], True
+
+
+def _control(offset: int, ts: int, payload: bytes | None, kafka_epoch: int) -> bytes:
+    """A marker as Kafka's control batch (b"" for a CONTROL record that is
+    no marker: nothing a consumer needs)."""
+    marker = decode_marker(payload)
+    if marker is None:
+        return b""
+    commit, pid, _ = marker
+    key, value = control_record(commit)
+    return encode_columns([offset], [ts], [key], [value], None, kafka_epoch, 0, pid, control=True)

@@ -23,10 +23,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+import trio
+
 from ..epochstore import LogAttributes, NamedCache
 from ..epochstore._model import check_range_name
 from ..errors import LogstrandError
 from ..placement import select_nodeset
+from ..transactions import MAX_TIMEOUT_MS
 from ._acls import AclApis
 from ._admin import AdminApis
 from ._auth import ADMIN_APIS, FrontAuth, refused_admin
@@ -40,6 +43,7 @@ from ._protocol import (
     API_VERSIONS,
     SASL_SERVED,
     SERVED,
+    TXN_SERVED,
     UnsupportedRequest,
     api_name,
     encode_response,
@@ -48,6 +52,7 @@ from ._protocol import (
 )
 from ._topic_admin import AUTO_PARTITIONS, TopicApis
 from ._topics import topic_id
+from ._txn_front import TxnFront
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -74,6 +79,8 @@ class KafkaFront:
         group_session_ms: int = 45_000,
         secure: bool = False,
         coordinator: GroupCoordinator | None = None,
+        transactions: bool = False,
+        max_transaction_timeout_ms: int = MAX_TIMEOUT_MS,
     ) -> None:
         self.client, self.view, self.secure = client, client.view, secure
         self._named = NamedCache()
@@ -86,10 +93,30 @@ class KafkaFront:
         #: The node's coordinator (``_native_groups``, which runs it), or its own.
         self._own_coordinator = coordinator is None
         self.coordinator = coordinator or GroupCoordinator(self, session_ms=group_session_ms)
+        #: Transactions (``_txn_front``), with ``--kafka-transactions``.
+        self.transactions = transactions
+        self.data.transactions = transactions
+        self.txns = TxnFront(self, max_transaction_timeout_ms)
+        self.coordinator.transactions = transactions
+        self.topic_apis = TopicApis(self)
+        handlers = self._routes()
+        #: Each group API behind its check of the user's grant on the group.
+        self._handlers = {k: gated(self.auth, k, h) for k, h in handlers.items()}
+        #: API key -> the versions served.
+        self.served: dict[int, tuple[int, int]] = dict(SERVED)
+        if secure:  # SASL is served (and needed) in secure mode only
+            self.served.update(SASL_SERVED)
+        if transactions:
+            self.served.update(TXN_SERVED)
+        #: APIs a client asked for that are not served (logged once each).
+        self._said: set[int] = set()
+
+    def _routes(self) -> dict[int, Callable[[Request], Awaitable[dict[str, Any] | None]]]:
+        """API key -> its handler."""
         groups = GroupAdmin(self, self.coordinator)
         heartbeats = ConsumerGroupApis(self, self.coordinator)
-        acls, admin, self.topic_apis = AclApis(self), AdminApis(self), TopicApis(self)
-        handlers: dict[int, Callable[[Request], Awaitable[dict[str, Any] | None]]] = {
+        acls, admin = AclApis(self), AdminApis(self)
+        return {
             0: self.data.produce,
             1: self.data.fetch,
             2: self.data.list_offsets,
@@ -109,6 +136,10 @@ class KafkaFront:
             21: admin.delete_records,
             22: self._init_producer_id,
             23: self.data.offset_for_leader_epoch,
+            24: self.txns.add_partitions,
+            25: self.txns.add_offsets,
+            26: self.txns.end_txn,
+            28: groups.txn_offset_commit,
             32: admin.describe_configs,
             33: admin.alter_configs,
             37: admin.create_partitions,
@@ -124,20 +155,15 @@ class KafkaFront:
             17: self.auth.handshake,
             36: self.auth.authenticate,
         }
-        #: Each group API behind its check of the user's grant on the group.
-        self._handlers = {k: gated(self.auth, k, h) for k, h in handlers.items()}
-        #: API key -> the versions served.
-        self.served: dict[int, tuple[int, int]] = dict(SERVED)
-        if secure:  # SASL is served (and needed) in secure mode only
-            self.served.update(SASL_SERVED)
-        #: APIs a client asked for that are not served (logged once each).
-        self._said: set[int] = set()
 
     async def run(self) -> None:
         """What the front does in the background (the group coordinator's
-        timers), until cancelled."""
-        if self._own_coordinator:
-            await self.coordinator.run()
+        and the transaction coordinator's timers), until cancelled."""
+        async with trio.open_nursery() as nursery:
+            if self._own_coordinator:
+                nursery.start_soon(self.coordinator.run)
+            if self.transactions:
+                nursery.start_soon(self.txns.run)
 
     async def handle(self, request: Request) -> bytes | None:
         self.auth.check(request)
@@ -192,7 +218,10 @@ class KafkaFront:
     async def _init_producer_id(self, request: Request) -> dict[str, Any]:
         """An idempotent producer's id: a logstrand producer id, epoch 0.  A
         producer that asks again (KIP-360, after an error) gets a new id,
-        its sequences starting again from 0.  Transactions are not served."""
+        its sequences starting again from 0.  A transactional id's goes to
+        the transaction coordinator, with ``--kafka-transactions``."""
+        if request.body["transactional_id"] is not None and self.transactions:
+            return await self.txns.init_producer_id(request)
         if request.body["transactional_id"] is not None:
             _log.warning(
                 "kafka: a producer asked for transactions (transactional.id %r): not served",

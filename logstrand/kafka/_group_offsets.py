@@ -17,10 +17,12 @@ OffsetDelete the positions of topics the group no longer subscribes to.
 
 from __future__ import annotations
 
+import json
+import logging
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LogstrandError, NotFoundError
-from ..positions import METADATA_MAX, POSITIONS_LOGS
+from ..positions import METADATA_MAX, POSITIONS_LOGS, positions_log_of, txn_positions_key
 from ..types import lsn_epoch
 from ._errors import KafkaError
 from ._group_model import EMPTY, encode_assignment, encode_subscription, subscribed_topics
@@ -29,6 +31,9 @@ if TYPE_CHECKING:
     from ..positions import Position
     from ._groups import GroupCoordinator, GroupFront
     from ._protocol import Request
+
+
+_log = logging.getLogger("logstrand.kafka")
 
 
 class _Empty:
@@ -62,18 +67,74 @@ class GroupAdmin:
     async def offset_commit(self, request: Request) -> dict[str, Any]:
         b = request.body
         group = b["group_id"]
-        code = await self.coordinator.take(group)
-        generation = b.get("generation_id_or_member_epoch", -1)
-        if not code and group in self.coordinator.ccore.groups and b.get("member_id"):
-            code = self.coordinator.ccore.check_commit(group, b["member_id"], generation)
-        elif not code:
-            code = self.coordinator.core.check_commit(
-                group, generation, b.get("member_id", ""), b.get("group_instance_id")
+        code = await self._may_commit(
+            group, b.get("generation_id_or_member_epoch", -1), b.get("member_id", ""), b
+        )
+        topics, entries, taken = await self._entries(request, code)
+        if entries:
+            try:
+                await self.positions.commit_many(group, entries)
+            except LogstrandError:
+                for out in taken:
+                    out["error_code"] = KafkaError.COORDINATOR_NOT_AVAILABLE
+        return {"throttle_time_ms": 0, "topics": topics}
+
+    async def txn_offset_commit(self, request: Request) -> dict[str, Any]:
+        """TxnOffsetCommit: the positions a transaction commits, held in the
+        group's positions log under the producer's key until the transaction
+        ends (``_txn_front``); a later commit of the same transaction adds to
+        them."""
+        b = request.body
+        group, pid, epoch = b["group_id"], b["producer_id"], b["producer_epoch"]
+        code: int = KafkaError.NONE if self.front.transactions else KafkaError.UNSUPPORTED_VERSION
+        code = code or await self._may_commit(group, b.get("generation_id", -1), b["member_id"], b)
+        topics, entries, taken = await self._entries(request, code)
+        if not entries:
+            return {"throttle_time_ms": 0, "topics": topics}
+        try:
+            table = await self.positions.refresh(positions_log_of(group))
+            held = table.txn_positions.get((group, pid))
+            doc = json.loads(held) if held is not None else None
+            kept = doc["positions"] if doc is not None and doc["epoch"] == epoch else []
+            new = {log for log, *_ in entries}
+            doc = {
+                "epoch": epoch,
+                "positions": [x for x in kept if x[0] not in new] + [list(e) for e in entries],
+            }
+            key = txn_positions_key(group, pid)
+            await self.positions.appender.append(
+                positions_log_of(group), json.dumps(doc).encode(), key
             )
+        except (LogstrandError, ValueError, KeyError) as exc:
+            for out in taken:
+                out["error_code"] = KafkaError.COORDINATOR_NOT_AVAILABLE
+            _log.warning("kafka: group %s: transaction's positions not written: %s", group, exc)
+        return {"throttle_time_ms": 0, "topics": topics}
+
+    async def _may_commit(
+        self, group: str, generation: int, member_id: str, body: dict[str, Any]
+    ) -> int:
+        """Whether a commit for ``group`` is this front's to take, from a
+        member of its current generation: NONE, or the error."""
+        code = await self.coordinator.take(group)
+        if not code and group in self.coordinator.ccore.groups and member_id:
+            return int(self.coordinator.ccore.check_commit(group, member_id, generation))
+        if not code:
+            return int(
+                self.coordinator.core.check_commit(
+                    group, generation, member_id, body.get("group_instance_id")
+                )
+            )
+        return code
+
+    async def _entries(self, request: Request, code: int) -> tuple[list[Any], list[Any], list[Any]]:
+        """The request's topics as answers (each partition with ``code`` or
+        its own refusal), the positions to commit, and the answers of
+        those."""
         topics: list[dict[str, Any]] = []
         entries: list[tuple[int, int, int | None, str | None]] = []
         taken: list[dict[str, Any]] = []
-        for t in b["topics"]:
+        for t in request.body["topics"]:
             parts = []
             for p in t["partitions"]:
                 out = {"partition_index": p["partition_index"], "error_code": code}
@@ -94,13 +155,7 @@ class GroupAdmin:
                     entries.append((log_id, lsn, offset, metadata))
                     taken.append(out)
             topics.append({"name": t["name"], "partitions": parts})
-        if entries:
-            try:
-                await self.positions.commit_many(group, entries)
-            except LogstrandError:
-                for out in taken:
-                    out["error_code"] = KafkaError.COORDINATOR_NOT_AVAILABLE
-        return {"throttle_time_ms": 0, "topics": topics}
+        return topics, entries, taken
 
     # -- fetches ----------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ import trio
 
 from ..errors import LogstrandError
 from ..positions import GROUP_RE, POSITIONS_LOGS, positions_log_of
+from ..transactions import TXN_ID_RE
 from . import _mixed_groups as mixed
 from ._consumer_groups import ConsumerCoordinator, heartbeat_ms_for
 from ._errors import KafkaError
@@ -78,6 +79,9 @@ class GroupFront(CoordinatorHost, Protocol):
 
     data: DataPlane
     auth: FrontAuth
+    coordinator: GroupCoordinator
+    #: Transactions are served (``--kafka-transactions``).
+    transactions: bool
 
 
 _log = logging.getLogger("logstrand.kafka")
@@ -107,6 +111,9 @@ class GroupCoordinator:
         self._mine: set[int] = set()
         #: A transaction's FindCoordinator was logged (once per front).
         self._said_transactions = False
+        #: Transactional ids are served (``--kafka-transactions``): their
+        #: coordinator is found as a group's of the same name would be.
+        self.transactions = False
         #: The view's sequencer weights ``_mine`` was worked out from.
         self._mine_weights: object = None
         self._loading = {p: trio.Lock() for p in POSITIONS_LOGS}
@@ -402,7 +409,10 @@ class GroupCoordinator:
         found = []
         for key in keys:
             entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1}
-            if b.get("key_type", 0) != 0:
+            key_type = b.get("key_type", 0)
+            if key_type == 1 and self.transactions:
+                self._found(entry, key, TXN_ID_RE.fullmatch(key) is not None, brokers)
+            elif key_type != 0:
                 # Not COORDINATOR_NOT_AVAILABLE, which clients retry until
                 # their timeout (and this warning came twice a second), nor
                 # UNSUPPORTED_VERSION (librdkafka retries any error but one):
@@ -414,17 +424,24 @@ class GroupCoordinator:
                     _log.warning("kafka: FindCoordinator for a transaction (%r): not served", key)
                 entry["error_code"] = KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
                 entry["error_message"] = "transactions are not served by this cluster"
-            elif not GROUP_RE.fullmatch(key):
-                entry["error_code"] = KafkaError.INVALID_GROUP_ID
             else:
-                node = self.coordinator_of(key)
-                if node is None or node not in brokers:
-                    entry["error_code"] = KafkaError.COORDINATOR_NOT_AVAILABLE
-                else:
-                    entry.update(error_code=0, node_id=node, host=brokers[node][0])
-                    entry["port"] = brokers[node][1]
+                self._found(entry, key, GROUP_RE.fullmatch(key) is not None, brokers)
             found.append(entry)
         if request.version >= 4:
             return {"throttle_time_ms": 0, "coordinators": found}
         one = found[0]
         return {"throttle_time_ms": 0, **{k: v for k, v in one.items() if k != "key"}}
+
+    def _found(
+        self, entry: dict[str, Any], key: str, valid: bool, brokers: dict[int, tuple[str, int]]
+    ) -> None:
+        """``entry`` names the coordinator of ``key`` (a group, or a
+        transactional id: the same positions log's)."""
+        if not valid:
+            entry["error_code"] = KafkaError.INVALID_GROUP_ID
+            return
+        node = self.coordinator_of(key)
+        if node is None or node not in brokers:
+            entry["error_code"] = KafkaError.COORDINATOR_NOT_AVAILABLE
+        else:
+            entry.update(error_code=0, node_id=node, host=brokers[node][0], port=brokers[node][1])

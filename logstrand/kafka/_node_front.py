@@ -53,6 +53,10 @@ class NodeKafkaOptions:
     limits: Limits = attrs.field(factory=Limits)
     #: Partitions of a topic made without a number (Kafka's num.partitions).
     num_partitions: int = AUTO_PARTITIONS
+    #: Transactions served (--kafka-transactions), and the longest a
+    #: producer may ask for (--kafka-max-transaction-timeout).
+    transactions: bool = False
+    max_transaction_timeout_ms: int = 900_000
 
 
 class NodeKafkaFront:
@@ -89,6 +93,8 @@ class NodeKafkaFront:
                 num_partitions=self.options.num_partitions,
                 secure=host.server_ssl is not None,
                 coordinator=None if self.groups is None else self.groups.coordinator,
+                transactions=self.options.transactions,
+                max_transaction_timeout_ms=self.options.max_transaction_timeout_ms,
             )
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(front.run)

@@ -66,6 +66,12 @@ SERVED: dict[int, tuple[int, int]] = {
 }
 
 
+#: The transaction APIs, served with ``--kafka-transactions`` (a producer's
+#: versions: AddPartitionsToTxn v4+ is brokers', and the versions of
+#: KIP-890's second part, an epoch bumped by every EndTxn, are not served).
+TXN_SERVED: dict[int, tuple[int, int]] = {24: (0, 3), 25: (0, 3), 26: (0, 4), 28: (0, 3)}
+
+
 #: The SASL APIs, served in secure mode.  SaslHandshake from v0, as Kafka
 #: lists it: older librdkafka (2.0.2, Debian 12's kcat) takes the handshake as
 #: absent without v0 and fails every mechanism, and kafka-python 2.0 sends v0

@@ -360,6 +360,8 @@ def encode_columns(
     extras: list[bytes | None] | None = None,
     leader_epoch: int = -1,
     codec: int = 0,
+    producer_id: int = -1,
+    control: bool | None = None,
 ) -> bytes:
     """One uncompressed batch (CreateTime) of records given as columns,
     offsets ascending: what a fetch answers with.  ``leader_epoch``: the
@@ -367,6 +369,9 @@ def encode_columns(
     ``codec``: the Kafka codec its records are compressed with (0: none).  A record's ``extras``
     (``batch.pack_extra``) give its headers and the create time its producer
     sent, which is the time a consumer sees (else the log's timestamp).
+    ``producer_id`` >= 0: the records are that producer's transaction's
+    (the TRANSACTIONAL attribute), and with ``control`` its marker (the
+    CONTROL attribute; the records are ``control_record``'s).
     Works a column at a time where it can."""
     headers: list[tuple[tuple[str, bytes | None], ...]] | None = None
     if extras is not None:
@@ -401,12 +406,22 @@ def encode_columns(
             put(value)
         put(hs)
     body = compress(codec, b"".join(parts))
+    attributes = codec
+    if producer_id >= 0:
+        attributes |= TRANSACTIONAL | (CONTROL if control else 0)
     head = _HEADER.pack(
-        base, HEADER_BYTES - _LENGTH_FROM + len(body), leader_epoch, 2, 0, codec,
-        offsets[-1] - base, first_ts, max(timestamps), -1, -1, -1, len(offsets),
+        base, HEADER_BYTES - _LENGTH_FROM + len(body), leader_epoch, 2, 0, attributes,
+        offsets[-1] - base, first_ts, max(timestamps), producer_id, -1, -1, len(offsets),
     )  # fmt: skip
     crc = google_crc32c.extend(google_crc32c.value(head[_CRC_FROM:]), body)
     return head[:17] + struct.pack(">I", crc) + head[_CRC_FROM:] + body
+
+
+def control_record(commit: bool) -> tuple[bytes, bytes]:
+    """The key and value of a control batch's one record: version 0 and
+    type (0 ABORT, 1 COMMIT); version 0 and the coordinator epoch (none
+    here: 0), as Kafka's consumers read them."""
+    return struct.pack(">hh", 0, 1 if commit else 0), struct.pack(">hi", 0, 0)
 
 
 def _times_headers(

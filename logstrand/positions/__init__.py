@@ -31,6 +31,8 @@ from ._model import (
     positions_log_of,
     records_between,
     reset_target,
+    txn_positions_key,
+    txn_state_key,
 )
 
 __all__ = [
@@ -55,4 +57,6 @@ __all__ = [
     "positions_log_of",
     "records_between",
     "reset_target",
+    "txn_positions_key",
+    "txn_state_key",
 ]

@@ -15,7 +15,7 @@ instead of asking a group coordinator.
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
@@ -42,6 +42,13 @@ _VERSION_KAFKA: Final = 2
 METADATA_MAX: Final = 4096
 #: The key of a group's membership record ends so: a log id no log has.
 _MEMBERSHIP: Final = b"\x00" + b"\xff" * 8
+#: Keys of transactions' records in the positions log (``kafka._txn_front``)
+#: start with a byte no group name starts with (a letter or digit first):
+#: a transactional id's state, and the positions a transaction of producer
+#: id P holds for a group until it ends (TxnOffsetCommit).
+_TXN_STATE: Final = b"\x01"
+_TXN_POSITIONS: Final = b"\x02"
+_PID = struct.Struct(">q")
 #: Epochs that ``records_between`` walks at most (each is an epoch store read).
 EPOCHS_WALKED_MAX: Final = 1000
 
@@ -100,6 +107,18 @@ def membership_key(group: str) -> bytes:
     return check_group(group).encode() + _MEMBERSHIP
 
 
+def txn_state_key(txn_id: str) -> bytes:
+    """The key of a transactional id's state (its coordinator writes it)."""
+    return _TXN_STATE + txn_id.encode()
+
+
+def txn_positions_key(group: str, producer_id: int) -> bytes:
+    """The key of the positions producer ``producer_id``'s open transaction
+    holds for ``group``: committed as positions when it commits, dropped
+    when it aborts."""
+    return _TXN_POSITIONS + _PID.pack(producer_id) + check_group(group).encode()
+
+
 @attrs.frozen
 class Position:
     """Group ``group`` has processed log ``log_id`` up to and including ``lsn``
@@ -152,11 +171,18 @@ class PositionTable:
         self.positions: dict[tuple[str, int], Position] = {}
         #: Group -> its latest membership record (``membership_key``).
         self.memberships: dict[str, bytes] = {}
+        #: Transactional id -> its state (``txn_state_key``).
+        self.txns: dict[str, bytes] = {}
+        #: (group, producer id) -> the positions its open transaction holds.
+        self.txn_positions: dict[tuple[str, int], bytes] = {}
         self.read_through = 0
 
     def apply(self, lsn: int, key: bytes | None, payload: bytes | None) -> None:
         """Apply one record of the positions log (tombstone: ``payload`` None)."""
         self.read_through = max(self.read_through, lsn)
+        if key is not None and key[:1] in (_TXN_STATE, _TXN_POSITIONS):
+            self._apply_txn(key, payload)
+            return
         if key is not None and key.endswith(_MEMBERSHIP):
             name = key[: -len(_MEMBERSHIP)].decode(errors="replace")
             if payload is None:
@@ -175,6 +201,14 @@ class PositionTable:
             lsn_of, ms, offset, metadata = value
             self.positions[decoded] = Position(*decoded, lsn_of, ms, offset, metadata)
 
+    def _apply_txn(self, key: bytes, payload: bytes | None) -> None:
+        if key[:1] == _TXN_STATE:
+            _put(self.txns, key[1:].decode(errors="replace"), payload)
+        elif len(key) > 1 + _PID.size:
+            (pid,) = _PID.unpack_from(key, 1)
+            group = key[1 + _PID.size :].decode(errors="replace")
+            _put(self.txn_positions, (group, pid), payload)
+
     def advance(self, lsn: int) -> None:
         """Nothing else to apply up to ``lsn`` (a gap, or the tail)."""
         self.read_through = max(self.read_through, lsn)
@@ -191,6 +225,13 @@ class PositionTable:
 
     def of_group(self, group: str) -> list[Position]:
         return [p for (g, _), p in sorted(self.positions.items()) if g == group]
+
+
+def _put(table: dict[Any, bytes], name: object, payload: bytes | None) -> None:
+    if payload is None:
+        table.pop(name, None)
+    else:
+        table[name] = payload
 
 
 def records_between(after: int, tail: int, ends: Mapping[int, EpochEnd | None]) -> int:

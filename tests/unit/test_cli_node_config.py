@@ -240,6 +240,14 @@ def test_the_kafka_front_and_console_options_reach_their_extensions(
         (["--kafka-port", "9092", "--kafka-budget", "1KiB"], "--kafka-budget: at least 1MiB"),
         (["--kafka-port", "9092", "--kafka-decode-budget", "lots"], "--kafka-decode-budget"),
         (["--http-allowed-hosts", "x.example"], "--http-allowed-hosts needs --http-port"),
+        (
+            ["--kafka-port", "9092", "--kafka-max-transaction-timeout", "2h"],
+            "--kafka-max-transaction-timeout: more than 0 and at most 1h",
+        ),
+        (
+            ["--kafka-port", "9092", "--kafka-transactions", "--tls-cert", "c.pem"],
+            "--kafka-transactions is not served with --tls-cert",
+        ),
     ):
         code, _, err = run(capsys, *base, *bad)
         assert code == 2
@@ -251,14 +259,20 @@ def test_kafka_options_without_a_kafka_port_are_refused(
 ) -> None:
     """A node told how to serve Kafka but not where says so (exit 2), and a
     partition count out of range is refused by the option itself."""
-    from logstrand.cli._node import _kafka
+    from logstrand.cli._node_kafka import kafka_front
 
-    base = {"kafka_port": None, "kafka_advertise": None, "kafka_auto_create": False}
-    assert _kafka({**base, "kafka_num_partitions": 1}, None) is None  # type: ignore[arg-type]
-    with pytest.raises(typer.Exit) as refused:
-        _kafka({**base, "kafka_num_partitions": 3}, None)  # type: ignore[arg-type]
-    assert refused.value.exit_code == 2
-    assert "need --kafka-port" in " ".join(capsys.readouterr().err.split())
+    base = {
+        "kafka_port": None,
+        "kafka_advertise": None,
+        "kafka_auto_create": False,
+        "kafka_transactions": False,
+    }
+    assert kafka_front({**base, "kafka_num_partitions": 1}, None) is None  # type: ignore[arg-type]
+    for bad in ({"kafka_num_partitions": 3}, {"kafka_num_partitions": 1, "kafka_transactions": 1}):
+        with pytest.raises(typer.Exit) as refused:
+            kafka_front({**base, **bad}, None)  # type: ignore[arg-type]
+        assert refused.value.exit_code == 2
+        assert "need --kafka-port" in " ".join(capsys.readouterr().err.split())
     code, _, err = run(capsys, "node", "--kafka-port", "9092", "--kafka-num-partitions", "0")
     assert code == 2
     assert "--kafka-num-partitions" in err

@@ -21,12 +21,15 @@ from logstrand.positions import (
     encode_key,
     encode_value,
     epochs_to_walk,
+    group_of_key,
     lag_of,
     last_lsn_of,
     membership_key,
     positions_log_of,
     records_between,
     reset_target,
+    txn_positions_key,
+    txn_state_key,
 )
 from logstrand.records import LOG_ID_MAX, check_log_id
 from logstrand.types import LSN_MAX, compose_lsn
@@ -71,6 +74,27 @@ def test_a_membership_record_is_kept_apart_from_positions() -> None:
     assert table.memberships == {}
     with pytest.raises(InvalidArgumentError, match="metadata"):
         encode_value(1, 1, 1, "x" * (METADATA_MAX + 1))
+
+
+@given(st.text(min_size=1, max_size=40), st.integers(0, 2**62))
+def test_transactions_records_are_kept_apart_from_groups(name: str, pid: int) -> None:
+    """A transactional id's state and a transaction's held positions never
+    read as a group's position or membership, whatever the id."""
+    table = PositionTable()
+    group = "g"
+    table.apply(1, txn_state_key(name), b"state")
+    table.apply(2, txn_positions_key(group, pid), b"held")
+    for key in (txn_state_key(name), txn_positions_key(group, pid)):
+        assert decode_key(key) is None
+        assert group_of_key(key) is None
+    assert table.positions == {}
+    assert table.memberships == {}
+    assert table.txns == {name: b"state"}
+    assert table.txn_positions == {(group, pid): b"held"}
+    table.apply(3, txn_positions_key(group, pid), None)
+    table.apply(4, txn_state_key(name), None)
+    assert table.txns == {}
+    assert table.txn_positions == {}
 
 
 @pytest.mark.parametrize("bad", ["", "-a", "a b", "x" * 129, "é", None, 5])

@@ -1,0 +1,170 @@
+"""Kafka transactions through the front (issue 58's aims), with confluent-kafka.
+
+    .venv/bin/python bench/transactions.py [--repeat 3] [--txns 50] [--records 100000]
+
+Each repeat starts a fresh local 3-node cluster serving Kafka with
+``--kafka-transactions`` (R=2, SQLite epoch store) and measures:
+
+- **commit**: ``--txns`` transactions in a row, each 100 records of 100 B
+  over 3 topics (one partition each), timed from ``begin_transaction`` to
+  the return of ``commit_transaction``; p50 and p99.  Aim: p50 <= 20 ms.
+- **read_committed**: ``--records`` records of 100 B produced plainly to a
+  topic, then read from the start by a read_committed consumer and by a
+  read_uncommitted one (records/s each, in the same run).  Aim: the ratio
+  >= 0.9.
+- **big transaction**: 10,000 records of 100 B in one transaction
+  (produce, then commit) against the same records from an idempotent
+  producer (produce, then flush).  Aim: the ratio within 0.8-1.2.
+
+Prints medians of the repeats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+PAYLOAD = b"x" * 100
+BIG_TXN = 10_000
+
+
+def _send(p: Any, topic: str, n: int) -> None:
+    for _ in range(n):
+        while True:
+            try:
+                p.produce(topic, PAYLOAD, partition=0)
+                break
+            except BufferError:
+                p.poll(0.01)
+        p.poll(0)
+
+
+def _commits(bootstrap: str, txns: int) -> list[float]:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": "bench-commit"})
+    p.init_transactions(30)
+    took = []
+    for _ in range(txns):
+        t0 = time.perf_counter()
+        p.begin_transaction()
+        for topic in ("t1", "t2", "t3"):
+            _send(p, topic, 34 if topic != "t3" else 32)
+        p.commit_transaction(30)
+        took.append(time.perf_counter() - t0)
+    return took
+
+
+def _consume(bootstrap: str, topic: str, n: int, isolation: str) -> float:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{isolation}",
+            "enable.auto.commit": False,
+            "isolation.level": isolation,
+        }
+    )
+    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    got = 0
+    t0 = time.perf_counter()
+    deadline = time.monotonic() + 300
+    while got < n and time.monotonic() < deadline:
+        for m in c.consume(1000, 1.0):
+            if m.error() is None:
+                got += 1
+    took = time.perf_counter() - t0
+    c.close()
+    assert got == n, f"{isolation}: read {got} of {n}"
+    return n / took
+
+
+def _big(bootstrap: str) -> tuple[float, float]:
+    """Seconds for 10,000 records in one transaction, and idempotently."""
+    from confluent_kafka import Producer
+
+    txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": "bench-big"})
+    txn.init_transactions(30)
+    txn.begin_transaction()  # connected to the partition's leader, as the other is
+    _send(txn, "big", 1)
+    txn.commit_transaction(30)
+    t0 = time.perf_counter()
+    txn.begin_transaction()
+    _send(txn, "big", BIG_TXN)
+    txn.commit_transaction(60)
+    in_txn = time.perf_counter() - t0
+    idem = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    _send(idem, "big", 1)  # connected, with its producer id, as the other is
+    assert idem.flush(30) == 0
+    t0 = time.perf_counter()
+    _send(idem, "big", BIG_TXN)
+    assert idem.flush(60) == 0
+    return in_txn, time.perf_counter() - t0
+
+
+def _one(txns: int, records: int) -> dict[str, Any]:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from logstrand.testing import LocalCluster
+
+    args = ("--kafka-transactions",)
+    with (
+        tempfile.TemporaryDirectory() as d,
+        LocalCluster(f"{d}/c", nodes=3, kafka=True, node_args=args) as c,
+    ):
+        bootstrap = c.kafka_bootstrap
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        topics = [NewTopic(t, num_partitions=1) for t in ("t1", "t2", "t3", "plain", "big")]
+        for future in admin.create_topics(topics).values():
+            future.result(30)
+        took = sorted(_commits(bootstrap, txns))
+        plain = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+        _send(plain, "plain", records)
+        assert plain.flush(120) == 0
+        uncommitted = _consume(bootstrap, "plain", records, "read_uncommitted")
+        committed = _consume(bootstrap, "plain", records, "read_committed")
+        in_txn, idempotent = _big(bootstrap)
+    return {
+        "commit_p50_ms": 1000 * took[len(took) // 2],
+        "commit_p99_ms": 1000 * took[min(len(took) - 1, int(len(took) * 0.99))],
+        "read_uncommitted_rps": uncommitted,
+        "read_committed_rps": committed,
+        "read_ratio": committed / uncommitted,
+        "big_txn_s": in_txn,
+        "big_idempotent_s": idempotent,
+        "big_ratio": in_txn / idempotent,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--txns", type=int, default=50)
+    ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    runs = []
+    for i in range(args.repeat):
+        run = _one(args.txns, args.records)
+        runs.append(run)
+        print(f"run {i + 1}: " + ", ".join(f"{k} {v:,.3f}" for k, v in run.items()), flush=True)
+    print("medians of", len(runs), "runs:")
+    for key in runs[0]:
+        print(f"  {key:24} {statistics.median(r[key] for r in runs):,.3f}")
+    if args.json:
+        args.json.write_text(json.dumps({"runs": runs}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

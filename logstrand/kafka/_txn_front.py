@@ -1,0 +1,338 @@
+"""Kafka's transaction coordinator in the front: a thin trio shell over
+``transactions.TxnCoordinator`` (the rules), served with ``--kafka-transactions``.
+
+Where a transactional id lives
+------------------------------
+Its state is a record of the positions log that a group of the same name
+would use (``positions_log_of``), under its own key (``txn_state_key``), and
+its coordinator is the front of the node that sequences that log, as for
+groups: FindCoordinator(key_type=1) names it, the others answer
+NOT_COORDINATOR.  A front that becomes the coordinator of a positions log
+reads the log back (one read for its groups and ids alike), restores each
+id, and first finishes the transactions that were decided there (a PREPARE
+state is written before any marker, rule 2 of the core).
+
+Every change of an id's state is written before the request that made it
+is answered, one write at a time per positions log (two writes of one id in
+flight could land in the wrong order).  A write that fails drops what this
+front holds of that log: the next request reads it back, so memory never
+runs ahead of what a successor would read.
+
+Ending a transaction
+--------------------
+EndTxn writes PREPARE_COMMIT (or PREPARE_ABORT), then the transaction's
+markers, then COMPLETE, and answers: a client that hears "committed" finds
+its records readable and its positions committed.  A marker is a CONTROL
+record (``transactions.encode_marker``) appended to every data log the
+transaction added; readers never deliver it, and a read_committed Fetch
+learns from it where the producer's transaction ends (``_txn_reads``).  The
+positions a transaction commits are records of the group's positions log
+under ``txn_positions_key`` (TxnOffsetCommit, to the group's coordinator);
+the commit turns them into positions and removes them, an abort removes
+them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ..errors import LogstrandError, collapse
+from ..positions import POSITIONS_LOGS, positions_log_of, txn_positions_key, txn_state_key
+from ..records import INTERNAL_LOGS
+from ..transactions import TXN_ID_RE, Markers, Txn, TxnCoordinator, TxnError, encode_marker
+from ._errors import KafkaError
+
+if TYPE_CHECKING:
+    from ._groups import GroupFront
+    from ._protocol import Request
+
+_log = logging.getLogger("logstrand.kafka")
+#: Producer ids kept at hand for the core (a new one when an epoch runs out).
+_SPARE_IDS = 4
+
+
+class TxnFront:
+    """The front's transaction coordinator (see the module docstring)."""
+
+    def __init__(self, front: GroupFront, max_timeout_ms: int) -> None:
+        self.front = front
+        self.positions = front.client.groups
+        self._spare: list[int] = []
+        self.core = TxnCoordinator(self._spare.pop, max_timeout_ms)
+        #: Positions logs whose ids were read back since this front took them.
+        self._loaded: set[int] = set()
+        self._locks = {p: trio.Lock() for p in POSITIONS_LOGS}
+        self._changed = trio.Event()
+
+    # -- who coordinates, and what was written ---------------------------------------
+
+    def coordinator_of(self, txn_id: str) -> int | None:
+        return self.front.coordinator.coordinator_of(txn_id)
+
+    async def take(self, txn_id: str | None) -> int:
+        """NONE if this front coordinates ``txn_id`` now (its positions log
+        read back first if need be), or the error to answer."""
+        if txn_id is None or not TXN_ID_RE.fullmatch(txn_id):
+            return KafkaError.INVALID_REQUEST
+        home = positions_log_of(txn_id)
+        if not self.front.coordinator.coordinates_log(home):
+            if home in self._loaded:  # the sequencer moved: forget its ids
+                self._drop(home)
+            return KafkaError.NOT_COORDINATOR
+        if home in self._loaded:
+            return KafkaError.NONE
+        async with self._locks[home]:
+            if home in self._loaded:
+                return KafkaError.NONE
+            try:
+                table = await self.positions.refresh(home)
+                now = trio.current_time()
+                for name, record in table.txns.items():
+                    if positions_log_of(name) == home:
+                        self.core.restore(now, json.loads(record))
+                self._loaded.add(home)
+                # Decided before this front took over: finish them first.
+                for markers in self.core.pending():
+                    if positions_log_of(markers.transactional_id) == home:
+                        await self._finish_locked(markers)
+            except (LogstrandError, ValueError, KeyError, TypeError) as exc:
+                _log.warning("kafka: transactions of %s not read back: %s", home, exc)
+                self._drop(home)
+                return KafkaError.COORDINATOR_LOAD_IN_PROGRESS
+        self.poke()
+        return KafkaError.NONE
+
+    def _drop(self, home: int) -> None:
+        self._loaded.discard(home)
+        self.core.forget(lambda t: positions_log_of(t) != home)
+
+    async def _write(self, txn: Txn) -> bool:
+        """Write ``txn``'s state (under its log's lock); False, its log
+        dropped from memory, if the write failed."""
+        home = positions_log_of(txn.transactional_id)
+        try:
+            await self.positions.appender.append(
+                home, json.dumps(txn.to_json()).encode(), txn_state_key(txn.transactional_id)
+            )
+        except LogstrandError as exc:
+            _log.warning("kafka: transaction %s: state not written: %s", txn.transactional_id, exc)
+            self._drop(home)
+            return False
+        return True
+
+    async def _save(self, txn_id: str) -> int:
+        """Write the id's state as it is now: NONE, or the error to answer."""
+        async with self._locks[positions_log_of(txn_id)]:
+            txn = self.core.txns.get(txn_id)
+            if txn is None or await self._write(txn):
+                return KafkaError.NONE
+            return KafkaError.COORDINATOR_NOT_AVAILABLE
+
+    async def _finish(self, markers: Markers) -> int:
+        async with self._locks[positions_log_of(markers.transactional_id)]:
+            return await self._finish_locked(markers)
+
+    async def _finish_locked(self, markers: Markers) -> int:
+        """Write the decision, then its markers (rules 2 and 3); the end is
+        written in the background."""
+        txn = self.core.txns.get(markers.transactional_id)
+        if txn is None or not await self._write(txn):
+            return KafkaError.COORDINATOR_NOT_AVAILABLE
+        try:
+            await self._write_markers(markers)
+            for group in sorted(markers.groups):
+                await self._end_positions(group, markers)
+        except LogstrandError as exc:
+            # The decision is written: the next coordinator finishes it.
+            _log.warning("kafka: transaction %s: markers not written: %s", txn, exc)
+            self._drop(positions_log_of(markers.transactional_id))
+            return KafkaError.COORDINATOR_NOT_AVAILABLE
+        self.core.markers_written(markers)
+        # The end is written after the answer: every marker is in, so a
+        # coordinator that reads PREPARE back writes them again, which
+        # changes nothing (a marker with no open transaction is ignored),
+        # and the producer waits one write less.
+        self.front.client.nursery.start_soon(self._save, markers.transactional_id)
+        return KafkaError.NONE
+
+    async def _write_markers(self, markers: Markers) -> None:
+        """A COMMIT (or ABORT) marker into every log the transaction wrote
+        to, all at once.  A positions log gets none: its positions are the
+        held record's to end (``_end_positions``)."""
+        marker = encode_marker(markers.commit, markers.producer_id, markers.producer_epoch)
+        logs = sorted(markers.logs - INTERNAL_LOGS)
+        try:
+            async with trio.open_nursery() as nursery:
+                for log_id in logs:
+                    nursery.start_soon(self.front.client.append_marker, log_id, marker)
+        except BaseExceptionGroup as group:
+            raise collapse(group) from None
+
+    async def _end_positions(self, group: str, markers: Markers) -> None:
+        """Commit (or drop) the positions the transaction holds for ``group``.
+        Done again by a coordinator that takes over: committing the same
+        positions twice changes nothing."""
+        table = await self.positions.refresh(positions_log_of(group))
+        held = table.txn_positions.get((group, markers.producer_id))
+        if held is None:
+            return
+        doc = json.loads(held)
+        # Written at the transaction's epoch; an abort that fenced it
+        # decides at the epoch after.
+        if markers.commit and doc["epoch"] == markers.producer_epoch:
+            entries = [(int(x[0]), int(x[1]), x[2], x[3]) for x in doc["positions"]]
+            await self.positions.commit_many(group, entries)
+        if doc["epoch"] <= markers.producer_epoch:
+            key = txn_positions_key(group, markers.producer_id)
+            await self.positions.appender.append(positions_log_of(group), None, key)
+
+    async def _producer_ids(self) -> None:
+        while len(self._spare) < _SPARE_IDS:
+            self._spare.append(await self.front.client.allocate_producer_id())
+
+    # -- timeouts ------------------------------------------------------------------------
+
+    def poke(self) -> None:
+        self._changed.set()
+
+    async def run(self) -> None:
+        """Abort the transactions whose producers went silent.  Until cancelled."""
+        while True:
+            with trio.move_on_at(self.core.next_deadline() or math.inf):
+                await self._changed.wait()
+            self._changed = trio.Event()
+            try:
+                await self._producer_ids()
+            except LogstrandError as exc:
+                _log.warning("kafka: transactions: no producer ids: %s", exc)
+                await trio.sleep(1.0)
+                continue
+            for markers in self.core.tick(trio.current_time()):
+                _log.info("kafka: transaction %s timed out: aborted", markers.transactional_id)
+                await self._finish(markers)
+
+    # -- the APIs ------------------------------------------------------------------------
+
+    async def init_producer_id(self, request: Request) -> dict[str, Any]:
+        """InitProducerId with a transactional id (rules 1 and 4): an open
+        transaction of the id is aborted first, here, so the answer is the
+        new epoch rather than CONCURRENT_TRANSACTIONS and a retry."""
+        b = request.body
+        txn_id = b["transactional_id"]
+        code = await self.take(txn_id)
+        if not code:
+            code = self._check_known(txn_id, b.get("producer_id", -1), b.get("producer_epoch", -1))
+        if not code:
+            try:
+                await self._producer_ids()
+            except LogstrandError:
+                code = KafkaError.COORDINATOR_NOT_AVAILABLE
+        txn = None
+        if not code:
+            now, timeout_ms = trio.current_time(), b["transaction_timeout_ms"]
+            code, txn, markers = self.core.init_producer_id(now, txn_id, timeout_ms)
+            if markers is not None:
+                code = await self._finish(markers)
+                if not code:
+                    code, txn, _ = self.core.init_producer_id(now, txn_id, timeout_ms)
+            if not code:
+                code = await self._save(txn_id)
+        pid, epoch = (-1, -1) if code or txn is None else (txn.producer_id, txn.producer_epoch)
+        return {
+            "throttle_time_ms": 0,
+            "error_code": code,
+            "producer_id": pid,
+            "producer_epoch": epoch,
+        }
+
+    def _check_known(self, txn_id: str, producer_id: int, epoch: int) -> int:
+        """KIP-360: a producer that gives its id and epoch is the id's current
+        one, or is told why not."""
+        txn = self.core.txns.get(txn_id)
+        if producer_id < 0 or txn is None:
+            return KafkaError.NONE
+        if producer_id != txn.producer_id:
+            return TxnError.INVALID_PRODUCER_ID_MAPPING
+        return TxnError.PRODUCER_FENCED if epoch < txn.producer_epoch else KafkaError.NONE
+
+    async def add_partitions(self, request: Request) -> dict[str, Any]:
+        """AddPartitionsToTxn, v0-3 (a producer's; v4's batches are brokers')."""
+        b = request.body
+        topics = b["v3_and_below_topics"]
+        txn_id = b["v3_and_below_transactional_id"]
+        code = await self.take(txn_id)
+        logs: set[int] = set()
+        errors: dict[tuple[str, int], int] = {}
+        for t in topics if not code else ():
+            for index in t["partitions"]:
+                r, log_id = await self.front.data.partition(t["name"], index)
+                if r is None:
+                    errors[t["name"], index] = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+                elif not await self.front.data.may(request, "append", t["name"], index):
+                    errors[t["name"], index] = KafkaError.TOPIC_AUTHORIZATION_FAILED
+                else:
+                    logs.add(log_id)
+        if not code and not errors:
+            code = self.core.add_logs(
+                trio.current_time(),
+                txn_id,
+                b["v3_and_below_producer_id"],
+                b["v3_and_below_producer_epoch"],
+                logs,
+            )
+            code = code or await self._save(txn_id)
+            self.poke()  # a transaction opened: its deadline is the timer's
+        # One partition refused: the others were not added (Kafka's answer).
+        other = KafkaError.OPERATION_NOT_ATTEMPTED if errors else code
+        results = [
+            {
+                "name": t["name"],
+                "results_by_partition": [
+                    {
+                        "partition_index": i,
+                        "partition_error_code": errors.get((t["name"], i), other),
+                    }
+                    for i in t["partitions"]
+                ],
+            }
+            for t in topics
+        ]
+        return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": results}
+
+    async def add_offsets(self, request: Request) -> dict[str, Any]:
+        """AddOffsetsToTxn: the transaction commits positions of a group."""
+        b = request.body
+        txn_id, group = b["transactional_id"], b["group_id"]
+        code = await self.take(txn_id)
+        if not code and not await self.front.auth.may_group(request, "read", group):
+            code = KafkaError.GROUP_AUTHORIZATION_FAILED
+        if not code:
+            code = self.core.add_logs(
+                trio.current_time(),
+                txn_id,
+                b["producer_id"],
+                b["producer_epoch"],
+                {positions_log_of(group)},
+                frozenset({group}),
+            )
+            code = code or await self._save(txn_id)
+            self.poke()
+        return {"throttle_time_ms": 0, "error_code": code}
+
+    async def end_txn(self, request: Request) -> dict[str, Any]:
+        """EndTxn: decide, write the markers, then answer."""
+        b = request.body
+        txn_id = b["transactional_id"]
+        code = await self.take(txn_id)
+        if not code:
+            code, markers = self.core.end(
+                txn_id, b["producer_id"], b["producer_epoch"], b["committed"]
+            )
+            if markers is not None:
+                code = await self._finish(markers)
+        return {"throttle_time_ms": 0, "error_code": code}

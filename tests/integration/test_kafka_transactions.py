@@ -1,0 +1,263 @@
+"""Kafka transactions through confluent-kafka's transactional producer,
+against real node processes serving ``--kafka-transactions`` (issue 58):
+the coordinator, fencing, timeouts, and positions committed with a
+transaction (send_offsets_to_transaction) or not at all."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from logstrand import Record
+from logstrand.client import connect
+from logstrand.epochstore import open_epoch_store
+from logstrand.testing import LocalCluster
+
+from .kafka_raw import KafkaPeer
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with LocalCluster(
+        tmp_path_factory.mktemp("kafka-txn") / "c",
+        nodes=3,
+        kafka=True,
+        node_args=(
+            "--compaction-interval",
+            "0",
+            "--kafka-transactions",
+            "--kafka-max-transaction-timeout",
+            "60s",
+        ),
+    ) as c:
+        admin = AdminClient({"bootstrap.servers": c.kafka_bootstrap})
+        topics = [NewTopic(t, num_partitions=2) for t in ("tx-in", "tx-out", "tx-other")]
+        topics.append(NewTopic("tx-rc", num_partitions=1))
+        for future in admin.create_topics(topics).values():
+            future.result(30)
+        yield c
+
+
+def _producer(cluster: LocalCluster, txn_id: str, **extra: Any) -> Producer:
+    producer = Producer(
+        {"bootstrap.servers": cluster.kafka_bootstrap, "transactional.id": txn_id, **extra}
+    )
+    producer.init_transactions(30)
+    return producer
+
+
+def _committed(cluster: LocalCluster, group: str, topic: str, partitions: int = 2) -> list[int]:
+    """The group's committed offsets of ``topic``'s partitions (-1001: none)."""
+    consumer = Consumer({"bootstrap.servers": cluster.kafka_bootstrap, "group.id": group})
+    try:
+        wanted = [TopicPartition(topic, p) for p in range(partitions)]
+        return [tp.offset for tp in consumer.committed(wanted, timeout=30)]
+    finally:
+        consumer.close()
+
+
+def _metadata(group: str) -> Any:
+    consumer = Consumer({"bootstrap.servers": "127.0.0.1:1", "group.id": group})
+    try:
+        return consumer.consumer_group_metadata()
+    finally:
+        consumer.close()
+
+
+def _coordinator(cluster: LocalCluster, txn_id: str) -> int:
+    """The broker FindCoordinator(key_type=1) names for ``txn_id``."""
+    with KafkaPeer(cluster.kafka_bootstrap.split(",")[0]) as peer:
+        answer = peer.request(10, 4, {"key_type": 1, "coordinator_keys": [txn_id]})
+    assert answer is not None
+    [found] = answer["coordinators"]
+    assert found["error_code"] == 0, found
+    return int(found["node_id"])
+
+
+def test_a_transaction_commits_its_records_and_its_positions(cluster: LocalCluster) -> None:
+    producer = _producer(cluster, "tx-commit")
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce("tx-out", value=f"v{i}".encode(), partition=i % 2)
+    producer.produce("tx-other", value=b"elsewhere", partition=0)
+    offsets = [TopicPartition("tx-in", 0, 7), TopicPartition("tx-in", 1, 3)]
+    producer.send_offsets_to_transaction(offsets, _metadata("g-commit"), 30)
+    # Not committed until the transaction is.
+    assert _committed(cluster, "g-commit", "tx-in") == [-1001, -1001]
+    producer.commit_transaction(30)
+    assert _committed(cluster, "g-commit", "tx-in") == [7, 3]
+    # A second transaction of the same producer goes on from there.
+    producer.begin_transaction()
+    producer.produce("tx-out", value=b"again", partition=0)
+    producer.send_offsets_to_transaction([TopicPartition("tx-in", 0, 9)], _metadata("g-commit"), 30)
+    producer.commit_transaction(30)
+    assert _committed(cluster, "g-commit", "tx-in") == [9, 3]
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap,
+            "group.id": "reader",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        consumer.assign([TopicPartition("tx-out", 0, 0), TopicPartition("tx-out", 1, 0)])
+        values: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(values) < 11 and time.monotonic() < deadline:
+            m = consumer.poll(1.0)
+            if m is not None and m.error() is None:
+                values.append(m.value())
+        assert sorted(values) == sorted([f"v{i}".encode() for i in range(10)] + [b"again"])
+    finally:
+        consumer.close()
+
+
+def test_an_aborted_transaction_commits_no_positions(cluster: LocalCluster) -> None:
+    producer = _producer(cluster, "tx-abort")
+    producer.begin_transaction()
+    producer.produce("tx-out", value=b"gone", partition=0)
+    producer.send_offsets_to_transaction(
+        [TopicPartition("tx-in", 0, 5), TopicPartition("tx-in", 1, 6)], _metadata("g-abort"), 30
+    )
+    producer.abort_transaction(30)
+    assert _committed(cluster, "g-abort", "tx-in") == [-1001, -1001]
+    # The producer goes on: its next transaction commits.
+    producer.begin_transaction()
+    producer.send_offsets_to_transaction([TopicPartition("tx-in", 1, 2)], _metadata("g-abort"), 30)
+    producer.commit_transaction(30)
+    assert _committed(cluster, "g-abort", "tx-in") == [-1001, 2]
+
+
+def test_a_new_producer_of_the_id_fences_the_old_one(cluster: LocalCluster) -> None:
+    """Its open transaction is aborted (its positions never committed) and
+    the old producer's next step fails as fenced, for good."""
+    old = _producer(cluster, "tx-fence")
+    old.begin_transaction()
+    old.produce("tx-out", value=b"zombie", partition=1)
+    old.send_offsets_to_transaction([TopicPartition("tx-in", 0, 4)], _metadata("g-fence"), 30)
+    new = _producer(cluster, "tx-fence")
+    assert _committed(cluster, "g-fence", "tx-in") == [-1001, -1001]
+    with pytest.raises(KafkaException) as fenced:
+        old.commit_transaction(30)
+    error = fenced.value.args[0]
+    assert error.fatal() or error.code() == KafkaError._FENCED, error
+    new.begin_transaction()
+    new.send_offsets_to_transaction([TopicPartition("tx-in", 0, 8)], _metadata("g-fence"), 30)
+    new.commit_transaction(30)
+    assert _committed(cluster, "g-fence", "tx-in") == [8, -1001]
+
+
+def test_a_silent_producers_transaction_is_aborted_after_its_timeout(
+    cluster: LocalCluster,
+) -> None:
+    """A producer that goes silent with a transaction open: the coordinator
+    aborts it after transaction.timeout.ms, and fences it."""
+    silent = _producer(cluster, "tx-silent", **{"transaction.timeout.ms": 2000})
+    silent.begin_transaction()
+    silent.send_offsets_to_transaction([TopicPartition("tx-in", 1, 5)], _metadata("g-silent"), 30)
+    time.sleep(4)
+    with pytest.raises(KafkaException):
+        silent.commit_transaction(30)
+    assert _committed(cluster, "g-silent", "tx-in") == [-1001, -1001]
+    # A producer that asks for more than the nodes allow is refused.
+    greedy = Producer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap,
+            "transactional.id": "tx-greedy",
+            "transaction.timeout.ms": 120_000,
+        }
+    )
+    with pytest.raises(KafkaException) as refused:
+        greedy.init_transactions(30)
+    assert refused.value.args[0].code() == KafkaError.INVALID_TRANSACTION_TIMEOUT
+
+
+def test_a_transactions_state_survives_its_coordinators_node(cluster: LocalCluster) -> None:
+    """The coordinator's node stops between send_offsets_to_transaction and
+    commit: the node that sequences the positions log next reads the id's
+    state back, and the commit completes there."""
+    producer = _producer(cluster, "tx-failover")
+    producer.begin_transaction()
+    producer.send_offsets_to_transaction([TopicPartition("tx-in", 0, 11)], _metadata("g-fo"), 30)
+    node = _coordinator(cluster, "tx-failover")
+    cluster.kill_node(node)
+    try:
+        producer.commit_transaction(60)
+        assert _committed(cluster, "g-fo", "tx-in") == [11, -1001]
+    finally:
+        cluster.start_node(node)
+
+
+def _consume(cluster: LocalCluster, topic: str, isolation: str, within_s: float) -> list[bytes]:
+    """Every value of partition 0 of ``topic`` a consumer with ``isolation``
+    gets within ``within_s`` (it stops early after 2 s with nothing new)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap,
+            "group.id": f"rc-{isolation}-{time.monotonic_ns()}",
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+        }
+    )
+    values: list[bytes] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + within_s
+        quiet_until = time.monotonic() + 2.0
+        while time.monotonic() < min(deadline, quiet_until):
+            m = consumer.poll(0.2)
+            if m is not None and m.error() is None:
+                values.append(m.value())
+                quiet_until = time.monotonic() + 2.0
+        return values
+    finally:
+        consumer.close()
+
+
+def test_read_committed_stops_at_an_open_transaction_and_drops_aborted_ones(
+    cluster: LocalCluster,
+) -> None:
+    """An open transaction hides itself and everything after it from
+    read_committed consumers (the last stable offset) while read_uncommitted
+    ones see it all; once it ends, committed records show and aborted ones
+    never do."""
+    plain = Producer({"bootstrap.servers": cluster.kafka_bootstrap})
+    plain.produce("tx-rc", value=b"before", partition=0)
+    assert plain.flush(30) == 0
+    producer = _producer(cluster, "tx-rc")
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce("tx-rc", value=f"open{i}".encode(), partition=0)
+    assert producer.flush(30) == 0
+    plain.produce("tx-rc", value=b"after", partition=0)  # behind the open one
+    assert plain.flush(30) == 0
+    assert _consume(cluster, "tx-rc", "read_committed", 10) == [b"before"]
+    everything = [b"before", b"open0", b"open1", b"open2", b"after"]
+    assert _consume(cluster, "tx-rc", "read_uncommitted", 10) == everything
+    producer.abort_transaction(30)
+    assert _consume(cluster, "tx-rc", "read_committed", 10) == [b"before", b"after"]
+    producer.begin_transaction()
+    producer.produce("tx-rc", value=b"kept", partition=0)
+    producer.commit_transaction(30)
+    assert _consume(cluster, "tx-rc", "read_committed", 10) == [b"before", b"after", b"kept"]
+    # A native reader gets the records, never the markers.
+    with open_epoch_store(cluster.url) as store:
+        log_id = store.log_range_named("tx-rc").first
+    with connect(cluster.url) as client:
+        values = [r.payload for r in client.read(log_id) if isinstance(r, Record)]
+    assert values == [*everything, b"kept"]
