@@ -114,7 +114,7 @@ def _big(bootstrap: str) -> tuple[float, float]:
 
 def _one(txns: int, records: int) -> dict[str, Any]:
     from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     from logstrand.testing import LocalCluster
 

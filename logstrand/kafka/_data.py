@@ -39,6 +39,7 @@ from ..errors import (
     ProducerError,
     Status,
 )
+from ..transactions import producer_key
 from ..types import GapType, lsn_epoch
 from ._codec import KafkaDecodeError
 from ._errors import KafkaError
@@ -250,7 +251,8 @@ class DataPlane(OffsetListing, FetchReads):
                 lsns = await self.client.append_batch(log_id, payloads, keys=keys, extras=extras)
                 lsn = lsns[0]
             else:
-                number = (b.producer_id, b.base_sequence)
+                # Numbered under the producer's id and epoch (``producer_key``).
+                number = (producer_key(b.producer_id, b.producer_epoch), b.base_sequence)
                 lsn = await self.client.append_numbered(
                     log_id,
                     payloads,

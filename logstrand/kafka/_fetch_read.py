@@ -26,7 +26,7 @@ import trio
 from ..client._reader_parts import GapItem
 from ..errors import LogstrandError
 from ..records import CONTROL, TRANSACTIONAL
-from ..transactions import decode_marker
+from ..transactions import decode_marker, producer_of
 from ..types import GapType, compose_lsn, lsn_epoch
 from ._offsets import LEADER_EPOCH_MAX
 from ._records import control_record, encode_columns
@@ -242,7 +242,8 @@ async def _batches(
     n = len(offsets)
     # A transaction's records carry their producer id (Kafka's TRANSACTIONAL
     # batches): a read_committed consumer drops an aborted one's by it.
-    pid = packed.producer[0] if run.txn_flags & TRANSACTIONAL and packed.producer else -1
+    producer = packed.producer if run.txn_flags & TRANSACTIONAL else None
+    pid = -1 if producer is None else producer_of(producer[0])[0]
     step = max(
         1, min(FETCH_BATCH_RECORDS, CHUNK_BYTES * packed.count // (packed.payload_bytes + 1))
     )

@@ -29,7 +29,7 @@ import trio
 from ..client._reader_parts import GapItem
 from ..errors import LogstrandError
 from ..records import CONTROL, TRANSACTIONAL
-from ..transactions import TxnIndex, decode_marker
+from ..transactions import TxnIndex, decode_marker, producer_of
 
 if TYPE_CHECKING:
     from ..client import AsyncClient, RecordRun
@@ -157,5 +157,5 @@ def _feed(index: TxnIndex, run: RecordRun) -> None:
         index.advance(lsns[-1])
         return
     producer: Any = run.view.packed.producer
-    pid = producer[0] if kind & TRANSACTIONAL and producer is not None else None
+    pid = producer_of(producer[0])[0] if kind & TRANSACTIONAL and producer is not None else None
     index.records(lsns[0], lsns[-1], pid)

@@ -15,7 +15,15 @@ from ._coordinator import (
     TxnCoordinator,
     TxnError,
 )
-from ._index import ABORTED_KEPT_MAX, Aborted, TxnIndex, decode_marker, encode_marker
+from ._index import (
+    ABORTED_KEPT_MAX,
+    Aborted,
+    TxnIndex,
+    decode_marker,
+    encode_marker,
+    producer_key,
+    producer_of,
+)
 
 __all__ = [
     "ABORTED_KEPT_MAX",
@@ -31,4 +39,6 @@ __all__ = [
     "TxnIndex",
     "decode_marker",
     "encode_marker",
+    "producer_key",
+    "producer_of",
 ]

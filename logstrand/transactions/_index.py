@@ -37,6 +37,20 @@ _MARKER_VERSION: Final = 0
 ABORTED_KEPT_MAX: Final = 100_000
 
 
+def producer_key(producer_id: int, producer_epoch: int) -> int:
+    """What a Kafka producer's batches are numbered under in a log: its id
+    and epoch together.  A producer of a transactional id that starts again
+    keeps the id at a new epoch and numbers from 0 again: under the id alone
+    its first batches would pass for retries of the old producer's, and be
+    dropped as duplicates."""
+    return (producer_id << 16) | (producer_epoch & 0xFFFF)
+
+
+def producer_of(key: int) -> tuple[int, int]:
+    """(producer id, epoch) of ``producer_key``."""
+    return key >> 16, key & 0xFFFF
+
+
 def encode_marker(commit: bool, producer_id: int, producer_epoch: int) -> bytes:
     return _MARKER.pack(_MARKER_VERSION, 1 if commit else 0, producer_id, producer_epoch)
 

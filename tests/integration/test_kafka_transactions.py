@@ -47,7 +47,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     ) as c:
         admin = AdminClient({"bootstrap.servers": c.kafka_bootstrap})
         topics = [NewTopic(t, num_partitions=2) for t in ("tx-in", "tx-out", "tx-other")]
-        topics.append(NewTopic("tx-rc", num_partitions=1))
+        topics += [NewTopic("tx-rc", num_partitions=1), NewTopic("tx-rs", num_partitions=1)]
         for future in admin.create_topics(topics).values():
             future.result(30)
         yield c
@@ -261,3 +261,22 @@ def test_read_committed_stops_at_an_open_transaction_and_drops_aborted_ones(
     with connect(cluster.url) as client:
         values = [r.payload for r in client.read(log_id) if isinstance(r, Record)]
     assert values == [*everything, b"kept"]
+
+
+def test_a_new_producer_of_the_id_writes_from_sequence_zero_again(
+    cluster: LocalCluster,
+) -> None:
+    """A producer of a transactional id that starts again keeps its producer
+    id at a new epoch, and numbers its batches from 0 again: they are new
+    records, not retries of the old producer's (Kafka keys sequences by
+    producer id and epoch)."""
+    first = _producer(cluster, "tx-restart")
+    first.begin_transaction()
+    first.produce("tx-rs", value=b"one", partition=0)
+    first.commit_transaction(30)
+    first = None  # gone; a new instance takes the id over
+    second = _producer(cluster, "tx-restart")
+    second.begin_transaction()
+    second.produce("tx-rs", value=b"two", partition=0)
+    second.commit_transaction(30)
+    assert _consume(cluster, "tx-rs", "read_committed", 10) == [b"one", b"two"]

@@ -6,7 +6,14 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from logstrand.transactions import Aborted, TxnIndex, decode_marker, encode_marker
+from logstrand.transactions import (
+    Aborted,
+    TxnIndex,
+    decode_marker,
+    encode_marker,
+    producer_key,
+    producer_of,
+)
 
 
 def test_markers_round_trip_and_anything_else_is_no_marker() -> None:
@@ -102,3 +109,13 @@ def test_a_committed_reader_with_the_index_sees_exactly_the_committed_records(
     assert seen == {x for x in committed if x < stable}
     # Nothing still open lies below the last stable LSN.
     assert all(lsn >= stable for lsns in opened.values() for lsn in lsns)
+
+
+@given(st.integers(0, 2**47 - 1), st.integers(0, 32_767))
+def test_a_producer_key_keeps_the_id_and_the_epoch_apart(pid: int, epoch: int) -> None:
+    """Batches are numbered under (id, epoch): a producer that comes back at
+    a new epoch is another producer to the log."""
+    key = producer_key(pid, epoch)
+    assert producer_of(key) == (pid, epoch)
+    assert key != producer_key(pid, (epoch + 1) % 32_768)
+    assert key < 2**64
