@@ -34,6 +34,7 @@ from ._node import node
 from ._nodes import cluster_app, drain, nodes_app, rebuild, status, undrain
 from ._read import find_time, read
 from ._security import acl_app, tls_app, users_app
+from ._transactions import transactions_app
 
 app = typer.Typer(
     name="logstrand",
@@ -63,6 +64,7 @@ app.add_typer(cluster_app, name="cluster")
 app.add_typer(users_app, name="users")
 app.add_typer(acl_app, name="acl")
 app.add_typer(groups_app, name="groups")
+app.add_typer(transactions_app, name="transactions")
 app.add_typer(tls_app, name="tls")
 app.add_typer(kafka_app, name="kafka")
 app.command("console")(serve_console)

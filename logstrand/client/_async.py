@@ -245,6 +245,10 @@ class AsyncClient(AppendApi):
         only the groups that these positions logs hold."""
         return await self._groups.positions(logs)
 
+    async def transactions(self) -> dict[str, dict[str, Any]]:
+        """Every transactional id's state, by id (docs/transactions.md)."""
+        return await self._groups.transactions()
+
     async def describe_group(self, group: str) -> list[GroupLag]:
         """The group's position, the tail and the lag on each of its logs.
 

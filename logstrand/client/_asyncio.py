@@ -149,6 +149,7 @@ class AsyncioClient:
     commit = _awaited(AsyncClient.commit)
     committed = _awaited(AsyncClient.committed)
     group_positions = _awaited(AsyncClient.group_positions)
+    transactions = _awaited(AsyncClient.transactions)
     group_membership = _awaited(AsyncClient.group_membership)
     describe_group = _awaited(AsyncClient.describe_group)
     group_lags = _awaited(AsyncClient.group_lags)

@@ -407,6 +407,7 @@ class Client:
     commit = _blocking(AsyncClient.commit)
     committed = _blocking(AsyncClient.committed)
     group_positions = _blocking(AsyncClient.group_positions)
+    transactions = _blocking(AsyncClient.transactions)
     group_membership = _blocking(AsyncClient.group_membership)
     describe_group = _blocking(AsyncClient.describe_group)
     group_lags = _blocking(AsyncClient.group_lags)

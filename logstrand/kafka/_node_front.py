@@ -18,6 +18,7 @@ import trio
 from ._front import KafkaFront
 from ._server import Limits, serve_kafka
 from ._topic_admin import AUTO_PARTITIONS
+from ._txn_metrics import TxnCollector
 
 if TYPE_CHECKING:
     import ssl
@@ -96,20 +97,38 @@ class NodeKafkaFront:
                 transactions=self.options.transactions,
                 max_transaction_timeout_ms=self.options.max_transaction_timeout_ms,
             )
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(front.run)
-                await nursery.start(
-                    partial(serve_kafka, ssl_context=host.server_ssl),
-                    front,
-                    bind,
-                    self.options.port,
-                    self.options.limits,
-                )
-                _log.info(
-                    "node %d: Kafka front on %s:%d (as %s)",
-                    host.node_id,
-                    bind,
-                    self.options.port,
-                    where,
-                )
-                task_status.started()
+            registry = getattr(getattr(host, "metrics", None), "registry", None)
+            collector = TxnCollector(front.txns, front.data.txn_reads)
+            if registry is not None and self.options.transactions:
+                registry.register(collector)
+            try:
+                await self._serve(host, front, bind, where, task_status)
+            finally:
+                if registry is not None and self.options.transactions:
+                    registry.unregister(collector)
+
+    async def _serve(
+        self,
+        host: KafkaHost,
+        front: KafkaFront,
+        bind: str,
+        where: str,
+        task_status: trio.TaskStatus[None],
+    ) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(front.run)
+            await nursery.start(
+                partial(serve_kafka, ssl_context=host.server_ssl),
+                front,
+                bind,
+                self.options.port,
+                self.options.limits,
+            )
+            _log.info(
+                "node %d: Kafka front on %s:%d (as %s)",
+                host.node_id,
+                bind,
+                self.options.port,
+                where,
+            )
+            task_status.started()

@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -44,7 +45,15 @@ import trio
 from ..errors import LogstrandError, collapse
 from ..positions import POSITIONS_LOGS, positions_log_of, txn_positions_key, txn_state_key
 from ..records import INTERNAL_LOGS
-from ..transactions import TXN_ID_RE, Markers, Txn, TxnCoordinator, TxnError, encode_marker
+from ..transactions import (
+    TXN_ID_RE,
+    Markers,
+    State,
+    Txn,
+    TxnCoordinator,
+    TxnError,
+    encode_marker,
+)
 from ._errors import KafkaError
 
 if TYPE_CHECKING:
@@ -68,6 +77,9 @@ class TxnFront:
         self._loaded: set[int] = set()
         self._locks = {p: trio.Lock() for p in POSITIONS_LOGS}
         self._changed = trio.Event()
+        #: Id -> when (wall clock) its open transaction began here: the
+        #: metrics' age (``_txn_metrics``); only open ones are kept.
+        self.opened: dict[str, float] = {}
 
     # -- who coordinates, and what was written ---------------------------------------
 
@@ -95,6 +107,7 @@ class TxnFront:
                 for name, record in table.txns.items():
                     if positions_log_of(name) == home:
                         self.core.restore(now, json.loads(record))
+                        self._track(name)
                 self._loaded.add(home)
                 # Decided before this front took over: finish them first.
                 for markers in self.core.pending():
@@ -110,6 +123,13 @@ class TxnFront:
     def _drop(self, home: int) -> None:
         self._loaded.discard(home)
         self.core.forget(lambda t: positions_log_of(t) != home)
+        self.opened = {k: v for k, v in self.opened.items() if positions_log_of(k) != home}
+
+    def _track(self, txn_id: str) -> None:
+        """Note when the id's transaction opened (for the metrics)."""
+        txn = self.core.txns.get(txn_id)
+        if txn is not None and txn.state == State.ONGOING:
+            self.opened.setdefault(txn_id, time.time())
 
     async def _write(self, txn: Txn) -> bool:
         """Write ``txn``'s state (under its log's lock); False, its log
@@ -153,6 +173,7 @@ class TxnFront:
             self._drop(positions_log_of(markers.transactional_id))
             return KafkaError.COORDINATOR_NOT_AVAILABLE
         self.core.markers_written(markers)
+        self.opened.pop(markers.transactional_id, None)
         # The end is written after the answer: every marker is in, so a
         # coordinator that reads PREPARE back writes them again, which
         # changes nothing (a marker with no open transaction is ignored),
@@ -286,6 +307,7 @@ class TxnFront:
                 logs,
             )
             code = code or await self._save(txn_id)
+            self._track(txn_id)
             self.poke()  # a transaction opened: its deadline is the timer's
         # One partition refused: the others were not added (Kafka's answer).
         other = KafkaError.OPERATION_NOT_ATTEMPTED if errors else code
@@ -321,6 +343,7 @@ class TxnFront:
                 frozenset({group}),
             )
             code = code or await self._save(txn_id)
+            self._track(txn_id)
             self.poke()
         return {"throttle_time_ms": 0, "error_code": code}
 

@@ -74,7 +74,8 @@ class TxnReads:
 
     def __init__(self, client: AsyncClient) -> None:
         self.client = client
-        self._trackers: dict[int, _Tracker] = {}
+        #: Log -> its tracking (the metrics read it too).
+        self.trackers: dict[int, _Tracker] = {}
 
     async def committed(
         self, log_id: int, m: OffsetMap, offset: int, end: int, tail: int
@@ -97,7 +98,7 @@ class TxnReads:
 
     async def changed(self, log_id: int) -> None:
         """Wait until the log's index reads more (a long poll at the LSO)."""
-        tracker = self._trackers.get(log_id)
+        tracker = self.trackers.get(log_id)
         if tracker is None or tracker.dead:
             await trio.sleep_forever()
         else:
@@ -105,24 +106,24 @@ class TxnReads:
 
     def _tracker(self, log_id: int, first: int) -> _Tracker:
         now = trio.current_time()
-        tracker = self._trackers.get(log_id)
+        tracker = self.trackers.get(log_id)
         if tracker is not None and not tracker.dead and tracker.index.kept_from <= first:
             tracker.used = now
             return tracker
         if tracker is not None:
             self._stop(log_id)
         # Room for one more: those idle go, then the least recently used.
-        for other, t in list(self._trackers.items()):
+        for other, t in list(self.trackers.items()):
             if now - t.used > IDLE_S:
                 self._stop(other)
-        if len(self._trackers) >= TRACKED_MAX:
-            self._stop(min(self._trackers, key=lambda k: self._trackers[k].used))
-        tracker = self._trackers[log_id] = _Tracker(TxnIndex(first), used=now)
+        if len(self.trackers) >= TRACKED_MAX:
+            self._stop(min(self.trackers, key=lambda k: self.trackers[k].used))
+        tracker = self.trackers[log_id] = _Tracker(TxnIndex(first), used=now)
         self.client.nursery.start_soon(self._follow, log_id, tracker)
         return tracker
 
     def _stop(self, log_id: int) -> None:
-        tracker = self._trackers.pop(log_id)
+        tracker = self.trackers.pop(log_id)
         tracker.scope.cancel()
 
     async def _follow(self, log_id: int, tracker: _Tracker) -> None:
@@ -142,8 +143,8 @@ class TxnReads:
             finally:
                 tracker.dead = True
                 tracker.tell()
-                if self._trackers.get(log_id) is tracker:
-                    del self._trackers[log_id]
+                if self.trackers.get(log_id) is tracker:
+                    del self.trackers[log_id]
 
 
 def _feed(index: TxnIndex, run: RecordRun) -> None:

@@ -256,6 +256,28 @@ class Groups:
                     mine.setdefault(p.log_id, p)
         return {g: sorted(ps.values(), key=lambda p: p.log_id) for g, ps in sorted(found.items())}
 
+    async def transactions(self) -> dict[str, dict[str, Any]]:
+        """Every transactional id's state as its coordinator wrote it, with
+        the positions its open transaction holds for each of its groups
+        (``held``), by id.  A record not read as JSON is skipped."""
+        out: dict[str, dict[str, Any]] = {}
+        tables = [await self.refresh(log_id) for log_id in POSITIONS_LOGS]
+        for table in tables:  # all read first: a group's log may come after
+            for txn_id, raw in table.txns.items():
+                try:
+                    doc = json.loads(raw)
+                    held = {}
+                    for group in doc.get("groups", ()):
+                        record = self.tables[positions_log_of(group)].txn_positions.get(
+                            (group, doc["pid"])
+                        )
+                        if record is not None:
+                            held[group] = json.loads(record)["positions"]
+                except (ValueError, KeyError, TypeError):
+                    continue
+                out[txn_id] = {**doc, "held": held}
+        return dict(sorted(out.items()))
+
     async def of_group(self, group: str) -> list[Position]:
         check_group(group)
         own = {p.log_id: p for p in (await self.table_of(group)).of_group(group)}

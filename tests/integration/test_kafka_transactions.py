@@ -5,6 +5,9 @@ transaction (send_offsets_to_transaction) or not at all."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -79,6 +82,23 @@ def _metadata(group: str) -> Any:
         consumer.close()
 
 
+def _cli(cluster: LocalCluster, *args: str, code: int = 0) -> str:
+    """``logstrand ARGS --url URL``: its stdout (stderr when ``code`` is not 0)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "logstrand", *args, "--url", cluster.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == code, (args, done.stdout, done.stderr)
+    return done.stdout if code == 0 else done.stderr
+
+
+def _log_of(cluster: LocalCluster, topic: str) -> int:
+    with open_epoch_store(cluster.url) as store:
+        return store.log_range_named(topic).first
+
+
 def _coordinator(cluster: LocalCluster, txn_id: str) -> int:
     """The broker FindCoordinator(key_type=1) names for ``txn_id``."""
     with KafkaPeer(cluster.kafka_bootstrap.split(",")[0]) as peer:
@@ -97,10 +117,27 @@ def test_a_transaction_commits_its_records_and_its_positions(cluster: LocalClust
     producer.produce("tx-other", value=b"elsewhere", partition=0)
     offsets = [TopicPartition("tx-in", 0, 7), TopicPartition("tx-in", 1, 3)]
     producer.send_offsets_to_transaction(offsets, _metadata("g-commit"), 30)
-    # Not committed until the transaction is.
+    # Not committed until the transaction is; the CLI shows what it holds.
     assert _committed(cluster, "g-commit", "tx-in") == [-1001, -1001]
+    [listed] = json.loads(_cli(cluster, "transactions", "list", "--open", "--json"))
+    assert (listed["id"], listed["state"], listed["groups"]) == (
+        "tx-commit",
+        "Ongoing",
+        ["g-commit"],
+    )
+    assert len(listed["logs"]) == 4  # two partitions, one more topic, the positions log
+    held = json.loads(_cli(cluster, "transactions", "describe", "tx-commit", "--json"))["held"]
+    assert sorted(offset for _log, _lsn, offset, _md in held["g-commit"]) == [3, 7]
     producer.commit_transaction(30)
     assert _committed(cluster, "g-commit", "tx-in") == [7, 3]
+    # The end is written just after the answer (the markers are in).
+    deadline = time.monotonic() + 10
+    while True:
+        shown = json.loads(_cli(cluster, "transactions", "describe", "tx-commit", "--json"))
+        if shown["state"] == "CompleteCommit" or time.monotonic() > deadline:
+            break
+    assert (shown["state"], shown["held"]) == ("CompleteCommit", {})
+    assert "no transactional id" in _cli(cluster, "transactions", "describe", "nope", code=1)
     # A second transaction of the same producer goes on from there.
     producer.begin_transaction()
     producer.produce("tx-out", value=b"again", partition=0)
@@ -170,7 +207,10 @@ def test_a_silent_producers_transaction_is_aborted_after_its_timeout(
     silent = _producer(cluster, "tx-silent", **{"transaction.timeout.ms": 2000})
     silent.begin_transaction()
     silent.send_offsets_to_transaction([TopicPartition("tx-in", 1, 5)], _metadata("g-silent"), 30)
+    node = _coordinator(cluster, "tx-silent")
+    assert cluster.metric(node, "logstrand_kafka_transactions_open") == 1
     time.sleep(4)
+    assert cluster.metric(node, "logstrand_kafka_transactions_open") == 0
     with pytest.raises(KafkaException):
         silent.commit_transaction(30)
     assert _committed(cluster, "g-silent", "tx-in") == [-1001, -1001]
@@ -247,6 +287,14 @@ def test_read_committed_stops_at_an_open_transaction_and_drops_aborted_ones(
     plain.produce("tx-rc", value=b"after", partition=0)  # behind the open one
     assert plain.flush(30) == 0
     assert _consume(cluster, "tx-rc", "read_committed", 10) == [b"before"]
+    # The open transaction holds the LSO back by its three records and one
+    # after it, on the node that answered (the partition's leader).
+    log_id = _log_of(cluster, "tx-rc")
+    lags = [
+        cluster.metric(n, f'logstrand_kafka_lso_lag_lsns{{log="{log_id}"}}', default=0)
+        for n in cluster.nodes
+    ]
+    assert max(lags) == 4, lags
     everything = [b"before", b"open0", b"open1", b"open2", b"after"]
     assert _consume(cluster, "tx-rc", "read_uncommitted", 10) == everything
     producer.abort_transaction(30)
@@ -256,8 +304,6 @@ def test_read_committed_stops_at_an_open_transaction_and_drops_aborted_ones(
     producer.commit_transaction(30)
     assert _consume(cluster, "tx-rc", "read_committed", 10) == [b"before", b"after", b"kept"]
     # A native reader gets the records, never the markers.
-    with open_epoch_store(cluster.url) as store:
-        log_id = store.log_range_named("tx-rc").first
     with connect(cluster.url) as client:
         values = [r.payload for r in client.read(log_id) if isinstance(r, Record)]
     assert values == [*everything, b"kept"]

@@ -1,0 +1,73 @@
+"""Transactions as metrics, read when the node is scraped: the open
+transactions this node coordinates and the oldest one's age, and for each
+log a read_committed consumer fetches here, how far its last stable offset
+is behind its end (an open transaction that holds readers back).
+
+Read from the scrape's thread, without a lock: each figure comes from one
+copy of a dict (taken again if a change in the front's thread cut into it),
+and nothing here changes what it reads.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.core import GaugeMetricFamily
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from ._txn_front import TxnFront
+    from ._txn_reads import TxnReads
+
+#: The states of a transaction that is not over.
+_OPEN = ("Ongoing", "PrepareCommit", "PrepareAbort")
+
+
+def _copy(d: dict[Any, Any]) -> list[tuple[Any, Any]]:
+    for _ in range(10):
+        try:
+            return list(d.items())
+        except RuntimeError:  # changed size under the copy: again
+            continue
+    return []
+
+
+class TxnCollector:
+    """A prometheus collector over a front's transaction coordinator and its
+    read_committed tracking."""
+
+    def __init__(self, txns: TxnFront, reads: TxnReads) -> None:
+        self.txns = txns
+        self.reads = reads
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        now = time.time()
+        opened = [
+            self.txns.opened.get(k, now)
+            for k, t in _copy(self.txns.core.txns)
+            if t.state.value in _OPEN
+        ]
+        yield GaugeMetricFamily(
+            "logstrand_kafka_transactions_open",
+            "Transactions not over that this node coordinates.",
+            value=len(opened),
+        )
+        yield GaugeMetricFamily(
+            "logstrand_kafka_transaction_oldest_open_seconds",
+            "How long the oldest of them has been open (0: none).",
+            value=max(0.0, now - min(opened, default=now)),
+        )
+        lag = GaugeMetricFamily(
+            "logstrand_kafka_lso_lag_lsns",
+            "LSNs between a log's last stable offset and the end its transactions "
+            "were read to, for each log read_committed consumers fetch here.",
+            labels=["log"],
+        )
+        for log_id, tracker in _copy(self.reads.trackers):
+            index = tracker.index
+            firsts = [first for _, first in _copy(index.open)]
+            stable = min(firsts, default=index.scanned + 1)
+            lag.add_metric([str(log_id)], index.scanned + 1 - stable)
+        yield lag
