@@ -83,6 +83,9 @@ class Status(enum.IntEnum):
     #: An idempotent append the log took long ago: nothing is stored again,
     #: but its LSNs are no longer known.
     DUPLICATE = 29
+    #: An append of a Kafka producer that a newer producer of its
+    #: transactional id replaced (a marker of a later epoch is in the log).
+    FENCED = 30
 
 
 class LogstrandError(Exception):
@@ -186,6 +189,13 @@ class ProducerError(LogstrandError):
     if an earlier attempt was stored)."""
 
     default_status = Status.OUT_OF_SEQUENCE
+
+
+class FencedError(ProducerError):
+    """An append of a producer that a newer producer of the same
+    transactional id fenced (FENCED): it never will be taken."""
+
+    default_status = Status.FENCED
 
 
 class DuplicateAppendError(LogstrandError):

@@ -101,6 +101,36 @@ OPS: Final = ("read", "append", "trim", "admin")
 GROUP_OPS: Final = ("read", "describe", "delete")
 #: Nodes in one copyset, at most.
 COPYSET_SIZE_MAX: Final = 0xFF
+#: A Kafka producer's batches are numbered in a log under a key of its own
+#: (``kafka_producer_key``): this bit, the Kafka producer id, a fence bit and
+#: the producer epoch.  The bit keeps them apart from the ids the cluster
+#: hands logstrand's own producers (small) and from Spark's derived ids
+#: (the top bit).
+KAFKA_PRODUCER_BIT: Final = 1 << 62
+#: A key with this bit numbers a transaction's markers, not records: a
+#: marker of epoch E fences the producer's records of every epoch below E.
+FENCE_BIT: Final = 0x8000
+_KAFKA_PID_MAX: Final = (1 << 46) - 1
+
+
+def kafka_producer_key(producer_id: int, epoch: int, *, fence: bool = False) -> int:
+    """The key a Kafka producer's batches (or, ``fence``, the markers of its
+    transactions) are numbered under: its id and epoch together, so that a
+    producer of a transactional id that starts again, at a new epoch and
+    numbering from 0, is not taken for the old one retrying."""
+    if not 0 <= producer_id <= _KAFKA_PID_MAX or not 0 <= epoch < FENCE_BIT:
+        raise InvalidArgumentError(f"Kafka producer {producer_id} epoch {epoch} out of range")
+    return KAFKA_PRODUCER_BIT | producer_id << 16 | (FENCE_BIT if fence else 0) | epoch
+
+
+def kafka_producer_of(key: int) -> tuple[int, int, bool] | None:
+    """(producer id, epoch, fence) of ``kafka_producer_key``'s key; None for
+    any other producer's."""
+    if key >> 62 != 1:
+        return None
+    return (key >> 16) & _KAFKA_PID_MAX, key & (FENCE_BIT - 1), bool(key & FENCE_BIT)
+
+
 #: Bytes of one idempotent producer's batch entry as it travels and rests
 #: (``logstrand.idempotence``): producer id, sequence number, record count,
 #: first LSN, timestamp.

@@ -157,12 +157,16 @@ class AppendApi:
             log_id, payloads, key_list, producer, extras, flags
         )
 
-    async def append_marker(self, log_id: int, marker: bytes) -> int:
+    async def append_marker(
+        self, log_id: int, marker: bytes, number: tuple[int, int] | None = None
+    ) -> int:
         """Append a transaction's COMMIT or ABORT marker (``marker``, as
         ``transactions.encode_marker`` makes it): a record readers never
-        deliver, which ends the producer's transaction in this log.  A
-        coordinator's, not an application's."""
-        return await self._appender.append_numbered(log_id, [marker], [None], None, None, CONTROL)
+        deliver, which ends the producer's transaction in this log;
+        ``number``: (the producer's fence key, the marker's number in the
+        log), which makes it idempotent and fences the producer's older
+        epochs.  A coordinator's, not an application's."""
+        return await self._appender.append_numbered(log_id, [marker], [None], number, None, CONTROL)
 
     async def allocate_producer_id(self) -> int:
         """A producer id no other producer of the cluster has (``append_numbered``)."""

@@ -29,6 +29,7 @@ from ..errors import (
     AccessDeniedError,
     ClosedError,
     DuplicateAppendError,
+    FencedError,
     InvalidArgumentError,
     LogstrandError,
     NotFoundError,
@@ -54,6 +55,7 @@ _FATAL = {
     Status.NOKEY: InvalidArgumentError,
     Status.ACCESS: AccessDeniedError,
     Status.DUPLICATE: DuplicateAppendError,
+    Status.FENCED: FencedError,
 }
 #: Refusals of an idempotent batch that mean "not yet" while an earlier
 #: batch of the same producer is still out, and "never" once it is the oldest.

@@ -18,7 +18,12 @@ timestamp), and ``Producers.check`` judges a new batch against them:
   differ from the stored ones (the batch before it has not arrived yet, or
   never will);
 * ``UNKNOWN``: a producer it does not know (expired, or evicted) sent a
-  batch that does not start at 0.
+  batch that does not start at 0;
+* ``FENCED``: a Kafka producer's batch (``records.kafka_producer_key``) at
+  an epoch below one the log has seen of the same producer id, in a batch
+  or in a transaction's marker (numbered under the fence key): a newer
+  producer of its transactional id replaced it, and its late writes must
+  never be read as part of the new one's transactions.
 
 The same table lives in three places: the sequencer (which checks), every
 storage node (which records the batches it stores, durably with them, and
@@ -38,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from ..errors import ProtocolError
-from ..records import PRODUCER_ENTRY_BYTES
+from ..records import PRODUCER_ENTRY_BYTES, kafka_producer_of
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -80,19 +85,23 @@ class Verdict(enum.Enum):
     OLD_DUPLICATE = "old duplicate"
     OUT_OF_SEQUENCE = "out of sequence"
     UNKNOWN = "unknown producer"
+    FENCED = "fenced"
 
 
 class Producers:
     """Producer id -> its last ``window`` batches, for one log (see the module
     docstring).  Iteration order is least recently added first."""
 
-    __slots__ = ("_sent", "producers_max", "window")
+    __slots__ = ("_newest", "_sent", "producers_max", "window")
 
     def __init__(self, *, producers_max: int = PRODUCERS_MAX, window: int = WINDOW) -> None:
         assert min(producers_max, window) >= 1
         self.producers_max = producers_max
         self.window = window
         self._sent: dict[int, list[Sent]] = {}
+        #: Kafka producer id -> the highest epoch its keys here have (the
+        #: fence: ``check``); rebuilt from ``_sent`` when producers go.
+        self._newest: dict[int, int] = {}
 
     def __len__(self) -> int:
         return len(self._sent)
@@ -131,12 +140,27 @@ class Producers:
         elif lst[held].lsn < sent.lsn:
             lst[held] = sent
         self._sent[producer] = lst
+        kafka = kafka_producer_of(producer)
+        if kafka is not None:
+            pid, epoch, _ = kafka
+            self._newest[pid] = max(epoch, self._newest.get(pid, -1))
         evicted: list[int] = []
         while len(self._sent) > self.producers_max:
             oldest = next(iter(self._sent))
             del self._sent[oldest]
             evicted.append(oldest)
+        if evicted:
+            self._renew()
         return evicted
+
+    def _renew(self) -> None:
+        """``_newest`` again from the producers left (rare: only when some go)."""
+        self._newest = {}
+        for key in self._sent:
+            kafka = kafka_producer_of(key)
+            if kafka is not None:
+                pid, epoch, _ = kafka
+                self._newest[pid] = max(epoch, self._newest.get(pid, -1))
 
     def update(self, entries: Iterable[tuple[int, Sent]]) -> None:
         for pid, s in entries:
@@ -147,6 +171,8 @@ class Producers:
         gone = [p for p, lst in self._sent.items() if lst[-1].timestamp_ms + expiry_ms < now_ms]
         for p in gone:
             del self._sent[p]
+        if gone:
+            self._renew()
         return gone
 
     # -- the check --------------------------------------------------------------
@@ -156,9 +182,13 @@ class Producers:
     ) -> tuple[Verdict, Sent | None]:
         """Judge a batch of ``count`` records numbered from ``seq``; a producer
         idle since ``now_ms - expiry_ms`` is forgotten first."""
+        kafka = kafka_producer_of(producer)
+        if kafka is not None and not kafka[2] and self._newest.get(kafka[0], -1) > kafka[1]:
+            return Verdict.FENCED, None
         lst = self._sent.get(producer)
         if lst and lst[-1].timestamp_ms + expiry_ms < now_ms:
             del self._sent[producer]
+            self._renew()
             lst = None
         if not lst:
             return (Verdict.NEW if seq == 0 else Verdict.UNKNOWN), None

@@ -476,6 +476,8 @@ def _produce_error(exc: Exception) -> KafkaError:
     if isinstance(exc, ProducerError):
         if exc.status == Status.UNKNOWN_PRODUCER:
             return KafkaError.UNKNOWN_PRODUCER_ID
+        if exc.status == Status.FENCED:
+            return KafkaError.INVALID_PRODUCER_EPOCH
         return KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER
     if isinstance(exc, DuplicateAppendError):
         return KafkaError.DUPLICATE_SEQUENCE_NUMBER

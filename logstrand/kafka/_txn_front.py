@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..errors import LogstrandError, collapse
+from ..errors import LogstrandError, ProducerError, Status, collapse
 from ..positions import POSITIONS_LOGS, positions_log_of, txn_positions_key, txn_state_key
 from ..records import INTERNAL_LOGS
 from ..transactions import (
@@ -53,6 +53,7 @@ from ..transactions import (
     TxnCoordinator,
     TxnError,
     encode_marker,
+    producer_key,
 )
 from ._errors import KafkaError
 
@@ -164,10 +165,16 @@ class TxnFront:
         if txn is None or not await self._write(txn):
             return KafkaError.COORDINATOR_NOT_AVAILABLE
         try:
-            await self._write_markers(markers)
-            for group in sorted(markers.groups):
-                await self._end_positions(group, markers)
-        except LogstrandError as exc:
+            # Markers and held positions at once: each is written again by
+            # a coordinator that takes over, so their order does not matter.
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._write_markers, markers)
+                for group in sorted(markers.groups):
+                    nursery.start_soon(self._end_positions, group, markers)
+        except BaseExceptionGroup as group:
+            exc = collapse(group)
+            if not isinstance(exc, LogstrandError):
+                raise exc from None
             # The decision is written: the next coordinator finishes it.
             _log.warning("kafka: transaction %s: markers not written: %s", txn, exc)
             self._drop(positions_log_of(markers.transactional_id))
@@ -175,24 +182,43 @@ class TxnFront:
         self.core.markers_written(markers)
         self.opened.pop(markers.transactional_id, None)
         # The end is written after the answer: every marker is in, so a
-        # coordinator that reads PREPARE back writes them again, which
-        # changes nothing (a marker with no open transaction is ignored),
-        # and the producer waits one write less.
+        # coordinator that reads PREPARE back writes them again under the
+        # same numbers, which the logs answer as duplicates, and the
+        # producer waits one write less.
         self.front.client.nursery.start_soon(self._save, markers.transactional_id)
         return KafkaError.NONE
 
     async def _write_markers(self, markers: Markers) -> None:
         """A COMMIT (or ABORT) marker into every log the transaction wrote
-        to, all at once.  A positions log gets none: its positions are the
-        held record's to end (``_end_positions``)."""
+        to, all at once, each numbered under the producer's fence key.  A
+        positions log gets none: its positions are the held record's to end
+        (``_end_positions``)."""
         marker = encode_marker(markers.commit, markers.producer_id, markers.producer_epoch)
-        logs = sorted(markers.logs - INTERNAL_LOGS)
+        fence = producer_key(markers.producer_id, markers.producer_epoch, fence=True)
         try:
             async with trio.open_nursery() as nursery:
-                for log_id in logs:
-                    nursery.start_soon(self.front.client.append_marker, log_id, marker)
+                for log_id, seq in markers.seqs:
+                    if log_id not in INTERNAL_LOGS:
+                        nursery.start_soon(self._marker, log_id, marker, (fence, seq))
         except BaseExceptionGroup as group:
             raise collapse(group) from None
+
+    async def _marker(self, log_id: int, marker: bytes, number: tuple[int, int]) -> None:
+        client = self.front.client
+        try:
+            await client.append_marker(log_id, marker, number)
+        except ProducerError as exc:
+            # The log forgot the fence key (a day idle, or evicted): it takes
+            # the key again from 0.  Anything else (a numbering that cannot
+            # be, a table lost): the marker still goes, without a fence.
+            _log.warning(
+                "kafka: log %d: marker %s refused (%s): written again", log_id, number, exc
+            )
+            again = (number[0], 0) if exc.status == Status.UNKNOWN_PRODUCER else None
+            try:
+                await client.append_marker(log_id, marker, again)
+            except ProducerError:
+                await client.append_marker(log_id, marker, None)
 
     async def _end_positions(self, group: str, markers: Markers) -> None:
         """Commit (or drop) the positions the transaction holds for ``group``.
@@ -202,13 +228,18 @@ class TxnFront:
         held = table.txn_positions.get((group, markers.producer_id))
         if held is None:
             return
-        doc = json.loads(held)
+        try:
+            doc = json.loads(held)
+            epoch = int(doc["epoch"])
+            entries = [(int(x[0]), int(x[1]), x[2], x[3]) for x in doc["positions"]]
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            _log.warning("kafka: group %s: held positions not read: %s", group, exc)
+            return
         # Written at the transaction's epoch; an abort that fenced it
         # decides at the epoch after.
-        if markers.commit and doc["epoch"] == markers.producer_epoch:
-            entries = [(int(x[0]), int(x[1]), x[2], x[3]) for x in doc["positions"]]
+        if markers.commit and epoch == markers.producer_epoch:
             await self.positions.commit_many(group, entries)
-        if doc["epoch"] <= markers.producer_epoch:
+        if epoch <= markers.producer_epoch:
             key = txn_positions_key(group, markers.producer_id)
             await self.positions.appender.append(positions_log_of(group), None, key)
 
@@ -233,6 +264,10 @@ class TxnFront:
                 _log.warning("kafka: transactions: no producer ids: %s", exc)
                 await trio.sleep(1.0)
                 continue
+            # Ids of logs whose sequencer moved are another front's now: a
+            # timeout here must not abort what that coordinator holds.
+            for home in [h for h in self._loaded if not self.front.coordinator.coordinates_log(h)]:
+                self._drop(home)
             for markers in self.core.tick(trio.current_time()):
                 _log.info("kafka: transaction %s timed out: aborted", markers.transactional_id)
                 await self._finish(markers)
@@ -299,16 +334,9 @@ class TxnFront:
                 else:
                     logs.add(log_id)
         if not code and not errors:
-            code = self.core.add_logs(
-                trio.current_time(),
-                txn_id,
-                b["v3_and_below_producer_id"],
-                b["v3_and_below_producer_epoch"],
-                logs,
+            code = await self._add(
+                txn_id, b["v3_and_below_producer_id"], b["v3_and_below_producer_epoch"], logs
             )
-            code = code or await self._save(txn_id)
-            self._track(txn_id)
-            self.poke()  # a transaction opened: its deadline is the timer's
         # One partition refused: the others were not added (Kafka's answer).
         other = KafkaError.OPERATION_NOT_ATTEMPTED if errors else code
         results = [
@@ -334,18 +362,41 @@ class TxnFront:
         if not code and not await self.front.auth.may_group(request, "read", group):
             code = KafkaError.GROUP_AUTHORIZATION_FAILED
         if not code:
-            code = self.core.add_logs(
-                trio.current_time(),
+            code = await self._add(
                 txn_id,
                 b["producer_id"],
                 b["producer_epoch"],
                 {positions_log_of(group)},
                 frozenset({group}),
             )
-            code = code or await self._save(txn_id)
-            self._track(txn_id)
-            self.poke()
         return {"throttle_time_ms": 0, "error_code": code}
+
+    async def _add(
+        self,
+        txn_id: str,
+        producer_id: int,
+        epoch: int,
+        logs: set[int],
+        groups: frozenset[str] = frozenset(),
+    ) -> int:
+        """Add logs (and groups) to the id's transaction; written down only
+        when that changed it (a client adds the same partition again)."""
+        before = self.core.txns.get(txn_id)
+        known = (
+            before is not None
+            and before.state == State.ONGOING
+            and logs <= before.logs
+            and groups <= before.groups
+        )
+        code: int = self.core.add_logs(
+            trio.current_time(), txn_id, producer_id, epoch, logs, groups
+        )
+        if code or known:
+            return code
+        code = await self._save(txn_id)
+        self._track(txn_id)
+        self.poke()  # a transaction opened: its deadline is the timer's
+        return code
 
     async def end_txn(self, request: Request) -> dict[str, Any]:
         """EndTxn: decide, write the markers, then answer."""

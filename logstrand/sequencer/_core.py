@@ -33,7 +33,9 @@ Rules:
    table, or of a producer the table does not know, is refused only once
    the shell has checked that no newer epoch exists (``ConfirmRefusal``):
    a sequencer that a newer one sealed, without having heard of it yet,
-   must not refuse what the newer one's table would take.
+   must not refuse what the newer one's table would take.  A Kafka
+   producer's batch below its fence is FENCED at once: any newer table
+   holds the fence too.
 
 The shell feeds it messages and ``now`` (seconds) and performs the actions it
 returns; ``next_deadline()`` says when to call ``tick``.
@@ -432,6 +434,9 @@ class SequencerCore:
                 app.also.append(token)
                 return []
             return [ReplyAppend(token, Status.OK, sent.lsn, sent.count, sent.timestamp_ms)]
+        if verdict is Verdict.FENCED:
+            text = f"producer {pid}: a newer producer of its transactional id fenced it"
+            return [ReplyAppend(token, Status.FENCED, message=text)]
         if verdict is Verdict.OLD_DUPLICATE:
             text = f"producer {pid}: records {seq}..{seq + n - 1} were appended long ago"
             return [ReplyAppend(token, Status.DUPLICATE, message=text)]

@@ -19,9 +19,11 @@ Rules
    it again.
 3. **Markers.**  Deciding a transaction asks for one marker (COMMIT or
    ABORT, with the producer id and the epoch of the decision) in every log
-   the transaction added, in one ``Markers`` order; ``markers_written``
-   completes it.  While markers are out, requests of the id get
-   CONCURRENT_TRANSACTIONS, which clients retry.
+   the transaction added, in one ``Markers`` order, each numbered per log
+   (``Txn.marks``, from 0 at each epoch): written again by a coordinator
+   that takes over, a log takes it once; ``markers_written`` completes it.
+   While markers are out, requests of the id get CONCURRENT_TRANSACTIONS,
+   which clients retry.
 4. **Fencing an open transaction.**  ``init_producer_id`` while a
    transaction is ONGOING bumps the epoch and aborts it (its markers carry
    the new epoch, so the old producer's late writes are fenced by the
@@ -102,6 +104,10 @@ class Txn:
     groups: set[str] = attrs.Factory(set)
     #: When the open transaction started (its first log), for rule 5.
     started: float | None = None
+    #: Log -> how many markers of this producer id and epoch went into it:
+    #: the number of the next one (rule 3: markers are numbered under the
+    #: fence key, so a log takes each once and fences older epochs).
+    marks: dict[int, int] = attrs.Factory(dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -112,6 +118,7 @@ class Txn:
             "state": self.state.value,
             "logs": sorted(self.logs),
             "groups": sorted(self.groups),
+            "marks": {str(k): v for k, v in sorted(self.marks.items())},
         }
 
     @classmethod
@@ -124,6 +131,7 @@ class Txn:
             State(d["state"]),
             {int(x) for x in d["logs"]},
             {str(x) for x in d.get("groups", ())},
+            marks={int(k): int(v) for k, v in d.get("marks", {}).items()},
         )
 
 
@@ -139,6 +147,8 @@ class Markers:
     commit: bool
     logs: frozenset[int]
     groups: frozenset[str] = frozenset()
+    #: (log, number of its marker): what each marker is numbered as.
+    seqs: tuple[tuple[int, int], ...] = ()
 
 
 class TxnCoordinator:
@@ -179,6 +189,7 @@ class TxnCoordinator:
             txn.producer_id, txn.producer_epoch = self._new_producer_id(), 0
         else:
             txn.producer_epoch += 1
+        txn.marks = {}  # a new epoch's markers number from 0
 
     def _check(self, txn_id: str, producer_id: int, epoch: int) -> tuple[TxnError, Txn | None]:
         txn = self.txns.get(txn_id)
@@ -249,6 +260,8 @@ class TxnCoordinator:
             return
         txn.state = State.COMPLETE_COMMIT if markers.commit else State.COMPLETE_ABORT
         txn.logs, txn.groups, txn.started = set(), set(), None
+        for log_id, seq in markers.seqs:
+            txn.marks[log_id] = max(txn.marks.get(log_id, 0), seq + 1)
 
     def pending(self) -> list[Markers]:
         """The markers of every decided transaction not complete yet: what a
@@ -305,4 +318,5 @@ def _markers(txn: Txn, commit: bool) -> Markers:
         commit,
         frozenset(txn.logs),
         frozenset(txn.groups),
+        tuple((log_id, txn.marks.get(log_id, 0)) for log_id in sorted(txn.logs)),
     )

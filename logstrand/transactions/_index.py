@@ -28,6 +28,8 @@ import bisect
 import struct
 from typing import Final, NamedTuple
 
+from ..records import kafka_producer_key, kafka_producer_of
+
 #: A marker's payload: format version, COMMIT (1) or ABORT (0) as Kafka's
 #: control record types, producer id, producer epoch.
 _MARKER = struct.Struct(">BBqh")
@@ -37,18 +39,22 @@ _MARKER_VERSION: Final = 0
 ABORTED_KEPT_MAX: Final = 100_000
 
 
-def producer_key(producer_id: int, producer_epoch: int) -> int:
+def producer_key(producer_id: int, producer_epoch: int, *, fence: bool = False) -> int:
     """What a Kafka producer's batches are numbered under in a log: its id
-    and epoch together.  A producer of a transactional id that starts again
-    keeps the id at a new epoch and numbers from 0 again: under the id alone
-    its first batches would pass for retries of the old producer's, and be
-    dropped as duplicates."""
-    return (producer_id << 16) | (producer_epoch & 0xFFFF)
+    and epoch together (``records.kafka_producer_key``).  A producer of a
+    transactional id that starts again keeps the id at a new epoch and
+    numbers from 0 again: under the id alone its first batches would pass
+    for retries of the old producer's, and be dropped as duplicates.
+    ``fence``: the key its transactions' markers are numbered under, which
+    fences every epoch below theirs."""
+    return kafka_producer_key(producer_id, producer_epoch, fence=fence)
 
 
 def producer_of(key: int) -> tuple[int, int]:
-    """(producer id, epoch) of ``producer_key``."""
-    return key >> 16, key & 0xFFFF
+    """(producer id, epoch) of ``producer_key``'s key (another producer's
+    key: itself, epoch 0)."""
+    kafka = kafka_producer_of(key)
+    return (key, 0) if kafka is None else (kafka[0], kafka[1])
 
 
 def encode_marker(commit: bool, producer_id: int, producer_epoch: int) -> bytes:

@@ -50,7 +50,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     ) as c:
         admin = AdminClient({"bootstrap.servers": c.kafka_bootstrap})
         topics = [NewTopic(t, num_partitions=2) for t in ("tx-in", "tx-out", "tx-other")]
-        topics += [NewTopic("tx-rc", num_partitions=1), NewTopic("tx-rs", num_partitions=1)]
+        topics += [NewTopic(t, num_partitions=1) for t in ("tx-rc", "tx-rs", "tx-z")]
         for future in admin.create_topics(topics).values():
             future.result(30)
         yield c
@@ -326,3 +326,27 @@ def test_a_new_producer_of_the_id_writes_from_sequence_zero_again(
     second.produce("tx-rs", value=b"two", partition=0)
     second.commit_transaction(30)
     assert _consume(cluster, "tx-rs", "read_committed", 10) == [b"one", b"two"]
+
+
+def test_a_fenced_producers_late_records_are_refused_by_the_log(cluster: LocalCluster) -> None:
+    """A zombie: a producer that a newer producer of its transactional id
+    fenced goes on producing to a partition of its old transaction.  The
+    abort marker the fencing wrote fences its epoch in that log, so its
+    late record is refused (INVALID_PRODUCER_EPOCH) instead of being taken
+    into the new producer's next commit."""
+    old = _producer(cluster, "tx-zombie")
+    old.begin_transaction()
+    old.produce("tx-z", value=b"z1", partition=0)
+    assert old.flush(30) == 0
+    new = _producer(cluster, "tx-zombie")  # fences the old one
+    old.produce("tx-z", value=b"z2", partition=0)
+    with pytest.raises(KafkaException) as refused:
+        old.flush(30)
+    error = refused.value.args[0]
+    assert error.code() == KafkaError._FENCED, error  # librdkafka's name for it
+    assert "old epoch" in error.str(), error
+    new.begin_transaction()
+    new.produce("tx-z", value=b"b1", partition=0)
+    new.commit_transaction(30)
+    assert _consume(cluster, "tx-z", "read_committed", 10) == [b"b1"]
+    assert _consume(cluster, "tx-z", "read_uncommitted", 10) == [b"z1", b"b1"]

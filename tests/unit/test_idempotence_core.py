@@ -14,6 +14,7 @@ from logstrand.errors import Status
 from logstrand.idempotence import DERIVED_BIT, Producers, Sent, Verdict, derived_id
 from logstrand.idempotence._recovery import kept
 from logstrand.placement import CopysetSelector
+from logstrand.records import kafka_producer_key
 from logstrand.sequencer import ConfirmRefusal, ReplyAppend, SendStore, SequencerCore
 from logstrand.sequencer._host import Activate, SequencerHostCore
 
@@ -128,6 +129,36 @@ def test_refusals_name_their_reason_and_those_ahead_wait_for_the_epoch_check() -
     assert refusal(c.append(batch(1, (5, 3)), "t", 0.0, 0)) == (Status.OUT_OF_SEQUENCE, True)
     # Other boundaries inside the table: no newer sequencer changes that.
     assert refusal(c.append(batch(1, (5, 1)), "t", 0.0, 0)) == (Status.OUT_OF_SEQUENCE, False)
+
+
+def test_a_kafka_producer_below_its_fence_is_refused_and_others_are_not() -> None:
+    """A marker numbered under the fence key of producer 9 at epoch 2 (a
+    newer producer of its transactional id aborted the old one's
+    transaction) fences epochs 0 and 1 in this log, at once; epoch 3 and
+    other producers are not touched, nor ids that are not Kafka keys."""
+    c = core()
+    old = kafka_producer_key(9, 1)
+    store_all(c, c.append(batch(2, (old, 0)), "t", 0.0, 0))
+    fence = kafka_producer_key(9, 2, fence=True)
+    store_all(c, c.append(batch(1, (fence, 0)), "marker", 0.0, 0))
+    assert refusal(c.append(batch(1, (old, 2)), "zombie", 0.0, 0)) == (Status.FENCED, False)
+    assert refusal(c.append(batch(1, (kafka_producer_key(9, 0), 0)), "t", 0.0, 0)) == (
+        Status.FENCED,
+        False,
+    )
+    for fresh in (kafka_producer_key(9, 3), kafka_producer_key(8, 0), 9, 9 << 16 | 1):
+        done = replies(store_all(c, c.append(batch(1, (fresh, 0)), "t", 0.0, 0)))
+        assert [r.status for r in done] == [Status.OK], fresh
+    # The fence is the table's: a table rebuilt from its entries keeps it,
+    # and one that evicted every key of the producer drops it.
+    table = Producers.from_json(c.producers.to_json())
+    assert table.check(old, 2, 1)[0] is Verdict.FENCED
+    small = Producers(producers_max=2)
+    small.add(fence, Sent(0, 1, 10, 0))
+    assert small.check(old, 2, 1)[0] is Verdict.FENCED
+    small.add(1, Sent(0, 1, 11, 0))
+    small.add(2, Sent(0, 1, 12, 0))  # the fence key goes
+    assert small.check(old, 0, 1)[0] is Verdict.NEW
 
 
 def test_a_sealed_sequencer_does_not_refuse_what_its_successor_took() -> None:

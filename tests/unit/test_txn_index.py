@@ -111,11 +111,16 @@ def test_a_committed_reader_with_the_index_sees_exactly_the_committed_records(
     assert all(lsn >= stable for lsns in opened.values() for lsn in lsns)
 
 
-@given(st.integers(0, 2**47 - 1), st.integers(0, 32_767))
+@given(st.integers(0, 2**46 - 1), st.integers(0, 32_767))
 def test_a_producer_key_keeps_the_id_and_the_epoch_apart(pid: int, epoch: int) -> None:
     """Batches are numbered under (id, epoch): a producer that comes back at
-    a new epoch is another producer to the log."""
+    a new epoch is another producer to the log; markers under a fence key
+    of their own; and no key is one the cluster hands its own producers or
+    Spark derives."""
     key = producer_key(pid, epoch)
     assert producer_of(key) == (pid, epoch)
     assert key != producer_key(pid, (epoch + 1) % 32_768)
-    assert key < 2**64
+    fence = producer_key(pid, epoch, fence=True)
+    assert fence != key
+    assert producer_of(fence) == (pid, epoch)
+    assert 2**46 <= key < 2**63  # above handed-out ids, below Spark's bit

@@ -72,6 +72,7 @@ PINNED_STATUS = {
     "UNKNOWN_PRODUCER": 27,
     "OUT_OF_SEQUENCE": 28,
     "DUPLICATE": 29,
+    "FENCED": 30,
 }  # fmt: skip
 PINNED_GAPS = {
     "UNKNOWN": 0, "BRIDGE": 1, "HOLE": 2, "DATALOSS": 3, "TRIM": 4, "ACCESS": 5,
