@@ -159,6 +159,19 @@ class GroupAdmin:
 
     # -- fetches ----------------------------------------------------------------------
 
+    def _held_logs(self, group: str) -> set[int]:
+        """The logs of the positions transactions hold for ``group``, from
+        the table ``of_group`` just read."""
+        table = self.positions.tables[positions_log_of(group)]
+        logs: set[int] = set()
+        for (name, _pid), held in table.txn_positions.items():
+            if name == group:
+                try:
+                    logs.update(int(x[0]) for x in json.loads(held)["positions"])
+                except (ValueError, KeyError, TypeError, IndexError):
+                    continue
+        return logs
+
     def _where(self, log_id: int) -> tuple[str, int] | None:
         """(topic, partition) of a log, if a topic holds it: its range's name
         from the view's index of ranges, not a walk over every topic."""
@@ -183,6 +196,11 @@ class GroupAdmin:
             mine = {p.log_id: p for p in await self.positions.of_group(group)}
         except LogstrandError:
             return KafkaError.COORDINATOR_LOAD_IN_PROGRESS, []
+        # KIP-447: a read_committed consumer asks for stable offsets only; a
+        # partition whose position a transaction holds (committed, not yet
+        # written as a position, or not yet ended) is UNSTABLE_OFFSET_COMMIT,
+        # which the consumer asks again.
+        unstable = self._held_logs(group) if request.body.get("require_stable") else set()
         if wanted is None:
             by_topic: dict[str, list[int]] = {}
             for log_id in mine:
@@ -214,7 +232,9 @@ class GroupAdmin:
                         "committed_offset": offset,
                         "committed_leader_epoch": -1,
                         "metadata": metadata,
-                        "error_code": 0,
+                        "error_code": KafkaError.UNSTABLE_OFFSET_COMMIT
+                        if r is not None and log_id in unstable
+                        else 0,
                     }
                 )
             topics.append({"name": t["name"], "partitions": parts})

@@ -20,9 +20,13 @@ runs ahead of what a successor would read.
 
 Ending a transaction
 --------------------
-EndTxn writes PREPARE_COMMIT (or PREPARE_ABORT), then the transaction's
-markers, then COMPLETE, and answers: a client that hears "committed" finds
-its records readable and its positions committed.  A marker is a CONTROL
+EndTxn writes PREPARE_COMMIT (or PREPARE_ABORT) and answers; the
+transaction's markers follow at once in the background (again, backing
+off, until they are in), then COMPLETE, as Kafka's coordinator does.  The
+id's next request waits for them rather than hearing
+CONCURRENT_TRANSACTIONS; a read_committed consumer's OffsetFetch answers a
+position a transaction still holds as UNSTABLE_OFFSET_COMMIT (KIP-447), so
+it never reads the position from before the commit.  A marker is a CONTROL
 record (``transactions.encode_marker``) appended to every data log the
 transaction added; readers never deliver it, and a read_committed Fetch
 learns from it where the producer's transaction ends (``_txn_reads``).  The
@@ -64,6 +68,15 @@ if TYPE_CHECKING:
 _log = logging.getLogger("logstrand.kafka")
 #: Producer ids kept at hand for the core (a new one when an epoch runs out).
 _SPARE_IDS = 4
+#: A request of an id waits this long at most for its last transaction's
+#: markers, then is answered CONCURRENT_TRANSACTIONS (the client retries).
+MARKERS_WAIT_S = 10.0
+#: Rounds of writing a decided transaction's markers before the front
+#: leaves it to the next read of its positions log (backing off to 5 s).
+COMPLETE_ATTEMPTS = 20
+#: A completed transaction's state is written this long after its markers,
+#: if no later write of the id has said it by then.
+END_WRITE_DELAY_S = 0.2
 
 
 class TxnFront:
@@ -78,6 +91,13 @@ class TxnFront:
         self._loaded: set[int] = set()
         self._locks = {p: trio.Lock() for p in POSITIONS_LOGS}
         self._changed = trio.Event()
+        #: Id -> set when the markers of its decided transaction are in
+        #: (``_complete``, in the background).
+        self._ending: dict[str, trio.Event] = {}
+        #: Id -> the number of its last state write (``_save_end``), counted
+        #: by ``_writes``.
+        self._written: dict[str, int] = {}
+        self._writes = 0
         #: Id -> when (wall clock) its open transaction began here: the
         #: metrics' age (``_txn_metrics``); only open ones are kept.
         self.opened: dict[str, float] = {}
@@ -98,10 +118,10 @@ class TxnFront:
                 self._drop(home)
             return KafkaError.NOT_COORDINATOR
         if home in self._loaded:
-            return KafkaError.NONE
+            return await self._settled(txn_id)
         async with self._locks[home]:
             if home in self._loaded:
-                return KafkaError.NONE
+                return await self._settled(txn_id)
             try:
                 table = await self.positions.refresh(home)
                 now = trio.current_time()
@@ -113,17 +133,28 @@ class TxnFront:
                 # Decided before this front took over: finish them first.
                 for markers in self.core.pending():
                     if positions_log_of(markers.transactional_id) == home:
-                        await self._finish_locked(markers)
+                        self._complete_later(markers)
             except (LogstrandError, ValueError, KeyError, TypeError) as exc:
                 _log.warning("kafka: transactions of %s not read back: %s", home, exc)
                 self._drop(home)
                 return KafkaError.COORDINATOR_LOAD_IN_PROGRESS
         self.poke()
+        return await self._settled(txn_id)
+
+    async def _settled(self, txn_id: str) -> int:
+        """Wait (a while) for the markers of the id's last transaction, which
+        EndTxn answered before they were in: the next step of its producer
+        goes on then, not with CONCURRENT_TRANSACTIONS and a retry."""
+        ending = self._ending.get(txn_id)
+        if ending is not None:
+            with trio.move_on_after(MARKERS_WAIT_S):
+                await ending.wait()
         return KafkaError.NONE
 
     def _drop(self, home: int) -> None:
         self._loaded.discard(home)
         self.core.forget(lambda t: positions_log_of(t) != home)
+        self._written = {k: v for k, v in self._written.items() if positions_log_of(k) != home}
         self.opened = {k: v for k, v in self.opened.items() if positions_log_of(k) != home}
 
     def _track(self, txn_id: str) -> None:
@@ -136,6 +167,8 @@ class TxnFront:
         """Write ``txn``'s state (under its log's lock); False, its log
         dropped from memory, if the write failed."""
         home = positions_log_of(txn.transactional_id)
+        self._writes += 1
+        self._written[txn.transactional_id] = self._writes
         try:
             await self.positions.appender.append(
                 home, json.dumps(txn.to_json()).encode(), txn_state_key(txn.transactional_id)
@@ -155,15 +188,28 @@ class TxnFront:
             return KafkaError.COORDINATOR_NOT_AVAILABLE
 
     async def _finish(self, markers: Markers) -> int:
-        async with self._locks[positions_log_of(markers.transactional_id)]:
-            return await self._finish_locked(markers)
+        """Write the decision, then its markers (rules 2 and 3), before the
+        caller goes on; markers that fail are written again in the
+        background."""
+        code = await self._decide(markers)
+        if code:
+            return code
+        code = await self._outcome(markers)
+        if code:
+            self._complete_later(markers)
+        return code
 
-    async def _finish_locked(self, markers: Markers) -> int:
-        """Write the decision, then its markers (rules 2 and 3); the end is
-        written in the background."""
-        txn = self.core.txns.get(markers.transactional_id)
-        if txn is None or not await self._write(txn):
-            return KafkaError.COORDINATOR_NOT_AVAILABLE
+    async def _decide(self, markers: Markers) -> int:
+        """Write the id's PREPARE state: the decision, before any marker."""
+        async with self._locks[positions_log_of(markers.transactional_id)]:
+            txn = self.core.txns.get(markers.transactional_id)
+            if txn is None or not await self._write(txn):
+                return KafkaError.COORDINATOR_NOT_AVAILABLE
+        return KafkaError.NONE
+
+    async def _outcome(self, markers: Markers) -> int:
+        """Write a decided transaction's markers and end its held positions,
+        then note it complete; the end is written in the background."""
         try:
             # Markers and held positions at once: each is written again by
             # a coordinator that takes over, so their order does not matter.
@@ -175,18 +221,55 @@ class TxnFront:
             exc = collapse(group)
             if not isinstance(exc, LogstrandError):
                 raise exc from None
-            # The decision is written: the next coordinator finishes it.
-            _log.warning("kafka: transaction %s: markers not written: %s", txn, exc)
-            self._drop(positions_log_of(markers.transactional_id))
+            _log.warning(
+                "kafka: transaction %s: markers not written: %s", markers.transactional_id, exc
+            )
             return KafkaError.COORDINATOR_NOT_AVAILABLE
         self.core.markers_written(markers)
         self.opened.pop(markers.transactional_id, None)
-        # The end is written after the answer: every marker is in, so a
-        # coordinator that reads PREPARE back writes them again under the
-        # same numbers, which the logs answer as duplicates, and the
-        # producer waits one write less.
-        self.front.client.nursery.start_soon(self._save, markers.transactional_id)
+        # The end is written after: every marker is in, so a coordinator
+        # that reads PREPARE back writes them again under the same numbers,
+        # which the logs answer as duplicates.
+        self.front.client.nursery.start_soon(self._save_end, markers.transactional_id)
         return KafkaError.NONE
+
+    async def _save_end(self, txn_id: str) -> None:
+        """Write the completed state, unless a later write of the id (its
+        producer's next transaction, which begins at once) says it first:
+        on a producer's path that write would wait for this one."""
+        now = self._writes
+        await trio.sleep(END_WRITE_DELAY_S)
+        if self._written.get(txn_id, 0) <= now:
+            await self._save(txn_id)
+
+    def _complete_later(self, markers: Markers) -> None:
+        """Write a decided transaction's markers in the background, again
+        until they are in; the id's next requests wait for it (``take``)."""
+        txn_id = markers.transactional_id
+        if txn_id not in self._ending:
+            self._ending[txn_id] = trio.Event()
+            self.front.client.nursery.start_soon(self._complete, markers)
+
+    async def _complete(self, markers: Markers) -> None:
+        txn_id = markers.transactional_id
+        home = positions_log_of(txn_id)
+        try:
+            for attempt in range(COMPLETE_ATTEMPTS):
+                txn = self.core.txns.get(txn_id)
+                decided = txn is not None and txn.state in (
+                    State.PREPARE_COMMIT,
+                    State.PREPARE_ABORT,
+                )
+                if not decided or not self.front.coordinator.coordinates_log(home):
+                    return  # done, or another front's to finish now
+                if not await self._outcome(markers):
+                    return
+                await trio.sleep(min(5.0, 0.1 * 2**attempt))
+            # The next request of an id there reads the log back, and
+            # finishes what is decided first.
+            self._drop(home)
+        finally:
+            self._ending.pop(txn_id).set()
 
     async def _write_markers(self, markers: Markers) -> None:
         """A COMMIT (or ABORT) marker into every log the transaction wrote
@@ -399,7 +482,9 @@ class TxnFront:
         return code
 
     async def end_txn(self, request: Request) -> dict[str, Any]:
-        """EndTxn: decide, write the markers, then answer."""
+        """EndTxn: the decision written, answer; the markers follow at once
+        (as Kafka's coordinator does), and the id's next request waits for
+        them."""
         b = request.body
         txn_id = b["transactional_id"]
         code = await self.take(txn_id)
@@ -408,5 +493,7 @@ class TxnFront:
                 txn_id, b["producer_id"], b["producer_epoch"], b["committed"]
             )
             if markers is not None:
-                code = await self._finish(markers)
+                code = await self._decide(markers)
+                if not code:
+                    self._complete_later(markers)
         return {"throttle_time_ms": 0, "error_code": code}

@@ -64,9 +64,24 @@ def _producer(cluster: LocalCluster, txn_id: str, **extra: Any) -> Producer:
     return producer
 
 
-def _committed(cluster: LocalCluster, group: str, topic: str, partitions: int = 2) -> list[int]:
-    """The group's committed offsets of ``topic``'s partitions (-1001: none)."""
-    consumer = Consumer({"bootstrap.servers": cluster.kafka_bootstrap, "group.id": group})
+def _committed(
+    cluster: LocalCluster,
+    group: str,
+    topic: str,
+    partitions: int = 2,
+    isolation: str = "read_committed",
+) -> list[int]:
+    """The group's committed offsets of ``topic``'s partitions (-1001: none).
+    A read_committed consumer (librdkafka's default) asks for stable ones:
+    while a transaction holds a position it is told to ask again (KIP-447);
+    a read_uncommitted one gets what is committed now."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap,
+            "group.id": group,
+            "isolation.level": isolation,
+        }
+    )
     try:
         wanted = [TopicPartition(topic, p) for p in range(partitions)]
         return [tp.offset for tp in consumer.committed(wanted, timeout=30)]
@@ -94,6 +109,22 @@ def _cli(cluster: LocalCluster, *args: str, code: int = 0) -> str:
     return done.stdout if code == 0 else done.stderr
 
 
+def _offset_fetch(
+    cluster: LocalCluster, group: str, topic: str, partitions: list[int], **extra: Any
+) -> list[tuple[int, int, int]]:
+    """OffsetFetch v7 of the group's coordinator: (partition, error, offset)."""
+    with KafkaPeer(cluster.kafka_bootstrap.split(",")[0]) as peer:
+        found = peer.request(10, 4, {"key_type": 0, "coordinator_keys": [group]})
+    assert found is not None
+    [where] = found["coordinators"]
+    with KafkaPeer(f"{where['host']}:{where['port']}") as peer:
+        body = {"group_id": group, "topics": [{"name": topic, "partition_indexes": partitions}]}
+        answer = peer.request(9, 7, {**body, **extra})
+    assert answer is not None
+    [t] = answer["topics"]
+    return [(p["partition_index"], p["error_code"], p["committed_offset"]) for p in t["partitions"]]
+
+
 def _log_of(cluster: LocalCluster, topic: str) -> int:
     with open_epoch_store(cluster.url) as store:
         return store.log_range_named(topic).first
@@ -118,7 +149,10 @@ def test_a_transaction_commits_its_records_and_its_positions(cluster: LocalClust
     offsets = [TopicPartition("tx-in", 0, 7), TopicPartition("tx-in", 1, 3)]
     producer.send_offsets_to_transaction(offsets, _metadata("g-commit"), 30)
     # Not committed until the transaction is; the CLI shows what it holds.
-    assert _committed(cluster, "g-commit", "tx-in") == [-1001, -1001]
+    assert _committed(cluster, "g-commit", "tx-in", isolation="read_uncommitted") == [
+        -1001,
+        -1001,
+    ]
     [listed] = json.loads(_cli(cluster, "transactions", "list", "--open", "--json"))
     assert (listed["id"], listed["state"], listed["groups"]) == (
         "tx-commit",
@@ -126,6 +160,12 @@ def test_a_transaction_commits_its_records_and_its_positions(cluster: LocalClust
         ["g-commit"],
     )
     assert len(listed["logs"]) == 4  # two partitions, one more topic, the positions log
+    # KIP-447: asked for stable offsets, the group's coordinator says the
+    # transaction holds them (and librdkafka's read_committed consumers ask
+    # again until it ends).
+    unstable = _offset_fetch(cluster, "g-commit", "tx-in", [0, 1], require_stable=True)
+    assert unstable == [(0, 88, -1), (1, 88, -1)]
+    assert _offset_fetch(cluster, "g-commit", "tx-in", [0, 1]) == [(0, 0, -1), (1, 0, -1)]
     held = json.loads(_cli(cluster, "transactions", "describe", "tx-commit", "--json"))["held"]
     assert sorted(offset for _log, _lsn, offset, _md in held["g-commit"]) == [3, 7]
     producer.commit_transaction(30)
