@@ -52,6 +52,7 @@ from ._protocol import (
 )
 from ._topic_admin import AUTO_PARTITIONS, TopicApis
 from ._topics import topic_id
+from ._txn_apis import TxnApis
 from ._txn_front import TxnFront
 
 if TYPE_CHECKING:
@@ -97,6 +98,7 @@ class KafkaFront:
         self.transactions = transactions
         self.data.transactions = transactions
         self.txns = TxnFront(self, max_transaction_timeout_ms)
+        self.txn_apis = TxnApis(self, self.txns)
         self.coordinator.transactions = transactions
         self.topic_apis = TopicApis(self)
         handlers = self._routes()
@@ -136,9 +138,9 @@ class KafkaFront:
             21: admin.delete_records,
             22: self._init_producer_id,
             23: self.data.offset_for_leader_epoch,
-            24: self.txns.add_partitions,
-            25: self.txns.add_offsets,
-            26: self.txns.end_txn,
+            24: self.txn_apis.add_partitions,
+            25: self.txn_apis.add_offsets,
+            26: self.txn_apis.end_txn,
             28: groups.txn_offset_commit,
             32: admin.describe_configs,
             33: admin.alter_configs,
@@ -221,7 +223,7 @@ class KafkaFront:
         its sequences starting again from 0.  A transactional id's goes to
         the transaction coordinator, with ``--kafka-transactions``."""
         if request.body["transactional_id"] is not None and self.transactions:
-            return await self.txns.init_producer_id(request)
+            return await self.txn_apis.init_producer_id(request)
         if request.body["transactional_id"] is not None:
             _log.warning(
                 "kafka: a producer asked for transactions (transactional.id %r): not served",

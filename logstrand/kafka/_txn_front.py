@@ -1,5 +1,6 @@
 """Kafka's transaction coordinator in the front: a thin trio shell over
-``transactions.TxnCoordinator`` (the rules), served with ``--kafka-transactions``.
+``transactions.TxnCoordinator`` (the rules), served with ``--kafka-transactions``;
+its APIs in Kafka's shapes are ``_txn_apis``.
 
 Where a transactional id lives
 ------------------------------
@@ -42,7 +43,7 @@ import json
 import logging
 import math
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -55,7 +56,6 @@ from ..transactions import (
     State,
     Txn,
     TxnCoordinator,
-    TxnError,
     encode_marker,
     producer_key,
 )
@@ -63,7 +63,6 @@ from ._errors import KafkaError
 
 if TYPE_CHECKING:
     from ._groups import GroupFront
-    from ._protocol import Request
 
 _log = logging.getLogger("logstrand.kafka")
 #: Producer ids kept at hand for the core (a new one when an epoch runs out).
@@ -128,12 +127,12 @@ class TxnFront:
                 for name, record in table.txns.items():
                     if positions_log_of(name) == home:
                         self.core.restore(now, json.loads(record))
-                        self._track(name)
+                        self.track(name)
                 self._loaded.add(home)
                 # Decided before this front took over: finish them first.
                 for markers in self.core.pending():
                     if positions_log_of(markers.transactional_id) == home:
-                        self._complete_later(markers)
+                        self.complete_later(markers)
             except (LogstrandError, ValueError, KeyError, TypeError) as exc:
                 _log.warning("kafka: transactions of %s not read back: %s", home, exc)
                 self._drop(home)
@@ -157,7 +156,7 @@ class TxnFront:
         self._written = {k: v for k, v in self._written.items() if positions_log_of(k) != home}
         self.opened = {k: v for k, v in self.opened.items() if positions_log_of(k) != home}
 
-    def _track(self, txn_id: str) -> None:
+    def track(self, txn_id: str) -> None:
         """Note when the id's transaction opened (for the metrics)."""
         txn = self.core.txns.get(txn_id)
         if txn is not None and txn.state == State.ONGOING:
@@ -179,7 +178,7 @@ class TxnFront:
             return False
         return True
 
-    async def _save(self, txn_id: str) -> int:
+    async def save(self, txn_id: str) -> int:
         """Write the id's state as it is now: NONE, or the error to answer."""
         async with self._locks[positions_log_of(txn_id)]:
             txn = self.core.txns.get(txn_id)
@@ -187,19 +186,19 @@ class TxnFront:
                 return KafkaError.NONE
             return KafkaError.COORDINATOR_NOT_AVAILABLE
 
-    async def _finish(self, markers: Markers) -> int:
+    async def finish(self, markers: Markers) -> int:
         """Write the decision, then its markers (rules 2 and 3), before the
         caller goes on; markers that fail are written again in the
         background."""
-        code = await self._decide(markers)
+        code = await self.decide(markers)
         if code:
             return code
         code = await self._outcome(markers)
         if code:
-            self._complete_later(markers)
+            self.complete_later(markers)
         return code
 
-    async def _decide(self, markers: Markers) -> int:
+    async def decide(self, markers: Markers) -> int:
         """Write the id's PREPARE state: the decision, before any marker."""
         async with self._locks[positions_log_of(markers.transactional_id)]:
             txn = self.core.txns.get(markers.transactional_id)
@@ -240,9 +239,9 @@ class TxnFront:
         now = self._writes
         await trio.sleep(END_WRITE_DELAY_S)
         if self._written.get(txn_id, 0) <= now:
-            await self._save(txn_id)
+            await self.save(txn_id)
 
-    def _complete_later(self, markers: Markers) -> None:
+    def complete_later(self, markers: Markers) -> None:
         """Write a decided transaction's markers in the background, again
         until they are in; the id's next requests wait for it (``take``)."""
         txn_id = markers.transactional_id
@@ -326,7 +325,7 @@ class TxnFront:
             key = txn_positions_key(group, markers.producer_id)
             await self.positions.appender.append(positions_log_of(group), None, key)
 
-    async def _producer_ids(self) -> None:
+    async def producer_ids(self) -> None:
         while len(self._spare) < _SPARE_IDS:
             self._spare.append(await self.front.client.allocate_producer_id())
 
@@ -342,7 +341,7 @@ class TxnFront:
                 await self._changed.wait()
             self._changed = trio.Event()
             try:
-                await self._producer_ids()
+                await self.producer_ids()
             except LogstrandError as exc:
                 _log.warning("kafka: transactions: no producer ids: %s", exc)
                 await trio.sleep(1.0)
@@ -353,147 +352,4 @@ class TxnFront:
                 self._drop(home)
             for markers in self.core.tick(trio.current_time()):
                 _log.info("kafka: transaction %s timed out: aborted", markers.transactional_id)
-                await self._finish(markers)
-
-    # -- the APIs ------------------------------------------------------------------------
-
-    async def init_producer_id(self, request: Request) -> dict[str, Any]:
-        """InitProducerId with a transactional id (rules 1 and 4): an open
-        transaction of the id is aborted first, here, so the answer is the
-        new epoch rather than CONCURRENT_TRANSACTIONS and a retry."""
-        b = request.body
-        txn_id = b["transactional_id"]
-        code = await self.take(txn_id)
-        if not code:
-            code = self._check_known(txn_id, b.get("producer_id", -1), b.get("producer_epoch", -1))
-        if not code:
-            try:
-                await self._producer_ids()
-            except LogstrandError:
-                code = KafkaError.COORDINATOR_NOT_AVAILABLE
-        txn = None
-        if not code:
-            now, timeout_ms = trio.current_time(), b["transaction_timeout_ms"]
-            code, txn, markers = self.core.init_producer_id(now, txn_id, timeout_ms)
-            if markers is not None:
-                code = await self._finish(markers)
-                if not code:
-                    code, txn, _ = self.core.init_producer_id(now, txn_id, timeout_ms)
-            if not code:
-                code = await self._save(txn_id)
-        pid, epoch = (-1, -1) if code or txn is None else (txn.producer_id, txn.producer_epoch)
-        return {
-            "throttle_time_ms": 0,
-            "error_code": code,
-            "producer_id": pid,
-            "producer_epoch": epoch,
-        }
-
-    def _check_known(self, txn_id: str, producer_id: int, epoch: int) -> int:
-        """KIP-360: a producer that gives its id and epoch is the id's current
-        one, or is told why not."""
-        txn = self.core.txns.get(txn_id)
-        if producer_id < 0 or txn is None:
-            return KafkaError.NONE
-        if producer_id != txn.producer_id:
-            return TxnError.INVALID_PRODUCER_ID_MAPPING
-        return TxnError.PRODUCER_FENCED if epoch < txn.producer_epoch else KafkaError.NONE
-
-    async def add_partitions(self, request: Request) -> dict[str, Any]:
-        """AddPartitionsToTxn, v0-3 (a producer's; v4's batches are brokers')."""
-        b = request.body
-        topics = b["v3_and_below_topics"]
-        txn_id = b["v3_and_below_transactional_id"]
-        code = await self.take(txn_id)
-        logs: set[int] = set()
-        errors: dict[tuple[str, int], int] = {}
-        for t in topics if not code else ():
-            for index in t["partitions"]:
-                r, log_id = await self.front.data.partition(t["name"], index)
-                if r is None:
-                    errors[t["name"], index] = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
-                elif not await self.front.data.may(request, "append", t["name"], index):
-                    errors[t["name"], index] = KafkaError.TOPIC_AUTHORIZATION_FAILED
-                else:
-                    logs.add(log_id)
-        if not code and not errors:
-            code = await self._add(
-                txn_id, b["v3_and_below_producer_id"], b["v3_and_below_producer_epoch"], logs
-            )
-        # One partition refused: the others were not added (Kafka's answer).
-        other = KafkaError.OPERATION_NOT_ATTEMPTED if errors else code
-        results = [
-            {
-                "name": t["name"],
-                "results_by_partition": [
-                    {
-                        "partition_index": i,
-                        "partition_error_code": errors.get((t["name"], i), other),
-                    }
-                    for i in t["partitions"]
-                ],
-            }
-            for t in topics
-        ]
-        return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": results}
-
-    async def add_offsets(self, request: Request) -> dict[str, Any]:
-        """AddOffsetsToTxn: the transaction commits positions of a group."""
-        b = request.body
-        txn_id, group = b["transactional_id"], b["group_id"]
-        code = await self.take(txn_id)
-        if not code and not await self.front.auth.may_group(request, "read", group):
-            code = KafkaError.GROUP_AUTHORIZATION_FAILED
-        if not code:
-            code = await self._add(
-                txn_id,
-                b["producer_id"],
-                b["producer_epoch"],
-                {positions_log_of(group)},
-                frozenset({group}),
-            )
-        return {"throttle_time_ms": 0, "error_code": code}
-
-    async def _add(
-        self,
-        txn_id: str,
-        producer_id: int,
-        epoch: int,
-        logs: set[int],
-        groups: frozenset[str] = frozenset(),
-    ) -> int:
-        """Add logs (and groups) to the id's transaction; written down only
-        when that changed it (a client adds the same partition again)."""
-        before = self.core.txns.get(txn_id)
-        known = (
-            before is not None
-            and before.state == State.ONGOING
-            and logs <= before.logs
-            and groups <= before.groups
-        )
-        code: int = self.core.add_logs(
-            trio.current_time(), txn_id, producer_id, epoch, logs, groups
-        )
-        if code or known:
-            return code
-        code = await self._save(txn_id)
-        self._track(txn_id)
-        self.poke()  # a transaction opened: its deadline is the timer's
-        return code
-
-    async def end_txn(self, request: Request) -> dict[str, Any]:
-        """EndTxn: the decision written, answer; the markers follow at once
-        (as Kafka's coordinator does), and the id's next request waits for
-        them."""
-        b = request.body
-        txn_id = b["transactional_id"]
-        code = await self.take(txn_id)
-        if not code:
-            code, markers = self.core.end(
-                txn_id, b["producer_id"], b["producer_epoch"], b["committed"]
-            )
-            if markers is not None:
-                code = await self._decide(markers)
-                if not code:
-                    self._complete_later(markers)
-        return {"throttle_time_ms": 0, "error_code": code}
+                await self.finish(markers)

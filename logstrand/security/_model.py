@@ -221,7 +221,18 @@ def required(msg: Any) -> tuple[str, int | None] | None:
     op = _OPS[type(msg)]
     if op is None:
         return None
+    if op == "append" and _marks(msg):
+        # A transaction's marker decides producers' records for every reader
+        # of the log: a coordinator's to write (a node's Kafka front), or an
+        # administrator's, never an appender's.
+        op = "admin"
     return op, getattr(msg, "log_id", None)
+
+
+def _marks(msg: Any) -> bool:
+    """Whether an append carries a transaction's marker (a CONTROL batch)."""
+    batches = getattr(msg, "batches", None) or (getattr(msg, "batch", None),)
+    return any(b is not None and b.flags0 & records.CONTROL for b in batches)
 
 
 def _no_name(log_id: int) -> str | None:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from logstrand.batch import PackedBatch, make_batch
 from logstrand.epochstore import open_epoch_store
 from logstrand.errors import AccessDeniedError, InvalidArgumentError, ProtocolError, Status
-from logstrand.records import LOG_ID_MAX
+from logstrand.records import CONTROL, LOG_ID_MAX, TRANSACTIONAL
 from logstrand.security import (
     TRUSTED,
     Credentials,
@@ -33,6 +33,7 @@ from logstrand.spark._options import Auth
 from logstrand.storage._admission import check
 from logstrand.wire import (
     Append,
+    AppendMany,
     CleanPoint,
     FrameDecoder,
     GetDigest,
@@ -80,6 +81,24 @@ def test_grants_cover_ops_per_log_range() -> None:
     assert refusal(ann, grants, Ping(1)) is None
     bob = user_principal("bob")  # another user's grants are not his
     assert refusal(bob, grants, StartRead(1, 1, 3, 1, 10, 100, False, ())) is not None
+
+
+def test_a_transactions_marker_needs_admin_not_append() -> None:
+    """A CONTROL batch ends producers' transactions for every reader: a user
+    who may append may not write one; one with admin on the log may (a
+    node's Kafka front writes them as a node)."""
+    marker = PackedBatch.for_append([None], [b"m"], flags=CONTROL)
+    flagged = PackedBatch.for_append([None], [b"x"], flags=TRANSACTIONAL)
+    appender = (Grant("ann", 1, 10, frozenset({"append"})),)
+    ann = user_principal("ann")
+    assert refusal(ann, appender, Append(1, 5, flagged)) is None
+    assert refusal(ann, appender, Append(1, 5, marker)) == "user ann may not admin on log 5"
+    assert refusal(ann, appender, AppendMany(1, (5, 6), (APPEND, marker))) == (
+        "user ann may not admin on log 5"
+    )
+    admin = (Grant("ann", 1, 10, frozenset({"admin"})),)
+    assert refusal(ann, admin, Append(1, 5, marker)) is None
+    assert refusal(node_principal(2), (), Append(1, 5, marker)) is None
 
 
 def test_a_request_on_many_logs_needs_the_grant_on_each() -> None:

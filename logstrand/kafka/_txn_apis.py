@@ -1,0 +1,169 @@
+"""Kafka's transaction APIs (InitProducerId with a transactional id,
+AddPartitionsToTxn, AddOffsetsToTxn, EndTxn) over the front's transaction
+coordinator (``_txn_front``): topics and partitions turned into logs, the
+checks a request gets, and the answers in Kafka's shapes."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ..errors import LogstrandError
+from ..positions import positions_log_of
+from ..transactions import State, TxnError
+from ._errors import KafkaError
+
+if TYPE_CHECKING:
+    from ._groups import GroupFront
+    from ._protocol import Request
+    from ._txn_front import TxnFront
+
+
+class TxnApis:
+    """The APIs (see the module docstring)."""
+
+    def __init__(self, front: GroupFront, txns: TxnFront) -> None:
+        self.front = front
+        self.txns = txns
+
+    async def init_producer_id(self, request: Request) -> dict[str, Any]:
+        """InitProducerId with a transactional id (rules 1 and 4): an open
+        transaction of the id is aborted first, here, so the answer is the
+        new epoch rather than CONCURRENT_TRANSACTIONS and a retry."""
+        b = request.body
+        txn_id = b["transactional_id"]
+        code = await self.txns.take(txn_id)
+        if not code:
+            code = self._check_known(txn_id, b.get("producer_id", -1), b.get("producer_epoch", -1))
+        if not code:
+            try:
+                await self.txns.producer_ids()
+            except LogstrandError:
+                code = KafkaError.COORDINATOR_NOT_AVAILABLE
+        txn = None
+        if not code:
+            now, timeout_ms = trio.current_time(), b["transaction_timeout_ms"]
+            code, txn, markers = self.txns.core.init_producer_id(now, txn_id, timeout_ms)
+            if markers is not None:
+                code = await self.txns.finish(markers)
+                if not code:
+                    code, txn, _ = self.txns.core.init_producer_id(now, txn_id, timeout_ms)
+            if not code:
+                code = await self.txns.save(txn_id)
+        pid, epoch = (-1, -1) if code or txn is None else (txn.producer_id, txn.producer_epoch)
+        return {
+            "throttle_time_ms": 0,
+            "error_code": code,
+            "producer_id": pid,
+            "producer_epoch": epoch,
+        }
+
+    def _check_known(self, txn_id: str, producer_id: int, epoch: int) -> int:
+        """KIP-360: a producer that gives its id and epoch is the id's current
+        one, or is told why not."""
+        txn = self.txns.core.txns.get(txn_id)
+        if producer_id < 0 or txn is None:
+            return KafkaError.NONE
+        if producer_id != txn.producer_id:
+            return TxnError.INVALID_PRODUCER_ID_MAPPING
+        return TxnError.PRODUCER_FENCED if epoch < txn.producer_epoch else KafkaError.NONE
+
+    async def add_partitions(self, request: Request) -> dict[str, Any]:
+        """AddPartitionsToTxn, v0-3 (a producer's; v4's batches are brokers')."""
+        b = request.body
+        topics = b["v3_and_below_topics"]
+        txn_id = b["v3_and_below_transactional_id"]
+        code = await self.txns.take(txn_id)
+        logs: set[int] = set()
+        errors: dict[tuple[str, int], int] = {}
+        for t in topics if not code else ():
+            for index in t["partitions"]:
+                r, log_id = await self.front.data.partition(t["name"], index)
+                if r is None:
+                    errors[t["name"], index] = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+                elif not await self.front.data.may(request, "append", t["name"], index):
+                    errors[t["name"], index] = KafkaError.TOPIC_AUTHORIZATION_FAILED
+                else:
+                    logs.add(log_id)
+        if not code and not errors:
+            code = await self._add(
+                txn_id, b["v3_and_below_producer_id"], b["v3_and_below_producer_epoch"], logs
+            )
+        # One partition refused: the others were not added (Kafka's answer).
+        other = KafkaError.OPERATION_NOT_ATTEMPTED if errors else code
+        results = [
+            {
+                "name": t["name"],
+                "results_by_partition": [
+                    {
+                        "partition_index": i,
+                        "partition_error_code": errors.get((t["name"], i), other),
+                    }
+                    for i in t["partitions"]
+                ],
+            }
+            for t in topics
+        ]
+        return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": results}
+
+    async def add_offsets(self, request: Request) -> dict[str, Any]:
+        """AddOffsetsToTxn: the transaction commits positions of a group."""
+        b = request.body
+        txn_id, group = b["transactional_id"], b["group_id"]
+        code = await self.txns.take(txn_id)
+        if not code and not await self.front.auth.may_group(request, "read", group):
+            code = KafkaError.GROUP_AUTHORIZATION_FAILED
+        if not code:
+            code = await self._add(
+                txn_id,
+                b["producer_id"],
+                b["producer_epoch"],
+                {positions_log_of(group)},
+                frozenset({group}),
+            )
+        return {"throttle_time_ms": 0, "error_code": code}
+
+    async def _add(
+        self,
+        txn_id: str,
+        producer_id: int,
+        epoch: int,
+        logs: set[int],
+        groups: frozenset[str] = frozenset(),
+    ) -> int:
+        """Add logs (and groups) to the id's transaction; written down only
+        when that changed it (a client adds the same partition again)."""
+        before = self.txns.core.txns.get(txn_id)
+        known = (
+            before is not None
+            and before.state == State.ONGOING
+            and logs <= before.logs
+            and groups <= before.groups
+        )
+        code: int = self.txns.core.add_logs(
+            trio.current_time(), txn_id, producer_id, epoch, logs, groups
+        )
+        if code or known:
+            return code
+        code = await self.txns.save(txn_id)
+        self.txns.track(txn_id)
+        self.txns.poke()  # a transaction opened: its deadline is the timer's
+        return code
+
+    async def end_txn(self, request: Request) -> dict[str, Any]:
+        """EndTxn: the decision written, answer; the markers follow at once
+        (as Kafka's coordinator does), and the id's next request waits for
+        them."""
+        b = request.body
+        txn_id = b["transactional_id"]
+        code = await self.txns.take(txn_id)
+        if not code:
+            code, markers = self.txns.core.end(
+                txn_id, b["producer_id"], b["producer_epoch"], b["committed"]
+            )
+            if markers is not None:
+                code = await self.txns.decide(markers)
+                if not code:
+                    self.txns.complete_later(markers)
+        return {"throttle_time_ms": 0, "error_code": code}
