@@ -28,6 +28,8 @@ async def run_front(
     auto_create: bool = False,
     num_partitions: int = 1,
     group_session_ms: int = 45_000,
+    transactions: bool = False,
+    max_transaction_timeout_ms: int = 900_000,
     settings: ClientSettings | None = None,
     credentials: Credentials | None = None,
     limits: Limits | None = None,
@@ -47,6 +49,8 @@ async def run_front(
             auto_create=auto_create,
             num_partitions=num_partitions,
             group_session_ms=group_session_ms,
+            transactions=transactions,
+            max_transaction_timeout_ms=max_transaction_timeout_ms,
         )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(front.run)

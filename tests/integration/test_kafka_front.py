@@ -529,8 +529,9 @@ def _kcat_metadata(bootstrap: str, topic: str) -> dict[str, Any]:
     return meta
 
 
-#: ``kafka serve`` makes topics producers name, with two partitions each.
-SERVE_ARGS = ("--auto-create", "--num-partitions", "2")
+#: ``kafka serve`` makes topics producers name, with two partitions each,
+#: and serves transactions.
+SERVE_ARGS = ("--auto-create", "--num-partitions", "2", "--transactions")
 
 
 def test_a_front_of_its_own_serves_the_cluster(cluster: LocalCluster) -> None:
@@ -563,6 +564,15 @@ def test_a_front_of_its_own_serves_the_cluster(cluster: LocalCluster) -> None:
         _kcat_produce(bootstrap, "x\n", "-t", "alone-made")
         made = _kcat_metadata(bootstrap, "alone-made")
         assert len(made["topics"][0]["partitions"]) == 2
+        # It coordinates transactions too: one commits into partition 0.
+        txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": "alone-txn"})
+        txn.init_transactions(30)
+        txn.begin_transaction()
+        txn.produce("alone", value=b"three", partition=0)
+        txn.commit_transaction(30)
+        with logstrand.connect(cluster.url) as client:
+            got = [r.payload for r in client.read(950) if isinstance(r, Record)]
+        assert got == [b"three"]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:
