@@ -13,14 +13,12 @@ Fetch reads from the LSN that a fetch offset maps to, up to the log's tail,
 and returns the records as uncompressed RecordBatch v2 batches (CreateTime),
 each record with its producer's create time, or the log's own time (the
 sequencer's timestamp, the one retention and ``find_time`` use) for a record
-appended natively without one.  Gaps are stepped over: HOLE, BRIDGE and
-COMPACTED are not records; DATALOSS is logged and counted.  With nothing to
-return it polls the tail until ``max_wait_ms`` (a long poll).
+appended natively without one.  Gaps are stepped over (DATALOSS is logged and
+counted).  With nothing to return it polls the tail until ``max_wait_ms``.
 
-Transactional producers with ``--kafka-transactions`` (``_txn_front``):
-their batches are stored as idempotent ones flagged TRANSACTIONAL, and a
-read_committed Fetch stops at the log's last stable offset with the aborted
-transactions the consumer filters by (``_txn_reads``).
+Transactional producers (``--kafka-transactions``): their batches are stored
+flagged TRANSACTIONAL; a read_committed Fetch stops at the last stable offset
+and lists the aborted transactions the consumer filters by (``_txn_reads``).
 """
 
 from __future__ import annotations
@@ -368,6 +366,7 @@ class DataPlane(OffsetListing, FetchReads):
             async def settle(log_id: int) -> None:
                 nonlocal came
                 await self.txn_reads.changed(log_id)
+                self._known.pop(log_id, None)  # the log moved: its bounds too
                 came = True
                 nursery.cancel_scope.cancel()
 
@@ -444,6 +443,12 @@ class DataPlane(OffsetListing, FetchReads):
         stop, key = end, None
         if committed and offset < end:
             c = await self.txn_reads.committed(log_id, m, offset, end, tail)
+            if c.last_stable_offset <= offset and self._known.pop(log_id, None):
+                # Held at the LSO: told the log's end as it is now, not as
+                # kept a while for consumers that catch up.
+                start, end, m, tail = await self._fetch_bounds(log_id, offset)
+                row.update(high_watermark=end, log_start_offset=start)
+                c = await self.txn_reads.committed(log_id, m, offset, end, tail)
             row.update(last_stable_offset=c.last_stable_offset, aborted_transactions=c.aborted)
             # Its own sessions, read to the LSO (not a read_uncommitted one's).
             stop, tail, key = c.last_stable_offset, c.until_lsn, -log_id

@@ -87,7 +87,10 @@ class GroupAdmin:
         b = request.body
         group, pid, epoch = b["group_id"], b["producer_id"], b["producer_epoch"]
         code: int = KafkaError.NONE if self.front.transactions else KafkaError.UNSUPPORTED_VERSION
-        code = code or await self._may_commit(group, b.get("generation_id", -1), b["member_id"], b)
+        if request.version >= 3:  # KIP-447: checked against the group's generation
+            code = code or await self._may_commit(group, b["generation_id"], b["member_id"], b)
+        else:  # before, a transactional producer names no member
+            code = code or await self.coordinator.take(group)
         topics, entries, taken = await self._entries(request, code)
         if not entries:
             return {"throttle_time_ms": 0, "topics": topics}

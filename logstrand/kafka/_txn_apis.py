@@ -54,7 +54,7 @@ class TxnApis:
         pid, epoch = (-1, -1) if code or txn is None else (txn.producer_id, txn.producer_epoch)
         return {
             "throttle_time_ms": 0,
-            "error_code": code,
+            "error_code": _for_version(request, code),
             "producer_id": pid,
             "producer_epoch": epoch,
         }
@@ -91,7 +91,7 @@ class TxnApis:
                 txn_id, b["v3_and_below_producer_id"], b["v3_and_below_producer_epoch"], logs
             )
         # One partition refused: the others were not added (Kafka's answer).
-        other = KafkaError.OPERATION_NOT_ATTEMPTED if errors else code
+        other = KafkaError.OPERATION_NOT_ATTEMPTED if errors else _for_version(request, code)
         results = [
             {
                 "name": t["name"],
@@ -122,7 +122,7 @@ class TxnApis:
                 {positions_log_of(group)},
                 frozenset({group}),
             )
-        return {"throttle_time_ms": 0, "error_code": code}
+        return {"throttle_time_ms": 0, "error_code": _for_version(request, code)}
 
     async def _add(
         self,
@@ -166,4 +166,16 @@ class TxnApis:
                 code = await self.txns.decide(markers)
                 if not code:
                     self.txns.complete_later(markers)
-        return {"throttle_time_ms": 0, "error_code": code}
+        return {"throttle_time_ms": 0, "error_code": _for_version(request, code)}
+
+
+#: The first version of each API that may be answered PRODUCER_FENCED
+#: (KIP-588); an older client knows the fencing as INVALID_PRODUCER_EPOCH,
+#: and takes 90 for an unknown error (aiokafka did: UnknownError).
+_FENCED_FROM = {22: 4, 24: 2, 25: 2, 26: 2, 28: 3}
+
+
+def _for_version(request: Request, code: int) -> int:
+    if code == TxnError.PRODUCER_FENCED and request.version < _FENCED_FROM.get(request.api_key, 0):
+        return int(TxnError.INVALID_PRODUCER_EPOCH)
+    return code

@@ -390,3 +390,68 @@ def test_a_fenced_producers_late_records_are_refused_by_the_log(cluster: LocalCl
     new.commit_transaction(30)
     assert _consume(cluster, "tx-z", "read_committed", 10) == [b"b1"]
     assert _consume(cluster, "tx-z", "read_uncommitted", 10) == [b"z1", b"b1"]
+
+
+def _coordinator_peer(cluster: LocalCluster, key: str, key_type: int) -> KafkaPeer:
+    with KafkaPeer(cluster.kafka_bootstrap.split(",")[0]) as peer:
+        found = peer.request(10, 4, {"key_type": key_type, "coordinator_keys": [key]})
+    assert found is not None
+    [where] = found["coordinators"]
+    return KafkaPeer(f"{where['host']}:{where['port']}")
+
+
+def test_older_clients_hear_fencing_and_commit_offsets_as_they_expect(
+    cluster: LocalCluster,
+) -> None:
+    """Found by aiokafka's transaction tests: a client of AddPartitionsToTxn
+    before v2 knows fencing as INVALID_PRODUCER_EPOCH (47), not
+    PRODUCER_FENCED (90, which it took for an unknown error); and a
+    TxnOffsetCommit before v3 names no member, so a group with members
+    takes it (it was UNKNOWN_MEMBER_ID)."""
+    new = _producer(cluster, "tx-old-client")
+    with _coordinator_peer(cluster, "tx-old-client", 1) as peer:
+        got = peer.request(
+            22, 1, {"transactional_id": "tx-old-client", "transaction_timeout_ms": 60_000}
+        )
+        assert got is not None
+        assert got["error_code"] == 0
+        pid, epoch = got["producer_id"], got["producer_epoch"]  # new is fenced now
+        for version, fenced in ((1, 47), (3, 90)):
+            body = {
+                "v3_and_below_transactional_id": "tx-old-client",
+                "v3_and_below_producer_id": pid,
+                "v3_and_below_producer_epoch": epoch - 1,
+                "v3_and_below_topics": [{"name": "tx-out", "partitions": [0]}],
+            }
+            answer = peer.request(24, version, body)
+            assert answer is not None
+            [t] = answer["results_by_topic_v3_and_below"]
+            assert t["results_by_partition"][0]["partition_error_code"] == fenced, version
+    del new
+    member = Consumer({"bootstrap.servers": cluster.kafka_bootstrap, "group.id": "g-old"})
+    try:
+        member.subscribe(["tx-in"])
+        deadline = time.monotonic() + 30
+        while not member.assignment() and time.monotonic() < deadline:
+            member.poll(0.2)
+        assert member.assignment()
+        body = {
+            "transactional_id": "tx-old-client",
+            "group_id": "g-old",
+            "producer_id": pid,
+            "producer_epoch": epoch,
+            "topics": [
+                {
+                    "name": "tx-in",
+                    "partitions": [
+                        {"partition_index": 0, "committed_offset": 3, "committed_metadata": ""}
+                    ],
+                }
+            ],
+        }
+        with _coordinator_peer(cluster, "g-old", 0) as peer:
+            answer = peer.request(28, 2, body)
+        assert answer is not None
+        assert answer["topics"][0]["partitions"][0]["error_code"] == 0
+    finally:
+        member.close()
