@@ -103,9 +103,6 @@ class TxnFront:
 
     # -- who coordinates, and what was written ---------------------------------------
 
-    def coordinator_of(self, txn_id: str) -> int | None:
-        return self.front.coordinator.coordinator_of(txn_id)
-
     async def take(self, txn_id: str | None) -> int:
         """NONE if this front coordinates ``txn_id`` now (its positions log
         read back first if need be), or the error to answer."""

@@ -27,10 +27,10 @@ with atheris.instrument_imports(include=["logstrand"]):
     from logstrand.kafka import _protocol as proto
     from logstrand.kafka._codec import Items, KafkaDecodeError, TooManyItems
     from logstrand.kafka._front import SERVED
-    from logstrand.kafka._protocol import SASL_SERVED
+    from logstrand.kafka._protocol import SASL_SERVED, TXN_SERVED
     from logstrand.kafka._records import decode_batches
 
-SERVED_ALL = {**SERVED, **SASL_SERVED}
+SERVED_ALL = {**SERVED, **SASL_SERVED, **TXN_SERVED}
 PAIRS = sorted((k, v) for k, (lo, hi) in SERVED_ALL.items() for v in range(lo, hi + 1))
 #: The items one decode may make here (the listener's allowance is larger).
 ITEMS_ALLOWED = 5_000

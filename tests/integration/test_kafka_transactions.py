@@ -455,3 +455,68 @@ def test_older_clients_hear_fencing_and_commit_offsets_as_they_expect(
         assert answer["topics"][0]["partitions"][0]["error_code"] == 0
     finally:
         member.close()
+
+
+def test_bad_transaction_requests_get_their_errors_and_change_nothing(
+    cluster: LocalCluster,
+) -> None:
+    """Each transaction API, asked what makes no sense, answers Kafka's error
+    for it, and the id's state stays as it was."""
+    with _coordinator_peer(cluster, "tx-bad", 1) as peer:
+
+        def init(txn_id: str, timeout_ms: int = 60_000) -> dict[str, Any]:
+            body = {"transactional_id": txn_id, "transaction_timeout_ms": timeout_ms}
+            got = peer.request(22, 1, body)
+            assert got is not None
+            return got
+
+        assert init("has space")["error_code"] == 42  # INVALID_REQUEST
+        assert init("tx-bad", 0)["error_code"] == 50  # INVALID_TRANSACTION_TIMEOUT
+        assert init("tx-bad", 10**9)["error_code"] == 50
+        good = init("tx-bad")
+        pid, epoch = good["producer_id"], good["producer_epoch"]
+        end = {"transactional_id": "tx-bad", "producer_id": pid, "producer_epoch": epoch}
+        no_txn = peer.request(26, 1, {**end, "committed": True})
+        assert no_txn is not None
+        assert no_txn["error_code"] == 48  # INVALID_TXN_STATE: nothing is open
+        wrong = peer.request(26, 1, {**end, "producer_id": pid + 1, "committed": True})
+        assert wrong is not None
+        assert wrong["error_code"] == 49  # INVALID_PRODUCER_ID_MAPPING
+        ahead = peer.request(26, 1, {**end, "producer_epoch": epoch + 1, "committed": False})
+        assert ahead is not None
+        assert ahead["error_code"] == 47  # INVALID_PRODUCER_EPOCH
+        add = {
+            "v3_and_below_transactional_id": "tx-bad",
+            "v3_and_below_producer_id": pid,
+            "v3_and_below_producer_epoch": epoch,
+            "v3_and_below_topics": [
+                {"name": "tx-out", "partitions": [0]},
+                {"name": "no-such-topic", "partitions": [0]},
+            ],
+        }
+        added = peer.request(24, 3, add)
+        assert added is not None
+        codes = {
+            t["name"]: [p["partition_error_code"] for p in t["results_by_partition"]]
+            for t in added["results_by_topic_v3_and_below"]
+        }
+        assert codes == {"tx-out": [55], "no-such-topic": [3]}  # OPERATION_NOT_ATTEMPTED
+        # Nothing was opened by the refused request.
+        again = peer.request(26, 1, {**end, "committed": False})
+        assert again is not None
+        assert again["error_code"] == 48
+    state = json.loads(_cli(cluster, "transactions", "describe", "tx-bad", "--json"))
+    assert (state["state"], state["logs"]) == ("Empty", [])
+    # The other nodes are not its coordinator, and say so.
+    with KafkaPeer(cluster.kafka_bootstrap.split(",")[0]) as peer:
+        found = peer.request(10, 4, {"key_type": 1, "coordinator_keys": ["tx-bad"]})
+    assert found is not None
+    [where] = found["coordinators"]
+    coordinator = f"{where['host']}:{where['port']}"
+    others = [a for a in cluster.kafka_bootstrap.split(",") if a != coordinator]
+    assert len(others) == 2
+    for address in others:
+        with KafkaPeer(address) as peer:
+            got = peer.request(26, 1, {**end, "committed": True})
+        assert got is not None
+        assert got["error_code"] == 16, address  # NOT_COORDINATOR
