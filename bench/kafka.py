@@ -41,6 +41,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from _kafka_clients import consume, send  # noqa: E402 (bench/ on the path first)
+
 SMALL = b"x" * 100
 BIG = b"y" * 10240
 
@@ -50,35 +52,10 @@ def _produce(bootstrap: str, topic: str, payload: bytes, n: int) -> float:
 
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
     t0 = time.perf_counter()
-    for _ in range(n):
-        while True:
-            try:
-                p.produce(topic, payload, partition=0)
-                break
-            except BufferError:
-                p.poll(0.01)
-        p.poll(0)
+    send(p, topic, payload, n)
     left = p.flush(120)
     assert left == 0, f"{left} messages not delivered"
     return n / (time.perf_counter() - t0)
-
-
-def _consume(bootstrap: str, topic: str, n: int) -> float:
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-    got = 0
-    t0 = time.perf_counter()
-    deadline = time.monotonic() + 300
-    while got < n and time.monotonic() < deadline:
-        for m in c.consume(1000, 1.0):
-            if m.error() is None:
-                got += 1
-    took = time.perf_counter() - t0
-    c.close()
-    assert got == n, f"read {got} of {n}"
-    return n / took
 
 
 def _latency(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
@@ -170,12 +147,12 @@ def one_run(records: int, big: int, codec: str | None = None) -> dict[str, float
         pids = [p.pid for p in c.procs.values()]
         out["idle_cpu"], out["wait_p50_ms"] = _waiting(b, pids)
         out["kafka_produce_100b"] = _produce(b, "k100", SMALL, records)
-        out["kafka_consume_100b"] = _consume(b, "k100", records)
+        out["kafka_consume_100b"] = consume(b, "k100", records)
         if codec is not None:
             _produce(b, "kpacked", SMALL, records)
-            out["kafka_consume_100b_packed"] = _consume(b, "kpacked", records)
+            out["kafka_consume_100b_packed"] = consume(b, "kpacked", records)
         out["kafka_produce_10kib"] = _produce(b, "k10k", BIG, big)
-        out["kafka_consume_10kib"] = _consume(b, "k10k", big)
+        out["kafka_consume_10kib"] = consume(b, "k10k", big)
         out["kafka_p50_ms"], out["kafka_p99_ms"] = _latency(b, "klat", 2000)
         with logstrand.connect(c.url) as client:
             out["own_produce_100b"], out["own_consume_100b"] = _ours(client, 4, SMALL, records)

@@ -32,20 +32,16 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+from _kafka_clients import consume, send  # noqa: E402 (bench/ on the path first)
 
 PAYLOAD = b"x" * 100
 BIG_TXN = 10_000
 
 
 def _send(p: Any, topic: str, n: int) -> None:
-    for _ in range(n):
-        while True:
-            try:
-                p.produce(topic, PAYLOAD, partition=0)
-                break
-            except BufferError:
-                p.poll(0.01)
-        p.poll(0)
+    send(p, topic, PAYLOAD, n)
 
 
 def _commits(bootstrap: str, txns: int) -> list[float]:
@@ -62,31 +58,6 @@ def _commits(bootstrap: str, txns: int) -> list[float]:
         p.commit_transaction(30)
         took.append(time.perf_counter() - t0)
     return took
-
-
-def _consume(bootstrap: str, topic: str, n: int, isolation: str) -> float:
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"bench-{isolation}",
-            "enable.auto.commit": False,
-            "isolation.level": isolation,
-        }
-    )
-    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-    got = 0
-    t0 = time.perf_counter()
-    deadline = time.monotonic() + 300
-    while got < n and time.monotonic() < deadline:
-        for m in c.consume(1000, 1.0):
-            if m.error() is None:
-                got += 1
-    took = time.perf_counter() - t0
-    c.close()
-    assert got == n, f"{isolation}: read {got} of {n}"
-    return n / took
 
 
 def _big(bootstrap: str) -> tuple[float, float]:
@@ -132,8 +103,8 @@ def _one(txns: int, records: int) -> dict[str, Any]:
         plain = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
         _send(plain, "plain", records)
         assert plain.flush(120) == 0
-        uncommitted = _consume(bootstrap, "plain", records, "read_uncommitted")
-        committed = _consume(bootstrap, "plain", records, "read_committed")
+        uncommitted = consume(bootstrap, "plain", records, "read_uncommitted")
+        committed = consume(bootstrap, "plain", records, "read_committed")
         in_txn, idempotent = _big(bootstrap)
     return {
         "commit_p50_ms": 1000 * took[len(took) // 2],
