@@ -91,11 +91,23 @@ KAFKA_OPTIONS = (
         str,
         "15min",
         typer.Option(
-            help="The longest transaction.timeout.ms a producer may ask for (Kafka's "
-            "transaction.max.timeout.ms); a longer one is refused at init_transactions.",
+            help="The longest transaction timeout a producer may ask for (Kafka's "
+            "transaction.max.timeout.ms), Kafka's and logstrand's own alike; a longer "
+            "one is refused when the producer starts.",
         ),
     ),
 )
+
+
+def max_transaction_timeout_ms(params: dict[str, Any]) -> int:
+    """--kafka-max-transaction-timeout, checked (for every producer the node
+    coordinates: Kafka's and the native client's)."""
+    max_txn_ms = duration_option(
+        params["kafka_max_transaction_timeout"], "--kafka-max-transaction-timeout"
+    )
+    if not max_txn_ms or max_txn_ms > 3_600_000:
+        fail("--kafka-max-transaction-timeout: more than 0 and at most 1h")
+    return max_txn_ms
 
 
 def kafka_front(params: dict[str, Any], groups: NodeGroups) -> Any:
@@ -115,11 +127,7 @@ def kafka_front(params: dict[str, Any], groups: NodeGroups) -> Any:
                 "--kafka-transactions need --kafka-port"
             )
         return None
-    max_txn_ms = duration_option(
-        params["kafka_max_transaction_timeout"], "--kafka-max-transaction-timeout"
-    )
-    if not max_txn_ms or max_txn_ms > 3_600_000:
-        fail("--kafka-max-transaction-timeout: more than 0 and at most 1h")
+    max_txn_ms = max_transaction_timeout_ms(params)
     if params["kafka_transactions"] and params["tls_cert"] is not None:
         # Kafka grants WRITE on each transactional id; logstrand has no such
         # grant yet, and without one any user could fence another's producer.

@@ -85,3 +85,22 @@ def transactions_describe(
             table.add_row(group, str(log_id), str(lsn), "-" if offset is None else str(offset))
     if state["held"]:
         console.print(table)
+
+
+@transactions_app.command("abort")
+def transactions_abort(
+    txn_id: Annotated[str, typer.Argument(help="The transactional id.", show_default=False)],
+    url: UrlOption = None,
+) -> None:
+    """Abort the id's open transaction, as its timeout would: its producer
+    is fenced (its next step fails), its markers are written, and committed
+    readers go on past it.  For a producer that is stuck, not gone: one that
+    is gone is aborted by its timeout."""
+    from ..errors import InvalidArgumentError, NotFoundError
+
+    with connect_client(require_url(url)) as client:
+        try:
+            client.abort_transaction(txn_id)
+        except (NotFoundError, InvalidArgumentError) as exc:
+            fail(str(exc), code=EXIT_FAILED)
+    console.print(f"transaction of {txn_id} aborted")

@@ -23,13 +23,14 @@ import trio
 from ..epochstore import open_epoch_store
 from ..errors import InvalidArgumentError, collapse
 from ..positions._client import Groups
-from ..records import POSITIONS_LOGS
 from ..rpc import ClusterView, Links
 from ..security import Credentials, credentials_from_env
 from ..types import LSN_OLDEST, TAIL, _Tail
 from ._admin import Admin
 from ._append_api import AppendApi
 from ._appender import Appender
+from ._committed import CommittedStream
+from ._groups_api import GroupsApi
 from ._many import ManyReader
 from ._names import Names
 from ._nodewatch import NodeWatch
@@ -38,18 +39,18 @@ from ._rebalance import RebalanceReport, rebalance
 from ._settings import ClientSettings
 from ._subscribe import Subscription
 from ._tails import tail_lsns
+from ._txn_api import TxnApi
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+    from collections.abc import AsyncIterator, Callable, Sequence
 
     from ..epochstore import EpochEnd, LogAttributes
-    from ..positions import GroupLag, Position
     from ..wire import LogInfoReply, NodeStatus, SeqState
     from ._admin import LogPlacement
     from ._views import LogSegment
 
 
-class AsyncClient(AppendApi):
+class AsyncClient(AppendApi, GroupsApi, TxnApi):
     """A logstrand client for trio code.  Make one with ``open_client(url)``."""
 
     def __init__(
@@ -89,6 +90,7 @@ class AsyncClient(AppendApi):
         group: str | None = None,
         autocommit: bool = False,
         access_gaps: bool = False,
+        isolation: str = "uncommitted",
     ) -> ReadStream:
         """Read a log in LSN order: an async iterator of ``Record`` and ``Gap``.
 
@@ -106,9 +108,13 @@ class AsyncClient(AppendApi):
         counts as processed and is committed, at most every
         ``settings.autocommit_interval_s`` and when the reader closes.
 
+        ``isolation="committed"``: only records of committed transactions
+        and records outside any, up to the log's last stable LSN (Kafka's
+        read_committed; docs/transactions.md).
+
         Raises:
             InvalidArgumentError: ``start`` together with ``group``, or
-                ``autocommit`` without one.
+                ``autocommit`` without one, or an unknown ``isolation``.
             AccessDeniedError: (while iterating) the user may not read the
                 log; with ``access_gaps`` an ACCESS gap over the range instead.
         """
@@ -124,7 +130,10 @@ class AsyncClient(AppendApi):
             )
         elif autocommit:
             raise InvalidArgumentError("autocommit needs a group")
-        return ReadStream(
+        if isolation not in ("uncommitted", "committed"):
+            raise InvalidArgumentError("isolation: 'uncommitted' or 'committed'")
+        kind = CommittedStream if isolation == "committed" else ReadStream
+        return kind(
             self._admin,
             self.links,
             log_id,
@@ -221,74 +230,6 @@ class AsyncClient(AppendApi):
     def groups(self) -> Groups:
         """The positions part (docs/groups.md), for the Kafka front's coordinator."""
         return self._groups
-
-    async def commit(self, group: str, log_id: int, lsn: int) -> int:
-        """Record that ``group`` has processed ``log_id`` up to and including
-        ``lsn`` (docs/groups.md).  Returns the LSN of the position's record
-        in the positions log.
-
-        Raises:
-            InvalidArgumentError: a bad group name or LSN.
-            NotFoundError: the log does not exist.
-        """
-        return await self._groups.commit(group, log_id, lsn)
-
-    async def committed(self, group: str, log_id: int) -> int | None:
-        """The LSN ``group`` last committed on ``log_id``; None: none."""
-        position = await self._groups.committed(group, log_id)
-        return None if position is None else position.lsn
-
-    async def group_positions(
-        self, logs: Sequence[int] = POSITIONS_LOGS
-    ) -> dict[str, list[Position]]:
-        """Every consumer group and its positions (one per log); ``logs``:
-        only the groups that these positions logs hold."""
-        return await self._groups.positions(logs)
-
-    async def transactions(self) -> dict[str, dict[str, Any]]:
-        """Every transactional id's state, by id (docs/transactions.md)."""
-        return await self._groups.transactions()
-
-    async def describe_group(self, group: str) -> list[GroupLag]:
-        """The group's position, the tail and the lag on each of its logs.
-
-        Raises:
-            NotFoundError: the group has no positions.
-        """
-        return await self._groups.describe(group)
-
-    async def group_lags(
-        self, positions: Mapping[str, Sequence[Position]]
-    ) -> dict[str, list[GroupLag]]:
-        """``describe_group`` of many groups at once, from their positions as
-        ``group_positions`` gave them: the logs' tails in one ``tail_lsns``.
-
-        Raises:
-            NotFoundError: a log of a position does not exist.
-        """
-        logs = sorted({p.log_id for held in positions.values() for p in held})
-        tails = await self.tail_lsns(logs) if logs else {}
-        return await self._groups.lags(positions, tails)
-
-    async def group_membership(self, group: str) -> dict[str, Any] | None:
-        """The members of a group with membership (a Kafka consumer group), as
-        its coordinator last wrote them down; None for a group of positions only."""
-        return await self._groups.membership(group)
-
-    async def reset_group(
-        self, group: str, log_id: int, how: str, value: int | None = None, *, dry_run: bool = False
-    ) -> tuple[int | None, int]:
-        """Move the group's position (``how``: lsn, time, earliest, latest);
-        (committed before, committed after).  See ``Groups.reset``."""
-        return await self._groups.reset(group, log_id, how, value, dry_run=dry_run)
-
-    async def delete_group(self, group: str) -> list[int]:
-        """Remove every position of ``group``; the logs it had positions on.
-
-        Raises:
-            NotFoundError: the group has no positions.
-        """
-        return await self._groups.delete(group)
 
     # -- the log ----------------------------------------------------------------
 

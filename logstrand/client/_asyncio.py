@@ -17,18 +17,20 @@ import functools
 from collections import deque
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
+from ..errors import InvalidArgumentError
 from ..types import LSN_OLDEST, TAIL, Gap, Record, _Tail
 from ._async import AsyncClient
 from ._forward import Forward
 from ._sync import Client
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
     from ..security import Credentials
     from ._many import ManyReader
     from ._reader import ReadStream
     from ._settings import ClientSettings
+    from ._transaction import Transaction
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -96,6 +98,7 @@ class AsyncioClient:
         group: str | None = None,
         autocommit: bool = False,
         access_gaps: bool = False,
+        isolation: str = "uncommitted",
     ) -> AsyncioReadStream[Record | Gap]:
         """Read a log in LSN order: an async iterator of ``Record`` and ``Gap``
         (see ``AsyncClient.read``); use it as a context manager so the node
@@ -111,6 +114,7 @@ class AsyncioClient:
                 group=group,
                 autocommit=autocommit,
                 access_gaps=access_gaps,
+                isolation=isolation,
             )
 
         return AsyncioReadStream(self, make, _objects_of)
@@ -146,10 +150,21 @@ class AsyncioClient:
             _pairs_of,
         )
 
+    def transaction(self, transactional_id: str, *, timeout_s: float = 60.0) -> AsyncioTransaction:
+        """A transaction of ``transactional_id`` (see ``AsyncClient.transaction``)::
+
+        async with client.transaction("billing-1") as tx:
+            await tx.append(orders, b"...")
+        """
+        return AsyncioTransaction(
+            self, lambda c: c.transaction(transactional_id, timeout_s=timeout_s)
+        )
+
     commit = _awaited(AsyncClient.commit)
     committed = _awaited(AsyncClient.committed)
     group_positions = _awaited(AsyncClient.group_positions)
     transactions = _awaited(AsyncClient.transactions)
+    abort_transaction = _awaited(AsyncClient.abort_transaction)
     group_membership = _awaited(AsyncClient.group_membership)
     describe_group = _awaited(AsyncClient.describe_group)
     group_lags = _awaited(AsyncClient.group_lags)
@@ -268,3 +283,56 @@ async def open_asyncio_client(
         yield client
     finally:
         await client.aclose()
+
+
+class AsyncioTransaction:
+    """A transaction for asyncio (``AsyncioClient.transaction``): each step
+    carried out by the client's trio thread."""
+
+    def __init__(self, client: AsyncioClient, make: Callable[[AsyncClient], Transaction]) -> None:
+        self._client = client
+        self._make = make
+        self._tx: Transaction | None = None
+
+    async def __aenter__(self) -> AsyncioTransaction:
+        self._tx = await self._client.run(lambda c: self._make(c).__aenter__())
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        tx = self._opened()
+        await self._client.run(lambda c: tx.__aexit__(*exc))
+
+    def _opened(self) -> Transaction:
+        if self._tx is None:
+            raise InvalidArgumentError("use the transaction in 'async with'")
+        return self._tx
+
+    @property
+    def producer(self) -> tuple[int, int]:
+        return self._opened().producer
+
+    async def append(self, log_id: int, payload: bytes | None, *, key: bytes | None = None) -> int:
+        tx = self._opened()
+        return await self._client.run(lambda c: tx.append(log_id, payload, key=key))
+
+    async def append_batch(
+        self,
+        log_id: int,
+        payloads: Sequence[bytes | None],
+        *,
+        keys: Sequence[bytes | None] | None = None,
+    ) -> int:
+        tx = self._opened()
+        return await self._client.run(lambda c: tx.append_batch(log_id, payloads, keys=keys))
+
+    async def commit_positions(self, group: str, positions: Mapping[int, int]) -> None:
+        tx = self._opened()
+        await self._client.run(lambda c: tx.commit_positions(group, positions))
+
+    async def commit(self) -> None:
+        tx = self._opened()
+        await self._client.run(lambda c: tx.commit())
+
+    async def abort(self) -> None:
+        tx = self._opened()
+        await self._client.run(lambda c: tx.abort())

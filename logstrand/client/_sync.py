@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from ._columns import ColumnBatch
     from ._reader import ReadStream
 
-
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -268,6 +267,7 @@ class Client:
         group: str | None = None,
         autocommit: bool = False,
         access_gaps: bool = False,
+        isolation: str = "uncommitted",
     ) -> Generator[Record | Gap]:
         """Read a log in LSN order: ``Record`` and ``Gap`` items (see ``AsyncClient.read``).
 
@@ -286,6 +286,7 @@ class Client:
             group=group,
             autocommit=autocommit,
             access_gaps=access_gaps,
+            isolation=isolation,
         )
         for items in self._drain(stream, stream.next_objects):
             yield from items
@@ -408,6 +409,7 @@ class Client:
     committed = _blocking(AsyncClient.committed)
     group_positions = _blocking(AsyncClient.group_positions)
     transactions = _blocking(AsyncClient.transactions)
+    abort_transaction = _blocking(AsyncClient.abort_transaction)
     group_membership = _blocking(AsyncClient.group_membership)
     describe_group = _blocking(AsyncClient.describe_group)
     group_lags = _blocking(AsyncClient.group_lags)

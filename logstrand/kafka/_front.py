@@ -80,6 +80,7 @@ class KafkaFront:
         group_session_ms: int = 45_000,
         secure: bool = False,
         coordinator: GroupCoordinator | None = None,
+        txns: TxnFront | None = None,
         transactions: bool = False,
         max_transaction_timeout_ms: int = MAX_TIMEOUT_MS,
     ) -> None:
@@ -97,7 +98,9 @@ class KafkaFront:
         #: Transactions (``_txn_front``), with ``--kafka-transactions``.
         self.transactions = transactions
         self.data.transactions = transactions
-        self.txns = TxnFront(self, max_transaction_timeout_ms)
+        #: The node's transaction coordinator (which it runs), or its own.
+        self._own_txns = txns is None
+        self.txns = txns or TxnFront(self, max_transaction_timeout_ms)
         self.txn_apis = TxnApis(self, self.txns)
         self.coordinator.transactions = transactions
         self.topic_apis = TopicApis(self)
@@ -164,7 +167,7 @@ class KafkaFront:
         async with trio.open_nursery() as nursery:
             if self._own_coordinator:
                 nursery.start_soon(self.coordinator.run)
-            if self.transactions:
+            if self.transactions and self._own_txns:
                 nursery.start_soon(self.txns.run)
 
     async def handle(self, request: Request) -> bytes | None:

@@ -20,11 +20,14 @@ import trio
 
 from ..epochstore import NamedCache
 from ..errors import LogstrandError, Status
-from ..wire import GroupHeartbeat, GroupHeartbeatReply
+from ..transactions import MAX_TIMEOUT_MS
+from ..wire import GroupHeartbeat, GroupHeartbeatReply, TxnRequest
 from ._consumer_groups import Beat
 from ._errors import KafkaError
 from ._group_model import native_topic
 from ._groups import GroupCoordinator
+from ._native_txns import NativeTxns
+from ._txn_front import TxnFront
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -60,9 +63,11 @@ class GroupsHost(Protocol):
 
 
 class _NodeSide:
-    """The coordinator's ``CoordinatorHost`` on a node."""
+    """The coordinator's ``CoordinatorHost`` on a node, and the transaction
+    coordinator's ``TxnHost``."""
 
     standalone = False
+    coordinator: GroupCoordinator
 
     def __init__(self, client: AsyncClient, node_id: int) -> None:
         self.client = client
@@ -85,12 +90,17 @@ class _NodeSide:
 
 class NodeGroups:
     """A node extension (``storage.NodeExtension``): the node's group
-    coordinator, serving ``GroupHeartbeat``; ``coordinator`` is there for
-    the node's Kafka front once started."""
+    coordinator, serving ``GroupHeartbeat``, and its transaction
+    coordinator, serving ``TxnRequest`` (``_native_txns``); ``coordinator``
+    and ``txns`` are there for the node's Kafka front once started."""
 
-    def __init__(self, session_ms: int = 45_000) -> None:
+    def __init__(
+        self, session_ms: int = 45_000, max_transaction_timeout_ms: int = MAX_TIMEOUT_MS
+    ) -> None:
         self.session_ms = session_ms
+        self.max_transaction_timeout_ms = max_transaction_timeout_ms
         self.coordinator: GroupCoordinator | None = None
+        self.txns: TxnFront | None = None
         self._nursery: trio.Nursery | None = None
         self._at_once = 0
 
@@ -102,10 +112,14 @@ class NodeGroups:
         async with open_client(host.url, credentials=host.credentials) as client:
             side = _NodeSide(client, host.node_id)
             self.coordinator = coordinator = GroupCoordinator(side, session_ms=self.session_ms)
+            side.coordinator = coordinator
+            self.txns = txns = TxnFront(side, self.max_transaction_timeout_ms)
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 host.register(GroupHeartbeat, self._handle)
+                host.register(TxnRequest, NativeTxns(txns, client, nursery).handle)
                 nursery.start_soon(coordinator.run)
+                nursery.start_soon(txns.run)
                 task_status.started()
 
     async def _handle(self, conn: Connection, msg: GroupHeartbeat) -> None:

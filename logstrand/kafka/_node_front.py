@@ -94,6 +94,7 @@ class NodeKafkaFront:
                 num_partitions=self.options.num_partitions,
                 secure=host.server_ssl is not None,
                 coordinator=None if self.groups is None else self.groups.coordinator,
+                txns=None if self.groups is None else self.groups.txns,
                 transactions=self.options.transactions,
                 max_transaction_timeout_ms=self.options.max_transaction_timeout_ms,
             )

@@ -7,11 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import trio
-
-from ..errors import LogstrandError
 from ..positions import positions_log_of
-from ..transactions import State, TxnError
+from ..transactions import TxnError
 from ._errors import KafkaError
 
 if TYPE_CHECKING:
@@ -28,29 +25,14 @@ class TxnApis:
         self.txns = txns
 
     async def init_producer_id(self, request: Request) -> dict[str, Any]:
-        """InitProducerId with a transactional id (rules 1 and 4): an open
-        transaction of the id is aborted first, here, so the answer is the
-        new epoch rather than CONCURRENT_TRANSACTIONS and a retry."""
+        """InitProducerId with a transactional id (``TxnFront.init``)."""
         b = request.body
-        txn_id = b["transactional_id"]
-        code = await self.txns.take(txn_id)
-        if not code:
-            code = self._check_known(txn_id, b.get("producer_id", -1), b.get("producer_epoch", -1))
-        if not code:
-            try:
-                await self.txns.producer_ids()
-            except LogstrandError:
-                code = KafkaError.COORDINATOR_NOT_AVAILABLE
-        txn = None
-        if not code:
-            now, timeout_ms = trio.current_time(), b["transaction_timeout_ms"]
-            code, txn, markers = self.txns.core.init_producer_id(now, txn_id, timeout_ms)
-            if markers is not None:
-                code = await self.txns.finish(markers)
-                if not code:
-                    code, txn, _ = self.txns.core.init_producer_id(now, txn_id, timeout_ms)
-            if not code:
-                code = await self.txns.save(txn_id)
+        code, txn = await self.txns.init(
+            b["transactional_id"],
+            b["transaction_timeout_ms"],
+            b.get("producer_id", -1),
+            b.get("producer_epoch", -1),
+        )
         pid, epoch = (-1, -1) if code or txn is None else (txn.producer_id, txn.producer_epoch)
         return {
             "throttle_time_ms": 0,
@@ -58,16 +40,6 @@ class TxnApis:
             "producer_id": pid,
             "producer_epoch": epoch,
         }
-
-    def _check_known(self, txn_id: str, producer_id: int, epoch: int) -> int:
-        """KIP-360: a producer that gives its id and epoch is the id's current
-        one, or is told why not."""
-        txn = self.txns.core.txns.get(txn_id)
-        if producer_id < 0 or txn is None:
-            return KafkaError.NONE
-        if producer_id != txn.producer_id:
-            return TxnError.INVALID_PRODUCER_ID_MAPPING
-        return TxnError.PRODUCER_FENCED if epoch < txn.producer_epoch else KafkaError.NONE
 
     async def add_partitions(self, request: Request) -> dict[str, Any]:
         """AddPartitionsToTxn, v0-3 (a producer's; v4's batches are brokers')."""
@@ -132,40 +104,14 @@ class TxnApis:
         logs: set[int],
         groups: frozenset[str] = frozenset(),
     ) -> int:
-        """Add logs (and groups) to the id's transaction; written down only
-        when that changed it (a client adds the same partition again)."""
-        before = self.txns.core.txns.get(txn_id)
-        known = (
-            before is not None
-            and before.state == State.ONGOING
-            and logs <= before.logs
-            and groups <= before.groups
-        )
-        code: int = self.txns.core.add_logs(
-            trio.current_time(), txn_id, producer_id, epoch, logs, groups
-        )
-        if code or known:
-            return code
-        code = await self.txns.save(txn_id)
-        self.txns.track(txn_id)
-        self.txns.poke()  # a transaction opened: its deadline is the timer's
-        return code
+        return await self.txns.add(txn_id, producer_id, epoch, logs, groups)
 
     async def end_txn(self, request: Request) -> dict[str, Any]:
-        """EndTxn: the decision written, answer; the markers follow at once
-        (as Kafka's coordinator does), and the id's next request waits for
-        them."""
+        """EndTxn (``TxnFront.end``)."""
         b = request.body
-        txn_id = b["transactional_id"]
-        code = await self.txns.take(txn_id)
-        if not code:
-            code, markers = self.txns.core.end(
-                txn_id, b["producer_id"], b["producer_epoch"], b["committed"]
-            )
-            if markers is not None:
-                code = await self.txns.decide(markers)
-                if not code:
-                    self.txns.complete_later(markers)
+        code = await self.txns.end(
+            b["transactional_id"], b["producer_id"], b["producer_epoch"], b["committed"]
+        )
         return {"throttle_time_ms": 0, "error_code": _for_version(request, code)}
 
 

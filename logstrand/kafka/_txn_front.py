@@ -43,7 +43,7 @@ import json
 import logging
 import math
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
@@ -56,13 +56,24 @@ from ..transactions import (
     State,
     Txn,
     TxnCoordinator,
+    TxnError,
     encode_marker,
     producer_key,
 )
 from ._errors import KafkaError
 
 if TYPE_CHECKING:
-    from ._groups import GroupFront
+    from ..client import AsyncClient
+    from ._groups import GroupCoordinator
+
+
+class TxnHost(Protocol):
+    """What the coordinator needs of where it runs: a client of the cluster
+    and the group coordinator, which says which positions logs are its."""
+
+    client: AsyncClient
+    coordinator: GroupCoordinator
+
 
 _log = logging.getLogger("logstrand.kafka")
 #: Producer ids kept at hand for the core (a new one when an epoch runs out).
@@ -81,7 +92,7 @@ END_WRITE_DELAY_S = 0.2
 class TxnFront:
     """The front's transaction coordinator (see the module docstring)."""
 
-    def __init__(self, front: GroupFront, max_timeout_ms: int) -> None:
+    def __init__(self, front: TxnHost, max_timeout_ms: int) -> None:
         self.front = front
         self.positions = front.client.groups
         self._spare: list[int] = []
@@ -100,6 +111,91 @@ class TxnFront:
         #: Id -> when (wall clock) its open transaction began here: the
         #: metrics' age (``_txn_metrics``); only open ones are kept.
         self.opened: dict[str, float] = {}
+
+    # -- the steps of a producer, for the Kafka APIs and the native ones --------------
+
+    async def init(
+        self, txn_id: str, timeout_ms: int, producer_id: int = -1, epoch: int = -1
+    ) -> tuple[int, Txn | None]:
+        """Rules 1 and 4: the id's producer at a new epoch (an open
+        transaction of the id aborted first, here, so the answer is the new
+        epoch rather than CONCURRENT_TRANSACTIONS and a retry); the error,
+        and the id's state.  ``producer_id`` and ``epoch``: a producer that
+        says which it was (KIP-360) is the id's current one, or told why not."""
+        code = await self.take(txn_id)
+        txn = self.core.txns.get(txn_id)
+        if not code and producer_id >= 0 and txn is not None:
+            if producer_id != txn.producer_id:
+                code = TxnError.INVALID_PRODUCER_ID_MAPPING
+            elif epoch < txn.producer_epoch:
+                code = TxnError.PRODUCER_FENCED
+        if not code:
+            try:
+                await self.producer_ids()
+            except LogstrandError:
+                code = KafkaError.COORDINATOR_NOT_AVAILABLE
+        if code:
+            return code, None
+        now = trio.current_time()
+        code, txn, markers = self.core.init_producer_id(now, txn_id, timeout_ms)
+        if markers is not None:
+            code = await self.finish(markers)
+            if not code:
+                code, txn, _ = self.core.init_producer_id(now, txn_id, timeout_ms)
+        if not code:
+            code = await self.save(txn_id)
+        return code, None if code else txn
+
+    async def add(
+        self,
+        txn_id: str,
+        producer_id: int,
+        epoch: int,
+        logs: set[int],
+        groups: frozenset[str] = frozenset(),
+    ) -> int:
+        """Add logs (and groups) to the id's transaction (the id taken by
+        the caller); written down only when that changed it (a client adds
+        the same log again)."""
+        before = self.core.txns.get(txn_id)
+        known = (
+            before is not None
+            and before.state == State.ONGOING
+            and logs <= before.logs
+            and groups <= before.groups
+        )
+        now = trio.current_time()
+        code: int = self.core.add_logs(now, txn_id, producer_id, epoch, logs, groups)
+        if code or known:
+            return code
+        code = await self.save(txn_id)
+        self.track(txn_id)
+        self.poke()  # a transaction opened: its deadline is the timer's
+        return code
+
+    async def end(self, txn_id: str, producer_id: int, epoch: int, commit: bool) -> int:
+        """EndTxn: the decision written, answer; the markers follow at once
+        (as Kafka's coordinator does), and the id's next request waits for
+        them."""
+        code = await self.take(txn_id)
+        if not code:
+            code, markers = self.core.end(txn_id, producer_id, epoch, commit)
+            if markers is not None:
+                code = await self.decide(markers)
+                if not code:
+                    self.complete_later(markers)
+        return code
+
+    async def abort(self, txn_id: str) -> int:
+        """An operator's abort of the id's open transaction (its producer
+        fenced), its markers written before the answer."""
+        code = await self.take(txn_id)
+        if not code:
+            code, markers = self.core.abort_now(txn_id)
+            if markers is not None:
+                _log.info("transaction %s aborted by an operator", txn_id)
+                code = await self.finish(markers)
+        return code
 
     # -- who coordinates, and what was written ---------------------------------------
 

@@ -21,18 +21,18 @@ LSO below records that are stable already.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 import trio
 
+from ..client._committed_view import feed_index
 from ..client._reader_parts import GapItem
 from ..errors import LogstrandError
-from ..records import CONTROL, TRANSACTIONAL
-from ..transactions import TxnIndex, decode_marker, producer_of
+from ..transactions import TxnIndex
 
 if TYPE_CHECKING:
-    from ..client import AsyncClient, RecordRun
+    from ..client import AsyncClient
     from ._offsets import OffsetMap
 
 _log = logging.getLogger("logstrand.kafka")
@@ -136,7 +136,7 @@ class TxnReads:
                             if isinstance(item, GapItem):
                                 index.advance(item.hi)
                             else:
-                                _feed(index, item)
+                                feed_index(index, item)
                         tracker.tell()
             except LogstrandError as exc:
                 _log.warning("kafka: log %d: transactions not tracked: %s", log_id, exc)
@@ -145,18 +145,3 @@ class TxnReads:
                 tracker.tell()
                 if self.trackers.get(log_id) is tracker:
                     del self.trackers[log_id]
-
-
-def _feed(index: TxnIndex, run: RecordRun) -> None:
-    lsns = run.lsns
-    kind = run.txn_flags
-    if kind & CONTROL:
-        for lsn, payload in zip(lsns, run.payloads, strict=True):
-            marker = decode_marker(payload)
-            if marker is not None:
-                index.marker(lsn, marker[0], marker[1])
-        index.advance(lsns[-1])
-        return
-    producer: Any = run.view.packed.producer
-    pid = producer_of(producer[0])[0] if kind & TRANSACTIONAL and producer is not None else None
-    index.records(lsns[0], lsns[-1], pid)

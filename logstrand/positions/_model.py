@@ -119,6 +119,17 @@ def txn_positions_key(group: str, producer_id: int) -> bytes:
     return _TXN_POSITIONS + _PID.pack(producer_id) + check_group(group).encode()
 
 
+def group_of_txn_key(key: bytes | None) -> str | None:
+    """The group of a ``txn_positions_key``, or None for any other key."""
+    if key is None or key[:1] != _TXN_POSITIONS or len(key) <= 1 + _PID.size:
+        return None
+    try:
+        group = key[1 + _PID.size :].decode()
+    except UnicodeDecodeError:
+        return None
+    return group if GROUP_RE.fullmatch(group) else None
+
+
 @attrs.frozen
 class Position:
     """Group ``group`` has processed log ``log_id`` up to and including ``lsn``

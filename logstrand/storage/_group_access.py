@@ -7,9 +7,10 @@ Only two kinds of message touch groups:
 - a member's heartbeat (``GroupHeartbeat``: ``client.subscribe``) needs
   ``read`` on its group;
 - records appended to a positions log (``client.commit``, a reset, a
-  delete: ``positions``) need, for the group of each record's key,
-  ``read`` (a position or a membership record) or ``delete`` (a
-  tombstone).  A key that is no group's is refused: a positions log holds
+  delete: ``positions``; the positions a transaction holds for a group,
+  ``Transaction.commit_positions``) need, for the group of each record's
+  key, ``read`` (a position, a membership record or held positions) or
+  ``delete`` (a tombstone).  A key that is no group's is refused: a positions log holds
   groups' records and nothing else.
 
 Reading a positions log is a grant on logs (``read`` on ``positions``): it
@@ -21,7 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ProtocolError
-from ..positions import group_of_key
+from ..positions import group_of_key, group_of_txn_key
 from ..records import INTERNAL_LOGS
 from ..wire import Append, AppendMany, GroupHeartbeat
 
@@ -59,7 +60,7 @@ def group_refusal(principal: Principal, grants: Grants, msg: Any) -> str | None:
         except ProtocolError as exc:
             return f"a batch for a positions log that does not decode: {exc}"
         for key, payload in zip(keys, payloads, strict=True):
-            group = group_of_key(key)
+            group = group_of_key(key) or group_of_txn_key(key)
             if group is None:
                 return f"user {user} may append to positions logs only records of groups"
             why = _may_group(user, grants, "read" if payload is not None else "delete", group)

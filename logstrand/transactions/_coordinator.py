@@ -244,6 +244,21 @@ class TxnCoordinator:
             return TxnError.INVALID_TXN_STATE, None
         return TxnError.NONE, self._decide(txn, commit)
 
+    def abort_now(self, txn_id: str) -> tuple[TxnError, Markers | None]:
+        """An operator's abort (``logstrand transactions abort``): the id's
+        open transaction aborted at a new epoch, as a timeout would (rule
+        5), so the producer that holds it is fenced.  A decided transaction
+        is finishing already (CONCURRENT_TRANSACTIONS); none open is
+        INVALID_TXN_STATE."""
+        txn = self.txns.get(txn_id)
+        if txn is None:
+            return TxnError.INVALID_PRODUCER_ID_MAPPING, None
+        if txn.state in _PREPARING:
+            return TxnError.CONCURRENT_TRANSACTIONS, None
+        if txn.state != State.ONGOING:
+            return TxnError.INVALID_TXN_STATE, None
+        return TxnError.NONE, self._abort(txn)
+
     def _decide(self, txn: Txn, commit: bool) -> Markers:
         txn.state = State.PREPARE_COMMIT if commit else State.PREPARE_ABORT
         return _markers(txn, commit)

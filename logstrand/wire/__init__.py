@@ -71,6 +71,7 @@ from ._messages_ops import (
     TrimLog,
     TrimReply,
 )
+from ._messages_txn import TXN_PROTOCOL, TxnOp, TxnReply, TxnRequest
 from ._registry import (
     ACCESS,
     MESSAGE_TYPES,
@@ -96,6 +97,7 @@ __all__ = [
     "SUBSCRIBED_LOGS_MAX",
     "TAILS_FIELDS",
     "TAILS_LOGS_MAX",
+    "TXN_PROTOCOL",
     "Amend",
     "AmendReply",
     "Append",
@@ -149,6 +151,9 @@ __all__ = [
     "Trim",
     "TrimLog",
     "TrimReply",
+    "TxnOp",
+    "TxnReply",
+    "TxnRequest",
     "choose_version",
     "count_items",
     "decode_body",

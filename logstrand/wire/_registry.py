@@ -31,9 +31,10 @@ if TYPE_CHECKING:
 #: nodes, ``StoreMany``, ``StoreReplies`` and ``ReleaseMany`` (many logs'
 #: STOREs, their answers and RELEASEs in one message); a v6 node sends a v5
 #: node each alone.  7: ``GroupHeartbeat`` (members of a group, a client's
-#: ``subscribe``), which a client sends only to a node on 7.
+#: ``subscribe``), which a client sends only to a node on 7.  8:
+#: ``TxnRequest`` (a client's ``transaction``), sent only to a node on 8.
 PROTOCOL_VERSION_MIN = 3
-PROTOCOL_VERSION_MAX = 7
+PROTOCOL_VERSION_MAX = 8
 
 MESSAGE_TYPES: dict[int, type[Any]] = {}
 #: Who may send each request, declared with it (``message``): "node", only

@@ -13,7 +13,13 @@ import trio
 from logstrand.batch import PackedBatch
 from logstrand.epochstore import open_epoch_store
 from logstrand.errors import InvalidArgumentError, NotFoundError
-from logstrand.positions import encode_key, encode_value, membership_key
+from logstrand.positions import (
+    encode_key,
+    encode_value,
+    membership_key,
+    txn_positions_key,
+    txn_state_key,
+)
 from logstrand.records import LOG_ID_MAX, POSITIONS_LOGS
 from logstrand.security import (
     Access,
@@ -101,6 +107,19 @@ def test_membership_records_count_as_their_group_and_other_keys_are_refused() ->
     why = group_refusal(ANN, GRANTS, Append(1, log, junk))
     assert why is not None
     assert "only records of groups" in why
+
+
+def test_positions_a_transaction_holds_count_as_their_group() -> None:
+    """``Transaction.commit_positions`` writes under ``txn_positions_key``:
+    read on the group, like a commit; a transactional id's state is the
+    coordinator's alone."""
+    log = POSITIONS_LOGS[0]
+    held = PackedBatch.for_append([txn_positions_key("billing-x", 7)], [b"{}"])
+    assert group_refusal(ANN, GRANTS, Append(1, log, held)) is None
+    other = PackedBatch.for_append([txn_positions_key("sales", 7)], [b"{}"])
+    assert "may not read group sales" in str(group_refusal(ANN, GRANTS, Append(1, log, other)))
+    state = PackedBatch.for_append([txn_state_key("t1")], [b"{}"])
+    assert "only records of groups" in str(group_refusal(ANN, GRANTS, Append(1, log, state)))
 
 
 def test_many_logs_at_once_are_checked_each_and_other_logs_not_at_all() -> None:

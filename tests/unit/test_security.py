@@ -169,7 +169,7 @@ def test_who_may_send_what_is_declared_with_each_message() -> None:
         | {"GetTails", "GroupHeartbeat"},
         "append": {"Append", "AppendMany"},
         "trim": {"TrimLog"},
-        "admin": {"GetNodeStatus", "Compact", "Renew"},
+        "admin": {"GetNodeStatus", "Compact", "Renew", "TxnRequest"},
     }
     replies = {k.__name__ for k in MESSAGE_TYPES.values()} - {k.__name__ for k in ACCESS}
     assert all(

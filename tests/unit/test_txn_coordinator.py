@@ -90,6 +90,22 @@ def test_a_silent_producers_transaction_is_aborted_after_its_timeout() -> None:
     assert c.end("t", pid, epoch, commit=True)[0] == TxnError.PRODUCER_FENCED
 
 
+def test_an_operator_aborts_an_open_transaction_and_fences_its_producer() -> None:
+    c = _coordinator()
+    assert c.abort_now("t")[0] == TxnError.INVALID_PRODUCER_ID_MAPPING  # no such id
+    pid, epoch = _open(c, "t", {5, 6})
+    code, markers = c.abort_now("t")
+    assert code == TxnError.NONE
+    assert markers is not None
+    assert (markers.commit, markers.producer_epoch, markers.logs) == (False, epoch + 1, {5, 6})
+    # Decided, markers out: a second abort waits for them.
+    assert c.abort_now("t")[0] == TxnError.CONCURRENT_TRANSACTIONS
+    c.markers_written(markers)
+    assert c.abort_now("t")[0] == TxnError.INVALID_TXN_STATE  # nothing open
+    # The producer that held it is fenced: its commit is refused.
+    assert c.end("t", pid, epoch, commit=True)[0] == TxnError.PRODUCER_FENCED
+
+
 def test_timeouts_are_bounded_and_epochs_wrap_to_a_new_producer_id() -> None:
     c = _coordinator()
     assert c.init_producer_id(0.0, "t", 0)[0] == TxnError.INVALID_TRANSACTION_TIMEOUT

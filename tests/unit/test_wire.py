@@ -64,6 +64,9 @@ from logstrand.wire import (
     Trim,
     TrimLog,
     TrimReply,
+    TxnOp,
+    TxnReply,
+    TxnRequest,
     choose_version,
     decode_body,
     encode_body,
@@ -262,6 +265,26 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         u32,
         st.none() | st.lists(u32, max_size=8).map(tuple),
     ),
+    TxnRequest: st.builds(
+        TxnRequest,
+        u64,
+        st.sampled_from(list(TxnOp)).map(int),
+        st.from_regex(r"[a-z][a-z0-9.-]{0,20}", fullmatch=True),
+        st.integers(-1, 2**40),
+        st.integers(-1, 32767),
+        u32,
+        st.lists(st.integers(1, 2**40), max_size=8).map(tuple),
+        st.lists(st.from_regex(r"[a-z]{1,8}", fullmatch=True), max_size=3).map(tuple),
+    ),
+    TxnReply: st.builds(
+        TxnReply,
+        u64,
+        statuses,
+        u32,
+        st.text(max_size=30),
+        st.integers(-1, 2**40),
+        st.integers(-1, 9),
+    ),
     Compact: st.builds(Compact, u64, u64),
     CompactReply: st.builds(CompactReply, u64, statuses, st.text(max_size=20)),
     DropCopies: st.builds(
@@ -443,12 +466,13 @@ def test_many_logs_messages_refuse_what_they_cannot_carry() -> None:
 
 
 def test_version_negotiation() -> None:
-    assert choose_version(1, 8) == 7
+    assert choose_version(1, 9) == 8
+    assert choose_version(3, 7) == 7  # a node without TxnRequest
     assert choose_version(3, 6) == 6  # a node without GroupHeartbeat
     assert choose_version(3, 5) == 5  # a node without StoreMany
     assert choose_version(3, 4) == 4  # a node without Renew
     assert choose_version(3, 3) == 3  # a node without GetTails and AppendMany
-    assert choose_version(8, 9) is None
+    assert choose_version(9, 10) is None
     assert choose_version(1, 2) is None
 
 
