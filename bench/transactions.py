@@ -16,6 +16,12 @@ Each repeat starts a fresh local 3-node cluster serving Kafka with
   (produce, then commit) against the same records from an idempotent
   producer (produce, then flush).  Aim: the ratio within 0.8-1.2.
 
+The same cluster then runs logstrand's own client (``client.transaction``):
+**native_commit** (the same transactions: ``append_batch`` of 34, 34 and 32
+records to 3 logs, then commit) and **native read** (``--records`` plain
+records read to the tail with ``isolation="committed"`` and without: the
+ratio, aim >= 0.9 as for Kafka).
+
 Prints medians of the repeats.
 """
 
@@ -83,6 +89,49 @@ def _big(bootstrap: str) -> tuple[float, float]:
     return in_txn, time.perf_counter() - t0
 
 
+NATIVE_LOGS = range(900_001, 900_005)  # 3 for transactions, 1 plain
+
+
+def _native(url: str, txns: int, records: int) -> dict[str, float]:
+    import trio
+
+    import logstrand
+    from logstrand.client import RecordRun
+    from logstrand.epochstore import LogAttributes, open_epoch_store
+
+    with open_epoch_store(url) as store:
+        store.create_logs(NATIVE_LOGS[0], NATIVE_LOGS[-1], LogAttributes(replication_factor=2))
+    logs, plain = list(NATIVE_LOGS[:3]), NATIVE_LOGS[3]
+
+    async def main() -> dict[str, float]:
+        async with logstrand.open_client(url) as client:
+            took = []
+            for _ in range(txns):
+                t0 = time.perf_counter()
+                async with client.transaction("bench-native") as tx:
+                    for log, n in zip(logs, (34, 34, 32), strict=True):
+                        await tx.append_batch(log, [PAYLOAD] * n)
+                took.append(time.perf_counter() - t0)
+            took.sort()
+            for at in range(0, records, 1000):
+                await client.append_batch(plain, [PAYLOAD] * min(1000, records - at))
+            rates = {}
+            for isolation in ("uncommitted", "committed"):
+                t0 = time.perf_counter()
+                n = 0
+                async with client.read(plain, isolation=isolation) as reader:
+                    async for batch in reader.batches():
+                        n += sum(len(i) for i in batch if isinstance(i, RecordRun))
+                assert n == records, (isolation, n)
+                rates[isolation] = n / (time.perf_counter() - t0)
+            return {
+                "native_commit_p50_ms": 1000 * took[len(took) // 2],
+                "native_read_ratio": rates["committed"] / rates["uncommitted"],
+            }
+
+    return trio.run(main)
+
+
 def _one(txns: int, records: int) -> dict[str, Any]:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
@@ -106,7 +155,9 @@ def _one(txns: int, records: int) -> dict[str, Any]:
         uncommitted = consume(bootstrap, "plain", records, "read_uncommitted")
         committed = consume(bootstrap, "plain", records, "read_committed")
         in_txn, idempotent = _big(bootstrap)
+        native = _native(c.url, txns, records)
     return {
+        **native,
         "commit_p50_ms": 1000 * took[len(took) // 2],
         "commit_p99_ms": 1000 * took[min(len(took) - 1, int(len(took) * 0.99))],
         "read_uncommitted_rps": uncommitted,

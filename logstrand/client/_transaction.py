@@ -346,6 +346,9 @@ async def ask_coordinator(
     if not TXN_ID_RE.fullmatch(txn_id):
         raise InvalidArgumentError(f"not a transactional id: {txn_id!r:.60}")
     plog = positions_log_of(txn_id)
+    # The id's state lives in a positions log: made on first use, as a
+    # group's commit makes it (a dict lookup once it exists).
+    await client.groups.ensure_log()
     deadline = trio.current_time() + patience_s
     delay = 0.05
     why = "no answer"

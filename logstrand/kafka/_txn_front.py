@@ -215,6 +215,7 @@ class TxnFront:
             if home in self._loaded:
                 return await self._settled(txn_id)
             try:
+                await self.positions.ensure_log()  # the first id of a new cluster
                 table = await self.positions.refresh(home)
                 now = trio.current_time()
                 for name, record in table.txns.items():

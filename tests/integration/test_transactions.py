@@ -21,6 +21,7 @@ import logstrand
 from logstrand import Record
 from logstrand.epochstore import LogAttributes, open_epoch_store
 from logstrand.errors import FencedError
+from logstrand.records import positions_log_of
 from logstrand.testing import LocalCluster
 
 if TYPE_CHECKING:
@@ -246,3 +247,41 @@ def test_a_kafka_read_committed_consumer_sees_a_native_transaction_at_commit(
         trio.run(main)
     finally:
         consumer.close()
+
+
+def test_a_sequencer_moving_mid_transaction_keeps_its_records(cluster: LocalCluster) -> None:
+    """The node that sequences a log the transaction writes to is killed
+    between two of its appends: the log's epoch changes, the producer's id
+    and epoch do not, and the commit shows every record."""
+
+    async def main() -> None:
+        async with logstrand.open_client(cluster.url) as client:
+            await client.groups.ensure_log()
+            for log in (10, 11):
+                await client.ensure_sequencer(log)
+            node = client.sequencer_node(10)
+            # An id whose coordinator is elsewhere: this kills a sequencer only.
+            for n in range(100):
+                txn_id = f"t-seq-{n}"
+                await client.ensure_sequencer(positions_log_of(txn_id))
+                if client.sequencer_node(positions_log_of(txn_id)) != node:
+                    break
+            async with client.transaction(txn_id) as tx:
+                await tx.append(10, b"s1")
+                await tx.append(11, b"s2")
+                assert node is not None
+                await trio.to_thread.run_sync(cluster.kill_node, node)
+                try:
+                    await tx.append(10, b"s3")
+                    await tx.append(11, b"s4")
+                finally:
+                    await trio.to_thread.run_sync(cluster.start_node, node)
+            want = {10: [b"s1", b"s3"], 11: [b"s2", b"s4"]}
+
+            async def visible() -> bool:
+                got = {log: await _payloads(client, log, "committed") for log in want}
+                return got == want
+
+            await _eventually("every record of the transaction", visible, timeout_s=60)
+
+    trio.run(main)
