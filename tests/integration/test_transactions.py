@@ -285,3 +285,22 @@ def test_a_sequencer_moving_mid_transaction_keeps_its_records(cluster: LocalClus
             await _eventually("every record of the transaction", visible, timeout_s=60)
 
     trio.run(main)
+
+
+def test_a_new_clusters_first_act_may_be_a_transaction(tmp_path: Any) -> None:
+    """No positions log exists yet (no group ever committed): the first
+    transactional id makes them, as a group's first commit does."""
+    with LocalCluster(tmp_path / "c", nodes=2) as fresh:
+        with open_epoch_store(fresh.url) as store:
+            store.create_logs(1, 2, LogAttributes(replication_factor=2))
+
+        async def main() -> None:
+            async with logstrand.open_client(fresh.url) as client:
+                with trio.fail_after(60):
+                    async with client.transaction("first") as tx:
+                        await tx.append(1, b"x")
+                    await _eventually(
+                        "the record", lambda: _is(_payloads(client, 1, "committed"), [b"x"])
+                    )
+
+        trio.run(main)
