@@ -92,16 +92,18 @@ class Producers:
     """Producer id -> its last ``window`` batches, for one log (see the module
     docstring).  Iteration order is least recently added first."""
 
-    __slots__ = ("_newest", "_sent", "producers_max", "window")
+    __slots__ = ("_epochs", "_sent", "producers_max", "window")
 
     def __init__(self, *, producers_max: int = PRODUCERS_MAX, window: int = WINDOW) -> None:
         assert min(producers_max, window) >= 1
         self.producers_max = producers_max
         self.window = window
         self._sent: dict[int, list[Sent]] = {}
-        #: Kafka producer id -> the highest epoch its keys here have (the
-        #: fence: ``check``); rebuilt from ``_sent`` when producers go.
-        self._newest: dict[int, int] = {}
+        #: Kafka producer id -> epoch -> how many of its keys in ``_sent``
+        #: have that epoch: the fence (``check``) is the highest, and it
+        #: stays the table's (derived from ``_sent``) as keys come and go,
+        #: at a dict step each, not a scan of the table.
+        self._epochs: dict[int, dict[int, int]] = {}
 
     def __len__(self) -> int:
         return len(self._sent)
@@ -131,7 +133,10 @@ class Producers:
         and the next sequencer took the next retry as new: the batch twice.)
 
         Returns the producers evicted to stay within ``producers_max``."""
-        lst = self._sent.pop(producer, [])
+        lst = self._sent.pop(producer, None)
+        if lst is None:
+            lst = []
+            self._count(producer, 1)
         held = next((i for i, s in enumerate(lst) if s.seq == sent.seq), None)
         if held is None:
             lst.append(sent)
@@ -140,27 +145,31 @@ class Producers:
         elif lst[held].lsn < sent.lsn:
             lst[held] = sent
         self._sent[producer] = lst
-        kafka = kafka_producer_of(producer)
-        if kafka is not None:
-            pid, epoch, _ = kafka
-            self._newest[pid] = max(epoch, self._newest.get(pid, -1))
         evicted: list[int] = []
         while len(self._sent) > self.producers_max:
             oldest = next(iter(self._sent))
-            del self._sent[oldest]
+            self._forget(oldest)
             evicted.append(oldest)
-        if evicted:
-            self._renew()
         return evicted
 
-    def _renew(self) -> None:
-        """``_newest`` again from the producers left (rare: only when some go)."""
-        self._newest = {}
-        for key in self._sent:
-            kafka = kafka_producer_of(key)
-            if kafka is not None:
-                pid, epoch, _ = kafka
-                self._newest[pid] = max(epoch, self._newest.get(pid, -1))
+    def _forget(self, producer: int) -> None:
+        del self._sent[producer]
+        self._count(producer, -1)
+
+    def _count(self, producer: int, step: int) -> None:
+        """A key of ``_sent`` came (1) or went (-1): its Kafka epoch counted."""
+        kafka = kafka_producer_of(producer)
+        if kafka is None:
+            return
+        pid, epoch, _ = kafka
+        epochs = self._epochs.setdefault(pid, {})
+        n = epochs.get(epoch, 0) + step
+        if n:
+            epochs[epoch] = n
+        else:
+            del epochs[epoch]
+            if not epochs:
+                del self._epochs[pid]
 
     def update(self, entries: Iterable[tuple[int, Sent]]) -> None:
         for pid, s in entries:
@@ -170,9 +179,7 @@ class Producers:
         """Forget producers idle for ``expiry_ms``; returns them."""
         gone = [p for p, lst in self._sent.items() if lst[-1].timestamp_ms + expiry_ms < now_ms]
         for p in gone:
-            del self._sent[p]
-        if gone:
-            self._renew()
+            self._forget(p)
         return gone
 
     # -- the check --------------------------------------------------------------
@@ -183,12 +190,13 @@ class Producers:
         """Judge a batch of ``count`` records numbered from ``seq``; a producer
         idle since ``now_ms - expiry_ms`` is forgotten first."""
         kafka = kafka_producer_of(producer)
-        if kafka is not None and not kafka[2] and self._newest.get(kafka[0], -1) > kafka[1]:
-            return Verdict.FENCED, None
+        if kafka is not None and not kafka[2]:
+            epochs = self._epochs.get(kafka[0])
+            if epochs and max(epochs) > kafka[1]:
+                return Verdict.FENCED, None
         lst = self._sent.get(producer)
         if lst and lst[-1].timestamp_ms + expiry_ms < now_ms:
-            del self._sent[producer]
-            self._renew()
+            self._forget(producer)
             lst = None
         if not lst:
             return (Verdict.NEW if seq == 0 else Verdict.UNKNOWN), None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -14,7 +15,7 @@ from logstrand.errors import Status
 from logstrand.idempotence import DERIVED_BIT, Producers, Sent, Verdict, derived_id
 from logstrand.idempotence._recovery import kept
 from logstrand.placement import CopysetSelector
-from logstrand.records import kafka_producer_key
+from logstrand.records import kafka_producer_key, kafka_producer_of
 from logstrand.sequencer import ConfirmRefusal, ReplyAppend, SendStore, SequencerCore
 from logstrand.sequencer._host import Activate, SequencerHostCore
 
@@ -225,3 +226,33 @@ def test_recovery_keeps_only_batches_that_are_in_the_log() -> None:
         (2, Sent(0, 1, e | 6, 0)),  # ESN 6 plugged with a hole
     ]
     assert [p for p, _ in kept(entries, 3, frozenset({4, 5}))] == [1, 1]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_fence_follows_the_table_as_producers_come_and_go(seed: int) -> None:
+    """The epochs behind the fence are counted as keys come and go (not
+    found again by a scan): after any adds, evictions, expiries and
+    checks they are what the table's keys say."""
+    rng = random.Random(seed)
+    table = Producers(producers_max=6, window=2)
+    now = 0
+    for _ in range(300):
+        now += rng.randint(0, 50)
+        pid, epoch = rng.randint(1, 3), rng.randint(0, 3)
+        key = kafka_producer_key(pid, epoch, fence=rng.random() < 0.2)
+        if rng.random() < 0.1:
+            key = rng.randint(1, 5)  # not a Kafka key
+        step = rng.random()
+        if step < 0.6:
+            table.add(key, Sent(rng.randint(0, 3), 1, now, now))
+        elif step < 0.8:
+            table.expire(now, expiry_ms=500)
+        else:
+            table.check(key, 0, 1, now, expiry_ms=500)
+        want: dict[int, dict[int, int]] = {}
+        for k in dict(table.entries()):
+            kafka = kafka_producer_of(k)
+            if kafka is not None:
+                per = want.setdefault(kafka[0], {})
+                per[kafka[1]] = per.get(kafka[1], 0) + 1
+        assert table._epochs == want
