@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from ..epochstore import EpochEnd, LogAttributes
     from ..wire import LogInfoReply, NodeStatus, SeqState
     from ._admin import LogPlacement
+    from ._transaction import TxnProducer
     from ._views import LogSegment
 
 
@@ -71,6 +72,7 @@ class AsyncClient(AppendApi, GroupsApi, TxnApi):
         )
         self._admin = Admin(view, self.links)
         self.names = Names(view)
+        self._txn_producers: dict[str, TxnProducer] = {}
         self._groups = Groups(
             self._admin,
             self._appender,

@@ -19,8 +19,9 @@ class GroupsApi:
 
     _groups: Groups
 
-    async def tail_lsns(self, log_ids: Sequence[int]) -> dict[int, int]:
-        raise NotImplementedError  # ``AsyncClient``'s
+    if TYPE_CHECKING:  # ``AsyncClient``'s, which the lags need
+
+        async def tail_lsns(self, log_ids: Sequence[int]) -> dict[int, int]: ...
 
     async def commit(self, group: str, log_id: int, lsn: int) -> int:
         """Record that ``group`` has processed ``log_id`` up to and including

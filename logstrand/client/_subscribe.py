@@ -48,30 +48,19 @@ from ..positions import check_group
 from ..records import positions_log_of
 from ..types import LSN_MAX, LSN_OLDEST, Gap, Record
 from ..wire import GROUPS_PROTOCOL, SUBSCRIBED_LOGS_MAX, GroupHeartbeat, GroupHeartbeatReply
+from ._coordinators import CoordinatorClient, coordinator_node
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from ..positions._client import Groups
-    from ..rpc import Links
     from ._many import ManyReader
     from ._names import Names
 
 
-class _Client(Protocol):
+class _Client(CoordinatorClient, Protocol):
     """What a member needs of its client (``AsyncClient``)."""
 
     nursery: trio.Nursery
-    links: Links
     names: Names
 
-    @property
-    def groups(self) -> Groups: ...
-    def sequencer_node(self, log_id: int) -> int | None: ...
-    async def ensure_sequencer(self, log_id: int) -> int: ...
-    async def ask_node(
-        self, node_id: int, make: Callable[[int], Any], *, timeout_s: float = ...
-    ) -> Any: ...
     def read_many(self, starts: dict[int, int] | str, until: Any = ...) -> ManyReader: ...
 
 
@@ -191,23 +180,15 @@ class Subscription:
     # -- heartbeats ------------------------------------------------------------------
 
     async def _coordinator_node(self, again: bool) -> int:
-        plog = positions_log_of(self.group)
-        node = None if again else self._coordinator
-        if node is None:
-            node = self.client.sequencer_node(plog)
-        if node is None or again:
-            await self.client.ensure_sequencer(plog)
-            node = self.client.sequencer_node(plog)
-        if node is None:
-            raise TransientError(f"no node runs group {self.group}'s coordinator", Status.AGAIN)
-        link = await self.client.links.get(node)
-        if link.conn.protocol < GROUPS_PROTOCOL:
-            raise LogstrandError(
-                f"node {node} does not coordinate groups (a version before them)",
-                Status.NOTSUPPORTED,
+        if self._coordinator is None or again:
+            self._coordinator = await coordinator_node(
+                self.client,
+                positions_log_of(self.group),
+                again=again,
+                protocol=GROUPS_PROTOCOL,
+                what=f"group {self.group}",
             )
-        self._coordinator = node
-        return node
+        return self._coordinator
 
     async def _send(self, epoch: int, *, subscribe: bool) -> GroupHeartbeatReply:
         """One heartbeat to the coordinator, found again when the one known

@@ -41,6 +41,7 @@ import attrs
 import trio
 
 from ..errors import (
+    AccessDeniedError,
     FencedError,
     InvalidArgumentError,
     LogstrandError,
@@ -52,26 +53,15 @@ from ..positions import check_group, positions_log_of, txn_positions_key
 from ..records import INTERNAL_LOGS
 from ..transactions import TXN_ID_RE, TxnError, producer_key
 from ..wire import TXN_PROTOCOL, TxnOp, TxnReply, TxnRequest
+from ._coordinators import CoordinatorClient, coordinator_node
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-    from ..positions._client import Groups
-    from ..rpc import Links
 
-
-class TxnClient(Protocol):
+class TxnClient(CoordinatorClient, Protocol):
     """What a transaction needs of its client (``AsyncClient``)."""
 
-    links: Links
-
-    @property
-    def groups(self) -> Groups: ...
-    def sequencer_node(self, log_id: int) -> int | None: ...
-    async def ensure_sequencer(self, log_id: int) -> int: ...
-    async def ask_node(
-        self, node_id: int, make: Callable[[int], Any], *, timeout_s: float = ...
-    ) -> Any: ...
     async def append_numbered(
         self,
         log_id: int,
@@ -127,7 +117,6 @@ class Transaction:
         #: None while open; then "committed", "aborted" or "fenced" (a newer
         #: producer of the id took over and aborted it).
         self.outcome: str | None = None
-        self._failed = False
         self._entered = False
 
     @property
@@ -201,7 +190,9 @@ class Transaction:
                 log_id, payloads, keys=keys, producer=number, transactional=True
             )
         except LogstrandError as exc:
-            self._fail()
+            # The log's numbering of the producer is unknown now: this
+            # transaction can only abort, the next starts a new epoch.
+            p.stale = True
             p.fenced = p.fenced or isinstance(exc, FencedError)
             raise
         p.seqs[log_id] = seq + len(payloads)
@@ -229,16 +220,14 @@ class Transaction:
             "epoch": p.producer_epoch,
             "positions": [[log, lsn, None, None] for log, lsn in sorted(held.items())],
         }
-        groups = self._client.groups
         try:
-            await groups.ensure_log()
-            await groups.appender.append(
+            await self._client.groups.appender.append(
                 positions_log_of(group),
                 json.dumps(doc).encode(),
                 txn_positions_key(group, p.producer_id),
             )
         except LogstrandError:
-            self._fail()
+            p.stale = True  # whether it was written is unknown: abort only
             raise
 
     async def commit(self) -> None:
@@ -255,9 +244,9 @@ class Transaction:
                 f"transaction {self.transactional_id}: a newer producer of the id took over",
                 Status.FENCED,
             )
-        if self._failed:
+        if self._producer.stale:  # a step of it failed (it was fresh when it began)
             raise LogstrandError(
-                f"transaction {self.transactional_id}: an append failed; it can only abort"
+                f"transaction {self.transactional_id}: a step of it failed; it can only abort"
             )
         if self._logs or self._groups:
             try:
@@ -288,11 +277,6 @@ class Transaction:
             raise InvalidArgumentError(
                 f"transaction {self.transactional_id} is not open (use it in 'async with')"
             )
-
-    def _fail(self) -> None:
-        """An append failed: the log's numbering of the producer is unknown."""
-        self._failed = True
-        self._producer.stale = True
 
     async def _init(self) -> None:
         p = self._producer
@@ -339,47 +323,42 @@ class Transaction:
 
 
 async def ask_coordinator(
-    client: TxnClient, txn_id: str, make: Any, *, patience_s: float = COORDINATOR_PATIENCE_S
+    client: CoordinatorClient,
+    txn_id: str,
+    make: Callable[[int], TxnRequest],
+    *,
+    patience_s: float = COORDINATOR_PATIENCE_S,
 ) -> TxnReply:
     """Send ``make(request_id)`` to the coordinator of ``txn_id`` until it
-    answers with a verdict (OK status; its ``error`` may refuse)."""
+    answers with a verdict (OK status; its ``error`` may refuse): found
+    again when it did not answer or moved, asked again while it reads the
+    id back or the id is busy (CONCURRENT_TRANSACTIONS)."""
     if not TXN_ID_RE.fullmatch(txn_id):
         raise InvalidArgumentError(f"not a transactional id: {txn_id!r:.60}")
     plog = positions_log_of(txn_id)
-    # The id's state lives in a positions log: made on first use, as a
-    # group's commit makes it (a dict lookup once it exists).
-    await client.groups.ensure_log()
     deadline = trio.current_time() + patience_s
-    delay = 0.05
-    why = "no answer"
+    delay, again, why = 0.05, False, "no answer"
     while True:
-        node = client.sequencer_node(plog)
-        if node is None:
-            await client.ensure_sequencer(plog)
-            node = client.sequencer_node(plog)
         reply = None
-        if node is not None:
-            link = await client.links.get(node)
-            if link.conn.protocol < TXN_PROTOCOL:
-                raise LogstrandError(
-                    f"node {node} coordinates no transactions (a version before them)",
-                    Status.NOTSUPPORTED,
-                )
+        try:
+            node = await coordinator_node(
+                client, plog, again=again, protocol=TXN_PROTOCOL, what=f"transaction {txn_id}"
+            )
             reply = await client.ask_node(node, make, timeout_s=ANSWER_TIMEOUT_S)
+        except TransientError as exc:
+            why = str(exc)
+        again = reply is None or reply.status == Status.REDIRECTED
         if reply is not None:
-            if reply.status == Status.OK and reply.error != TxnError.CONCURRENT_TRANSACTIONS:
+            status = Status(reply.status)
+            if status == Status.OK and reply.error != TxnError.CONCURRENT_TRANSACTIONS:
                 return reply  # type: ignore[no-any-return]
-            if reply.status == Status.ACCESS:
-                from ..errors import AccessDeniedError
-
+            if status == Status.ACCESS:
                 raise AccessDeniedError(reply.message or "refused")
-            if reply.status == Status.INVALID_PARAM:
+            if status == Status.INVALID_PARAM:
                 raise InvalidArgumentError(reply.message)
-            if reply.status not in (Status.OK, Status.REDIRECTED, Status.AGAIN):
-                raise LogstrandError(reply.message, Status(reply.status))
-            why = reply.message or Status(reply.status).name
-            if reply.status == Status.REDIRECTED:
-                await client.ensure_sequencer(plog)
+            if status not in (Status.OK, Status.REDIRECTED, Status.AGAIN):
+                raise LogstrandError(reply.message, status)
+            why = reply.message or status.name
         if trio.current_time() + delay > deadline:
             raise TransientError(f"transaction {txn_id}: the coordinator did not take it ({why})")
         await trio.sleep(delay)
@@ -393,10 +372,10 @@ def new_producer(txn_id: str, timeout_s: float) -> TxnProducer:
         )
     if not math.isfinite(timeout_s) or not 0 < timeout_s <= 3600:
         raise InvalidArgumentError("timeout_s: more than 0 and at most an hour")
-    return TxnProducer(txn_id, int(timeout_s * 1000))
+    return TxnProducer(txn_id, max(1, round(timeout_s * 1000)))
 
 
-async def abort_transaction(client: TxnClient, txn_id: str) -> None:
+async def abort_transaction(client: CoordinatorClient, txn_id: str) -> None:
     """``AsyncClient.abort_transaction``."""
 
     def make(rid: int) -> TxnRequest:

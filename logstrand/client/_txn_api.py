@@ -15,6 +15,8 @@ class TxnApi:
     """``AsyncClient``'s transactions."""
 
     _groups: Groups
+    #: Transactional id -> its producer in this client (``AsyncClient``
+    #: makes it empty).
     _txn_producers: dict[str, TxnProducer]
 
     def transaction(self, transactional_id: str, *, timeout_s: float = 60.0) -> Transaction:
@@ -37,11 +39,10 @@ class TxnApi:
         over), InvalidArgumentError (a bad id, log or position),
         TransientError (no coordinator took the request in time).
         """
-        producers = self.__dict__.setdefault("_txn_producers", {})
-        producer = producers.get(transactional_id)
-        timeout_ms = int(timeout_s * 1000)
-        if producer is None or producer.fenced or producer.timeout_ms != timeout_ms:
-            producer = producers[transactional_id] = new_producer(transactional_id, timeout_s)
+        wanted = new_producer(transactional_id, timeout_s)  # checks both
+        producer = self._txn_producers.get(transactional_id)
+        if producer is None or producer.fenced or producer.timeout_ms != wanted.timeout_ms:
+            producer = self._txn_producers[transactional_id] = wanted
         return Transaction(self, producer)  # type: ignore[arg-type]
 
     async def transactions(self) -> dict[str, dict[str, Any]]:

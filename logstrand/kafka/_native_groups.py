@@ -19,14 +19,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 
 from ..epochstore import NamedCache
-from ..errors import LogstrandError, Status
+from ..errors import Status
 from ..transactions import MAX_TIMEOUT_MS
-from ..wire import GroupHeartbeat, GroupHeartbeatReply, TxnRequest
+from ..wire import GroupHeartbeat, GroupHeartbeatReply, TxnReply, TxnRequest
 from ._consumer_groups import Beat
 from ._errors import KafkaError
 from ._group_model import native_topic
 from ._groups import GroupCoordinator
 from ._native_txns import NativeTxns
+from ._node_answers import NodeAnswers
 from ._txn_front import TxnFront
 
 if TYPE_CHECKING:
@@ -39,9 +40,9 @@ if TYPE_CHECKING:
     from ..security import Credentials
 
 _log = logging.getLogger("logstrand.groups")
-#: Heartbeats a node answers at once; past it, OVERLOADED (a client that
-#: floods heartbeats gets no more of the node than that).
-HEARTBEATS_AT_ONCE = 1024
+#: Heartbeats (and transaction requests) a node answers at once; past it,
+#: OVERLOADED (``_node_answers``).
+AT_ONCE = 1024
 #: What a refusal of the coordinator becomes in a native reply.
 _STATUS: dict[int, Status] = {
     KafkaError.NOT_COORDINATOR: Status.REDIRECTED,
@@ -101,8 +102,6 @@ class NodeGroups:
         self.max_transaction_timeout_ms = max_transaction_timeout_ms
         self.coordinator: GroupCoordinator | None = None
         self.txns: TxnFront | None = None
-        self._nursery: trio.Nursery | None = None
-        self._at_once = 0
 
     async def run(
         self, host: GroupsHost, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -115,45 +114,14 @@ class NodeGroups:
             side.coordinator = coordinator
             self.txns = txns = TxnFront(side, self.max_transaction_timeout_ms)
             async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                host.register(GroupHeartbeat, self._handle)
-                host.register(TxnRequest, NativeTxns(txns, client, nursery).handle)
+                beats = NodeAnswers(nursery, GroupHeartbeatReply, self.heartbeat, AT_ONCE)
+                host.register(GroupHeartbeat, beats.take)
+                native = NativeTxns(txns, client)
+                answers = NodeAnswers(nursery, TxnReply, native.request, AT_ONCE)
+                host.register(TxnRequest, answers.take)
                 nursery.start_soon(coordinator.run)
                 nursery.start_soon(txns.run)
                 task_status.started()
-
-    async def _handle(self, conn: Connection, msg: GroupHeartbeat) -> None:
-        # Reading a positions log back (a coordinator's first heartbeat of a
-        # group) takes a while: never in the connection's receive loop.
-        assert self._nursery is not None
-        if self._at_once >= HEARTBEATS_AT_ONCE:
-            await conn.reply(
-                GroupHeartbeatReply(
-                    msg.request_id, int(Status.OVERLOADED), message="too many heartbeats at once"
-                )
-            )
-            return
-        self._at_once += 1
-        self._nursery.start_soon(self._answer, conn, msg)
-
-    async def _answer(self, conn: Connection, msg: GroupHeartbeat) -> None:
-        try:
-            try:
-                reply = await self.heartbeat(msg, getattr(conn, "peer", ""))
-            except LogstrandError as exc:
-                why = str(exc)[:1000]
-                reply = GroupHeartbeatReply(msg.request_id, int(exc.status), message=why)
-            except Exception:
-                # A bug here must not take the node down: say so, answer, go on.
-                _log.exception("group %s: a heartbeat failed", msg.group)
-                reply = GroupHeartbeatReply(
-                    msg.request_id, int(Status.FAILED), message="the coordinator failed"
-                )
-            await conn.reply(reply)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass  # the member went away: it joins again when it comes back
-        finally:
-            self._at_once -= 1
 
     async def heartbeat(self, msg: GroupHeartbeat, peer: str) -> GroupHeartbeatReply:
         """The answer to one member's heartbeat (see the module docstring)."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..positions import positions_log_of
 from ..transactions import TxnError
 from ._errors import KafkaError
 
@@ -59,7 +58,7 @@ class TxnApis:
                 else:
                     logs.add(log_id)
         if not code and not errors:
-            code = await self._add(
+            code = await self.txns.add(
                 txn_id, b["v3_and_below_producer_id"], b["v3_and_below_producer_epoch"], logs
             )
         # One partition refused: the others were not added (Kafka's answer).
@@ -83,28 +82,13 @@ class TxnApis:
         """AddOffsetsToTxn: the transaction commits positions of a group."""
         b = request.body
         txn_id, group = b["transactional_id"], b["group_id"]
-        code = await self.txns.take(txn_id)
-        if not code and not await self.front.auth.may_group(request, "read", group):
-            code = KafkaError.GROUP_AUTHORIZATION_FAILED
-        if not code:
-            code = await self._add(
-                txn_id,
-                b["producer_id"],
-                b["producer_epoch"],
-                {positions_log_of(group)},
-                frozenset({group}),
+        if not await self.front.auth.may_group(request, "read", group):
+            code: int = KafkaError.GROUP_AUTHORIZATION_FAILED
+        else:
+            code = await self.txns.add(
+                txn_id, b["producer_id"], b["producer_epoch"], set(), frozenset({group})
             )
         return {"throttle_time_ms": 0, "error_code": _for_version(request, code)}
-
-    async def _add(
-        self,
-        txn_id: str,
-        producer_id: int,
-        epoch: int,
-        logs: set[int],
-        groups: frozenset[str] = frozenset(),
-    ) -> int:
-        return await self.txns.add(txn_id, producer_id, epoch, logs, groups)
 
     async def end_txn(self, request: Request) -> dict[str, Any]:
         """EndTxn (``TxnFront.end``)."""

@@ -154,9 +154,13 @@ class TxnFront:
         logs: set[int],
         groups: frozenset[str] = frozenset(),
     ) -> int:
-        """Add logs (and groups) to the id's transaction (the id taken by
-        the caller); written down only when that changed it (a client adds
-        the same log again)."""
+        """Add logs (and groups, with their positions logs, where the
+        positions they hold go) to the id's transaction; written down only
+        when that changed it (a client adds the same log again)."""
+        code: int = await self.take(txn_id)
+        if code:
+            return code
+        logs = logs | {positions_log_of(g) for g in groups}
         before = self.core.txns.get(txn_id)
         known = (
             before is not None
@@ -165,7 +169,7 @@ class TxnFront:
             and groups <= before.groups
         )
         now = trio.current_time()
-        code: int = self.core.add_logs(now, txn_id, producer_id, epoch, logs, groups)
+        code = self.core.add_logs(now, txn_id, producer_id, epoch, logs, groups)
         if code or known:
             return code
         code = await self.save(txn_id)
