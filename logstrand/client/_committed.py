@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ..positions import last_lsn_of
-from ._committed_view import CommittedView
+from ._committed_view import HOLD_MAX_BYTES, CommittedView
 from ._reader import ReadStream
 
 if TYPE_CHECKING:
@@ -22,65 +21,52 @@ if TYPE_CHECKING:
 class CommittedStream(ReadStream):
     """A ``ReadStream`` that delivers committed records only."""
 
+    #: What the view holds at most before it spills (``CommittedView``).
+    hold_max_bytes: int = attrs.field(default=HOLD_MAX_BYTES, kw_only=True)
     view: CommittedView | None = attrs.field(init=False, default=None)
     #: The second stream reading a spilled range again, while it lasts.
     _again: ReadStream | None = attrs.field(init=False, default=None)
     _ended: bool = attrs.field(init=False, default=False)
 
-    async def _next_items(self) -> list[Item]:
-        items = await self._committed_items()
-        if self.cursor is not None:
-            self.cursor.delivered(last_lsn_of(items))
-        return items
-
-    async def _committed_items(self) -> list[Item]:
+    async def _deliverable(self) -> list[Item]:
         while True:
-            again = self._again
-            if again is not None:
-                items = await again._next_core_items()
-                if items:
-                    assert self.view is not None
-                    out = self.view.decided(items)
-                    if out:
-                        return out
+            if self._again is not None:
+                items = await self._again._deliverable()
+                if not items:
+                    await self._again.aclose()
+                    self._again = None
                     continue
-                await again.aclose()
-                self._again = None
-            if self._ended:
+                assert self.view is not None
+                out = self.view.decided(items)
+            elif self._ended:
                 return []
-            raw = await self._next_core_items()
-            if self.view is None:
-                # The start is known only once the stream opened (a group's
-                # position): the view starts there.
-                self.view = CommittedView(self.start)
-            if not raw:
-                self._ended = True
-                self.view.at_end()
-                span = self.view.reread()
             else:
-                out = self.view.feed(raw)
-                span = self.view.reread()
-                if out and span is None:
-                    return out
-                if out:
-                    self._reread(span)
-                    return out
-            if span is not None:
-                self._reread(span)
+                raw = await self._next_core_items()
+                # The start is known once the stream opened (a group's
+                # position may set it): the view starts there.
+                view = self.view = self.view or CommittedView(self.start, self.hold_max_bytes)
+                if raw:
+                    out = view.feed(raw)
+                else:
+                    self._ended = True
+                    view.at_end()
+                    out = []
+                self._again_over(view.reread())
+            if out:
+                return out
 
-    def _reread(self, span: tuple[int, int] | None) -> None:
-        if span is None:
-            return
-        first, last = span
-        self._again = ReadStream(
-            self.admin,
-            self.links,
-            self.log_id,
-            first,
-            last,
-            single_copy=self.single_copy,
-            access_gaps=self.access_gaps,
-        )
+    def _again_over(self, span: tuple[int, int] | None) -> None:
+        """Read ``span`` (spilled, decided now) again before going on."""
+        if span is not None:
+            self._again = ReadStream(
+                self.admin,
+                self.links,
+                self.log_id,
+                span[0],
+                span[1],
+                single_copy=self.single_copy,
+                access_gaps=self.access_gaps,
+            )
 
     async def aclose(self) -> None:
         if self._again is not None:

@@ -80,8 +80,16 @@ class CommittedView:
         if not at:
             return []
         out, self._held = self._held[:at], self._held[at:]
-        self._held_bytes = sum(_size(i) for i in self._held)
-        return self.decided(out)
+        self._held_bytes -= sum(_size(i) for i in out)
+        out = self.decided(out)
+        # What ended below everything still to deliver is never needed
+        # again (an aborted transaction's records all precede its marker):
+        # the index keeps only the aborted transactions that may matter.
+        low = stable if self.spilled_from is None else min(stable, self.spilled_from)
+        if self._held:
+            low = min(low, _first(self._held[0]))
+        self.index.forget_below(low)
+        return out
 
     def reread(self) -> tuple[int, int] | None:
         """The spilled range that is decided now, (first, last) LSN, which

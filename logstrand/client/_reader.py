@@ -214,10 +214,16 @@ class ReadStream:
             await self._act(core)  # an unreachable node triggered a rewind
 
     async def _next_items(self) -> list[Item]:
-        items = await self._next_core_items()
+        items = await self._deliverable()
         if self.cursor is not None:
             self.cursor.delivered(last_lsn_of(items))
         return items
+
+    async def _deliverable(self) -> list[Item]:
+        """What the stream delivers next ([]: the end): what the nodes'
+        copies make, in LSN order; a committed reader filters it
+        (``_committed``)."""
+        return await self._next_core_items()
 
     async def _next_core_items(self) -> list[Item]:
         if self.cursor is not None:

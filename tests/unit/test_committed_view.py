@@ -111,3 +111,16 @@ def test_nothing_after_an_open_transaction_is_delivered_until_it_ends() -> None:
     # The aborted run dropped; the plain one and the marker out (a reader
     # drops markers when it makes records).
     assert [(i.lsns, i.txn_flags) for i in out] == [([5], 0), ([6], CONTROL)]
+
+
+def test_the_view_forgets_aborted_transactions_it_read_past() -> None:
+    """A reader that follows a log of many aborted transactions keeps none
+    it has read past (they precede everything still to deliver)."""
+    view = CommittedView(1)
+    lsn = 1
+    for _ in range(1000):
+        view.feed([_run(lsn, 2, TRANSACTIONAL, 5)])
+        view.feed([_run(lsn + 2, 1, CONTROL, None, [encode_marker(False, 5, 0)])])
+        lsn += 3
+    assert view.feed([_run(lsn, 1, 0, None)])[0].lsns == [lsn]
+    assert len(view.index.aborted) <= 1
