@@ -47,6 +47,12 @@ class TxnOp(enum.IntEnum):
     FORCE_ABORT = 4
 
 
+def _op_int(value: object) -> object:
+    """A ``TxnOp`` as the int the wire carries; anything else as it is,
+    for the validator to judge."""
+    return int(value) if isinstance(value, TxnOp) else value
+
+
 def _op(_inst: object, attr: attrs.Attribute[int], value: object) -> None:
     if type(value) is not int or value not in TxnOp._value2member_map_:
         raise ValueError(f"{attr.name}: unknown operation {value!r:.20}")
@@ -71,7 +77,7 @@ class TxnRequest:
 
     TYPE_ID: ClassVar[int]
     request_id: int = attrs.field(validator=f.u64)
-    op: int = attrs.field(validator=_op)
+    op: int = attrs.field(converter=_op_int, validator=_op)
     transactional_id: str = attrs.field(validator=f.text(TXN_ID_MAX))
     producer_id: int = attrs.field(default=-1, validator=f.i64)
     producer_epoch: int = attrs.field(default=-1, validator=f.i64)

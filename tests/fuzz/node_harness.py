@@ -51,6 +51,7 @@ from logstrand.wire import (
     GetNodeStatus,
     GetSeqState,
     Gossip,
+    GroupHeartbeat,
     LogInfo,
     Ping,
     Pong,
@@ -62,6 +63,8 @@ from logstrand.wire import (
     Store,
     Trim,
     TrimLog,
+    TxnOp,
+    TxnRequest,
     encode_frame,
 )
 
@@ -91,6 +94,14 @@ def _prefixes(epoch: int) -> list[list[Any]]:
         [Seal(51, PLAIN, epoch - 1), GetDigest(52, PLAIN, epoch - 1, 1, epoch)],
         [Store.of(61, PLAIN, 7, (1,), 0, False, forged), Release(PLAIN, lsn)],
         [GetNodeStatus(71), GetClusterState(72), Gossip(2, (1, 0, 2, 0), True)],
+        # The coordinators (``NodeGroups``): a transactional id's producer,
+        # a log added, an operator's abort; a member joining a group.
+        [
+            TxnRequest(81, TxnOp.INIT, "fuzz-txn", timeout_ms=60_000),
+            TxnRequest(82, TxnOp.ADD, "fuzz-txn", 1000, 0, logs=(PLAIN,), groups=("g",)),
+            TxnRequest(83, TxnOp.FORCE_ABORT, "fuzz-txn"),
+        ],
+        [GroupHeartbeat(91, "fuzz-group", "", 0, None, True, (PLAIN,), None)],
     ]
 
 
@@ -131,13 +142,14 @@ class NodeHarness:
 
     async def _main(self) -> None:
         from logstrand.compaction._cleaner import Cleaner, CleanerOptions
+        from logstrand.kafka._native_groups import NodeGroups
 
         options = NodeOptions(sequencer_hold_down_s=0.0, idle_s=30.0)
         self.node = Node(
             self.url,
             1,
             options=options,
-            extensions=(Cleaner(CleanerOptions(interval_s=0)),),
+            extensions=(Cleaner(CleanerOptions(interval_s=0)), NodeGroups()),
         )
         self._token = trio.lowlevel.current_trio_token()
         async with trio.open_nursery() as nursery:
@@ -243,7 +255,7 @@ def seeds() -> list[bytes]:
     """A seed corpus: each prefix alone, as a client and as a node, and with a
     well-formed tail (a second round of the same)."""
     out = []
-    for i in range(10):
+    for i in range(len(_prefixes(1))):
         for flag in (0, 0x80):
             out.append(bytes([i | flag]))
             out.append(bytes([i | flag]) + encode_frame(_append(99, PLAIN, 1)))

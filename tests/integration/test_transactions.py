@@ -8,6 +8,7 @@ consumer that sees a native transaction when it commits."""
 from __future__ import annotations
 
 import asyncio
+import math
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -18,11 +19,14 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 import logstrand
-from logstrand import Record
+from logstrand import TAIL, Record
+from logstrand.client._committed import CommittedStream
 from logstrand.epochstore import LogAttributes, open_epoch_store
-from logstrand.errors import FencedError
+from logstrand.errors import FencedError, InvalidArgumentError, Status
 from logstrand.records import positions_log_of
 from logstrand.testing import LocalCluster
+from logstrand.transactions import TxnError
+from logstrand.wire import TxnOp, TxnRequest
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator
@@ -304,3 +308,131 @@ def test_a_new_clusters_first_act_may_be_a_transaction(tmp_path: Any) -> None:
                     )
 
         trio.run(main)
+
+
+def test_bad_transaction_requests_get_clear_answers_and_the_node_goes_on(
+    cluster: LocalCluster,
+) -> None:
+    """``TxnRequest`` as a peer could send it: each refusal says why, and a
+    transaction goes through afterwards."""
+
+    async def main() -> None:
+        async with logstrand.open_client(cluster.url) as client:
+            await client.groups.ensure_log()
+            home = positions_log_of("t-bad")
+            await client.ensure_sequencer(home)
+            node = client.sequencer_node(home)
+            assert node is not None
+
+            async def ask(op: TxnOp, txn_id: str = "t-bad", **fields: Any) -> Any:
+                reply = await client.ask_node(
+                    node, lambda rid: TxnRequest(rid, int(op), txn_id, **fields), timeout_s=30
+                )
+                assert reply is not None
+                return reply
+
+            bad_id = await ask(TxnOp.INIT, "no spaces please", timeout_ms=1000)
+            assert bad_id.status == Status.INVALID_PARAM
+            assert "not a transactional id" in bad_id.message
+            too_long = await ask(TxnOp.INIT, timeout_ms=3_600_001)
+            assert too_long.error == TxnError.INVALID_TRANSACTION_TIMEOUT
+            init = await ask(TxnOp.INIT, timeout_ms=60_000)
+            pid, epoch = init.producer_id, init.producer_epoch
+            # Logs that do not exist (4,096, the most a request names), a
+            # bad group, a producer that is not the id's, a commit with
+            # nothing open.
+            unknown = await ask(
+                TxnOp.ADD,
+                producer_id=pid,
+                producer_epoch=epoch,
+                logs=tuple(range(10**9, 10**9 + 4096)),
+            )
+            assert unknown.status == Status.INVALID_PARAM
+            assert f"log {10**9} does not exist" in unknown.message
+            group = await ask(TxnOp.ADD, producer_id=pid, producer_epoch=epoch, groups=("a b",))
+            assert (group.status, "not a group name" in group.message) == (
+                Status.INVALID_PARAM,
+                True,
+            )
+            other = await ask(TxnOp.ADD, producer_id=pid + 1, producer_epoch=epoch, logs=(12,))
+            assert other.error == TxnError.INVALID_PRODUCER_ID_MAPPING
+            nothing = await ask(TxnOp.COMMIT, producer_id=pid, producer_epoch=epoch)
+            assert nothing.error == TxnError.INVALID_TXN_STATE
+            assert (await ask(TxnOp.FORCE_ABORT)).error == TxnError.INVALID_TXN_STATE
+            # Another node is not the id's coordinator: it says so.
+            elsewhere = next(n for n in (1, 2, 3) if n != node)
+            moved = await client.ask_node(
+                elsewhere,
+                lambda rid: TxnRequest(rid, int(TxnOp.FORCE_ABORT), "t-bad"),
+                timeout_s=30,
+            )
+            assert moved.status == Status.REDIRECTED
+            # The client refuses what it can see is wrong before asking.
+            for bad in (
+                lambda: client.transaction("t bad"),
+                lambda: client.transaction("t-bad", timeout_s=math.nan),
+                lambda: client.transaction("t-bad", timeout_s=0),
+            ):
+                with pytest.raises(InvalidArgumentError):
+                    bad()
+            async with client.transaction("t-bad") as tx:
+                with pytest.raises(InvalidArgumentError):
+                    await tx.append(positions_log_of("t-bad"), b"x")
+                with pytest.raises(InvalidArgumentError):
+                    await tx.commit_positions("g-bad", {12: -1})
+                await tx.append(12, b"fine")
+            await _eventually(
+                "the good one", lambda: _is(_payloads(client, 12, "committed"), [b"fine"])
+            )
+
+    trio.run(main)
+
+
+def test_a_committed_reader_that_spills_reads_the_decided_range_again(
+    cluster: LocalCluster,
+) -> None:
+    """A reader whose hold bound is a few records' bytes spills at each
+    open transaction and reads the range again once the marker decides it:
+    it gets what one holding everything gets, in LSN order."""
+    rereads: list[tuple[int, int]] = []
+    pending: list[Any] = []
+
+    class Counted(CommittedStream):
+        """Hands the view one item at a time (as a slow network would:
+        here the nodes' answers all arrive at once), and counts rereads."""
+
+        async def _next_core_items(self) -> list[Any]:
+            if not pending:
+                pending.extend(await super()._next_core_items())
+            return [pending.pop(0)] if pending else []
+
+        def _again_over(self, span: tuple[int, int] | None) -> None:
+            if span is not None:
+                rereads.append(span)
+            super()._again_over(span)
+
+    async def main() -> None:
+        async with logstrand.open_client(cluster.url) as client:
+            log = 13
+            await client.append(log, b"p0")
+            for n, commit in (("a", False), ("b", True)):
+                tx = client.transaction(f"t-spill-{n}")
+                await tx.__aenter__()
+                for i in range(5):
+                    await tx.append(log, b"%s%d" % (n.encode(), i))
+                    await client.append(log, b"%s-plain%d" % (n.encode(), i))
+                await (tx.commit() if commit else tx.abort())
+                await tx.__aexit__(None, None, None)
+            want = [b"p0"] + [b"a-plain%d" % i for i in range(5)]
+            want += [x for i in range(5) for x in (b"b%d" % i, b"b-plain%d" % i)]
+            await _eventually(
+                "both transactions decided", lambda: _is(_payloads(client, log, "committed"), want)
+            )
+            spilling = Counted(client._admin, client.links, log, 1, TAIL)
+            spilling.hold_max_bytes = 150
+            async with spilling as reader:
+                got = [i.payload async for i in reader if isinstance(i, Record)]
+            assert got == want
+            assert len(rereads) >= 2, rereads
+
+    trio.run(main)
