@@ -249,10 +249,19 @@ class Cleaner:
         self, log: int, start: int, map_: OffsetMap, lag_cut_ms: int, throttle: Throttle
     ) -> tuple[int, int, int, bool]:
         """Fill the offset map from released records above ``start``; returns
-        (end, records, bytes, partial): a pass covers up to ``end``."""
+        (end, records, bytes, partial): a pass covers up to ``end``.
+
+        It reads committed records only (Kafka's cleaner does the same: it
+        cleans up to the last stable offset and leaves aborted records out
+        of its map).  An aborted record in the map would stand for its key
+        and remove the committed value before it; and the reader ends before
+        the first record of a transaction still open, whose records may yet
+        abort, so the pass does too.  Records of aborted transactions stay
+        until a later record of their key supersedes them, and markers
+        (without a key) are never removed: committed readers need them."""
         client = await self.client()
         end, records, nbytes, partial = start, 0, 0, False
-        async with client.read(log, start + 1, TAIL) as reader:
+        async with client.read(log, start + 1, TAIL, isolation="committed") as reader:
             while (batch := await reader.next_columns()) is not None:
                 n = len(batch)
                 lsns, keys, payloads = batch.lsns, batch.keys, batch.payloads

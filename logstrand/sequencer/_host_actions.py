@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..errors import Status
+from ..records import CONTROL
 from ._core import Action, SequencerCore
 
 if TYPE_CHECKING:
@@ -103,12 +104,21 @@ def check_records(
     if extra is not None and max(extra) > limit:
         return Status.TOOBIG, f"headers of {max(extra)} bytes exceed the limit of {limit}"
     keys = batch.key_lens()
-    if compacted and -1 in keys:
+    if compacted and -1 in keys and _keyless_records(batch, keys):
         return Status.NOKEY, "the log is compacted: every record needs a key"
     key_max = options.key_bytes_max
     if max(keys) > key_max:
         return Status.TOOBIG, f"a key is longer than {key_max} bytes"
     return None
+
+
+def _keyless_records(batch: PackedBatch, keys: list[int]) -> bool:
+    """Whether a record without a key is other than a transaction's marker
+    (CONTROL): a marker has no key and is never compacted away (Kafka's
+    control records are kept by the cleaner the same way), and a
+    transaction that wrote to a compacted log must be able to end there."""
+    flags = batch.flags()
+    return any(k == -1 and not f & CONTROL for k, f in zip(keys, flags, strict=True))
 
 
 @attrs.define(eq=False)

@@ -9,6 +9,7 @@ from logstrand.batch import PackedBatch, make_batch
 from logstrand.epochstore import LogAttributes
 from logstrand.errors import Status
 from logstrand.placement import CopysetSelector
+from logstrand.records import CONTROL
 from logstrand.sequencer import ReplyAppend, SendRelease, SendStore, SequencerCore
 from logstrand.sequencer._host import (
     Activate,
@@ -74,6 +75,14 @@ def test_routing_and_refusals_before_any_store() -> None:
     compacted = LogAttributes(replication_factor=2, cleanup_policy="compact")
     keyless = h.on_append(LOG, batch(), "t", 0.0, 0, owner=ME, attributes=compacted)
     assert replies(keyless)[0].status == Status.NOKEY
+    # A transaction's marker has no key, and is no refusal there (it must
+    # end the transaction); a keyless record beside it in a batch still is.
+    marker = make_batch([0], [b"m"], timestamps_ms=0, flags=CONTROL)
+    assert h.on_append(LOG, marker, "t", 0.0, 0, owner=ME, attributes=compacted) == [Activate(LOG)]
+    mixed = make_batch([0, 1], [b"m", b"x"], timestamps_ms=0, flags=[CONTROL, 0])
+    mixed_reply = h.on_append(LOG, mixed, "t", 0.0, 0, owner=ME, attributes=compacted)
+    assert replies(mixed_reply)[0].status == Status.NOKEY
+    h = host(payload_bytes_max=4)
     assert h.logs() == []
     # A payload None is no refusal on any log (a Kafka record's null value):
     # it waits for the log's activation like any append.
