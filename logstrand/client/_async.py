@@ -132,8 +132,7 @@ class AsyncClient(AppendApi, GroupsApi, TxnApi):
             )
         elif autocommit:
             raise InvalidArgumentError("autocommit needs a group")
-        if isolation not in ("uncommitted", "committed"):
-            raise InvalidArgumentError("isolation: 'uncommitted' or 'committed'")
+        _check_isolation(isolation)
         kind = CommittedStream if isolation == "committed" else ReadStream
         return kind(
             self._admin,
@@ -153,6 +152,7 @@ class AsyncClient(AppendApi, GroupsApi, TxnApi):
         until: int | _Tail | None = TAIL,
         *,
         buffer: int = 64,
+        isolation: str = "uncommitted",
     ) -> ManyReader:
         """Read many logs at once (a consumer of many partitions): an async
         iterator of ``(log, item)`` pairs as records arrive, each log in LSN
@@ -169,12 +169,14 @@ class AsyncClient(AppendApi, GroupsApi, TxnApi):
 
         Leaving the loop early is safe; closing stops the nodes' streams.
         ``buffer`` is kept for callers of earlier versions and not used.
+        ``isolation``: as for ``read``, each log by itself.
 
         Raises (while iterating): NotFoundError (a log or name that does not
         exist), AccessDeniedError, LogstrandError(OVERLOADED): a node takes no
         more read streams from this client.
         """
         del buffer
+        _check_isolation(isolation)
         return ManyReader(
             self._admin,
             self.links,
@@ -183,6 +185,7 @@ class AsyncClient(AppendApi, GroupsApi, TxnApi):
             self.settings.read_buffer_bytes,
             self.tail_lsns,
             resolve=partial(self.names.starts, starts) if isinstance(starts, str) else None,
+            isolation=isolation,
         )
 
     # -- consumer groups ----------------------------------------------------------
@@ -194,6 +197,7 @@ class AsyncClient(AppendApi, GroupsApi, TxnApi):
         *,
         autocommit: bool = True,
         instance_id: str | None = None,
+        isolation: str = "uncommitted",
     ) -> Subscription:
         """Join ``group`` as a member and read the logs it gives this member:
         an async iterator of ``(log, item)`` pairs, each log in LSN order.
@@ -213,6 +217,9 @@ class AsyncClient(AppendApi, GroupsApi, TxnApi):
         record of a log is delivered after that), and when the member
         leaves.  ``instance_id`` makes a static member: it may come back
         within its session and get its logs again without a rebalance.
+        ``isolation="committed"``: committed records only, as for ``read``
+        (a position is committed up to what was handed out, so a member
+        that takes a log over reads an open transaction's records again).
 
         Raises (while iterating): InvalidArgumentError (no logs, or other
         logs than the group's members read), AccessDeniedError (no read grant
@@ -226,6 +233,7 @@ class AsyncClient(AppendApi, GroupsApi, TxnApi):
             autocommit=autocommit,
             instance_id=instance_id,
             interval_s=self.settings.autocommit_interval_s,
+            isolation=isolation,
         )
 
     @property
@@ -439,3 +447,8 @@ async def open_trio_client(
     finally:
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(store.close)
+
+
+def _check_isolation(isolation: str) -> None:
+    if isolation not in ("uncommitted", "committed"):
+        raise InvalidArgumentError("isolation: 'uncommitted' or 'committed'")

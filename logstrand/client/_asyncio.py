@@ -125,12 +125,15 @@ class AsyncioClient:
         until: int | _Tail | None = TAIL,
         *,
         buffer: int = 64,
+        isolation: str = "uncommitted",
     ) -> AsyncioReadStream[tuple[int, Record | Gap]]:
         """Read many logs at once: an async iterator of ``(log, item)`` pairs
         (see ``AsyncClient.read_many``); use it as a context manager so the
         node streams stop when you are done."""
         return AsyncioReadStream(
-            self, lambda c: c.read_many(starts, until, buffer=buffer), _pairs_of
+            self,
+            lambda c: c.read_many(starts, until, buffer=buffer, isolation=isolation),
+            _pairs_of,
         )
 
     def subscribe(
@@ -140,13 +143,16 @@ class AsyncioClient:
         *,
         autocommit: bool = True,
         instance_id: str | None = None,
+        isolation: str = "uncommitted",
     ) -> AsyncioSubscription:
         """Join ``group`` and read the logs it gives this member: an async
         iterator of ``(log, item)`` pairs (see ``AsyncClient.subscribe``);
         use it as a context manager so that the member leaves when done."""
         return AsyncioSubscription(
             self,
-            lambda c: c.subscribe(group, logs, autocommit=autocommit, instance_id=instance_id),
+            lambda c: c.subscribe(
+                group, logs, autocommit=autocommit, instance_id=instance_id, isolation=isolation
+            ),
             _pairs_of,
         )
 

@@ -20,6 +20,14 @@ of delivery), with at least ``CREDIT_MIN`` records each.  The node's
 ``--read-streams-per-connection`` (16,384 by default) bounds how many logs
 one client reads at once; past it, iterating raises OVERLOADED naming it.
 
+A committed reader (``isolation="committed"``) passes each log's items
+through the log's ``CommittedView``, which holds what an open transaction
+may still abort.  Each log may hold its share of the budget (at least
+``HOLD_MIN_BYTES``); past that its view spills, and once the spilled range
+is decided the reader reads it again with a stream of its own, one batch a
+round, while that log's other messages wait in its node streams' windows
+(the other logs go on).
+
 Nothing runs in the background, so leaving the loop early is safe; close the
 reader (``async with``, or ``aclose``) so the nodes' streams stop.
 """
@@ -36,6 +44,7 @@ import attrs
 import trio
 
 from ..types import LSN_MAX, TAIL, Gap, Record, _Tail
+from ._committed_view import HOLD_MAX_BYTES, CommittedView
 from ._reader import INBOX_MAX, ReadStream, _objects
 
 if TYPE_CHECKING:
@@ -52,6 +61,8 @@ CREDIT_MAX = 8192
 WINDOW_BYTES_MAX = 8 * 1024 * 1024
 #: Bytes assumed per record until the reader has seen some.
 RECORD_BYTES_GUESS = 1024
+#: What a committed reader's view of one log holds at least before it spills.
+HOLD_MIN_BYTES = 64 * 1024
 
 
 @attrs.define(eq=False)
@@ -62,6 +73,10 @@ class _Slot:
     stream: ReadStream
     queued: int = 0
     closed: bool = False
+    #: A committed reader's view of the log (None: uncommitted).
+    view: CommittedView | None = None
+    #: Reading a spilled range again: the log waits for it (``_reread``).
+    again: ReadStream | None = None
 
     def send_nowait(self, value: Any, /) -> None:
         if self.closed:
@@ -106,6 +121,8 @@ class ManyReader:
     resolve: Callable[[], Awaitable[dict[int, int]]] | None = attrs.field(
         default=None, kw_only=True
     )
+    #: "committed": committed records only (see the module docstring).
+    isolation: str = attrs.field(default="uncommitted", kw_only=True)
     _mailbox: _Mailbox = attrs.field(init=False, factory=_Mailbox)
     _slots: dict[int, _Slot] = attrs.field(init=False, factory=dict)
     _out: collections.deque[tuple[int, Record | Gap]] = attrs.field(
@@ -117,6 +134,8 @@ class ManyReader:
     _order: itertools.count[int] = attrs.field(init=False, factory=itertools.count)
     #: Logs whose placement must be read again (a later epoch showed up).
     _placing: set[int] = attrs.field(init=False, factory=set)
+    #: Logs reading a spilled range again.
+    _rereading: set[int] = attrs.field(init=False, factory=set)
     _opened: bool = attrs.field(init=False, default=False)
     _closed: bool = attrs.field(init=False, default=False)
     _interrupted: bool = attrs.field(init=False, default=False)
@@ -142,6 +161,7 @@ class ManyReader:
         tails = await self.tails(logs)
         widest = max(len(p.nodes) for p in placements.values())
         credit, window = windows(self.budget, len(logs), widest)
+        hold = max(HOLD_MIN_BYTES, min(HOLD_MAX_BYTES, self.budget // len(logs)))
         now = trio.current_time()
         for log in logs:
             stream = ReadStream(
@@ -154,6 +174,8 @@ class ManyReader:
                 window_bytes=window,
             )
             slot = self._slots[log] = _Slot(self._mailbox, stream)
+            if self.isolation == "committed":
+                slot.view = CommittedView(self.starts[log], hold)
             stream.inbox = slot
             if self.until is TAIL:
                 until = tails[log]
@@ -170,21 +192,60 @@ class ManyReader:
 
     async def _turn(self, log: int, now: float) -> None:
         slot = self._slots.get(log)
-        if slot is None:
-            return
+        if slot is None or slot.again is not None:
+            return  # (a log reading a spilled range again waits for it)
         stream = slot.stream
         core = stream.core
         assert core is not None
         await stream.reconnect(core, now)
         items = await stream.turn(core, now)
+        if slot.view is not None:
+            items = self._committed(slot, items, core.done)
         if items:
             self._out.extend((log, item) for item in _objects(items))
+        if log in self._rereading:
+            return  # turned again when the spilled range was read
         if core.done:
             await self._finish(log)
             return
         if stream.placement_wanted(core, now):
             self._placing.add(log)
         self._arm(log, stream.deadline(core, now))
+
+    def _committed(self, slot: _Slot, items: list[Any], done: bool) -> list[Any]:
+        """What a committed reader delivers of ``items``; a spilled range
+        that is decided now starts being read again."""
+        view = slot.view
+        assert view is not None
+        out = view.feed(items) if items else []
+        if done:
+            view.at_end()
+        span = view.reread()
+        if span is not None:
+            stream = slot.stream
+            slot.again = ReadStream(self.admin, self.links, stream.log_id, span[0], span[1])
+            self._rereading.add(stream.log_id)
+        return out
+
+    async def _reread(self) -> None:
+        """One batch of a spilled range read again, for one log; at its end
+        the log goes on from where its own streams are."""
+        log = min(self._rereading)
+        slot = self._slots.get(log)
+        again = None if slot is None else slot.again
+        if again is None:
+            self._rereading.discard(log)
+            return
+        assert slot is not None
+        assert slot.view is not None
+        items = await again._deliverable()
+        if items:
+            self._out.extend((log, item) for item in _objects(slot.view.decided(items)))
+            return
+        slot.again = None
+        self._rereading.discard(log)
+        await again.aclose()
+        await self._turn(log, trio.current_time())
 
     async def _place(self, now: float) -> None:
         """Read the placements that logs asked for, all in one read of the
@@ -220,6 +281,10 @@ class ManyReader:
         """Take what arrived, turn the logs it concerns and those whose
         timer came; wait first (until ``deadline`` at most) when there is
         neither."""
+        if self._rereading:
+            # A batch read again, then what arrived meanwhile, without waiting.
+            await self._reread()
+            deadline = trio.current_time()
         mailbox = self._mailbox
         if not mailbox.mail and not self._expired_soon():
             wake = min(self._timers[0][0] if self._timers else math.inf, deadline)
@@ -248,6 +313,9 @@ class ManyReader:
         if slot is not None:
             slot.closed = True
             self._due.pop(log, None)
+            self._rereading.discard(log)
+            if slot.again is not None:
+                await slot.again.aclose()
             await slot.stream.aclose()
 
     # -- the caller's side -------------------------------------------------------

@@ -61,7 +61,9 @@ class _Client(CoordinatorClient, Protocol):
     nursery: trio.Nursery
     names: Names
 
-    def read_many(self, starts: dict[int, int] | str, until: Any = ...) -> ManyReader: ...
+    def read_many(
+        self, starts: dict[int, int] | str, until: Any = ..., *, isolation: str = ...
+    ) -> ManyReader: ...
 
 
 _log = logging.getLogger("logstrand.client")
@@ -87,6 +89,7 @@ class Subscription:
         autocommit: bool,
         instance_id: str | None,
         interval_s: float,
+        isolation: str = "uncommitted",
     ) -> None:
         self.client = client
         self.group = group
@@ -94,6 +97,7 @@ class Subscription:
         self.autocommit = autocommit
         self.instance_id = instance_id
         self.interval_s = interval_s
+        self.isolation = isolation
         #: The subscription, sorted; the coordinator's indexes are into it.
         self.logs: tuple[int, ...] = ()
         self.member_id = ""
@@ -360,7 +364,7 @@ class Subscription:
         self._owned_told = False
         self._told.set()
         if starts:
-            self._reader = self.client.read_many(starts, None)
+            self._reader = self.client.read_many(starts, None, isolation=self.isolation)
         _log.info("group %s: member %s reads logs %s", self.group, self.member_id, self.assigned)
 
     async def _close_reader(self) -> None:

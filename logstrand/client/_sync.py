@@ -18,28 +18,25 @@ from .. import _trace
 from ..batch import pack_extra
 from ..errors import ClosedError, InvalidArgumentError, LogstrandError, Status, collapse
 from ..records import KEY_BYTES_MAX, LOG_ID_MAX
-from ..types import LSN_OLDEST, TAIL, Gap, Record, _Tail
 from ._accumulator import Accumulator, cost
 from ._async import AsyncClient, open_trio_client, resolve_connection
 from ._delivery import Delivery, Waiters
 from ._forward import _blocking
 from ._settings import ClientSettings, check_record
+from ._sync_reads import BlockingReads
+from ._sync_txn import BlockingTransaction
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
-
-    import pyarrow as pa
+    from collections.abc import Awaitable, Callable, Sequence
 
     from ..batch import Header
     from ..security import Credentials
-    from ._columns import ColumnBatch
-    from ._reader import ReadStream
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class Client:
+class Client(BlockingReads):
     """A blocking logstrand client.  Make one with ``logstrand.connect(url)``."""
 
     def __init__(
@@ -256,154 +253,6 @@ class Client:
             raise ClosedError("client is closed") from None
         return fut
 
-    def read(
-        self,
-        log_id: int,
-        start: int = LSN_OLDEST,
-        until: int | _Tail | None = TAIL,
-        *,
-        single_copy: bool = True,
-        show_compacted: bool = False,
-        group: str | None = None,
-        autocommit: bool = False,
-        access_gaps: bool = False,
-        isolation: str = "uncommitted",
-    ) -> Generator[Record | Gap]:
-        """Read a log in LSN order: ``Record`` and ``Gap`` items (see ``AsyncClient.read``).
-
-        Items cross from the client's trio thread in batches.  Close the
-        generator (or finish it) to stop the node streams.  ``group`` and
-        ``autocommit``: start after the group's position and commit as you
-        go (see ``AsyncClient.read``).
-        """
-        client = self.async_client
-        stream = client.read(
-            log_id,
-            start,
-            until,
-            single_copy=single_copy,
-            show_compacted=show_compacted,
-            group=group,
-            autocommit=autocommit,
-            access_gaps=access_gaps,
-            isolation=isolation,
-        )
-        for items in self._drain(stream, stream.next_objects):
-            yield from items
-
-    def read_batches(
-        self,
-        log_id: int,
-        start: int = LSN_OLDEST,
-        until: int | _Tail | None = TAIL,
-        *,
-        group: str | None = None,
-        autocommit: bool = False,
-    ) -> Iterator[list[Any]]:
-        """Like ``read``, but columnar: lists of ``RecordRun`` and ``GapItem``."""
-        client = self.async_client
-        stream = client.read(log_id, start, until, group=group, autocommit=autocommit)
-        return self._drain(stream, stream._next_items)
-
-    def _drain(
-        self, stream: ReadStream, step: Callable[[], Awaitable[list[Any]]]
-    ) -> Iterator[list[Any]]:
-        """What ``step`` takes from ``stream`` on the client's trio thread, a
-        list at a time, until the stream ends; closing the generator closes
-        the stream (its node streams stop)."""
-        try:
-            while True:
-                items = self._call(step)
-                if not items:
-                    return
-                yield items
-        finally:
-            with contextlib.suppress(ClosedError):  # closing ends its streams with it
-                self._call(stream.aclose)
-
-    def read_columns(
-        self,
-        log_id: int,
-        start: int = LSN_OLDEST,
-        until: int | _Tail | None = TAIL,
-        *,
-        group: str | None = None,
-        autocommit: bool = False,
-    ) -> Iterator[ColumnBatch]:
-        """Read a log as columns: ``ColumnBatch`` objects (LSNs, timestamps,
-        keys and payloads as lists, and the gaps met), in LSN order.
-
-        Far cheaper per record than ``read`` (no object per record); what
-        bulk consumers such as the Spark data source use.  ``group``,
-        ``autocommit``: as for ``read``.
-        """
-        from ._columns import ColumnBatch  # numpy: columnar reads only
-
-        for items in self.read_batches(log_id, start, until, group=group, autocommit=autocommit):
-            yield ColumnBatch.of(log_id, items)
-
-    def read_arrow(
-        self,
-        log_id: int,
-        start: int = LSN_OLDEST,
-        until: int | _Tail | None = TAIL,
-        *,
-        on_gap: Callable[[Gap], None] | None = None,
-        group: str | None = None,
-        autocommit: bool = False,
-    ) -> Iterator[pa.RecordBatch]:
-        """Read a log as ``pyarrow.RecordBatch``es (``client.ARROW_SCHEMA``:
-        log_id, lsn, epoch, esn, timestamp, key, payload), about 65,536 rows
-        each.  Gaps are not rows: each one goes to ``on_gap`` as it is met.
-        ``group``, ``autocommit``: as for ``read`` (a batch counts as
-        processed when the next one is asked for).
-        Needs pyarrow (``logstrand[arrow]``)."""
-        from ._arrow import arrow_batches
-
-        columns = self.read_columns(log_id, start, until, group=group, autocommit=autocommit)
-        return arrow_batches(columns, on_gap=on_gap)
-
-    def subscribe(
-        self,
-        group: str,
-        logs: list[int] | tuple[int, ...] | range | str,
-        *,
-        autocommit: bool = True,
-        instance_id: str | None = None,
-    ) -> Iterator[tuple[int, Record | Gap]]:
-        """Join ``group`` and read the logs it gives this member: ``(log,
-        item)`` pairs (see ``AsyncClient.subscribe``).  A batch of pairs is
-        processed once the next is asked for; closing the iterator (or
-        leaving a ``for`` over it) commits and leaves the group."""
-        sub = self.async_client.subscribe(
-            group, logs, autocommit=autocommit, instance_id=instance_id
-        )
-        try:
-            while pairs := self._call(sub.next_pairs):
-                yield from pairs
-        finally:
-            with contextlib.suppress(ClosedError):
-                self._call(sub.aclose)
-
-    def read_many(
-        self,
-        starts: dict[int, int] | str,
-        until: int | _Tail | None = TAIL,
-        *,
-        buffer: int = 64,
-    ) -> Iterator[tuple[int, Record | Gap]]:
-        """Read many logs at once: ``(log, item)`` pairs, each log in LSN
-        order (see ``AsyncClient.read_many``).  Pairs cross from the client's
-        thread as many as have arrived at a time.  Closing the iterator (or
-        leaving a ``for`` over it) stops the nodes' streams."""
-        reader = self.async_client.read_many(starts, until, buffer=buffer)
-        try:
-            while pairs := self._call(reader.next_pairs):
-                yield from pairs
-        finally:
-            with contextlib.suppress(ClosedError):  # closing ends its streams with it
-                self._call(reader.aclose)
-
     # Everything else is ``AsyncClient``'s, waited for (see ``_blocking``).
     commit = _blocking(AsyncClient.commit)
     committed = _blocking(AsyncClient.committed)
@@ -438,6 +287,14 @@ class Client:
     ask_nodes = _blocking(AsyncClient.ask_nodes)
     ask_node = _blocking(AsyncClient.ask_node)
     tell_nodes = _blocking(AsyncClient.tell_nodes)
+
+    def transaction(self, transactional_id: str, *, timeout_s: float = 60.0) -> BlockingTransaction:
+        """A transaction of ``transactional_id`` (see ``AsyncClient.transaction``)::
+
+        with client.transaction("billing-1") as tx:
+            tx.append(orders, b"...")
+        """
+        return BlockingTransaction(self._call, self.async_client, transactional_id, timeout_s)
 
     def sequencer_node(self, log_id: int) -> int | None:
         """The live node that runs the log's sequencer, as this client sees it."""
