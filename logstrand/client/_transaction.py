@@ -13,7 +13,9 @@ one the Kafka front shares, ``kafka._native_txns``):
   the id's next transactions, one at a time.
 - **Before it writes to a log** the transaction adds the log (ADD), so the
   coordinator knows where its markers go (KIP-890's order: a record is
-  never in a log its coordinator does not know of).
+  never in a log its coordinator does not know of).  Steps run at once
+  (appends to several logs in a nursery) share one ADD, as a Kafka
+  producer adds every partition of a drain in one AddPartitionsToTxn.
 - **Its records** are appends numbered under the producer's id and epoch
   (``append_numbered``, flagged TRANSACTIONAL): a retry is taken once, and
   the logs refuse a fenced producer's (FencedError).  The numbers run on
@@ -56,7 +58,7 @@ from ..wire import TXN_PROTOCOL, TxnOp, TxnReply, TxnRequest
 from ._coordinators import CoordinatorClient, coordinator_node
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 
 class TxnClient(CoordinatorClient, Protocol):
@@ -110,8 +112,9 @@ class Transaction:
     def __init__(self, client: TxnClient, producer: TxnProducer) -> None:
         self._client = client
         self._producer = producer
-        self._logs: set[int] = set()
-        self._groups: set[str] = set()
+        self._adds = _Adds()
+        #: One append at a time per log: its numbers must reach it in order.
+        self._appending: dict[int, trio.Lock] = {}
         #: Group -> log -> LSN: the positions held for each group.
         self._held: dict[str, dict[int, int]] = {}
         #: None while open; then "committed", "aborted" or "fenced" (a newer
@@ -183,19 +186,20 @@ class Transaction:
             raise InvalidArgumentError(f"log {log_id} is internal: commit_positions writes there")
         await self._add(logs=(log_id,))
         p = self._producer
-        seq = p.seqs.get(log_id, 0)
-        number = (producer_key(p.producer_id, p.producer_epoch), seq)
-        try:
-            lsn = await self._client.append_numbered(
-                log_id, payloads, keys=keys, producer=number, transactional=True
-            )
-        except LogstrandError as exc:
-            # The log's numbering of the producer is unknown now: this
-            # transaction can only abort, the next starts a new epoch.
-            p.stale = True
-            p.fenced = p.fenced or isinstance(exc, FencedError)
-            raise
-        p.seqs[log_id] = seq + len(payloads)
+        async with self._appending.setdefault(log_id, trio.Lock()):
+            seq = p.seqs.get(log_id, 0)
+            number = (producer_key(p.producer_id, p.producer_epoch), seq)
+            try:
+                lsn = await self._client.append_numbered(
+                    log_id, payloads, keys=keys, producer=number, transactional=True
+                )
+            except LogstrandError as exc:
+                # The log's numbering of the producer is unknown now: this
+                # transaction can only abort, the next starts a new epoch.
+                p.stale = True
+                p.fenced = p.fenced or isinstance(exc, FencedError)
+                raise
+            p.seqs[log_id] = seq + len(payloads)
         return lsn
 
     async def commit_positions(self, group: str, positions: Mapping[int, int]) -> None:
@@ -248,7 +252,7 @@ class Transaction:
             raise LogstrandError(
                 f"transaction {self.transactional_id}: a step of it failed; it can only abort"
             )
-        if self._logs or self._groups:
+        if self._adds.any:
             try:
                 await self._ask(TxnOp.COMMIT)
             except FencedError:
@@ -261,7 +265,7 @@ class Transaction:
         if self.outcome is not None:
             return
         self.outcome = "aborted"
-        if self._logs or self._groups:
+        if self._adds.any:
             try:
                 await self._ask(TxnOp.ABORT)
             except FencedError:
@@ -286,13 +290,10 @@ class Transaction:
         p.stale = False
 
     async def _add(self, logs: Sequence[int] = (), groups: Sequence[str] = ()) -> None:
-        new_logs = [x for x in logs if x not in self._logs]
-        new_groups = [g for g in groups if g not in self._groups]
-        if not new_logs and not new_groups:
-            return
-        await self._ask(TxnOp.ADD, logs=tuple(new_logs), groups=tuple(new_groups))
-        self._logs.update(new_logs)
-        self._groups.update(new_groups)
+        async def send(logs: tuple[int, ...], groups: tuple[str, ...]) -> None:
+            await self._ask(TxnOp.ADD, logs=logs, groups=groups)
+
+        await self._adds.ensure(send, logs, groups)
 
     async def _ask(self, op: TxnOp, *, init: bool = False, **fields: Any) -> TxnReply:
         """One request to the id's coordinator, found again when it moved,
@@ -320,6 +321,61 @@ class Transaction:
             p.stale = True
             raise LogstrandError(f"transaction {p.transactional_id}: {reply.message}")
         return reply
+
+
+@attrs.define(eq=False)
+class _Adds:
+    """What a transaction added at its coordinator, and the one ADD that
+    steps running at once share."""
+
+    logs: set[int] = attrs.Factory(set)
+    groups: set[str] = attrs.Factory(set)
+    _want_logs: set[int] = attrs.Factory(set)
+    _want_groups: set[str] = attrs.Factory(set)
+    #: Set when the ADD in flight is answered (or failed).
+    _flight: trio.Event | None = None
+
+    @property
+    def any(self) -> bool:
+        return bool(self.logs or self.groups)
+
+    async def ensure(
+        self,
+        send: Callable[[tuple[int, ...], tuple[str, ...]], Awaitable[None]],
+        logs: Sequence[int],
+        groups: Sequence[str],
+    ) -> None:
+        """Return once ``logs`` and ``groups`` are added: by an ADD in
+        flight that took them, or by one this step sends with what other
+        steps want meanwhile.  An ADD that failed raises in the step that
+        sent it; the others ask again."""
+        while True:
+            want_logs = [x for x in logs if x not in self.logs]
+            want_groups = [g for g in groups if g not in self.groups]
+            if not want_logs and not want_groups:
+                return
+            self._want_logs.update(want_logs)
+            self._want_groups.update(want_groups)
+            if self._flight is not None:
+                await self._flight.wait()
+                continue
+            flight = self._flight = trio.Event()
+            try:
+                # One checkpoint first: steps started together with this one
+                # (appends to three logs in a nursery) name their logs too,
+                # and one ADD carries them all.
+                await trio.lowlevel.checkpoint()
+                new_logs = tuple(sorted(self._want_logs - self.logs))
+                new_groups = tuple(sorted(self._want_groups - self.groups))
+                self._want_logs.clear()
+                self._want_groups.clear()
+                if new_logs or new_groups:
+                    await send(new_logs, new_groups)
+                self.logs.update(new_logs)
+                self.groups.update(new_groups)
+            finally:
+                self._flight = None
+                flight.set()
 
 
 async def ask_coordinator(

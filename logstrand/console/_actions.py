@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ..epochstore import EpochStore
 
 
-def _flag(body: dict[str, Any], name: str) -> bool:
+def flag(body: dict[str, Any], name: str) -> bool:
     value = body.get(name, False)
     if not isinstance(value, bool):
         raise InvalidArgumentError(f"{name} must be true or false")
@@ -34,7 +34,7 @@ async def trim(client: AsyncClient, log_id: int, body: dict[str, Any]) -> dict[s
     than ``older_than`` (a duration: 7d, 12h); with ``dry_run``, only what
     would go: the new head and the records and bytes below it (approximate,
     from the nodes' partition directories)."""
-    dry_run = _flag(body, "dry_run")
+    dry_run = flag(body, "dry_run")
     if ("to" in body) == ("older_than" in body):
         raise InvalidArgumentError("give one of to (an LSN) or older_than (a duration)")
     if "to" in body:
@@ -93,7 +93,7 @@ async def _below(client: AsyncClient, log_id: int, head: int, target: int) -> tu
 async def reset_group(client: AsyncClient, group: str, body: dict[str, Any]) -> dict[str, Any]:
     """Move ``group``'s position on ``log`` (``how``: lsn, time, earliest,
     latest; ``value``: the LSN or ms); with ``dry_run``, where it would go."""
-    dry_run = _flag(body, "dry_run")
+    dry_run = flag(body, "dry_run")
     log = _log_id(body.get("log"), "log")
     how = body.get("how")
     if how not in ("lsn", "time", "earliest", "latest"):
@@ -121,7 +121,7 @@ async def reset_group(client: AsyncClient, group: str, body: dict[str, Any]) -> 
 async def drain(client: AsyncClient, node_id: int, body: dict[str, Any]) -> dict[str, Any]:
     """Drain ``node_id`` (its copies move to other nodes while it serves); with
     ``dry_run``, its state and whether it may be drained now."""
-    dry_run = _flag(body, "dry_run")
+    dry_run = flag(body, "dry_run")
 
     def act(store: EpochStore) -> dict[str, Any]:
         if node_id not in store.nodes():
@@ -142,7 +142,7 @@ async def drain(client: AsyncClient, node_id: int, body: dict[str, Any]) -> dict
 
 
 async def undrain(client: AsyncClient, node_id: int, body: dict[str, Any]) -> dict[str, Any]:
-    dry_run = _flag(body, "dry_run")
+    dry_run = flag(body, "dry_run")
 
     def act(store: EpochStore) -> dict[str, Any]:
         shard = store.rebuilding_state().shards.get(node_id)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from . import _actions, _records, _views
+from . import _actions, _records, _transactions, _views
 from ._http import EventStream, HttpError, Request, Response, json_response, parse_int, route
 
 if TYPE_CHECKING:
@@ -56,6 +56,7 @@ class Api:
 LOG = Param("log", "path", "integer", "a log id")
 GROUP = Param("group", "path", "string", "a consumer group")
 NODE = Param("node", "path", "integer", "a node id")
+TXN = Param("txn", "path", "string", "a transactional id")
 DRY_RUN = {"dry_run": "boolean"}
 
 API: tuple[Api, ...] = (
@@ -92,6 +93,13 @@ API: tuple[Api, ...] = (
     Api("POST", "/api/groups/{group}/reset", "reset", "Move a group's position (dry_run first)",
         (GROUP,), body={"log": "integer", "how": "string", "value": "integer", **DRY_RUN},
         answers=("committed", "committed_before", "dry_run"), op="admin"),
+    Api("GET", "/api/transactions", "transactions", "Transactional ids and their transactions",
+        (Param("open", "query", "boolean", "only the open ones"),
+         Param("limit", "query", "integer")),
+        answers=("total", "open", "transactions"), op="admin"),
+    Api("POST", "/api/transactions/{txn}/abort", "abort_transaction",
+        "Abort an id's open transaction (dry_run first)", (TXN,), body=DRY_RUN,
+        answers=("id", "state_before", "dry_run"), op="admin"),
     Api("POST", "/api/nodes/{node}/drain", "drain", "Drain a node (dry_run first)",
         (NODE,), body=DRY_RUN, answers=("node_id", "storage_state", "dry_run"), op="admin"),
     Api("POST", "/api/nodes/{node}/undrain", "undrain", "Return a drained node to service",
@@ -166,6 +174,19 @@ class Handlers:
 
     async def reset(self, r: Request) -> Response:
         return json_response(await _actions.reset_group(self.client, r.params["group"], r.json()))
+
+    async def transactions(self, r: Request) -> Response:
+        only_open = r.arg("open", "false")
+        if only_open not in ("true", "false"):
+            raise HttpError(400, "open must be true or false")
+        limit = r.int_arg("limit", 1000, 1, 100_000)
+        return json_response(
+            await _transactions.transactions_doc(self.client, only_open == "true", limit)
+        )
+
+    async def abort_transaction(self, r: Request) -> Response:
+        doc = await _transactions.abort(self.client, r.params["txn"], r.json())
+        return json_response(doc)
 
     async def drain(self, r: Request) -> Response:
         return json_response(await _actions.drain(self.client, _node_of(r), r.json()))

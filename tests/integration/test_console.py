@@ -289,7 +289,7 @@ def test_the_openapi_document_describes_the_running_server(cluster: LocalCluster
     validate(doc)
     with logstrand.connect(cluster.url) as client:
         client.commit("described", 9, client.append(9, b"x"))
-    fill = {"log": "9", "group": "described", "node": "1"}
+    fill = {"log": "9", "group": "described", "node": "1", "txn": "t"}
     checked = 0
     for path, ops in doc["paths"].items():
         for method, op in ops.items():
@@ -301,7 +301,7 @@ def test_the_openapi_document_describes_the_running_server(cluster: LocalCluster
             missing = set(schema["required"]) - set(answer)
             assert not missing, (path, missing)
             checked += 1
-    assert checked == 7
+    assert checked == 8
     # Every route the server answers is in the document, and the other way round.
     for path, ops in doc["paths"].items():
         for method in ops:
@@ -381,3 +381,37 @@ def test_a_port_taken_is_one_line_of_error_for_a_node_and_for_the_console(
         taken.close()
         cluster.start_node(3)
     assert call(base(cluster, 3) + "/api/status")["nodes"][2]["state"] == "alive"
+
+
+def test_transactions_are_listed_and_an_open_one_aborted_after_a_dry_run(
+    cluster: LocalCluster,
+) -> None:
+    from logstrand.errors import FencedError
+
+    with logstrand.connect(cluster.url) as client:
+        with client.transaction("console-done") as tx:
+            tx.append(20, b"committed")
+        stuck = client.transaction("console-stuck")
+        stuck.__enter__()
+        stuck.append(21, b"open")
+        doc = call(base(cluster) + "/api/transactions")
+        rows = {t["id"]: t for t in doc["transactions"]}
+        # (Complete once the markers are in; the commit answers before.)
+        assert rows["console-done"]["state"] in ("PrepareCommit", "CompleteCommit")
+        assert (rows["console-stuck"]["state"], rows["console-stuck"]["logs"]) == ("Ongoing", [21])
+        assert doc["open"] >= 1
+        only_open = call(base(cluster) + "/api/transactions?open=true")["transactions"]
+        assert "console-stuck" in [t["id"] for t in only_open]
+        assert "console-done" not in [t["id"] for t in only_open]
+        url = base(cluster) + "/api/transactions/console-stuck/abort"
+        dry = call(url, "POST", {"dry_run": True})
+        assert (dry["state_before"], dry["logs"], dry["aborted"]) == ("Ongoing", [21], False)
+        stuck.append(21, b"still open after the dry run")
+        assert call(url, "POST", {})["aborted"]
+        with pytest.raises(FencedError):
+            stuck.__exit__(None, None, None)  # its commit: fenced
+        assert "no open transaction" in refused(url, 400, "POST", {})
+        gone = base(cluster) + "/api/transactions/nobody/abort"
+        assert "nobody" in refused(gone, 404, "POST", {"dry_run": True})
+        assert "open must be" in refused(base(cluster) + "/api/transactions?open=maybe", 400)
+        assert "dry_run" in refused(url, 400, "POST", {"dry_run": "yes"})

@@ -163,6 +163,31 @@ def test_a_reset_shows_its_dry_run_and_moves_the_position_once_confirmed(
         assert client.committed("resettable", 13) == 0
 
 
+def test_an_open_transaction_is_listed_and_aborted_once_confirmed(
+    cluster: LocalCluster, page: Any
+) -> None:
+    from logstrand.errors import FencedError
+
+    with logstrand.connect(cluster.url) as client:
+        stuck = client.transaction("page-stuck")
+        stuck.__enter__()
+        stuck.append(14, b"open")
+        page.goto(cluster.console_urls[1] + "/#/transactions")
+        row = "tr[data-txn='page-stuck']"
+        page.wait_for_selector(row + " button.abort")
+        assert "Ongoing" in page.locator(row).inner_text()
+        page.click(row + " button.abort")
+        page.wait_for_selector("#confirm[open]")
+        assert "Ongoing in logs 14" in page.locator("#confirm-body").inner_text()  # the dry run
+        stuck.append(14, b"still open: the dry run changed nothing")
+        page.click("#confirm-ok")
+        page.wait_for_function(
+            "!document.querySelector(\"tr[data-txn='page-stuck'] button.abort\")", timeout=10_000
+        )
+        with pytest.raises(FencedError):
+            stuck.__exit__(None, None, None)  # its commit: another aborted it
+
+
 def test_a_killed_node_turns_red_within_its_failure_detection_time(
     cluster: LocalCluster, page: Any
 ) -> None:

@@ -428,6 +428,43 @@ async function resetGroup(group, log) {
   } catch (e) { showError(e); }
 }
 
+// -- transactions --------------------------------------------------------------
+
+async function transactions() {
+  const body = el("div", { id: "txn-list" }, el("p", { class: "muted" }, "Loading…"));
+  main.replaceChildren(el("h2", {}, "Transactions"), body);
+  every(POLL_MS, async () => {
+    let doc;
+    try { doc = await api("/api/transactions"); showError(null); } catch (e) { showError(e); return; }
+    const rows = doc.transactions.map((t) => el("tr", { "data-txn": t.id, class: t.open ? "open" : "" },
+      el("td", {}, t.id), el("td", { class: "num" }, num(t.producer_id)), el("td", { class: "num" }, num(t.epoch)),
+      el("td", { class: "state " + stateClass(t.state) }, t.state),
+      el("td", {}, t.logs.map((l) => el("a", { href: "#/logs/" + l }, String(l) + " "))),
+      el("td", {}, t.groups.map((g) => el("a", { href: "#/groups/" + encodeURIComponent(g) }, g + " "))),
+      el("td", {}, t.open ? el("button", { class: "danger abort", onclick: () => abortTxn(t.id) }, "Abort…") : "")));
+    body.replaceChildren(el("p", { id: "txn-counts" }, num(doc.open) + " open of " + num(doc.total) + " transactional ids"),
+      doc.transactions.length
+        ? el("table", { id: "txn-table" },
+          el("thead", {}, el("tr", {}, ...["transactional id", "producer", "epoch", "state", "logs", "groups", ""].map((h) => el("th", {}, h)))),
+          el("tbody", {}, rows))
+        : el("p", { class: "muted" }, "No transactional id has begun a transaction."));
+  });
+}
+
+async function abortTxn(id) {
+  const path = "/api/transactions/" + encodeURIComponent(id) + "/abort";
+  try {
+    const dry = await api(path, { method: "POST", body: { dry_run: true } });
+    const ok = await confirmAction("Abort the transaction of " + id + "?", el("p", {},
+      "It is " + dry.state_before + " in logs " + (dry.logs.join(", ") || "-") + ". Its producer is fenced, " +
+      "and committed readers never see its records."));
+    if (!ok) return;
+    await api(path, { method: "POST", body: { dry_run: false } });
+    showError(null);
+    route();
+  } catch (e) { showError(e); }
+}
+
 // -- routing -------------------------------------------------------------------
 
 function route() {
@@ -444,6 +481,7 @@ function route() {
   if (parts[0] === "logs") return logs(params);
   if (parts[0] === "groups" && parts[1]) return groupPage(decodeURIComponent(parts[1]));
   if (parts[0] === "groups") return groups();
+  if (parts[0] === "transactions") return transactions();
   return overview();
 }
 
