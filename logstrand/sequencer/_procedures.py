@@ -469,7 +469,7 @@ def _recover_epoch(
     records = frozenset(m.esn for m in plan if m.decision is Decision.RECORD)
     keep = list(kept(entries, lng, records))
     yield from write_decisions(
-        log_id, e, seal, plan, selector, alive, stamp_cap_ms, t.store_s, keep
+        log_id, e, seal, plan, selector, alive, stamp_cap_ms, t.store_s, keep, owners=entries
     )
     # Tell the nodes (through the epoch store) which copies of the epoch are
     # good, before any of them may hand the epoch's end to readers.

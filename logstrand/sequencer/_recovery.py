@@ -33,7 +33,15 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ..records import BRIDGE, ESN_MAX, HOLE, TOMBSTONE, WRITTEN_BY_RECOVERY, precedence
+from ..records import (
+    BRIDGE,
+    ESN_MAX,
+    FLAGS_APPENDED,
+    HOLE,
+    TOMBSTONE,
+    WRITTEN_BY_RECOVERY,
+    precedence,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable
@@ -72,6 +80,11 @@ class Mutation:
     key: bytes | None = None
     payload: bytes | None = None
     extra: bytes | None = None
+    #: The copy's appender flags (``FLAGS_APPENDED``: a transaction's record
+    #: or marker), which the record keeps: without them an aborted
+    #: transaction's record would pass for a plain one, and a marker for a
+    #: record, once recovery wrote them again.
+    appended: int = 0
 
     @property
     def flags(self) -> int:
@@ -80,7 +93,7 @@ class Mutation:
         if self.decision is Decision.HOLE:
             return HOLE | WRITTEN_BY_RECOVERY
         tomb = TOMBSTONE if self.payload is None else 0
-        return tomb | WRITTEN_BY_RECOVERY
+        return tomb | WRITTEN_BY_RECOVERY | self.appended
 
 
 @attrs.frozen
@@ -196,6 +209,7 @@ class EpochRecovery:
                         copy.key,
                         copy.payload,
                         copy.extra,
+                        copy.flags & FLAGS_APPENDED,
                     )
                 )
         if bridge_at <= ESN_MAX:

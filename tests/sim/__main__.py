@@ -4,6 +4,7 @@ python -m tests.sim --seeds 0:2000         # a soak: every seed in the range
 python -m tests.sim --seed 1234 --trace    # replay one run, printing its events
 python -m tests.sim --maintenance --seeds 0:500   # runs followed by trim, compaction, rebuilding
 python -m tests.sim --many-logs --seeds 0:100     # hundreds of logs sharing the nodes
+python -m tests.sim --transactions --seeds 0:500  # transactional producers, committed readers
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ def main() -> int:
         action="store_true",
         help="hundreds of logs sharing the nodes (Config.many_logs)",
     )
+    parser.add_argument(
+        "--transactions",
+        action="store_true",
+        help="transactional producers beside plain ones (Config.with_transactions)",
+    )
     args = parser.parse_args()
     # Recovery retries log warnings by design; the run's own trace says more.
     logging.getLogger("logstrand").setLevel(logging.ERROR)
@@ -46,6 +52,8 @@ def main() -> int:
         try:
             if args.many_logs:
                 world, summary = run_seed(seed, Config.many_logs(seed))
+            elif args.transactions:
+                world, summary = run_seed(seed, Config.with_transactions(seed))
             else:
                 world, summary = (run_maintenance if args.maintenance else run_seed)(seed)
         except Violation as exc:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from logstrand import wire
+from logstrand.client._committed_view import CommittedView
 from logstrand.client._reader_core import (
     GapItem,
     GrantCredit,
@@ -18,6 +19,7 @@ from logstrand.client._reader_core import (
     StartStream,
 )
 from logstrand.client._reader_intake import Verdict, absorb
+from logstrand.records import CONTROL
 from logstrand.storage import _rules as node_rules
 from logstrand.storage._read_core import ReadFrom, ReadStreamCore, Report
 from logstrand.types import GapType
@@ -26,6 +28,7 @@ from .config import LOG, Violation
 
 if TYPE_CHECKING:
     from .node import SimNode
+    from .txn_client import TxnTruth
     from .world import World
 
 
@@ -124,6 +127,8 @@ def _check_log(
                 f"{other[diff : diff + 3]}"
             )
     items = flat[0]
+    if world.config.transactions:
+        check_committed(world, log, readers[0], final=True)
     # Timestamps never go back in the log.
     stamps = [
         (lsn, t)
@@ -197,6 +202,49 @@ def _check_log(
     }
 
 
+def check_committed(world: World, log: int, items: list[Any], *, final: bool) -> None:
+    """What a committed reader (the production ``CommittedView``) delivers
+    of ``items``, a read of ``log`` from its start: never a record of a
+    transaction that aborted or is still open; and, in the end (``final``,
+    every transaction decided), every record of every committed transaction
+    and every acknowledged record outside transactions.  (During the run a
+    committed transaction may show in part: a reader stops at the first
+    record of the oldest transaction still open, which may come between a
+    committed one's records, as Kafka's consumers stop at the LSO.)"""
+    view = CommittedView(0, hold_max_bytes=1 << 62)
+    out = view.feed(items)
+    view.at_end()
+    delivered = [p for kind, _, _, p in flatten(out) if kind == "record"]
+    txn_of: dict[bytes, TxnTruth] = {}
+    plain: set[bytes] = set()
+    for client in world.clients.values():
+        txn_of.update(getattr(client, "txn_of", {}))
+        plain.update(p for p in client.acked if client.log_of[p] == log)
+    plain -= txn_of.keys()
+    got = set(delivered)
+    for payload in delivered:
+        txn = txn_of.get(payload)
+        if txn is not None and txn.outcome != "commit":
+            when = "in the end" if final else f"at {world.now:.3f}"
+            raise Violation(
+                f"log {log} {when}: a committed reader got {payload!r} of transaction "
+                f"{txn.producer_id}/{txn.epoch}, which is {txn.outcome or 'open'}"
+            )
+    for txn in world.txns:
+        mine = txn.payloads.get(log, set())
+        if txn.outcome != "commit" or not mine:
+            continue
+        seen = mine & got
+        if final and seen != mine:
+            raise Violation(
+                f"log {log} in the end: a committed reader got {len(seen)} of the {len(mine)} "
+                f"records of committed transaction {txn.producer_id}/{txn.epoch}: missing "
+                f"{sorted(mine - seen)[:3]}"
+            )
+    if final and plain - got:
+        raise Violation(f"a committed reader misses acknowledged {sorted(plain - got)[:3]}")
+
+
 def unconfirmed_logs(world: World) -> list[int]:
     """The logs with acknowledged records no reader has seen yet (always the
     first log, so a run of one log reads it at every snapshot)."""
@@ -238,8 +286,12 @@ def check_liveness(world: World, got: set[bytes], read_logs: set[int]) -> None:
 
 
 def flatten(items: list[Any]) -> list[tuple[str, int, int, bytes | None]]:
+    """Records and gaps as (kind, lo, hi, payload); transactions' markers
+    are no records (a reader never delivers them)."""
     out: list[tuple[str, int, int, bytes | None]] = []
     for it in items:
+        if isinstance(it, RecordRun) and it.txn_flags & CONTROL:
+            continue
         if isinstance(it, RecordRun):
             out += [("record", lsn, lsn, p) for lsn, p in zip(it.lsns, it.payloads, strict=True)]
         elif isinstance(it, GapItem):

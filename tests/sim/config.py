@@ -67,6 +67,9 @@ class Config:
     #: appends to one drawn at random, after a burst of first appends to
     #: every log at the start (their sequencers activate all at once).
     logs: int = 1
+    #: Clients are transactional producers (``txn_client``) beside their
+    #: plain appends, and committed readers are checked (``check_committed``).
+    transactions: bool = False
     #: A node's activations running at once (``--activations-in-flight``);
     #: the rest wait in its queue.
     activations_in_flight: int = 64
@@ -90,6 +93,9 @@ class Config:
     #: A stopping node ends the epochs of sequencers with appends in flight
     #: too, at their LNG (acknowledged records behind the bridge are lost).
     break_handoff: bool = False
+    #: Transactions' markers are appended without the fence key's numbers:
+    #: a timed-out producer's late batches are taken after its abort.
+    break_txn_fence: bool = False
     #: Maintenance: nodes drop superseded copies without moving the clean
     #: point first (readers cannot tell compaction from loss).
     break_clean_point: bool = False
@@ -126,6 +132,12 @@ class Config:
             in_flight_max=8,
             append_every_s=0.01,
         )
+
+    @classmethod
+    def with_transactions(cls, seed: int) -> Config:
+        """The shape of ``for_seed`` with transactional producers over
+        three logs (a transaction writes to one to three of them)."""
+        return attrs.evolve(cls.for_seed(seed), transactions=True, logs=3)
 
     @property
     def log_ids(self) -> range:

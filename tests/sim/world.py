@@ -50,6 +50,7 @@ from . import checks
 from .client import SimClient
 from .config import CLIENT_BASE, LOG, SAME_INSTANT_EVENTS_MAX, Address, Config, Violation
 from .node import Endpoint, SimNode
+from .txn_client import SimTxnClient, TxnTruth
 
 __all__ = ["Config", "Violation", "World", "run_seed"]
 
@@ -68,9 +69,12 @@ class World:
         self.estore = MemoryEpochStore()
         cfg = self.config
         self.nodes = {i: SimNode(self, i) for i in range(1, cfg.nodes + 1)}
+        kind = SimTxnClient if cfg.transactions else SimClient
         self.clients = {
-            CLIENT_BASE + i: SimClient(self, CLIENT_BASE + i) for i in range(1, cfg.clients + 1)
+            CLIENT_BASE + i: kind(self, CLIENT_BASE + i) for i in range(1, cfg.clients + 1)
         }
+        #: Every transaction begun, as its producer knows it (``txn_client``).
+        self.txns: list[TxnTruth] = []
         self.endpoints: dict[int, Endpoint] = {**self.nodes, **self.clients}
         # What readers were handed during the run, to hold the final log to it.
         self.snapshots: list[tuple[int, list[tuple[str, int, int, bytes | None]]]] = []
@@ -258,7 +262,7 @@ class World:
         if not self.faults:
             return
         self.at(self.rng.uniform(0.3, 1.0), self._renew)
-        logs = self.rng.sample(self.config.log_ids, 10)
+        logs = self.rng.sample(self.config.log_ids, min(10, self.config.logs))
         self.note(f"renew logs {logs}")
         for node in self.nodes.values():
             if node.up:
@@ -340,18 +344,19 @@ class World:
             if not until:
                 continue
             scd = self.rng.random() < 0.7
-            flat = checks.flatten(
-                checks.read(
-                    self,
-                    until,
-                    log=log,
-                    scd=scd,
-                    answering=answering,
-                    partial=True,
-                    empty=self.rebuilt,
-                )
+            items = checks.read(
+                self,
+                until,
+                log=log,
+                scd=scd,
+                answering=answering,
+                partial=True,
+                empty=self.rebuilt,
             )
+            flat = checks.flatten(items)
             self.snapshots.append((log, flat))
+            if self.config.transactions:
+                checks.check_committed(self, log, items, final=False)
             got.update(payload for kind, _, _, payload in flat if kind == "record")
         checks.check_liveness(self, got, set(logs))
         # Fewer once healed: the liveness bound is what they are for then.

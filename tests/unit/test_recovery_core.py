@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from logstrand.batch import pack_extra
+from logstrand.errors import Status
+from logstrand.idempotence._model import Sent
 from logstrand.placement import CopysetSelector
-from logstrand.records import RecordFlags
+from logstrand.records import CONTROL, FLAGS_APPENDED, TRANSACTIONAL, RecordFlags
 from logstrand.sequencer._commands import StoreCopies
 from logstrand.sequencer._decisions import write_decisions
 from logstrand.sequencer._recovery import (
@@ -20,6 +23,8 @@ from logstrand.sequencer._recovery import (
     Standing,
     quorum,
 )
+from logstrand.transactions import producer_key
+from logstrand.types import compose_lsn
 
 
 def rec(esn: int, payload: bytes = b"x", wave: int = 1, flags: int = 0) -> DigestRecord:
@@ -171,3 +176,70 @@ def test_a_record_recovery_writes_again_keeps_its_headers() -> None:
     command = next(steps)
     assert isinstance(command, StoreCopies)
     assert command.message.batch.extras() == [extra, None, None]
+
+
+def _stored(plan: list[Any], owners: list[Any]) -> list[Any]:
+    """The batches ``write_decisions`` stores for ``plan``, every STORE
+    answered OK."""
+    steps = write_decisions(
+        7, 3, 4, plan, CopysetSelector((1, 2, 3), 2), lambda: {1, 2, 3}, 10**13, 1.0, [], owners
+    )
+    out = []
+    try:
+        command = next(steps)
+        while True:
+            assert isinstance(command, StoreCopies)
+            out.append(command.message.batch)
+            command = steps.send(dict.fromkeys(command.message.copyset, Status.OK))
+    except StopIteration:
+        return out
+
+
+def test_a_transactions_records_and_markers_stay_theirs_when_written_again() -> None:
+    """A record recovery writes again keeps its appender flags, and a run of
+    a transaction's records is stored by itself under its producer: readers
+    learn from a batch's first record whether its records are a
+    transaction's, and from its producer whose.  (Before, a re-stored
+    aborted record passed for a plain one, and a re-stored marker for a
+    record: the simulation's committed readers caught both.)"""
+    pid = producer_key(900, 0)
+    r = EpochRecovery(7, 3, (1, 2, 3), 2, seal_epoch=4, lng_esn=0)
+    copies = [
+        rec(1, b"plain"),
+        rec(2, b"t1", flags=TRANSACTIONAL),
+        rec(3, b"t2", flags=TRANSACTIONAL),
+        rec(4, b"marker", flags=CONTROL),
+        rec(5, b"other", flags=TRANSACTIONAL),
+        rec(6, b"plain-again"),
+    ]
+    r.on_digest(1, copies, complete=True)
+    r.on_digest(2, [], complete=True)
+    plan = r.decide()
+    assert [m.appended for m in plan[:6]] == [
+        0,
+        TRANSACTIONAL,
+        TRANSACTIONAL,
+        CONTROL,
+        TRANSACTIONAL,
+        0,
+    ]
+    # ESNs 2-3 are one batch of the producer (from 10), ESN 5 another's.
+    owners = [
+        (pid, Sent(10, 2, compose_lsn(3, 2), 0)),
+        (producer_key(901, 0), Sent(0, 1, compose_lsn(3, 5), 0)),
+        (pid, Sent(0, 5, compose_lsn(2, 2), 0)),  # another epoch's: not these
+    ]
+    batches = _stored(plan, owners)
+    shapes = [(b.flags0 & FLAGS_APPENDED, b.producer, b.columns().payloads) for b in batches]
+    assert shapes == [
+        (0, None, [b"plain"]),
+        (TRANSACTIONAL, (pid, 10), [b"t1", b"t2"]),
+        (CONTROL, None, [b"marker"]),
+        (TRANSACTIONAL, (producer_key(901, 0), 0), [b"other"]),
+        (0, None, [b"plain-again", None]),  # the bridge rides with it
+    ]
+    # A plain epoch is one STORE, as before.
+    r = EpochRecovery(7, 3, (1, 2, 3), 2, seal_epoch=4, lng_esn=0)
+    r.on_digest(1, [rec(1), rec(2)], complete=True)
+    r.on_digest(2, [], complete=True)
+    assert len(_stored(r.decide(), owners)) == 1
