@@ -29,7 +29,8 @@ one the Kafka front shares, ``kafka._native_txns``):
   ``async with`` block commits; an exception out of it aborts.
 
 A failed append leaves the producer's numbering unknown in that log: the
-transaction can only abort then, and the next one starts a new epoch.
+transaction can only abort then, and it aborts by INIT, so that its markers
+come at the next epoch and fence whatever of this epoch lands late.
 """
 
 from __future__ import annotations
@@ -265,6 +266,15 @@ class Transaction:
         if self.outcome is not None:
             return
         self.outcome = "aborted"
+        p = self._producer
+        if self._adds.any and p.stale and not p.fenced:
+            # A step failed: an append of it may still land in its log, after
+            # an ABORT marker of this epoch (which fences older epochs only),
+            # and join the producer's next transaction there.  INIT aborts
+            # the transaction at the next epoch instead, whose markers fence
+            # this epoch's appends, and gives the producer a fresh epoch.
+            await self._init()
+            return
         if self._adds.any:
             try:
                 await self._ask(TxnOp.ABORT)

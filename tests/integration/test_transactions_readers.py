@@ -14,8 +14,10 @@ import trio
 import logstrand
 from logstrand import Record
 from logstrand.epochstore import LogAttributes, open_epoch_store
-from logstrand.errors import InvalidArgumentError
+from logstrand.errors import FencedError, InvalidArgumentError, LogstrandError
+from logstrand.records import KEY_BYTES_MAX
 from logstrand.testing import LocalCluster
+from logstrand.transactions import producer_key
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -205,3 +207,39 @@ def test_blocking_code_runs_transactions_too(cluster: LocalCluster) -> None:
         assert client.committed("g-blocking", 9) == 1
         with pytest.raises(InvalidArgumentError):
             client.transaction("t-blocking").append(9, b"outside a with")
+
+
+def test_a_failed_transactions_late_append_is_fenced_by_its_abort(cluster: LocalCluster) -> None:
+    """A transaction whose step failed aborts at the next epoch (by INIT),
+    so an append of it that lands late (``late``, numbered as the next
+    batch of its epoch would be) is refused by the log.  Aborted at its own
+    epoch instead, the ABORT marker fenced only older epochs: the late
+    append was taken, joined the producer's next transaction in the log,
+    and a committed reader showed it when that one committed (found by
+    the simulation, seed 592 of ``--transactions``)."""
+    log = 10
+
+    async def main() -> None:
+        async with logstrand.open_client(cluster.url) as client:
+            with pytest.raises(LogstrandError):  # noqa: PT012 (the block is the point)
+                async with client.transaction("t-late") as tx:
+                    await tx.append(log, b"aborted")
+                    pid, epoch = tx.producer
+                    # An append that fails: the producer's numbering in the
+                    # log is unknown now (a real one may time out and land).
+                    await tx.append(log, b"v", key=b"k" * (KEY_BYTES_MAX + 1))
+            key = producer_key(pid, epoch)
+            with pytest.raises(FencedError):
+                await client.append_numbered(log, [b"late"], producer=(key, 1), transactional=True)
+            async with client.transaction("t-late") as tx:
+                await tx.append(log, b"next")
+                assert tx.producer[1] > epoch + 1  # the abort's epoch, then a new one
+            got = await _payloads(client, log, "committed")
+            assert got == [b"next"], got
+
+    trio.run(main)
+
+
+async def _payloads(client: Any, log: int, isolation: str) -> list[bytes | None]:
+    async with client.read(log, isolation=isolation) as reader:
+        return [i.payload async for i in reader if isinstance(i, Record)]

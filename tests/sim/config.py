@@ -96,6 +96,10 @@ class Config:
     #: Transactions' markers are appended without the fence key's numbers:
     #: a timed-out producer's late batches are taken after its abort.
     break_txn_fence: bool = False
+    #: A transaction whose batch was given up is aborted at its own epoch
+    #: (the client before it aborted by INIT): the batch may land after the
+    #: ABORT marker, which does not fence its own epoch.
+    break_txn_abort: bool = False
     #: Maintenance: nodes drop superseded copies without moving the clean
     #: point first (readers cannot tell compaction from loss).
     break_clean_point: bool = False

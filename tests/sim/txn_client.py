@@ -12,8 +12,10 @@ coordinator's own state (its log and failover): the producer decides.
 The shapes of a transaction:
 
 * **committed**: every batch acknowledged, then COMMIT (three times in four);
-* **aborted**: ABORT instead, or because a batch was given up; the next
-  transaction starts a new epoch (the real client's INIT after a failure);
+* **aborted**: ABORT instead (three times in four the producer's choice);
+* **failed**: a batch was given up, so it may still land later: the
+  producer aborts by INIT, as the real client does, and the coordinator
+  aborts at the next epoch, whose markers fence the batch's;
 * **timed out**: the producer goes silent with batches in flight, and the
   coordinator aborts it at the next epoch (its markers fence the old one);
   the producer comes back at the epoch after (INIT again).
@@ -134,13 +136,15 @@ class SimTxnClient(SimClient):
         """Commit or abort, and write the markers; the epoch the next
         transaction starts in."""
         world = self.world
-        if txn.silent:
-            # Timed out: aborted at the next epoch, whose markers fence this one.
+        if txn.silent or (txn.failed and not world.config.break_txn_abort):
+            # Timed out, or a batch given up that may still land: aborted at
+            # the next epoch (the coordinator's timeout, or the producer's
+            # INIT), whose markers fence this one's batches.
             txn.outcome, mark_epoch, self.epoch = "abort", txn.epoch + 1, txn.epoch + 2
         elif txn.failed or not rng_hit(world, 0.75):
             txn.outcome, mark_epoch = "abort", txn.epoch
             if txn.failed:
-                self.epoch = txn.epoch + 1  # INIT: the numbering is unknown now
+                self.epoch = txn.epoch + 1  # (break_txn_abort: the next INIT)
         else:
             txn.outcome, mark_epoch = "commit", txn.epoch
         if self.epoch != txn.epoch:
