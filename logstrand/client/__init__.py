@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from ._rebalance import RebalanceReport
     from ._settings import ClientSettings
     from ._sync import Client, connect
+    from ._txn_requests import Prepared
     from ._views import LogSegment
 
 _LAZY = {
@@ -28,6 +29,7 @@ _LAZY = {
     "ReadStream": "_reader",
     "RebalanceReport": "_rebalance",
     "ClientSettings": "_settings",
+    "Prepared": "_txn_requests",
     "Client": "_sync",
     "connect": "_sync",
 }
@@ -51,6 +53,7 @@ __all__ = [
     "ColumnBatch",
     "GapItem",
     "LogSegment",
+    "Prepared",
     "ReadStream",
     "RebalanceReport",
     "RecordRun",

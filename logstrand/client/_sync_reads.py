@@ -74,10 +74,13 @@ class BlockingReads:
         *,
         group: str | None = None,
         autocommit: bool = False,
+        isolation: str = "uncommitted",
     ) -> Iterator[list[Any]]:
         """Like ``read``, but columnar: lists of ``RecordRun`` and ``GapItem``."""
         client = self.async_client
-        stream = client.read(log_id, start, until, group=group, autocommit=autocommit)
+        stream = client.read(
+            log_id, start, until, group=group, autocommit=autocommit, isolation=isolation
+        )
         return self._drain(stream, stream._next_items)
 
     def _drain(
@@ -104,17 +107,21 @@ class BlockingReads:
         *,
         group: str | None = None,
         autocommit: bool = False,
+        isolation: str = "uncommitted",
     ) -> Iterator[ColumnBatch]:
         """Read a log as columns: ``ColumnBatch`` objects (LSNs, timestamps,
         keys and payloads as lists, and the gaps met), in LSN order.
 
         Far cheaper per record than ``read`` (no object per record); what
         bulk consumers such as the Spark data source use.  ``group``,
-        ``autocommit``: as for ``read``.
+        ``autocommit``, ``isolation``: as for ``read``.
         """
         from ._columns import ColumnBatch  # numpy: columnar reads only
 
-        for items in self.read_batches(log_id, start, until, group=group, autocommit=autocommit):
+        batches = self.read_batches(
+            log_id, start, until, group=group, autocommit=autocommit, isolation=isolation
+        )
+        for items in batches:
             yield ColumnBatch.of(log_id, items)
 
     def read_arrow(
@@ -126,16 +133,19 @@ class BlockingReads:
         on_gap: Callable[[Gap], None] | None = None,
         group: str | None = None,
         autocommit: bool = False,
+        isolation: str = "uncommitted",
     ) -> Iterator[pa.RecordBatch]:
         """Read a log as ``pyarrow.RecordBatch``es (``client.ARROW_SCHEMA``:
         log_id, lsn, epoch, esn, timestamp, key, payload), about 65,536 rows
         each.  Gaps are not rows: each one goes to ``on_gap`` as it is met.
-        ``group``, ``autocommit``: as for ``read`` (a batch counts as
-        processed when the next one is asked for).
+        ``group``, ``autocommit``, ``isolation``: as for ``read`` (a batch
+        counts as processed when the next one is asked for).
         Needs pyarrow (``logstrand[arrow]``)."""
         from ._arrow import arrow_batches
 
-        columns = self.read_columns(log_id, start, until, group=group, autocommit=autocommit)
+        columns = self.read_columns(
+            log_id, start, until, group=group, autocommit=autocommit, isolation=isolation
+        )
         return arrow_batches(columns, on_gap=on_gap)
 
     def subscribe(

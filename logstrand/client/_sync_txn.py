@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
     from ._async import AsyncClient
     from ._transaction import Transaction
+    from ._txn_requests import Prepared
 
 
 class BlockingTransaction:
@@ -83,6 +84,17 @@ class BlockingTransaction:
         """Commit ``group``'s positions with the transaction."""
         tx = self._opened()
         self._call(lambda: tx.commit_positions(group, positions))
+
+    def prepare(self) -> Prepared | None:
+        """Leave the transaction open for another client to commit or abort
+        (see ``Transaction.prepare``)."""
+        tx = self._opened()
+
+        async def prepare() -> Prepared | None:
+            return tx.prepare()
+
+        prepared: Prepared | None = self._call(prepare)
+        return prepared
 
     def commit(self) -> None:
         tx = self._opened()

@@ -44,19 +44,17 @@ import attrs
 import trio
 
 from ..errors import (
-    AccessDeniedError,
     FencedError,
     InvalidArgumentError,
     LogstrandError,
-    NotFoundError,
     Status,
-    TransientError,
 )
 from ..positions import check_group, positions_log_of, txn_positions_key
 from ..records import INTERNAL_LOGS
 from ..transactions import TXN_ID_RE, TxnError, producer_key
-from ..wire import TXN_PROTOCOL, TxnOp, TxnReply, TxnRequest
-from ._coordinators import CoordinatorClient, coordinator_node
+from ..wire import TxnOp, TxnReply, TxnRequest
+from ._coordinators import CoordinatorClient
+from ._txn_requests import FENCED_ERRORS, Prepared, ask_coordinator
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -77,12 +75,6 @@ class TxnClient(CoordinatorClient, Protocol):
 
 
 _log = logging.getLogger("logstrand.transactions")
-#: A request to the coordinator is tried again for this long at most (a
-#: coordinator moving, or the markers of the id's last transaction).
-COORDINATOR_PATIENCE_S = 30.0
-#: How long one answer of the coordinator is waited for.
-ANSWER_TIMEOUT_S = 15.0
-_FENCED = (TxnError.PRODUCER_FENCED, TxnError.INVALID_PRODUCER_EPOCH)
 
 
 @attrs.define(eq=False)
@@ -261,6 +253,29 @@ class Transaction:
                 raise
         self.outcome = "committed"
 
+    def prepare(self) -> Prepared | None:
+        """Leave the transaction open at the block's end, for another
+        client to commit or abort (``client.commit_prepared``,
+        ``abort_prepared``): the first phase of a two-phase commit, as a
+        Spark task's part of a micro-batch.  Its timeout still runs.  None:
+        it wrote nothing, so there is nothing to commit.
+
+        Raises FencedError (a newer producer took over), LogstrandError (a
+        step failed: abort it)."""
+        self._check_open()
+        p = self._producer
+        if p.fenced:
+            raise FencedError(f"transaction {self.transactional_id}: fenced", Status.FENCED)
+        if p.stale:
+            raise LogstrandError(f"transaction {self.transactional_id}: a step of it failed")
+        self.outcome = "prepared"
+        if not self._adds.any:
+            return None
+        # The id's next transaction in this client starts a new epoch, which
+        # aborts this one if it is still open by then.
+        p.stale = True
+        return Prepared(self.transactional_id, p.producer_id, p.producer_epoch)
+
     async def abort(self) -> None:
         """Abort: nothing of the transaction is ever visible to committed readers."""
         if self.outcome is not None:
@@ -315,7 +330,7 @@ class Transaction:
             return TxnRequest(rid, int(op), p.transactional_id, pid, epoch, **fields)
 
         reply = await ask_coordinator(self._client, p.transactional_id, make)
-        if reply.error in _FENCED:
+        if reply.error in FENCED_ERRORS:
             p.stale = p.fenced = True
             raise FencedError(
                 f"transaction {p.transactional_id}: a newer producer of the id took over "
@@ -388,49 +403,6 @@ class _Adds:
                 flight.set()
 
 
-async def ask_coordinator(
-    client: CoordinatorClient,
-    txn_id: str,
-    make: Callable[[int], TxnRequest],
-    *,
-    patience_s: float = COORDINATOR_PATIENCE_S,
-) -> TxnReply:
-    """Send ``make(request_id)`` to the coordinator of ``txn_id`` until it
-    answers with a verdict (OK status; its ``error`` may refuse): found
-    again when it did not answer or moved, asked again while it reads the
-    id back or the id is busy (CONCURRENT_TRANSACTIONS)."""
-    if not TXN_ID_RE.fullmatch(txn_id):
-        raise InvalidArgumentError(f"not a transactional id: {txn_id!r:.60}")
-    plog = positions_log_of(txn_id)
-    deadline = trio.current_time() + patience_s
-    delay, again, why = 0.05, False, "no answer"
-    while True:
-        reply = None
-        try:
-            node = await coordinator_node(
-                client, plog, again=again, protocol=TXN_PROTOCOL, what=f"transaction {txn_id}"
-            )
-            reply = await client.ask_node(node, make, timeout_s=ANSWER_TIMEOUT_S)
-        except TransientError as exc:
-            why = str(exc)
-        again = reply is None or reply.status == Status.REDIRECTED
-        if reply is not None:
-            status = Status(reply.status)
-            if status == Status.OK and reply.error != TxnError.CONCURRENT_TRANSACTIONS:
-                return reply  # type: ignore[no-any-return]
-            if status == Status.ACCESS:
-                raise AccessDeniedError(reply.message or "refused")
-            if status == Status.INVALID_PARAM:
-                raise InvalidArgumentError(reply.message)
-            if status not in (Status.OK, Status.REDIRECTED, Status.AGAIN):
-                raise LogstrandError(reply.message, status)
-            why = reply.message or status.name
-        if trio.current_time() + delay > deadline:
-            raise TransientError(f"transaction {txn_id}: the coordinator did not take it ({why})")
-        await trio.sleep(delay)
-        delay = min(1.0, delay * 2)
-
-
 def new_producer(txn_id: str, timeout_s: float) -> TxnProducer:
     if not TXN_ID_RE.fullmatch(txn_id):
         raise InvalidArgumentError(
@@ -439,18 +411,3 @@ def new_producer(txn_id: str, timeout_s: float) -> TxnProducer:
     if not math.isfinite(timeout_s) or not 0 < timeout_s <= 3600:
         raise InvalidArgumentError("timeout_s: more than 0 and at most an hour")
     return TxnProducer(txn_id, max(1, round(timeout_s * 1000)))
-
-
-async def abort_transaction(client: CoordinatorClient, txn_id: str) -> None:
-    """``AsyncClient.abort_transaction``."""
-
-    def make(rid: int) -> TxnRequest:
-        return TxnRequest(rid, int(TxnOp.FORCE_ABORT), txn_id)
-
-    reply = await ask_coordinator(client, txn_id, make)
-    if reply.error == TxnError.INVALID_PRODUCER_ID_MAPPING:
-        raise NotFoundError(f"no transactional id {txn_id!r}")
-    if reply.error == TxnError.INVALID_TXN_STATE:
-        raise InvalidArgumentError(f"transactional id {txn_id!r} has no open transaction")
-    if reply.error:
-        raise LogstrandError(f"transaction {txn_id}: {reply.message}")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._transaction import Transaction, TxnProducer, abort_transaction, new_producer
+from ._transaction import Transaction, TxnProducer, new_producer
+from ._txn_requests import Prepared, abort_transaction, end_prepared
 
 if TYPE_CHECKING:
     from ..positions._client import Groups
@@ -48,6 +49,31 @@ class TxnApi:
     async def transactions(self) -> dict[str, dict[str, Any]]:
         """Every transactional id's state, by id (docs/transactions.md)."""
         return await self._groups.transactions()
+
+    async def transaction_state(self, transactional_id: str) -> dict[str, Any] | None:
+        """One transactional id's state (None: no such id): its producer id
+        and epoch (``pid``, ``epoch``), its transaction's ``state``
+        (Ongoing, PrepareCommit, CompleteCommit, ...), the ``logs`` and
+        ``groups`` it wrote to, and the ``tag`` of its last commit."""
+        return await self._groups.transaction_state(transactional_id)
+
+    async def commit_prepared(self, prepared: Prepared, *, tag: str = "") -> None:
+        """Commit a transaction that ``Transaction.prepare`` left open,
+        from any client (two-phase commit: a Spark driver commits what its
+        tasks wrote).  ``tag`` (at most 256 characters) is kept as the
+        id's last commit's (``transaction_state``).  Committing it again is
+        no error.
+
+        Raises:
+            FencedError: a newer producer of the id took over, or its
+                timeout aborted it: nothing of it will be visible.
+        """
+        await end_prepared(self, prepared, commit=True, tag=tag)  # type: ignore[arg-type]
+
+    async def abort_prepared(self, prepared: Prepared) -> None:
+        """Abort a transaction that ``Transaction.prepare`` left open (one
+        aborted or fenced already: nothing to do)."""
+        await end_prepared(self, prepared, commit=False)  # type: ignore[arg-type]
 
     async def abort_transaction(self, transactional_id: str) -> None:
         """Abort the id's open transaction, whoever holds it (an operator's

@@ -62,7 +62,8 @@ class NativeTxns:
             code = await txns.add(txn_id, pid, epoch, set(msg.logs), frozenset(msg.groups))
             return _verdict(rid, code)
         if op in (TxnOp.COMMIT, TxnOp.ABORT):
-            return _verdict(rid, await txns.end(txn_id, pid, epoch, op == TxnOp.COMMIT))
+            commit = op == TxnOp.COMMIT
+            return _verdict(rid, await txns.end(txn_id, pid, epoch, commit, msg.tag))
         return _verdict(rid, await txns.abort(txn_id))
 
     async def _check_adds(self, msg: TxnRequest) -> str | None:

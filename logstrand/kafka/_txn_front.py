@@ -177,13 +177,15 @@ class TxnFront:
         self.poke()  # a transaction opened: its deadline is the timer's
         return code
 
-    async def end(self, txn_id: str, producer_id: int, epoch: int, commit: bool) -> int:
+    async def end(
+        self, txn_id: str, producer_id: int, epoch: int, commit: bool, tag: str = ""
+    ) -> int:
         """EndTxn: the decision written, answer; the markers follow at once
         (as Kafka's coordinator does), and the id's next request waits for
         them."""
         code = await self.take(txn_id)
         if not code:
-            code, markers = self.core.end(txn_id, producer_id, epoch, commit)
+            code, markers = self.core.end(txn_id, producer_id, epoch, commit, tag)
             if markers is not None:
                 code = await self.decide(markers)
                 if not code:

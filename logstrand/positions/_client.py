@@ -278,6 +278,19 @@ class Groups:
                 out[txn_id] = {**doc, "held": held}
         return dict(sorted(out.items()))
 
+    async def transaction_state(self, txn_id: str) -> dict[str, Any] | None:
+        """One transactional id's state as its coordinator wrote it (None:
+        no such id): one positions log read, not all of them."""
+        table = await self.refresh(positions_log_of(txn_id))
+        raw = table.txns.get(txn_id)
+        if raw is None:
+            return None
+        try:
+            doc: dict[str, Any] = json.loads(raw)
+        except ValueError:
+            return None
+        return doc
+
     async def of_group(self, group: str) -> list[Position]:
         check_group(group)
         own = {p.log_id: p for p in (await self.table_of(group)).of_group(group)}

@@ -19,6 +19,7 @@ from ..errors import InvalidArgumentError
 from ..positions import check_group
 from ..records import check_log_id
 from ..security import Credentials, read_token
+from ..transactions import TXN_ID_RE
 from ..types import lsn_value
 
 if TYPE_CHECKING:
@@ -175,6 +176,9 @@ class ReadOptions:
     auth: Auth = NO_AUTH
     #: Columns read as UTF-8 strings rather than bytes (``stringColumns``).
     string_columns: frozenset[str] = frozenset()
+    #: "committed": records of committed transactions and records outside
+    #: any (``isolation``; Kafka's ``kafka.isolation.level``).
+    isolation: str = "uncommitted"
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
@@ -230,7 +234,28 @@ class ReadOptions:
             group=group,
             auth=Auth.parse(options),
             string_columns=parse_string_columns(options),
+            isolation=parse_isolation(_get(options, "isolation")),
         )
+
+
+#: ``isolation``'s values, Kafka's names too.
+_ISOLATION = {
+    "uncommitted": "uncommitted",
+    "read_uncommitted": "uncommitted",
+    "committed": "committed",
+    "read_committed": "committed",
+}
+
+
+def parse_isolation(text: str | None) -> str:
+    if text is None:
+        return "uncommitted"
+    value = _ISOLATION.get(text.strip().lower())
+    if value is None:
+        raise InvalidArgumentError(
+            f"isolation: {text!r:.40} is not 'read_committed' or 'read_uncommitted'"
+        )
+    return value
 
 
 #: The columns ``stringColumns`` may name.
@@ -260,6 +285,12 @@ class WriteOptions:
     #: write run again under the same id, on the same rows, appends nothing
     #: twice.  None: a new id per write, so only task retries are covered.
     write_id: str | None = None
+    #: Write in transactions (``transactionalId``): each task's rows in a
+    #: transaction of id ``<this>-<partition>``, left open, and the driver
+    #: commits them all when the write (or micro-batch) commits.
+    transactional_id: str | None = None
+    #: Their timeout (``transactionTimeoutMs``).
+    transaction_timeout_s: float = 60.0
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -276,4 +307,15 @@ class WriteOptions:
         write_id = _get(options, "writeId")
         if write_id is not None and not write_id.strip():
             raise InvalidArgumentError("writeId: must not be empty")
-        return cls(url, log, Auth.parse(options), write_id)
+        txn_id = _get(options, "transactionalId")
+        if txn_id is not None and not TXN_ID_RE.fullmatch(txn_id + "-0000"):
+            raise InvalidArgumentError(
+                f"transactionalId: {txn_id!r:.60} is not printable ASCII without spaces "
+                "(at most 240 characters)"
+            )
+        timeout_ms = _int(
+            _get(options, "transactionTimeoutMs") or "60000", "transactionTimeoutMs", 1
+        )
+        if timeout_ms > 3_600_000:
+            raise InvalidArgumentError("transactionTimeoutMs: at most an hour")
+        return cls(url, log, Auth.parse(options), write_id, txn_id, timeout_ms / 1000)

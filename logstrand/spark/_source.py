@@ -104,6 +104,9 @@ class LsnRange(InputPartition):
     auth: Auth = NO_AUTH
     #: Columns read as UTF-8 strings (``stringColumns``).
     strings: frozenset[str] = frozenset()
+    #: "committed": the committed records of the range only; its read goes
+    #: on past ``hi`` until the transactions open there are decided.
+    isolation: str = "uncommitted"
 
 
 def read_schema(strings: frozenset[str]) -> StructType:
@@ -176,7 +179,14 @@ def plan_partitions(client: Client, opts: ReadOptions) -> list[LsnRange]:
     )
     return [
         LsnRange(
-            opts.url, r.log_id, r.lo, r.hi, opts.fail_on_data_loss, opts.auth, opts.string_columns
+            opts.url,
+            r.log_id,
+            r.lo,
+            r.hi,
+            opts.fail_on_data_loss,
+            opts.auth,
+            opts.string_columns,
+            opts.isolation,
         )
         for r in planned
     ]
@@ -214,7 +224,9 @@ def read_range(client: Client, part: LsnRange) -> Iterator[pa.RecordBatch]:
         _log.warning("%s: skipped", what)
         lost += 1
 
-    batches = client.read_arrow(part.log_id, part.lo, part.hi - 1, on_gap=on_gap)
+    batches = client.read_arrow(
+        part.log_id, part.lo, part.hi - 1, on_gap=on_gap, isolation=part.isolation
+    )
     if not part.strings:
         yield from batches
     else:
@@ -365,6 +377,7 @@ class LogstrandStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                         self.opts.fail_on_data_loss,
                         self.opts.auth,
                         self.opts.string_columns,
+                        self.opts.isolation,
                     )
                 )
         return parts

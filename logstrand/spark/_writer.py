@@ -8,6 +8,18 @@ holds with their LSNs, or with DUPLICATE when they are too old to be
 remembered, and stores only what is new.  That needs the same rows in the
 same order on every attempt, which Spark gives for a deterministic input
 (docs/spark.md says which failures are covered).
+
+With ``transactionalId`` the rows go in transactions instead, committed
+by the driver (two-phase, as Flink's Kafka sink does): each task writes
+its rows in a transaction of id ``<transactionalId>-<partition>`` and
+leaves it open (``prepare``); the driver commits every task's when the
+write or micro-batch commits, with the write's id or the query's id and
+the batch's number as the commit's tag, and aborts them when it aborts.  Committed readers see
+none of it before, and each task's part at its commit.  A task run again
+starts the id's producer at a new epoch, which aborts what an earlier
+attempt left open; a micro-batch run again (the driver died before Spark
+recorded it) finds the tag of its batch on the ids the driver had
+committed, and writes nothing for those.
 """
 
 from __future__ import annotations
@@ -23,7 +35,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from ..client import ClientSettings, connect
+from ..client import ClientSettings, Prepared, connect
 from ..errors import DuplicateAppendError, InvalidArgumentError
 from ..idempotence import derived_id
 from ._arrow import rows_by_log
@@ -84,6 +96,67 @@ def append_rows(
     return Appended(done, duplicates)
 
 
+@dataclass(frozen=True)
+class TxnWritten(WriterCommitMessage):
+    """What one write task wrote in its transaction: left open for the
+    driver (``prepared``; None: nothing to commit, or an earlier run of the
+    same write or batch committed it already, ``done``)."""
+
+    prepared: Prepared | None
+    records: int
+    #: What the driver commits it as: the write's id, or the query's and
+    #: the micro-batch's (a query started afresh numbers from 0 again).
+    tag: str = ""
+    done: bool = False
+
+
+#: An id whose last commit is one of these has committed its tag.
+_COMMITTED = ("PrepareCommit", "CompleteCommit")
+
+
+def write_in_transaction(
+    opts: WriteOptions, txn_id: str, tag: str, batches: Iterator[pa.RecordBatch]
+) -> TxnWritten:
+    """The rows in a transaction of ``txn_id``, left open; nothing when the
+    id's last commit has ``tag`` (this part was committed by an earlier run)."""
+    settings = ClientSettings()
+    with connect(opts.url, credentials=opts.auth.credentials()) as client:
+        state = client.transaction_state(txn_id)
+        if state is not None and state.get("tag") == tag and state["state"] in _COMMITTED:
+            _log.info("%s: committed as %s already: nothing written", txn_id, tag)
+            return TxnWritten(None, 0, tag, done=True)
+        n = 0
+        with client.transaction(txn_id, timeout_s=opts.transaction_timeout_s) as tx:
+            for batch in batches:
+                for log, rows in rows_by_log(batch, opts.log).items():
+                    rows.check(settings)
+                    for start, end in rows.spans(settings):
+                        part = rows.span(start, end)
+                        keys = part.column("key").to_pylist() if rows.keys is not None else None
+                        tx.append_batch(log, part.column("payload").to_pylist(), keys=keys)
+                        n += end - start
+            prepared = tx.prepare()
+    return TxnWritten(prepared, n, tag)
+
+
+def end_transactions(
+    opts: WriteOptions, messages: list[WriterCommitMessage | None], *, commit: bool
+) -> int:
+    """The driver's part: commit (with each one's tag) or abort every
+    task's transaction; the records committed."""
+    written = [m for m in messages if isinstance(m, TxnWritten) and m.prepared is not None]
+    if not written:
+        return 0
+    with connect(opts.url, credentials=opts.auth.credentials()) as client:
+        for m in written:
+            assert m.prepared is not None
+            if commit:
+                client.commit_prepared(m.prepared, tag=m.tag)
+            else:
+                client.abort_prepared(m.prepared)
+    return sum(m.records for m in written)
+
+
 def _total(messages: list[WriterCommitMessage | None]) -> tuple[int, int]:
     appended = [m for m in messages if isinstance(m, Appended)]
     return sum(n for m in appended for n, _, _ in m.logs.values()), sum(
@@ -101,17 +174,28 @@ class LogstrandWriter(DataSourceArrowWriter):
     def producer_id(self, partition: int) -> int:
         return derived_id("logstrand-write", self.write_id, partition)
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> Appended:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Appended | TxnWritten:
         partition, _, _ = _task()
+        if self.opts.transactional_id is not None:
+            txn_id = f"{self.opts.transactional_id}-{partition}"
+            return write_in_transaction(self.opts, txn_id, self.write_id, iterator)
         return append_rows(self.opts, self.producer_id(partition), iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.opts.transactional_id is not None:
+            n = end_transactions(self.opts, messages, commit=True)
+            _log.info("write %s: %d records committed", self.write_id, n)
+            return
         total, old = _total(messages)
         _log.info(
             "write %s: %d records appended (%d found stored before)", self.write_id, total, old
         )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.opts.transactional_id is not None:
+            n = end_transactions(self.opts, messages, commit=False)
+            _log.warning("write %s aborted: %d records never visible", self.write_id, n)
+            return
         # What was appended stays; the same write run again (same writeId)
         # appends only what is missing.
         total, _ = _total(messages)
@@ -128,20 +212,32 @@ class LogstrandStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, opts: WriteOptions) -> None:
         self.opts = opts
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> Appended:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Appended | TxnWritten:
         partition, query, batch = _task()
         if batch is None:
             raise InvalidArgumentError("the stream writer runs only inside a streaming query")
+        if self.opts.transactional_id is not None:
+            txn_id = f"{self.opts.transactional_id}-{partition}"
+            tag = f"{query} batch {batch}"
+            return write_in_transaction(self.opts, txn_id, tag, iterator)
         name = self.opts.write_id or query or "query"
         producer = derived_id("logstrand-stream", name, batch, partition)
         return append_rows(self.opts, producer, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        if self.opts.transactional_id is not None:
+            n = end_transactions(self.opts, messages, commit=True)
+            _log.info("micro-batch %d: %d records committed", batchId, n)
+            return
         total, old = _total(messages)
         _log.info(
             "micro-batch %d: %d records appended (%d found stored before)", batchId, total, old
         )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        if self.opts.transactional_id is not None:
+            n = end_transactions(self.opts, messages, commit=False)
+            _log.warning("micro-batch %d aborted: %d records never visible", batchId, n)
+            return
         total, _ = _total(messages)
         _log.warning("micro-batch %d aborted after %d records were appended", batchId, total)

@@ -104,6 +104,9 @@ class Txn:
     groups: set[str] = attrs.Factory(set)
     #: When the open transaction started (its first log), for rule 5.
     started: float | None = None
+    #: The tag of the id's last commit (``TxnRequest.tag``): what it did, in
+    #: the application's words (a Spark micro-batch), to be told again.
+    tag: str = ""
     #: Log -> how many markers of this producer id and epoch went into it:
     #: the number of the next one (rule 3: markers are numbered under the
     #: fence key, so a log takes each once and fences older epochs).
@@ -119,6 +122,7 @@ class Txn:
             "logs": sorted(self.logs),
             "groups": sorted(self.groups),
             "marks": {str(k): v for k, v in sorted(self.marks.items())},
+            "tag": self.tag,
         }
 
     @classmethod
@@ -132,6 +136,7 @@ class Txn:
             {int(x) for x in d["logs"]},
             {str(x) for x in d.get("groups", ())},
             marks={int(k): int(v) for k, v in d.get("marks", {}).items()},
+            tag=str(d.get("tag", "")),
         )
 
 
@@ -229,9 +234,10 @@ class TxnCoordinator:
         return TxnError.NONE
 
     def end(
-        self, txn_id: str, producer_id: int, epoch: int, commit: bool
+        self, txn_id: str, producer_id: int, epoch: int, commit: bool, tag: str = ""
     ) -> tuple[TxnError, Markers | None]:
-        """EndTxn: decide the transaction (rules 2, 3 and 6)."""
+        """EndTxn: decide the transaction (rules 2, 3 and 6); a commit keeps
+        ``tag`` as the id's last commit's."""
         txn = self.txns.get(txn_id)
         if txn is not None and txn.producer_id == producer_id and epoch == txn.producer_epoch:
             done = State.COMPLETE_COMMIT if commit else State.COMPLETE_ABORT
@@ -242,6 +248,8 @@ class TxnCoordinator:
             return code, None
         if txn.state != State.ONGOING:
             return TxnError.INVALID_TXN_STATE, None
+        if commit:
+            txn.tag = tag
         return TxnError.NONE, self._decide(txn, commit)
 
     def abort_now(self, txn_id: str) -> tuple[TxnError, Markers | None]:

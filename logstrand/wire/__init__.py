@@ -71,7 +71,7 @@ from ._messages_ops import (
     TrimLog,
     TrimReply,
 )
-from ._messages_txn import TXN_PROTOCOL, TxnOp, TxnReply, TxnRequest
+from ._messages_txn import TXN_PROTOCOL, TXN_TAG_MAX, TxnOp, TxnReply, TxnRequest
 from ._registry import (
     ACCESS,
     MESSAGE_TYPES,
@@ -98,6 +98,7 @@ __all__ = [
     "TAILS_FIELDS",
     "TAILS_LOGS_MAX",
     "TXN_PROTOCOL",
+    "TXN_TAG_MAX",
     "Amend",
     "AmendReply",
     "Append",

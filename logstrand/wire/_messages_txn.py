@@ -32,6 +32,8 @@ TXN_LOGS_MAX = 4096
 TXN_GROUPS_MAX = 64
 #: A transactional id's length at most (``transactions.TXN_ID_RE``).
 TXN_ID_MAX = 249
+#: A commit's tag's length at most (characters).
+TXN_TAG_MAX = 256
 
 
 class TxnOp(enum.IntEnum):
@@ -90,6 +92,10 @@ class TxnRequest:
         converter=f.to_tuple,
         validator=f.tuple_of(f.text(GROUP_NAME_MAX), TXN_GROUPS_MAX),
     )
+    #: COMMIT's tag: the application's name for what the transaction did
+    #: (a Spark micro-batch), kept with the id's state until its next
+    #: commit, so that a producer run again can tell it is done already.
+    tag: str = attrs.field(default="", validator=f.text(TXN_TAG_MAX))
 
 
 @message(63)

@@ -243,3 +243,82 @@ def test_a_failed_transactions_late_append_is_fenced_by_its_abort(cluster: Local
 async def _payloads(client: Any, log: int, isolation: str) -> list[bytes | None]:
     async with client.read(log, isolation=isolation) as reader:
         return [i.payload async for i in reader if isinstance(i, Record)]
+
+
+def test_a_committed_read_to_an_lsn_waits_for_the_transactions_open_there(
+    cluster: LocalCluster,
+) -> None:
+    """A read to an LSN (a Spark partition's range, a micro-batch) reads on
+    past it until every transaction with records up to it is decided, and
+    delivers the committed records up to it: ranges that share a log get
+    each committed record once, and none waits for a later range.  To the
+    tail, it stops before the open transaction instead."""
+    log = 12
+
+    async def read_to(client: Any, until: int, got: list[bytes | None]) -> None:
+        async with client.read(log, 1, until, isolation="committed") as reader:
+            got += [i.payload async for i in reader if isinstance(i, Record)]
+
+    async def main() -> None:
+        async with logstrand.open_client(cluster.url) as client:
+            await client.append(log, b"before")
+            for outcome in (b"commit", b"abort"):
+                got: list[bytes | None] = []
+                tx = client.transaction("t-range")
+                await tx.__aenter__()
+                await tx.append(log, b"in-" + outcome)
+                until = await client.append(log, b"plain-" + outcome)
+                await client.append(log, b"past-" + outcome)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(read_to, client, until, got)
+                    await trio.sleep(0.3)
+                    assert got == []  # it waits for the transaction
+                    # To the tail, a committed reader stops at the open one.
+                    assert b"plain-" + outcome not in await _payloads(client, log, "committed")
+                    if outcome == b"commit":
+                        await tx.__aexit__(None, None, None)
+                    else:
+                        await tx.__aexit__(Boom, Boom(), None)
+                want = [b"in-commit", b"plain-commit"] if outcome == b"commit" else [b"plain-abort"]
+                assert got[-len(want) :] == want, got
+                assert b"past-" + outcome not in got
+
+    trio.run(main)
+
+
+def test_a_prepared_transaction_is_committed_by_another_client_with_its_tag(
+    cluster: LocalCluster,
+) -> None:
+    """Two-phase commit: a transaction left open by ``prepare`` is
+    committed (or aborted) from another client, as a Spark driver commits
+    what its tasks wrote; the commit's tag is kept in the id's state."""
+    log = 13
+    with logstrand.connect(cluster.url) as writer:
+        with writer.transaction("t-2pc") as tx:
+            tx.append(log, b"prepared")
+            prepared = tx.prepare()
+            assert prepared is not None
+        with writer.transaction("t-2pc-b") as tx:
+            tx.append(log, b"to abort")
+            doomed = tx.prepare()
+            assert doomed is not None
+        with writer.transaction("t-2pc-empty") as tx:
+            assert tx.prepare() is None  # nothing written: nothing to commit
+        assert [i for i in writer.read(log, isolation="committed")] == []
+    with logstrand.connect(cluster.url) as driver:
+        assert driver.transaction_state("t-2pc")["state"] == "Ongoing"
+        driver.commit_prepared(prepared, tag="batch 7")
+        driver.commit_prepared(prepared, tag="batch 7")  # again: no error
+        driver.abort_prepared(doomed)
+        state = driver.transaction_state("t-2pc")
+        assert (state["state"] in ("PrepareCommit", "CompleteCommit"), state["tag"]) == (
+            True,
+            "batch 7",
+        )
+        assert driver.transaction_state("nobody") is None
+        deadline = time.monotonic() + 20
+        while [r.payload for r in driver.read(log, isolation="committed")] != [b"prepared"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        with pytest.raises(InvalidArgumentError):
+            driver.commit_prepared(prepared, tag="x" * 300)

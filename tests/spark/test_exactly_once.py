@@ -119,3 +119,86 @@ def test_a_micro_batch_run_again_appends_nothing_twice_and_the_group_is_committe
         (ck / "commits" / name).unlink(missing_ok=True)
     assert run() == 500  # batch 0 ran again, and its sink wrote all of it again
     assert payload_counts(cluster.url, 23) == Counter(b"in%d" % i for i in range(500))
+
+
+def committed_counts(url: str, log: int) -> Counter[bytes]:
+    with logstrand.connect(url) as client:
+        return Counter(
+            r.payload
+            for r in client.read(log, isolation="committed")
+            if isinstance(r, Record) and r.payload is not None
+        )
+
+
+def test_a_write_in_transactions_is_committed_by_the_driver_once(
+    spark: Any, cluster: LocalCluster
+) -> None:
+    """``transactionalId``: each task's rows in a transaction the driver
+    commits.  Every first attempt dies after writing its rows: its retry
+    starts the id's producer at a new epoch, which aborts them, so
+    committed readers (the client, and Spark's source with
+    ``isolation=read_committed``) get every row once, while an uncommitted
+    read shows the aborted attempts too."""
+    data = [(b"tx%d" % i,) for i in range(3000)]
+    spark.dataSource.register(flaky_source("flaky_txn", same_id_on_retry=True))
+    df = spark.createDataFrame(data, "payload binary").repartition(2)
+    df.write.format("flaky_txn").option("url", cluster.url).option("log", "24").option(
+        "transactionalId", "spark-txn"
+    ).mode("append").save()
+    want = Counter(p for (p,) in data)
+    assert committed_counts(cluster.url, 24) == want
+    assert set(payload_counts(cluster.url, 24).values()) == {2}  # the aborted attempts
+    for isolation, n in (("read_committed", 3000), ("read_uncommitted", 6000)):
+        read = (
+            spark.read.format("logstrand")
+            .option("url", cluster.url)
+            .option("logs", "24")
+            .option("isolation", isolation)
+            .option("minPartitions", "3")
+            .load()
+        )
+        assert read.count() == n, isolation
+    with logstrand.connect(cluster.url) as client:
+        tags = {client.transaction_state(f"spark-txn-{p}")["tag"] for p in (0, 1)}
+    assert len(tags) == 1  # the write's id, on both tasks' ids
+
+
+def test_a_micro_batch_run_again_in_transactions_writes_nothing_twice(
+    spark: Any, cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """A stream with ``transactionalId``: the driver commits each
+    micro-batch's transactions with the query's id and the batch's number;
+    when Spark runs batch 0 again (the driver died before it recorded it),
+    each task finds its id's last commit is that batch and writes nothing."""
+    with logstrand.connect(cluster.url) as client:
+        client.append_batch(25, [b"s%d" % i for i in range(400)])
+    ck = tmp_path / "checkpoint"
+
+    def run() -> None:
+        q = (
+            spark.readStream.format("logstrand")
+            .option("url", cluster.url)
+            .option("logs", "25")
+            .option("startingLSN", "earliest")
+            .option("isolation", "read_committed")
+            .load()
+            .select("key", "payload")
+            .writeStream.format("logstrand")
+            .option("url", cluster.url)
+            .option("log", "26")
+            .option("transactionalId", "spark-stream")
+            .option("checkpointLocation", str(ck))
+            .trigger(availableNow=True)
+            .start()
+        )
+        q.awaitTermination(180)
+        assert q.exception() is None
+
+    run()
+    want = Counter(b"s%d" % i for i in range(400))
+    assert committed_counts(cluster.url, 26) == want
+    for name in ("0", ".0.crc"):
+        (ck / "commits" / name).unlink(missing_ok=True)
+    run()
+    assert committed_counts(cluster.url, 26) == want
+    assert payload_counts(cluster.url, 26) == want  # nothing written again at all

@@ -189,3 +189,23 @@ def test_producers_coming_and_going_never_see_a_transaction_decided_twice(seed: 
         assert len(by_id) == len(set(by_id))
         for m in out:
             assert c.txns[m.transactional_id].state in (State.PREPARE_COMMIT, State.PREPARE_ABORT)
+
+
+def test_a_commits_tag_stays_with_the_id_until_its_next_commit() -> None:
+    """The tag a commit carries (a Spark micro-batch's) is the id's state's
+    until the next commit, across a coordinator that reads it back; an abort
+    leaves it as it was."""
+    from logstrand.transactions._coordinator import Txn
+
+    c = _coordinator()
+    pid, epoch = _open(c, "t", {5})
+    _, markers = c.end("t", pid, epoch, commit=True, tag="q batch 0")
+    assert markers is not None
+    c.markers_written(markers)
+    assert c.txns["t"].tag == "q batch 0"
+    assert c.add_logs(2.0, "t", pid, epoch, {5}) == TxnError.NONE
+    _, markers = c.end("t", pid, epoch, commit=False, tag="ignored")
+    assert markers is not None
+    c.markers_written(markers)
+    again = Txn.from_json(c.txns["t"].to_json())
+    assert (again.tag, again.state) == ("q batch 0", State.COMPLETE_ABORT)

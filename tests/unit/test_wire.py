@@ -275,6 +275,7 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         u32,
         st.lists(st.integers(1, 2**40), max_size=8).map(tuple),
         st.lists(st.from_regex(r"[a-z]{1,8}", fullmatch=True), max_size=3).map(tuple),
+        st.text(max_size=40),
     ),
     TxnReply: st.builds(
         TxnReply,
