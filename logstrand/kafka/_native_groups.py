@@ -29,6 +29,7 @@ from ._groups import GroupCoordinator
 from ._native_txns import NativeTxns
 from ._node_answers import NodeAnswers
 from ._txn_front import TxnFront
+from ._txn_metrics import CoordinatorCollector
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -113,15 +114,33 @@ class NodeGroups:
             self.coordinator = coordinator = GroupCoordinator(side, session_ms=self.session_ms)
             side.coordinator = coordinator
             self.txns = txns = TxnFront(side, self.max_transaction_timeout_ms)
-            async with trio.open_nursery() as nursery:
-                beats = NodeAnswers(nursery, GroupHeartbeatReply, self.heartbeat, AT_ONCE)
-                host.register(GroupHeartbeat, beats.take)
-                native = NativeTxns(txns, client)
-                answers = NodeAnswers(nursery, TxnReply, native.request, AT_ONCE)
-                host.register(TxnRequest, answers.take)
-                nursery.start_soon(coordinator.run)
-                nursery.start_soon(txns.run)
-                task_status.started()
+            registry = getattr(getattr(host, "metrics", None), "registry", None)
+            collector = CoordinatorCollector(txns)
+            if registry is not None:
+                registry.register(collector)
+            try:
+                await self._serve(host, client, coordinator, txns, task_status)
+            finally:
+                if registry is not None:
+                    registry.unregister(collector)
+
+    async def _serve(
+        self,
+        host: GroupsHost,
+        client: AsyncClient,
+        coordinator: GroupCoordinator,
+        txns: TxnFront,
+        task_status: trio.TaskStatus[None],
+    ) -> None:
+        async with trio.open_nursery() as nursery:
+            beats = NodeAnswers(nursery, GroupHeartbeatReply, self.heartbeat, AT_ONCE)
+            host.register(GroupHeartbeat, beats.take)
+            native = NativeTxns(txns, client)
+            answers = NodeAnswers(nursery, TxnReply, native.request, AT_ONCE)
+            host.register(TxnRequest, answers.take)
+            nursery.start_soon(coordinator.run)
+            nursery.start_soon(txns.run)
+            task_status.started()
 
     async def heartbeat(self, msg: GroupHeartbeat, peer: str) -> GroupHeartbeatReply:
         """The answer to one member's heartbeat (see the module docstring)."""

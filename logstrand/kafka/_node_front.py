@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from functools import partial
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import trio
@@ -18,7 +18,7 @@ import trio
 from ._front import KafkaFront
 from ._server import Limits, serve_kafka
 from ._topic_admin import AUTO_PARTITIONS
-from ._txn_metrics import TxnCollector
+from ._txn_metrics import CoordinatorCollector, LsoCollector
 
 if TYPE_CHECKING:
     import ssl
@@ -99,14 +99,18 @@ class NodeKafkaFront:
                 max_transaction_timeout_ms=self.options.max_transaction_timeout_ms,
             )
             registry = getattr(getattr(host, "metrics", None), "registry", None)
-            collector = TxnCollector(front.txns, front.data.txn_reads)
-            if registry is not None and self.options.transactions:
-                registry.register(collector)
+            collectors: list[Any] = [LsoCollector(front.data.txn_reads)]
+            if self.groups is None:  # (else the node's own coordinator says it)
+                collectors.append(CoordinatorCollector(front.txns))
+            if registry is None or not self.options.transactions:
+                collectors = []
+            for c in collectors:
+                registry.register(c)  # type: ignore[union-attr]
             try:
                 await self._serve(host, front, bind, where, task_status)
             finally:
-                if registry is not None and self.options.transactions:
-                    registry.unregister(collector)
+                for c in collectors:
+                    registry.unregister(c)  # type: ignore[union-attr]
 
     async def _serve(
         self,

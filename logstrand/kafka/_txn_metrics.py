@@ -1,7 +1,8 @@
 """Transactions as metrics, read when the node is scraped: the open
-transactions this node coordinates and the oldest one's age, and for each
-log a read_committed consumer fetches here, how far its last stable offset
-is behind its end (an open transaction that holds readers back).
+transactions this node coordinates and the oldest one's age (every node),
+and for each log a read_committed consumer fetches here, how far its last
+stable offset is behind its end (an open transaction that holds readers
+back; a node's Kafka front).
 
 Read from the scrape's thread, without a lock: each figure comes from one
 copy of a dict (taken again if a change in the front's thread cut into it),
@@ -34,31 +35,44 @@ def _copy(d: dict[Any, Any]) -> list[tuple[Any, Any]]:
     return []
 
 
-class TxnCollector:
-    """A prometheus collector over a front's transaction coordinator and its
-    read_committed tracking."""
+class CoordinatorCollector:
+    """A prometheus collector over a node's transaction coordinator (every
+    node runs one, ``_native_groups.NodeGroups``): the open transactions it
+    coordinates and the oldest one's age.  It looks at the open ones only
+    (``TxnFront.opened``), never at every id."""
 
-    def __init__(self, txns: TxnFront, reads: TxnReads) -> None:
+    def __init__(self, txns: TxnFront) -> None:
         self.txns = txns
-        self.reads = reads
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         now = time.time()
-        opened = [
-            self.txns.opened.get(k, now)
-            for k, t in _copy(self.txns.core.txns)
-            if t.state.value in _OPEN
-        ]
+        ids = self.txns.core.txns
+        opened = []
+        for txn_id, since in _copy(self.txns.opened):
+            txn = ids.get(txn_id)
+            if txn is not None and txn.state.value in _OPEN:
+                opened.append(since)
         yield GaugeMetricFamily(
-            "logstrand_kafka_transactions_open",
+            "logstrand_transactions_open",
             "Transactions not over that this node coordinates.",
             value=len(opened),
         )
         yield GaugeMetricFamily(
-            "logstrand_kafka_transaction_oldest_open_seconds",
+            "logstrand_transaction_oldest_open_seconds",
             "How long the oldest of them has been open (0: none).",
             value=max(0.0, now - min(opened, default=now)),
         )
+
+
+class LsoCollector:
+    """A prometheus collector over a Kafka front's read_committed tracking:
+    for each log its consumers fetch, how far the last stable offset is
+    behind the end its transactions were read to."""
+
+    def __init__(self, reads: TxnReads) -> None:
+        self.reads = reads
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
         lag = GaugeMetricFamily(
             "logstrand_kafka_lso_lag_lsns",
             "LSNs between a log's last stable offset and the end its transactions "

@@ -248,9 +248,9 @@ def test_a_silent_producers_transaction_is_aborted_after_its_timeout(
     silent.begin_transaction()
     silent.send_offsets_to_transaction([TopicPartition("tx-in", 1, 5)], _metadata("g-silent"), 30)
     node = _coordinator(cluster, "tx-silent")
-    assert cluster.metric(node, "logstrand_kafka_transactions_open") == 1
+    assert cluster.metric(node, "logstrand_transactions_open") == 1
     time.sleep(4)
-    assert cluster.metric(node, "logstrand_kafka_transactions_open") == 0
+    assert cluster.metric(node, "logstrand_transactions_open") == 0
     with pytest.raises(KafkaException):
         silent.commit_transaction(30)
     assert _committed(cluster, "g-silent", "tx-in") == [-1001, -1001]

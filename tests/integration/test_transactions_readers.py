@@ -286,6 +286,31 @@ def test_a_committed_read_to_an_lsn_waits_for_the_transactions_open_there(
     trio.run(main)
 
 
+def test_every_node_says_how_many_transactions_it_coordinates_are_open(
+    cluster: LocalCluster,
+) -> None:
+    """The coordinator's metrics come from every node, not only from one
+    serving Kafka (this cluster serves none)."""
+
+    def opened() -> float:
+        return sum(
+            cluster.metric(n, "logstrand_transactions_open", default=-100) for n in cluster.nodes
+        )
+
+    with logstrand.connect(cluster.url) as client:
+        before = opened()
+        assert before >= 0  # every node has the metric
+        tx = client.transaction("t-metric")
+        tx.__enter__()
+        tx.append(14, b"open")
+        assert opened() == before + 1
+        tx.__exit__(None, None, None)
+        deadline = time.monotonic() + 10
+        while opened() != before:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+
+
 def test_a_prepared_transaction_is_committed_by_another_client_with_its_tag(
     cluster: LocalCluster,
 ) -> None:
