@@ -99,6 +99,10 @@ OPS: Final = ("read", "append", "trim", "admin")
 #: What a user may be granted on a consumer group (Kafka's READ, DESCRIBE
 #: and DELETE on its GROUP resource).
 GROUP_OPS: Final = ("read", "describe", "delete")
+#: What a user may be granted on a transactional id (Kafka's WRITE and
+#: DESCRIBE on its TRANSACTIONAL_ID resource): ``write`` to run its
+#: producer's transactions, ``describe`` to find its coordinator.
+TXN_OPS: Final = ("write", "describe")
 #: Nodes in one copyset, at most.
 COPYSET_SIZE_MAX: Final = 0xFF
 #: A Kafka producer's batches are numbered in a log under a key of its own

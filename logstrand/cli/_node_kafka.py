@@ -83,7 +83,9 @@ KAFKA_OPTIONS = (
             "--kafka-transactions",
             help="Serve Kafka transactions (transactional.id): the coordinator, "
             "fencing, timeouts, offsets committed with a transaction, markers in the "
-            "logs and read_committed fetches (docs/transactions.md). Not with --tls-cert.",
+            "logs and read_committed fetches (docs/transactions.md). In secure mode a "
+            "user needs write on the transactional id (logstrand acl grant "
+            "--transactional-id).",
         ),
     ),
     keyword(
@@ -128,10 +130,6 @@ def kafka_front(params: dict[str, Any], groups: NodeGroups) -> Any:
             )
         return None
     max_txn_ms = max_transaction_timeout_ms(params)
-    if params["kafka_transactions"] and params["tls_cert"] is not None:
-        # Kafka grants WRITE on each transactional id; logstrand has no such
-        # grant yet, and without one any user could fence another's producer.
-        fail("--kafka-transactions is not served with --tls-cert yet (docs/transactions.md)")
     if params["kafka_advertise"] is not None:
         host_port(params["kafka_advertise"], "--kafka-advertise")
     from ..kafka._node_front import NodeKafkaFront, NodeKafkaOptions

@@ -23,6 +23,8 @@ from ..security import (
     parse_group_pattern,
     parse_log_range,
     parse_ops,
+    parse_txn_ops,
+    parse_txn_pattern,
     scram_credentials,
 )
 from ._common import (
@@ -74,12 +76,21 @@ TopicOption = Annotated[
         show_default=False,
     ),
 ]
+TxnOption = Annotated[
+    str | None,
+    typer.Option(
+        "--transactional-id",
+        help="Transactional ids instead of logs: ID, PREFIX* or *; operations write "
+        "(run the id's transactions) and describe.",
+        show_default=False,
+    ),
+]
 OpsOption = Annotated[
     str,
     typer.Option(
         "--ops",
         help="Operations: read,append,trim,admin or all on logs; read,describe,delete or "
-        "all on a group.",
+        "all on a group; write,describe or all on a transactional id.",
         show_default=False,
     ),
 ]
@@ -174,11 +185,19 @@ def _logs_text(first: int, last: int) -> str:
 
 
 def _grant_args(
-    name: str, logs: str | None, group: str | None, topic: str | None, ops: str
+    name: str,
+    logs: str | None,
+    group: str | None,
+    topic: str | None,
+    ops: str,
+    txn: str | None = None,
 ) -> tuple[str, tuple[int, int] | tuple[str, str], frozenset[str]]:
-    """(user, logs (first, last) or ("group" or "topic", a pattern), operations)."""
-    if sum(x is not None for x in (logs, group, topic)) != 1:
-        fail("give one of --logs, --topic or --group")
+    """(user, logs (first, last) or ("group", "topic" or "transactional id",
+    a pattern), operations)."""
+    if sum(x is not None for x in (logs, group, topic, txn)) != 1:
+        fail("give one of --logs, --topic, --group or --transactional-id")
+    if txn is not None:
+        return check_name(name), ("transactional id", parse_txn_pattern(txn)), parse_txn_ops(ops)
     if group is not None:
         return check_name(name), ("group", parse_group_pattern(group)), parse_group_ops(ops)
     if topic is not None:
@@ -199,13 +218,17 @@ def acl_grant(
     logs: LogsOption = None,
     group: GroupOption = None,
     topic: TopicOption = None,
+    txn: TxnOption = None,
     url: UrlOption = None,
 ) -> None:
-    """Let a user do OPS on LOGS, on the logs of --topic, or on the consumer
-    groups --group names."""
-    name, on, op_set = _grant_args(name, logs, group, topic, ops)
+    """Let a user do OPS on LOGS, on the logs of --topic, on the consumer
+    groups --group names, or with the transactional ids --transactional-id
+    names."""
+    name, on, op_set = _grant_args(name, logs, group, topic, ops, txn)
     with open_security_store(url) as store:
-        if on[0] == "group":
+        if on[0] == "transactional id":
+            store.grant_txn(name, str(on[1]), op_set)
+        elif on[0] == "group":
             store.grant_group(name, str(on[1]), op_set)
         elif on[0] == "topic":
             store.grant_topic(name, str(on[1]), op_set)
@@ -221,13 +244,16 @@ def acl_revoke(
     logs: LogsOption = None,
     group: GroupOption = None,
     topic: TopicOption = None,
+    txn: TxnOption = None,
     url: UrlOption = None,
 ) -> None:
-    """Take OPS on LOGS (parts of wider grants stay), or on --topic or --group
-    as it was granted, away from a user."""
-    name, on, op_set = _grant_args(name, logs, group, topic, ops)
+    """Take OPS on LOGS (parts of wider grants stay), or on --topic, --group
+    or --transactional-id as it was granted, away from a user."""
+    name, on, op_set = _grant_args(name, logs, group, topic, ops, txn)
     with open_security_store(url) as store:
-        if on[0] == "group":
+        if on[0] == "transactional id":
+            changed = store.revoke_txn(name, str(on[1]), op_set)
+        elif on[0] == "group":
             changed = store.revoke_group(name, str(on[1]), op_set)
         elif on[0] == "topic":
             changed = store.revoke_topic(name, str(on[1]), op_set)
@@ -238,19 +264,21 @@ def acl_revoke(
 
 @acl_app.command("list")
 def acl_list(url: UrlOption = None, as_json: JsonOption = False) -> None:
-    """Every grant, on logs, on topics and on groups."""
+    """Every grant, on logs, on topics, on groups and on transactional ids."""
     with open_security_store(url) as store:
         doc = store.security()
     if as_json:
-        print_json(doc["grants"] + doc["topic_grants"] + doc["group_grants"])
+        print_json(doc["grants"] + doc["topic_grants"] + doc["group_grants"] + doc["txn_grants"])
         return
-    table = Table("user", "logs, topic or group", "operations")
+    table = Table("user", "logs, topic, group or transactional id", "operations")
     for g in doc["grants"]:
         table.add_row(g["user"], _logs_text(g["first"], g["last"]), ",".join(g["ops"]))
     for g in doc["topic_grants"]:
         table.add_row(g["user"], f"topic {g['topic']}", ",".join(g["ops"]))
     for g in doc["group_grants"]:
         table.add_row(g["user"], f"group {g['group']}", ",".join(g["ops"]))
+    for g in doc["txn_grants"]:
+        table.add_row(g["user"], f"transactional id {g['transactional_id']}", ",".join(g["ops"]))
     console.print(table)
 
 

@@ -4,6 +4,7 @@
                 "grants": [{"user", "first", "last", "ops"}, ...],
                 "group_grants": [{"user", "group", "ops"}, ...],
                 "topic_grants": [{"user", "topic", "ops"}, ...],
+                "txn_grants": [{"user", "transactional_id", "ops"}, ...],
                 "sasl_secret": base64}
 
 Only a token's SHA-256 is kept (``logstrand.security.hash_token``), and for
@@ -14,6 +15,8 @@ to authenticate tokens and to check each request against the grants.
 Group grants name a group, ``PREFIX*`` or ``*`` (``security.GroupGrant``);
 topic grants name a range's name or ``PREFIX*`` (``security.TopicGrant``),
 and cover its logs whenever they are, even if they do not exist yet.
+Grants on transactional ids name an id, ``PREFIX*`` or ``*``
+(``security.TxnGrant``).
 ``sasl_secret`` is made once, by the first front that needs it: SCRAM's
 made-up salts for names that are not users derive from it, so that they
 are the same on every node and after restarts.
@@ -27,7 +30,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ExistsError, InvalidArgumentError, NotFoundError
-from ..records import GROUP_OPS, OPS
+from ..records import GROUP_OPS, OPS, TXN_OPS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -48,6 +51,7 @@ class SecurityDocs:
             "grants": list(doc.get("grants", [])),
             "group_grants": list(doc.get("group_grants", [])),
             "topic_grants": list(doc.get("topic_grants", [])),
+            "txn_grants": list(doc.get("txn_grants", [])),
             "sasl_secret": doc.get("sasl_secret"),
         }
 
@@ -80,6 +84,21 @@ class SecurityDocs:
         returns how many grants changed."""
         _check_ops(ops, GROUP_OPS)
         return self._revoke_named("group_grants", "group", name, pattern, ops)
+
+    def grant_txn(
+        self, name: str, pattern: str, ops: frozenset[str], *, user_to_come: bool = False
+    ) -> None:
+        """Let ``name`` do ``ops`` (``TXN_OPS``) on the transactional ids
+        ``pattern`` names (an id, ``PREFIX*`` or ``*``); ``user_to_come`` as
+        for ``grant``."""
+        _check_ops(ops, TXN_OPS)
+        self._grant_named("txn_grants", "transactional_id", name, pattern, ops, user_to_come)
+
+    def revoke_txn(self, name: str, pattern: str, ops: frozenset[str]) -> int:
+        """Take ``ops`` on ``pattern`` (as it was granted) away from ``name``;
+        returns how many grants changed."""
+        _check_ops(ops, TXN_OPS)
+        return self._revoke_named("txn_grants", "transactional_id", name, pattern, ops)
 
     def grant_topic(
         self, name: str, pattern: str, ops: frozenset[str], *, user_to_come: bool = False
@@ -159,6 +178,7 @@ class SecurityDocs:
             doc["grants"] = [g for g in doc["grants"] if g["user"] != name]
             doc["group_grants"] = [g for g in doc["group_grants"] if g["user"] != name]
             doc["topic_grants"] = [g for g in doc["topic_grants"] if g["user"] != name]
+            doc["txn_grants"] = [g for g in doc["txn_grants"] if g["user"] != name]
             return doc
 
         self._update("security", change)
@@ -220,6 +240,7 @@ def _fresh(doc: Any) -> dict[str, Any]:
     fresh.setdefault("grants", [])
     fresh.setdefault("group_grants", [])
     fresh.setdefault("topic_grants", [])
+    fresh.setdefault("txn_grants", [])
     return fresh
 
 

@@ -12,15 +12,17 @@ have a meaning:
 * or a **group** (a group grant): a literal name (``*``: every group) or a
   prefix (PREFIXED: ``PREFIX*``); READ, DESCRIBE and DELETE are the group
   operations of the same names, ALL is the three;
+* or a **transactional id** (a grant on transactional ids), named as a
+  group is; WRITE and DESCRIBE are ``write`` and ``describe``, ALL both;
 * the principal is ``User:NAME``, a logstrand user; the host ``*``;
 * on a topic, READ and DESCRIBE are ``read``, WRITE is ``append``, DELETE is
   ``trim``, ALTER, CREATE and ALTER_CONFIGS are ``admin``, ALL is all four;
 * only ALLOW: grants allow, nothing denies.
 
-What has no counterpart is refused, naming why: DENY, transactional ids,
-other hosts.  DescribeAcls lists the grants by topic name, those on the
-range of a topic of one range (``logstrand acl grant USER orders``), on
-everything, or on groups; a grant on another range of logs has no Kafka
+What has no counterpart is refused, naming why: DENY, other hosts.
+DescribeAcls lists the grants by topic name, those on the range of a topic
+of one range (``logstrand acl grant USER orders``), on everything, on
+groups or on transactional ids; a grant on another range of logs has no Kafka
 name and is left out (``logstrand acl list`` shows it).
 A filter's MATCH pattern type is taken as ANY.  The APIs need ``admin`` on
 every log, as topic administration does.
@@ -33,15 +35,15 @@ from typing import TYPE_CHECKING, Any
 
 from ..epochstore._model import check_range_name
 from ..errors import LogstrandError
-from ..records import GROUP_OPS, LOG_ID_MAX, OPS
-from ..security import check_name, parse_group_pattern
+from ..records import GROUP_OPS, LOG_ID_MAX, OPS, TXN_OPS
+from ..security import check_name, parse_group_pattern, parse_txn_pattern
 from ._errors import KafkaError
 
 if TYPE_CHECKING:
     from ._groups import GroupFront
     from ._protocol import Request
 
-TOPIC, GROUP, CLUSTER = 2, 3, 4
+TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID = 2, 3, 4, 5
 ANY_TYPE, ANY_OP, ANY_PERMISSION, ANY_PATTERN, MATCH = 1, 1, 1, 1, 2
 LITERAL, PREFIXED, ALLOW, ALL = 3, 4, 3, 2
 #: Kafka operation -> the logstrand operations it is, on a topic and on a group.
@@ -51,6 +53,8 @@ _GROUP_OPS = {2: set(GROUP_OPS), 3: {"read"}, 8: {"describe"}, 6: {"delete"}}
 #: logstrand operation -> the Kafka operation shown.
 _SHOWN = {"read": 3, "append": 4, "trim": 6, "admin": 7}
 _GROUP_SHOWN = {"read": 3, "describe": 8, "delete": 6}
+_TXN_OPS = {2: set(TXN_OPS), 4: {"write"}, 8: {"describe"}}
+_TXN_SHOWN = {"write": 4, "describe": 8}
 INVALID = KafkaError.INVALID_REQUEST
 
 
@@ -64,6 +68,8 @@ def _grant(store: Any, *, user: str, on: On, ops: frozenset[str]) -> None:
     # yet: the grant waits for ``logstrand users add``.
     if on[0] == "group":
         store.grant_group(user, on[1], ops, user_to_come=True)
+    elif on[0] == "transactional id":
+        store.grant_txn(user, on[1], ops, user_to_come=True)
     elif on[0] == "topic":
         store.grant_topic(user, on[1], ops, user_to_come=True)
     else:
@@ -73,6 +79,8 @@ def _grant(store: Any, *, user: str, on: On, ops: frozenset[str]) -> None:
 def _revoke(store: Any, *, grant: dict[str, Any], op: str) -> None:
     if "group" in grant:
         store.revoke_group(grant["user"], grant["group"], frozenset({op}))
+    elif "transactional_id" in grant:
+        store.revoke_txn(grant["user"], grant["transactional_id"], frozenset({op}))
     elif "topic" in grant:
         store.revoke_topic(grant["user"], grant["topic"], frozenset({op}))
     else:
@@ -84,6 +92,8 @@ def _named_acls(doc: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     named = [("group", GROUP, g) for g in doc.get("group_grants", ())]
     named += [("topic", TOPIC, g) for g in doc.get("topic_grants", ())]
+    named += [("transactional_id", TRANSACTIONAL_ID, g) for g in doc.get("txn_grants", ())]
+    shown = {GROUP: _GROUP_SHOWN, TRANSACTIONAL_ID: _TXN_SHOWN}
     for field, kind, g in named:
         pattern = g[field]
         prefixed = pattern.endswith("*") and pattern != "*"
@@ -95,7 +105,7 @@ def _named_acls(doc: dict[str, Any]) -> list[dict[str, Any]]:
                     "pattern_type": PREFIXED if prefixed else LITERAL,
                     "principal": f"User:{g['user']}",
                     "host": "*",
-                    "operation": (_GROUP_SHOWN if kind == GROUP else _SHOWN)[op],
+                    "operation": shown.get(kind, _SHOWN)[op],
                     "permission_type": ALLOW,
                     "grant": g,
                     "op": op,
@@ -205,6 +215,8 @@ class AclApis:
         user, pattern = principal[5:], c.get("resource_pattern_type", LITERAL)
         if c["resource_type"] == GROUP:
             return self._group_grant_of(user, c["resource_name"], pattern, c["operation"])
+        if c["resource_type"] == TRANSACTIONAL_ID:
+            return _txn_grant_of(user, c["resource_name"], pattern, c["operation"])
         if pattern not in (LITERAL, PREFIXED):
             return "a topic ACL is LITERAL or PREFIXED"
         ops = _OPS.get(c["operation"])
@@ -213,7 +225,7 @@ class AclApis:
         if c["resource_type"] == CLUSTER:
             return user, (1, LOG_ID_MAX), ops
         if c["resource_type"] != TOPIC:
-            return "only topics, groups and the cluster: others have no counterpart"
+            return "only topics, groups, transactional ids and the cluster"
         name = c["resource_name"]
         if name == "*" and pattern == LITERAL:
             return user, (1, LOG_ID_MAX), ops
@@ -283,3 +295,18 @@ class AclApis:
             )
         self.front.auth.forget()
         return {"throttle_time_ms": 0, "filter_results": out}
+
+
+def _txn_grant_of(
+    user: str, name: str, pattern: int, operation: int
+) -> tuple[str, On, set[str]] | str:
+    ops = _TXN_OPS.get(operation)
+    if ops is None:
+        return f"operation {operation} has no counterpart on a transactional id (write, describe)"
+    if pattern not in (LITERAL, PREFIXED):
+        return "a transactional id ACL is LITERAL or PREFIXED"
+    try:
+        on = parse_txn_pattern(name + "*" if pattern == PREFIXED and name != "*" else name)
+    except LogstrandError as exc:
+        return str(exc)
+    return user, ("transactional id", on), ops

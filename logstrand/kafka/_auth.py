@@ -210,6 +210,14 @@ class FrontAuth:
         user = getattr(request.conn, "user", None)
         return user is not None and await self.access.may_group(user, op, group)
 
+    async def may_txn(self, request: Request, op: str, txn_id: str) -> bool:
+        """Whether the connection's user may ``op`` (write, describe) with
+        transactional id ``txn_id``."""
+        if not self.secure:
+            return True
+        user = getattr(request.conn, "user", None)
+        return user is not None and await self.access.may_txn(user, op, txn_id)
+
     def forget(self) -> None:
         """Users and grants changed through this front: read them again."""
         self.access.forget()

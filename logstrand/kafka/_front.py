@@ -54,6 +54,7 @@ from ._topic_admin import AUTO_PARTITIONS, TopicApis
 from ._topics import topic_id
 from ._txn_apis import TxnApis
 from ._txn_front import TxnFront
+from ._txn_gate import txn_gated
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -106,7 +107,9 @@ class KafkaFront:
         self.topic_apis = TopicApis(self)
         handlers = self._routes()
         #: Each group API behind its check of the user's grant on the group.
-        self._handlers = {k: gated(self.auth, k, h) for k, h in handlers.items()}
+        self._handlers = {
+            k: txn_gated(self.auth, k, gated(self.auth, k, h)) for k, h in handlers.items()
+        }
         #: API key -> the versions served.
         self.served: dict[int, tuple[int, int]] = dict(SERVED)
         if secure:  # SASL is served (and needed) in secure mode only

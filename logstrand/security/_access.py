@@ -96,6 +96,15 @@ class Access:
         await self.refresh(force=True)
         return self.grants.may_group(user, op, group)
 
+    async def may_txn(self, user: str, op: str, txn_id: str) -> bool:
+        """Whether ``user`` may ``op`` (write, describe) with transactional
+        id ``txn_id``."""
+        await self.refresh()
+        if self.grants.may_txn(user, op, txn_id):
+            return True
+        await self.refresh(force=True)
+        return self.grants.may_txn(user, op, txn_id)
+
     def forget(self) -> None:
         """Users and grants changed: read them again at the next question."""
         self._read_at = -float("inf")

@@ -37,6 +37,7 @@ from .. import records
 from ..errors import InvalidArgumentError
 from ..records import GROUP_OPS, GROUP_RE, INTERNAL_LOGS, LOG_ID_MAX, POSITIONS_LOGS
 from ..records import OPS as OPS
+from ..transactions import TXN_ID_RE
 from ..wire import ACCESS
 
 if TYPE_CHECKING:
@@ -142,13 +143,40 @@ class GroupGrant:
 
 
 @attrs.frozen
+class TxnGrant:
+    """``user`` may do ``ops`` (``TXN_OPS``) on the transactional ids
+    ``pattern`` names: one id, those that start with a prefix (``PREFIX*``),
+    or every id (``*``)."""
+
+    user: str
+    pattern: str
+    ops: frozenset[str]
+
+    def covers(self, op: str, txn_id: str) -> bool:
+        if self.pattern.endswith("*"):
+            named = txn_id.startswith(self.pattern[:-1])
+        else:
+            named = txn_id == self.pattern
+        # Kafka's implied operations: WRITE lets its holder DESCRIBE too.
+        return named and (op in self.ops or (op == "describe" and "write" in self.ops))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"user": self.user, "transactional_id": self.pattern, "ops": sorted(self.ops)}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> TxnGrant:
+        return cls(doc["user"], doc["transactional_id"], frozenset(doc["ops"]))
+
+
+@attrs.frozen
 class Grants:
-    """Every grant of the cluster: on logs and on groups (the epoch store's
-    ``security`` document)."""
+    """Every grant of the cluster: on logs, groups, topics and transactional
+    ids (the epoch store's ``security`` document)."""
 
     logs: tuple[Grant, ...] = ()
     groups: tuple[GroupGrant, ...] = ()
     topics: tuple[TopicGrant, ...] = ()
+    txns: tuple[TxnGrant, ...] = ()
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> Grants:
@@ -156,6 +184,14 @@ class Grants:
             tuple(Grant.from_json(g) for g in doc.get("grants", ())),
             tuple(GroupGrant.from_json(g) for g in doc.get("group_grants", ())),
             tuple(TopicGrant.from_json(g) for g in doc.get("topic_grants", ())),
+            tuple(TxnGrant.from_json(g) for g in doc.get("txn_grants", ())),
+        )
+
+    def may_txn(self, user: str, op: str, txn_id: str) -> bool:
+        """Whether ``user`` may ``op`` (``TXN_OPS``) on transactional id
+        ``txn_id``: a grant on it, or admin on every log."""
+        return any(g.user == user and g.covers(op, txn_id) for g in self.txns) or self.may(
+            user, "admin", None
         )
 
     def may(self, user: str, op: str, log_id: int | None, name: str | None = None) -> bool:
@@ -325,6 +361,21 @@ def _parse_ops(text: str, known: tuple[str, ...], what: str) -> frozenset[str]:
         bad = ", ".join(sorted(unknown)) or "none"
         raise InvalidArgumentError(f"unknown {what} {bad}; known: {', '.join(known)}, all")
     return ops
+
+
+def parse_txn_ops(text: str) -> frozenset[str]:
+    """``write``, ``describe`` or ``all`` → the operations on a transactional id."""
+    return _parse_ops(text, records.TXN_OPS, "operations on a transactional id")
+
+
+def parse_txn_pattern(text: str) -> str:
+    """A transactional id, ``PREFIX*`` or ``*`` (every id)."""
+    name = text[:-1] if text.endswith("*") else text
+    if text == "*" or TXN_ID_RE.fullmatch(name):
+        return text
+    raise InvalidArgumentError(
+        f"bad transactional id {text!r}: an id (printable ASCII, no spaces, 1-249), PREFIX* or *"
+    )
 
 
 def parse_group_pattern(text: str) -> str:

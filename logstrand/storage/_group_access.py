@@ -1,8 +1,10 @@
-"""Consumer groups on the native protocol: what a user may do to a group
-(``security.GroupGrant``), checked by the node's door after the grants on
+"""Consumer groups and transactional ids on the native protocol: what a
+user may do to a group (``security.GroupGrant``) or with a transactional id
+(``security.TxnGrant``), checked by the node's door after the grants on
 logs (``_guard``).  Pure.
 
-Only two kinds of message touch groups:
+A ``TxnRequest`` needs ``write`` on its transactional id (an operator's
+FORCE_ABORT, admin on every log).  Only two kinds of message touch groups:
 
 - a member's heartbeat (``GroupHeartbeat``: ``client.subscribe``) needs
   ``read`` on its group;
@@ -24,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ProtocolError
 from ..positions import group_of_key, group_of_txn_key
 from ..records import INTERNAL_LOGS
-from ..wire import Append, AppendMany, GroupHeartbeat
+from ..wire import Append, AppendMany, GroupHeartbeat, TxnOp, TxnRequest
 
 if TYPE_CHECKING:
     from ..security._model import Grants, Principal
@@ -43,6 +45,8 @@ def group_refusal(principal: Principal, grants: Grants, msg: Any) -> str | None:
     kind = type(msg)
     if kind is GroupHeartbeat:
         return _may_group(user, grants, "read", msg.group)
+    if kind is TxnRequest:
+        return _may_txn(user, grants, msg)
     entries: list[tuple[int, Any]]
     if kind is Append:
         entries = [(msg.log_id, msg.batch)]
@@ -75,4 +79,18 @@ def _may_group(user: str, grants: Grants, op: str, group: str) -> str | None:
     return (
         f"user {user} may not {op} group {group} "
         f"(logstrand acl grant {user} --group {group} --ops {op})"
+    )
+
+
+def _may_txn(user: str, grants: Grants, msg: TxnRequest) -> str | None:
+    txn_id = msg.transactional_id
+    if msg.op == TxnOp.FORCE_ABORT:
+        if grants.may(user, "admin", None):
+            return None
+        return f"user {user} may not abort others' transactions: it needs admin on all logs"
+    if grants.may_txn(user, "write", txn_id):
+        return None
+    return (
+        f"user {user} may not write transactional id {txn_id} "
+        f"(logstrand acl grant {user} --transactional-id {txn_id} --ops write)"
     )

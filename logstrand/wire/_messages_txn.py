@@ -66,16 +66,17 @@ def _data_log(_inst: object, attr: attrs.Attribute[int], value: object) -> None:
         raise ValueError(f"{attr.name}: log {value} is not a data log")
 
 
-@message(62, "admin")
+@message(62, "any")
 @attrs.frozen(slots=True)
 class TxnRequest:
     """Producer (or operator) → the id's coordinator.  ``producer_id`` and
     ``producer_epoch``: the producer's (-1 for INIT by a new producer and
     for FORCE_ABORT); ``timeout_ms``: INIT's transaction timeout.
 
-    In secure mode only an administrator may send it: a transactional id is
-    no user's yet, and any user could otherwise fence another's producer
-    (docs/transactions.md)."""
+    In secure mode it needs ``write`` on the transactional id (a grant on
+    it, ``security.TxnGrant``; FORCE_ABORT, an operator's, admin on every
+    log), checked by the node's door (``storage._group_access``): any user
+    could otherwise fence another's producer."""
 
     TYPE_ID: ClassVar[int]
     request_id: int = attrs.field(validator=f.u64)

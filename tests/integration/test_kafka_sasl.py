@@ -30,6 +30,7 @@ import logstrand
 from logstrand import Record
 from logstrand.cli import main
 from logstrand.epochstore import LogAttributes, open_epoch_store
+from logstrand.errors import AccessDeniedError
 from logstrand.kafka import _protocol as proto
 from logstrand.testing import LocalCluster
 
@@ -47,7 +48,13 @@ def secure(
     """A secure 3-node cluster serving Kafka; topic ``paid`` (logs 700-703);
     users made with ``logstrand users add``: ``bob`` (read and append on
     the topic), ``carol`` (no grant at all)."""
-    with LocalCluster(tmp_path_factory.mktemp("ksasl"), nodes=3, secure=True, kafka=True) as c:
+    with LocalCluster(
+        tmp_path_factory.mktemp("ksasl"),
+        nodes=3,
+        secure=True,
+        kafka=True,
+        node_args=("--kafka-transactions",),
+    ) as c:
         with open_epoch_store(c.url) as store:
             store.create_logs(*TOPIC_LOGS, LogAttributes(replication_factor=2), name="paid")
         for user in ("bob", "carol"):
@@ -413,3 +420,77 @@ def test_acls_on_a_topic_to_come_and_on_a_prefix_cover_it_as_it_grows(
         ("so", ResourcePatternType.PREFIXED, AclOperation.READ),
         ("soon", ResourcePatternType.LITERAL, AclOperation.WRITE),
     ]
+
+
+def test_a_transactional_id_is_used_only_by_a_user_granted_write_on_it(
+    secure: tuple[LocalCluster, dict[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Kafka's TRANSACTIONAL_ID resource: a producer of a transactional id
+    needs WRITE on it (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED, and it
+    cannot fence another user's producer); an admin grants it with Kafka's
+    own CreateAcls (PREFIXED), which DescribeAcls then lists, and the same
+    grant lets the user's native transactions through the nodes' door."""
+    c, _ = secure
+    token = _token(capsys, c, "bob")
+    conf = {**_conf(c, "bob", token, "SCRAM-SHA-256"), "transactional.id": "bob-app-1"}
+    refused = Producer(conf)
+    with pytest.raises(KafkaException) as err:
+        refused.init_transactions(30)
+    assert err.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    # A native producer finds its coordinator as a group's member does: by
+    # the positions log's sequencer (read on ``positions``).
+    grant = ["acl", "grant", "bob", "--logs", "positions", "--ops", "read"]
+    assert main([*grant, "--url", c.url]) == 0
+    time.sleep(1.1)  # a node reads grants again after a refusal, at most every second
+    with (
+        logstrand.connect(c.url, ca=c.client_options["ca"], token=token) as native,
+        pytest.raises(AccessDeniedError, match="--transactional-id"),
+        native.transaction("bob-app-2") as tx,
+    ):
+        tx.append(TOPIC_LOGS[0], b"never")
+    admin = AdminClient(_conf(c, "admin", c.admin_token or "", "SCRAM-SHA-256"))
+    acl = AclBinding(
+        ResourceType.TRANSACTIONAL_ID,
+        "bob-",
+        ResourcePatternType.PREFIXED,
+        "User:bob",
+        "*",
+        AclOperation.WRITE,
+        AclPermissionType.ALLOW,
+    )
+    admin.create_acls([acl])[acl].result(30)
+    time.sleep(0.6)  # other fronts count a new grant within RECHECK_S (0.5 s)
+    listed = admin.describe_acls(
+        AclBindingFilter(
+            ResourceType.TRANSACTIONAL_ID,
+            None,
+            ResourcePatternType.ANY,
+            None,
+            None,
+            AclOperation.ANY,
+            AclPermissionType.ANY,
+        )
+    ).result(30)
+    assert [(a.name, a.resource_pattern_type, a.operation) for a in listed] == [
+        ("bob-", ResourcePatternType.PREFIXED, AclOperation.WRITE)
+    ]
+    producer = Producer(conf)
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce("paid", value=b"in a transaction", partition=1)
+    producer.commit_transaction(30)
+    with logstrand.connect(c.url, ca=c.client_options["ca"], token=token) as native:
+        with native.transaction("bob-app-2") as tx:
+            tx.append(TOPIC_LOGS[0] + 1, b"native, granted")
+        deadline = time.monotonic() + 20
+        want = {b"in a transaction", b"native, granted"}
+        while True:
+            got = {
+                r.payload
+                for r in native.read(TOPIC_LOGS[0] + 1, isolation="committed")
+                if isinstance(r, Record)
+            }
+            if want <= got or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert want <= got

@@ -244,10 +244,6 @@ def test_the_kafka_front_and_console_options_reach_their_extensions(
             ["--kafka-port", "9092", "--kafka-max-transaction-timeout", "2h"],
             "--kafka-max-transaction-timeout: more than 0 and at most 1h",
         ),
-        (
-            ["--kafka-port", "9092", "--kafka-transactions", "--tls-cert", "c.pem"],
-            "--kafka-transactions is not served with --tls-cert",
-        ),
     ):
         code, _, err = run(capsys, *base, *bad)
         assert code == 2

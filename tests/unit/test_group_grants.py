@@ -26,6 +26,7 @@ from logstrand.security import (
     Grant,
     Grants,
     GroupGrant,
+    TxnGrant,
     node_principal,
     parse_group_ops,
     parse_group_pattern,
@@ -33,7 +34,7 @@ from logstrand.security import (
 )
 from logstrand.security._access import RECHECK_S
 from logstrand.storage._group_access import POSITIONS_BATCH_BYTES_MAX, group_refusal
-from logstrand.wire import Append, AppendMany, GroupHeartbeat
+from logstrand.wire import Append, AppendMany, GroupHeartbeat, TxnOp, TxnRequest
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -200,7 +201,7 @@ def test_acl_commands_take_one_of_logs_or_group(
     assert "ann may read on group etl-*" in capsys.readouterr().out
     both = ["acl", "grant", "ann", "--group", "g", "--logs", "1", "--ops", "read", "--url", url]
     assert main(both) == 2
-    assert "one of --logs, --topic or --group" in capsys.readouterr().err
+    assert "one of --logs, --topic, --group or --transactional-id" in capsys.readouterr().err
     assert main(["acl", "grant", "ann", "--ops", "read", "--url", url]) == 2
     capsys.readouterr()
     assert main(["acl", "grant", "ann", "--group", "a b", "--ops", "read", "--url", url]) != 0
@@ -210,3 +211,55 @@ def test_acl_commands_take_one_of_logs_or_group(
     assert '"group": "etl-*"' in capsys.readouterr().out
     assert main(["acl", "revoke", "ann", "--group", "etl-*", "--ops", "read", "--url", url]) == 0
     assert "1 grant(s) of ann changed" in capsys.readouterr().out
+    txn = ["acl", "grant", "ann", "--transactional-id", "etl-*", "--ops", "write", "--url", url]
+    assert main(txn) == 0
+    assert "ann may write on transactional id etl-*" in capsys.readouterr().out
+    assert main(["acl", "list", "--url", url]) == 0
+    assert "transactional id etl-*" in capsys.readouterr().out
+    bad = ["acl", "grant", "ann", "--transactional-id", "etl-*", "--ops", "read", "--url", url]
+    assert main(bad) == 2
+    assert "operations on a transactional id" in capsys.readouterr().err
+    txn[1] = "revoke"
+    assert main(txn) == 0
+    assert "1 grant(s) of ann changed" in capsys.readouterr().out
+
+
+def test_a_transactional_id_is_written_by_whom_a_grant_names() -> None:
+    """``TxnRequest`` needs write on its transactional id (a grant on it, a
+    prefix or every id; admin on every log covers all); an operator's
+    FORCE_ABORT needs admin.  Write implies describe, as in Kafka."""
+    grants = Grants(
+        logs=(Grant("root", 1, LOG_ID_MAX, frozenset({"admin"})),),
+        txns=(
+            TxnGrant("ann", "app-*", frozenset({"write"})),
+            TxnGrant("bob", "app-1", frozenset({"describe"})),
+        ),
+    )
+    assert grants.may_txn("ann", "write", "app-1")
+    assert grants.may_txn("ann", "describe", "app-1")
+    assert not grants.may_txn("ann", "write", "other")
+    assert not grants.may_txn("bob", "write", "app-1")
+    assert grants.may_txn("bob", "describe", "app-1")
+    assert grants.may_txn("root", "write", "anything")
+    init = TxnRequest(1, TxnOp.INIT, "app-1")
+    assert group_refusal(ANN, grants, init) is None
+    why = group_refusal(ANN, grants, TxnRequest(1, TxnOp.COMMIT, "other", 5, 0))
+    assert why is not None
+    assert "--transactional-id other --ops write" in why
+    assert group_refusal(user_principal("bob"), grants, init) is not None
+    force = TxnRequest(1, TxnOp.FORCE_ABORT, "app-1")
+    assert group_refusal(ANN, grants, force) is not None  # an operator's
+    assert group_refusal(user_principal("root"), grants, force) is None
+    assert group_refusal(node_principal(1), Grants(), force) is None
+
+
+def test_grants_on_transactional_ids_in_the_store(tmp_path: Path) -> None:
+    with open_epoch_store(f"sqlite://{tmp_path}/c.db", create=True) as store:
+        store.grant_txn("ann", "app-*", frozenset({"write"}), user_to_come=True)
+        with pytest.raises(NotFoundError):
+            store.grant_txn("nobody", "x", frozenset({"write"}))
+        with pytest.raises(InvalidArgumentError):
+            store.grant_txn("ann", "x", frozenset({"read"}), user_to_come=True)
+        assert Grants.from_doc(store.security()).may_txn("ann", "write", "app-9")
+        assert store.revoke_txn("ann", "app-*", frozenset({"write"})) == 1
+        assert store.security()["txn_grants"] == []

@@ -164,12 +164,13 @@ def test_who_may_send_what_is_declared_with_each_message() -> None:
     assert by_access == {
         "node": {"Store", "Release", "Seal", "GetDigest", "Gossip", "Trim", "DropCopies"}
         | {"CleanPoint", "Amend", "StoreMany", "ReleaseMany"},
-        "any": {"Ping", "GetClusterState", "ReadCredit", "StopRead"},
+        # TxnRequest: write on its transactional id (``_group_access``).
+        "any": {"Ping", "GetClusterState", "ReadCredit", "StopRead", "TxnRequest"},
         "read": {"GetSeqState", "StartRead", "LogInfo", "FindTime", "GetLogDirectory"}
         | {"GetTails", "GroupHeartbeat"},
         "append": {"Append", "AppendMany"},
         "trim": {"TrimLog"},
-        "admin": {"GetNodeStatus", "Compact", "Renew", "TxnRequest"},
+        "admin": {"GetNodeStatus", "Compact", "Renew"},
     }
     replies = {k.__name__ for k in MESSAGE_TYPES.values()} - {k.__name__ for k in ACCESS}
     assert all(
