@@ -35,7 +35,12 @@ from ._common import (
     require_url,
     size_option,
 )
-from ._node_kafka import KAFKA_OPTIONS, kafka_front, max_transaction_timeout_ms
+from ._node_kafka import (
+    KAFKA_OPTIONS,
+    kafka_front,
+    max_transaction_timeout_ms,
+    transactional_id_expiry_ms,
+)
 from ._node_setup import (
     LEVELS,
     config_toml,
@@ -307,7 +312,11 @@ def _build(params: dict[str, Any]) -> Callable[[str, TlsFiles | None], Node]:
         name: host_port(params[name], f"--{name}") for name in ("listen", "advertise", "metrics")
     }
 
-    groups = NodeGroups(params["group_session_ms"], max_transaction_timeout_ms(params))
+    groups = NodeGroups(
+        params["group_session_ms"],
+        max_transaction_timeout_ms(params),
+        transactional_id_expiry_ms(params),
+    )
     kafka = kafka_front(params, groups)
     if len([x for x in (params[f"tls_{n}"] for n in ("cert", "key", "ca")) if x]) not in (0, 3):
         fail("TLS needs all three of --tls-cert, --tls-key and --tls-ca")

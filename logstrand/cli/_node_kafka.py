@@ -98,6 +98,16 @@ KAFKA_OPTIONS = (
             "one is refused when the producer starts.",
         ),
     ),
+    keyword(
+        "transactional_id_expiry",
+        str,
+        "7d",
+        typer.Option(
+            help="A transactional id with no transaction open whose producer sent nothing "
+            "this long is forgotten and its state removed (Kafka's "
+            "transactional.id.expiration.ms); its next producer starts afresh.",
+        ),
+    ),
 )
 
 
@@ -110,6 +120,14 @@ def max_transaction_timeout_ms(params: dict[str, Any]) -> int:
     if not max_txn_ms or max_txn_ms > 3_600_000:
         fail("--kafka-max-transaction-timeout: more than 0 and at most 1h")
     return max_txn_ms
+
+
+def transactional_id_expiry_ms(params: dict[str, Any]) -> int:
+    """--transactional-id-expiry, checked."""
+    ms = duration_option(params["transactional_id_expiry"], "--transactional-id-expiry")
+    if not ms or ms < 1000:
+        fail("--transactional-id-expiry: at least 1s")
+    return ms
 
 
 def kafka_front(params: dict[str, Any], groups: NodeGroups) -> Any:

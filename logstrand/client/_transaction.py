@@ -316,7 +316,16 @@ class Transaction:
 
     async def _add(self, logs: Sequence[int] = (), groups: Sequence[str] = ()) -> None:
         async def send(logs: tuple[int, ...], groups: tuple[str, ...]) -> None:
-            await self._ask(TxnOp.ADD, logs=logs, groups=groups)
+            try:
+                await self._ask(TxnOp.ADD, logs=logs, groups=groups)
+            except _IdForgotten:
+                if self._adds.any:
+                    raise
+                # The id expired at its coordinator while this client kept its
+                # producer (idle for --transactional-id-expiry): nothing of the
+                # transaction is written yet, so it starts with a new producer.
+                await self._init()
+                await self._ask(TxnOp.ADD, logs=logs, groups=groups)
 
         await self._adds.ensure(send, logs, groups)
 
@@ -337,6 +346,9 @@ class Transaction:
                 f"({reply.message})",
                 Status.FENCED,
             )
+        if reply.error == TxnError.INVALID_PRODUCER_ID_MAPPING and not init:
+            p.stale = True
+            raise _IdForgotten(f"transaction {p.transactional_id}: {reply.message}")
         if reply.error == TxnError.INVALID_TRANSACTION_TIMEOUT:
             raise InvalidArgumentError(
                 f"transaction {p.transactional_id}: a timeout of {p.timeout_ms} ms is more than "
@@ -346,6 +358,11 @@ class Transaction:
             p.stale = True
             raise LogstrandError(f"transaction {p.transactional_id}: {reply.message}")
         return reply
+
+
+class _IdForgotten(LogstrandError):
+    """The coordinator knows no producer of the id by this producer id: the
+    id expired (``TxnCoordinator.expire``)."""
 
 
 @attrs.define(eq=False)

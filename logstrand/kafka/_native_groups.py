@@ -20,7 +20,7 @@ import trio
 
 from ..epochstore import NamedCache
 from ..errors import Status
-from ..transactions import MAX_TIMEOUT_MS
+from ..transactions import EXPIRY_MS, MAX_TIMEOUT_MS
 from ..wire import GroupHeartbeat, GroupHeartbeatReply, TxnReply, TxnRequest
 from ._consumer_groups import Beat
 from ._errors import KafkaError
@@ -97,10 +97,14 @@ class NodeGroups:
     and ``txns`` are there for the node's Kafka front once started."""
 
     def __init__(
-        self, session_ms: int = 45_000, max_transaction_timeout_ms: int = MAX_TIMEOUT_MS
+        self,
+        session_ms: int = 45_000,
+        max_transaction_timeout_ms: int = MAX_TIMEOUT_MS,
+        transactional_id_expiry_ms: int = EXPIRY_MS,
     ) -> None:
         self.session_ms = session_ms
         self.max_transaction_timeout_ms = max_transaction_timeout_ms
+        self.transactional_id_expiry_ms = transactional_id_expiry_ms
         self.coordinator: GroupCoordinator | None = None
         self.txns: TxnFront | None = None
 
@@ -113,7 +117,9 @@ class NodeGroups:
             side = _NodeSide(client, host.node_id)
             self.coordinator = coordinator = GroupCoordinator(side, session_ms=self.session_ms)
             side.coordinator = coordinator
-            self.txns = txns = TxnFront(side, self.max_transaction_timeout_ms)
+            self.txns = txns = TxnFront(
+                side, self.max_transaction_timeout_ms, self.transactional_id_expiry_ms
+            )
             registry = getattr(getattr(host, "metrics", None), "registry", None)
             collector = CoordinatorCollector(txns)
             if registry is not None:

@@ -51,6 +51,7 @@ from ..errors import LogstrandError, ProducerError, Status, collapse
 from ..positions import POSITIONS_LOGS, positions_log_of, txn_positions_key, txn_state_key
 from ..records import INTERNAL_LOGS
 from ..transactions import (
+    EXPIRY_MS,
     TXN_ID_RE,
     Markers,
     State,
@@ -92,11 +93,11 @@ END_WRITE_DELAY_S = 0.2
 class TxnFront:
     """The front's transaction coordinator (see the module docstring)."""
 
-    def __init__(self, front: TxnHost, max_timeout_ms: int) -> None:
+    def __init__(self, front: TxnHost, max_timeout_ms: int, expiry_ms: int = EXPIRY_MS) -> None:
         self.front = front
         self.positions = front.client.groups
         self._spare: list[int] = []
-        self.core = TxnCoordinator(self._spare.pop, max_timeout_ms)
+        self.core = TxnCoordinator(self._spare.pop, max_timeout_ms, expiry_ms)
         #: Positions logs whose ids were read back since this front took them.
         self._loaded: set[int] = set()
         self._locks = {p: trio.Lock() for p in POSITIONS_LOGS}
@@ -216,6 +217,7 @@ class TxnFront:
                 self._drop(home)
             return KafkaError.NOT_COORDINATOR
         if home in self._loaded:
+            self.core.use(txn_id, trio.current_time())
             return await self._settled(txn_id)
         async with self._locks[home]:
             if home in self._loaded:
@@ -238,6 +240,7 @@ class TxnFront:
                 self._drop(home)
                 return KafkaError.COORDINATOR_LOAD_IN_PROGRESS
         self.poke()
+        self.core.use(txn_id, trio.current_time())
         return await self._settled(txn_id)
 
     async def _settled(self, txn_id: str) -> int:
@@ -450,6 +453,26 @@ class TxnFront:
             # timeout here must not abort what that coordinator holds.
             for home in [h for h in self._loaded if not self.front.coordinator.coordinates_log(h)]:
                 self._drop(home)
-            for markers in self.core.tick(trio.current_time()):
+            now = trio.current_time()
+            for markers in self.core.tick(now):
                 _log.info("kafka: transaction %s timed out: aborted", markers.transactional_id)
                 await self.finish(markers)
+            for txn_id in self.core.expire(now):
+                await self._remove(txn_id)
+
+    async def _remove(self, txn_id: str) -> None:
+        """Rule 7: the id expired here; its state goes from its positions
+        log (a tombstone), so a coordinator that takes over forgets it too.
+        Not written: it comes back with the next coordinator, to expire
+        again."""
+        home = positions_log_of(txn_id)
+        async with self._locks[home]:
+            if txn_id in self.core.txns:
+                return  # used again meanwhile (a new producer): it stays
+            try:
+                await self.positions.appender.append(home, None, txn_state_key(txn_id))
+            except LogstrandError as exc:
+                _log.warning("kafka: transactional id %s: expired, not removed: %s", txn_id, exc)
+                return
+        self._written.pop(txn_id, None)
+        _log.info("kafka: transactional id %s expired: removed", txn_id)

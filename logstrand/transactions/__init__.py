@@ -7,6 +7,7 @@ the logs' own markers and read_committed readers are issue 58's next steps
 
 from ._coordinator import (
     EPOCH_MAX,
+    EXPIRY_MS,
     MAX_TIMEOUT_MS,
     TXN_ID_RE,
     Markers,
@@ -28,6 +29,7 @@ from ._index import (
 __all__ = [
     "ABORTED_KEPT_MAX",
     "EPOCH_MAX",
+    "EXPIRY_MS",
     "MAX_TIMEOUT_MS",
     "TXN_ID_RE",
     "Aborted",

@@ -36,6 +36,12 @@ Rules
 6. **Retries.**  EndTxn repeated after its transaction completed the same
    way answers NONE (its first answer may have been lost); the other way
    round, or with no transaction, INVALID_TXN_STATE.
+7. **Expiry.**  An id with no transaction open whose producer sent nothing
+   for ``expiry_ms`` (7 days; Kafka's ``transactional.id.expiration.ms``)
+   is forgotten (``expire``), and the shell removes its state: an
+   application that makes an id per session does not grow the state for
+   ever.  Its next producer starts afresh (a new producer id).  The clock
+   starts again when a coordinator takes the id over.
 
 Error codes are Kafka's numbers (``TxnError``), which the Kafka front
 sends as they are and the native client turns into its exceptions.
@@ -62,6 +68,9 @@ TXN_ID_RE = re.compile(r"[\x21-\x7e]{1,249}")
 #: What a transaction may ask for at most unless the node says otherwise
 #: (Kafka's transaction.max.timeout.ms).
 MAX_TIMEOUT_MS = 900_000
+#: An id not used for this long, with no transaction open, is forgotten:
+#: its state removed (Kafka's transactional.id.expiration.ms, 7 days).
+EXPIRY_MS = 7 * 24 * 3600 * 1000
 
 
 class TxnError(enum.IntEnum):
@@ -104,6 +113,9 @@ class Txn:
     groups: set[str] = attrs.Factory(set)
     #: When the open transaction started (its first log), for rule 5.
     started: float | None = None
+    #: When a request of the id's producer last came (rule 7; the clock
+    #: starts again when a coordinator takes the id over).
+    used: float | None = None
     #: The tag of the id's last commit (``TxnRequest.tag``): what it did, in
     #: the application's words (a Spark micro-batch), to be told again.
     tag: str = ""
@@ -160,12 +172,19 @@ class TxnCoordinator:
     """Every transactional id one coordinator holds (see the module docstring)."""
 
     def __init__(
-        self, new_producer_id: Callable[[], int], max_timeout_ms: int = MAX_TIMEOUT_MS
+        self,
+        new_producer_id: Callable[[], int],
+        max_timeout_ms: int = MAX_TIMEOUT_MS,
+        expiry_ms: int = EXPIRY_MS,
     ) -> None:
         self._new_producer_id = new_producer_id
         self.max_timeout_ms = max_timeout_ms
+        self.expiry_s = expiry_ms / 1000
         self.txns: dict[str, Txn] = {}
         self._deadlines: list[tuple[float, int, str]] = []
+        #: (when it may be idle long enough, order, id): one entry per id,
+        #: pushed again later when it was used meanwhile (``expire``).
+        self._idle: list[tuple[float, int, str]] = []
         self._seq = itertools.count()
 
     # -- producers ----------------------------------------------------------------------
@@ -180,6 +199,7 @@ class TxnCoordinator:
         txn = self.txns.get(txn_id)
         if txn is None:
             txn = self.txns[txn_id] = Txn(txn_id, self._new_producer_id(), 0, timeout_ms)
+            self._note_use(txn, now)
             return TxnError.NONE, txn, None
         if txn.state in _PREPARING:
             return TxnError.CONCURRENT_TRANSACTIONS, None, None
@@ -301,7 +321,40 @@ class TxnCoordinator:
         heapq.heappush(self._deadlines, (at, next(self._seq), txn.transactional_id))
 
     def next_deadline(self) -> float | None:
-        return self._deadlines[0][0] if self._deadlines else None
+        """The next time ``tick`` or ``expire`` has something to look at."""
+        times = [q[0][0] for q in (self._deadlines, self._idle) if q]
+        return min(times, default=None)
+
+    def use(self, txn_id: str, now: float) -> None:
+        """A request of the id came (rule 7's clock)."""
+        txn = self.txns.get(txn_id)
+        if txn is not None:
+            self._note_use(txn, now)
+
+    def _note_use(self, txn: Txn, now: float) -> None:
+        first = txn.used is None
+        txn.used = now
+        if first:
+            heapq.heappush(self._idle, (now + self.expiry_s, next(self._seq), txn.transactional_id))
+
+    def expire(self, now: float) -> list[str]:
+        """Rule 7: the ids idle for ``expiry_ms`` with no transaction open,
+        forgotten here; the shell removes their state.  An id in use is
+        looked at again when it could be idle long enough: one entry per
+        id, so this costs what expires, not every id."""
+        out: list[str] = []
+        while self._idle and self._idle[0][0] <= now:
+            _, _, txn_id = heapq.heappop(self._idle)
+            txn = self.txns.get(txn_id)
+            if txn is None:
+                continue
+            due = (txn.used or 0.0) + self.expiry_s
+            if due > now or txn.state not in _DONE:
+                heapq.heappush(self._idle, (max(due, now + 1.0), next(self._seq), txn_id))
+                continue
+            del self.txns[txn_id]
+            out.append(txn_id)
+        return out
 
     def tick(self, now: float) -> list[Markers]:
         """Rule 5: abort the transactions whose time ran out."""
@@ -322,6 +375,7 @@ class TxnCoordinator:
         open transaction's clock starts again at ``now``."""
         txn = Txn.from_json(doc)
         self.txns[txn.transactional_id] = txn
+        self._note_use(txn, now)
         if txn.state == State.ONGOING:
             txn.started = now
             self._wake(txn, now + txn.timeout_ms / 1000)

@@ -37,7 +37,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     with LocalCluster(
         tmp_path_factory.mktemp("txnr") / "c",
         nodes=3,
-        node_args=("--compaction-interval", "0"),
+        # Ids idle for 3 s expire (7 days by default): the expiry test's.
+        node_args=("--compaction-interval", "0", "--transactional-id-expiry", "3s"),
     ) as c:
         with open_epoch_store(c.url) as store:
             store.create_logs(1, 30, LogAttributes(replication_factor=2))
@@ -347,3 +348,27 @@ def test_a_prepared_transaction_is_committed_by_another_client_with_its_tag(
             time.sleep(0.05)
         with pytest.raises(InvalidArgumentError):
             driver.commit_prepared(prepared, tag="x" * 300)
+
+
+def test_an_idle_transactional_id_expires_and_its_producer_starts_afresh(
+    cluster: LocalCluster,
+) -> None:
+    """An id idle past --transactional-id-expiry, with nothing open, is
+    forgotten and its state removed; a client that still holds its producer
+    starts its next transaction with a new producer id, transparently."""
+    with logstrand.connect(cluster.url) as client:
+        with client.transaction("t-expire") as tx:
+            tx.append(15, b"before")
+            pid = tx.producer[0]
+        assert client.transaction_state("t-expire") is not None
+        deadline = time.monotonic() + 30
+        while client.transaction_state("t-expire") is not None:
+            assert time.monotonic() < deadline, "the id did not expire"
+            time.sleep(0.2)
+        with client.transaction("t-expire") as tx:
+            tx.append(15, b"after")
+            assert tx.producer[0] != pid
+        deadline = time.monotonic() + 20
+        while [r.payload for r in client.read(15, isolation="committed")] != [b"before", b"after"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)

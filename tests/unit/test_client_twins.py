@@ -14,26 +14,30 @@ _RESHAPED = {
     "read": "an iterator of records and gaps, pulled in batches",
     "read_many": "an iterator of (log, item) pairs",
     "subscribe": "an iterator of (log, item) pairs; closing it leaves the group",
+    "transaction": "a BlockingTransaction: a context manager whose steps block",
     "aclose": "close()",
 }
 
 
-def _public(cls: type) -> dict[str, object]:
-    return {
-        name: value
-        for name, value in vars(cls).items()
-        if not name.startswith("_") and (callable(value) or isinstance(value, _blocking))
-    }
+def _public(cls: type, *, mixins: bool = False) -> dict[str, object]:
+    """The class's public methods; with ``mixins``, its bases' too (the
+    nearest wins: the blocking client's reads are ``BlockingReads``')."""
+    out: dict[str, object] = {}
+    for klass in reversed(cls.__mro__[:-1]) if mixins else (cls,):  # (not object's)
+        for name, value in vars(klass).items():
+            if not name.startswith("_") and (callable(value) or isinstance(value, _blocking)):
+                out[name] = value
+    return out
 
 
 def test_every_public_async_method_has_its_blocking_twin() -> None:
-    mine = _public(Client)
+    mine = _public(Client, mixins=True)
     for name, method in _public(AsyncClient).items():
         if name == "aclose":
             assert callable(mine["close"])
             continue
         assert name in mine, f"Client has no twin of AsyncClient.{name}"
-        twin = vars(Client)[name]
+        twin = mine[name]
         if isinstance(twin, _blocking):
             assert twin.method is method
             continue

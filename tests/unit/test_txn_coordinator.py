@@ -209,3 +209,35 @@ def test_a_commits_tag_stays_with_the_id_until_its_next_commit() -> None:
     c.markers_written(markers)
     again = Txn.from_json(c.txns["t"].to_json())
     assert (again.tag, again.state) == ("q batch 0", State.COMPLETE_ABORT)
+
+
+def test_an_idle_id_with_nothing_open_expires_and_one_in_use_does_not() -> None:
+    """Rule 7: an id whose producer sent nothing for the expiry, with no
+    transaction open, is forgotten; a request in between (``use``) or an
+    open transaction keeps it.  One heap entry per id: ``expire`` looks at
+    what is due, not at every id."""
+    ids = itertools.count(1000)
+    c = TxnCoordinator(lambda: next(ids), max_timeout_ms=60_000, expiry_ms=10_000)
+    for tid in ("idle", "busy", "open"):
+        c.init_producer_id(0.0, tid, 50_000)  # a new id counts as used
+    assert c.add_logs(1.0, "open", *_producer(c, "open"), {5}) == TxnError.NONE
+    c.use("open", 1.0)
+    assert c.expire(5.0) == []
+    c.use("busy", 8.0)
+    assert c.next_deadline() is not None
+    assert c.expire(10.5) == ["idle"]  # busy was used at 8, open is open
+    assert "idle" not in c.txns
+    assert c.expire(17.0) == []
+    assert sorted(c.expire(18.5)) == ["busy"]
+    assert "open" in c.txns  # open past its expiry: kept (rule 5 aborts it first)
+    assert len(c._idle) == 1  # one entry left: open's
+    # A forgotten id starts afresh: a new producer id.
+    code, txn, _ = c.init_producer_id(20.0, "idle", 50_000)
+    assert code == TxnError.NONE
+    assert txn is not None
+    assert txn.producer_id not in (1000, 1001, 1002)
+
+
+def _producer(c: TxnCoordinator, tid: str) -> tuple[int, int]:
+    txn = c.txns[tid]
+    return txn.producer_id, txn.producer_epoch
