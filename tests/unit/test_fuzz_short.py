@@ -15,10 +15,12 @@ FUZZ = Path(__file__).resolve().parents[1] / "fuzz"
 @pytest.mark.parametrize(
     ("target", "runs"),
     [
+        # Short passes, each a few seconds to twenty (``make fuzz`` runs
+        # them for minutes): CI's 20 minutes hold the whole suite.
         ("fuzz_codec.py", 20_000),
-        ("fuzz_dispatch.py", 1_000),
-        ("fuzz_node.py", 300),
-        ("fuzz_kafka.py", 20_000),
+        ("fuzz_dispatch.py", 300),
+        ("fuzz_node.py", 120),
+        ("fuzz_kafka.py", 8_000),
         ("fuzz_sasl.py", 2_000),
         ("fuzz_console.py", 2_000),
     ],
