@@ -219,12 +219,17 @@ class Connection:
             return False
         return True
 
-    async def wait_for_room(self) -> None:
-        """Wait (bounded by ``send_stall_s``, then cut) until the queue is below its limit."""
-        if not self._full(1) or self.closed:
+    async def wait_for_room(self, below: int | None = None) -> None:
+        """Wait (bounded by ``send_stall_s``, then cut) until the queue is
+        below its limit, and below ``below`` bytes when given."""
+
+        def full() -> bool:
+            return self._full(1) or (below is not None and self.queued_bytes >= below)
+
+        if not full() or self.closed:
             return
         with trio.move_on_after(self.limits.send_stall_s) as scope:
-            while self._full(1) and not self.closed:
+            while full() and not self.closed:
                 await self._room.wait()
         if scope.cancelled_caught:
             self.cut(f"its peer read nothing for {self.limits.send_stall_s:g} s")

@@ -58,6 +58,10 @@ if TYPE_CHECKING:
 
 READ_BATCH_RECORDS = 2048
 READ_BATCH_BYTES = 4 * 1024 * 1024
+#: A stream's first read takes this much at most: its reader waits for it
+#: (and for every other node's first answer) before it delivers anything,
+#: and a 4 MiB reply takes a few turns of the node's writer to leave.
+FIRST_READ_BYTES = 256 * 1024
 
 
 class Wait(enum.Enum):
@@ -131,7 +135,8 @@ class ReadStreamCore:
             return Wait.IDLE
         if self.credit <= 0:
             return Wait.NO_CREDIT
-        return ReadFrom(self.next_lsn, limit, min(self.credit, READ_BATCH_RECORDS))
+        max_bytes = FIRST_READ_BYTES if self.reported < 0 else READ_BATCH_BYTES
+        return ReadFrom(self.next_lsn, limit, min(self.credit, READ_BATCH_RECORDS), max_bytes)
 
     def sent(self, next_lsn: int) -> None:
         """A message reporting ``next_lsn`` went out."""

@@ -31,7 +31,7 @@ from ..records import BRIDGE, HOLE
 from ..types import format_lsn, lsn_epoch
 from ..wire import ReadCredit, ReadRecords, StartRead, StopRead
 from . import _rules
-from ._read_core import Out, ReadFrom, ReadStreamCore, Report, Wait
+from ._read_core import READ_BATCH_BYTES, Out, ReadFrom, ReadStreamCore, Report, Wait
 
 if TYPE_CHECKING:
     from ..batch import PackedBatch
@@ -45,6 +45,11 @@ _log = logging.getLogger("logstrand.reads")
 RETRY_S = 0.5
 #: Unreadable ranges a node remembers having logged.
 CORRUPT_REMEMBERED = 4096
+
+
+#: Replies a connection's read streams queue ahead of its socket, at most
+#: (bytes): one being sent while the next is read.
+READ_AHEAD_BYTES = 2 * READ_BATCH_BYTES
 
 
 class ReadPort(Protocol):
@@ -221,6 +226,14 @@ class ReadStreams:
                 st.queued = False
                 if not st.stopped:
                     await self._turn(st)
+                    # A step reads LogsDB without yielding, and queueing its
+                    # reply does not yield while the queue has room: without
+                    # this, steps ran back to back until 64 MiB were queued,
+                    # and the connection's writer sent the first of them only
+                    # then (a reader of 200 MB of 10 KiB records waited 460 ms
+                    # for its first batch).  Now the writer sends each reply
+                    # while the next step reads.
+                    await trio.lowlevel.checkpoint()
         finally:
             lane.running = False
 
@@ -254,7 +267,13 @@ class ReadStreams:
             assert isinstance(step, ReadFrom)
             conn = st.lane.conn
             async with conn.bulk:
-                await conn.wait_for_room()
+                # Read ahead of the socket by one reply at most: a step reads
+                # LogsDB without yielding, so steps run back to back while
+                # the queue has room, and the writer, which gets a turn
+                # between them, moves one socket buffer a turn.  With the
+                # connection's 64 MiB as the bound, a reader of 200 MB of
+                # 10 KiB records waited 460 ms for its first batch.
+                await conn.wait_for_room(below=READ_AHEAD_BYTES)
                 sent = await self._read_and_send(st, step, release)
             if sent:
                 self._ready(st)

@@ -552,6 +552,24 @@ def test_skip_passes_over_other_nodes_runs_and_reports_how_far_it_looked(db: Log
     assert db.read_batch(5, 1, 1300, max_records=10).scanned_to == 10
 
 
+def test_skipping_another_nodes_big_batches_stops_at_the_byte_bound(db: LogsDB) -> None:
+    """A scan passes over another node's batches up to ``max_bytes`` of
+    them, not only up to a multiple of ``max_records``: bound by records
+    alone, a node that sent none of the first batches of 10 KiB records
+    read 160 MB before it answered (issue 59: a reader of 200 MB waited
+    460 ms for its first batch, held back by that node's first answer)."""
+    payload = b"x" * 10_240
+    for i in range(20):  # 20 batches of 100 records of 10 KiB: 20 MB, node 2's
+        db.write(
+            [put(11, range(1 + 100 * i, 101 + 100 * i), ts=T0, copyset=(2, 1), payload=payload)]
+        )
+    got = db.read_packed(11, 1, 2000, max_records=2048, max_bytes=256 * 1024, skip=lambda c: True)
+    assert got.batches == []
+    assert got.scanned_to == 100  # one batch looked at, and where to go on from
+    got = db.read_packed(11, 1, 2000, max_records=2048, max_bytes=4 << 20, skip=lambda c: True)
+    assert got.scanned_to == 500  # 4 MiB: five batches of 1 MB (2,000 records: 20)
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_skip_with_seeking_returns_every_record_not_skipped(db: LogsDB, seed: int) -> None:
     """Long runs of other nodes' records are passed over by point lookups (their

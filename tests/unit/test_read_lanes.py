@@ -66,8 +66,32 @@ class FakeConn:
         self.sent.append(msg)
         await trio.lowlevel.checkpoint()
 
-    async def wait_for_room(self) -> None:
+    async def wait_for_room(self, below: int | None = None) -> None:
         await trio.lowlevel.checkpoint()
+
+
+@attrs.define(eq=False)
+class SlowConn(FakeConn):
+    """A connection whose socket takes nothing until ``drain``: each reply
+    queues ``reply_bytes``."""
+
+    reply_bytes: int = 3 << 20
+    queued_bytes: int = 0
+    drained: trio.Event = attrs.Factory(trio.Event)
+
+    async def send(self, msg: ReadRecords) -> None:
+        self.queued_bytes += self.reply_bytes
+        await super().send(msg)
+
+    async def wait_for_room(self, below: int | None = None) -> None:
+        while below is not None and self.queued_bytes >= below:
+            await self.drained.wait()
+        await trio.lowlevel.checkpoint()
+
+    def drain(self) -> None:
+        self.queued_bytes = 0
+        self.drained.set()
+        self.drained = trio.Event()
 
 
 def start(log: int, stream: int, credit: int = 1000) -> StartRead:
@@ -144,3 +168,48 @@ async def test_streams_of_a_connection_take_turns_and_are_bounded() -> None:
         # stream gets its turn after one step of it.
         assert order.index(2) <= 2 < len(order)
         nursery.cancel_scope.cancel()
+
+
+async def test_a_connection_reads_ahead_of_its_socket_by_one_reply_at_most() -> None:
+    """A step reads LogsDB without yielding, so while the connection's
+    queue had room (64 MiB) steps ran back to back and its writer sent the
+    first reply only once they stopped: a reader of 200 MB of 10 KiB
+    records waited 460 ms for its first batch (issue 59).  Now a stream
+    reads its next step only while less than ``READ_AHEAD_BYTES`` wait to
+    be sent: one reply going out while the next is read."""
+    from logstrand.storage._reads import READ_AHEAD_BYTES
+
+    db = FakeDB({1: E1 + 100_000})
+    conn = SlowConn()
+    async with trio.open_nursery() as nursery:
+        reads = ReadStreams(1, db, NoEnds(), METRICS, nursery)  # type: ignore[arg-type]
+        reads.start(conn, start(1, stream=1, credit=100_000))  # type: ignore[arg-type]
+        await settle()
+        ahead = len(conn.sent)
+        # Replies of 3 MiB: queued 0, 3, 6 MiB before each read, then 9 >= 8.
+        assert ahead == -(-READ_AHEAD_BYTES // conn.reply_bytes)
+        conn.drain()
+        await settle()
+        assert len(conn.sent) == 2 * ahead  # as much again, no more
+        nursery.cancel_scope.cancel()
+
+
+def test_a_streams_first_read_is_small_and_the_next_ones_full() -> None:
+    """A reader delivers nothing before every node's first answer: the
+    first read of a stream takes ``FIRST_READ_BYTES`` (one stored batch at
+    least), the next ones ``READ_BATCH_BYTES``."""
+    from logstrand.storage._read_core import (
+        FIRST_READ_BYTES,
+        READ_BATCH_BYTES,
+        ReadFrom,
+        ReadStreamCore,
+    )
+
+    core = ReadStreamCore(1, E1 + 1, E1 + 10_000, 8192, scd=False)
+    first = core.step(E1 + 10_000)
+    assert isinstance(first, ReadFrom)
+    assert first.max_bytes == FIRST_READ_BYTES < READ_BATCH_BYTES
+    core.sent(E1 + 50)
+    after = core.step(E1 + 10_000)
+    assert isinstance(after, ReadFrom)
+    assert after.max_bytes == READ_BATCH_BYTES
