@@ -234,7 +234,9 @@ def test_a_failed_transactions_late_append_is_fenced_by_its_abort(cluster: Local
                 await client.append_numbered(log, [b"late"], producer=(key, 1), transactional=True)
             async with client.transaction("t-late") as tx:
                 await tx.append(log, b"next")
-                assert tx.producer[1] > epoch + 1  # the abort's epoch, then a new one
+                # The abort's epoch, then a new one (or, had the id idled past
+                # this module's 3 s expiry meanwhile, a new producer id).
+                assert tx.producer[0] != pid or tx.producer[1] > epoch + 1
             got = await _payloads(client, log, "committed")
             assert got == [b"next"], got
 
