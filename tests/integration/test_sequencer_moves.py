@@ -36,6 +36,13 @@ def test_a_third_of_the_sequencers_move_away_and_back_while_appends_go_on(
             store.create_logs(1, LOGS, LogAttributes(replication_factor=2))
         settings = logstrand.ClientSettings(append_timeout_s=60.0)
         with logstrand.connect(c.url, settings=settings) as client:
+            # The client learns the membership from the epoch store's watch:
+            # on a busy machine its first view may not have node 3 yet (CI
+            # once got no log of node 3's here), so wait until it has.
+            _wait(
+                "the client's view of all three nodes",
+                lambda: {client.sequencer_node(log) for log in logs} == {1, 2, 3},
+            )
             owners = {log: client.sequencer_node(log) for log in logs}
             moved = [log for log in logs if owners[log] == 3]
             assert LOGS // 5 < len(moved) < LOGS // 2
