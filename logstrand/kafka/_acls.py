@@ -33,6 +33,8 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from ..epochstore._model import check_range_name
 from ..errors import LogstrandError
 from ..records import GROUP_OPS, LOG_ID_MAX, OPS, TXN_OPS
@@ -40,6 +42,8 @@ from ..security import check_name, parse_group_pattern, parse_txn_pattern
 from ._errors import KafkaError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ._groups import GroupFront
     from ._protocol import Request
 
@@ -214,9 +218,9 @@ class AclApis:
             return str(exc)
         user, pattern = principal[5:], c.get("resource_pattern_type", LITERAL)
         if c["resource_type"] == GROUP:
-            return self._group_grant_of(user, c["resource_name"], pattern, c["operation"])
+            return _named_grant_of(user, c["resource_name"], pattern, c["operation"], _GROUP)
         if c["resource_type"] == TRANSACTIONAL_ID:
-            return _txn_grant_of(user, c["resource_name"], pattern, c["operation"])
+            return _named_grant_of(user, c["resource_name"], pattern, c["operation"], _TXN)
         if pattern not in (LITERAL, PREFIXED):
             return "a topic ACL is LITERAL or PREFIXED"
         ops = _OPS.get(c["operation"])
@@ -234,21 +238,6 @@ class AclApis:
         except LogstrandError as exc:
             return str(exc)
         return user, ("topic", name + "*" if pattern == PREFIXED else name), ops
-
-    @staticmethod
-    def _group_grant_of(
-        user: str, name: str, pattern: int, operation: int
-    ) -> tuple[str, On, set[str]] | str:
-        ops = _GROUP_OPS.get(operation)
-        if ops is None:
-            return f"operation {operation} has no counterpart on a group (read, describe, delete)"
-        if pattern not in (LITERAL, PREFIXED):
-            return "a group ACL is LITERAL or PREFIXED"
-        try:
-            on = parse_group_pattern(name + "*" if pattern == PREFIXED and name != "*" else name)
-        except LogstrandError as exc:
-            return str(exc)
-        return user, ("group", on), ops
 
     async def create(self, request: Request) -> dict[str, Any]:
         results = []
@@ -297,16 +286,32 @@ class AclApis:
         return {"throttle_time_ms": 0, "filter_results": out}
 
 
-def _txn_grant_of(
-    user: str, name: str, pattern: int, operation: int
+@attrs.frozen
+class _Named:
+    """A resource named as a group is (a name, PREFIXED, or ``*``): its
+    operations, how its names are checked, and what it is called."""
+
+    ops: dict[int, set[str]]
+    parse: Callable[[str], str]
+    kind: str
+    listed: str
+
+
+_GROUP = _Named(_GROUP_OPS, parse_group_pattern, "group", "read, describe, delete")
+_TXN = _Named(_TXN_OPS, parse_txn_pattern, "transactional id", "write, describe")
+
+
+def _named_grant_of(
+    user: str, name: str, pattern: int, operation: int, named: _Named
 ) -> tuple[str, On, set[str]] | str:
-    ops = _TXN_OPS.get(operation)
+    """The grant an ACL on a group or a transactional id is, or why none."""
+    ops = named.ops.get(operation)
     if ops is None:
-        return f"operation {operation} has no counterpart on a transactional id (write, describe)"
+        return f"operation {operation} has no counterpart on a {named.kind} ({named.listed})"
     if pattern not in (LITERAL, PREFIXED):
-        return "a transactional id ACL is LITERAL or PREFIXED"
+        return f"a {named.kind} ACL is LITERAL or PREFIXED"
     try:
-        on = parse_txn_pattern(name + "*" if pattern == PREFIXED and name != "*" else name)
+        on = named.parse(name + "*" if pattern == PREFIXED and name != "*" else name)
     except LogstrandError as exc:
         return str(exc)
-    return user, ("transactional id", on), ops
+    return user, (named.kind, on), ops
