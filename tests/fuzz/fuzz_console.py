@@ -75,8 +75,16 @@ class _Client:
     view = _View()
 
     def __getattr__(self, name: str) -> Any:
-        if name in ("trim", "reset_group"):
+        if name in ("trim", "reset_group", "abort_transaction"):
             CHANGES.append(name)
+        if name == "transactions":
+            # One open transaction, so that an abort gets as far as asking.
+
+            async def states() -> dict[str, Any]:
+                doc = {"pid": 1, "epoch": 0, "state": "Ongoing", "timeout_ms": 1000, "logs": [1]}
+                return {"t": doc}
+
+            return states
 
         async def call(*_args: Any, **_kwargs: Any) -> Any:
             raise NotFoundError("no such thing in this twin")
@@ -157,6 +165,8 @@ def seeds() -> list[bytes]:
         b"\x01api/logs\n\n" + json_head + b'{"first":1,"last":2}',
         b"\x02api/logs/1\n\n" + json_head + b'{"attributes":{}}',
         b"\x80api/groups\n\nhost: localhost\n" + auth,
+        b"\x00api/transactions\nopen=true&limit=5\nhost: localhost\n",
+        b"\x01api/transactions/t/abort\n\n" + json_head + b'{"dry_run":false}',
         b"\x80api/logs/3/tail\ntoken=" + TOKEN.encode() + b"\nhost: localhost\n",
     ]
 
