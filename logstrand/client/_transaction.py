@@ -179,7 +179,10 @@ class Transaction:
             raise InvalidArgumentError(f"log {log_id} is internal: commit_positions writes there")
         await self._add(logs=(log_id,))
         p = self._producer
-        async with self._appending.setdefault(log_id, trio.Lock()):
+        lock = self._appending.get(log_id)
+        if lock is None:  # (not setdefault: that makes a lock for every append)
+            lock = self._appending[log_id] = trio.Lock()
+        async with lock:
             seq = p.seqs.get(log_id, 0)
             number = (producer_key(p.producer_id, p.producer_epoch), seq)
             try:
