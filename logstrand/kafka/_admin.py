@@ -312,6 +312,14 @@ class AdminApis:
                 await trio.sleep(RELEASE_WAIT_S)
                 start, end, m = await data.bounds(log_id)
             if not 0 <= offset <= end:
+                _log.info(
+                    "kafka: DeleteRecords %s[%d] to %d: the log holds offsets %d..%d",
+                    name,
+                    p["partition_index"],
+                    offset,
+                    start,
+                    end,
+                )
                 return {**row, "error_code": KafkaError.OFFSET_OUT_OF_RANGE}
             if offset > start:
                 await self.front.client.trim(log_id, m.lsn_at(offset) - 1)

@@ -163,3 +163,23 @@ def wait_answered(address: str, *, ca: str | None = None, within_s: float) -> fl
     assert answer is not None
     assert answer["error_code"] == 0, answer
     return took
+
+
+def wait_for_partitions(bootstrap: str, topic: str, count: int, timeout_s: float = 15.0) -> None:
+    """Wait until every broker in ``bootstrap`` lists ``count`` partitions of
+    ``topic``.  A front learns of partitions another front added when its
+    view is next read (within ``LOGSTRAND_VIEW_REFRESH_S``), as a Kafka
+    broker learns of them from the controller after CreatePartitions has
+    answered: a producer whose metadata came from a front that has not yet
+    heard fails a record for the new partition as UNKNOWN_PARTITION, and
+    ``flush`` still returns 0."""
+    deadline = time.monotonic() + timeout_s
+    for address in bootstrap.split(","):
+        while True:
+            with KafkaPeer(address) as peer:
+                got = peer.request(3, 1, {"topics": [{"name": topic}]})
+            parts = [t["partitions"] for t in (got or {}).get("topics", []) if t["name"] == topic]
+            if parts and len(parts[0]) == count:
+                break
+            assert time.monotonic() < deadline, f"{address} lists {topic} as {parts}"
+            time.sleep(0.1)

@@ -26,7 +26,7 @@ from logstrand.kafka._records import decode_batches
 from logstrand.testing import LocalCluster
 from logstrand.types import lsn_epoch
 
-from .kafka_raw import KafkaPeer
+from .kafka_raw import KafkaPeer, wait_for_partitions
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -546,11 +546,19 @@ def test_a_topic_grows_after_another_topic_took_the_ids_after_it(
     assert parts[1][0] > other.last, parts
     topics = admin.list_topics("grows", timeout=30).topics
     assert sorted(topics["grows"].partitions) == [0, 1, 2, 3, 4]
+    wait_for_partitions(cluster.kafka_bootstrap, "grows", 5)
 
+    failed: list[Any] = []
     producer = Producer({"bootstrap.servers": cluster.kafka_bootstrap, "linger.ms": 0})
     for p in range(5):
-        producer.produce("grows", value=b"to %d" % p, partition=p)
+        producer.produce(
+            "grows",
+            value=b"to %d" % p,
+            partition=p,
+            on_delivery=lambda e, m: e and failed.append(e),
+        )
     assert producer.flush(30) == 0
+    assert failed == []
     consumer = Consumer({"bootstrap.servers": cluster.kafka_bootstrap, "group.id": "grows-r"})
     try:
         consumer.assign([TopicPartition("grows", p, 0) for p in range(5)])

@@ -33,6 +33,8 @@ from logstrand import Record
 from logstrand.epochstore import LogAttributes, open_epoch_store
 from logstrand.testing import LocalCluster
 
+from .kafka_raw import wait_for_partitions
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
@@ -420,10 +422,18 @@ def test_admin_configs_partitions_records_and_the_cluster(cluster: LocalCluster)
     with open_epoch_store(cluster.url) as store:
         r = store.log_range_named("admin-t")
     assert r.last - r.first == 2
+    wait_for_partitions(bootstrap, "admin-t", 3)
+    failed: list[Any] = []
     producer = Producer({"bootstrap.servers": bootstrap})
     for i in range(10):
-        producer.produce("admin-t", value=b"r%d" % i, partition=2)
+        producer.produce(
+            "admin-t",
+            value=b"r%d" % i,
+            partition=2,
+            on_delivery=lambda e, m: e and failed.append(e),
+        )
     assert producer.flush(30) == 0
+    assert failed == []
     done = admin.delete_records([TopicPartition("admin-t", 2, 4)])
     assert next(iter(done.values())).result(30).low_watermark == 4
     got = _consume(bootstrap, [TopicPartition("admin-t", 2, OFFSET_BEGINNING)], 6)
