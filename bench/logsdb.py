@@ -9,6 +9,7 @@ LogsDB/raw ratio.
 
     python bench/logsdb.py [--records 200000] [--repeat 3] [--json out.json]
     python bench/logsdb.py --amplification 2 [--repeat 3]
+    python bench/logsdb.py --big [--repeat 3]
 
 ``--amplification GIB`` measures instead what a steady append load costs
 the disk: GIB of 1 KiB records (random bytes: compression does not hide
@@ -17,6 +18,12 @@ turn, as a node stores them; then it waits for RocksDB's background work
 to end and reports, from RocksDB's statistics (``LogsDB.io_bytes``), the
 write amplification (bytes written to SST and blob files by flushes and
 compactions, over bytes of records written) and the WAL's bytes apart.
+
+``--big`` reads 200 MB of 10 KiB records in batches of 100 (1 MiB values,
+in blob files) as read streams do (``read_packed``, 4 MiB a step), and as
+bare rocksdict iterates the same column family with RocksDB's default
+read options (its checksums verified): the rate of each, in the same
+process, alternating.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import rocksdict
 
 from logstrand.batch import make_batch
 from logstrand.logsdb import LogsDB, LogsDBOptions, PutBatch
+from logstrand.logsdb._engine import RocksEngine
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -158,6 +166,47 @@ def amplification(gib: float, options: LogsDBOptions) -> dict[str, Any]:
     }
 
 
+def big(repeat: int) -> dict[str, float]:
+    """``--big`` (see the module docstring): MB/s of each reader."""
+    d = tempfile.mkdtemp(prefix="logstrand-bench-")
+    try:
+        db = LogsDB.open(d)
+        now = int(time.time() * 1000)
+        payloads = [b"y" * 10240] * 100
+        for i in range(200):
+            first = 1 + 100 * i
+            db.write(
+                [
+                    PutBatch.of(
+                        7,
+                        make_batch(range(first, first + 100), payloads, timestamps_ms=now),
+                        (1, 2),
+                    )
+                ],
+                sync=False,
+            )
+        db.flush()
+        total = 200 * 100 * 10240 / 1e6
+        ours, raw = [], []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            start = 1
+            while (got := db.read_packed(7, start, max_records=8192, max_bytes=4 << 20)).batches:
+                start = got.scanned_to + 1
+            ours.append(total / (time.perf_counter() - t0))
+            t0 = time.perf_counter()
+            engine = db._engine  # the same column families, read bare
+            assert isinstance(engine, RocksEngine)
+            for cf in engine.column_families():
+                for _ in engine._cfs[cf].items():
+                    pass
+            raw.append(total / (time.perf_counter() - t0))
+        db.close()
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    return {"read_packed_mb_s": statistics.median(ours), "rocksdict_mb_s": statistics.median(raw)}
+
+
 def run(records: int, repeat: int) -> list[dict[str, Any]]:
     rows = []
     for size in (100, 1024):
@@ -218,7 +267,12 @@ def main() -> None:
         help="LogsDBOptions.blob_min_bytes for --amplification (0: no blob files; "
         "default: LogsDB's default)",
     )
+    ap.add_argument("--big", action="store_true", help="read 1 MiB batches (see above)")
     args = ap.parse_args()
+    if args.big:
+        got = big(args.repeat)
+        print(json.dumps({k: round(v) for k, v in got.items()}))
+        return
     if args.amplification is not None:
         options = LogsDBOptions()
         if args.blob_min >= 0:

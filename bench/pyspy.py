@@ -8,6 +8,7 @@
     python bench/pyspy.py many-logs --inclusive  # shares with callees
     python bench/pyspy.py kafka-produce  # confluent-kafka producing 100 B through the front
     python bench/pyspy.py kafka-consume  # confluent-kafka consuming 100 B from the start
+    python bench/pyspy.py kafka-consume-10k  # the same, 20,000 x 10 KiB
 
 A local 3-node cluster (R=2) gets the workload's records; then the workload
 runs again in a loop while ``py-spy record`` samples (at 200 Hz, native frames
@@ -47,20 +48,22 @@ def _kafka(case: str, bootstrap: str, stop: threading.Event) -> int:
 
     done = 0
     producer = Producer({"bootstrap.servers": bootstrap})
+    big = case == "kafka-consume-10k"
+    payload, total = (b"y" * SIZE, 20_000) if big else (b"x" * 100, 200_000)
 
     def produce(n: int) -> None:
         for _ in range(n):
             while True:
                 try:
-                    producer.produce("bench", b"x" * 100, partition=0)
+                    producer.produce("bench", payload, partition=0)
                     break
                 except BufferError:
                     producer.poll(0.01)
             producer.poll(0)
         producer.flush(120)
 
-    if case == "kafka-consume":
-        produce(200_000)
+    if case.startswith("kafka-consume"):
+        produce(total)
     while not stop.is_set():
         if case == "kafka-produce":
             produce(10_000)
@@ -69,7 +72,7 @@ def _kafka(case: str, bootstrap: str, stop: threading.Event) -> int:
         c = Consumer({"bootstrap.servers": bootstrap, "group.id": "p", "enable.auto.commit": False})
         c.assign([TopicPartition("bench", 0, OFFSET_BEGINNING)])
         got = 0
-        while got < 200_000 and not stop.is_set():
+        while got < total and not stop.is_set():
             got += sum(1 for m in c.consume(1000, 1.0) if m.error() is None)
         c.close()
         done += got
@@ -160,6 +163,7 @@ def main() -> None:
             "many-logs",
             "kafka-produce",
             "kafka-consume",
+            "kafka-consume-10k",
         ),
     )
     ap.add_argument("--seconds", type=float, default=8.0)
@@ -184,7 +188,8 @@ def main() -> None:
 
         worker = threading.Thread(target=lambda: result.append(work()), daemon=True)
         worker.start()
-        warm = {"many-logs": 30.0, "kafka-consume": 8.0}.get(args.case, 3.0)
+        warms = {"many-logs": 30.0, "kafka-consume": 8.0, "kafka-consume-10k": 8.0}
+        warm = warms.get(args.case, 3.0)
         time.sleep(warm)  # past the warm-up
         pids = {"client": os.getpid()} | {f"node {n}": p.pid for n, p in cluster.procs.items()}
         outs = {name: Path(d) / f"{name.replace(' ', '')}.txt" for name in pids}
