@@ -20,7 +20,7 @@ SEEDS ?= 0:5000
 
 .PHONY: venv venv-test zookeeper run test lint format bench bench-compare soak faults fuzz clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml logstrand/kafka/_fastrecords.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e .
 	@touch $(STAMP)

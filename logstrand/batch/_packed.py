@@ -209,6 +209,14 @@ class PackedBatch(Building):
         assert self._lens is not None
         return self._lens[: self.count]
 
+    def lengths_table(self) -> memoryview:
+        """The lengths table as stored: every key's, then every payload's
+        (then every extras') length, int32 little-endian (-1: none), in the
+        order ``blob`` holds them (the values of ``key_lens`` and the others)."""
+        assert self._lens is not None
+        at = self.body_start
+        return memoryview(self.data)[at : at + 4 * len(self._lens)]
+
     def payload_lens(self) -> list[int]:
         assert self._lens is not None
         return self._lens[self.count : 2 * self.count]

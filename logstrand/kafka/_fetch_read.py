@@ -29,6 +29,7 @@ from ..records import CONTROL, TRANSACTIONAL
 from ..transactions import decode_marker, producer_of
 from ..types import GapType, compose_lsn, lsn_epoch
 from ._offsets import LEADER_EPOCH_MAX
+from ._packed_records import run_batch
 from ._records import control_record, encode_columns
 from ._sessions import Session, Sessions, close
 
@@ -237,7 +238,6 @@ async def _batches(
     """``_run``'s Kafka batches of the run's records from index ``a``: the
     batches, the offset of the last record taken (None: none), whether the
     run was taken whole."""
-    ts, keys, values, extras = run.timestamps_ms, run.keys, run.payloads, run.extras
     packed = run.view.packed
     n = len(offsets)
     # A transaction's records carry their producer id (Kafka's TRANSACTIONAL
@@ -260,17 +260,7 @@ async def _batches(
         fit = max(1, min(step, left * packed.count // (packed.payload_bytes + 1)))
         while True:
             hi = min(n, lo + fit)
-            x = None if extras is None else extras[lo:hi]
-            part = encode_columns(
-                offsets[lo:hi],
-                ts[lo:hi],
-                keys[lo:hi],
-                values[lo:hi],
-                x,
-                kafka_epoch,
-                codec,
-                producer_id=pid,
-            )
+            part = run_batch(run, offsets, lo, hi, kafka_epoch, codec, pid)
             if len(part) <= left or hi - lo == 1:
                 break
             fit = (hi - lo) // 2

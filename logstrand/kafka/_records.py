@@ -405,13 +405,30 @@ def encode_columns(
         if value is not None:
             put(value)
         put(hs)
-    body = compress(codec, b"".join(parts))
+    span = (base, offsets[-1], first_ts, max(timestamps), len(offsets))
+    return seal_records(b"".join(parts), span, leader_epoch, codec, producer_id, control)
+
+
+def seal_records(
+    records: bytes,
+    span: tuple[int, int, int, int, int],
+    leader_epoch: int,
+    codec: int,
+    producer_id: int = -1,
+    control: bool | None = None,
+) -> bytes:
+    """A batch of ``records`` (encoded, uncompressed): compressed with
+    ``codec`` and given its header.  ``span``: the base and last offsets,
+    the first and max timestamps, and the record count (``encode_columns``
+    says what the other arguments mean)."""
+    base, last, first_ts, max_ts, count = span
+    body = compress(codec, records)
     attributes = codec
     if producer_id >= 0:
         attributes |= TRANSACTIONAL | (CONTROL if control else 0)
     head = _HEADER.pack(
         base, HEADER_BYTES - _LENGTH_FROM + len(body), leader_epoch, 2, 0, attributes,
-        offsets[-1] - base, first_ts, max(timestamps), producer_id, -1, -1, len(offsets),
+        last - base, first_ts, max_ts, producer_id, -1, -1, count,
     )  # fmt: skip
     crc = google_crc32c.extend(google_crc32c.value(head[_CRC_FROM:]), body)
     return head[:17] + struct.pack(">I", crc) + head[_CRC_FROM:] + body
