@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import struct
 from typing import Any
 
 import attrs
@@ -67,6 +68,7 @@ from logstrand.wire import (
     TxnOp,
     TxnReply,
     TxnRequest,
+    _codec,
     choose_version,
     decode_body,
     encode_body,
@@ -484,3 +486,26 @@ def test_a_retired_type_number_is_never_given_again() -> None:
     assert 6 not in MESSAGE_TYPES
     with pytest.raises(AssertionError, match="used twice"):
         message(6)(type("Again", (), {}))
+
+
+@given(any_message)
+def test_the_piecewise_body_is_what_cbor2_writes(msg: Any) -> None:
+    """Messages whose byte strings are big are written piece by piece
+    (``_codec._body_parts``), each byte string joined once: the bytes must be
+    cbor2's, whatever the message (so that every decoder takes them)."""
+    values = _codec._values(msg)
+    assert b"".join(_codec._body_parts(values)) == cbor2.dumps(values)
+
+
+def test_a_frame_of_big_batches_is_cbor2s_frame_and_decodes() -> None:
+    pbs = tuple(
+        make_batch(range(1 + 100 * i, 101 + 100 * i), [bytes([i]) * 10240] * 100, timestamps_ms=5)
+        for i in range(3)
+    )
+    msg = ReadRecords(7, 1, 0, 301, 0, pbs, (1, 100, 101, 200, 201, 300))
+    frame = encode_frame(msg)
+    body = cbor2.dumps(_codec._values(msg))
+    assert frame == struct.pack(">I", len(body)) + body
+    dec = FrameDecoder()
+    dec.feed(frame)
+    assert dec.next_message() == msg
