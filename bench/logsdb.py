@@ -10,6 +10,7 @@ LogsDB/raw ratio.
     python bench/logsdb.py [--records 200000] [--repeat 3] [--json out.json]
     python bench/logsdb.py --amplification 2 [--repeat 3]
     python bench/logsdb.py --big [--repeat 3]
+    python bench/logsdb.py --wal [--repeat 3]
 
 ``--amplification GIB`` measures instead what a steady append load costs
 the disk: GIB of 1 KiB records (random bytes: compression does not hide
@@ -24,6 +25,10 @@ in blob files) as read streams do (``read_packed``, 4 MiB a step), and as
 bare rocksdict iterates the same column family with RocksDB's default
 read options (its checksums verified): the rate of each, in the same
 process, alternating.
+
+``--wal`` writes 200 values of 1 MiB (one WriteBatch each, sync off) to bare
+rocksdict with its write-ahead log on and off: what RocksDB's WAL costs a
+node's write of big batches (ms per MiB, medians).
 """
 
 from __future__ import annotations
@@ -207,6 +212,33 @@ def big(repeat: int) -> dict[str, float]:
     return {"read_packed_mb_s": statistics.median(ours), "rocksdict_mb_s": statistics.median(raw)}
 
 
+def wal(repeat: int) -> dict[str, float]:
+    """``--wal`` (see the module docstring): ms per MiB with and without."""
+    d = tempfile.mkdtemp(prefix="logstrand-bench-")
+    try:
+        opts = rocksdict.Options(raw_mode=True)
+        opts.create_if_missing(True)
+        db = rocksdict.Rdict(d, opts)
+        value = os.urandom(1 << 20)
+        got: dict[str, list[float]] = {"wal_ms_per_mib": [], "no_wal_ms_per_mib": []}
+        for i in range(repeat):
+            for name, off in (("wal_ms_per_mib", False), ("no_wal_ms_per_mib", True)):
+                wo = rocksdict.WriteOptions()
+                wo.disable_wal = off
+                times = []
+                for k in range(200):
+                    wb = rocksdict.WriteBatch(raw_mode=True)
+                    wb.put(b"%s-%d-%d" % (name.encode(), i, k), value)
+                    t0 = time.perf_counter()
+                    db.write(wb, wo)
+                    times.append((time.perf_counter() - t0) * 1000)
+                got[name].append(statistics.median(times))
+        db.close()
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    return {k: statistics.median(v) for k, v in got.items()}
+
+
 def run(records: int, repeat: int) -> list[dict[str, Any]]:
     rows = []
     for size in (100, 1024):
@@ -268,7 +300,11 @@ def main() -> None:
         "default: LogsDB's default)",
     )
     ap.add_argument("--big", action="store_true", help="read 1 MiB batches (see above)")
+    ap.add_argument("--wal", action="store_true", help="RocksDB's WAL on 1 MiB writes")
     args = ap.parse_args()
+    if args.wal:
+        print(json.dumps({k: round(v, 2) for k, v in wal(args.repeat).items()}))
+        return
     if args.big:
         got = big(args.repeat)
         print(json.dumps({k: round(v) for k, v in got.items()}))
