@@ -95,8 +95,11 @@ def test_a_value_that_fails_its_checksum_covers_its_own_lsns(tmp_path: Path) -> 
 
 
 def test_a_flipped_byte_in_an_sst_file(tmp_path: Path) -> None:
-    """RocksDB's block checksum fails: the block's keys are unknown, so the
-    range runs from the last good batch to the first readable key after it."""
+    """A payload byte flipped in an SST file: reads skip RocksDB's block
+    checksums (``RocksEngine.items``), so the batch's own body checksum
+    fails, and the unreadable range is that batch (with RocksDB's checks
+    on, the block's keys were unknown and the range ran from the last good
+    batch to the first readable key: here the same LSNs)."""
     path = tmp_path / "db"
     db = LogsDB.open(path)
     fill(db, STARTS)
