@@ -13,7 +13,7 @@ import contextlib
 import itertools
 import logging
 import math
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, assert_never
 
 import attrs
 import trio
@@ -187,13 +187,14 @@ class ReadStream:
         actions, core.actions = core.actions, []
         now = trio.current_time()
         for a in actions:
-            if isinstance(a, StopStream):
-                self._stop_on(a.node_id)
-                continue
-            try:
-                link = await self._link(a.node_id)
-                if isinstance(a, StartStream):
-                    msg: Any = StartRead(
+            msg: StartRead | ReadCredit
+            # The core's actions are a closed union (``_reader_parts.Action``).
+            match a:
+                case StopStream():
+                    self._stop_on(a.node_id)
+                    continue
+                case StartStream():
+                    msg = StartRead(
                         self.stream_id,
                         a.generation,
                         self.log_id,
@@ -203,9 +204,12 @@ class ReadStream:
                         a.scd,
                         a.known_down,
                     )
-                else:
-                    assert isinstance(a, GrantCredit)
+                case GrantCredit():
                     msg = ReadCredit(self.stream_id, a.generation, a.records)
+                case _:
+                    assert_never(a)
+            try:
+                link = await self._link(a.node_id)
                 await link.send(msg)
             except TransientError:
                 self._retry_at[a.node_id] = now + RECONNECT_S

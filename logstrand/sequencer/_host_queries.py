@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..errors import Status
 from ._handoff import endable
-from ._host_actions import HostOptions, SequencerState, Slot
+from ._host_actions import HostOptions, ReplySeqState, SeqStateAnswer, SequencerState, Slot
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -74,6 +75,26 @@ class HostQueries:
             slot.stalled(now, self.options.recovery_stall_s),
             slot.attempts_failed,
             slot.error,
+        )
+
+    def seq_state(self, action: ReplySeqState, release: int, now: float) -> SeqStateAnswer:
+        """The answer ``action`` stands for; ``release``: the node's own
+        release pointer of the log (LogsDB's, which the host does not hold)."""
+        log_id = action.token[-1]
+        state, seq = self.state(log_id, now), self.sequencer(log_id)
+        if action.status != Status.OK or state is None or seq is None:
+            return SeqStateAnswer(int(action.status), message=action.message)
+        released = max(release, seq.released_lsn)
+        return SeqStateAnswer(
+            int(Status.OK),
+            max(released, seq.last_known_good_lsn),
+            state.epoch,
+            state.recovered,
+            int(state.recovering_s * 1000),
+            state.stalled,
+            state.attempts_failed,
+            state.error[:4096],
+            released_lsn=released,
         )
 
     def stalled_logs(self, now: float) -> list[int]:

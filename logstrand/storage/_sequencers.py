@@ -14,7 +14,7 @@ import contextlib
 import itertools
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, assert_never
 
 import attrs
 import trio
@@ -212,44 +212,49 @@ class SequencerHost:
         queue = deque(actions)
         while queue:
             action = queue.popleft()
-            if isinstance(action, SendStore):
-                key = (action.message.log_id, action.node_id)
-                self._release_sent[key] = max(
-                    self._release_sent.get(key, 0), action.message.released_lsn
-                )
-                if _trace.ON:
-                    _trace.mark(
-                        "seq.store_sent" if action.node_id != self.node_id else "seq.store_local"
+            # A closed union: mypy names the case a new action type lacks.
+            match action:
+                case SendStore():
+                    key = (action.message.log_id, action.node_id)
+                    self._release_sent[key] = max(
+                        self._release_sent.get(key, 0), action.message.released_lsn
                     )
-                # (One that cannot be sent is answered CONNFAILED, as a reply.)
-                await self.peers.queue_store(action.node_id, action.message)
-            elif isinstance(action, ReplyAppend):
-                await self._reply(action)
-            elif isinstance(action, SendRelease):
-                self._releases[action.log_id] = (action.nodeset, action.lsn)
-                self._release_wakeup.set()
-            elif isinstance(action, ReplySeqState):
-                await self._reply_seq_state(action)
-            elif isinstance(action, Activate):
-                self.activations.soon(action.log_id)
-            elif isinstance(action, Recover):
-                self.nursery.start_soon(self._recover, action)
-            elif isinstance(action, ConfirmRefusal):
-                self.nursery.start_soon(self._confirm_refusal, action)
-            else:
-                assert isinstance(action, RecoveryStalled)
-                self.metrics.recovery_stalls.inc()
-                _log.error(
-                    "node %d: log %d: the sequencer of epoch %d has not recovered the earlier "
-                    "epochs in %.1f s (%d attempts failed; last: %s); appends are refused "
-                    "until it has",
-                    self.node_id,
-                    action.log_id,
-                    action.epoch,
-                    action.seconds,
-                    action.attempts_failed,
-                    action.error or "none yet",
-                )
+                    if _trace.ON:
+                        local = action.node_id == self.node_id
+                        _trace.mark("seq.store_local" if local else "seq.store_sent")
+                    # (One that cannot be sent is answered CONNFAILED, as a reply.)
+                    await self.peers.queue_store(action.node_id, action.message)
+                case ReplyAppend():
+                    await self._reply(action)
+                case SendRelease():
+                    self._releases[action.log_id] = (action.nodeset, action.lsn)
+                    self._release_wakeup.set()
+                case ReplySeqState():
+                    await self._reply_seq_state(action)
+                case Activate():
+                    self.activations.soon(action.log_id)
+                case Recover():
+                    self.nursery.start_soon(self._recover, action)
+                case ConfirmRefusal():
+                    self.nursery.start_soon(self._confirm_refusal, action)
+                case RecoveryStalled():
+                    self._stalled(action)
+                case _:
+                    assert_never(action)
+
+    def _stalled(self, action: RecoveryStalled) -> None:
+        self.metrics.recovery_stalls.inc()
+        _log.error(
+            "node %d: log %d: the sequencer of epoch %d has not recovered the earlier "
+            "epochs in %.1f s (%d attempts failed; last: %s); appends are refused "
+            "until it has",
+            self.node_id,
+            action.log_id,
+            action.epoch,
+            action.seconds,
+            action.attempts_failed,
+            action.error or "none yet",
+        )
 
     async def _confirm_refusal(self, action: ConfirmRefusal) -> None:
         """Rule 6's check before an idempotent batch is refused: has a newer
@@ -292,27 +297,10 @@ class SequencerHost:
 
     async def _reply_seq_state(self, action: ReplySeqState) -> None:
         conn, request_id, log_id = action.token
-        reply = SeqState(request_id, int(action.status), message=action.message)
-        state = self.core.state(log_id, trio.current_time())
-        seq = self.core.sequencer(log_id)
-        if action.status == Status.OK and state is not None and seq is not None:
-            released = max(self.release_of(log_id), seq.released_lsn)
-            reply = SeqState(
-                request_id,
-                int(Status.OK),
-                # The tail is every acknowledged append, released yet or not.
-                max(released, seq.last_known_good_lsn),
-                state.epoch,
-                state.recovered,
-                int(state.recovering_s * 1000),
-                state.stalled,
-                state.attempts_failed,
-                state.error[:4096],
-                released_lsn=released,
-            )
+        answer = self.core.seq_state(action, self.release_of(log_id), trio.current_time())
         if conn is None:
             return  # this node asked itself (an overdue release): activation was the point
-        await conn.reply(reply)
+        await conn.reply(SeqState(request_id, *answer.fields()))
 
     def acked_tail(self, log_id: int) -> int | None:
         """The acknowledged tail of the log's sequencer here (what ``SeqState``

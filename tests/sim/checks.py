@@ -223,7 +223,7 @@ def check_committed(world: World, log: int, items: list[Any], *, final: bool) ->
     plain -= txn_of.keys()
     got = set(delivered)
     for payload in delivered:
-        txn = txn_of.get(payload)
+        txn = None if payload is None else txn_of.get(payload)
         if txn is not None and txn.outcome != "commit":
             when = "in the end" if final else f"at {world.now:.3f}"
             raise Violation(

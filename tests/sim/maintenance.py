@@ -202,9 +202,10 @@ def check_maintained(
             _require(where == lsn, f"acknowledged {payload!r} at {lsn:#x}: read at {where}")
     _require_copies(world, {seen[p] for p in seen}, victim)
     for k, (_, snap) in enumerate(world.snapshots):
-        for kind, lo, _, payload in snap:
-            if kind == "record" and lo not in gone and seen.get(payload) != lo:  # type: ignore[arg-type]
-                raise Violation(f"reader {k} got {payload!r} at {lo:#x}; in the end it is not")
+        for kind, lo, _, read in snap:
+            where = None if read is None else seen.get(read)
+            if kind == "record" and lo not in gone and where != lo:
+                raise Violation(f"reader {k} got {read!r} at {lo:#x}; in the end it is not")
     return {"acked": len(acked), "records": len(seen), "excused": len(world.excused)}
 
 

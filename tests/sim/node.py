@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import itertools
 import random
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, assert_never
 
 import attrs
 
@@ -446,40 +446,41 @@ class SimNode(Endpoint):
             host.on_recovery_done(log, core, done is not None, done, world.now, self.clock_ms())
         )
 
-    def _execute(self, actions: list[Any]) -> None:
+    def _execute(self, actions: list[host_core.HostAction]) -> None:
         for a in actions:
-            if isinstance(a, SendStore):
-                self.send(a.node_id, a.message)
-            elif isinstance(a, ReplyAppend):
-                src, rid = a.token
-                self.send(
-                    src,
-                    wire.AppendReply(
-                        rid, int(a.status), a.first_lsn, a.count, a.timestamp_ms, a.redirect
-                    ),
-                )
-            elif isinstance(a, SendRelease):
-                for n in a.nodeset:
-                    self.send(n, wire.Release(a.log_id, a.lsn))
-            elif isinstance(a, host_core.Activate):
-                self._activate(a.log_id)
-            elif isinstance(a, host_core.Recover):
-                self._recover(a.log_id, a.core, list(a.history))
-            elif isinstance(a, host_core.ReplySeqState):
-                src, rid, log = a.token
-                seq = self.host.sequencer(log)
-                assert self.store is not None
-                released = self.store.release_of(log)
-                if seq is not None:
-                    released = max(released, seq.released_lsn)
-                self.send(src, wire.SeqState(rid, int(a.status), released_lsn=released))
-            elif isinstance(a, ConfirmRefusal):
-                self._confirm_refusal(a)
-            elif isinstance(a, host_core.RecoveryStalled):
-                self.world.note(f"node {self.id} recovery stalled in epoch {a.epoch}: {a.error}")
-                self.world.stats["stalls"] += 1
-            else:
-                raise AssertionError(f"unexpected action {a!r}")
+            # The node's interpreter (storage/_sequencers.execute) takes the
+            # same closed union: mypy names a case either one lacks.
+            match a:
+                case SendStore():
+                    self.send(a.node_id, a.message)
+                case ReplyAppend():
+                    src, rid = a.token
+                    self.send(
+                        src,
+                        wire.AppendReply(
+                            rid, int(a.status), a.first_lsn, a.count, a.timestamp_ms, a.redirect
+                        ),
+                    )
+                case SendRelease():
+                    for n in a.nodeset:
+                        self.send(n, wire.Release(a.log_id, a.lsn))
+                case host_core.Activate():
+                    self._activate(a.log_id)
+                case host_core.Recover():
+                    self._recover(a.log_id, a.core, list(a.history))
+                case host_core.ReplySeqState():
+                    src, rid, log = a.token
+                    assert self.store is not None
+                    answer = self.host.seq_state(a, self.store.release_of(log), self.world.now)
+                    self.send(src, wire.SeqState(rid, *answer.fields()))
+                case ConfirmRefusal():
+                    self._confirm_refusal(a)
+                case host_core.RecoveryStalled():
+                    note = f"node {self.id} recovery stalled in epoch {a.epoch}: {a.error}"
+                    self.world.note(note)
+                    self.world.stats["stalls"] += 1
+                case _:
+                    assert_never(a)
 
     def _confirm_refusal(self, action: ConfirmRefusal) -> None:
         """Read the log's next epoch (a little later, as from a store) and

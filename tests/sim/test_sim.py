@@ -205,7 +205,8 @@ def test_the_simulation_runs_the_production_modules() -> None:
     assert node.advance is _commands.advance
     assert node.Gathering is _commands.Gathering
     assert node.host_core is _host
-    assert node.ActivationQueue is _activation.ActivationQueue is _activation_queue.ActivationQueue
+    queue = _activation_queue.ActivationQueue
+    assert node.ActivationQueue is getattr(_activation, "ActivationQueue") is queue  # noqa: B009
     assert checks.ReaderCore is _reader_core.ReaderCore
     assert checks.absorb is _reader_intake.absorb
     assert checks.ReadStreamCore is _read_core.ReadStreamCore
