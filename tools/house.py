@@ -9,6 +9,12 @@
   ``# not an LSN``).
 
 Usage: python tools/house.py [PACKAGE_DIR]   (exit 1 and a line per breach)
+       python tools/house.py --table         (docs/architecture.md's floors)
+
+``--table`` prints the floors of the import-linter ``layers`` contract in
+pyproject.toml as a markdown table, with what each package imports from the
+others (grimp's graph of the code as it is): docs/architecture.md holds
+this output between its ``floors`` markers, and a test says when it differs.
 """
 
 from __future__ import annotations
@@ -48,7 +54,46 @@ def breaches(package: Path) -> list[str]:
     return out
 
 
+def floors(root: Path) -> list[list[str]]:
+    """The ``layers`` contract's floors, top first, each its packages."""
+    import tomllib
+
+    config = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (contract,) = [c for c in config["contracts"] if c["type"] == "layers"]
+    return [[p.strip() for p in re.split(r"[|:]", floor)] for floor in contract["layers"]]
+
+
+def table(root: Path) -> str:
+    """The floors as a markdown table (see the module docstring)."""
+    import grimp
+
+    graph = grimp.build_graph("logstrand")
+    levels = floors(root)
+    top = [p for floor in levels for p in floor]
+
+    def package(module: str) -> str:
+        parts = module.split(".")
+        return parts[1] if len(parts) > 1 else ""
+
+    uses: dict[str, set[str]] = {p: set() for p in top}
+    for module in graph.modules:
+        here = package(module)
+        for imported in graph.find_modules_directly_imported_by(module):
+            there = package(imported)
+            if imported.startswith("logstrand.") and here in uses and there != here:
+                uses[here].add(there)
+    rows = ["| floor | package | imports from logstrand's |", "|---|---|---|"]
+    for n, floor in enumerate(levels):
+        for p in floor:
+            used = ", ".join(f"`{u}`" for u in sorted(uses[p], key=top.index)) or "nothing"
+            rows.append(f"| {len(levels) - n} | `{p}` | {used} |")
+    return "\n".join(rows) + "\n"
+
+
 def main() -> int:
+    if sys.argv[1:] == ["--table"]:
+        print(table(Path(__file__).resolve().parents[1]), end="")
+        return 0
     package = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("logstrand")
     found = breaches(package)
     for line in found:
