@@ -1,4 +1,4 @@
-# logstrand: make run | make test | make lint | make bench | make bench-compare | make soak
+# logstrand: make run | make check | make test | make lint | make bench | make bench-compare | make soak
 #
 # Everything installs into .venv from pyproject.toml: `make run` only what a
 # cluster and the client need, `make test` the extras too (Spark, Arrow, the
@@ -18,7 +18,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 3
 SEEDS ?= 0:5000
 
-.PHONY: venv venv-test zookeeper run test lint format bench bench-compare soak faults fuzz clean
+.PHONY: venv venv-test zookeeper run check test lint format bench bench-compare soak faults fuzz clean
 
 $(STAMP): pyproject.toml logstrand/kafka/_fastrecords.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -50,6 +50,12 @@ zookeeper:
 
 run: venv
 	$(BIN)/logstrand dev demo --dir run-data/demo --keep
+
+# The first signal, in under 3 minutes here: lint and types, then the unit
+# tests and the seeded simulation (pure cores, fake clocks: no cluster, no
+# ZooKeeper).  `make test` runs everything, and is what CI runs.
+check: venv-test lint
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests/unit tests/sim $(PYTEST_ARGS)
 
 test: venv-test zookeeper lint
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
