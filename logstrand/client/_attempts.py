@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import random
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, assert_never
 
 import attrs
 import trio
@@ -26,19 +26,16 @@ import trio
 from .. import _trace
 from ..batch import Codec, PackedBatch
 from ..errors import (
-    AccessDeniedError,
     ClosedError,
     DuplicateAppendError,
-    FencedError,
-    InvalidArgumentError,
     LogstrandError,
     NotFoundError,
-    ProducerError,
     Status,
     TransientError,
 )
 from ..wire import Append, AppendMany, AppendReply, ErrorReply
 from ._append_mux import MANY_PROTOCOL, Entry, NodeMux, send_alone, settle
+from ._append_next import CheckLog, Done, Fail, Follow, Pause, Settle, after_reply
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -48,18 +45,6 @@ if TYPE_CHECKING:
     from ._nodewatch import NodeWatch
     from ._settings import ClientSettings
 
-_FATAL = {
-    Status.TOOBIG: InvalidArgumentError,
-    Status.INVALID_PARAM: InvalidArgumentError,
-    Status.BADPAYLOAD: InvalidArgumentError,
-    Status.NOKEY: InvalidArgumentError,
-    Status.ACCESS: AccessDeniedError,
-    Status.DUPLICATE: DuplicateAppendError,
-    Status.FENCED: FencedError,
-}
-#: Refusals of an idempotent batch that mean "not yet" while an earlier
-#: batch of the same producer is still out, and "never" once it is the oldest.
-_SEQUENCE = (Status.OUT_OF_SEQUENCE, Status.UNKNOWN_PRODUCER)
 #: An attempt made before a retrying loop starts: (node, its outcome, the
 #: producer's acknowledgements before it).
 _First = tuple[int, tuple[AppendReply | None, str], int]
@@ -234,34 +219,40 @@ class Attempts:
                     (node, (reply, last), acks_then), first = first, None
                 else:
                     node, reply, last, acks_then = await self._one(log_id, batch, again, producer)
-                if node is not None:
+                if node is None:
+                    self._hint.pop(log_id, None)  # no live node can take it: no hint holds
+                else:
                     again = True
-                    if reply is not None:
-                        status = Status(reply.status)
-                        if status == Status.OK:
-                            return reply.first_lsn
-                        last = f"{status.name}: {reply.message}"
-                        if status == Status.REDIRECTED and reply.redirect is not None:
-                            if self._follow(log_id, node, reply.redirect, redirected_by):
-                                continue
-                        elif status == Status.NOTFOUND:
-                            await self.view.refresh()
-                            if self.view.log_attributes(log_id) is None:
-                                raise NotFoundError(f"log {log_id} does not exist")
-                        elif status in _FATAL:
-                            raise _FATAL[status](reply.message, status)
-                        elif status in _SEQUENCE:
-                            if (
-                                number is None
-                                or producer is None
-                                or producer.hopeless(*number, acks_then)
-                            ):
-                                raise ProducerError(reply.message, status)
-                            # An earlier batch is still out: once it is in, this follows.
-                            await producer.settle()
+                if reply is not None and reply.status != Status.OK:
+                    last = f"{Status(reply.status).name}: {reply.message}"
+
+                def hopeless(at: int = acks_then) -> bool:
+                    return number is None or producer is None or producer.hopeless(*number, at)
+
+                # The decision is the pure core's (``_append_next``); the
+                # routing, refreshes and waits are this loop's.
+                step = after_reply(reply, hopeless)
+                match step:
+                    case Done(lsn):
+                        return lsn
+                    case Follow(to):
+                        assert node is not None
+                        if self._follow(log_id, node, to, redirected_by):
                             continue
-                    else:
-                        self._hint.pop(log_id, None)
+                    case CheckLog():
+                        await self.view.refresh()
+                        if self.view.log_attributes(log_id) is None:
+                            raise NotFoundError(f"log {log_id} does not exist")
+                    case Fail(error):
+                        raise error
+                    case Settle():
+                        assert producer is not None
+                        await producer.settle()  # an earlier batch is out: once in, this follows
+                        continue
+                    case Pause():
+                        pass
+                    case _:
+                        assert_never(step)
                 with contextlib.suppress(LogstrandError):
                     await self.view.refresh()
                 await trio.sleep(backoff * (0.5 + _JITTER.random()))
