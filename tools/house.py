@@ -3,6 +3,10 @@
 
 - no function over ``FUNCTION_LINES_MAX`` lines (split it at its seams);
 - no module over ``MODULE_LINES_MAX`` lines (give its parts their own rooms);
+- no new import of another package's private module (``..pkg._mod``):
+  across packages, through the package's ``__init__``; the ones there are
+  today are listed in ``tools/private_imports.txt``, which may only shrink
+  (an entry no longer in the code is a breach too, so that it is struck);
 - LSN arithmetic only through ``logstrand/types.py`` (``compose_lsn``,
   ``lsn_epoch``, ``lsn_esn``, ``next_epoch_lsn``): no raw ``>> 32`` or
   ``<< 32`` anywhere else (a line that shifts something else says so with
@@ -54,6 +58,48 @@ def breaches(package: Path) -> list[str]:
     return out
 
 
+BASELINE = Path(__file__).with_name("private_imports.txt")
+
+
+def private_imports(package: Path) -> set[str]:
+    """``importer -> imported`` for every import of another package's
+    private module (``from ..pkg._mod import x``, ``from ..pkg import _mod``,
+    type-only and function-level imports included)."""
+    out: set[str] = set()
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package.parent).with_suffix("")
+        here = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+        home = rel.parts[1] if len(rel.parts) > 2 else ""
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.ImportFrom) or (node.module is None and not node.level):
+                continue
+            if node.level:
+                # A package's __init__ is its own level: ``..`` climbs one less.
+                up = node.level - (rel.name == "__init__")
+                base = here.split(".")[: len(here.split(".")) - up]
+                target = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                target = node.module or ""
+            parts = target.split(".")
+            if parts[0] != package.name or len(parts) < 2 or parts[1] == home:
+                continue
+            names = [parts[2:]] if len(parts) > 2 else [[a.name] for a in node.names]
+            for tail in names:
+                if any(p.startswith("_") for p in tail):
+                    out.add(f"{here} -> {'.'.join(parts[:2] + tail)}")
+    return out
+
+
+def private_breaches(package: Path) -> list[str]:
+    known = {
+        line for line in BASELINE.read_text().splitlines() if line and not line.startswith("#")
+    }
+    found = private_imports(package)
+    new = [f"{x}: another package's private module (use its __init__)" for x in found - known]
+    gone = [f"{x}: no longer in the code: strike it from {BASELINE.name}" for x in known - found]
+    return sorted(new) + sorted(gone)
+
+
 def floors(root: Path) -> list[list[str]]:
     """The ``layers`` contract's floors, top first, each its packages."""
     import tomllib
@@ -95,7 +141,7 @@ def main() -> int:
         print(table(Path(__file__).resolve().parents[1]), end="")
         return 0
     package = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("logstrand")
-    found = breaches(package)
+    found = breaches(package) + private_breaches(package)
     for line in found:
         print(line)
     return 1 if found else 0

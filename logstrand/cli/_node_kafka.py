@@ -150,8 +150,8 @@ def kafka_front(params: dict[str, Any], groups: NodeGroups) -> Any:
     max_txn_ms = max_transaction_timeout_ms(params)
     if params["kafka_advertise"] is not None:
         host_port(params["kafka_advertise"], "--kafka-advertise")
+    from ..kafka import Limits
     from ..kafka._node_front import NodeKafkaFront, NodeKafkaOptions
-    from ..kafka._server import Limits
 
     limits = Limits(
         budget_bytes=_size(params["kafka_budget"], "--kafka-budget"),

@@ -20,7 +20,7 @@ from rich.progress import (
 )
 
 from .._units import format_bytes, looks_like_time, parse_time_ms
-from ..client._reader_core import RecordRun
+from ..client import RecordRun
 from ..types import LSN_OLDEST, TAIL, Gap, Record, format_lsn, parse_lsn
 from ._common import (
     JsonOption,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from ..epochstore._named import named_logs
+from ..epochstore import named_logs
 from ..errors import InvalidArgumentError, NotFoundError
 from ..placement import partition_for_key
 from ..types import LSN_OLDEST

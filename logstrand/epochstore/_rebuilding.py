@@ -16,8 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..errors import NotFoundError
-from ..rebuilding import _core
-from ..rebuilding._model import DonorProgress, Mode, RebuildingState
+from ..rebuilding import DonorProgress, Mode, RebuildingState, _core
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..client._reader_parts import GapItem
+from ..client import GapItem
 from ..errors import (
     DuplicateAppendError,
     InvalidArgumentError,

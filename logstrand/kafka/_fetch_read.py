@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from ..client._reader_parts import GapItem
+from ..client import GapItem
 from ..errors import LogstrandError
 from ..records import CONTROL, TRANSACTIONAL
 from ..transactions import decode_marker, producer_of

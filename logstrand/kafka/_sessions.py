@@ -29,7 +29,7 @@ from ..errors import LogstrandError
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    from ..client._reader import ReadStream
+    from ..client import ReadStream
 
 SESSIONS_MAX = 32
 IDLE_S = 10.0

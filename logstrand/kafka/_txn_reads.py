@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
+from ..client import GapItem
 from ..client._committed_view import feed_index
-from ..client._reader_parts import GapItem
 from ..errors import LogstrandError
 from ..transactions import TxnIndex
 

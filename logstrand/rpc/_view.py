@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from ..epochstore._async import AsyncEpochStore
+from ..epochstore import AsyncEpochStore
 from ..errors import EpochStoreUnavailableError
 from ..placement import rendezvous_owner
 from ..rebuilding import Authority, RebuildingState

@@ -31,7 +31,7 @@ from ..types import compose_lsn, lsn_epoch
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-    from ..client._views import LogSegment
+    from ..client import LogSegment
 
 
 @attrs.frozen

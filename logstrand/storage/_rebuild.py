@@ -25,9 +25,8 @@ from typing import TYPE_CHECKING
 import trio
 
 from ..errors import LogstrandError, Status
-from ..rebuilding import Mode, RebuildingState, Run, Start, on_start
+from ..rebuilding import Mode, RebuildingState, Run, Start, StorageState, on_start
 from ..rebuilding._core import due_for_grace
-from ..rebuilding._model import StorageState
 
 if TYPE_CHECKING:
     from ..epochstore import EpochStore

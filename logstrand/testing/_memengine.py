@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Any
 from sortedcontainers import SortedDict
 
 from ..errors import UnreadableError
-from ..logsdb import LogsDB, LogsDBOptions
-from ..logsdb._engine import IoBytes
+from ..logsdb import IoBytes, LogsDB, LogsDBOptions
 from ..logsdb._store import wall_clock_ms
 
 if TYPE_CHECKING:

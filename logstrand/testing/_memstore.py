@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..epochstore import EpochStore, MemberSession, Watch
-from ..epochstore._members import Member, Members
+from ..epochstore import EpochStore, Member, Members, MemberSession, Watch
 
 if TYPE_CHECKING:
     from collections.abc import Callable

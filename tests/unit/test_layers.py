@@ -29,6 +29,15 @@ def _check(graph: grimp.ImportGraph) -> bool:
     return bool(contract.check(graph, verbose=False).kept)
 
 
+def _house() -> Any:
+    spec = importlib.util.spec_from_file_location("house", ROOT / "tools" / "house.py")
+    assert spec is not None
+    assert spec.loader is not None
+    house = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(house)
+    return house
+
+
 @pytest.fixture
 def graph() -> grimp.ImportGraph:
     return grimp.build_graph("logstrand")  # cached by grimp: built once a run
@@ -56,12 +65,30 @@ def test_an_upward_or_sideways_import_breaks_them(
 def test_the_architecture_page_shows_the_floors_as_they_are() -> None:
     """docs/architecture.md's floors are ``tools/house.py --table``'s: made
     from the contract and the code, never written by hand."""
-    spec = importlib.util.spec_from_file_location("house", ROOT / "tools" / "house.py")
-    assert spec is not None
-    assert spec.loader is not None
-    house = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(house)
+    house = _house()
     page = (ROOT / "docs" / "architecture.md").read_text()
     begin = page.index("<!-- floors: begin")
     shown = page[page.index("\n", begin) + 1 : page.index("<!-- floors: end -->")]
     assert shown == house.table(ROOT), "run: python tools/house.py --table"
+
+
+def test_a_new_private_import_across_packages_is_a_breach(tmp_path: Path) -> None:
+    """``tools/house.py`` (make lint) refuses an import of another package's
+    private module that its list does not hold, and a listed one the code
+    no longer has; the tree as it is passes."""
+    house = _house()
+    assert house.private_breaches(ROOT / "logstrand") == []
+    tree = tmp_path / "logstrand"
+    (tree / "kafka").mkdir(parents=True)
+    (tree / "client").mkdir()
+    (tree / "kafka" / "_x.py").write_text(
+        "from ..client._reader import ReadStream\n"
+        "from ..client import _lazy\n"
+        "from ..client import connect\n"
+    )
+    (tree / "client" / "_y.py").write_text("from ._reader import ReadStream\n")
+    found = house.private_imports(tree)
+    assert found == {
+        "logstrand.kafka._x -> logstrand.client._reader",
+        "logstrand.kafka._x -> logstrand.client._lazy",
+    }
