@@ -4,6 +4,7 @@ commits its position (docs/spark.md, "Which failures give exactly-once")."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -121,13 +122,24 @@ def test_a_micro_batch_run_again_appends_nothing_twice_and_the_group_is_committe
     assert payload_counts(cluster.url, 23) == Counter(b"in%d" % i for i in range(500))
 
 
-def committed_counts(url: str, log: int) -> Counter[bytes]:
-    with logstrand.connect(url) as client:
-        return Counter(
-            r.payload
-            for r in client.read(log, isolation="committed")
-            if isinstance(r, Record) and r.payload is not None
-        )
+def committed_counts(url: str, log: int, want: Counter[bytes]) -> Counter[bytes]:
+    """What a committed reader of ``log`` gets, read again (for at most 30 s)
+    until it is ``want``: a commit answers once its decision is written,
+    and the markers that make its records visible follow at once, in the
+    background, as Kafka's do (docs/transactions.md); a read to the tail
+    just after the answer may stop before them.  Rows an aborted attempt
+    left, or rows missing for good, never turn into ``want``."""
+    deadline = time.monotonic() + 30
+    while True:
+        with logstrand.connect(url) as client:
+            got = Counter(
+                r.payload
+                for r in client.read(log, isolation="committed")
+                if isinstance(r, Record) and r.payload is not None
+            )
+        if got == want or time.monotonic() > deadline:
+            return got
+        time.sleep(0.2)
 
 
 def test_a_write_in_transactions_is_committed_by_the_driver_once(
@@ -146,7 +158,7 @@ def test_a_write_in_transactions_is_committed_by_the_driver_once(
         "transactionalId", "spark-txn"
     ).mode("append").save()
     want = Counter(p for (p,) in data)
-    assert committed_counts(cluster.url, 24) == want
+    assert committed_counts(cluster.url, 24, want) == want
     assert set(payload_counts(cluster.url, 24).values()) == {2}  # the aborted attempts
     for isolation, n in (("read_committed", 3000), ("read_uncommitted", 6000)):
         read = (
@@ -196,9 +208,9 @@ def test_a_micro_batch_run_again_in_transactions_writes_nothing_twice(
 
     run()
     want = Counter(b"s%d" % i for i in range(400))
-    assert committed_counts(cluster.url, 26) == want
+    assert committed_counts(cluster.url, 26, want) == want
     for name in ("0", ".0.crc"):
         (ck / "commits" / name).unlink(missing_ok=True)
     run()
-    assert committed_counts(cluster.url, 26) == want
+    assert committed_counts(cluster.url, 26, want) == want
     assert payload_counts(cluster.url, 26) == want  # nothing written again at all
