@@ -22,6 +22,10 @@ from pathlib import Path
 LOW = 10_000
 #: Slices of that range: one per test worker (``PYTEST_XDIST_WORKER``).
 SLICES = 16
+#: Ports browsers refuse to open (Chromium's and Firefox's restricted ports
+#: at or above ``LOW``): a console on one fails a browser test with
+#: ERR_UNSAFE_PORT (it did, in make test).
+BROWSER_UNSAFE = frozenset({10080})
 
 
 def _ephemeral_low() -> int:
@@ -51,6 +55,8 @@ def free_port() -> int:
     slice below the ephemeral range (the kernel's pick when there is none)."""
     for _ in range(len(_ports)):
         port = _ports[next(_next) % len(_ports)]
+        if port in BROWSER_UNSAFE:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))

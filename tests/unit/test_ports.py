@@ -5,13 +5,18 @@ disjoint between test workers."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import subprocess
 import sys
+from typing import TYPE_CHECKING
 
 from logstrand.testing import free_port
 from logstrand.testing._ports import _ephemeral_low
+
+if TYPE_CHECKING:
+    import pytest
 
 
 def test_ports_are_free_and_below_the_ephemeral_range() -> None:
@@ -44,3 +49,15 @@ def test_test_workers_pick_from_disjoint_slices() -> None:
         assert len(a) >= 64
         for b in slices[i + 1 :]:
             assert not set(a) & set(b)
+
+
+def test_a_port_browsers_refuse_is_never_handed_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chromium refuses 10080 (ERR_UNSAFE_PORT): a console there failed a
+    browser test in make test.  With the slice around it, every pick skips it."""
+    from logstrand.testing import _ports
+
+    monkeypatch.setattr(_ports, "_ports", range(10079, 10082))
+    monkeypatch.setattr(_ports, "_next", itertools.count(1))  # 10080 comes first
+    picked = {_ports.free_port() for _ in range(6)}
+    assert 10080 not in picked
+    assert picked <= {10079, 10081}
