@@ -20,7 +20,9 @@ latencies, Redis/logstrand: above 1 is better for logstrand too).
 
 ``--trace`` runs 2,000 sequential appends once more with ``LOGSTRAND_TRACE``
 set (``logstrand._trace``) and prints where an append's time goes, stage by
-stage, from the marks of the client and the three nodes.
+stage, from the marks of the client and the three nodes.  ``--trace-big``
+runs the trace alone over 300 sequential ``append_batch`` calls of 100 x
+10 KiB (one 1 MiB APPEND each): where a big batch's time goes.
 """
 
 from __future__ import annotations
@@ -116,8 +118,12 @@ def table(runs: list[dict[str, float]], peers: list[dict[str, float]], records: 
 # -- the per-stage trace ---------------------------------------------------------------
 
 
-def trace_child(directory: str) -> None:
-    """In a process started with LOGSTRAND_TRACE: 2,000 sequential appends."""
+BIG = [b"y" * 10240] * 100
+
+
+def trace_child(directory: str, big: bool = False) -> None:
+    """In a process started with LOGSTRAND_TRACE: 2,000 sequential appends
+    (``big``: 300 appends of one 1 MiB batch)."""
     import logstrand
     from logstrand.epochstore import LogAttributes, open_epoch_store
     from logstrand.testing import LocalCluster
@@ -130,14 +136,26 @@ def trace_child(directory: str) -> None:
                 client.append(1, PAYLOAD)
             with open(f"{directory}/measured", "w") as f:
                 f.write(str(time.monotonic_ns()))
-            sequential(lambda: client.append(1, PAYLOAD), 2000)
+            if big:
+                from logstrand import _trace
+
+                def one_batch() -> None:
+                    # The blocking client marks ``append`` only: its batch here.
+                    _trace.mark("client.call")
+                    client.append_batch(1, BIG)
+                    _trace.mark("client.return")
+
+                sequential(one_batch, 300)
+            else:
+                sequential(lambda: client.append(1, PAYLOAD), 2000)
 
 
-def trace() -> None:
+def trace(big: bool = False) -> None:
     with tempfile.TemporaryDirectory() as d:
         marks_dir = f"{d}/marks"
         env = {**os.environ, "LOGSTRAND_TRACE": marks_dir}
-        subprocess.run([sys.executable, __file__, "--trace-child", d], env=env, check=True)
+        child = [sys.executable, __file__, "--trace-child", d] + (["--trace-big"] if big else [])
+        subprocess.run(child, env=env, check=True)
         since = int(Path(f"{d}/measured").read_text())
         marks: list[tuple[int, int, str]] = []
         for path in Path(marks_dir).glob("*.trace"):
@@ -203,10 +221,14 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=5.0, help="of the steady case")
     ap.add_argument("--no-redis", action="store_true")
     ap.add_argument("--trace", action="store_true", help="also the per-stage trace")
+    ap.add_argument("--trace-big", action="store_true", help="only the trace, of 1 MiB batches")
     ap.add_argument("--trace-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.trace_child:
-        trace_child(args.trace_child)
+        trace_child(args.trace_child, args.trace_big)
+        return
+    if args.trace_big:
+        trace(big=True)
         return
     runs, peers = [], []
     for _ in range(args.repeat):
