@@ -18,7 +18,10 @@ trio cancel scope costs, bare and with a deadline (the client made three per
 batch before issue 56).  ``--offset-map``: only what a compaction pass's first
 200 keys cost in a new 64 MiB offset map (numpy gives it huge pages) against a
 map sized to them (docs/compaction.md), in thread CPU time, five new maps of
-each, as each pass made a new one.
+each, as each pass made a new one.  ``--wire``: only what framing a
+node's reply of four 1 MiB batches costs (``wire.encode_frame``, which joins
+big byte strings once) against cbor2's encoder of the same message, and a
+CRC32C of 1 MiB (``google_crc32c``, what a batch's body check costs).
 """
 
 from __future__ import annotations
@@ -196,7 +199,35 @@ def offset_map() -> None:
     print(f"  sized to them:             {', '.join(f'{x:.2f}' for x in sized)}")
 
 
+def wire() -> None:
+    import cbor2
+    import google_crc32c
+
+    from logstrand.batch import make_batch
+    from logstrand.wire import ReadRecords, encode_frame
+    from logstrand.wire._codec import _values
+
+    big = b"y" * 10240
+    batches = tuple(
+        make_batch(range(1 + 100 * i, 101 + 100 * i), [big] * 100, timestamps_ms=5)
+        for i in range(4)
+    )
+    msg = ReadRecords(7, 1, 0, 401, 0, batches, (1, 100, 101, 200, 201, 300, 301, 400))
+    values = _values(msg)
+    mib = b"z" * (1 << 20)
+    for name, fn in (
+        ("encode_frame, 4 x 1 MiB", lambda: encode_frame(msg)),
+        ("cbor2.dumps, the same", lambda: cbor2.dumps(values)),
+        ("google_crc32c of 1 MiB", lambda: google_crc32c.value(mib)),
+    ):
+        runs = [timeit.timeit(fn, number=50) / 50 * 1000 for _ in range(5)]
+        print(f"{name}: {statistics.median(runs):.2f} ms (median of 5 x 50)")
+
+
 def main() -> None:
+    if sys.argv[1:] == ["--wire"]:
+        wire()
+        return
     if sys.argv[1:] == ["--offset-map"]:
         offset_map()
         return

@@ -171,6 +171,10 @@ class _RocksBatch:
 class RocksEngine:
     """One RocksDB instance in a directory."""
 
+    #: Whether reads ask RocksDB to verify its own checksums (``items``):
+    #: no; ``bench/logsdb.py --big`` turns it on to measure what it costs.
+    verify_reads = False
+
     def __init__(self, path: str | os.PathLike[str], *, blob_min_bytes: int | None = None) -> None:
         self.path = os.fspath(path)
         self._blob_min_bytes = blob_min_bytes
@@ -238,11 +242,10 @@ class RocksEngine:
         # Every value is a batch with its own header and body CRC32C, both
         # checked on every read (``_scan.parse_value``), and its key is
         # checked against its header: RocksDB's own checksums check the same
-        # bytes again, and cost three quarters of a read of big batches
-        # (1 MiB values in blob files: 393 MB/s with them, 1,126 MB/s
-        # without, bench/logsdb.py --big).  A block that does not decode
-        # still fails the iterator (``_check``).
-        ro.set_verify_checksums(False)
+        # bytes again, and cost about two thirds of a read of big batches
+        # (``bench/logsdb.py --big``).  A block that does not decode still
+        # fails the iterator (``_check``).
+        ro.set_verify_checksums(self.verify_reads)
         it = self._cfs[cf].iter(ro)
         it.seek(lo)
         while it.valid():
