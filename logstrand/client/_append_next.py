@@ -23,8 +23,6 @@ from ..errors import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from ..wire import AppendReply
 
 
@@ -93,10 +91,10 @@ STATUS_TABLE = {
 }
 
 
-def after_reply(reply: AppendReply | None, hopeless: Callable[[], bool]) -> Next:
+def after_reply(reply: AppendReply | None, hopeless: bool) -> Next:
     """What to do after ``reply`` (None: no answer came, or no node could
-    take the batch).  ``hopeless()``: whether an out-of-sequence refusal is
-    final (not idempotent, or the batch is its producer's oldest out and
+    take the batch).  ``hopeless``: whether an out-of-sequence refusal would
+    be final (not idempotent, or the batch is its producer's oldest out and
     nothing was acknowledged since it left: ``LogProducer.hopeless``)."""
     if reply is None:
         return Pause()
@@ -110,5 +108,5 @@ def after_reply(reply: AppendReply | None, hopeless: Callable[[], bool]) -> Next
     if status in FATAL:
         return Fail(FATAL[status](reply.message, status))
     if status in SEQUENCE:
-        return Fail(ProducerError(reply.message, status)) if hopeless() else Settle()
+        return Fail(ProducerError(reply.message, status)) if hopeless else Settle()
     return Pause()  # overloaded, not ready, sealed, a node going away: again

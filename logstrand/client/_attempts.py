@@ -225,10 +225,9 @@ class Attempts:
                     again = True
                 if reply is not None and reply.status != Status.OK:
                     last = f"{Status(reply.status).name}: {reply.message}"
-
-                def hopeless(at: int = acks_then) -> bool:
-                    return number is None or producer is None or producer.hopeless(*number, at)
-
+                hopeless = (
+                    number is None or producer is None or producer.hopeless(*number, acks_then)
+                )
                 # The decision is the pure core's (``_append_next``); the
                 # routing, refreshes and waits are this loop's.
                 step = after_reply(reply, hopeless)

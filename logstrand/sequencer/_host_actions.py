@@ -83,30 +83,6 @@ class SequencerState:
     error: str
 
 
-@attrs.frozen
-class SeqStateAnswer:
-    """The fields of a GET_SEQ_STATE answer (``wire.SeqState`` after its
-    request id, in its order): built by ``HostQueries.seq_state`` for every
-    driver, so that the node and the simulation answer alike."""
-
-    status: int
-    #: Every acknowledged append, released yet or not.
-    tail_lsn: int = 0
-    epoch: int = 0
-    recovered: bool = True
-    recovering_ms: int = 0
-    stalled: bool = False
-    attempts_failed: int = 0
-    error: str = ""
-    message: str = ""
-    #: What the sequencer's node has released (a storage node whose release
-    #: was overdue takes it as its release pointer).
-    released_lsn: int = 0
-
-    def fields(self) -> tuple[Any, ...]:
-        return attrs.astuple(self, recurse=False)
-
-
 def check_records(
     batch: PackedBatch, attributes: LogAttributes, options: HostOptions
 ) -> tuple[Status, str] | None:

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import Status
+from ..wire import SeqState
 from ._handoff import endable
-from ._host_actions import HostOptions, ReplySeqState, SeqStateAnswer, SequencerState, Slot
+from ._host_actions import HostOptions, ReplySeqState, SequencerState, Slot
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -77,16 +78,21 @@ class HostQueries:
             slot.error,
         )
 
-    def seq_state(self, action: ReplySeqState, release: int, now: float) -> SeqStateAnswer:
-        """The answer ``action`` stands for; ``release``: the node's own
-        release pointer of the log (LogsDB's, which the host does not hold)."""
+    def seq_state(
+        self, action: ReplySeqState, request_id: int, release: int, now: float
+    ) -> SeqState:
+        """The answer ``action`` stands for, to request ``request_id``, for
+        every driver alike; ``release``: the node's own release pointer of
+        the log (LogsDB's, which the host does not hold)."""
         log_id = action.token[-1]
         state, seq = self.state(log_id, now), self.sequencer(log_id)
         if action.status != Status.OK or state is None or seq is None:
-            return SeqStateAnswer(int(action.status), message=action.message)
+            return SeqState(request_id, int(action.status), message=action.message)
         released = max(release, seq.released_lsn)
-        return SeqStateAnswer(
+        return SeqState(
+            request_id,
             int(Status.OK),
+            # The tail is every acknowledged append, released yet or not.
             max(released, seq.last_known_good_lsn),
             state.epoch,
             state.recovered,

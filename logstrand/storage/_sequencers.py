@@ -297,10 +297,10 @@ class SequencerHost:
 
     async def _reply_seq_state(self, action: ReplySeqState) -> None:
         conn, request_id, log_id = action.token
-        answer = self.core.seq_state(action, self.release_of(log_id), trio.current_time())
         if conn is None:
             return  # this node asked itself (an overdue release): activation was the point
-        await conn.reply(SeqState(request_id, *answer.fields()))
+        now = trio.current_time()
+        await conn.reply(self.core.seq_state(action, request_id, self.release_of(log_id), now))
 
     def acked_tail(self, log_id: int) -> int | None:
         """The acknowledged tail of the log's sequencer here (what ``SeqState``

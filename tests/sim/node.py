@@ -471,8 +471,8 @@ class SimNode(Endpoint):
                 case host_core.ReplySeqState():
                     src, rid, log = a.token
                     assert self.store is not None
-                    answer = self.host.seq_state(a, self.store.release_of(log), self.world.now)
-                    self.send(src, wire.SeqState(rid, *answer.fields()))
+                    release = self.store.release_of(log)
+                    self.send(src, self.host.seq_state(a, rid, release, self.world.now))
                 case ConfirmRefusal():
                     self._confirm_refusal(a)
                 case host_core.RecoveryStalled():
