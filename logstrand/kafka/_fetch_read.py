@@ -29,7 +29,7 @@ from ..records import CONTROL, TRANSACTIONAL
 from ..transactions import decode_marker, producer_of
 from ..types import GapType, compose_lsn, lsn_epoch
 from ._offsets import LEADER_EPOCH_MAX
-from ._packed_records import run_batch
+from ._packed_records import RunEncoder
 from ._records import control_record, encode_columns
 from ._sessions import Session, Sessions, close
 
@@ -240,6 +240,7 @@ async def _batches(
     run was taken whole."""
     packed = run.view.packed
     n = len(offsets)
+    encoder = RunEncoder(run, offsets)
     # A transaction's records carry their producer id (Kafka's TRANSACTIONAL
     # batches): a read_committed consumer drops an aborted one's by it.
     producer = packed.producer if run.txn_flags & TRANSACTIONAL else None
@@ -260,7 +261,7 @@ async def _batches(
         fit = max(1, min(step, left * packed.count // (packed.payload_bytes + 1)))
         while True:
             hi = min(n, lo + fit)
-            part = run_batch(run, offsets, lo, hi, kafka_epoch, codec, pid)
+            part = encoder.batch(lo, hi, kafka_epoch, codec, pid)
             if len(part) <= left or hi - lo == 1:
                 break
             fit = (hi - lo) // 2

@@ -43,65 +43,68 @@ def compiled() -> bool:
     return _fast is not None
 
 
-#: The last batch's tables (``_tables``): a fetch takes a stored batch in
-#: chunks, one after another, and each chunk needs them.
-_last: list[Any] = [None, None]
-
-
 def _tables(packed: PackedBatch) -> tuple[memoryview, bytes]:
     """The batch's lengths table (int32) as stored, and where each piece
-    starts in ``blob()`` (int64): made once a batch, in numpy."""
-    if _last[0] is packed:
-        return _last[1]  # type: ignore[no-any-return]
-    lens = np.frombuffer(packed.lengths_table(), dtype="<i4")
+    starts in ``blob()`` (int64), in numpy."""
+    table = packed.lengths_table()
+    lens = np.frombuffer(table, dtype="<i4")
     _, at = packed.blob()
     ends = np.cumsum(np.maximum(lens, 0), dtype=np.int64)
     starts = np.concatenate(([at], at + ends[:-1])).astype(np.int64)
-    _last[:] = packed, (packed.lengths_table(), starts.tobytes())
-    return _last[1]  # type: ignore[no-any-return]
+    return table, starts.tobytes()
 
 
-def run_batch(
-    run: RecordRun,
-    offsets: list[int],
-    lo: int,
-    hi: int,
-    leader_epoch: int,
-    codec: int,
-    producer_id: int = -1,
-) -> bytes:
-    """Records ``lo`` .. ``hi - 1`` of ``run`` (with ``offsets``, the run's
-    Kafka offsets) as one batch (``encode_columns`` says what the other
-    arguments mean)."""
-    ts = run.timestamps_ms
-    if _fast is not None:
+class RunEncoder:
+    """The records of one run (one stored batch, or part of one) as Kafka
+    batches, a chunk of them at a time: what each chunk needs of the run
+    (its timestamps, the batch's tables; its columns when Python writes
+    them) is taken once for all of them."""
+
+    def __init__(self, run: RecordRun, offsets: list[int]) -> None:
+        self.run = run
+        #: The run's Kafka offsets.
+        self.offsets = offsets
+        self.ts = run.timestamps_ms
         packed = run.view.packed
-        lens, starts = _tables(packed)
-        got = _fast.kafka_records(
-            packed.blob()[0],
-            starts,
-            lens,
-            packed.count,
-            run.view.start + run.off + lo,
-            hi - lo,
-            offsets,
-            lo,
-            ts,
-            lo,
-            bool(packed.layout & EXTRAS),
+        self._tables = _tables(packed) if _fast is not None else None
+        self._extras = bool(packed.layout & EXTRAS)
+        self._columns: tuple[Any, Any, Any] | None = None
+
+    def batch(
+        self, lo: int, hi: int, leader_epoch: int, codec: int, producer_id: int = -1
+    ) -> bytes:
+        """Records ``lo`` .. ``hi - 1`` of the run as one batch
+        (``encode_columns`` says what the other arguments mean)."""
+        offsets, ts, run = self.offsets, self.ts, self.run
+        if self._tables is not None:
+            lens, starts = self._tables
+            got = _fast.kafka_records(
+                run.view.packed.blob()[0],
+                starts,
+                lens,
+                run.view.packed.count,
+                run.view.start + run.off + lo,
+                hi - lo,
+                offsets,
+                lo,
+                ts,
+                lo,
+                self._extras,
+            )
+            if got is not None:
+                records, first_ts, max_ts = got
+                span = (offsets[lo], offsets[hi - 1], first_ts, max_ts, hi - lo)
+                return seal_records(records, span, leader_epoch, codec, producer_id)
+        if self._columns is None:
+            self._columns = (run.keys, run.payloads, run.extras)
+        keys, payloads, extras = self._columns
+        return encode_columns(
+            offsets[lo:hi],
+            ts[lo:hi],
+            keys[lo:hi],
+            payloads[lo:hi],
+            None if extras is None else extras[lo:hi],
+            leader_epoch,
+            codec,
+            producer_id=producer_id,
         )
-        if got is not None:
-            records, first_ts, max_ts = got
-            span = (offsets[lo], offsets[hi - 1], first_ts, max_ts, hi - lo)
-            return seal_records(records, span, leader_epoch, codec, producer_id)
-    extras = run.extras
-    return encode_columns(
-        offsets[lo:hi],
-        ts[lo:hi],
-        run.keys[lo:hi],
-        run.payloads[lo:hi],
-        None if extras is None else extras[lo:hi],
-        leader_epoch,
-        codec,
-        producer_id=producer_id,
-    )

@@ -83,7 +83,7 @@ def test_c_and_python_write_the_same_batch(
     lo = min(cut[2], len(run) - 1)
     for codec in (0, 1):
         want = _python(run, offsets, lo, len(run), codec)
-        assert _packed_records.run_batch(run, offsets, lo, len(run), 7, codec) == want
+        assert _packed_records.RunEncoder(run, offsets).batch(lo, len(run), 7, codec) == want
     decoded = decode_batches(want)[0]
     assert list(decoded.values) == run.payloads[lo:]
 
@@ -99,7 +99,7 @@ def test_records_with_headers_go_to_python() -> None:
     _fastrecords = _packed_records._fast
 
     assert _fastrecords.kafka_records(*args) is None
-    got = decode_batches(_packed_records.run_batch(run, [0, 1, 2], 0, 3, 1, 0))[0]
+    got = decode_batches(_packed_records.RunEncoder(run, [0, 1, 2]).batch(0, 3, 1, 0))[0]
     assert [r.headers for r in got.records] == [(), (("trace", b"x"),), ()]
 
 
@@ -134,7 +134,7 @@ def test_the_python_fallback_runs_when_asked() -> None:
         "from logstrand.client._views import BatchView, RecordRun\n"
         "pb = make_batch([1, 2], [b'x', None], timestamps_ms=3)\n"
         "run = RecordRun(BatchView(pb, 1, 2), 0, 2)\n"
-        "print(p.compiled(), p.run_batch(run, [0, 1], 0, 2, 1, 0).hex())\n"
+        "print(p.compiled(), p.RunEncoder(run, [0, 1]).batch(0, 2, 1, 0).hex())\n"
     )
     env = {**os.environ, "LOGSTRAND_PURE_PYTHON": "1"}
     out = subprocess.run(
