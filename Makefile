@@ -84,11 +84,12 @@ bench-compare: venv-test
 # handlers, of a whole node's dispatch over sessions (stateful: one node
 # for the run, valid prefixes with mutated tails), of the Kafka front's
 # decoder (every API and version served) and SASL exchange (stateful: a
-# conversation an input), and of the console's requests; FUZZ_S seconds
+# conversation an input), of the console's requests, and of the Kafka
+# front's C record writer (hostile tables, and real batches against Python); FUZZ_S seconds
 # each, corpora kept in fuzz-corpus/, the coverage in each last line
 # ("cov:").  CI runs a short pass of each.
 FUZZ_S ?= 300
-FUZZ_TARGETS := codec dispatch node kafka sasl console
+FUZZ_TARGETS := codec dispatch node kafka sasl console fastrecords
 fuzz: venv-test
 	@for t in $(FUZZ_TARGETS); do mkdir -p fuzz-corpus/$$t; done
 	$(BIN)/python tests/fuzz/fuzz_codec.py -max_total_time=$(FUZZ_S) fuzz-corpus/codec
@@ -97,6 +98,7 @@ fuzz: venv-test
 	$(BIN)/python tests/fuzz/fuzz_kafka.py -max_total_time=$(FUZZ_S) -max_len=4096 fuzz-corpus/kafka
 	$(BIN)/python tests/fuzz/fuzz_sasl.py -max_total_time=$(FUZZ_S) -max_len=1024 fuzz-corpus/sasl
 	$(BIN)/python tests/fuzz/fuzz_console.py -max_total_time=$(FUZZ_S) -max_len=2048 fuzz-corpus/console
+	$(BIN)/python tests/fuzz/fuzz_fastrecords.py -max_total_time=$(FUZZ_S) fuzz-corpus/fastrecords
 
 # Failovers at length: 100 back-to-back rounds (CI runs 8), idempotent
 # appends across SIGKILLed sequencers, 104 partition and kill events across

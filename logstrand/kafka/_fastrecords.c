@@ -83,10 +83,12 @@ static PyObject *kafka_records(PyObject *self, PyObject *args) {
     const int64_t *starts = starts_buf.buf;
     const int32_t *lens = lens_buf.buf;
     Py_ssize_t columns = has_extras ? 3 : 2;
-    if (n <= 0 || first < 0 || count < 0 || first + n > count ||
+    /* (Each bound is checked so that no sum or product below overflows.) */
+    if (n <= 0 || first < 0 || count < 0 || count > PY_SSIZE_T_MAX / 24 || first > count ||
+        n > count - first ||
         starts_buf.len != (Py_ssize_t)sizeof(int64_t) * columns * count ||
         lens_buf.len != (Py_ssize_t)sizeof(int32_t) * columns * count || o0 < 0 ||
-        o0 + n > PyList_GET_SIZE(offsets) || t0 < 0 || t0 + n > PyList_GET_SIZE(timestamps)) {
+        o0 > PyList_GET_SIZE(offsets) - n || t0 < 0 || t0 > PyList_GET_SIZE(timestamps) - n) {
         PyErr_SetString(PyExc_ValueError, "kafka_records: arguments out of range");
         goto done;
     }
@@ -99,7 +101,7 @@ static PyObject *kafka_records(PyObject *self, PyObject *args) {
                 PyErr_SetString(PyExc_ValueError, "kafka_records: a bad length");
                 goto done;
             }
-            if (at < 0 || at + (len > 0 ? len : 0) > blob.len) {
+            if (at < 0 || at > blob.len || (len > 0 && len > blob.len - at)) {
                 PyErr_SetString(PyExc_ValueError, "kafka_records: a piece past the blob");
                 goto done;
             }

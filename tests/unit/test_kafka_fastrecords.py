@@ -115,6 +115,8 @@ def test_tables_that_do_not_fit_the_blob_are_an_error_not_a_read() -> None:
         call([0, 2], [2, 5])
     with pytest.raises(ValueError, match="past the blob"):
         call([-4, 0], [1, 1])
+    with pytest.raises(ValueError, match="past the blob"):
+        call([2**63 - 2, 0], [5, 1])  # a start whose end overflows: not read
     with pytest.raises(ValueError, match="bad length"):
         call([0, 0], [-7, 1])
     with pytest.raises(ValueError, match="out of range"):
