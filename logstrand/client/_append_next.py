@@ -3,7 +3,7 @@
 ``_attempts.Attempts._retry`` sends a batch, hands the answer (or its
 absence) to ``after_reply`` and does what it says: the routing, the
 refreshes and the waits stay in the loop, the decisions here, one status
-at a time (``STATUS_TABLE``), tested alone (tests/unit/test_append_next.py).
+at a time, tested alone (tests/unit/test_append_next.py).
 """
 
 from __future__ import annotations
@@ -80,15 +80,6 @@ FATAL: dict[Status, type[LogstrandError]] = {
 #: Refusals of an idempotent batch that mean "not yet" while an earlier
 #: batch of the same producer is still out, and "never" once it is the oldest.
 SEQUENCE = (Status.OUT_OF_SEQUENCE, Status.UNKNOWN_PRODUCER)
-
-#: Every status's outcome, as the module's tests state it.
-STATUS_TABLE = {
-    Status.OK: "Done",
-    Status.REDIRECTED: "Follow (with a target; else Pause)",
-    Status.NOTFOUND: "CheckLog",
-    **{s: f"Fail ({FATAL[s].__name__})" for s in FATAL},
-    **{s: "Settle, or Fail (ProducerError) when hopeless" for s in SEQUENCE},
-}
 
 
 def after_reply(reply: AppendReply | None, hopeless: bool) -> Next:

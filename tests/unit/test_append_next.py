@@ -6,9 +6,7 @@ from __future__ import annotations
 import pytest
 
 from logstrand.client._append_next import (
-    FATAL,
     SEQUENCE,
-    STATUS_TABLE,
     CheckLog,
     Done,
     Fail,
@@ -83,13 +81,6 @@ def test_out_of_sequence_settles_until_hopeless(status: Status) -> None:
 )
 def test_anything_else_is_tried_again_after_a_pause(status: Status) -> None:
     assert after_reply(_reply(status), True) == Pause()
-
-
-def test_the_table_names_every_status_with_its_own_outcome() -> None:
-    """``STATUS_TABLE`` (what docs and reviewers read) covers every status
-    the decision treats apart from a pause."""
-    apart = {Status.OK, Status.REDIRECTED, Status.NOTFOUND, *FATAL, *SEQUENCE}
-    assert set(STATUS_TABLE) == apart
 
 
 @pytest.mark.parametrize("status", [s for s in Status if s not in SEQUENCE])
