@@ -22,6 +22,7 @@ from ..batch import make_batch
 from ..errors import InvalidArgumentError, LogstrandError, collapse
 from ..logsdb import LogsDB, LogsDBOptions, PutBatch
 from ..types import format_lsn
+from . import _leaving
 from ._append import append
 from ._cluster import dev_app
 from ._common import EXIT_FAILED, EXIT_USAGE, console, err_console
@@ -331,4 +332,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry_point() -> None:
-    raise SystemExit(main())
+    """The ``logstrand`` process: its command, under ``_leaving``'s policy
+    for SIGTERM."""
+    _leaving.install()
+    try:
+        code = main()
+    finally:
+        _leaving.leaving()
+    raise SystemExit(code)

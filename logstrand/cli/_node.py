@@ -23,7 +23,7 @@ import attrs
 import trio
 import typer
 
-from . import _node_options
+from . import _leaving, _node_options
 from ._common import (
     REQUIRED,
     URL,
@@ -261,18 +261,13 @@ def node(**params: Any) -> None:
         # Its sequencers first end their epochs (``Node.hand_off``), so
         # that the logs' next sequencers recover nothing.
         node = built(url, tls)
-        # Ignored from here on, once the receiver below is gone: the receiver
-        # puts back what it found, and a SIGTERM that came after the node had
-        # shut down (a supervisor's second one) killed the exiting process
-        # before its atexit work (a trace's marks, the last log lines): two
-        # of three nodes of LocalCluster, which signals twice, died so.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # (Once the receiver below closes, SIGTERM is ``_leaving``'s again.)
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
 
                 async def stop_on_signal() -> None:
                     async for _ in signals:
+                        _leaving.leaving()  # a second SIGTERM changes nothing now
                         logging.getLogger("logstrand.node").info("node %d stopping", node_id)
                         await node.hand_off()
                         nursery.cancel_scope.cancel()
