@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
-from ..kafka._group_model import assigned_partitions, spans_logs
+from ..groups import assigned_partitions, spans_logs
 from ..kafka._offsets import OffsetMap
 
 if TYPE_CHECKING:

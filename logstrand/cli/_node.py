@@ -297,9 +297,8 @@ def _build(params: dict[str, Any]) -> Callable[[str, TlsFiles | None], Node]:
     and return what makes the node, inside the node's trio run."""
     from ..client._lazy import LazyClient
     from ..compaction._cleaner import Cleaner, CleanerOptions
-    from ..kafka._native_groups import NodeGroups
+    from ..groups import GroupsMonitor, MonitorOptions, NodeGroups
     from ..logsdb import LogsDBOptions
-    from ..positions._monitor import GroupsMonitor, MonitorOptions
     from ..storage import Node, NodeOptions
 
     partition_ms = duration_option(params["partition_duration"], "--partition-duration")

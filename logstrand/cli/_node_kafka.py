@@ -12,7 +12,7 @@ from ._common import duration_option, fail, keyword
 from ._node_setup import host_port
 
 if TYPE_CHECKING:
-    from ..kafka._native_groups import NodeGroups
+    from ..groups import NodeGroups
 
 #: The Kafka options of ``node``, in its signature's order.
 KAFKA_OPTIONS = (

@@ -67,7 +67,7 @@ class _Client(CoordinatorClient, Protocol):
 
 
 _log = logging.getLogger("logstrand.client")
-#: Kafka's error codes the member acts on (``kafka._errors``).
+#: Kafka's error codes the member acts on (``kafka_errors``).
 UNKNOWN_MEMBER_ID = 25
 FENCED_MEMBER_EPOCH = 110
 #: The wait before a heartbeat is tried again after a failure.

@@ -4,7 +4,7 @@ A transaction appends to any logs and commits consumer groups' positions,
 and all of it becomes visible to committed readers at once, or none of it
 (docs/transactions.md).  The client plays the part of a Kafka
 transactional producer against the node's transaction coordinator (the
-one the Kafka front shares, ``kafka._native_txns``):
+one the Kafka front shares, ``groups._native_txns``):
 
 - **Its producer.**  The first transaction of an id in a client asks the
   coordinator for the id's producer (INIT): a producer id and a new epoch,

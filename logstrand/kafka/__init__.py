@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = ["KafkaFront", "Limits", "run_front", "serve_kafka"]
 
-#: Loaded when first asked for: the CLI reaches ``kafka._group_model`` (group
+#: Loaded when first asked for: the CLI reaches ``groups._model`` (group
 #: descriptions) and must not pay for the whole front at every start.
 _WHERE = {
     "KafkaFront": "_front",

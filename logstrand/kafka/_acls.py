@@ -37,14 +37,14 @@ import attrs
 
 from ..epochstore._model import check_range_name
 from ..errors import LogstrandError
+from ..kafka_errors import KafkaError
 from ..records import GROUP_OPS, LOG_ID_MAX, OPS, TXN_OPS
 from ..security import check_name, parse_group_pattern, parse_txn_pattern
-from ._errors import KafkaError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ._groups import GroupFront
+    from ._group_apis import GroupFront
     from ._protocol import Request
 
 TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID = 2, 3, 4, 5

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 
 from ..errors import LogstrandError
-from ._errors import KafkaError
+from ..kafka_errors import KafkaError
 from ._topic_admin import PARTITIONS_MAX, TopicApis
 from ._topics import (
     BOOLEAN,

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from ..kafka_errors import KafkaError
 from ..security import (
     MECHANISMS,
     REFUSED,
@@ -53,7 +54,6 @@ from ..security import (
     parse_client_first,
     parse_plain,
 )
-from ._errors import KafkaError
 from ._protocol import BEFORE_AUTH
 from ._server import CloseConnection
 

@@ -37,10 +37,10 @@ from ..errors import (
     ProducerError,
     Status,
 )
+from ..kafka_errors import KafkaError
 from ..transactions import producer_key
 from ..types import GapType, lsn_epoch
 from ._codec import KafkaDecodeError
-from ._errors import KafkaError
 from ._fetch_read import FetchReads
 from ._inflate import CODEC_IDS, TooLarge, UnsupportedCodec
 from ._list_offsets import OffsetListing

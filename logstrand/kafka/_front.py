@@ -28,17 +28,18 @@ import trio
 from ..epochstore import LogAttributes, NamedCache
 from ..epochstore._model import check_range_name
 from ..errors import LogstrandError
+from ..groups import GroupCoordinator, TxnFront
+from ..kafka_errors import KafkaError
 from ..placement import select_nodeset
 from ..transactions import MAX_TIMEOUT_MS
 from ._acls import AclApis
 from ._admin import AdminApis
 from ._auth import ADMIN_APIS, FrontAuth, refused_admin
 from ._data import DataPlane
-from ._errors import KafkaError
+from ._group_apis import GroupApis
 from ._group_gate import gated
 from ._group_heartbeat import ConsumerGroupApis
 from ._group_offsets import GroupAdmin
-from ._groups import GroupCoordinator
 from ._protocol import (
     API_VERSIONS,
     SASL_SERVED,
@@ -53,7 +54,6 @@ from ._protocol import (
 from ._topic_admin import AUTO_PARTITIONS, TopicApis
 from ._topics import topic_id
 from ._txn_apis import TxnApis
-from ._txn_front import TxnFront
 from ._txn_gate import txn_gated
 
 if TYPE_CHECKING:
@@ -93,10 +93,10 @@ class KafkaFront:
         #: Partitions of a topic made without a number (Kafka's num.partitions).
         self.num_partitions = num_partitions
         self.data = DataPlane(client, self.topics, self.auth)
-        #: The node's coordinator (``_native_groups``, which runs it), or its own.
+        #: The node's coordinator (``groups.NodeGroups``, which runs it), or its own.
         self._own_coordinator = coordinator is None
         self.coordinator = coordinator or GroupCoordinator(self, session_ms=group_session_ms)
-        #: Transactions (``_txn_front``), with ``--kafka-transactions``.
+        #: Transactions (``groups._txns``), with ``--kafka-transactions``.
         self.transactions = transactions
         self.data.transactions = transactions
         #: The node's transaction coordinator (which it runs), or its own.
@@ -123,6 +123,7 @@ class KafkaFront:
         """API key -> its handler."""
         groups = GroupAdmin(self, self.coordinator)
         heartbeats = ConsumerGroupApis(self, self.coordinator)
+        classic = GroupApis(self)
         acls, admin = AclApis(self), AdminApis(self)
         return {
             0: self.data.produce,
@@ -132,11 +133,11 @@ class KafkaFront:
             3: self._metadata,
             8: groups.offset_commit,
             9: groups.offset_fetch,
-            10: self.coordinator.find_coordinator,
-            11: self.coordinator.join_group,
-            12: self.coordinator.heartbeat,
-            13: self.coordinator.leave_group,
-            14: self.coordinator.sync_group,
+            10: classic.find_coordinator,
+            11: classic.join_group,
+            12: classic.heartbeat,
+            13: classic.leave_group,
+            14: classic.sync_group,
             15: groups.describe_groups,
             16: groups.list_groups,
             19: self.topic_apis.create_topics,

@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ._errors import KafkaError
-from ._group_model import join_error
+from ..groups import join_error
+from ..kafka_errors import KafkaError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

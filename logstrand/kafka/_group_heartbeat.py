@@ -1,8 +1,8 @@
 """ConsumerGroupHeartbeat and ConsumerGroupDescribe (KIP-848,
 ``group.protocol=consumer``) in the front: topic ids and names,
 subscriptions by name or pattern, the answer's assignment, what admin
-clients are shown.  A thin shell over ``_consumer_groups.ConsumerCoordinator``,
-which the group coordinator (``_groups``) holds beside the classic one, so
+clients are shown.  A thin shell over ``groups._consumer.ConsumerCoordinator``,
+which the group coordinator (``groups._coordinator``) holds beside the classic one, so
 that both kinds of group share the positions logs, the membership record
 and the way a coordinator moves."""
 
@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, Any
 import re2
 import trio
 
-from ._consumer_groups import Beat
-from ._errors import KafkaError
+from ..groups import Beat
+from ..kafka_errors import KafkaError
 from ._topics import topic_id
 
 if TYPE_CHECKING:
-    from ._groups import GroupCoordinator, GroupFront
+    from ..groups import GroupCoordinator
+    from ._group_apis import GroupFront
     from ._protocol import Request
 
 _log = logging.getLogger("logstrand.kafka")
@@ -81,7 +82,7 @@ class ConsumerGroupApis:
         # there), as Kafka converts it, so that consumers moving to
         # group.protocol=consumer find their group's offsets; one with
         # members becomes a consumer group of classic members, which go on
-        # with their own protocol (Kafka's online upgrade, ``_mixed_groups``).
+        # with their own protocol (Kafka's online upgrade, ``groups._mixed``).
         classic = self.coordinator.core
         if not code and group in classic.groups and classic.forget(group) != KafkaError.NONE:
             code = self.coordinator.upgrade(group)

@@ -8,7 +8,7 @@ string as given, and OffsetFetch gives them back; a position committed
 natively is shown as the offset of the record after it.  All of a
 request's commits go to the positions log as one batch.
 
-The coordinator (``_groups``) checks a commit against the group's
+The coordinator (``groups._coordinator``) checks a commit against the group's
 generation first; ListGroups lists the groups this front coordinates (a
 Kafka admin client asks every broker), DescribeGroups shows their members
 and assignments, DeleteGroups removes an empty group's positions and
@@ -22,14 +22,15 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LogstrandError, NotFoundError
+from ..groups import EMPTY, encode_assignment, encode_subscription, subscribed_topics
+from ..kafka_errors import KafkaError
 from ..positions import METADATA_MAX, POSITIONS_LOGS, positions_log_of, txn_positions_key
 from ..types import lsn_epoch
-from ._errors import KafkaError
-from ._group_model import EMPTY, encode_assignment, encode_subscription, subscribed_topics
 
 if TYPE_CHECKING:
+    from ..groups import GroupCoordinator
     from ..positions import Position
-    from ._groups import GroupCoordinator, GroupFront
+    from ._group_apis import GroupFront
     from ._protocol import Request
 
 
@@ -82,7 +83,7 @@ class GroupAdmin:
     async def txn_offset_commit(self, request: Request) -> dict[str, Any]:
         """TxnOffsetCommit: the positions a transaction commits, held in the
         group's positions log under the producer's key until the transaction
-        ends (``_txn_front``); a later commit of the same transaction adds to
+        ends (``groups._txns``); a later commit of the same transaction adds to
         them."""
         b = request.body
         group, pid, epoch = b["group_id"], b["producer_id"], b["producer_epoch"]

@@ -24,8 +24,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LogstrandError, NotFoundError
+from ..kafka_errors import KafkaError
 from ..types import Record, lsn_epoch
-from ._errors import KafkaError
 from ._offsets import epoch_end
 
 if TYPE_CHECKING:

@@ -15,17 +15,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 import trio
 
+from ..groups import CoordinatorCollector
 from ._front import KafkaFront
 from ._server import Limits, serve_kafka
 from ._topic_admin import AUTO_PARTITIONS
-from ._txn_metrics import CoordinatorCollector, LsoCollector
+from ._txn_metrics import LsoCollector
 
 if TYPE_CHECKING:
     import ssl
 
+    from ..groups import NodeGroups
     from ..rpc import ClusterView
     from ..security import Credentials
-    from ._native_groups import NodeGroups
 
 _log = logging.getLogger("logstrand.kafka")
 

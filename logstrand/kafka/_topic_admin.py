@@ -14,7 +14,7 @@ import trio
 from ..epochstore import LogAttributes
 from ..epochstore._model import check_range_name
 from ..errors import ExistsError, InvalidArgumentError, LogstrandError, NotFoundError
-from ._errors import KafkaError
+from ..kafka_errors import KafkaError
 from ._topics import ConfigError, apply_configs, free_firsts, topic_id
 
 if TYPE_CHECKING:

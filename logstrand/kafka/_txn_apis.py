@@ -1,19 +1,19 @@
 """Kafka's transaction APIs (InitProducerId with a transactional id,
 AddPartitionsToTxn, AddOffsetsToTxn, EndTxn) over the front's transaction
-coordinator (``_txn_front``): topics and partitions turned into logs, the
+coordinator (``groups._txns``): topics and partitions turned into logs, the
 checks a request gets, and the answers in Kafka's shapes."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..kafka_errors import KafkaError
 from ..transactions import TxnError
-from ._errors import KafkaError
 
 if TYPE_CHECKING:
-    from ._groups import GroupFront
+    from ..groups import TxnFront
+    from ._group_apis import GroupFront
     from ._protocol import Request
-    from ._txn_front import TxnFront
 
 
 class TxnApis:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._errors import KafkaError
+from ..kafka_errors import KafkaError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

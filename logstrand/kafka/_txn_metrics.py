@@ -1,8 +1,7 @@
-"""Transactions as metrics, read when the node is scraped: the open
-transactions this node coordinates and the oldest one's age (every node),
-and for each log a read_committed consumer fetches here, how far its last
-stable offset is behind its end (an open transaction that holds readers
-back; a node's Kafka front).
+"""read_committed reads as metrics, read when the node is scraped: for each
+log a read_committed consumer fetches here, how far its last stable offset
+is behind its end (an open transaction that holds readers back; a node's
+Kafka front).  The coordinator's side is ``groups``' ``CoordinatorCollector``.
 
 Read from the scrape's thread, without a lock: each figure comes from one
 copy of a dict (taken again if a change in the front's thread cut into it),
@@ -11,57 +10,16 @@ and nothing here changes what it reads.
 
 from __future__ import annotations
 
-import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import GaugeMetricFamily
+
+from ..groups import copy_items
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from ._txn_front import TxnFront
     from ._txn_reads import TxnReads
-
-#: The states of a transaction that is not over.
-_OPEN = ("Ongoing", "PrepareCommit", "PrepareAbort")
-
-
-def _copy(d: dict[Any, Any]) -> list[tuple[Any, Any]]:
-    for _ in range(10):
-        try:
-            return list(d.items())
-        except RuntimeError:  # changed size under the copy: again
-            continue
-    return []
-
-
-class CoordinatorCollector:
-    """A prometheus collector over a node's transaction coordinator (every
-    node runs one, ``_native_groups.NodeGroups``): the open transactions it
-    coordinates and the oldest one's age.  It looks at the open ones only
-    (``TxnFront.opened``), never at every id."""
-
-    def __init__(self, txns: TxnFront) -> None:
-        self.txns = txns
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        now = time.time()
-        ids = self.txns.core.txns
-        opened = []
-        for txn_id, since in _copy(self.txns.opened):
-            txn = ids.get(txn_id)
-            if txn is not None and txn.state.value in _OPEN:
-                opened.append(since)
-        yield GaugeMetricFamily(
-            "logstrand_transactions_open",
-            "Transactions not over that this node coordinates.",
-            value=len(opened),
-        )
-        yield GaugeMetricFamily(
-            "logstrand_transaction_oldest_open_seconds",
-            "How long the oldest of them has been open (0: none).",
-            value=max(0.0, now - min(opened, default=now)),
-        )
 
 
 class LsoCollector:
@@ -79,9 +37,9 @@ class LsoCollector:
             "were read to, for each log read_committed consumers fetch here.",
             labels=["log"],
         )
-        for log_id, tracker in _copy(self.reads.trackers):
+        for log_id, tracker in copy_items(self.reads.trackers):
             index = tracker.index
-            firsts = [first for _, first in _copy(index.open)]
+            firsts = [first for _, first in copy_items(index.open)]
             stable = min(firsts, default=index.scanned + 1)
             lag.add_metric([str(log_id)], index.scanned + 1 - stable)
         yield lag

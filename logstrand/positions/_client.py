@@ -309,7 +309,7 @@ class Groups:
 
     async def membership(self, group: str) -> dict[str, Any] | None:
         """The group's membership record, as its coordinator last wrote it
-        (``kafka._group_model.snapshot``, or a consumer-protocol group's)."""
+        (``groups._model.snapshot``, or a consumer-protocol group's)."""
         check_group(group)
         record = (await self.table_of(group)).memberships.get(group)
         if record is None:

@@ -42,7 +42,7 @@ _VERSION_KAFKA: Final = 2
 METADATA_MAX: Final = 4096
 #: The key of a group's membership record ends so: a log id no log has.
 _MEMBERSHIP: Final = b"\x00" + b"\xff" * 8
-#: Keys of transactions' records in the positions log (``kafka._txn_front``)
+#: Keys of transactions' records in the positions log (``groups._txns``)
 #: start with a byte no group name starts with (a letter or digit first):
 #: a transactional id's state, and the positions a transaction of producer
 #: id P holds for a group until it ends (TxnOffsetCommit).

@@ -1,7 +1,7 @@
 """Transactions (KIP-98): a transactional id's producer, its transaction's
 states and the markers that end it (``_coordinator``, pure); what a
 reader knows of one log's transactions (``_index``, pure).  The Kafka
-front runs it (``kafka._txn_front``), its state kept in the positions logs;
+front runs it (``groups._txns``), its state kept in the positions logs;
 the logs' own markers and read_committed readers are issue 58's next steps
 (docs/transactions.md)."""
 

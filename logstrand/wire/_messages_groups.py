@@ -4,7 +4,7 @@ A member of a group (``client.subscribe``) sends ``GroupHeartbeat`` to the
 node that runs the sequencer of the group's positions log, as a Kafka
 consumer of ``group.protocol=consumer`` sends ConsumerGroupHeartbeat to its
 coordinator, and gets the logs it is to read.  The same rules hold
-(``kafka._consumer_groups``); logs stand in for partitions: a member's
+(``groups._consumer``); logs stand in for partitions: a member's
 subscription is a sorted list of logs, and an assignment is a list of
 indexes into it.
 """

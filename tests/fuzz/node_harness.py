@@ -142,7 +142,7 @@ class NodeHarness:
 
     async def _main(self) -> None:
         from logstrand.compaction._cleaner import Cleaner, CleanerOptions
-        from logstrand.kafka._native_groups import NodeGroups
+        from logstrand.groups._node import NodeGroups
 
         options = NodeOptions(sequencer_hold_down_s=0.0, idle_s=30.0)
         self.node = Node(

@@ -1,4 +1,4 @@
-"""The consumer group protocol's coordinator (KIP-848, ``kafka._consumer_groups``)
+"""The consumer group protocol's coordinator (KIP-848, ``groups._consumer``)
 with a fake clock: the coordinator's own assignment, revocation before
 reassignment, fencing, sessions, static members, and a seeded run in which
 no partition is ever owned by two members at once."""
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from logstrand.kafka._consumer_groups import Beat, ConsumerCoordinator, spread
-from logstrand.kafka._errors import KafkaError
+from logstrand.groups._consumer import Beat, ConsumerCoordinator, spread
+from logstrand.kafka_errors import KafkaError
 
 SIZES = {"a": 6, "b": 3}
 

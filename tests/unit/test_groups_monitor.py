@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 import trio
 from prometheus_client import CollectorRegistry
 
+from logstrand.groups._monitor import GroupsMonitor, MonitorOptions
 from logstrand.positions import POSITIONS_LOGS, GroupLag, Position
-from logstrand.positions._monitor import GroupsMonitor, MonitorOptions
 
 if TYPE_CHECKING:
     from collections.abc import Container, Mapping, Sequence

@@ -1,4 +1,4 @@
-"""The classic group protocol's coordinator (``kafka._membership``), driven
+"""The classic group protocol's coordinator (``groups._classic``), driven
 with a fake clock: joins, rebalances, syncs, sessions, static members,
 commits, and a seeded run of many members coming and going."""
 
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from logstrand.kafka._errors import KafkaError
-from logstrand.kafka._group_model import (
+from logstrand.groups._classic import Coordinator
+from logstrand.groups._model import (
     COMPLETING,
     EMPTY,
     PREPARING,
@@ -21,7 +21,7 @@ from logstrand.kafka._group_model import (
     assigned_partitions,
     subscribed_topics,
 )
-from logstrand.kafka._membership import Coordinator
+from logstrand.kafka_errors import KafkaError
 
 SESSION = 10_000
 

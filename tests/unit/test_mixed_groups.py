@@ -1,4 +1,4 @@
-"""Classic members in a consumer-protocol group (``kafka._mixed_groups``):
+"""Classic members in a consumer-protocol group (``groups._mixed``):
 the upgrade of a classic group, classic members' join, sync and heartbeat
 against the consumer core, and a seeded run of both kinds coming and going
 in which no partition is ever owned twice."""
@@ -10,10 +10,9 @@ import struct
 
 import pytest
 
-from logstrand.kafka import _mixed_groups as mixed
-from logstrand.kafka._consumer_groups import Beat, ConsumerCoordinator
-from logstrand.kafka._errors import KafkaError
-from logstrand.kafka._group_model import (
+from logstrand.groups import _mixed as mixed
+from logstrand.groups._consumer import Beat, ConsumerCoordinator
+from logstrand.groups._model import (
     STABLE,
     Group,
     JoinArgs,
@@ -22,6 +21,7 @@ from logstrand.kafka._group_model import (
     encode_assignment,
     encode_subscription,
 )
+from logstrand.kafka_errors import KafkaError
 from tests.unit.test_consumer_groups import Members, _sizes
 
 Parts = frozenset[tuple[str, int]]
@@ -199,8 +199,8 @@ def test_both_kinds_coming_and_going_never_share_a_partition(seed: int) -> None:
 def test_a_group_left_with_classic_members_only_is_classic_again() -> None:
     """Rule 5: the downgrade keeps the classic members, their protocols and
     partitions, and starts a rebalance they join with the classic protocol."""
-    from logstrand.kafka._group_model import PREPARING
-    from logstrand.kafka._membership import Coordinator
+    from logstrand.groups._classic import Coordinator
+    from logstrand.groups._model import PREPARING
 
     g = Mixed()
     new = g.join({"a"})

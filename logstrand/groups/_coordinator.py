@@ -1,5 +1,8 @@
-"""Kafka's group coordinator in the front: the classic membership APIs.  A
-thin trio shell over ``_membership.Coordinator``.
+"""The group coordinator: a thin trio shell over the classic protocol's
+core (``_classic.Coordinator``) and the consumer protocol's
+(``_consumer.ConsumerCoordinator``), shared by a node's Kafka front and
+logstrand's own readers (``_node``).  It speaks in values; the Kafka
+front's ``_group_apis`` turns Kafka's requests into them and back.
 
 Where a group lives
 -------------------
@@ -33,12 +36,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 
 from ..errors import LogstrandError
+from ..kafka_errors import KafkaError
 from ..positions import GROUP_RE, POSITIONS_LOGS, positions_log_of
 from ..transactions import TXN_ID_RE
-from . import _mixed_groups as mixed
-from ._consumer_groups import ConsumerCoordinator, heartbeat_ms_for
-from ._errors import KafkaError
-from ._group_model import (
+from . import _mixed as mixed
+from ._classic import Coordinator
+from ._consumer import ConsumerCoordinator, heartbeat_ms_for
+from ._model import (
     NATIVE_PREFIX,
     STABLE,
     JoinArgs,
@@ -48,20 +52,16 @@ from ._group_model import (
     logs_spans,
     spans_logs,
 )
-from ._membership import Coordinator
 
 if TYPE_CHECKING:
     from ..client import AsyncClient
     from ..epochstore import NamedLogs
     from ..rpc import ClusterView
-    from ._auth import FrontAuth
-    from ._data import DataPlane
-    from ._protocol import Request
 
 
 class CoordinatorHost(Protocol):
     """What the coordinator needs of where it runs: a Kafka front
-    (``KafkaFront``), or a node (``_native_groups``), whose Kafka front then
+    (``kafka.KafkaFront``), or a node (``_node``), whose Kafka front then
     shares it."""
 
     client: AsyncClient
@@ -72,16 +72,6 @@ class CoordinatorHost(Protocol):
     def topics(self) -> dict[str, NamedLogs]: ...
 
     def brokers(self) -> dict[int, tuple[str, int]]: ...
-
-
-class GroupFront(CoordinatorHost, Protocol):
-    """What the group APIs need of the front (``KafkaFront``)."""
-
-    data: DataPlane
-    auth: FrontAuth
-    coordinator: GroupCoordinator
-    #: Transactions are served (``--kafka-transactions``).
-    transactions: bool
 
 
 _log = logging.getLogger("logstrand.kafka")
@@ -201,7 +191,7 @@ class GroupCoordinator:
 
     def upgrade(self, name: str) -> int:
         """The classic group ``name``, which has members, as a consumer group
-        of classic members (``_mixed_groups``, rule 1): NONE, or the error a
+        of classic members (``_mixed``, rule 1): NONE, or the error a
         consumer-protocol member that asked gets (it retries)."""
         group = self.core.groups[name]
         if group.protocol_type != "consumer":
@@ -215,7 +205,7 @@ class GroupCoordinator:
 
     def maybe_downgrade(self, name: str) -> None:
         """A consumer group whose members are all classic now is a classic
-        group again (``_mixed_groups``, rule 5)."""
+        group again (``_mixed``, rule 5)."""
         cgroup = self.ccore.groups.get(name)
         if cgroup is None or not mixed.all_classic(cgroup):
             return
@@ -294,31 +284,19 @@ class GroupCoordinator:
                 snap["logs"] = {t: logs_spans(self.native_logs[t]) for t in sorted(topics)}
         return snap
 
-    # -- the APIs ----------------------------------------------------------------------
+    # -- the classic protocol's calls, in values (``kafka._group_apis`` translates) --
 
-    async def join_group(self, request: Request) -> dict[str, Any]:
-        b = request.body
-        code = await self.take(b["group_id"])
+    async def join(self, args: JoinArgs) -> dict[str, Any]:
+        """A JoinGroup: the answer in Kafka's shape, once the rebalance
+        completes, or REBALANCE_IN_PROGRESS past the member's rebalance
+        timeout."""
+        code = await self.take(args.group)
         if code:
-            return join_error(code, b["member_id"])
-        rebalance_ms = b["rebalance_timeout_ms"]
-        args = JoinArgs(
-            b["group_id"],
-            b["member_id"],
-            b.get("group_instance_id"),
-            b["session_timeout_ms"],
-            rebalance_ms if rebalance_ms > 0 else b["session_timeout_ms"],
-            b["protocol_type"],
-            [(p["name"], p["metadata"]) for p in b["protocols"]],
-            client_id=request.client_id or "",
-            client_host=getattr(request.conn, "peer", ""),
-            require_id=request.version >= 4,
-            can_skip=request.version >= 9,
-        )
+            return join_error(code, args.member_id)
         name = args.group
         # A consumer-protocol group: an empty one becomes a classic one again
         # (Kafka converts an empty group either way); one with members takes
-        # the member as a classic member of its own (``_mixed_groups``).
+        # the member as a classic member of its own (``_mixed``).
         if name in self.ccore.groups and self.ccore.forget(name) != KafkaError.NONE:
             answer = mixed.join(self.ccore, trio.current_time(), args, self.partitions_of)
             self.poke()
@@ -327,110 +305,93 @@ class GroupCoordinator:
         token = next(self._tokens)
         slot = self._waiting[token] = [trio.Event(), None]
         self._deliver(self.core.join(trio.current_time(), token, args))
-        late = join_error(KafkaError.REBALANCE_IN_PROGRESS, b["member_id"])
+        late = join_error(KafkaError.REBALANCE_IN_PROGRESS, args.member_id)
         return await self._wait(token, slot, args.rebalance_ms / 1000, late)
 
-    async def sync_group(self, request: Request) -> dict[str, Any]:
-        b = request.body
-        code = await self.take(b["group_id"])
+    async def sync(
+        self,
+        group: str,
+        generation: int,
+        member_id: str,
+        instance_id: str | None,
+        assignments: dict[str, bytes],
+    ) -> dict[str, Any]:
+        """A SyncGroup: ``{"error_code", "assignment"}`` once the leader's
+        assignment is written down."""
+        code = await self.take(group)
         if code:
             return {"error_code": code, "assignment": b""}
-        cgroup = self.ccore.groups.get(b["group_id"])
+        cgroup = self.ccore.groups.get(group)
         if cgroup is not None:  # a classic member of a consumer group
-            return mixed.sync(cgroup, b["generation_id"], b["member_id"])
+            return mixed.sync(cgroup, generation, member_id)
         token = next(self._tokens)
         slot = self._waiting[token] = [trio.Event(), None]
-        assignments = {a["member_id"]: a["assignment"] for a in b["assignments"]}
         replies = self.core.sync(
-            trio.current_time(),
-            token,
-            b["group_id"],
-            b["generation_id"],
-            b["member_id"],
-            b.get("group_instance_id"),
-            assignments,
+            trio.current_time(), token, group, generation, member_id, instance_id, assignments
         )
         # A generation is written down before any member hears of it.
         await self.write_down()
         self._deliver(replies)
-        group = self.core.groups.get(b["group_id"])
-        timeout = max((m.rebalance_ms for m in group.members.values()), default=0) if group else 0
+        held = self.core.groups.get(group)
+        timeout = max((m.rebalance_ms for m in held.members.values()), default=0) if held else 0
         late = {"error_code": KafkaError.REBALANCE_IN_PROGRESS, "assignment": b""}
         return await self._wait(token, slot, timeout / 1000, late)
 
-    async def heartbeat(self, request: Request) -> dict[str, Any]:
-        b = request.body
-        code = await self.take(b["group_id"])
-        cgroup = self.ccore.groups.get(b["group_id"])
+    async def heartbeat(
+        self, group: str, generation: int, member_id: str, instance_id: str | None
+    ) -> int:
+        """A classic member's heartbeat: its error code."""
+        code = await self.take(group)
+        cgroup = self.ccore.groups.get(group)
         if not code and cgroup is not None:  # a classic member of a consumer group
-            code = mixed.heartbeat(
-                self.ccore, trio.current_time(), cgroup, b["generation_id"], b["member_id"]
-            )
+            code = mixed.heartbeat(self.ccore, trio.current_time(), cgroup, generation, member_id)
             self.poke()
         elif not code:
             code = self.core.heartbeat(
-                trio.current_time(),
-                b["group_id"],
-                b["generation_id"],
-                b["member_id"],
-                b.get("group_instance_id"),
+                trio.current_time(), group, generation, member_id, instance_id
             )
-        return {"error_code": code}
+        return code
 
-    async def leave_group(self, request: Request) -> dict[str, Any]:
-        b = request.body
-        leaving: list[tuple[str, str | None]] = (
-            [(m["member_id"], m.get("group_instance_id")) for m in b["members"]]
-            if request.version >= 3
-            else [(b["member_id"], None)]
-        )
-        code = await self.take(b["group_id"])
+    async def leave(
+        self, group: str, leaving: list[tuple[str, str | None]]
+    ) -> tuple[int, list[int]]:
+        """Members ``(member id, instance id)`` leave: the group's error
+        code, or NONE and one code per member."""
+        code = await self.take(group)
         if code:
-            return {"error_code": code, "members": []}
-        cgroup = self.ccore.groups.get(b["group_id"])
+            return code, []
+        cgroup = self.ccore.groups.get(group)
         if cgroup is not None:  # classic members of a consumer group
             codes = mixed.leave(self.ccore, cgroup, leaving, self.partitions_of)
             replies: list[Reply] = []
         else:
-            codes, replies = self.core.leave(trio.current_time(), b["group_id"], leaving)
+            codes, replies = self.core.leave(trio.current_time(), group, leaving)
         self._deliver(replies)
         await self.write_down()
-        members = [
-            {"member_id": m, "group_instance_id": i, "error_code": c}
-            for (m, i), c in zip(leaving, codes, strict=True)
-        ]
-        top = codes[0] if request.version < 3 else KafkaError.NONE
-        return {"error_code": top, "members": members}
+        return KafkaError.NONE, codes
 
-    async def find_coordinator(self, request: Request) -> dict[str, Any]:
-        b = request.body
-        keys = b["coordinator_keys"] if request.version >= 4 else [b["key"]]
-        brokers = self.front.brokers()
-        found = []
-        for key in keys:
-            entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1}
-            key_type = b.get("key_type", 0)
-            if key_type == 1 and self.transactions:
-                self._found(entry, key, TXN_ID_RE.fullmatch(key) is not None, brokers)
-            elif key_type != 0:
-                # Not COORDINATOR_NOT_AVAILABLE, which clients retry until
-                # their timeout (and this warning came twice a second), nor
-                # UNSUPPORTED_VERSION (librdkafka retries any error but one):
-                # what Kafka answers where an ACL denies the transactional
-                # id, the way a Kafka cluster turns transactions off, and
-                # every client takes as final at once.
-                if not self._said_transactions:
-                    self._said_transactions = True
-                    _log.warning("kafka: FindCoordinator for a transaction (%r): not served", key)
-                entry["error_code"] = KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-                entry["error_message"] = "transactions are not served by this cluster"
-            else:
-                self._found(entry, key, GROUP_RE.fullmatch(key) is not None, brokers)
-            found.append(entry)
-        if request.version >= 4:
-            return {"throttle_time_ms": 0, "coordinators": found}
-        one = found[0]
-        return {"throttle_time_ms": 0, **{k: v for k, v in one.items() if k != "key"}}
+    def find(self, key: str, key_type: int, brokers: dict[int, tuple[str, int]]) -> dict[str, Any]:
+        """FindCoordinator's entry for ``key``: a group (``key_type`` 0) or
+        a transactional id (1), whose coordinator is the same positions
+        log's."""
+        entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1}
+        if key_type == 1 and self.transactions:
+            self._found(entry, key, TXN_ID_RE.fullmatch(key) is not None, brokers)
+        elif key_type != 0:
+            # Not COORDINATOR_NOT_AVAILABLE, which clients retry until
+            # their timeout (and this warning came twice a second), nor
+            # UNSUPPORTED_VERSION (librdkafka retries any error but one):
+            # what Kafka answers where an ACL denies the transactional
+            # id, the way a Kafka cluster turns transactions off, and
+            # every client takes as final at once.
+            if not self._said_transactions:
+                self._said_transactions = True
+                _log.warning("kafka: FindCoordinator for a transaction (%r): not served", key)
+            entry["error_code"] = KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            entry["error_message"] = "transactions are not served by this cluster"
+        else:
+            self._found(entry, key, GROUP_RE.fullmatch(key) is not None, brokers)
+        return entry
 
     def _found(
         self, entry: dict[str, Any], key: str, valid: bool, brokers: dict[int, tuple[str, int]]

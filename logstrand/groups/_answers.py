@@ -1,5 +1,5 @@
 """How a node's coordinators answer their native requests
-(``GroupHeartbeat``: ``_native_groups``; ``TxnRequest``: ``_native_txns``):
+(``GroupHeartbeat``: ``_node``; ``TxnRequest``: ``_native_txns``):
 each in a task of its own, never in the connection's receive loop (an
 answer may read a positions log back, or write markers), at most ``limit``
 at once (past it, OVERLOADED: a client that floods requests gets no more

@@ -39,9 +39,9 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, Any
 
-from ._consumer_groups import Beat, CGroup, ConsumerCoordinator, Member, Partition
-from ._errors import KafkaError
-from ._group_model import (
+from ..kafka_errors import KafkaError
+from ._consumer import Beat, CGroup, ConsumerCoordinator, Member, Partition
+from ._model import (
     STABLE,
     ClassicMeta,
     Group,
@@ -53,7 +53,7 @@ from ._group_model import (
     subscribed_topics,
     topic_partitions,
 )
-from ._group_model import Member as ClassicMember
+from ._model import Member as ClassicMember
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -48,8 +48,8 @@ import itertools
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from ._errors import KafkaError
-from ._group_model import (
+from ..kafka_errors import KafkaError
+from ._model import (
     COMPLETING,
     EMPTY,
     PREPARING,
@@ -97,7 +97,7 @@ class Coordinator:
         return self._deadlines[0][0] if self._deadlines else None
 
     def adopt(self, group: Group, now: float) -> list[Reply]:
-        """A group made elsewhere (``_mixed_groups.downgrade``): held here
+        """A group made elsewhere (``_mixed.downgrade``): held here
         from now on, and rebalanced, so that its members join it."""
         self.groups[group.name] = group
         soonest = min((m.deadline for m in group.members.values()), default=now)

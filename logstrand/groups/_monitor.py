@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 
     from prometheus_client import CollectorRegistry
 
+    from ..positions import GroupLag, Position
     from ..security import Credentials
-    from ._model import GroupLag, Position
 
 _log = logging.getLogger("logstrand.groups")
 

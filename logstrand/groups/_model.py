@@ -1,6 +1,6 @@
 """What a group coordinator holds: groups, members, their states.  Pure.
 
-``_membership.Coordinator`` runs the protocol over these; ``snapshot`` and
+``_classic.Coordinator`` runs the protocol over these; ``snapshot`` and
 ``restore`` turn a Stable group into the record the coordinator writes to
 the group's positions log and back (so that the next coordinator, after a
 failover, knows the members and their assignments).

@@ -15,14 +15,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import NotFoundError, Status
+from ..kafka_errors import KafkaError
 from ..positions import GROUP_RE
 from ..transactions import TXN_ID_RE, TxnError
 from ..wire import TxnOp, TxnReply, TxnRequest
-from ._errors import KafkaError
 
 if TYPE_CHECKING:
     from ..client import AsyncClient
-    from ._txn_front import TxnFront
+    from ._txns import TxnFront
 
 _STATUS: dict[int, Status] = {
     KafkaError.NOT_COORDINATOR: Status.REDIRECTED,
@@ -34,7 +34,7 @@ _STATUS: dict[int, Status] = {
 
 class NativeTxns:
     """Answers ``TxnRequest`` with the node's ``TxnFront`` (see the module
-    docstring), in ``_node_answers``' tasks."""
+    docstring), in ``_answers``' tasks."""
 
     def __init__(self, txns: TxnFront, client: AsyncClient) -> None:
         self.txns = txns

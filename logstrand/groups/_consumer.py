@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from ._errors import KafkaError
-from ._group_model import ClassicMeta
+from ..kafka_errors import KafkaError
+from ._model import ClassicMeta
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -75,7 +75,7 @@ class Member:
     away: bool = False
     client_id: str = ""
     client_host: str = ""
-    #: A classic member (``_mixed_groups.ClassicMeta``): it joins, syncs and
+    #: A classic member (``_mixed.ClassicMeta``): it joins, syncs and
     #: heartbeats with the classic APIs.  None: a consumer-protocol member.
     classic: ClassicMeta | None = None
 
@@ -180,7 +180,7 @@ class ConsumerCoordinator:
         return self._ids()
 
     def adopt(self, group: CGroup) -> None:
-        """A group made elsewhere (``_mixed_groups.upgrade``): held here, its
+        """A group made elsewhere (``_mixed.upgrade``): held here, its
         members' sessions watched, and written down."""
         self.groups[group.name] = group
         soonest = min((m.deadline for m in group.members.values()), default=None)

@@ -2,10 +2,10 @@
 node's Kafka front (``logstrand node`` adds it to every node).
 
 A node coordinates the groups of the positions logs whose sequencer it runs,
-the same ones its Kafka front would (``_groups``): one coordinator, so a
+the same ones its Kafka front would (``_coordinator``): one coordinator, so a
 group name means one group whichever protocol its members speak.  Members
 of ``client.subscribe`` send ``GroupHeartbeat`` (``wire``) here, and are
-served by the consumer protocol's rules (``_consumer_groups``, KIP-848):
+served by the consumer protocol's rules (``_consumer``, KIP-848):
 logs stand in for partitions, a subscription's logs for one topic
 (``native_topic``).  What they are told, and which member owns which log,
 is written to the group's positions log like a Kafka group's.
@@ -20,16 +20,16 @@ import trio
 
 from ..epochstore import NamedCache
 from ..errors import Status
+from ..kafka_errors import KafkaError
 from ..transactions import EXPIRY_MS, MAX_TIMEOUT_MS
 from ..wire import GroupHeartbeat, GroupHeartbeatReply, TxnReply, TxnRequest
-from ._consumer_groups import Beat
-from ._errors import KafkaError
-from ._group_model import native_topic
-from ._groups import GroupCoordinator
+from ._answers import NodeAnswers
+from ._consumer import Beat
+from ._coordinator import GroupCoordinator
+from ._model import native_topic
 from ._native_txns import NativeTxns
-from ._node_answers import NodeAnswers
-from ._txn_front import TxnFront
 from ._txn_metrics import CoordinatorCollector
+from ._txns import TxnFront
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("logstrand.groups")
 #: Heartbeats (and transaction requests) a node answers at once; past it,
-#: OVERLOADED (``_node_answers``).
+#: OVERLOADED (``_answers``).
 AT_ONCE = 1024
 #: What a refusal of the coordinator becomes in a native reply.
 _STATUS: dict[int, Status] = {

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 
 from ..errors import LogstrandError, ProducerError, Status, collapse
+from ..kafka_errors import KafkaError
 from ..positions import POSITIONS_LOGS, positions_log_of, txn_positions_key, txn_state_key
 from ..records import INTERNAL_LOGS
 from ..transactions import (
@@ -61,11 +62,10 @@ from ..transactions import (
     encode_marker,
     producer_key,
 )
-from ._errors import KafkaError
 
 if TYPE_CHECKING:
     from ..client import AsyncClient
-    from ._groups import GroupCoordinator
+    from ._coordinator import GroupCoordinator
 
 
 class TxnHost(Protocol):
