@@ -37,7 +37,16 @@ from .types import (
 )
 
 if TYPE_CHECKING:
-    from .client import AsyncClient, AsyncioClient, Client, ClientSettings, connect, open_client
+    from .client import (
+        AsyncClient,
+        AsyncioClient,
+        Client,
+        ClientSettings,
+        ConnectOptions,
+        ReadOptions,
+        connect,
+        open_client,
+    )
 
 __version__ = "0.1.0"
 
@@ -46,6 +55,8 @@ _CLIENT_NAMES = {
     "AsyncioClient",
     "Client",
     "ClientSettings",
+    "ConnectOptions",
+    "ReadOptions",
     "connect",
     "open_client",
 }
@@ -72,6 +83,7 @@ __all__ = [
     "Client",
     "ClientSettings",
     "ClosedError",
+    "ConnectOptions",
     "CorruptionError",
     "Gap",
     "GapType",
@@ -82,6 +94,7 @@ __all__ = [
     "NotFoundError",
     "PreemptedError",
     "ProtocolError",
+    "ReadOptions",
     "Record",
     "StaleError",
     "Status",

@@ -2,6 +2,7 @@
 
 from typing import TYPE_CHECKING
 
+from ._options import ConnectOptions, ManyOptions, ReadOptions, SubscribeOptions
 from ._reader_core import GapItem, RecordRun
 
 if TYPE_CHECKING:
@@ -51,12 +52,16 @@ __all__ = [
     "Client",
     "ClientSettings",
     "ColumnBatch",
+    "ConnectOptions",
     "GapItem",
     "LogSegment",
+    "ManyOptions",
     "Prepared",
+    "ReadOptions",
     "ReadStream",
     "RebalanceReport",
     "RecordRun",
+    "SubscribeOptions",
     "connect",
     "open_asyncio_client",
     "open_client",

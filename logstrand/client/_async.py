@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import trio
 
@@ -34,6 +34,7 @@ from ._groups_api import GroupsApi
 from ._many import ManyReader
 from ._names import Names
 from ._nodewatch import NodeWatch
+from ._options import ISOLATIONS, ConnectOptions, ManyOptions, ReadOptions, SubscribeOptions
 from ._reader import ReadStream
 from ._rebalance import RebalanceReport, rebalance
 from ._settings import ClientSettings
@@ -42,7 +43,7 @@ from ._tails import tail_lsns
 from ._txn_api import TxnApi
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Sequence
+    from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
     from ..epochstore import EpochEnd, LogAttributes
     from ..wire import LogInfoReply, NodeStatus, SeqState
@@ -86,13 +87,7 @@ class AsyncClient(AppendApi, GroupsApi, TxnApi):
         log_id: int,
         start: int = LSN_OLDEST,
         until: int | _Tail | None = TAIL,
-        *,
-        single_copy: bool = True,
-        show_compacted: bool = False,
-        group: str | None = None,
-        autocommit: bool = False,
-        access_gaps: bool = False,
-        isolation: str = "uncommitted",
+        **options: Unpack[ReadOptions],
     ) -> ReadStream:
         """Read a log in LSN order: an async iterator of ``Record`` and ``Gap``.
 
@@ -104,22 +99,20 @@ class AsyncClient(AppendApi, GroupsApi, TxnApi):
                 async for item in reader:
                     ...
 
-        ``group``: start right after the group's committed LSN (at
-        ``LSN_OLDEST`` when it has none) instead of at ``start``.  With
-        ``autocommit``, everything handed out before each request for more
-        counts as processed and is committed, at most every
-        ``settings.autocommit_interval_s`` and when the reader closes.
-
-        ``isolation="committed"``: only records of committed transactions
-        and records outside any, up to the log's last stable LSN (Kafka's
-        read_committed; docs/transactions.md).
+        ``options``: ``single_copy``, ``show_compacted``, ``group``,
+        ``autocommit``, ``access_gaps``, ``isolation``, as ``ReadOptions``
+        says (every face's reads take the same).
 
         Raises:
             InvalidArgumentError: ``start`` together with ``group``, or
-                ``autocommit`` without one, or an unknown ``isolation``.
+                ``autocommit`` without one, or an unknown ``isolation``, or
+                an unknown option.
             AccessDeniedError: (while iterating) the user may not read the
                 log; with ``access_gaps`` an ACCESS gap over the range instead.
         """
+        _check_options("read", options, ReadOptions)
+        group = options.get("group")
+        autocommit = options.get("autocommit", False)
         cursor = None
         if group is not None:
             if start != LSN_OLDEST:
@@ -132,6 +125,7 @@ class AsyncClient(AppendApi, GroupsApi, TxnApi):
             )
         elif autocommit:
             raise InvalidArgumentError("autocommit needs a group")
+        isolation = options.get("isolation", "uncommitted")
         _check_isolation(isolation)
         kind = CommittedStream if isolation == "committed" else ReadStream
         return kind(
@@ -140,19 +134,17 @@ class AsyncClient(AppendApi, GroupsApi, TxnApi):
             log_id,
             start,
             until,
-            single_copy=single_copy,
-            show_compacted=show_compacted,
+            single_copy=options.get("single_copy", True),
+            show_compacted=options.get("show_compacted", False),
             cursor=cursor,
-            access_gaps=access_gaps,
+            access_gaps=options.get("access_gaps", False),
         )
 
     def read_many(
         self,
         starts: dict[int, int] | str,
         until: int | _Tail | None = TAIL,
-        *,
-        buffer: int = 64,
-        isolation: str = "uncommitted",
+        **options: Unpack[ManyOptions],
     ) -> ManyReader:
         """Read many logs at once (a consumer of many partitions): an async
         iterator of ``(log, item)`` pairs as records arrive, each log in LSN
@@ -168,14 +160,14 @@ class AsyncClient(AppendApi, GroupsApi, TxnApi):
                     ...
 
         Leaving the loop early is safe; closing stops the nodes' streams.
-        ``buffer`` is kept for callers of earlier versions and not used.
-        ``isolation``: as for ``read``, each log by itself.
+        ``options``: ``isolation``, as ``ManyOptions`` says.
 
         Raises (while iterating): NotFoundError (a log or name that does not
         exist), AccessDeniedError, LogstrandError(OVERLOADED): a node takes no
         more read streams from this client.
         """
-        del buffer
+        _check_options("read_many", options, ManyOptions)
+        isolation = options.get("isolation", "uncommitted")
         _check_isolation(isolation)
         return ManyReader(
             self._admin,
@@ -194,10 +186,7 @@ class AsyncClient(AppendApi, GroupsApi, TxnApi):
         self,
         group: str,
         logs: list[int] | tuple[int, ...] | range | str,
-        *,
-        autocommit: bool = True,
-        instance_id: str | None = None,
-        isolation: str = "uncommitted",
+        **options: Unpack[SubscribeOptions],
     ) -> Subscription:
         """Join ``group`` as a member and read the logs it gives this member:
         an async iterator of ``(log, item)`` pairs, each log in LSN order.
@@ -211,29 +200,24 @@ class AsyncClient(AppendApi, GroupsApi, TxnApi):
                     ...
 
         A log given is read from after the group's committed position.  What
-        was handed out counts as processed once the next pair is asked for;
-        with ``autocommit`` it is committed every
-        ``settings.autocommit_interval_s``, before a log is given up (no
-        record of a log is delivered after that), and when the member
-        leaves.  ``instance_id`` makes a static member: it may come back
-        within its session and get its logs again without a rebalance.
-        ``isolation="committed"``: committed records only, as for ``read``
-        (a position is committed up to what was handed out, so a member
-        that takes a log over reads an open transaction's records again).
+        was handed out counts as processed once the next pair is asked for.
+        ``options``: ``autocommit``, ``instance_id``, ``isolation``, as
+        ``SubscribeOptions`` says.
 
         Raises (while iterating): InvalidArgumentError (no logs, or other
         logs than the group's members read), AccessDeniedError (no read grant
         on a log or on the group's positions log), NotSupportedError (the
         coordinator's node is of a version without groups).
         """
+        _check_options("subscribe", options, SubscribeOptions)
         return Subscription(
             self,
             group,
             logs,
-            autocommit=autocommit,
-            instance_id=instance_id,
+            autocommit=options.get("autocommit", True),
+            instance_id=options.get("instance_id"),
             interval_s=self.settings.autocommit_interval_s,
-            isolation=isolation,
+            isolation=options.get("isolation", "uncommitted"),
         )
 
     @property
@@ -404,23 +388,25 @@ class AsyncClient(AppendApi, GroupsApi, TxnApi):
 
 
 def resolve_connection(
-    url: str | None,
-    token: str | None,
-    ca: str | None,
-    cert: str | None,
-    key: str | None,
-    credentials: Credentials | None,
-) -> tuple[str, Credentials | None]:
-    """The cluster URL and credentials of a client, as the CLI finds them:
-    what is passed, else ``LOGSTRAND_URL``, ``LOGSTRAND_CA``,
+    url: str | None, options: ConnectOptions
+) -> tuple[str, ClientSettings | None, Credentials | None]:
+    """The cluster URL, settings and credentials of a client, as the CLI
+    finds them: what is passed, else ``LOGSTRAND_URL``, ``LOGSTRAND_CA``,
     ``LOGSTRAND_TOKEN`` (or ``LOGSTRAND_TOKEN_FILE``), ``LOGSTRAND_CERT``,
     ``LOGSTRAND_KEY``."""
+    _check_options("connect", options, ConnectOptions)
     url = url or os.environ.get("LOGSTRAND_URL") or None
     if url is None:
         raise InvalidArgumentError("no cluster URL: pass one or set LOGSTRAND_URL")
+    credentials = options.get("credentials")
     if credentials is None:
-        credentials = credentials_from_env(token=token, ca=ca, cert=cert, key=key)
-    return url, credentials
+        credentials = credentials_from_env(
+            token=options.get("token"),
+            ca=options.get("ca"),
+            cert=options.get("cert"),
+            key=options.get("key"),
+        )
+    return url, options.get("settings"), credentials
 
 
 @contextlib.asynccontextmanager
@@ -450,5 +436,13 @@ async def open_trio_client(
 
 
 def _check_isolation(isolation: str) -> None:
-    if isolation not in ("uncommitted", "committed"):
+    if isolation not in ISOLATIONS:
         raise InvalidArgumentError("isolation: 'uncommitted' or 'committed'")
+
+
+def _check_options(call: str, options: Mapping[str, object], kind: type) -> None:
+    """An option ``kind`` (a TypedDict) does not declare: mypy stops these
+    in typed code; untyped callers get this instead of a silent ignore."""
+    unknown = options.keys() - kind.__annotations__.keys()
+    if unknown:
+        raise InvalidArgumentError(f"{call}: unknown options {sorted(unknown)}")

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import functools
 from collections import deque
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, Unpack, overload
 
 from ..errors import InvalidArgumentError
 from ..types import LSN_OLDEST, TAIL, Gap, Record, _Tail
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from ..security import Credentials
     from ._many import ManyReader
+    from ._options import ManyOptions, ReadOptions, SubscribeOptions
     from ._reader import ReadStream
     from ._settings import ClientSettings
     from ._transaction import Transaction
@@ -92,30 +93,14 @@ class AsyncioClient:
         log_id: int,
         start: int = LSN_OLDEST,
         until: int | _Tail | None = TAIL,
-        *,
-        single_copy: bool = True,
-        show_compacted: bool = False,
-        group: str | None = None,
-        autocommit: bool = False,
-        access_gaps: bool = False,
-        isolation: str = "uncommitted",
+        **options: Unpack[ReadOptions],
     ) -> AsyncioReadStream[Record | Gap]:
         """Read a log in LSN order: an async iterator of ``Record`` and ``Gap``
-        (see ``AsyncClient.read``); use it as a context manager so the node
-        streams stop when you are done."""
+        (see ``AsyncClient.read``; ``options`` as ``ReadOptions`` says); use
+        it as a context manager so the node streams stop when you are done."""
 
         def make(c: AsyncClient) -> ReadStream:
-            return c.read(
-                log_id,
-                start,
-                until,
-                single_copy=single_copy,
-                show_compacted=show_compacted,
-                group=group,
-                autocommit=autocommit,
-                access_gaps=access_gaps,
-                isolation=isolation,
-            )
+            return c.read(log_id, start, until, **options)
 
         return AsyncioReadStream(self, make, _objects_of)
 
@@ -123,16 +108,14 @@ class AsyncioClient:
         self,
         starts: dict[int, int] | str,
         until: int | _Tail | None = TAIL,
-        *,
-        buffer: int = 64,
-        isolation: str = "uncommitted",
+        **options: Unpack[ManyOptions],
     ) -> AsyncioReadStream[tuple[int, Record | Gap]]:
         """Read many logs at once: an async iterator of ``(log, item)`` pairs
         (see ``AsyncClient.read_many``); use it as a context manager so the
         node streams stop when you are done."""
         return AsyncioReadStream(
             self,
-            lambda c: c.read_many(starts, until, buffer=buffer, isolation=isolation),
+            lambda c: c.read_many(starts, until, **options),
             _pairs_of,
         )
 
@@ -140,19 +123,14 @@ class AsyncioClient:
         self,
         group: str,
         logs: list[int] | tuple[int, ...] | range | str,
-        *,
-        autocommit: bool = True,
-        instance_id: str | None = None,
-        isolation: str = "uncommitted",
+        **options: Unpack[SubscribeOptions],
     ) -> AsyncioSubscription:
         """Join ``group`` and read the logs it gives this member: an async
         iterator of ``(log, item)`` pairs (see ``AsyncClient.subscribe``);
         use it as a context manager so that the member leaves when done."""
         return AsyncioSubscription(
             self,
-            lambda c: c.subscribe(
-                group, logs, autocommit=autocommit, instance_id=instance_id, isolation=isolation
-            ),
+            lambda c: c.subscribe(group, logs, **options),
             _pairs_of,
         )
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import sniffio
 
@@ -13,18 +13,12 @@ if TYPE_CHECKING:
     import contextlib
 
     from ..security import Credentials
+    from ._options import ConnectOptions
     from ._settings import ClientSettings
 
 
 def open_client(
-    url: str | None = None,
-    *,
-    settings: ClientSettings | None = None,
-    token: str | None = None,
-    ca: str | None = None,
-    cert: str | None = None,
-    key: str | None = None,
-    credentials: Credentials | None = None,
+    url: str | None = None, **options: Unpack[ConnectOptions]
 ) -> contextlib.AbstractAsyncContextManager[AsyncClient]:
     """A client for async code, trio or asyncio alike::
 
@@ -33,12 +27,11 @@ def open_client(
 
     Under trio it is an ``AsyncClient`` in the caller's run; under asyncio an
     ``AsyncioClient`` (the same methods, awaited on the asyncio loop) whose
-    I/O runs in a thread of its own.  ``url``, ``token``, ``ca``, ``cert``,
-    ``key``: as for ``logstrand.connect`` (the environment fills in what is
-    not passed).
+    I/O runs in a thread of its own.  ``url`` and ``options`` (``settings``,
+    ``token``, ``ca``, ``cert``, ``key``, ``credentials``): as for
+    ``logstrand.connect`` (``ConnectOptions``).
     """
-    url, credentials = resolve_connection(url, token, ca, cert, key, credentials)
-    return _Opening(url, settings, credentials)
+    return _Opening(*resolve_connection(url, options))
 
 
 class _Opening:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import threading
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, Unpack
 
 import trio
 
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     from ..batch import Header
     from ..security import Credentials
+    from ._options import ConnectOptions
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -329,32 +330,21 @@ class Client(BlockingReads):
         self.close()
 
 
-def connect(
-    url: str | None = None,
-    *,
-    settings: ClientSettings | None = None,
-    token: str | None = None,
-    ca: str | None = None,
-    cert: str | None = None,
-    key: str | None = None,
-    credentials: Credentials | None = None,
-) -> Client:
+def connect(url: str | None = None, **options: Unpack[ConnectOptions]) -> Client:
     """A blocking client::
 
         with logstrand.connect("sqlite:///tmp/c/cluster.db") as client:
             lsn = client.append(1, b"hello")
 
-    ``url``: the cluster's epoch store; without it, ``LOGSTRAND_URL``.  For a
-    cluster with TLS (docs/security.md): ``ca`` is the cluster's CA
-    certificate, and the client authenticates with ``token`` (from
-    ``logstrand users add``) or a client certificate (``cert`` and ``key``).
-    What is not passed comes from the environment as for the CLI:
-    ``LOGSTRAND_CA``, ``LOGSTRAND_TOKEN`` (or ``LOGSTRAND_TOKEN_FILE``),
-    ``LOGSTRAND_CERT``, ``LOGSTRAND_KEY``.
+    ``url``: the cluster's epoch store; without it, ``LOGSTRAND_URL``.
+    ``options``: ``settings``, and for a cluster with TLS the credentials
+    (``token``, ``ca``, ``cert``, ``key`` or ``credentials``), as
+    ``ConnectOptions`` says; what is not passed comes from the environment.
 
     Raises:
-        InvalidArgumentError: no URL, or credentials that do not fit together.
+        InvalidArgumentError: no URL, or credentials that do not fit together,
+            or an unknown option.
         AccessDeniedError: (on first use) the nodes do not accept the credentials.
     """
-    url, credentials = resolve_connection(url, token, ca, cert, key, credentials)
+    url, settings, credentials = resolve_connection(url, options)
     return Client(url, settings=settings, credentials=credentials)

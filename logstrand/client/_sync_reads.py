@@ -5,7 +5,7 @@ a list at a time, and closing it stops the stream's node streams."""
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from ..errors import ClosedError
 from ..types import LSN_OLDEST, TAIL, Gap, Record, _Tail
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
     from ._async import AsyncClient
     from ._columns import ColumnBatch
+    from ._options import ManyOptions, ReadOptions, SubscribeOptions
     from ._reader import ReadStream
 
 
@@ -36,33 +37,15 @@ class BlockingReads:
         log_id: int,
         start: int = LSN_OLDEST,
         until: int | _Tail | None = TAIL,
-        *,
-        single_copy: bool = True,
-        show_compacted: bool = False,
-        group: str | None = None,
-        autocommit: bool = False,
-        access_gaps: bool = False,
-        isolation: str = "uncommitted",
+        **options: Unpack[ReadOptions],
     ) -> Generator[Record | Gap]:
-        """Read a log in LSN order: ``Record`` and ``Gap`` items (see ``AsyncClient.read``).
+        """Read a log in LSN order: ``Record`` and ``Gap`` items (see
+        ``AsyncClient.read``; ``options`` as ``ReadOptions`` says).
 
         Items cross from the client's trio thread in batches.  Close the
-        generator (or finish it) to stop the node streams.  ``group`` and
-        ``autocommit``: start after the group's position and commit as you
-        go (see ``AsyncClient.read``).
+        generator (or finish it) to stop the node streams.
         """
-        client = self.async_client
-        stream = client.read(
-            log_id,
-            start,
-            until,
-            single_copy=single_copy,
-            show_compacted=show_compacted,
-            group=group,
-            autocommit=autocommit,
-            access_gaps=access_gaps,
-            isolation=isolation,
-        )
+        stream = self.async_client.read(log_id, start, until, **options)
         for items in self._drain(stream, stream.next_objects):
             yield from items
 
@@ -71,16 +54,10 @@ class BlockingReads:
         log_id: int,
         start: int = LSN_OLDEST,
         until: int | _Tail | None = TAIL,
-        *,
-        group: str | None = None,
-        autocommit: bool = False,
-        isolation: str = "uncommitted",
+        **options: Unpack[ReadOptions],
     ) -> Iterator[list[Any]]:
         """Like ``read``, but columnar: lists of ``RecordRun`` and ``GapItem``."""
-        client = self.async_client
-        stream = client.read(
-            log_id, start, until, group=group, autocommit=autocommit, isolation=isolation
-        )
+        stream = self.async_client.read(log_id, start, until, **options)
         return self._drain(stream, stream._next_items)
 
     def _drain(
@@ -104,24 +81,18 @@ class BlockingReads:
         log_id: int,
         start: int = LSN_OLDEST,
         until: int | _Tail | None = TAIL,
-        *,
-        group: str | None = None,
-        autocommit: bool = False,
-        isolation: str = "uncommitted",
+        **options: Unpack[ReadOptions],
     ) -> Iterator[ColumnBatch]:
         """Read a log as columns: ``ColumnBatch`` objects (LSNs, timestamps,
         keys and payloads as lists, and the gaps met), in LSN order.
 
         Far cheaper per record than ``read`` (no object per record); what
-        bulk consumers such as the Spark data source use.  ``group``,
-        ``autocommit``, ``isolation``: as for ``read``.
+        bulk consumers such as the Spark data source use.  ``options``: as
+        for ``read``.
         """
         from ._columns import ColumnBatch  # numpy: columnar reads only
 
-        batches = self.read_batches(
-            log_id, start, until, group=group, autocommit=autocommit, isolation=isolation
-        )
-        for items in batches:
+        for items in self.read_batches(log_id, start, until, **options):
             yield ColumnBatch.of(log_id, items)
 
     def read_arrow(
@@ -131,39 +102,30 @@ class BlockingReads:
         until: int | _Tail | None = TAIL,
         *,
         on_gap: Callable[[Gap], None] | None = None,
-        group: str | None = None,
-        autocommit: bool = False,
-        isolation: str = "uncommitted",
+        **options: Unpack[ReadOptions],
     ) -> Iterator[pa.RecordBatch]:
         """Read a log as ``pyarrow.RecordBatch``es (``client.ARROW_SCHEMA``:
         log_id, lsn, epoch, esn, timestamp, key, payload), about 65,536 rows
         each.  Gaps are not rows: each one goes to ``on_gap`` as it is met.
-        ``group``, ``autocommit``, ``isolation``: as for ``read`` (a batch
-        counts as processed when the next one is asked for).
+        ``options``: as for ``read`` (with ``autocommit``, a batch counts as
+        processed when the next one is asked for).
         Needs pyarrow (``logstrand[arrow]``)."""
         from ._arrow import arrow_batches
 
-        columns = self.read_columns(
-            log_id, start, until, group=group, autocommit=autocommit, isolation=isolation
-        )
+        columns = self.read_columns(log_id, start, until, **options)
         return arrow_batches(columns, on_gap=on_gap)
 
     def subscribe(
         self,
         group: str,
         logs: list[int] | tuple[int, ...] | range | str,
-        *,
-        autocommit: bool = True,
-        instance_id: str | None = None,
-        isolation: str = "uncommitted",
+        **options: Unpack[SubscribeOptions],
     ) -> Iterator[tuple[int, Record | Gap]]:
         """Join ``group`` and read the logs it gives this member: ``(log,
         item)`` pairs (see ``AsyncClient.subscribe``).  A batch of pairs is
         processed once the next is asked for; closing the iterator (or
         leaving a ``for`` over it) commits and leaves the group."""
-        sub = self.async_client.subscribe(
-            group, logs, autocommit=autocommit, instance_id=instance_id, isolation=isolation
-        )
+        sub = self.async_client.subscribe(group, logs, **options)
         try:
             while pairs := self._call(sub.next_pairs):
                 yield from pairs
@@ -175,15 +137,13 @@ class BlockingReads:
         self,
         starts: dict[int, int] | str,
         until: int | _Tail | None = TAIL,
-        *,
-        buffer: int = 64,
-        isolation: str = "uncommitted",
+        **options: Unpack[ManyOptions],
     ) -> Iterator[tuple[int, Record | Gap]]:
         """Read many logs at once: ``(log, item)`` pairs, each log in LSN
         order (see ``AsyncClient.read_many``).  Pairs cross from the client's
         thread as many as have arrived at a time.  Closing the iterator (or
         leaving a ``for`` over it) stops the nodes' streams."""
-        reader = self.async_client.read_many(starts, until, buffer=buffer, isolation=isolation)
+        reader = self.async_client.read_many(starts, until, **options)
         try:
             while pairs := self._call(reader.next_pairs):
                 yield from pairs
