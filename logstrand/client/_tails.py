@@ -31,7 +31,8 @@ import trio
 
 from ..errors import LogstrandError, NotFoundError
 from ..records import check_log_id
-from ..wire import TAILS_FIELDS, TAILS_LOGS_MAX, GetTails, TailsReply
+from ..wire import GetTails, TailsReply
+from ._tails_core import TailsTally, chunked
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -57,34 +58,23 @@ async def tail_lsns(admin: Admin, log_ids: Sequence[int], timeout_s: float = 5.0
     view = admin.view
     storage = set(view.storage_weights())
     nodes = sorted(storage | set(view.sequencer_weights()))
-    chunks = [logs[i : i + TAILS_LOGS_MAX] for i in range(0, len(logs), TAILS_LOGS_MAX)]
-    tails = dict.fromkeys(logs, 0)
-    released = dict.fromkeys(logs, 0)
-    sequenced: set[int] = set()
-    answered: dict[int, int] = dict.fromkeys(nodes, 0)
+    chunks = chunked(logs)
+    tally = TailsTally(logs, storage, len(chunks))
     errors: list[LogstrandError] = []  # raised after the nursery, not in a group
 
-    async def ask(node: int, chunk: list[int]) -> None:
+    async def ask(node: int, chunk: tuple[int, ...]) -> None:
         link = await admin.links.connected(node)
         if link is None or link.conn.protocol < TAILS_PROTOCOL:
-            return
+            return  # rule 3: not an answer
         rid = admin.links.next_request_id()
-        reply = await link.request(GetTails(rid, tuple(chunk)), rid, timeout_s)
+        reply = await link.request(GetTails(rid, chunk), rid, timeout_s)
         try:
             admin.links.check_access(reply)
         except LogstrandError as exc:
             errors.append(exc)
             return
-        if not isinstance(reply, TailsReply) or len(reply.entries) != len(chunk) * TAILS_FIELDS:
-            return
-        answered[node] += 1
-        e = reply.entries
-        for i, log in enumerate(chunk):
-            has, acked, release, last = e[i * TAILS_FIELDS : (i + 1) * TAILS_FIELDS]
-            tails[log] = max(tails[log], acked, release, last)
-            released[log] = max(released[log], release)
-            if has:
-                sequenced.add(log)
+        if isinstance(reply, TailsReply):
+            tally.take(node, chunk, reply.entries)
 
     async with trio.open_nursery() as nursery:
         for node in nodes:
@@ -92,10 +82,8 @@ async def tail_lsns(admin: Admin, log_ids: Sequence[int], timeout_s: float = 5.0
                 nursery.start_soon(ask, node, chunk)
     if errors:
         raise errors[0]
-    everyone = all(answered.get(n, 0) == len(chunks) for n in storage)
-    alone = [
-        log for log in logs if log not in sequenced and (not everyone or released[log] < tails[log])
-    ]
+    tails = tally.tails
+    alone = tally.alone()
     if alone:
         room = trio.Semaphore(ALONE_IN_FLIGHT)
 
