@@ -29,7 +29,8 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from logstrand.kafka import _protocol as proto
-from logstrand.kafka._records import decode_batches, encode_columns
+from logstrand.kafka._records import decode_batches
+from logstrand.kafka._records_encode import encode_columns
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -79,7 +79,7 @@ def _objects(items: list[Item]) -> list[Record | Gap]:
 
 
 class ReadCursor(Protocol):
-    """A consumer group's side of a reader (``_groups.GroupCursor``)."""
+    """A consumer group's side of a reader (``positions._cursor.GroupCursor``)."""
 
     async def start(self) -> int: ...
     def delivered(self, lsn: int | None) -> None: ...
@@ -105,7 +105,7 @@ class ReadStream:
     #: ``AccessDeniedError`` (the default).
     access_gaps: bool = attrs.field(default=False, kw_only=True)
     #: A consumer group's cursor: the reader starts after the group's
-    #: position and reports what it hands out (``_groups.GroupCursor``).
+    #: position and reports what it hands out (``positions._cursor.GroupCursor``).
     cursor: ReadCursor | None = attrs.field(default=None, kw_only=True)
     stream_id: int = attrs.field(init=False, factory=lambda: next(_stream_ids))
     core: ReaderCore | None = attrs.field(init=False, default=None)

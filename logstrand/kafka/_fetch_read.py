@@ -30,7 +30,7 @@ from ..transactions import decode_marker, producer_of
 from ..types import GapType, compose_lsn, lsn_epoch
 from ._offsets import LEADER_EPOCH_MAX
 from ._packed_records import RunEncoder
-from ._records import control_record, encode_columns
+from ._records_encode import control_record, encode_columns
 from ._sessions import Session, Sessions, close
 
 if TYPE_CHECKING:

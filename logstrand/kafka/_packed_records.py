@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..batch import EXTRAS
-from ._records import encode_columns, seal_records
+from ._records_encode import encode_columns, seal_records
 
 if TYPE_CHECKING:
     from ..batch import PackedBatch

@@ -2,8 +2,9 @@
 from, the internal positions log (``_model`` says how it is laid out).
 
 ``Groups`` keeps a ``PositionTable`` of that log and brings it up to the
-log's tail before it answers; ``GroupCursor`` is what a reader opened with
-``group=`` uses to find where to start and to commit as it goes.
+log's tail before it answers; a reader opened with ``group=`` finds where
+to start, and commits as it goes, through the ``GroupCursor`` it makes
+(``_cursor``).
 """
 
 from __future__ import annotations
@@ -14,21 +15,20 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
-import attrs
 import trio
 
 from ..epochstore import LogAttributes
 from ..errors import (
     ExistsError,
     InvalidArgumentError,
-    LogstrandError,
     NotFoundError,
     Status,
     collapse,
 )
 from ..records import POSITIONS_LOG_ID, POSITIONS_LOGS, check_log_id
-from ..types import LSN_MAX, LSN_OLDEST, Record, lsn_epoch
+from ..types import Record, lsn_epoch
 from ..wire import LogInfo
+from ._cursor import GroupCursor
 from ._model import (
     GroupLag,
     Position,
@@ -414,63 +414,4 @@ class Groups:
         return GroupCursor(self, group, log_id, autocommit=autocommit, interval_s=interval_s)
 
 
-@attrs.define(eq=False)
-class GroupCursor:
-    """A reader's link to its group: where to start, and commits as it goes.
-
-    The reader says what each batch it hands out ends at (``delivered``);
-    when it is asked for the next batch, the one before counts as processed
-    (as Kafka's consumer commits, on the next poll, what the last one
-    returned).  With ``autocommit`` it commits the processed LSN at most
-    every ``interval_s``, and once more when it is closed.
-    """
-
-    groups: Groups
-    group: str
-    log_id: int
-    autocommit: bool = attrs.field(kw_only=True)
-    interval_s: float = attrs.field(kw_only=True)
-    committed: int | None = attrs.field(init=False, default=None)
-    _delivered: int | None = attrs.field(init=False, default=None)
-    _processed: int | None = attrs.field(init=False, default=None)
-    _last_commit: float = attrs.field(init=False, default=float("-inf"))
-
-    async def start(self) -> int:
-        # The first commit comes an interval after the start, as every later one.
-        self._last_commit = trio.current_time()
-        position = await self.groups.committed(self.group, self.log_id)
-        if position is None:
-            return LSN_OLDEST
-        self.committed = position.lsn
-        return min(position.lsn + 1, LSN_MAX)
-
-    def delivered(self, lsn: int | None) -> None:
-        if lsn is not None:
-            self._delivered = lsn
-
-    async def next_requested(self) -> None:
-        """The reader was asked for more: what it handed out before is processed."""
-        self._processed = self._delivered
-        if self.autocommit and trio.current_time() - self._last_commit >= self.interval_s:
-            await self._commit()
-
-    async def close(self) -> None:
-        if self.autocommit:
-            with trio.CancelScope(shield=True, deadline=trio.current_time() + 5.0):
-                await self._commit()
-
-    async def _commit(self) -> None:
-        lsn = self._processed
-        if lsn is None or lsn == self.committed:
-            return
-        self._last_commit = trio.current_time()
-        try:
-            await self.groups.commit(self.group, self.log_id, lsn)
-        except LogstrandError as exc:
-            # At least once: the next commit (or the next reader) covers it.
-            _log.warning("group %s log %d: commit failed: %s", self.group, self.log_id, exc)
-            return
-        self.committed = lsn
-
-
-__all__ = ["GroupCursor", "Groups"]
+__all__ = ["Groups"]

@@ -39,12 +39,12 @@ def test_credentials_and_url_come_from_the_environment(
     for name in ("LOGSTRAND_URL", "LOGSTRAND_TOKEN", "LOGSTRAND_CA", "LOGSTRAND_TOKEN_FILE"):
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(InvalidArgumentError, match="LOGSTRAND_URL"):
-        resolve_connection(None, None, None, None, None, None)
+        resolve_connection(None, {})
     monkeypatch.setenv("LOGSTRAND_URL", "zk://127.0.0.1:2181/x")
-    assert resolve_connection(None, None, None, None, None, None) == ("zk://127.0.0.1:2181/x", None)
+    assert resolve_connection(None, {}) == ("zk://127.0.0.1:2181/x", None, None)
     monkeypatch.setenv("LOGSTRAND_TOKEN", "lst_x")
     with pytest.raises(InvalidArgumentError, match="LOGSTRAND_CA"):  # a token needs the CA
-        resolve_connection(None, None, None, None, None, None)
+        resolve_connection(None, {})
     token = tmp_path / "admin.token"
     token.write_text("lst_from_file\n")
     monkeypatch.delenv("LOGSTRAND_TOKEN")

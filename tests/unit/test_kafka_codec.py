@@ -16,7 +16,8 @@ from logstrand.kafka import _protocol as proto
 from logstrand.kafka._codec import KafkaDecodeError, read_varint, write_varint
 from logstrand.kafka._inflate import CODECS
 from logstrand.kafka._offsets import OffsetMap, epoch_end
-from logstrand.kafka._records import decode_batches, encode_columns
+from logstrand.kafka._records import decode_batches
+from logstrand.kafka._records_encode import encode_columns
 from logstrand.types import compose_lsn
 
 with warnings.catch_warnings():

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from logstrand.batch import Codec, make_batch, pack_extra
 from logstrand.client._views import BatchView, RecordRun
 from logstrand.kafka import _packed_records
-from logstrand.kafka._records import decode_batches, encode_columns
+from logstrand.kafka._records import decode_batches
+from logstrand.kafka._records_encode import encode_columns
 from logstrand.types import compose_lsn
 
 needs_c = pytest.mark.skipif(

@@ -13,7 +13,8 @@ import pytest
 import zstandard
 
 from logstrand.kafka._inflate import TooLarge, decompress
-from logstrand.kafka._records import RECORD_BYTES, decode_batches, encode_columns
+from logstrand.kafka._records import RECORD_BYTES, decode_batches
+from logstrand.kafka._records_encode import encode_columns
 
 MIB = 1024 * 1024
 BOMB = b"\x00" * (8 * MIB)
