@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, assert_never
 
 import attrs
 import trio
@@ -138,19 +138,23 @@ class ProcedureRunner:
     # -- commands -----------------------------------------------------------------
 
     async def _execute(self, cmd: procs.Command) -> Any:
-        if isinstance(cmd, procs.Ask):
-            return await self._ask(cmd)
-        if isinstance(cmd, procs.Tell):
-            assert isinstance(cmd.message, Release)
-            await self.peers.send_release(cmd.node_id, cmd.message)
-            return None
-        if isinstance(cmd, procs.StoreCopies):
-            return await self._store(cmd)
-        if isinstance(cmd, procs.EpochStoreCall):
-            return await self.view.astore.grouped(cmd.fn)
-        assert isinstance(cmd, procs.Sleep)
-        await trio.sleep(cmd.seconds)
-        return None
+        # A closed union: mypy fails here when a new command has no case.
+        match cmd:
+            case procs.Ask():
+                return await self._ask(cmd)
+            case procs.Tell():
+                assert isinstance(cmd.message, Release)
+                await self.peers.send_release(cmd.node_id, cmd.message)
+                return None
+            case procs.StoreCopies():
+                return await self._store(cmd)
+            case procs.EpochStoreCall():
+                return await self.view.astore.grouped(cmd.fn)
+            case procs.Sleep():
+                await trio.sleep(cmd.seconds)
+                return None
+            case _:
+                assert_never(cmd)
 
     async def _ask(self, cmd: procs.Ask) -> dict[int, Any]:
         gathering = Gathering(cmd, trio.current_time())

@@ -527,23 +527,26 @@ class SimNode(Endpoint):
         def resume(value: Any = None, error: BaseException | None = None) -> None:
             self._step(proc, incarnation, value, error, done)
 
-        if isinstance(cmd, procs.Ask):
-            self._ask(cmd, resume)
-        elif isinstance(cmd, procs.Tell):
-            self.send(cmd.node_id, cmd.message)
-            world.at(0.0, resume)
-        elif isinstance(cmd, procs.StoreCopies):
-            self._store_copies(cmd, resume)
-        elif isinstance(cmd, procs.EpochStoreCall):
-            try:
-                result = cmd.fn(world.estore)
-            except LogstrandError as exc:
-                world.at(world.rng.uniform(0.001, 0.01), resume, None, exc)
-            else:
-                world.at(world.rng.uniform(0.001, 0.01), resume, result)
-        else:
-            assert isinstance(cmd, procs.Sleep)
-            world.at(cmd.seconds, resume)
+        # The same closed union as the node's shell (storage/_procedures.py).
+        match cmd:
+            case procs.Ask():
+                self._ask(cmd, resume)
+            case procs.Tell():
+                self.send(cmd.node_id, cmd.message)
+                world.at(0.0, resume)
+            case procs.StoreCopies():
+                self._store_copies(cmd, resume)
+            case procs.EpochStoreCall():
+                try:
+                    result = cmd.fn(world.estore)
+                except LogstrandError as exc:
+                    world.at(world.rng.uniform(0.001, 0.01), resume, None, exc)
+                else:
+                    world.at(world.rng.uniform(0.001, 0.01), resume, result)
+            case procs.Sleep():
+                world.at(cmd.seconds, resume)
+            case _:
+                assert_never(cmd)
 
     def _ask(self, cmd: procs.Ask, resume: Callable[..., None]) -> None:
         gathering = Gathering(cmd, self.world.now)
