@@ -10,10 +10,17 @@ SIGTERM while it runs, says ``leaving()`` at the first, and puts this
 handler back when it closes.  A Python handler, not SIG_IGN: children the
 process starts do not inherit it, and a command run in-process (tests call
 ``main``) does not install it.
+
+Until the very end: the interpreter's finalization, after the atexit
+hooks, puts SIG_DFL back for every signal that has a Python handler (but
+leaves SIG_IGN alone), and a SIGTERM in that last moment still killed a
+node (-15: ``test_handoff``, once in a full run).  So the last atexit hook
+sets SIG_IGN: no child is started after it.
 """
 
 from __future__ import annotations
 
+import atexit
 import signal
 
 _leaving = False
@@ -30,5 +37,11 @@ def _on_term(signum: int, _frame: object) -> None:
         raise SystemExit(128 + signum)
 
 
+def _ignore() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def install() -> None:
+    # Registered first, so it runs last of this process's atexit hooks.
+    atexit.register(_ignore)
     signal.signal(signal.SIGTERM, _on_term)
