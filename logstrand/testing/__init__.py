@@ -3,6 +3,7 @@
 from ._cluster import LocalCluster
 from ._memengine import MemoryEngine, memory_logsdb
 from ._memstore import MemoryEpochStore
+from ._moto import MotoServer, moto_available
 from ._netcluster import NetCluster
 from ._netns import Network
 from ._ports import free_port
@@ -13,12 +14,14 @@ __all__ = [
     "LocalCluster",
     "MemoryEngine",
     "MemoryEpochStore",
+    "MotoServer",
     "NetCluster",
     "Network",
     "ZooKeeperServer",
     "cpu_s",
     "free_port",
     "memory_logsdb",
+    "moto_available",
     "rss_mb",
     "zookeeper_available",
 ]
