@@ -7,8 +7,8 @@ picks one from ``zk://host:port/cluster`` or ``sqlite:///path/cluster.db``.
 
 from typing import TYPE_CHECKING
 
-from ._base import EpochStore, MemberSession, Placement, Watch
-from ._members import Member, Members, describe_offset
+from ._base import EpochStore, Placement
+from ._members import Member, Members, MemberSession, Watch, describe_offset
 from ._model import (
     CLEANUP_POLICIES,
     COMPRESSIONS,

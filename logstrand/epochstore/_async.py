@@ -16,8 +16,8 @@ import trio
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ._base import EpochStore, Placement, Watch
-    from ._members import Members
+    from ._base import EpochStore, Placement
+    from ._members import Members, Watch
     from ._model import EpochEnd, EpochMetadata, LogAttributes, LogEpochs, LogRange, NodeConfig
 
 R = TypeVar("R")

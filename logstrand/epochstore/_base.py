@@ -44,11 +44,12 @@ from ._model import EpochMetadata, LogAttributes, LogEpochs, LogRange, NodeConfi
 from ._name_docs import NameDocs
 from ._rebuilding import RebuildingDocs
 from ._security import SecurityDocs
+from ._tier_docs import TierDocs
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ._members import Members
+    from ._members import Members, MemberSession, Watch
 
 #: A read-modify-write gives up (AGAIN) after this many lost races in a row.
 CAS_ATTEMPTS_MAX = 10_000
@@ -63,45 +64,7 @@ class Placement:
     replicate_across: str = "node"
 
 
-class MemberSession(abc.ABC):
-    """A node's presence in the membership; it ends with ``close()`` or with the process.
-
-    Its heartbeats carry the node's wall clock (``_members``), and what the
-    node says of itself: whether it takes sequencers, and why not.
-    """
-
-    node_id: int
-    #: How many times the session was lost (the process stopped past the
-    #: lease, a ZooKeeper session expired) and taken again: the node was
-    #: out of the membership meanwhile, and others may have taken its logs.
-    returns: int = 0
-
-    @abc.abstractmethod
-    def publish(self, *, sequencer: bool, why: str = "") -> None:
-        """Say whether this node takes sequencers now (every reader of the
-        membership sees it)."""
-
-    @abc.abstractmethod
-    def close(self) -> None: ...
-
-    def __enter__(self) -> MemberSession:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class Watch:
-    """A running membership watch; ``cancel()`` stops it."""
-
-    def __init__(self, cancel: Callable[[], None]) -> None:
-        self._cancel = cancel
-
-    def cancel(self) -> None:
-        self._cancel()
-
-
-class EpochStore(LogDocs, NameDocs, SecurityDocs, RebuildingDocs, ProducerDocs, abc.ABC):
+class EpochStore(LogDocs, NameDocs, SecurityDocs, RebuildingDocs, ProducerDocs, TierDocs, abc.ABC):
     """Per-log epochs, the cluster configuration and membership.
 
     Every method is blocking and thread-safe; trio code calls them through

@@ -15,17 +15,21 @@ Sequencers.  A member says itself whether it takes sequencers
 (``sequencer``) and why not (``why``): its clock is off by more than the
 bound, or it is in its hold-down after coming back.  Routing leaves such
 members out while any other can take the log (``rpc.ClusterView``).
+
+Sessions.  A node's presence in the membership is a ``MemberSession``
+(each store's own kind), and a reader of it a ``Watch``.
 """
 
 from __future__ import annotations
 
+import abc
 import statistics
 from typing import TYPE_CHECKING
 
 import attrs
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
 
 @attrs.frozen
@@ -93,3 +97,41 @@ def signature(members: Mapping[int, Member]) -> tuple[tuple[int, bool, str, int 
         )
         for _, m in sorted(members.items())
     )
+
+
+class MemberSession(abc.ABC):
+    """A node's presence in the membership; it ends with ``close()`` or with the process.
+
+    Its heartbeats carry the node's wall clock (``_members``), and what the
+    node says of itself: whether it takes sequencers, and why not.
+    """
+
+    node_id: int
+    #: How many times the session was lost (the process stopped past the
+    #: lease, a ZooKeeper session expired) and taken again: the node was
+    #: out of the membership meanwhile, and others may have taken its logs.
+    returns: int = 0
+
+    @abc.abstractmethod
+    def publish(self, *, sequencer: bool, why: str = "") -> None:
+        """Say whether this node takes sequencers now (every reader of the
+        membership sees it)."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> MemberSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Watch:
+    """A running membership watch; ``cancel()`` stops it."""
+
+    def __init__(self, cancel: Callable[[], None]) -> None:
+        self._cancel = cancel
+
+    def cancel(self) -> None:
+        self._cancel()

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import EpochStoreUnavailableError, ExistsError
-from ._base import EpochStore, MemberSession, Watch
-from ._members import Member, Members, cluster_offsets
+from ._base import EpochStore
+from ._members import Member, Members, MemberSession, Watch, cluster_offsets
 from ._model import check_cluster_name
 from ._watch import PollingWatch
 

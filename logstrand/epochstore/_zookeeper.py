@@ -46,8 +46,8 @@ from kazoo.retry import KazooRetry
 from kazoo.security import make_acl, make_digest_acl
 
 from ..errors import AccessDeniedError, EpochStoreUnavailableError, ExistsError
-from ._base import EpochStore, MemberSession, Watch
-from ._members import Member, Members, cluster_offsets, signature
+from ._base import EpochStore
+from ._members import Member, Members, MemberSession, Watch, cluster_offsets, signature
 from ._model import check_cluster_name
 
 if TYPE_CHECKING:
