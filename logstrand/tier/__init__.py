@@ -3,8 +3,11 @@ API), read back through the nodes as if they were still there
 (docs/tiered-storage.md).
 
 * ``_format``: the object's layout, its index and checksums; pure.
-* ``_segments``: what the epoch store records of a log's tiered objects
-  (``TierState``: the tiered point and the segments below it); pure.
+* ``_objects``: the object store (an S3 API through obstore) and the reader
+  that seeks in an object: its footer, its index, then the blocks from an
+  LSN, with read-ahead.
+* What is recorded of a log's objects is the epoch store's
+  (``epochstore._tier_docs``): the tiered point and the segments below it.
 """
 
 from __future__ import annotations
