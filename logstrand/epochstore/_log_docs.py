@@ -20,6 +20,26 @@ TRIM_FEED = "trim-feed"
 TRIM_FEED_MAX = 256
 
 
+def feed_append(doc: Any, log_id: int, keep: int) -> Any:
+    """A feed document (the trim feed, the tier feed) with ``log_id`` added:
+    the logs of the last ``keep`` changes, oldest first, the last one
+    numbered ``seq``."""
+    seq, logs = (0, []) if doc is None else (int(doc["seq"]), doc["logs"])
+    return {"seq": seq + 1, "logs": [*logs[1 - keep :], log_id]}
+
+
+def feed_since(doc: Any, since: int) -> tuple[int, list[int] | None]:
+    """A feed's sequence number and the logs changed after ``since`` (None:
+    the feed does not reach back that far, or ``since`` is -1)."""
+    seq = 0 if doc is None else int(doc["seq"])
+    if since == seq:
+        return seq, []
+    logs = [] if doc is None else doc["logs"]
+    if since < 0 or since > seq or since < seq - len(logs):
+        return seq, None
+    return seq, sorted({int(log) for log in logs[len(logs) - (seq - since) :]})
+
+
 def _check_log(log_id: int) -> None:
     check_log_id(log_id, internal=True)
 
@@ -66,12 +86,7 @@ class LogDocs:
 
         point = int(self._update(f"trims/{log_id}", change)["lsn"])
 
-        def feed(doc: Any) -> Any:
-            # The logs of the last trims, oldest first: the last has ``seq``.
-            seq, logs = (0, []) if doc is None else (int(doc["seq"]), doc["logs"])
-            return {"seq": seq + 1, "logs": [*logs[1 - TRIM_FEED_MAX :], log_id]}
-
-        self._update(TRIM_FEED, feed)
+        self._update(TRIM_FEED, lambda doc: feed_append(doc, log_id, TRIM_FEED_MAX))
         return point
 
     def trims_changed(self, since: int) -> tuple[int, list[int] | None]:
@@ -80,14 +95,7 @@ class LogDocs:
         longer reaches back to ``since`` (-1: never read): then every log's
         point must be read.  A maintenance pass that finds no trim since the
         last one reads one document, not one per log."""
-        doc = self._doc(TRIM_FEED)
-        seq = 0 if doc is None else int(doc["seq"])
-        if since == seq:
-            return seq, []
-        logs = [] if doc is None else doc["logs"]
-        if since < 0 or since > seq or since < seq - len(logs):
-            return seq, None
-        return seq, sorted({int(log) for log in logs[len(logs) - (seq - since) :]})
+        return feed_since(self._doc(TRIM_FEED), since)
 
     def compaction(self, log_id: int) -> dict[str, Any] | None:
         """The log's compaction state: ``clean_point``, ``clean_bytes`` (one copy

@@ -19,6 +19,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ..records import check_log_id
+from ._log_docs import feed_append, feed_since
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -108,24 +109,13 @@ class TierDocs:
         return gone
 
     def _feed(self, log_id: int) -> None:
-        def feed(doc: Any) -> Any:
-            seq, logs = (0, []) if doc is None else (int(doc["seq"]), doc["logs"])
-            return {"seq": seq + 1, "logs": [*logs[1 - TIER_FEED_MAX :], log_id]}
-
-        self._update(TIER_FEED, feed)
+        self._update(TIER_FEED, lambda doc: feed_append(doc, log_id, TIER_FEED_MAX))
 
     def tiers_changed(self, since: int) -> tuple[int, list[int] | None]:
         """The tier feed: (its sequence number, the logs whose record changed
         after ``since``), or None for the logs when the feed does not reach
         back that far (-1: never read), as ``trims_changed``."""
-        doc = self._doc(TIER_FEED)
-        seq = 0 if doc is None else int(doc["seq"])
-        if since == seq:
-            return seq, []
-        logs = [] if doc is None else doc["logs"]
-        if since < 0 or since > seq or since < seq - len(logs):
-            return seq, None
-        return seq, sorted({int(log) for log in logs[len(logs) - (seq - since) :]})
+        return feed_since(self._doc(TIER_FEED), since)
 
 
 def _state(doc: Any) -> tuple[int, list[list[Any]]]:
