@@ -167,6 +167,18 @@ _AFTER_COMPACT: tuple[tuple[str, type, tuple[str, ...], str], ...] = (
         "Keep at least this much of the log (one copy of each record), e.g. 10GiB; "
         "older partitions beyond it are trimmed, oldest first.",
     ),
+    (
+        "tier_after",
+        str,
+        ("--tier-after",),
+        "Move records older than this to the object store (nodes' --tier-url), e.g. 1d.",
+    ),
+    (
+        "local_retention",
+        str,
+        ("--local-retention",),
+        "What of a tiered log the nodes' disks keep: an age (1d) or a size (10GiB).",
+    ),
 )
 
 
@@ -197,6 +209,13 @@ def _changes(p: dict[str, Any]) -> dict[str, Any]:
         "durability": _choice(p["durability"], DURABILITIES, "--durability"),
         "compression": _choice(p["compression"], COMPRESSIONS, "--compression"),
     }
+    changes["tier_after_ms"] = duration_option(p["tier_after"], "--tier-after")
+    local = p["local_retention"]
+    if local is not None:
+        if local.strip()[-1:].upper() == "B":  # a size: 10GiB, 500MB
+            changes["local_retention_bytes"] = size_option(local, "--local-retention")
+        else:
+            changes["local_retention_ms"] = duration_option(local, "--local-retention")
     for name in ("delete_retention", "min_compaction_lag", "max_compaction_lag"):
         changes[f"{name}_ms"] = duration_option(p[name], "--" + name.replace("_", "-"))
     if p["compact"] is not None:

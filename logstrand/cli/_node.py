@@ -49,6 +49,7 @@ from ._node_setup import (
     parse_min_free,
     setup_logging,
 )
+from ._node_tier import TIER_OPTIONS, tier_extension
 
 if TYPE_CHECKING:
     from ..security import TlsFiles
@@ -110,6 +111,7 @@ _OWN_OPTIONS = (
         ),
     ),
     *KAFKA_OPTIONS,
+    *TIER_OPTIONS,
     keyword(
         "http_port",
         int | None,
@@ -319,6 +321,7 @@ def _build(params: dict[str, Any]) -> Callable[[str, TlsFiles | None], Node]:
         transactional_id_expiry_ms(params),
     )
     kafka = kafka_front(params, groups)
+    tier = tier_extension(params)
     if len([x for x in (params[f"tls_{n}"] for n in ("cert", "key", "ca")) if x]) not in (0, 3):
         fail("TLS needs all three of --tls-cert, --tls-key and --tls-ca")
     options = NodeOptions(
@@ -345,6 +348,7 @@ def _build(params: dict[str, Any]) -> Callable[[str, TlsFiles | None], Node]:
             # The coordinator before the Kafka front, which shares it.
             extensions=(Cleaner(cleaner), GroupsMonitor(monitor, LazyClient), groups)
             + (() if kafka is None else (kafka,))
+            + (() if tier is None else (tier,))
             + _console(params["http_port"], params["http_allowed_hosts"]),
             kafka=None if kafka is None else kafka.address(),
         )

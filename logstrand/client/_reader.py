@@ -39,6 +39,7 @@ from ._reader_core import (
     StopStream,
 )
 from ._reader_intake import Verdict, absorb, access_gap
+from ._tier_reads import TierReads
 from ._views import without_markers
 
 if TYPE_CHECKING:
@@ -122,20 +123,48 @@ class ReadStream:
     #: or a ``ManyReader``'s mailbox (which then drives the stream).
     inbox: Inbox | None = attrs.field(default=None, kw_only=True)
     _inbox: trio.MemoryReceiveChannel[Any] | None = attrs.field(init=False, default=None)
+    #: The records below the log's tiered point, read through a node before
+    #: the nodes' streams open (``_tier_reads``); None once past them.
+    _tier: TierReads | None = attrs.field(init=False, default=None)
+    _started: bool = attrs.field(init=False, default=False)
 
     def __attrs_post_init__(self) -> None:
         if self.inbox is None:
             self.inbox, self._inbox = trio.open_memory_channel[Any](INBOX_MAX)
+        self._tier = TierReads(self.admin, self.links, self.log_id)
 
     @property
     def healthy(self) -> bool:
         """False while the reader waits for nodes it needs to decide about a gap."""
         return self.core is None or self.core.healthy
 
+    async def _start(self) -> None:
+        """Where the reader starts: its group's position, once."""
+        if not self._started:
+            self._started = True
+            if self.cursor is not None:
+                self.start = await self.cursor.start()
+
+    async def _tiered(self) -> list[Item]:
+        """The next items below the log's tiered point ([]: none left; the
+        nodes' streams go on from ``start``)."""
+        tier = self._tier
+        if tier is None:
+            return []
+        await self._start()
+        until = self.until_arg if isinstance(self.until_arg, int) else LSN_MAX
+        step = await tier.step(self.start, until)
+        if step is None:
+            self._tier = None
+            return []
+        items, self.start = step
+        if self.start > until:
+            self._tier = None
+        return items
+
     async def _open(self) -> ReaderCore:
         admin = self.admin
-        if self.cursor is not None:
-            self.start = await self.cursor.start()
+        await self._start()
         placement = await admin.placement(self.log_id)  # the one read of the epoch store
         nodes = placement.nodes
         if self.until_arg is TAIL:
@@ -217,6 +246,13 @@ class ReadStream:
         if core.actions:
             await self._act(core)  # an unreachable node triggered a rewind
 
+    async def next_runs(self) -> list[Item]:
+        """The next records and gaps as the log holds them, in LSN order
+        ([]: the end): ``RecordRun``s over the stored batches (transactions'
+        markers included) and ``GapItem``s.  What the tiered storage's
+        offload copies into objects."""
+        return await self._next_items()
+
     async def _next_items(self) -> list[Item]:
         items = await self._deliverable()
         if self.cursor is not None:
@@ -233,6 +269,12 @@ class ReadStream:
         if self.cursor is not None:
             await self.cursor.next_requested()
         try:
+            if self.core is None and self._tier is not None:
+                tiered = await self._tiered()
+                if tiered:
+                    return tiered
+                if isinstance(self.until_arg, int) and self.start > self.until_arg:
+                    return []  # the whole range was tiered
             core = self.core or await self._open()
         except NotAuthenticatedError:
             # The credentials, not a grant: no ACCESS gap, and not the advice

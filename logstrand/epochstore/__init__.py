@@ -22,6 +22,7 @@ from ._model import (
     NodeConfig,
 )
 from ._named import NamedCache, NamedLogs, named_logs
+from ._tier_docs import SegmentField
 from ._url import open_epoch_store
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ __all__ = [
     "NamedLogs",
     "NodeConfig",
     "Placement",
+    "SegmentField",
     "SqliteEpochStore",
     "Watch",
     "ZooKeeperEpochStore",

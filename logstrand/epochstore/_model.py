@@ -136,9 +136,19 @@ class NodeConfig:
         )
 
 
+#: Attributes that a log's document holds only when they are set.
+_LEFT_OUT_UNSET = (
+    "wire_compression",
+    "tier_after_ms",
+    "local_retention_ms",
+    "local_retention_bytes",
+)
+
+
 @attrs.frozen
 class LogAttributes:
-    """Attributes of a range of logs (LogDevice's log group attributes)."""
+    """Attributes of a range of logs (LogDevice's log group attributes).
+    One added after the first version goes in ``_LEFT_OUT_UNSET`` too."""
 
     replication_factor: int = 2
     replicate_across: str = "node"
@@ -161,6 +171,13 @@ class LogAttributes:
     #: (Kafka's compression.type, where logstrand keeps no such codec of its
     #: own: gzip, snappy; or none); None: as ``compression``.
     wire_compression: str | None = None
+    #: Tiered storage (docs/tiered-storage.md): records older than this move
+    #: to the object store, once released; None: the log is not tiered.
+    tier_after_ms: int | None = None
+    #: What of a tiered log the nodes' disks keep (the newest records): by
+    #: age or by space (one copy of each record); None: everything.
+    local_retention_ms: int | None = None
+    local_retention_bytes: int | None = None
 
     def __attrs_post_init__(self) -> None:
         if type(self.replication_factor) is not int or not 1 <= self.replication_factor <= 15:
@@ -171,7 +188,14 @@ class LogAttributes:
             type(self.nodeset_size) is int and self.replication_factor <= self.nodeset_size <= 1000
         ):
             _fail(f"bad nodeset size {self.nodeset_size!r}: at least the replication factor")
-        for name in ("retention_ms", "max_compaction_lag_ms", "retention_bytes"):
+        for name in (
+            "retention_ms",
+            "max_compaction_lag_ms",
+            "retention_bytes",
+            "tier_after_ms",
+            "local_retention_ms",
+            "local_retention_bytes",
+        ):
             v = getattr(self, name)
             top = SIZE_MAX if name.endswith("bytes") else DURATION_MS_MAX
             if v is not None and (type(v) is not int or not 0 < v <= top):
@@ -203,10 +227,11 @@ class LogAttributes:
 
     def to_json(self) -> dict[str, Any]:
         d = attrs.asdict(self)
-        if d["wire_compression"] is None:
-            # Left out unless set: a node of an earlier version reads the
-            # document too, and refuses attributes it does not know.
-            del d["wire_compression"]
+        for name in _LEFT_OUT_UNSET:
+            if d[name] is None:
+                # Left out unless set: a node of an earlier version reads
+                # the document too, and refuses attributes it does not know.
+                del d[name]
         return d
 
     @classmethod

@@ -15,6 +15,7 @@ moment) record it once, and the one that loses deletes its object.
 
 from __future__ import annotations
 
+import enum
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -28,8 +29,19 @@ if TYPE_CHECKING:
 TIER_FEED = "tier-feed"
 TIER_FEED_MAX = 256
 
-#: A segment's fields, as its document's lists hold them.
-FIRST, LAST, KEY, BYTES, CRC, RECORDS = range(6)
+
+class SegmentField(enum.IntEnum):
+    """A segment's fields, as its document's lists hold them."""
+
+    FIRST = 0
+    LAST = 1
+    KEY = 2
+    BYTES = 3
+    CRC = 4
+    RECORDS = 5
+
+
+FIRST, LAST, KEY = SegmentField.FIRST, SegmentField.LAST, SegmentField.KEY
 
 
 class TierDocs:

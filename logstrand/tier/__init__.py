@@ -6,11 +6,17 @@ API), read back through the nodes as if they were still there
 * ``_objects``: the object store (an S3 API through obstore) and the reader
   that seeks in an object: its footer, its index, then the blocks from an
   LSN, with read-ahead.
+* ``_serve``: a node's answers to ``TierRead``, with a cache of blocks.
+* ``_offload``: a node's rounds that upload the old records of the logs it
+  owns and record them; ``_node``: ``Tiering``, the node extension.
 * What is recorded of a log's objects is the epoch store's
   (``epochstore._tier_docs``): the tiered point and the segments below it.
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from ._format import (
     BLOCK_BYTES,
@@ -27,6 +33,27 @@ from ._format import (
     parse_index,
 )
 
+if TYPE_CHECKING:
+    from ._node import Tiering, TierOptions
+    from ._objects import ObjectStore, TierTarget
+
+#: Loaded when first asked for: the node's parts bring trio and the client,
+#: and the format alone is what tests and tools read objects with.
+_WHERE = {
+    "Tiering": "_node",
+    "TierOptions": "_node",
+    "ObjectStore": "_objects",
+    "TierTarget": "_objects",
+}
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{where}"), name)
+
+
 __all__ = [
     "BLOCK_BYTES",
     "Batch",
@@ -35,6 +62,10 @@ __all__ = [
     "CorruptObject",
     "Footer",
     "GapEntry",
+    "ObjectStore",
+    "TierOptions",
+    "TierTarget",
+    "Tiering",
     "build",
     "entries_from",
     "parse_block",

@@ -33,8 +33,10 @@ if TYPE_CHECKING:
 #: node each alone.  7: ``GroupHeartbeat`` (members of a group, a client's
 #: ``subscribe``), which a client sends only to a node on 7.  8:
 #: ``TxnRequest`` (a client's ``transaction``), sent only to a node on 8.
+#: 9: ``TierRead`` (a reader's read below a log's tiered point), sent only
+#: to a node on 9.
 PROTOCOL_VERSION_MIN = 3
-PROTOCOL_VERSION_MAX = 8
+PROTOCOL_VERSION_MAX = 9
 
 MESSAGE_TYPES: dict[int, type[Any]] = {}
 #: Who may send each request, declared with it (``message``): "node", only

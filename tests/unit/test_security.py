@@ -167,7 +167,7 @@ def test_who_may_send_what_is_declared_with_each_message() -> None:
         # TxnRequest: write on its transactional id (``_group_access``).
         "any": {"Ping", "GetClusterState", "ReadCredit", "StopRead", "TxnRequest"},
         "read": {"GetSeqState", "StartRead", "LogInfo", "FindTime", "GetLogDirectory"}
-        | {"GetTails", "GroupHeartbeat"},
+        | {"GetTails", "GroupHeartbeat", "TierRead"},
         "append": {"Append", "AppendMany"},
         "trim": {"TrimLog"},
         "admin": {"GetNodeStatus", "Compact", "Renew"},

@@ -15,6 +15,7 @@ from logstrand.errors import InvalidArgumentError, ProtocolError, Status
 from logstrand.wire import (
     MANY_MAX,
     MESSAGE_TYPES,
+    TIER_READ_BYTES_MAX,
     Amend,
     AmendReply,
     Append,
@@ -62,6 +63,8 @@ from logstrand.wire import (
     StoreReplies,
     StoreReply,
     TailsReply,
+    TierRead,
+    TierReadReply,
     Trim,
     TrimLog,
     TrimReply,
@@ -279,6 +282,31 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         st.lists(st.from_regex(r"[a-z]{1,8}", fullmatch=True), max_size=3).map(tuple),
         st.text(max_size=40),
     ),
+    TierRead: st.tuples(u64, u64).flatmap(
+        lambda lo_hi: st.builds(
+            TierRead,
+            u64,
+            u64,
+            st.just(min(lo_hi)),
+            st.just(max(lo_hi)),
+            st.integers(1, TIER_READ_BYTES_MAX),
+        )
+    ),
+    TierReadReply: st.lists(packed_batches(max_size=5), max_size=3).flatmap(
+        lambda bs: st.builds(
+            TierReadReply,
+            u64,
+            statuses,
+            u64,
+            u64,
+            st.just(tuple(bs)),
+            st.lists(u64, min_size=2 * len(bs), max_size=2 * len(bs)).map(tuple),
+            st.lists(st.tuples(st.integers(0, 8), u64, u64), max_size=4).map(
+                lambda gs: tuple(x for g in gs for x in g)
+            ),
+            st.text(max_size=30),
+        )
+    ),
     TxnReply: st.builds(
         TxnReply,
         u64,
@@ -469,13 +497,14 @@ def test_many_logs_messages_refuse_what_they_cannot_carry() -> None:
 
 
 def test_version_negotiation() -> None:
-    assert choose_version(1, 9) == 8
+    assert choose_version(1, 10) == 9
+    assert choose_version(3, 8) == 8  # a node without TierRead
     assert choose_version(3, 7) == 7  # a node without TxnRequest
     assert choose_version(3, 6) == 6  # a node without GroupHeartbeat
     assert choose_version(3, 5) == 5  # a node without StoreMany
     assert choose_version(3, 4) == 4  # a node without Renew
     assert choose_version(3, 3) == 3  # a node without GetTails and AppendMany
-    assert choose_version(9, 10) is None
+    assert choose_version(10, 11) is None
     assert choose_version(1, 2) is None
 
 

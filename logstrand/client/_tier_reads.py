@@ -1,0 +1,106 @@
+"""A reader's records below its log's tiered point (docs/tiered-storage.md).
+
+They are in the object store, one copy each: the reader asks one node for
+them (``TierRead``), the log's owner first (rendezvous over the storage
+nodes, which keeps each object in one node's cache), any other node when
+that one cannot answer.  An answer holds stored batches with their
+windows and the gaps the object holds, as a read stream's does, and where
+the next read starts; once that is past the tiered point the reader reads
+the nodes' streams from there (``_reader.ReadStream``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..errors import LogstrandError, Status
+from ..placement import rendezvous_rank
+from ..types import GapType
+from ..wire import TIER_PROTOCOL, TierRead, TierReadReply
+from ._reader_parts import GapItem, Item
+from ._views import BatchView, RecordRun
+
+if TYPE_CHECKING:
+    from ..rpc import Links
+    from ._admin import Admin
+
+#: Bytes of records one ``TierRead`` asks for.
+TIER_READ_BYTES = 4 * 1024 * 1024
+#: How long a node may take to read an object for an answer.
+TIER_READ_TIMEOUT_S = 30.0
+
+
+class TierReads:
+    """The part of one reader's log that is tiered (see the module docstring)."""
+
+    def __init__(self, admin: Admin, links: Links, log_id: int) -> None:
+        self.admin = admin
+        self.links = links
+        self.log_id = log_id
+        #: The log's tiered point, as the epoch store or the last answer said.
+        self.point: int | None = None
+
+    async def step(self, start: int, until: int) -> tuple[list[Item], int] | None:
+        """Items from ``start`` and the LSN the next step starts at; None
+        when ``start`` is past the tiered point (or ``until``): the nodes'
+        streams have it."""
+        log = self.log_id
+        if self.point is None:
+            # Only a tiered log's reader reads its tiered point (one more
+            # read of the epoch store); any other's reads as ever.
+            if (await self.admin.log_attributes(log)).tier_after_ms is None:
+                return None
+            points = await self.admin.view.astore.run(lambda s: s.tier_points([log]))
+            self.point = points[log]
+        if start > min(self.point, until):
+            return None
+        msg_until = min(self.point, until)
+        view = self.admin.view
+        nodes = rendezvous_rank(log, view.storage_weights())
+        why = "no node is up"
+        for node in nodes:
+            link = await self.links.connected(node)
+            if link is None or link.conn.protocol < TIER_PROTOCOL:
+                why = f"node {node} cannot be reached or reads no tiered records"
+                continue
+            rid = self.links.next_request_id()
+            msg = TierRead(rid, log, start, msg_until, TIER_READ_BYTES)
+            reply = await link.request(msg, rid, TIER_READ_TIMEOUT_S)
+            self.links.check_access(reply)  # no grant: AccessDeniedError, as a read
+            if not isinstance(reply, TierReadReply):
+                why = f"node {node} did not answer in time"
+                continue
+            if reply.status != Status.OK:
+                why = f"node {node}: {reply.message or Status(reply.status).name}"
+                if reply.status in (Status.AGAIN, Status.UNAVAILABLE, Status.OVERLOADED):
+                    continue
+                raise LogstrandError(f"log {log}: tiered records: {why}", Status(reply.status))
+            self.point = reply.tier_point
+            if reply.next_lsn <= start:
+                raise LogstrandError(
+                    f"log {log}: node {node} answered no progress from LSN {start}",
+                    Status.FAILED,
+                )
+            return items_of(reply), reply.next_lsn
+        raise LogstrandError(f"log {log}: its tiered records cannot be read: {why}", Status.AGAIN)
+
+
+def items_of(reply: TierReadReply) -> list[Item]:
+    """A ``TierReadReply`` as a reader's items, in LSN order: each batch cut
+    to its window (one whose body fails its checksum a CHECKSUM_FAIL gap
+    instead), and the gaps."""
+    out: list[tuple[int, Item]] = []
+    w = reply.windows
+    for i, packed in enumerate(reply.batches):
+        lo, hi = w[2 * i], w[2 * i + 1]
+        if not packed.body_ok():
+            out.append((lo, GapItem(GapType.CHECKSUM_FAIL, lo, hi)))
+            continue
+        view = BatchView(packed, lo, hi)
+        if len(view):
+            out.append((lo, RecordRun(view, 0, len(view))))
+    g = reply.gaps
+    for i in range(0, len(g), 3):
+        out.append((g[i + 1], GapItem(GapType(g[i]), g[i + 1], g[i + 2])))
+    out.sort(key=lambda pair: pair[0])
+    return [item for _, item in out]

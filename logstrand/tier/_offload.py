@@ -1,0 +1,185 @@
+"""The offload: a node moves the old records of the tiered logs it owns to
+the object store (docs/tiered-storage.md).
+
+Who: each log has one owner, the storage node first in the log's
+rendezvous order over the storage nodes up (the order sequencers are
+placed by, so it is most often the node of the log's sequencer).  Views
+that differ for a moment may make two owners; both upload, the epoch
+store records one (a compare-and-set on the tiered point), and the other
+deletes its object.
+
+What: the log's records from past its tiered point (or its trim point)
+up to the last one older than ``tier_after`` and acknowledged, read
+through the client as any reader reads them (one copy of each record:
+the object store holds R=1 of cold data, not R), in objects of about
+``object_bytes``.  An object is recorded only once it is in the store
+whole (its size read back), so a node killed mid-upload records nothing
+and a reader never meets half an object; what it left behind is an
+object no segment names.
+
+A trim drops the segments below it from the record, and their objects
+from the store, in the owner's next round.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from ..errors import LogstrandError
+from ..placement import rendezvous_owner
+from ._format import Batch, Entry, GapEntry, build
+from ._objects import ObjectStoreError
+
+if TYPE_CHECKING:
+    from ..client import AsyncClient
+    from ..rpc import ClusterView
+    from ._objects import ObjectStore
+
+_log = logging.getLogger("logstrand.tier")
+
+
+@attrs.define
+class OffloadStats:
+    """What the offload did, for metrics and tests."""
+
+    objects: int = 0
+    bytes: int = 0
+    records: int = 0
+    lost_races: int = 0
+    failures: int = 0
+    deleted: int = 0
+
+
+class Offload:
+    """One node's offload rounds (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        view: ClusterView,
+        node_id: int,
+        object_bytes: int,
+        clock_ms: Any,
+    ) -> None:
+        self.store = store
+        self.view = view
+        self.node_id = node_id
+        self.object_bytes = object_bytes
+        self.clock_ms = clock_ms
+        self.stats = OffloadStats()
+
+    def owned(self) -> list[tuple[int, int]]:
+        """``(log, tier_after_ms)`` of the tiered logs this node owns now."""
+        weights = self.view.storage_weights()
+        out = []
+        for r in self.view.ranges:
+            after = r.attributes.tier_after_ms
+            if after is None:
+                continue
+            for log in range(r.first, r.last + 1):
+                if rendezvous_owner(log, weights) == self.node_id:
+                    out.append((log, after))
+        return out
+
+    async def round(self, client: AsyncClient) -> None:
+        """One pass over the logs this node owns."""
+        now = self.clock_ms()
+        for log, after in self.owned():
+            try:
+                await self.drop_trimmed(log)
+                await self.offload(client, log, now - after)
+            except (LogstrandError, ObjectStoreError) as exc:
+                self.stats.failures += 1
+                _log.warning("tier: log %d not offloaded now: %s", log, exc)
+            except Exception:
+                # A bug met on one log must not take the node down, nor stop
+                # the others: said, counted, and the next round tries again.
+                self.stats.failures += 1
+                _log.exception("tier: log %d: the offload failed", log)
+
+    async def drop_trimmed(self, log: int) -> None:
+        """Forget the segments a trim left behind, and delete their objects."""
+        astore = self.view.astore
+        trim = await astore.run(lambda s: s.trim_point(log))
+        if not trim:
+            return
+        gone = await astore.run(lambda s: s.drop_tier_segments(log, trim))
+        for key in gone:
+            await trio.to_thread.run_sync(self.store.delete, key)
+            self.stats.deleted += 1
+
+    async def offload(self, client: AsyncClient, log: int, cutoff_ms: int) -> None:
+        """Upload the log's records past its tiered point and older than
+        ``cutoff_ms``."""
+        astore = self.view.astore
+        point, _ = await astore.run(lambda s: s.tier_state(log))
+        trim = await astore.run(lambda s: s.trim_point(log))
+        start = max(point, trim) + 1
+        boundary = min(await client.find_time(log, cutoff_ms) - 1, await client.tail_lsn(log))
+        if boundary < start:
+            return
+        expect = point
+        entries: list[Entry] = []
+        size = records = 0
+        async with client.read(log, start, boundary) as stream:
+            while items := await stream.next_runs():
+                for item in items:
+                    entry, n = _entry(item)
+                    entries.append(entry)
+                    records += n
+                    size += len(entry.data) if isinstance(entry, Batch) else 16
+                    if size < self.object_bytes:
+                        continue
+                    won = await self._upload(log, expect, entries, records)
+                    if won is None:
+                        return
+                    expect = won
+                    entries, size, records = [], 0, 0
+        if entries:
+            await self._upload(log, expect, entries, records)
+
+    async def _upload(
+        self, log: int, expect: int, entries: list[Entry], records: int
+    ) -> int | None:
+        """Put one object and record it; the new tiered point, or None when
+        another upload of the range won."""
+        built = build(entries, records)
+        key = f"logs/{log}/{built.lo:016x}-{built.hi:016x}-n{self.node_id}-{secrets.token_hex(4)}"
+        await trio.to_thread.run_sync(self.store.put, key, built.data)
+        size = await trio.to_thread.run_sync(self.store.size, key)
+        if size != len(built.data):
+            await trio.to_thread.run_sync(self.store.delete, key)
+            raise ObjectStoreError(f"{key}: {size} bytes stored of {len(built.data)}")
+        won = await self.view.astore.run(
+            lambda s: s.record_tier_segment(
+                log, expect, built.lo, built.hi, key, size, built.crc, records
+            )
+        )
+        if not won:
+            self.stats.lost_races += 1
+            await trio.to_thread.run_sync(self.store.delete, key)
+            return None
+        self.stats.objects += 1
+        self.stats.bytes += size
+        self.stats.records += records
+        _log.info(
+            "tier: log %d: LSNs %d..%d in %s (%d records, %d bytes)",
+            log, built.lo, built.hi, key, records, size,
+        )  # fmt: skip
+        return built.hi
+
+
+def _entry(item: Any) -> tuple[Entry, int]:
+    """A reader's item as an object's entry, and how many records it holds."""
+    from ..client import GapItem
+
+    if isinstance(item, GapItem):
+        return GapEntry(item.type, item.lo, item.hi), 0
+    view = item.view
+    lsns = item.lsns
+    return Batch(view.packed.data, lsns[0], lsns[-1]), len(lsns)

@@ -1,0 +1,231 @@
+"""A node's answers to ``TierRead``: a reader's records below a log's tiered
+point, read from the object that holds them (docs/tiered-storage.md).
+
+The node looks the log's segments up in the epoch store (kept for
+``STATE_TTL_S``), opens the object that holds the LSN asked for (its footer
+and index, kept for each object it opened lately) and reads the blocks from
+that LSN in one ranged read, ``max_bytes`` of them at most (the rest of
+them is the read-ahead).  Blocks are kept in a cache of ``cache_bytes``
+(``--tier-cache``), least recently used out first, so that readers of the
+same records, and the next read of one reader, cost no second GET.
+
+What cannot be read is said, never skipped: an object that is not in the
+store is a DATALOSS gap over its segment, a block or index that fails its
+checksum a CHECKSUM_FAIL gap over what it covers (each logged with the
+object's key), and a store that does not answer is AGAIN (the reader asks
+another node, then again).  The grant is checked before the handler runs,
+as for every read (``wire.ACCESS``: ``TierRead`` needs "read").
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ..epochstore import SegmentField as F
+from ..errors import Status
+from ..types import GapType
+from ..wire import PACKED_MAX, TIER_GAPS_MAX, TierReadReply
+from ._format import Batch, CorruptObject, Entry, GapEntry, entries_from, parse_block
+from ._objects import ObjectMissing, ObjectStoreError, Opened, open_object
+
+if TYPE_CHECKING:
+    from ..net import Connection
+    from ..rpc import ClusterView
+    from ..wire import TierRead
+    from ._objects import ObjectStore
+
+_log = logging.getLogger("logstrand.tier")
+#: How long a node keeps a log's segments before it reads them again.
+STATE_TTL_S = 2.0
+#: Objects whose footer and index a node keeps.
+OPENED_MAX = 1024
+#: Logs whose segments a node keeps.
+STATES_MAX = 10_000
+
+
+class BlockCache:
+    """Blocks of tiered objects, at most ``limit`` bytes, least recently used
+    out first."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.bytes = 0
+        self.hits = 0
+        self.misses = 0
+        self._blocks: collections.OrderedDict[tuple[str, int], bytes] = collections.OrderedDict()
+
+    def get(self, key: tuple[str, int]) -> bytes | None:
+        data = self._blocks.get(key)
+        if data is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self._blocks.move_to_end(key)
+        return data
+
+    def put(self, key: tuple[str, int], data: bytes) -> None:
+        if len(data) > self.limit or key in self._blocks:
+            return
+        self._blocks[key] = data
+        self.bytes += len(data)
+        while self.bytes > self.limit:
+            _, old = self._blocks.popitem(last=False)
+            self.bytes -= len(old)
+
+
+class TierServer:
+    """The node's ``TierRead`` handler (see the module docstring)."""
+
+    def __init__(self, store: ObjectStore, view: ClusterView, cache_bytes: int) -> None:
+        self.store = store
+        self.view = view
+        self.cache = BlockCache(cache_bytes)
+        self._states: dict[int, tuple[float, int, int, list[list[Any]]]] = {}
+        self._opened: collections.OrderedDict[str, Opened] = collections.OrderedDict()
+
+    async def handle(self, conn: Connection, msg: TierRead) -> None:
+        try:
+            reply = await self.answer(msg)
+        except ObjectStoreError as exc:
+            _log.warning("tier: log %d: the object store: %s", msg.log_id, exc)
+            reply = TierReadReply(msg.request_id, int(Status.AGAIN), message=str(exc)[:1000])
+        await conn.send(reply)
+
+    async def _state(self, log_id: int) -> tuple[int, int, list[list[Any]]]:
+        """The log's trim point, tiered point and segments."""
+        now = time.monotonic()
+        kept = self._states.get(log_id)
+        if kept is not None and now - kept[0] < STATE_TTL_S:
+            return kept[1], kept[2], kept[3]
+        trim, (point, segments) = await self.view.astore.run(
+            lambda s: (s.trim_point(log_id), s.tier_state(log_id))
+        )
+        if len(self._states) >= STATES_MAX:
+            self._states.clear()
+        self._states[log_id] = (now, trim, point, segments)
+        return trim, point, segments
+
+    async def answer(self, msg: TierRead) -> TierReadReply:
+        trim, point, segments = await self._state(msg.log_id)
+        start, until = msg.start_lsn, min(msg.until_lsn, point)
+        entries: list[Entry] = []
+        if start <= min(trim, until):
+            # Trimmed: a TRIM gap, as the nodes' streams say (the objects
+            # below the trim point go in the owner's next round).
+            entries = [GapEntry(GapType.TRIM, start, min(trim, until))]
+        elif start <= until:
+            entries = await self._entries(msg.log_id, segments, start, until, msg.max_bytes)
+        entries = _fit([e for e in entries if e.lo <= until])
+        next_lsn = min(entries[-1].hi, until) + 1 if entries else max(start, point + 1)
+        return _reply(msg.request_id, entries, until, next_lsn, point)
+
+    async def _entries(
+        self, log_id: int, segments: list[list[Any]], start: int, until: int, max_bytes: int
+    ) -> list[Entry]:
+        segment = next((s for s in segments if s[F.LAST] >= start), None)
+        if segment is None:
+            # Below the tiered point, yet no object holds it: said, not skipped.
+            _log.error("tier: log %d: no segment holds LSN %d", log_id, start)
+            return [GapEntry(GapType.DATALOSS, start, until)]
+        if segment[F.FIRST] > start:
+            # Below the first segment: trimmed away (a trim drops segments).
+            return [GapEntry(GapType.TRIM, start, min(segment[F.FIRST] - 1, until))]
+        key = str(segment[F.KEY])
+        try:
+            opened = await self._open(key, int(segment[F.BYTES]))
+            return await self._read(opened, start, max_bytes)
+        except ObjectMissing:
+            _log.error("tier: log %d: object %s is not in the store", log_id, key)
+            return [GapEntry(GapType.DATALOSS, start, segment[F.LAST])]
+        except CorruptObject as exc:
+            _log.error("tier: log %d: object %s: %s", log_id, key, exc)
+            return [GapEntry(GapType.CHECKSUM_FAIL, start, segment[F.LAST])]
+
+    async def _open(self, key: str, size: int) -> Opened:
+        opened = self._opened.get(key)
+        if opened is None:
+            opened = await trio.to_thread.run_sync(open_object, self.store, key, size)
+            self._opened[key] = opened
+            if len(self._opened) > OPENED_MAX:
+                self._opened.popitem(last=False)
+        else:
+            self._opened.move_to_end(key)
+        return opened
+
+    async def _read(self, opened: Opened, start: int, max_bytes: int) -> list[Entry]:
+        """The entries from ``start``: cached blocks, then one ranged read of
+        the blocks after them (up to ``max_bytes``)."""
+        from ._format import blocks_from
+
+        index = opened.index
+        first = blocks_from(index, start)
+        out: list[Entry] = []
+        taken = 0
+        at = first
+        while at < len(index) and taken < max_bytes:
+            data = self.cache.get((opened.name, at))
+            if data is None:
+                break
+            out += parse_block(data, index[at])
+            taken += len(data)
+            at += 1
+        if at < len(index) and taken < max_bytes:
+            last = at
+            limit = max_bytes - taken
+            while last + 1 < len(index) and (
+                index[last + 1].offset + index[last + 1].length - index[at].offset <= limit
+            ):
+                last += 1
+            begin = index[at].offset
+            length = index[last].offset + index[last].length - begin
+            raw = await trio.to_thread.run_sync(self.store.read, opened.name, begin, length)
+            for i in range(at, last + 1):
+                row = index[i]
+                block = raw[row.offset - begin : row.offset - begin + row.length]
+                out += parse_block(block, row)
+                self.cache.put((opened.name, i), block)
+        return entries_from(out, start)
+
+
+def _fit(entries: list[Entry]) -> list[Entry]:
+    """As many entries, from the first, as one answer carries."""
+    batches = gaps = 0
+    for i, e in enumerate(entries):
+        if isinstance(e, Batch):
+            batches += 1
+        else:
+            gaps += 1
+        if batches > PACKED_MAX or gaps > TIER_GAPS_MAX:
+            return entries[:i]
+    return entries
+
+
+def _reply(
+    request_id: int, entries: list[Entry], until: int, next_lsn: int, point: int
+) -> TierReadReply:
+    from ..batch import PackedBatch
+
+    batches: list[PackedBatch] = []
+    windows: list[int] = []
+    gaps: list[int] = []
+    for e in entries:
+        hi = min(e.hi, until)
+        if isinstance(e, Batch):
+            batches.append(PackedBatch.parse(e.data))
+            windows += (e.lo, hi)
+        else:
+            gaps += (int(e.type), e.lo, hi)
+    return TierReadReply(
+        request_id,
+        int(Status.OK),
+        next_lsn,
+        point,
+        tuple(batches),
+        tuple(windows),
+        tuple(gaps),
+    )

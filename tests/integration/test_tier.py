@@ -1,0 +1,128 @@
+"""Tiered storage through a real cluster and a real S3 API (moto's server):
+records move to objects and come back in order, with their keys, headers
+and timestamps, through the objects (a deleted object is a DATALOSS gap,
+not a silent skip); the record of them is in the epoch store; a trim
+deletes the objects below it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+
+import logstrand
+from logstrand.epochstore import SegmentField, open_epoch_store
+from logstrand.testing import LocalCluster, MotoServer, moto_available
+from logstrand.testing._moto import CREDENTIALS
+from logstrand.types import LSN_OLDEST, Gap, GapType, Record
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+pytestmark = pytest.mark.skipif(not moto_available(), reason="moto[server] is not installed")
+
+
+def _wait(what: str, done: Callable[[], bool], timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def tiered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, MotoServer]]:
+    root = tmp_path_factory.mktemp("tier")
+    creds = root / "creds"
+    creds.write_text("".join(f"{k}={v}\n" for k, v in CREDENTIALS.items()))
+    with MotoServer(root) as moto:
+        moto.create_bucket("tier")
+        args = ("--tier-url", "s3://tier/c1", "--tier-endpoint", moto.endpoint,
+                "--tier-credentials", str(creds), "--tier-interval", "0.5",
+                "--tier-object-size", "64KiB")  # fmt: skip
+        with LocalCluster(root / "cluster", nodes=3, node_args=args) as c:
+            yield c, moto
+
+
+def _cli(c: LocalCluster, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "logstrand", *args, "--url", c.url],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _tier_state(c: LocalCluster, log: int) -> tuple[int, list[list[object]]]:
+    with open_epoch_store(c.url) as store:
+        return store.tier_state(log)
+
+
+def test_records_move_to_objects_and_read_back_the_same(
+    tiered: tuple[LocalCluster, MotoServer],
+) -> None:
+    c, moto = tiered
+    _cli(c, "logs", "create", "1", "--replication", "2", "--tier-after", "1s")
+    with logstrand.connect(c.url) as client:
+        lsns: list[int] = []
+        for i in range(20):
+            payloads = [b"record %d.%d " % (i, j) + bytes(300) for j in range(100)]
+            keys = [b"key-%d" % (j % 7) for j in range(100)]
+            headers = [[("h", b"%d" % j)] for j in range(100)]
+            lsns += client.append_batch(1, payloads, keys=keys, headers=headers)
+        before = list(client.read(1, LSN_OLDEST, lsns[-1]))
+        # Everything appended goes to objects once a second old.
+        _wait("log 1 tiered", lambda: _tier_state(c, 1)[0] >= lsns[-1])
+        _, segments = _tier_state(c, 1)
+        assert len(segments) >= 5  # 64 KiB objects of ~660 KB of records
+        from logstrand.tier import ObjectStore, TierTarget
+
+        store = ObjectStore(TierTarget.parse("s3://tier/c1", moto.endpoint, env=CREDENTIALS))
+        names = set(store.names("logs/1"))
+        assert {str(s[SegmentField.KEY]) for s in segments} <= names
+        # Read through the objects, not the nodes' copies (still on their
+        # disks): an object taken away is a DATALOSS gap over its range,
+        # and every other record comes back as it was appended.
+        victim = segments[1]
+        store.delete(str(victim[SegmentField.KEY]))
+        after = list(client.read(1, LSN_OLDEST, lsns[-1]))
+        gaps = [g for g in after if isinstance(g, Gap) and g.type == GapType.DATALOSS]
+        assert [(g.lo, g.hi) for g in gaps] == [
+            (victim[SegmentField.FIRST], victim[SegmentField.LAST])
+        ]
+        lost = {lsn for g in gaps for lsn in range(g.lo, g.hi + 1)}
+        assert _records(after) == [r for r in _records(before) if r.lsn not in lost]
+        assert [r.lsn for r in _records(after)] == [x for x in lsns if x not in lost]
+
+
+def test_a_trim_deletes_the_objects_below_it(tiered: tuple[LocalCluster, MotoServer]) -> None:
+    c, moto = tiered
+    _cli(c, "logs", "create", "2", "--replication", "2", "--tier-after", "1s")
+    with logstrand.connect(c.url) as client:
+        lsns = []
+        for _ in range(10):
+            lsns += client.append_batch(2, [b"x" * 400] * 100)
+        _wait("log 2 tiered", lambda: _tier_state(c, 2)[0] >= lsns[-1])
+        _, segments = _tier_state(c, 2)
+        first = segments[0]
+        client.trim(2, int(first[SegmentField.LAST]) + 1)
+        _wait(
+            "the trimmed segment forgotten",
+            lambda: all(
+                s[SegmentField.KEY] != first[SegmentField.KEY] for s in _tier_state(c, 2)[1]
+            ),
+        )
+        from logstrand.tier import ObjectStore, TierTarget
+
+        store = ObjectStore(TierTarget.parse("s3://tier/c1", moto.endpoint, env=CREDENTIALS))
+        assert str(first[SegmentField.KEY]) not in store.names("logs/2")
+        got = list(client.read(2, LSN_OLDEST, lsns[-1]))
+        assert [r.lsn for r in _records(got)] == [
+            x for x in lsns if x > first[SegmentField.LAST] + 1
+        ]
+
+
+def _records(items: list[Record | Gap]) -> list[Record]:
+    return [i for i in items if isinstance(i, Record)]
