@@ -79,13 +79,15 @@ class Tiering:
         if registry is not None:
             registry.register(collector)
         try:
-            task_status.started()
-            if o.interval_s <= 0:
-                await trio.sleep_forever()
-            async with open_client(host.url, credentials=host.credentials) as client:
-                while True:
-                    await trio.sleep(o.interval_s)
-                    await offload.round(client)
+            async with trio.open_nursery() as nursery:
+                self.server.nursery = nursery  # the read-ahead's
+                task_status.started()
+                if o.interval_s <= 0:
+                    await trio.sleep_forever()
+                async with open_client(host.url, credentials=host.credentials) as client:
+                    while True:
+                        await trio.sleep(o.interval_s)
+                        await offload.round(client)
         finally:
             if registry is not None:
                 registry.unregister(collector)

@@ -72,6 +72,8 @@ class Offload:
         self.object_bytes = object_bytes
         self.clock_ms = clock_ms
         self.stats = OffloadStats()
+        #: Where this node last read the trim feed (-1: never).
+        self._trim_seq = -1
 
     def owned(self) -> list[tuple[int, int]]:
         """``(log, tier_after_ms)`` of the tiered logs this node owns now."""
@@ -87,20 +89,43 @@ class Offload:
         return out
 
     async def round(self, client: AsyncClient) -> None:
-        """One pass over the logs this node owns."""
+        """One pass over the logs this node owns.  What it reads does not
+        grow with idle logs: the tails of all of them in one request per
+        node (no sequencer activated for a log whose records are all
+        released), the tiered points in one read, and the trim points only
+        of the logs the trim feed names."""
+        owned = self.owned()
+        if not owned:
+            return
+        logs = [log for log, _ in owned]
+        astore = self.view.astore
+        tails = await client.tail_lsns(logs)
+        points = await astore.run(lambda s: s.tier_points(logs))
+        seq, trimmed = await astore.run(lambda s: s.trims_changed(self._trim_seq))
+        mine = set(logs)
+        changed = mine if trimmed is None else mine & set(trimmed)
         now = self.clock_ms()
-        for log, after in self.owned():
+        undropped = False
+        for log, after in owned:
+            pending = log in changed
             try:
-                await self.drop_trimmed(log)
-                await self.offload(client, log, now - after)
+                if pending:
+                    await self.drop_trimmed(log)
+                    pending = False
+                if tails[log] > points[log]:
+                    await self.offload(client, log, now - after, tails[log])
             except (LogstrandError, ObjectStoreError) as exc:
                 self.stats.failures += 1
+                undropped = undropped or pending
                 _log.warning("tier: log %d not offloaded now: %s", log, exc)
             except Exception:
                 # A bug met on one log must not take the node down, nor stop
                 # the others: said, counted, and the next round tries again.
                 self.stats.failures += 1
+                undropped = undropped or pending
                 _log.exception("tier: log %d: the offload failed", log)
+        if not undropped:  # else the feed is read from where it was again
+            self._trim_seq = seq
 
     async def drop_trimmed(self, log: int) -> None:
         """Forget the segments a trim left behind, and delete their objects."""
@@ -113,14 +138,16 @@ class Offload:
             await trio.to_thread.run_sync(self.store.delete, key)
             self.stats.deleted += 1
 
-    async def offload(self, client: AsyncClient, log: int, cutoff_ms: int) -> None:
-        """Upload the log's records past its tiered point and older than
-        ``cutoff_ms``."""
+    async def offload(self, client: AsyncClient, log: int, cutoff_ms: int, tail: int) -> None:
+        """Upload the log's records past its tiered point, older than
+        ``cutoff_ms`` and at or below ``tail``."""
         astore = self.view.astore
         point, _ = await astore.run(lambda s: s.tier_state(log))
         trim = await astore.run(lambda s: s.trim_point(log))
         start = max(point, trim) + 1
-        boundary = min(await client.find_time(log, cutoff_ms) - 1, await client.tail_lsn(log))
+        if start > tail:
+            return
+        boundary = min(await client.find_time(log, cutoff_ms) - 1, tail)
         if boundary < start:
             return
         expect = point

@@ -30,7 +30,15 @@ from ..epochstore import SegmentField as F
 from ..errors import Status
 from ..types import GapType
 from ..wire import PACKED_MAX, TIER_GAPS_MAX, TierReadReply
-from ._format import Batch, CorruptObject, Entry, GapEntry, entries_from, parse_block
+from ._format import (
+    Batch,
+    CorruptObject,
+    Entry,
+    GapEntry,
+    blocks_from,
+    entries_from,
+    parse_block,
+)
 from ._objects import ObjectMissing, ObjectStoreError, Opened, open_object
 
 if TYPE_CHECKING:
@@ -46,6 +54,8 @@ STATE_TTL_S = 2.0
 OPENED_MAX = 1024
 #: Logs whose segments a node keeps.
 STATES_MAX = 10_000
+#: Read-aheads running at once on a node.
+AHEAD_MAX = 8
 
 
 class BlockCache:
@@ -68,6 +78,10 @@ class BlockCache:
         self._blocks.move_to_end(key)
         return data
 
+    def peek(self, key: tuple[str, int]) -> bool:
+        """Whether ``key`` is held (no hit counted, no order changed)."""
+        return key in self._blocks
+
     def put(self, key: tuple[str, int], data: bytes) -> None:
         if len(data) > self.limit or key in self._blocks:
             return
@@ -87,6 +101,11 @@ class TierServer:
         self.cache = BlockCache(cache_bytes)
         self._states: dict[int, tuple[float, int, int, list[list[Any]]]] = {}
         self._opened: collections.OrderedDict[str, Opened] = collections.OrderedDict()
+        #: Where read-ahead runs (the extension's nursery; None: no read-ahead).
+        self.nursery: trio.Nursery | None = None
+        #: The read-aheads running, by their first block: a reader that needs
+        #: that block waits for it rather than asking the store again.
+        self._ahead_now: dict[tuple[str, int], trio.Event] = {}
 
     async def handle(self, conn: Connection, msg: TierRead) -> None:
         try:
@@ -159,14 +178,15 @@ class TierServer:
 
     async def _read(self, opened: Opened, start: int, max_bytes: int) -> list[Entry]:
         """The entries from ``start``: cached blocks, then one ranged read of
-        the blocks after them (up to ``max_bytes``)."""
-        from ._format import blocks_from
-
+        the blocks after them (up to ``max_bytes``); then the blocks a reader
+        asks for next are fetched in the background (``_ahead``)."""
         index = opened.index
-        first = blocks_from(index, start)
+        at = blocks_from(index, start)
+        running = self._ahead_now.get((opened.name, at))
+        if running is not None:
+            await running.wait()
         out: list[Entry] = []
         taken = 0
-        at = first
         while at < len(index) and taken < max_bytes:
             data = self.cache.get((opened.name, at))
             if data is None:
@@ -175,21 +195,51 @@ class TierServer:
             taken += len(data)
             at += 1
         if at < len(index) and taken < max_bytes:
-            last = at
-            limit = max_bytes - taken
-            while last + 1 < len(index) and (
-                index[last + 1].offset + index[last + 1].length - index[at].offset <= limit
-            ):
-                last += 1
-            begin = index[at].offset
-            length = index[last].offset + index[last].length - begin
-            raw = await trio.to_thread.run_sync(self.store.read, opened.name, begin, length)
-            for i in range(at, last + 1):
-                row = index[i]
-                block = raw[row.offset - begin : row.offset - begin + row.length]
-                out += parse_block(block, row)
-                self.cache.put((opened.name, i), block)
+            for i, block in await self._fetch(opened, at, max_bytes - taken):
+                out += parse_block(block, index[i])
+                at = i + 1
+        if self.nursery is not None and at < len(index):
+            self.nursery.start_soon(self._ahead, opened, at, max_bytes)
         return entries_from(out, start)
+
+    async def _fetch(self, opened: Opened, at: int, limit: int) -> list[tuple[int, bytes]]:
+        """Blocks from ``at`` on, about ``limit`` bytes of them (one at
+        least), in one ranged read; each goes in the cache."""
+        index = opened.index
+        last = at
+        while last + 1 < len(index) and (
+            index[last + 1].offset + index[last + 1].length - index[at].offset <= limit
+        ):
+            last += 1
+        begin = index[at].offset
+        length = index[last].offset + index[last].length - begin
+        raw = await trio.to_thread.run_sync(self.store.read, opened.name, begin, length)
+        out = []
+        for i in range(at, last + 1):
+            row = index[i]
+            block = raw[row.offset - begin : row.offset - begin + row.length]
+            self.cache.put((opened.name, i), block)
+            out.append((i, block))
+        return out
+
+    async def _ahead(self, opened: Opened, at: int, limit: int) -> None:
+        """Read-ahead: the blocks after an answer, fetched while the reader
+        takes it in, so that its next ask finds them in the cache.  One at a
+        time per object and ``AHEAD_MAX`` in all; a failure is left to the
+        reader's own read to meet and report."""
+        key = (opened.name, at)
+        if key in self._ahead_now or len(self._ahead_now) >= AHEAD_MAX:
+            return
+        if self.cache.peek(key):
+            return
+        done = self._ahead_now[key] = trio.Event()
+        try:
+            await self._fetch(opened, at, limit)
+        except (ObjectStoreError, CorruptObject):
+            pass
+        finally:
+            del self._ahead_now[key]
+            done.set()
 
 
 def _fit(entries: list[Entry]) -> list[Entry]:
