@@ -15,9 +15,9 @@ API), read back through the nodes as if they were still there
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._lazy import lazy_names
 from ._format import (
     BLOCK_BYTES,
     Batch,
@@ -47,11 +47,7 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    where = _WHERE.get(name)
-    if where is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{where}"), name)
+__getattr__ = lazy_names(__name__, _WHERE)
 
 
 __all__ = [
