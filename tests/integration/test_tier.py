@@ -21,6 +21,7 @@ from logstrand.types import LSN_OLDEST, Gap, GapType, Record
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
+    from pathlib import Path
 
 pytestmark = pytest.mark.skipif(not moto_available(), reason="moto[server] is not installed")
 
@@ -126,3 +127,45 @@ def test_a_trim_deletes_the_objects_below_it(tiered: tuple[LocalCluster, MotoSer
 
 def _records(items: list[Record | Gap]) -> list[Record]:
     return [i for i in items if isinstance(i, Record)]
+
+
+def test_an_unreachable_store_holds_nothing_up_and_the_offload_catches_up(
+    tmp_path: Path,
+) -> None:
+    """The object store goes away: appends and reads go on, no node falls,
+    the failures are counted (the alert's metric); it comes back, and the
+    offload catches up by itself."""
+    creds = tmp_path / "creds"
+    creds.write_text("".join(f"{k}={v}\n" for k, v in CREDENTIALS.items()))
+    moto = MotoServer(tmp_path)
+    moto.start()
+    try:
+        moto.create_bucket("tier")
+        args = ("--tier-url", "s3://tier/c2", "--tier-endpoint", moto.endpoint,
+                "--tier-credentials", str(creds), "--tier-interval", "0.5")  # fmt: skip
+        with LocalCluster(tmp_path / "c", nodes=3, node_args=args) as c:
+            _cli(c, "logs", "create", "5", "--replication", "2", "--tier-after", "1s")
+            moto.stop()
+            with logstrand.connect(c.url) as client:
+                lsns = []
+                for _ in range(10):
+                    lsns += client.append_batch(5, [b"y" * 300] * 50)
+
+                def failures() -> float:
+                    name = "logstrand_tier_offload_failures_total"
+                    return sum(c.metric(n, name, 0.0) for n in (1, 2, 3))
+
+                _wait("the failed offloads counted", lambda: failures() >= 2)
+                assert all(c.alive(n) for n in (1, 2, 3))
+                assert _tier_state(c, 5)[0] == 0
+                got = _records(list(client.read(5, LSN_OLDEST, lsns[-1])))
+                assert [r.lsn for r in got] == lsns
+                moto.start()  # the same port, empty: as after a long outage
+                moto.create_bucket("tier")
+                _wait(
+                    "log 5 tiered once the store is back", lambda: _tier_state(c, 5)[0] >= lsns[-1]
+                )
+                again = _records(list(client.read(5, LSN_OLDEST, lsns[-1])))
+                assert again == got
+    finally:
+        moto.stop()
