@@ -157,3 +157,19 @@ def info_doc(
             "last_pass": state.get("last_pass"),
         }
     return doc
+
+
+def tier_doc(attributes: LogAttributes, point: int, segments: list[list[Any]]) -> dict[str, Any]:
+    """A tiered log's part of ``info``: its tiered point, and what the
+    objects below it hold (as the epoch store records them; each segment
+    is ``[first, last, key, bytes, crc, records]``)."""
+    return {
+        "tier_after_ms": attributes.tier_after_ms,
+        "local_retention_ms": attributes.local_retention_ms,
+        "local_retention_bytes": attributes.local_retention_bytes,
+        "tiered_point": point,
+        "objects": len(segments),
+        "tiered_bytes": sum(int(s[3]) for s in segments),
+        "tiered_records": sum(int(s[5]) for s in segments),
+        "first_tiered_lsn": int(segments[0][0]) if segments else 0,
+    }

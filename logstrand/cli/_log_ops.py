@@ -11,7 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .._units import format_bytes, format_duration_ms
-from ..admin import info_doc, sequencer_doc
+from ..admin import info_doc, sequencer_doc, tier_doc
 from ..errors import InvalidArgumentError, LogstrandError
 from ..records import parse_log_range
 from ..types import compose_lsn, format_lsn, lsn_epoch, lsn_esn, parse_lsn
@@ -194,6 +194,16 @@ def _info_rows(
         ("nodes answering", f"{answered} of {len(doc['nodeset'])}"),
         ("corrupt copies", corrupt_text(doc["corrupt_copies"])),
     ]
+    if "tier" in doc:
+        t = doc["tier"]
+        rows.append(
+            (
+                "tiered",
+                f"up to {format_lsn(t['tiered_point'])} in {t['objects']} objects, "
+                f"{format_bytes(t['tiered_bytes'])} ({t['tiered_records']:,} records), "
+                f"after {format_duration_ms(t['tier_after_ms'])}",
+            )
+        )
     if "compaction" in doc:
         c = doc["compaction"]
         last = c["last_pass"]
@@ -224,6 +234,7 @@ def info(
         lce = store.last_clean_epoch(log)
         alive = store.alive_nodes()
         compaction = store.compaction(log) if attributes.compacted else None
+        tiered = store.tier_state(log) if attributes.tier_after_ms is not None else None
     with connect_client(require_url(url)) as client:
         tail = client.tail_lsn(log)
         infos = client.log_info(log)
@@ -231,6 +242,8 @@ def info(
         seq_state = client.sequencer_state(log)
     doc = info_doc(log, attributes, epochs, lce, alive, compaction, tail, infos, sequencer)
     doc["sequencer"] = sequencer_doc(seq_state)
+    if tiered is not None:
+        doc["tier"] = tier_doc(attributes, *tiered)
     if as_json:
         print_json(doc)
         return

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..admin import info_doc, rebuilding_doc, sequencer_doc, status_row
+from ..admin import info_doc, rebuilding_doc, sequencer_doc, status_row, tier_doc
 from ..errors import InvalidArgumentError
 from ..positions import records_between
 from ..records import INTERNAL_LOGS, LOG_ID_MAX
@@ -159,9 +159,12 @@ async def log_doc(client: AsyncClient, log_id: int) -> dict[str, Any]:
             store.last_clean_epoch(log_id),
             store.alive_nodes(),
             store.compaction(log_id) if store.log_attributes(log_id).compacted else None,
+            store.tier_state(log_id)
+            if store.log_attributes(log_id).tier_after_ms is not None
+            else None,
         )
 
-    rng, epochs, lce, alive, compaction = await client.view.astore.run(from_store)
+    rng, epochs, lce, alive, compaction, tiered = await client.view.astore.run(from_store)
     tail = await client.tail_lsn(log_id)
     infos = await client.log_info(log_id)
     sequencer = client.sequencer_node(log_id)
@@ -170,6 +173,8 @@ async def log_doc(client: AsyncClient, log_id: int) -> dict[str, Any]:
         seq_state = await client.sequencer_state(log_id)
     doc = info_doc(log_id, rng.attributes, epochs, lce, alive, compaction, tail, infos, sequencer)
     doc["sequencer"] = sequencer_doc(seq_state)
+    if tiered is not None:
+        doc["tier"] = tier_doc(rng.attributes, *tiered)
     doc["head_text"], doc["tail_text"] = format_lsn(doc["head"]), format_lsn(tail)
     doc["range"] = _range_doc(rng)
     doc["attributes"] = rng.attributes.to_json()

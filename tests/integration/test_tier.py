@@ -6,6 +6,7 @@ deletes the objects below it."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -76,8 +77,15 @@ def test_records_move_to_objects_and_read_back_the_same(
         before = list(client.read(1, LSN_OLDEST, lsns[-1]))
         # Everything appended goes to objects once a second old.
         _wait("log 1 tiered", lambda: _tier_state(c, 1)[0] >= lsns[-1])
-        _, segments = _tier_state(c, 1)
+        point, segments = _tier_state(c, 1)
         assert len(segments) >= 5  # 64 KiB objects of ~660 KB of records
+        # What info says of it (the console's log page shows the same).
+        info = json.loads(_cli(c, "info", "1", "--json"))["tier"]
+        assert info["tiered_point"] == point
+        assert info["objects"] == len(segments)
+        assert info["tiered_records"] == sum(int(s[5]) for s in segments) >= len(lsns)
+        assert info["tiered_bytes"] == sum(int(s[3]) for s in segments)
+        assert "tiered" in _cli(c, "info", "1")
         from logstrand.tier import ObjectStore, TierTarget
 
         store = ObjectStore(TierTarget.parse("s3://tier/c1", moto.endpoint, env=CREDENTIALS))

@@ -306,6 +306,9 @@ async function logPage(id) {
       ...(info.compaction ? [["compaction", "clean point " + info.compaction.clean_point + ", dirty " +
         Math.round(100 * info.compaction.dirty_ratio) + "% (cleans above " +
         Math.round(100 * info.compaction.min_cleanable_ratio) + "%), " + info.compaction.passes + " passes"]] : []),
+      ...(info.tier ? [["tiered", "up to " + info.tier.tiered_point + " in " + info.tier.objects +
+        " objects, " + bytes(info.tier.tiered_bytes) + " (" + num(info.tier.tiered_records) +
+        " records), after " + duration(info.tier.tier_after_ms)]] : []),
     ]),
     el("h3", {}, "Live tail"),
     el("div", { class: "toolbar" }, toggle, dot, tailNote),
