@@ -89,7 +89,7 @@ bench-compare: venv-test
 # each, corpora kept in fuzz-corpus/, the coverage in each last line
 # ("cov:").  CI runs a short pass of each.
 FUZZ_S ?= 300
-FUZZ_TARGETS := codec dispatch node kafka sasl console fastrecords
+FUZZ_TARGETS := codec dispatch node kafka sasl console fastrecords tier
 fuzz: venv-test
 	@for t in $(FUZZ_TARGETS); do mkdir -p fuzz-corpus/$$t; done
 	$(BIN)/python tests/fuzz/fuzz_codec.py -max_total_time=$(FUZZ_S) fuzz-corpus/codec
@@ -99,6 +99,7 @@ fuzz: venv-test
 	$(BIN)/python tests/fuzz/fuzz_sasl.py -max_total_time=$(FUZZ_S) -max_len=1024 fuzz-corpus/sasl
 	$(BIN)/python tests/fuzz/fuzz_console.py -max_total_time=$(FUZZ_S) -max_len=2048 fuzz-corpus/console
 	$(BIN)/python tests/fuzz/fuzz_fastrecords.py -max_total_time=$(FUZZ_S) fuzz-corpus/fastrecords
+	$(BIN)/python tests/fuzz/fuzz_tier.py -max_total_time=$(FUZZ_S) fuzz-corpus/tier
 
 # Failovers at length: 100 back-to-back rounds (CI runs 8), idempotent
 # appends across SIGKILLed sequencers, 104 partition and kill events across

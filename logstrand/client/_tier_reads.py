@@ -99,6 +99,8 @@ def items_of(reply: TierReadReply) -> list[Item]:
         view = BatchView(packed, lo, hi)
         if len(view):
             out.append((lo, RecordRun(view, 0, len(view))))
+        else:  # a window with none of its batch's records: never skipped silently
+            out.append((lo, GapItem(GapType.CHECKSUM_FAIL, lo, hi)))
     g = reply.gaps
     for i in range(0, len(g), 3):
         out.append((g[i + 1], GapItem(GapType(g[i]), g[i + 1], g[i + 2])))

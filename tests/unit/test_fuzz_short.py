@@ -25,6 +25,9 @@ FUZZ = Path(__file__).resolve().parents[1] / "fuzz"
         ("fuzz_console.py", 2_000),
         # The C record writer: 20,000 runs found an end that overflowed.
         ("fuzz_fastrecords.py", 20_000),
+        # A node's answers to TierRead over objects written wrong (a run
+        # costs a trio run: 2 ms).
+        ("fuzz_tier.py", 2_000),
     ],
 )
 def test_fuzz_target_short_run(target: str, runs: int, tmp_path: Path) -> None:
