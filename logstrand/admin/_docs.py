@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..epochstore import SegmentField
 from ..errors import Status
 
 if TYPE_CHECKING:
@@ -162,14 +163,14 @@ def info_doc(
 def tier_doc(attributes: LogAttributes, point: int, segments: list[list[Any]]) -> dict[str, Any]:
     """A tiered log's part of ``info``: its tiered point, and what the
     objects below it hold (as the epoch store records them; each segment
-    is ``[first, last, key, bytes, crc, records]``)."""
+    is ``[first, last, key, bytes, crc, records]``, ``SegmentField``)."""
     return {
         "tier_after_ms": attributes.tier_after_ms,
         "local_retention_ms": attributes.local_retention_ms,
         "local_retention_bytes": attributes.local_retention_bytes,
         "tiered_point": point,
         "objects": len(segments),
-        "tiered_bytes": sum(int(s[3]) for s in segments),
-        "tiered_records": sum(int(s[5]) for s in segments),
-        "first_tiered_lsn": int(segments[0][0]) if segments else 0,
+        "tiered_bytes": sum(int(s[SegmentField.BYTES]) for s in segments),
+        "tiered_records": sum(int(s[SegmentField.RECORDS]) for s in segments),
+        "first_tiered_lsn": int(segments[0][SegmentField.FIRST]) if segments else 0,
     }

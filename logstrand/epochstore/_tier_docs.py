@@ -41,9 +41,6 @@ class SegmentField(enum.IntEnum):
     RECORDS = 5
 
 
-FIRST, LAST, KEY = SegmentField.FIRST, SegmentField.LAST, SegmentField.KEY
-
-
 class TierDocs:
     """Mixed into ``EpochStore``: needs its ``_doc``, ``_update`` and ``_get_many``."""
 
@@ -111,8 +108,8 @@ class TierDocs:
 
         def change(doc: Any) -> Any:
             point, segments = _state(doc)
-            gone[:] = [s[KEY] for s in segments if s[LAST] <= through]
-            kept = [s for s in segments if s[LAST] > through]
+            gone[:] = [s[SegmentField.KEY] for s in segments if s[SegmentField.LAST] <= through]
+            kept = [s for s in segments if s[SegmentField.LAST] > through]
             return {"point": point, "segments": kept}
 
         self._update(f"tier/{log_id}", change)

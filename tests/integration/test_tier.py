@@ -83,8 +83,12 @@ def test_records_move_to_objects_and_read_back_the_same(
         info = json.loads(_cli(c, "info", "1", "--json"))["tier"]
         assert info["tiered_point"] == point
         assert info["objects"] == len(segments)
-        assert info["tiered_records"] == sum(int(s[5]) for s in segments) >= len(lsns)
-        assert info["tiered_bytes"] == sum(int(s[3]) for s in segments)
+        assert (
+            info["tiered_records"]
+            == sum(int(s[SegmentField.RECORDS]) for s in segments)
+            >= len(lsns)
+        )
+        assert info["tiered_bytes"] == sum(int(s[SegmentField.BYTES]) for s in segments)
         assert "tiered" in _cli(c, "info", "1")
         from logstrand.tier import ObjectStore, TierTarget
 

@@ -159,3 +159,24 @@ def test_the_block_cache_keeps_its_bound_and_the_recent_blocks() -> None:
     assert cache.get(("o", 1)) is None
     cache.put(("o", 9), bytes(300))  # larger than the cache: not kept
     assert cache.get(("o", 9)) is None
+
+
+@pytest.mark.parametrize(
+    ("start", "until", "max_bytes", "why"),
+    [
+        (10, 9, 1024, "start_lsn past until_lsn"),
+        (1, 9, 0, "max_bytes"),
+        (1, 9, (16 << 20) + 1, "max_bytes"),
+    ],
+)
+def test_a_tier_read_that_makes_no_sense_is_refused_off_the_wire(
+    start: int, until: int, max_bytes: int, why: str
+) -> None:
+    import cbor2
+
+    from logstrand.errors import ProtocolError
+    from logstrand.wire import decode_body
+
+    raw = cbor2.dumps([TierRead.TYPE_ID, 1, 7, start, until, max_bytes])
+    with pytest.raises(ProtocolError, match=why):
+        decode_body(raw)
