@@ -200,12 +200,12 @@ class ManyReader:
         await stream.reconnect(core, now)
         items = await stream.turn(core, now)
         if slot.view is not None:
-            items = self._committed(slot, items, core.done)
+            items = self._committed(slot, items, stream.finished(core))
         if items:
             self._out.extend((log, item) for item in _objects(items))
         if log in self._rereading:
             return  # turned again when the spilled range was read
-        if core.done:
+        if stream.finished(core):
             await self._finish(log)
             return
         if stream.placement_wanted(core, now):

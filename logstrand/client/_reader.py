@@ -126,12 +126,20 @@ class ReadStream:
     #: The records below the log's tiered point, read through a node before
     #: the nodes' streams open (``_tier_reads``); None once past them.
     _tier: TierReads | None = attrs.field(init=False, default=None)
+    #: LSNs the nodes' streams left to the object store (their local
+    #: floors: ``ReaderCore.take_tiered``), still to read; None: none.
+    _tier_span: tuple[int, int] | None = attrs.field(init=False, default=None)
+    _tier_reads: TierReads = attrs.field(init=False)
     _started: bool = attrs.field(init=False, default=False)
 
     def __attrs_post_init__(self) -> None:
         if self.inbox is None:
             self.inbox, self._inbox = trio.open_memory_channel[Any](INBOX_MAX)
-        self._tier = TierReads(self.admin, self.links, self.log_id)
+        self._tier = self._tier_reads = TierReads(self.admin, self.links, self.log_id)
+
+    def finished(self, core: ReaderCore) -> bool:
+        """Is everything up to the read's end delivered?"""
+        return core.done and self._tier_span is None
 
     @property
     def healthy(self) -> bool:
@@ -290,7 +298,7 @@ class ReadStream:
                 items = await self.turn(core, now)
             if items:
                 return items
-            if core.done:
+            if self.finished(core):
                 return []
             await self._wait(core, now)
 
@@ -302,13 +310,25 @@ class ReadStream:
         if authority is not self._authority:
             self._authority = authority
             core.set_authority(authority.empty, authority.untrusted)
+        if self._tier_span is not None:
+            return await self._tier_turn()
         core.poll(now)
         items, core.items = core.items, []
+        self._tier_span = core.take_tiered()
         await self._act(core)
+        if not items and self._tier_span is not None:
+            return await self._tier_turn()
+        return items
+
+    async def _tier_turn(self) -> list[Item]:
+        assert self._tier_span is not None
+        items, self._tier_span = await self._tier_reads.span(*self._tier_span)
         return items
 
     def deadline(self, core: ReaderCore, now: float) -> float:
         """When this reader must take a turn even if nothing arrives."""
+        if self._tier_span is not None:
+            return now  # the rest of the span is read at the next turn
         deadline = core.next_deadline(now)
         if self._retry_at:
             deadline = min(deadline, min(self._retry_at.values()))

@@ -26,7 +26,8 @@ that the next holder of each of its records sends them.
 
 Stored records flagged HOLE (plugged by recovery) become HOLE gaps, BRIDGE
 records a BRIDGE gap to the end of their epoch; LSNs at or below the trim
-point a TRIM gap.
+point a TRIM gap.  At or below a node's local floor (a tiered log's copies
+it dropped) the shell reads the object store (``take_tiered``).
 
 A node tells which of its copies it cannot read (a checksum failed) and
 moves past them; to the reader they are copies that node did not send, so
@@ -46,7 +47,7 @@ import bisect
 import math
 from typing import TYPE_CHECKING
 
-from ..records import BRIDGE, EPOCH_MAX, HOLE, WRITTEN_BY_RECOVERY, precedence
+from ..records import BRIDGE, EPOCH_MAX, HOLE, WRITTEN_BY_RECOVERY
 from ..types import LSN_MAX, GapType, compose_lsn, lsn_epoch, next_epoch_lsn
 from ._reader_parts import (
     Action,
@@ -56,6 +57,8 @@ from ._reader_parts import (
     NodeStream,
     StartStream,
     StopStream,
+    copy_precedence,
+    grants,
 )
 from ._views import RecordRun
 
@@ -69,11 +72,6 @@ __all__ = ["Action", "GapItem", "GrantCredit", "Item", "RecordRun", "StartStream
 _PLAIN = (0, 0)
 #: Unreadable ranges remembered per node (the oldest go first).
 UNREADABLE_MAX = 1024
-
-
-def _precedence(batch: BatchView, i: int) -> tuple[int, int]:
-    """Which of two differing copies of one LSN wins (``records.precedence``)."""
-    return precedence(batch.flags[i], batch.wave)
 
 
 class ReaderCore:
@@ -107,6 +105,9 @@ class ReaderCore:
         self.f_majority = len(nodeset) - replication + 1
         self.empty = self.untrusted = frozenset[int]()  # see ``set_authority``
         self.show_compacted = show_compacted
+        #: LSNs (first, last) that the shell reads from the object store
+        #: before anything after them (``take_tiered``).
+        self.tiered: tuple[int, int] | None = None
         self.scd_default = scd
         self.scd = scd
         # Each node's window (records it may send ahead of delivery) starts at
@@ -153,6 +154,7 @@ class ReaderCore:
         now: float,
         clean: int = 0,
         unreadable: Sequence[tuple[int, int]] = (),
+        floor: int = 0,
     ) -> None:
         st = self.nodes.get(node_id)
         if st is None or generation != self.generation:
@@ -175,6 +177,7 @@ class ReaderCore:
                 self.wants_placement = True  # an epoch the placement did not cover
         st.trim = max(st.trim, trim)
         st.clean = max(st.clean, clean)
+        st.floor = max(st.floor, floor)
 
     def set_authority(self, empty: frozenset[int], untrusted: frozenset[int]) -> None:
         """Rebuilding's status of the nodes: ``empty`` (AUTHORITATIVE_EMPTY) are
@@ -216,6 +219,11 @@ class ReaderCore:
             self._rewind(now)
 
     # -- output ----------------------------------------------------------------
+
+    def take_tiered(self) -> tuple[int, int] | None:
+        """The LSNs to read from the object store now (None: none)."""
+        span, self.tiered = self.tiered, None
+        return span
 
     def take(self) -> tuple[list[Item], list[Action]]:
         items, self.items = self.items, []
@@ -271,6 +279,8 @@ class ReaderCore:
             return
 
     def _step(self, now: float) -> bool:
+        if self.tiered is not None:
+            return False  # the shell reads those first
         nodes = self.nodes
         trim = max(st.trim for st in nodes.values())
         if self.next_lsn <= trim:
@@ -278,6 +288,14 @@ class ReaderCore:
             self.items.append(GapItem(GapType.TRIM, self.next_lsn, hi))
             self.next_lsn = hi + 1
             return True
+        floor = max(st.floor for st in nodes.values())
+        if self.next_lsn <= floor:
+            # One node's floor is enough: a floor never passes the tiered
+            # point, and the node's position says nothing of what it dropped.
+            hi = min(floor, self.until)
+            self.tiered = (self.next_lsn, hi)
+            self.next_lsn = hi + 1
+            return False
         head_node, head, best = None, LSN_MAX + 1, _PLAIN
         for n, st in nodes.items():
             self._drop_below(st, self.next_lsn)
@@ -285,8 +303,8 @@ class ReaderCore:
                 batch, off = st.queue[0]
                 lsn = batch.lsns[off]
                 if lsn < head:
-                    head_node, head, best = n, lsn, _precedence(batch, off)
-                elif lsn == head and (p := _precedence(batch, off)) > best:
+                    head_node, head, best = n, lsn, copy_precedence(batch, off)
+                elif lsn == head and (p := copy_precedence(batch, off)) > best:
                     # Differing copies (one left by a sequencer that died, one
                     # by recovery): the highest precedence wins, for every reader.
                     head_node, best = n, p
@@ -368,8 +386,8 @@ class ReaderCore:
                     if x > hi:
                         break
                     if other.flags[i] & WRITTEN_BY_RECOVERY and x > first:
-                        mine = _precedence(batch, off + (x - first))
-                        if _precedence(other, i) > mine:
+                        mine = copy_precedence(batch, off + (x - first))
+                        if copy_precedence(other, i) > mine:
                             hi = x - 1
                             break
         return off + (hi - first) + 1
@@ -461,20 +479,12 @@ class ReaderCore:
                 self._rewind(now)
                 return
 
-    def _target_window(self) -> int:
-        if not self._seen_records:
-            return self.credit
-        size = max(1, self._seen_bytes // self._seen_records)
-        return max(self.credit, min(self.credit_max, self.window_bytes // size))
-
     def _grant(self) -> None:
-        target = self._target_window()
-        for n, st in self.nodes.items():
-            if st.consumed >= st.window // 2:
-                grow = max(0, target - st.window)
-                self.actions.append(GrantCredit(n, self.generation, st.consumed + grow))
-                st.window += grow
-                st.consumed = 0
+        target = self.credit
+        if self._seen_records:
+            size = max(1, self._seen_bytes // self._seen_records)
+            target = max(self.credit, min(self.credit_max, self.window_bytes // size))
+        self.actions += grants(self.nodes, self.generation, target)
 
     def next_deadline(self, now: float) -> float:
         """When to poll again even without input: while a node that counts

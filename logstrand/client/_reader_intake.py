@@ -73,6 +73,7 @@ def absorb(core: ReaderCore, node_id: int, msg: ReadRecords, now: float) -> Verd
         now,
         msg.clean_point,
         unreadable,
+        msg.local_floor,
     )
     return Verdict.TAKEN
 

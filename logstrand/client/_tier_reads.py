@@ -11,6 +11,7 @@ the nodes' streams from there (``_reader.ReadStream``).
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from ..errors import LogstrandError, Status
@@ -23,6 +24,8 @@ from ._views import BatchView, RecordRun
 if TYPE_CHECKING:
     from ..rpc import Links
     from ._admin import Admin
+
+_log = logging.getLogger("logstrand.client")
 
 #: Bytes of records one ``TierRead`` asks for.
 TIER_READ_BYTES = 4 * 1024 * 1024
@@ -83,6 +86,22 @@ class TierReads:
                 )
             return items_of(reply), reply.next_lsn
         raise LogstrandError(f"log {log}: its tiered records cannot be read: {why}", Status.AGAIN)
+
+    async def span(self, lo: int, hi: int) -> tuple[list[Item], tuple[int, int] | None]:
+        """One read of LSNs the nodes' streams left to the object store
+        (their local floors), and what is left of them (None: nothing).  One
+        ``TierRead`` of up to 4 MiB a call: a reader's turn stays short, and
+        a span of gigabytes is never held at once."""
+        if self.point is None or self.point < hi:
+            self.point = None  # read the tiered point again: it moved
+        step = await self.step(lo, hi)
+        if step is None:
+            # The nodes' floors are past the tiered point the epoch store
+            # shows: never a silent skip, whatever the cause.
+            _log.error("log %d: nodes keep no copies up to %#x, not tiered", self.log_id, hi)
+            return [GapItem(GapType.DATALOSS, lo, hi)], None
+        items, nxt = step
+        return items, (None if nxt > hi else (nxt, hi))
 
 
 def items_of(reply: TierReadReply) -> list[Item]:

@@ -41,6 +41,7 @@ META_PREFIXES: Final = {
     "lce": b"C",  # C | log                -> last clean epoch
     "release": b"R",  # R | log            -> release pointer LSN
     "clean": b"K",  # K | log              -> compaction clean point LSN
+    "floor": b"F",  # F | log              -> local floor: copies at or below are tiered
     "producer": b"Q",  # Q | log | producer -> its last batches (idempotence._stored)
     "version": b"V",  # V                  -> format version
 }

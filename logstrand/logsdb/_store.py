@@ -37,6 +37,7 @@ from ._engine import Batch, Engine, RocksEngine
 from ._facts import EngineFacts
 from ._format import DirEntry, StoredBatch, StoredRecord
 from ._partitions import META_CF, LogsDBOptions, Partition, PartitionInfo, Partitions, PutBatch
+from ._space import SpaceKeeping
 from ._write import Write, amend
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
-class LogsDB(EngineFacts):
+class LogsDB(EngineFacts, SpaceKeeping):
     """The local store of one node (one RocksDB instance, or an in-memory engine)."""
 
     def __init__(
@@ -70,7 +71,7 @@ class LogsDB(EngineFacts):
         self._closed = False
         self._parts = Partitions(engine, self.options, clock_ms)
         self._meta: dict[str, dict[int, int]] = {
-            k: {} for k in ("trim", "seal", "lce", "release", "clean")
+            k: {} for k in ("trim", "seal", "lce", "release", "clean", "floor")
         }
         self._producers = stored_producers.ProducerTables(META_CF)
         self._load()
@@ -286,7 +287,7 @@ class LogsDB(EngineFacts):
         check_log_id(log_id, internal=True)
         if max_records <= 0 or max_bytes <= 0:
             raise InvalidArgumentError("max_records and max_bytes must be positive")
-        start = max(start, self._meta["trim"].get(log_id, 0) + 1, LSN_OLDEST)
+        start = max(start, self.low_point(log_id) + 1, LSN_OLDEST)
         return _scan.scan(
             self._parts, self._engine, log_id, start, until, max_records, max_bytes, skip, tolerant
         )
@@ -312,7 +313,7 @@ class LogsDB(EngineFacts):
         got = self.read_packed(
             log_id, start, until, max_records=max_records, max_bytes=max_bytes, skip=skip
         )
-        lo = max(start, self._meta["trim"].get(log_id, 0) + 1)
+        lo = max(start, self.low_point(log_id) + 1)
         out = StoredBatch(log_id)
         out.scanned_to = got.scanned_to
         for pb in got.batches:
@@ -354,8 +355,7 @@ class LogsDB(EngineFacts):
         """
         self._check_open()
         check_log_id(log_id, internal=True)
-        trim = self._meta["trim"].get(log_id, 0)
-        return _scan.find_time(self._parts, self._engine, log_id, ts_ms, trim)
+        return _scan.find_time(self._parts, self._engine, log_id, ts_ms, self.low_point(log_id))
 
     # -- metadata ---------------------------------------------------------
 
@@ -380,6 +380,23 @@ class LogsDB(EngineFacts):
 
     def trim_point(self, log_id: int) -> int:
         return self._meta["trim"].get(log_id, 0)
+
+    def set_local_floor(self, log_id: int, lsn: int, *, sync: bool = True) -> int:
+        """Move the log's local floor up to ``lsn`` (never down): its records
+        at or below are in the object store (tiered storage's local drop).
+        Reads start above it as above the trim point, and partitions whose
+        records are all at or below one or the other are dropped; unlike a
+        trim, the records still exist, and read streams say so."""
+        return self._raise_meta("floor", log_id, lsn, sync)
+
+    def local_floor(self, log_id: int) -> int:
+        return self._meta["floor"].get(log_id, 0)
+
+    def low_point(self, log_id: int) -> int:
+        """Below what this node holds none of the log: its trim point or its
+        local floor."""
+        m = self._meta
+        return max(m["trim"].get(log_id, 0), m["floor"].get(log_id, 0))
 
     def seal(self, log_id: int, epoch: int, *, sync: bool = True) -> int:
         """Seal ``log_id`` up to ``epoch`` (never down).  Returns the seal."""
@@ -447,33 +464,6 @@ class LogsDB(EngineFacts):
 
     def partitions(self) -> list[PartitionInfo]:
         return self._parts.infos()
-
-    # -- space ------------------------------------------------------------
-
-    def apply_retention(
-        self,
-        retention_ms: Mapping[int, int],
-        *,
-        now_ms: int | None = None,
-        retention_bytes: Mapping[int, int] | None = None,
-    ) -> dict[int, int]:
-        """Trim each log's records older than its retention, then its oldest
-        records while its copies here take more than its ``retention_bytes``
-        (``Partitions.retention_targets``).  Returns the logs whose trim point
-        moved, with the new trim point."""
-        self._check_open()
-        now = self._clock_ms() if now_ms is None else now_ms
-        trims = self._meta["trim"]
-        targets = self._parts.retention_targets(retention_ms, now, retention_bytes or {}, trims)
-        return {log: self.trim(log, lsn) for log, lsn in targets.items()}
-
-    def drop_partitions(self) -> list[int]:
-        """Drop every partition (but the newest) whose records are all trimmed.
-
-        Returns the ids of the dropped partitions.
-        """
-        self._check_open()
-        return self._parts.drop_trimmed(self._meta["trim"])
 
     def flush(self) -> None:
         self._check_open()

@@ -29,6 +29,7 @@ from ..sequencer._decisions import RECOVERY_STORE_BIT
 from ..types import lsn_epoch
 from ..wire import Amend, AmendReply, StoreReply
 from ._rules import REBUILDING_STORE_BIT, cut_to_windows, donation_windows, rebuilt_copies
+from ._upkeep import in_range, keeps_less_locally
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -131,11 +132,9 @@ class Donor:
         else:
             _log.info("node %d: donating for rebuilding %d of nodes %s", me, run.id, run.nodes)
         walk = _Walk(run, self.metrics, dict(saved.logs), saved.records, saved.bytes, saved.short)
-        behind = [
-            log_id
-            for log_id in sorted(self.committer.logs())
-            if await self._donate_log(walk, log_id)
-        ]
+        logs = sorted(self.committer.logs())
+        tiered = await self._tiered(logs)
+        behind = [log_id for log_id in logs if await self._donate_log(walk, log_id, tiered)]
         if behind:
             # Unreleased copies were passed over: the run must not end
             # without them.  Going on from the progress saved, once released.
@@ -154,7 +153,23 @@ class Donor:
         progress = walk.progress(done)
         await self.view.astore.run(partial(_save, walk.run.id, self.node_id, progress))
 
-    async def _donate_log(self, walk: _Walk, log_id: int) -> bool:
+    async def _tiered(self, logs: list[int]) -> dict[int, int]:
+        """The tiered points of the logs that keep less on the nodes' disks
+        (``--local-retention``), in one read: their copies at or below it are
+        in the object store, and the nodes drop theirs, so they are not
+        re-created (a node rebuilt after a lost disk downloads nothing, and
+        holds no copy it would drop at once)."""
+        local = [
+            log
+            for r in self.view.ranges
+            if keeps_less_locally(r.attributes)
+            for log in in_range(frozenset(logs), r.first, r.last)
+        ]
+        if not local:
+            return {}
+        return await self.view.astore.run(lambda s: s.tier_points(local))
+
+    async def _donate_log(self, walk: _Walk, log_id: int, tiered: dict[int, int]) -> bool:
         """Walk one log; True if copies it held when the walk began were
         left out (not released in time).  Copies stored since need no walk:
         the run's nodes had left every copyset placed by then (the settle),
@@ -162,7 +177,7 @@ class Donor:
         release pointer, so they must not hold the run open."""
         held = self.committer.last_lsn(log_id)
         until = await self._released_to(log_id, held)
-        pos = walk.logs.get(log_id, 0) + 1
+        pos = max(walk.logs.get(log_id, 0), tiered.get(log_id, 0)) + 1
         if pos <= until:
             await self._walk_log(walk, log_id, pos, until)
         return walk.logs.get(log_id, 0) < held

@@ -272,7 +272,9 @@ class NodeStore:
             skip=core.not_mine if core.scd else None,
             tolerant=True,
         )
-        lo = max(step.start, self.db.trim_point(log_id) + 1)
+        # Below the local floor the copies are in the object store: the
+        # stream's message says so (``local_floor``), and the reader reads them there.
+        lo = max(step.start, self.db.low_point(log_id) + 1)
         items = [(b, max(b.first_lsn, lo), min(b.last_lsn, step.until)) for b in got.batches]
         return got, items
 
@@ -333,6 +335,9 @@ class NodeStore:
 
     def clean_point(self, log_id: int) -> int:
         return self.db.clean_point(log_id)
+
+    def local_floor(self, log_id: int) -> int:
+        return self.db.local_floor(log_id)
 
     def last_lsn(self, log_id: int) -> int:
         return self.db.last_lsn(log_id)
@@ -447,36 +452,3 @@ class NodeStore:
         )
 
     # -- maintenance -----------------------------------------------------------------
-
-    def maintain(
-        self,
-        trim_points: Mapping[int, int],
-        retention_ms: Mapping[int, int],
-        retention_bytes: Mapping[int, int] | None = None,
-    ) -> None:
-        """Apply trims missed while down, time and space retention, and drop
-        partitions whose records are all trimmed.  Retention by time waits
-        while this node's clock is not measured or is off (``NodeClock``)."""
-        db = self.db
-        for log, point in trim_points.items():
-            if point > db.trim_point(log):
-                db.trim(log, point)
-                self.metrics.trims.inc()
-        if not self.clock.trusted:
-            retention_ms = {}
-        if retention_ms or retention_bytes:
-            moved = db.apply_retention(
-                retention_ms, now_ms=self.clock.now_ms(), retention_bytes=retention_bytes
-            )
-            if moved:
-                _log.info("node %d: retention trimmed logs %s", self.node_id, sorted(moved))
-        dropped = db.drop_partitions()
-        if dropped:
-            _log.info("node %d: dropped partitions %s", self.node_id, dropped)
-            self.metrics.partitions_dropped.inc(len(dropped))
-        self.metrics.partitions.set(len(db.partitions()))
-        self.metrics.disk_bytes.set(db.disk_bytes())
-        io = db.io_bytes()
-        for kind in ("user", "wal", "flush", "compaction", "blob"):
-            self.metrics.logsdb_written.labels(kind).set(getattr(io, kind))
-        self.metrics.write_amplification.set(io.amplification)

@@ -29,7 +29,7 @@ import trio
 from ..errors import LogstrandError, Status
 from ..records import BRIDGE, HOLE
 from ..types import format_lsn, lsn_epoch
-from ..wire import ReadCredit, ReadRecords, StartRead, StopRead
+from ..wire import LOCAL_FLOOR_PROTOCOL, ReadCredit, ReadRecords, StartRead, StopRead
 from . import _rules
 from ._read_core import READ_BATCH_BYTES, Out, ReadFrom, ReadStreamCore, Report, Wait
 
@@ -60,6 +60,7 @@ class ReadPort(Protocol):
     ) -> tuple[PackedRead, list[tuple[PackedBatch, int, int]]]: ...
     def trim_point(self, log_id: int) -> int: ...
     def clean_point(self, log_id: int) -> int: ...
+    def local_floor(self, log_id: int) -> int: ...
     def release_of(self, log_id: int) -> int: ...
 
 
@@ -121,6 +122,16 @@ class ReadStreams:
                 f"{self.streams_per_connection} read streams are open on this connection "
                 "(the node's --read-streams-per-connection)",
                 Status.OVERLOADED,
+            )
+        if conn.protocol < LOCAL_FLOOR_PROTOCOL and msg.start_lsn <= self.db.local_floor(
+            msg.log_id
+        ):
+            # Such a reader would take the LSNs this node keeps no more for
+            # missing: it is told it cannot read them, not shown a hole.
+            raise LogstrandError(
+                f"log {msg.log_id}: LSNs up to {format_lsn(self.db.local_floor(msg.log_id))} "
+                "are in the object store; a reader of protocol 10 or later reads them",
+                Status.NOTSUPPORTED,
             )
         if old is not None:
             if msg.generation <= old.msg.generation:
@@ -304,6 +315,7 @@ class ReadStreams:
                 out.windows,
                 self.db.clean_point(log_id),
                 out.unreadable,
+                self.db.local_floor(log_id) if st.lane.conn.protocol >= LOCAL_FLOOR_PROTOCOL else 0,
             )
         )
         st.core.sent(out.next_lsn)

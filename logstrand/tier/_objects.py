@@ -19,6 +19,7 @@ timeout; callers retry with backoff).  A corrupt object is ``_format``'s
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import urllib.parse
 from pathlib import Path
@@ -122,7 +123,12 @@ class ObjectStore:
             client_options={
                 "allow_http": target.endpoint is not None and target.endpoint.startswith("http:"),
                 "timeout": f"{int(timeout_s)}s",
+                "connect_timeout": "5s",
             },
+            # A call gives up within ``timeout_s`` whatever the store does
+            # (obstore's own default retries for 3 minutes): the offload's
+            # next round is the retry, and a reader asks another node.
+            retry_config={"max_retries": 3, "retry_timeout": datetime.timedelta(seconds=timeout_s)},
         )
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:

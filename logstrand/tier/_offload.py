@@ -135,7 +135,7 @@ class Offload:
             return
         gone = await astore.run(lambda s: s.drop_tier_segments(log, trim))
         for key in gone:
-            await trio.to_thread.run_sync(self.store.delete, key)
+            await trio.to_thread.run_sync(self.store.delete, key, abandon_on_cancel=True)
             self.stats.deleted += 1
 
     async def offload(self, client: AsyncClient, log: int, cutoff_ms: int, tail: int) -> None:
@@ -177,10 +177,10 @@ class Offload:
         another upload of the range won."""
         built = build(entries, records)
         key = f"logs/{log}/{built.lo:016x}-{built.hi:016x}-n{self.node_id}-{secrets.token_hex(4)}"
-        await trio.to_thread.run_sync(self.store.put, key, built.data)
-        size = await trio.to_thread.run_sync(self.store.size, key)
+        await trio.to_thread.run_sync(self.store.put, key, built.data, abandon_on_cancel=True)
+        size = await trio.to_thread.run_sync(self.store.size, key, abandon_on_cancel=True)
         if size != len(built.data):
-            await trio.to_thread.run_sync(self.store.delete, key)
+            await trio.to_thread.run_sync(self.store.delete, key, abandon_on_cancel=True)
             raise ObjectStoreError(f"{key}: {size} bytes stored of {len(built.data)}")
         won = await self.view.astore.run(
             lambda s: s.record_tier_segment(
@@ -189,7 +189,7 @@ class Offload:
         )
         if not won:
             self.stats.lost_races += 1
-            await trio.to_thread.run_sync(self.store.delete, key)
+            await trio.to_thread.run_sync(self.store.delete, key, abandon_on_cancel=True)
             return None
         self.stats.objects += 1
         self.stats.bytes += size

@@ -116,11 +116,14 @@ class TierServer:
             reply = TierReadReply(msg.request_id, int(Status.AGAIN), message=str(exc)[:1000])
         await conn.send(reply)
 
-    async def _state(self, log_id: int) -> tuple[int, int, list[list[Any]]]:
-        """The log's trim point, tiered point and segments."""
+    async def _state(self, log_id: int, lsn: int) -> tuple[int, int, list[list[Any]]]:
+        """The log's trim point, tiered point and segments, as kept for up to
+        ``STATE_TTL_S``, unless they are older than ``lsn``: read again then,
+        since a reader sent here by a node's local floor knows of a tiered
+        point that this node has not seen yet."""
         now = time.monotonic()
         kept = self._states.get(log_id)
-        if kept is not None and now - kept[0] < STATE_TTL_S:
+        if kept is not None and now - kept[0] < STATE_TTL_S and lsn <= kept[2]:
             return kept[1], kept[2], kept[3]
         trim, (point, segments) = await self.view.astore.run(
             lambda s: (s.trim_point(log_id), s.tier_state(log_id))
@@ -131,7 +134,7 @@ class TierServer:
         return trim, point, segments
 
     async def answer(self, msg: TierRead) -> TierReadReply:
-        trim, point, segments = await self._state(msg.log_id)
+        trim, point, segments = await self._state(msg.log_id, msg.start_lsn)
         start, until = msg.start_lsn, min(msg.until_lsn, point)
         entries: list[Entry] = []
         if start <= min(trim, until):
@@ -169,7 +172,9 @@ class TierServer:
     async def _open(self, key: str, size: int) -> Opened:
         opened = self._opened.get(key)
         if opened is None:
-            opened = await trio.to_thread.run_sync(open_object, self.store, key, size)
+            opened = await trio.to_thread.run_sync(
+                open_object, self.store, key, size, abandon_on_cancel=True
+            )
             self._opened[key] = opened
             if len(self._opened) > OPENED_MAX:
                 self._opened.popitem(last=False)
@@ -214,7 +219,9 @@ class TierServer:
             last += 1
         begin = index[at].offset
         length = index[last].offset + index[last].length - begin
-        raw = await trio.to_thread.run_sync(self.store.read, opened.name, begin, length)
+        raw = await trio.to_thread.run_sync(
+            self.store.read, opened.name, begin, length, abandon_on_cancel=True
+        )
         out = []
         for i in range(at, last + 1):
             row = index[i]

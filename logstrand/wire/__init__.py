@@ -72,6 +72,7 @@ from ._messages_ops import (
     TrimReply,
 )
 from ._messages_tier import (
+    LOCAL_FLOOR_PROTOCOL,
     TIER_GAPS_MAX,
     TIER_PROTOCOL,
     TIER_READ_BYTES_MAX,
@@ -96,6 +97,7 @@ __all__ = [
     "GROUPS_PROTOCOL",
     "HEADER_BYTES",
     "ITEMS_MAX_DEFAULT",
+    "LOCAL_FLOOR_PROTOCOL",
     "MANY_MAX",
     "MANY_PROTOCOL",
     "MESSAGE_TYPES",

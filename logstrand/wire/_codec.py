@@ -48,7 +48,32 @@ def _values(msg: Any) -> list[Any]:
     type_id = getattr(cls, "TYPE_ID", None)
     if type_id is None or MESSAGE_TYPES.get(type_id) is not cls:
         raise TypeError(f"{cls.__name__} is not a registered wire message")
-    return [type_id, *(_field_to_wire(getattr(msg, a.name)) for a in attrs.fields(cls))]
+    fields = attrs.fields(cls)
+    n = len(fields)
+    # Trailing fields at their default are left out (the decoder fills them
+    # in): a field added at a message's end reaches a peer of an older
+    # protocol, which would refuse the message, only when it says something.
+    for name, default in _trailing(cls):
+        if getattr(msg, name) != default:
+            break
+        n -= 1
+    return [type_id, *(_field_to_wire(getattr(msg, a.name)) for a in fields[:n])]
+
+
+_TRAILING: dict[type, tuple[tuple[str, Any], ...]] = {}
+
+
+def _trailing(cls: type) -> tuple[tuple[str, Any], ...]:
+    """A message's trailing fields with a plain default, last first."""
+    out = _TRAILING.get(cls)
+    if out is None:
+        found = []
+        for a in reversed(attrs.fields(cls)):
+            if a.default is attrs.NOTHING or isinstance(a.default, attrs.Factory):  # type: ignore[arg-type]
+                break
+            found.append((a.name, a.default))
+        out = _TRAILING[cls] = tuple(found)
+    return out
 
 
 def _big(value: Any) -> int:

@@ -100,6 +100,10 @@ class ReadRecords:
     unreadable: tuple[int, ...] = attrs.field(
         default=(), converter=f.to_tuple, validator=f.tuple_of(f.u64, max_len=2 * PACKED_MAX)
     )
+    #: The node's local floor for a tiered log: its copies at or below it
+    #: are in the object store, not here.  The reader reads those LSNs there
+    #: (``TierRead``), never calls them missing.  Sent from protocol 10 on.
+    local_floor: int = attrs.field(default=0, validator=f.u64)
 
     def __attrs_post_init__(self) -> None:
         if len(self.windows) != 2 * len(self.batches):

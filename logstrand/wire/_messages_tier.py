@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 #: The protocol version from which a node answers ``TierRead``.
 TIER_PROTOCOL = 9
+#: The protocol version from which a reader is told of a node's local floor
+#: (``ReadRecords.local_floor``): an older one cannot read below it.
+LOCAL_FLOOR_PROTOCOL = 10
 #: Bytes of records one answer carries at most (what a reader may ask).
 TIER_READ_BYTES_MAX = 16 * 1024 * 1024
 #: Gaps one answer carries at most.

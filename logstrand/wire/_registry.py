@@ -34,9 +34,10 @@ if TYPE_CHECKING:
 #: ``subscribe``), which a client sends only to a node on 7.  8:
 #: ``TxnRequest`` (a client's ``transaction``), sent only to a node on 8.
 #: 9: ``TierRead`` (a reader's read below a log's tiered point), sent only
-#: to a node on 9.
+#: to a node on 9.  10: ``ReadRecords.local_floor`` (a tiered log's copies a
+#: node no longer keeps), which a node says only to a reader on 10.
 PROTOCOL_VERSION_MIN = 3
-PROTOCOL_VERSION_MAX = 9
+PROTOCOL_VERSION_MAX = 10
 
 MESSAGE_TYPES: dict[int, type[Any]] = {}
 #: Who may send each request, declared with it (``message``): "node", only

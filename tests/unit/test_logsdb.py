@@ -206,6 +206,32 @@ def test_retention_trims_at_partition_boundaries(opener: Opener, db: LogsDB) -> 
     assert lsns_of(db, 1) == list(range(21, 31))
 
 
+def test_local_retention_drops_tiered_copies_never_past_the_tiered_point(
+    opener: Opener, db: LogsDB
+) -> None:
+    hour = 3_600_000
+    for i in range(3):  # three partitions an hour apart, 10 records each
+        db.write([put(1, range(10 * i + 1, 10 * i + 11), ts=opener.clock.now_ms)])
+        opener.clock.advance(hour)
+        db.new_partition()
+    db.write([put(1, [31], ts=opener.clock.now_ms)])
+    # Keep an hour locally: partitions 1 and 2 may go, but only LSN 15 is in
+    # the object store, so the floor stops there and partition 2 stays.
+    assert db.apply_local_retention({1: hour}, {}, {1: 15}) == {1: 15}
+    assert db.local_floor(1) == 15
+    assert db.trim_point(1) == 0
+    assert db.drop_partitions() == [1]
+    # Reads start above the floor, as above a trim point.
+    assert lsns_of(db, 1)[0] == 16
+    assert db.find_time(1, 0) == 16
+    assert db.apply_local_retention({1: hour}, {}, {1: 15}) == {}
+    assert db.apply_local_retention({1: hour}, {}, {1: 25}) == {1: 20}  # whole entries only
+    assert db.drop_partitions() == [2]
+    assert lsns_of(db, 1) == list(range(21, 32))
+    # A log with no tiered point keeps everything, whatever its retention.
+    assert db.apply_local_retention({1: 0}, {}, {1: 0}) == {}
+
+
 def test_space_retention_trims_the_oldest_entries(opener: Opener, db: LogsDB) -> None:
     for i in range(4):  # four partitions of 10 records of 1000 B
         db.write(

@@ -33,19 +33,24 @@ class FakeDB:
 
     release: dict[int, int] = attrs.Factory(dict)
     stored: int = 100 * E1
+    floor: dict[int, int] = attrs.Factory(dict)
 
     def read_windows(self, log_id: int, step: ReadFrom, core: ReadStreamCore, **_: Any) -> Any:
-        last = min(step.until, step.start + step.max_records - 1)
-        lsns = list(range(step.start, last + 1))
+        first = max(step.start, self.floor.get(log_id, 0) + 1)  # as LogsDB's low point
+        last = min(step.until, first + step.max_records - 1)
+        lsns = list(range(first, last + 1))
         batch = make_batch(lsns, [b"x"] * len(lsns), timestamps_ms=1, flags=[0] * len(lsns))
         got = PackedRead([batch], scanned_to=last)
-        return got, [(batch, step.start, last)]
+        return got, [(batch, first, last)]
 
     def trim_point(self, log_id: int) -> int:
         return 0
 
     def clean_point(self, log_id: int) -> int:
         return 0
+
+    def local_floor(self, log_id: int) -> int:
+        return self.floor.get(log_id, 0)
 
     def release_of(self, log_id: int) -> int:
         return self.release.get(log_id, 0)
@@ -60,6 +65,7 @@ class NoEnds:
 class FakeConn:
     sent: list[ReadRecords] = attrs.Factory(list)
     closed: bool = False
+    protocol: int = 10
     bulk: trio.Lock = attrs.Factory(trio.Lock)
 
     async def send(self, msg: ReadRecords) -> None:
@@ -213,3 +219,29 @@ def test_a_streams_first_read_is_small_and_the_next_ones_full() -> None:
     after = core.step(E1 + 10_000)
     assert isinstance(after, ReadFrom)
     assert after.max_bytes == READ_BATCH_BYTES
+
+
+async def test_a_local_floor_is_said_and_an_older_reader_is_refused_below_it() -> None:
+    """A tiered log's copies at or below the node's local floor are in the
+    object store: the stream sends what is above it and says where the floor
+    is, so the reader reads the rest there; a reader of protocol 9, which
+    would take those LSNs for missing, is refused below the floor."""
+    db = FakeDB({1: E1 + 50}, floor={1: E1 + 20})
+    conn = FakeConn()
+    async with trio.open_nursery() as nursery:
+        reads = ReadStreams(1, db, NoEnds(), METRICS, nursery)  # type: ignore[arg-type]
+        reads.start(conn, start(1, stream=1))  # type: ignore[arg-type]
+        await settle()
+        lsns = [lsn for m in conn.sent for b in m.batches for lsn in b.lsns()]
+        assert lsns == list(range(E1 + 21, E1 + 51))
+        assert {m.local_floor for m in conn.sent} == {E1 + 20}
+        old = FakeConn(protocol=9)
+        with pytest.raises(LogstrandError) as err:
+            reads.start(old, start(1, stream=2))  # type: ignore[arg-type]
+        assert err.value.status == Status.NOTSUPPORTED
+        above = StartRead(3, 1, 1, E1 + 21, 2**64 - 1, 1000, False, ())
+        reads.start(old, above)  # type: ignore[arg-type]
+        await settle()
+        assert old.sent
+        assert {m.local_floor for m in old.sent} == {0}
+        nursery.cancel_scope.cancel()

@@ -52,6 +52,8 @@ class FakeNode:
     records: dict[int, tuple[tuple[int, ...], bytes, int]] = attrs.Factory(dict)
     release: int = LSN_MAX - 1
     trim: int = 0
+    #: A tiered log's local floor: the copies at or below it are gone from here.
+    floor: int = 0
     stream: StartStream | None = None
     pos: int = 0
     credit: int = 0
@@ -68,7 +70,8 @@ class FakeNode:
         if self.pos > limit:
             return False
         out, scanned_to, bad = [], limit, []
-        for n in sorted(x for x in self.records if self.pos <= x <= limit and x > self.trim):
+        low = max(self.trim, self.floor)
+        for n in sorted(x for x in self.records if self.pos <= x <= limit and x > low):
             if len(out) >= min(self.credit, batch_max):
                 scanned_to = n - 1
                 break
@@ -88,7 +91,9 @@ class FakeNode:
         )
         self.credit -= len(out)
         self.pos = scanned_to + 1
-        core.on_records(self.node_id, s.generation, self.pos, self.trim, views(batch), now, 0, bad)
+        core.on_records(
+            self.node_id, s.generation, self.pos, self.trim, views(batch), now, 0, bad, self.floor
+        )
         return True
 
 
@@ -106,6 +111,9 @@ def run(
         core.poll(now)
         got, actions = core.take()
         items += got
+        span = core.take_tiered()
+        if span is not None:  # the shell reads these from the object store
+            items.append(("tiered", *span))
         for a in actions:
             node = nodes[a.node_id]
             if isinstance(a, StartStream):
@@ -273,6 +281,24 @@ def test_trim_hole_and_bridge_records() -> None:
         (GapType.BRIDGE, lsn(1, 11), E2),
     ]
     assert [x for x, _ in records_of(items)][-1] == lsn(2, 1)
+
+
+def test_a_local_floor_sends_the_reader_to_the_object_store_first() -> None:
+    """One node's local floor is enough: the LSNs at or below it are read
+    from the object store (the shell's part) before anything after them, and
+    never called missing, although that node sends none of them."""
+    for seed in range(20):
+        rng = random.Random(seed)
+        copies = {lsn(1, i): tuple(rng.sample([1, 2, 3], 2)) for i in range(1, 31)}
+        nodes = cluster(copies)
+        nodes[rng.choice([1, 2, 3])].floor = lsn(1, 10)  # the others have not dropped yet
+        core = ReaderCore(7, 1, lsn(1, 30), (1, 2, 3), 2)
+        items = run(core, nodes, rng)
+        tiered = [x for x in items if isinstance(x, tuple)]
+        assert tiered == [("tiered", E1 | 1, lsn(1, 10))]
+        rest = items[items.index(tiered[0]) + 1 :]
+        assert [x for x, _ in records_of(rest)] == list(range(lsn(1, 11), lsn(1, 31)))
+        assert gaps_of(items) == []
 
 
 def test_a_stalled_node_is_routed_around() -> None:

@@ -180,3 +180,21 @@ def test_a_tier_read_that_makes_no_sense_is_refused_off_the_wire(
     raw = cbor2.dumps([TierRead.TYPE_ID, 1, 7, start, until, max_bytes])
     with pytest.raises(ProtocolError, match=why):
         decode_body(raw)
+
+
+async def test_a_reader_past_the_kept_tiered_point_reads_it_again() -> None:
+    """A reader sent by a node's local floor knows of a tiered point newer
+    than the one this node keeps: the node reads the record again rather
+    than answer "nothing there", and a cache too small for a block still
+    answers."""
+    objects, docs = _Objects(), _Docs()
+    _segment(objects, docs, "a", L, 30)
+    server = TierServer(objects, _View(docs), cache_bytes=0)  # type: ignore[arg-type]
+    reply = await server.answer(TierRead(1, 7, L, 2**63, 64 * 1024))
+    assert _lsns(reply)[0] == L
+    _segment(objects, docs, "b", L + 3000, 30)  # recorded since: the kept state is stale
+    reply = await server.answer(TierRead(2, 7, L + 3000, 2**63, 64 * 1024))
+    assert reply.status == Status.OK
+    assert reply.tier_point == docs.point
+    assert _lsns(reply)[0] == L + 3000
+    assert reply.next_lsn > L + 3000

@@ -30,7 +30,7 @@ class _Committer:
     def logs(self) -> list[int]:
         return list(range(1, LOGS + 1))
 
-    def maintain(self, trims: Any, retention: Any, space: Any) -> None:
+    def maintain(self, _: Any, trims: Any, retention: Any, space: Any, local: Any) -> None:
         self.passes.append((dict(trims), dict(retention or {}), dict(space or {})))
         self.between(len(self.passes))
         if len(self.passes) == self.wanted:
@@ -47,7 +47,8 @@ def _view(store: SqliteEpochStore, ranges: list[LogRange]) -> Any:
 
 async def _passes(store: SqliteEpochStore, ranges: list[LogRange], committer: _Committer) -> None:
     options = types.SimpleNamespace(maintenance_s=0.001)
-    upkeep = Upkeep(1, options, committer, None, _view(store, ranges), "")  # type: ignore[arg-type]
+    view = _view(store, ranges)
+    upkeep = Upkeep(1, options, committer, None, view, "", apply=committer.maintain)  # type: ignore[arg-type]
     with committer.scope:
         await upkeep.maintain()
 

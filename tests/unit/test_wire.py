@@ -497,14 +497,15 @@ def test_many_logs_messages_refuse_what_they_cannot_carry() -> None:
 
 
 def test_version_negotiation() -> None:
-    assert choose_version(1, 10) == 9
+    assert choose_version(1, 11) == 10
+    assert choose_version(3, 9) == 9  # a node that does not say its local floor
     assert choose_version(3, 8) == 8  # a node without TierRead
     assert choose_version(3, 7) == 7  # a node without TxnRequest
     assert choose_version(3, 6) == 6  # a node without GroupHeartbeat
     assert choose_version(3, 5) == 5  # a node without StoreMany
     assert choose_version(3, 4) == 4  # a node without Renew
     assert choose_version(3, 3) == 3  # a node without GetTails and AppendMany
-    assert choose_version(10, 11) is None
+    assert choose_version(11, 12) is None
     assert choose_version(1, 2) is None
 
 
@@ -538,3 +539,17 @@ def test_a_frame_of_big_batches_is_cbor2s_frame_and_decodes() -> None:
     dec = FrameDecoder()
     dec.feed(frame)
     assert dec.next_message() == msg
+
+
+def test_trailing_fields_at_their_default_are_not_sent() -> None:
+    """A field added at a message's end reaches a peer of an older protocol
+    (which refuses a message with more fields than it knows) only when it
+    says something: a ``ReadRecords`` with no local floor is what a reader
+    of protocol 9 decodes."""
+    plain = ReadRecords(1, 1, 0, 5, 0)
+    body = encode_body(plain)
+    assert decode_body(body) == plain
+    assert len(cbor2.loads(body)) == 1 + 5  # the type and the fields without a default
+    floored = ReadRecords(1, 1, 0, 5, 0, local_floor=4)
+    assert len(cbor2.loads(encode_body(floored))) == 1 + len(attrs.fields(ReadRecords))
+    assert decode_body(encode_body(floored)) == floored

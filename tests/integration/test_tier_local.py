@@ -1,0 +1,187 @@
+"""Tiered storage's local drop, through a real cluster and a real S3 API
+(moto's server): once a tiered log's records are in objects and older than
+its ``--local-retention``, the nodes drop their copies (whole partitions),
+and every reader still gets them all, in order and the same: ``read``,
+``read_many`` and a Kafka consumer's Fetch.  That they come from the object
+store, not from copies left somewhere, shows when the store goes away."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+
+import logstrand
+from logstrand.epochstore import open_epoch_store
+from logstrand.errors import LogstrandError
+from logstrand.testing import LocalCluster, MotoServer, moto_available
+from logstrand.testing._moto import CREDENTIALS
+from logstrand.types import LSN_OLDEST, Gap, Record
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+pytestmark = pytest.mark.skipif(not moto_available(), reason="moto[server] is not installed")
+
+
+def _wait(what: str, done: Callable[[], bool], timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
+        time.sleep(0.2)
+
+
+def _cli(c: LocalCluster, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "logstrand", *args, "--url", c.url],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _records(items: list[Record | Gap]) -> list[Record]:
+    return [i for i in items if isinstance(i, Record)]
+
+
+def test_dropped_copies_are_read_from_the_objects_by_every_reader(tmp_path: Path) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    creds = tmp_path / "creds"
+    creds.write_text("".join(f"{k}={v}\n" for k, v in CREDENTIALS.items()))
+    with MotoServer(tmp_path) as moto:
+        moto.create_bucket("tier")
+        # No cache: what a reader gets below the floors comes from the store.
+        args = ("--tier-url", "s3://tier/local", "--tier-endpoint", moto.endpoint,
+                "--tier-credentials", str(creds), "--tier-interval", "0.3",
+                "--tier-object-size", "64KiB", "--tier-cache", "0", "--partition-duration", "1s",
+                "--maintenance-interval", "0.3", "--compaction-interval", "0")  # fmt: skip
+        with LocalCluster(tmp_path / "c", nodes=3, kafka=True, node_args=args) as c:
+            admin = AdminClient({"bootstrap.servers": c.kafka_bootstrap})
+            for future in admin.create_topics([NewTopic("cold", 1, 2)]).values():
+                future.result(30)
+            with open_epoch_store(c.url) as store:
+                log = store.log_range_named("cold").first
+            _cli(c, "logs", "update", str(log), "--tier-after", "1s", "--local-retention", "1s")
+            with logstrand.connect(c.url) as client:
+                lsns: list[int] = []
+                for i in range(4):  # four partitions' worth, 1.2 s apart
+                    payloads = [b"cold %d.%d " % (i, j) + bytes(200) for j in range(200)]
+                    keys = [b"k%d" % (j % 5) for j in range(200)]
+                    headers = [[("n", b"%d" % j)] for j in range(200)]
+                    lsns += client.append_batch(log, payloads, keys=keys, headers=headers)
+                    time.sleep(1.2)
+                before = list(client.read(log, LSN_OLDEST, lsns[-1]))
+                assert [r.lsn for r in _records(before)] == lsns
+
+                def dropped() -> int:
+                    name = "logstrand_partitions_dropped_total"
+                    return sum(c.metric(n, name, 0.0) > 0 for n in (1, 2, 3))
+
+                # The nodes drop what is tiered and a second old: whole
+                # partitions, the newest always kept.  Both copies' holders
+                # at least (the topic's nodeset may have two nodes or three).
+                _wait("the nodes dropped tiered partitions", lambda: dropped() >= 2)
+
+                def tier_reads() -> float:  # blocks the nodes read for readers
+                    names = ("logstrand_tier_cache_hits_total", "logstrand_tier_cache_misses_total")
+                    return sum(c.metric(n, name, 0.0) for n in (1, 2, 3) for name in names)
+
+                ahead = tier_reads()
+
+                # read: from the objects below the nodes' floors, then the nodes.
+                got = list(client.read(log, LSN_OLDEST, lsns[-1]))
+                assert _records(got) == _records(before)
+                assert tier_reads() > ahead
+                ahead = tier_reads()
+                assert [g for g in got if isinstance(g, Gap)] == [
+                    g for g in before if isinstance(g, Gap)
+                ]
+                # read_many had no tier phase of its own: the nodes' floors send it there.
+                many = [r for _, r in client.read_many({log: LSN_OLDEST}, until=lsns[-1])]
+                assert _records(many) == _records(before)
+                assert tier_reads() > ahead
+
+                # A Kafka consumer's Fetch: every offset, key, value and header.
+                consumer = Consumer(
+                    {"bootstrap.servers": c.kafka_bootstrap, "group.id": "cold-r",
+                     "enable.auto.commit": False, "auto.offset.reset": "earliest"}
+                )  # fmt: skip
+                try:
+                    consumer.assign([TopicPartition("cold", 0, 0)])
+                    fetched = []
+                    deadline = time.monotonic() + 60
+                    while len(fetched) < len(lsns) and time.monotonic() < deadline:
+                        m = consumer.poll(0.2)
+                        if m is not None:
+                            assert m.error() is None, m.error()
+                            fetched.append((m.key(), m.value(), m.headers()))
+                finally:
+                    consumer.close()
+                want = [(r.key, r.payload, list(r.headers)) for r in _records(before)]
+                assert fetched == want
+
+                # The store gone: what the nodes dropped cannot be read (an
+                # error, never a silent skip); appends and fresh records go on.
+                moto.stop()
+                with pytest.raises(LogstrandError, match="tiered records"):
+                    list(client.read(log, LSN_OLDEST, lsns[-1]))
+                fresh = client.append_batch(log, [b"fresh"] * 10)
+                kept = list(client.read(log, fresh[0], fresh[-1]))
+                assert [r.lsn for r in _records(kept)] == fresh
+
+
+def test_a_rebuilt_node_recreates_no_tiered_copy(tmp_path: Path) -> None:
+    """A node loses its disk and is rebuilt: the copies of a log that keeps
+    less on the nodes (``--local-retention``) at or below its tiered point
+    are in the object store, so the donors re-create only the copies above
+    it; every record still reads back, also with another node down."""
+    from logstrand.logsdb import LogsDB
+
+    creds = tmp_path / "creds"
+    creds.write_text("".join(f"{k}={v}\n" for k, v in CREDENTIALS.items()))
+    with MotoServer(tmp_path) as moto:
+        moto.create_bucket("tier")
+        # A long local retention: the nodes still hold every copy, so only
+        # the donors' rule keeps the tiered ones from being re-created.
+        args = ("--tier-url", "s3://tier/rebuilt", "--tier-endpoint", moto.endpoint,
+                "--tier-credentials", str(creds), "--tier-interval", "0.3",
+                "--rebuild-settle", "0.5")  # fmt: skip
+        with LocalCluster(tmp_path / "c", nodes=4, node_args=args) as c:
+            _cli(c, "logs", "create", "1", "--replication", "2", "--tier-after", "1s",
+                 "--local-retention", "1h")  # fmt: skip
+            with logstrand.connect(c.url) as client:
+                old = [x for _ in range(5) for x in client.append_batch(1, [b"o" * 300] * 100)]
+                with open_epoch_store(c.url) as store:
+                    _wait("log 1 tiered", lambda: store.tier_points([1])[1] >= old[-1])
+                    point = store.tier_points([1])[1]
+                # Nothing more moves: the tiered point stays where it is.
+                _cli(c, "logs", "update", "1", "--tier-after", "1h")
+                new = client.append_batch(1, [b"n" * 300] * 100)
+                # A node holding copies of both kinds (log 1's nodeset may
+                # leave a node out).
+                lost = min(s.node_id for s in client.log_directory(1) if s.last_lsn > point)
+            c.stop_node(lost)
+            with LogsDB.open(c.nodes[lost].data_dir) as db:
+                held = [r.lsn for r in db.iter_records(1)]
+            above = [x for x in held if x > point]
+            assert len(held) > len(above) > 0
+            c.wipe_node(lost)
+            done = subprocess.run(
+                [sys.executable, "-m", "logstrand", "rebuild", str(lost), "--wait", "--json",
+                 "--url", c.url],
+                capture_output=True, text=True, timeout=120, check=False,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            out = json.loads(done.stdout.strip().splitlines()[-1])
+            assert out["last"]["records"] == len(above)
+            c.kill_node(next(n for n in (1, 2, 3, 4) if n != lost))
+            with logstrand.connect(c.url) as client:
+                got = _records(list(client.read(1, LSN_OLDEST, new[-1])))
+            assert [r.lsn for r in got] == old + new
