@@ -8,7 +8,7 @@ from typing import Any
 import typer
 
 from ..errors import InvalidArgumentError
-from ._common import fail, keyword, size_option
+from ._common import duration_option, fail, keyword, size_option
 
 TIER_OPTIONS = (
     keyword(
@@ -50,6 +50,14 @@ TIER_OPTIONS = (
         "64MiB",
         typer.Option(help="About how large a tiered object grows."),
     ),
+    keyword(
+        "tier_orphan_age",
+        str,
+        "1h",
+        typer.Option(
+            help="Delete an object that no segment names (an upload cut short) once this old."
+        ),
+    ),
 )
 
 
@@ -72,4 +80,5 @@ def tier_extension(params: dict[str, Any]) -> Any:
     size = size_option(params["tier_object_size"], "--tier-object-size")
     if size < 1024:
         fail("--tier-object-size: at least 1KiB")
-    return Tiering(TierOptions(target, cache, params["tier_interval"], size))
+    orphan_ms = duration_option(params["tier_orphan_age"], "--tier-orphan-age") or 0
+    return Tiering(TierOptions(target, cache, params["tier_interval"], size, orphan_ms / 1000))

@@ -50,6 +50,8 @@ if TYPE_CHECKING:
     from ._columns import ColumnBatch
 
 _log = logging.getLogger("logstrand.client")
+#: Reads of the object store one turn makes at most before it returns.
+TIER_STEPS_PER_TURN = 4
 _stream_ids = itertools.count(1)
 RECONNECT_S = 1.0
 #: The soonest a reader reads its log's placement again.
@@ -310,15 +312,22 @@ class ReadStream:
         if authority is not self._authority:
             self._authority = authority
             core.set_authority(authority.empty, authority.untrusted)
-        if self._tier_span is not None:
-            return await self._tier_turn()
-        core.poll(now)
-        items, core.items = core.items, []
-        self._tier_span = core.take_tiered()
-        await self._act(core)
-        if not items and self._tier_span is not None:
-            return await self._tier_turn()
-        return items
+        out: list[Item] = []
+        for _ in range(TIER_STEPS_PER_TURN):
+            if self._tier_span is not None:
+                out += await self._tier_turn()
+                if self._tier_span is not None:
+                    return out  # the rest at the next turn (``deadline``)
+            # The core is polled after a span ends in the same turn: it may
+            # hold what comes after it, and no message need come to say so.
+            core.poll(now)
+            out += core.items
+            core.items = []
+            self._tier_span = core.take_tiered()
+            await self._act(core)
+            if self._tier_span is None or out:
+                break
+        return out
 
     async def _tier_turn(self) -> list[Item]:
         assert self._tier_span is not None

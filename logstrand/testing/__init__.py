@@ -8,6 +8,7 @@ from ._netcluster import NetCluster
 from ._netns import Network
 from ._ports import free_port
 from ._procs import cpu_s, rss_mb
+from ._s3_faults import S3Faults
 from ._zookeeper import ZooKeeperServer, zookeeper_available
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "MotoServer",
     "NetCluster",
     "Network",
+    "S3Faults",
     "ZooKeeperServer",
     "cpu_s",
     "free_port",

@@ -35,6 +35,8 @@ class TierOptions:
     interval_s: float = 30.0
     #: About how large an object grows (``--tier-object-size``).
     object_bytes: int = 64 * 1024 * 1024
+    #: An object no segment names is deleted once this old (``--tier-orphan-age``).
+    orphan_age_s: float = 3600.0
 
 
 class TierHost(Protocol):
@@ -72,7 +74,7 @@ class Tiering:
         self.server = TierServer(store, host.view, o.cache_bytes)
         host.register(TierRead, self.server.handle)
         self.offload = offload = Offload(
-            store, host.view, host.node_id, o.object_bytes, host.clock_ms
+            store, host.view, host.node_id, o.object_bytes, host.clock_ms, o.orphan_age_s
         )
         registry = getattr(getattr(host, "metrics", None), "registry", None)
         collector = _Collector(self)
@@ -109,6 +111,7 @@ class _Collector:
                 ("records", s.records, "Records in the objects this node uploaded."),
                 ("failures", s.failures, "Offloads of a log that failed (retried)."),
                 ("deleted", s.deleted, "Objects deleted after a trim."),
+                ("orphans", s.orphans, "Objects deleted that no segment named."),
             ):
                 yield CounterMetricFamily(f"logstrand_tier_offload_{name}", text, value=value)
         if server is not None:

@@ -170,15 +170,26 @@ class ObjectStore:
 
     def names(self, under: str = "") -> list[str]:
         """The names of the objects under ``under`` (below the prefix)."""
+        return [name for name, _ in self.listing(under)]
+
+    def listing(self, under: str = "") -> list[tuple[str, float]]:
+        """The names of the objects under ``under`` (below the prefix), each
+        with when it was last written (seconds since the epoch)."""
         import obstore
 
         base = self.target.key(under) if under else self.target.prefix
-        out: list[str] = []
-        for chunk in self._call(obstore.list, base or None):
-            for meta in chunk:
-                path = str(meta["path"])
-                out.append(path[len(self.target.prefix) + 1 :] if self.target.prefix else path)
-        return out
+        skip = len(self.target.prefix) + 1 if self.target.prefix else 0
+
+        def pages(store: Any) -> list[tuple[str, float]]:
+            # The listing is lazy: its requests (and their errors) happen
+            # while it is walked, so the walk is inside ``_call``.
+            return [
+                (str(meta["path"])[skip:], meta["last_modified"].timestamp())
+                for chunk in obstore.list(store, base or None)
+                for meta in chunk
+            ]
+
+        return self._call(pages)  # type: ignore[no-any-return]
 
 
 @attrs.define

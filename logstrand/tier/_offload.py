@@ -19,17 +19,26 @@ object no segment names.
 
 A trim drops the segments below it from the record, and their objects
 from the store, in the owner's next round.
+
+Orphans: an object no segment names (its node was killed after the PUT
+and before the record, or failed to delete it) and older than
+``orphan_age_s`` (an upload in flight is younger) is deleted.  Each
+round looks at ``SWEEP_LOGS`` of the logs the node owns, the next ones
+after the last round's: a round's cost does not grow with the logs, and
+every log is looked at in turn.
 """
 
 from __future__ import annotations
 
 import logging
 import secrets
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
+from ..epochstore import SegmentField as F
 from ..errors import LogstrandError
 from ..placement import rendezvous_owner
 from ._format import Batch, Entry, GapEntry, build
@@ -41,6 +50,8 @@ if TYPE_CHECKING:
     from ._objects import ObjectStore
 
 _log = logging.getLogger("logstrand.tier")
+#: Logs one round looks at for orphan objects.
+SWEEP_LOGS = 16
 
 
 @attrs.define
@@ -53,6 +64,7 @@ class OffloadStats:
     lost_races: int = 0
     failures: int = 0
     deleted: int = 0
+    orphans: int = 0
 
 
 class Offload:
@@ -65,8 +77,12 @@ class Offload:
         node_id: int,
         object_bytes: int,
         clock_ms: Any,
+        orphan_age_s: float = 3600.0,
     ) -> None:
         self.store = store
+        self.orphan_age_s = orphan_age_s
+        #: The log after which the next sweep for orphans starts.
+        self._swept = 0
         self.view = view
         self.node_id = node_id
         self.object_bytes = object_bytes
@@ -76,8 +92,11 @@ class Offload:
         self._trim_seq = -1
 
     def owned(self) -> list[tuple[int, int]]:
-        """``(log, tier_after_ms)`` of the tiered logs this node owns now."""
-        weights = self.view.storage_weights()
+        """``(log, tier_after_ms)`` of the tiered logs this node owns now:
+        over the storage nodes up, so that a log whose owner is down (or
+        killed mid-upload) is uploaded by the next one."""
+        up = self.view.up
+        weights = {n: w for n, w in self.view.storage_weights().items() if n in up}
         out = []
         for r in self.view.ranges:
             after = r.attributes.tier_after_ms
@@ -126,6 +145,37 @@ class Offload:
                 _log.exception("tier: log %d: the offload failed", log)
         if not undropped:  # else the feed is read from where it was again
             self._trim_seq = seq
+        try:
+            await self.sweep(logs)
+        except (LogstrandError, ObjectStoreError) as exc:
+            _log.warning("tier: the sweep for orphan objects waits: %s", exc)
+
+    async def sweep(self, logs: list[int]) -> None:
+        """Delete the orphan objects of the next ``SWEEP_LOGS`` of ``logs``
+        (see the module docstring)."""
+        after = [log for log in logs if log > self._swept]
+        batch = (after + [log for log in logs if log <= self._swept])[:SWEEP_LOGS]
+        if not batch:
+            return
+        self._swept = batch[-1]
+        states = await self.view.astore.run(lambda s: {log: s.tier_state(log) for log in batch})
+        old = self.clock_ms() / 1000 - self.orphan_age_s
+        for log in batch:
+            named = {str(seg[F.KEY]) for seg in states[log][1]}
+            listed = await trio.to_thread.run_sync(
+                self.store.listing, f"logs/{log}/", abandon_on_cancel=True
+            )
+            for name, written in listed:
+                if name in named or written > old:
+                    continue
+                # Recorded since the listing?  The record is read again first:
+                # deleting a named object would lose its records.
+                _, segments = await self.view.astore.run(partial(_state_of, log))
+                if any(str(seg[F.KEY]) == name for seg in segments):
+                    continue
+                await trio.to_thread.run_sync(self.store.delete, name, abandon_on_cancel=True)
+                self.stats.orphans += 1
+                _log.warning("tier: log %d: deleted %s, an object no segment names", log, name)
 
     async def drop_trimmed(self, log: int) -> None:
         """Forget the segments a trim left behind, and delete their objects."""
@@ -199,6 +249,10 @@ class Offload:
             log, built.lo, built.hi, key, records, size,
         )  # fmt: skip
         return built.hi
+
+
+def _state_of(log: int, store: Any) -> Any:
+    return store.tier_state(log)
 
 
 def _entry(item: Any) -> tuple[Entry, int]:

@@ -99,9 +99,16 @@ def test_an_unreachable_store_is_an_error_to_retry(tmp_path: Path) -> None:
     from logstrand.testing import free_port
 
     target = TierTarget.parse("s3://tier", f"http://127.0.0.1:{free_port()}", env=CREDENTIALS)
+    store = ObjectStore(target, timeout_s=2)
     with pytest.raises(ObjectStoreError) as caught:
-        ObjectStore(target, timeout_s=2).put("x", b"y")
+        store.put("x", b"y")
     assert not isinstance(caught.value, ObjectMissing)
+    # Each call: a listing's requests happen while it is walked, and an
+    # error there (obstore's own type) once took a node down.
+    for call, args in ((store.size, ("x",)), (store.read, ("x", 0, 1)), (store.names, ("logs",)),
+                       (store.listing, ("logs",)), (store.delete, ("x",))):  # fmt: skip
+        with pytest.raises(ObjectStoreError):
+            call(*args)  # type: ignore[operator]
 
 
 @pytest.mark.parametrize(
