@@ -177,7 +177,12 @@ class Donor:
         release pointer, so they must not hold the run open."""
         held = self.committer.last_lsn(log_id)
         until = await self._released_to(log_id, held)
-        pos = max(walk.logs.get(log_id, 0), tiered.get(log_id, 0)) + 1
+        if tiered.get(log_id, 0) > walk.logs.get(log_id, 0):
+            # Done up to there: those copies are in the objects.  (Progress,
+            # not only a start: a node whose copies are all tiered is not
+            # behind, and must not hold the run open.)
+            walk.logs[log_id] = tiered[log_id]
+        pos = walk.logs.get(log_id, 0) + 1
         if pos <= until:
             await self._walk_log(walk, log_id, pos, until)
         return walk.logs.get(log_id, 0) < held

@@ -7,9 +7,6 @@ deletes the objects below it."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
 from typing import TYPE_CHECKING
 
 import pytest
@@ -18,27 +15,21 @@ import logstrand
 from logstrand.epochstore import SegmentField, open_epoch_store
 from logstrand.testing import LocalCluster, MotoServer, moto_available
 from logstrand.testing._moto import CREDENTIALS
-from logstrand.types import LSN_OLDEST, Gap, GapType, Record
+from logstrand.types import LSN_OLDEST, Gap, GapType
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Iterator
     from pathlib import Path
 
+from .tier_helpers import cli, credentials_file, records, wait
+
 pytestmark = pytest.mark.skipif(not moto_available(), reason="moto[server] is not installed")
-
-
-def _wait(what: str, done: Callable[[], bool], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
-        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
 def tiered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, MotoServer]]:
     root = tmp_path_factory.mktemp("tier")
-    creds = root / "creds"
-    creds.write_text("".join(f"{k}={v}\n" for k, v in CREDENTIALS.items()))
+    creds = credentials_file(root)
     with MotoServer(root) as moto:
         moto.create_bucket("tier")
         args = ("--tier-url", "s3://tier/c1", "--tier-endpoint", moto.endpoint,
@@ -46,15 +37,6 @@ def tiered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalClus
                 "--tier-object-size", "64KiB")  # fmt: skip
         with LocalCluster(root / "cluster", nodes=3, node_args=args) as c:
             yield c, moto
-
-
-def _cli(c: LocalCluster, *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "logstrand", *args, "--url", c.url],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def _tier_state(c: LocalCluster, log: int) -> tuple[int, list[list[object]]]:
@@ -66,7 +48,7 @@ def test_records_move_to_objects_and_read_back_the_same(
     tiered: tuple[LocalCluster, MotoServer],
 ) -> None:
     c, moto = tiered
-    _cli(c, "logs", "create", "1", "--replication", "2", "--tier-after", "1s")
+    cli(c, "logs", "create", "1", "--replication", "2", "--tier-after", "1s")
     with logstrand.connect(c.url) as client:
         lsns: list[int] = []
         for i in range(20):
@@ -76,11 +58,11 @@ def test_records_move_to_objects_and_read_back_the_same(
             lsns += client.append_batch(1, payloads, keys=keys, headers=headers)
         before = list(client.read(1, LSN_OLDEST, lsns[-1]))
         # Everything appended goes to objects once a second old.
-        _wait("log 1 tiered", lambda: _tier_state(c, 1)[0] >= lsns[-1])
+        wait("log 1 tiered", lambda: _tier_state(c, 1)[0] >= lsns[-1])
         point, segments = _tier_state(c, 1)
         assert len(segments) >= 5  # 64 KiB objects of ~660 KB of records
         # What info says of it (the console's log page shows the same).
-        info = json.loads(_cli(c, "info", "1", "--json"))["tier"]
+        info = json.loads(cli(c, "info", "1", "--json"))["tier"]
         assert info["tiered_point"] == point
         assert info["objects"] == len(segments)
         assert (
@@ -89,7 +71,7 @@ def test_records_move_to_objects_and_read_back_the_same(
             >= len(lsns)
         )
         assert info["tiered_bytes"] == sum(int(s[SegmentField.BYTES]) for s in segments)
-        assert "tiered" in _cli(c, "info", "1")
+        assert "tiered" in cli(c, "info", "1")
         from logstrand.tier import ObjectStore, TierTarget
 
         store = ObjectStore(TierTarget.parse("s3://tier/c1", moto.endpoint, env=CREDENTIALS))
@@ -106,22 +88,22 @@ def test_records_move_to_objects_and_read_back_the_same(
             (victim[SegmentField.FIRST], victim[SegmentField.LAST])
         ]
         lost = {lsn for g in gaps for lsn in range(g.lo, g.hi + 1)}
-        assert _records(after) == [r for r in _records(before) if r.lsn not in lost]
-        assert [r.lsn for r in _records(after)] == [x for x in lsns if x not in lost]
+        assert records(after) == [r for r in records(before) if r.lsn not in lost]
+        assert [r.lsn for r in records(after)] == [x for x in lsns if x not in lost]
 
 
 def test_a_trim_deletes_the_objects_below_it(tiered: tuple[LocalCluster, MotoServer]) -> None:
     c, moto = tiered
-    _cli(c, "logs", "create", "2", "--replication", "2", "--tier-after", "1s")
+    cli(c, "logs", "create", "2", "--replication", "2", "--tier-after", "1s")
     with logstrand.connect(c.url) as client:
         lsns = []
         for _ in range(10):
             lsns += client.append_batch(2, [b"x" * 400] * 100)
-        _wait("log 2 tiered", lambda: _tier_state(c, 2)[0] >= lsns[-1])
+        wait("log 2 tiered", lambda: _tier_state(c, 2)[0] >= lsns[-1])
         _, segments = _tier_state(c, 2)
         first = segments[0]
         client.trim(2, int(first[SegmentField.LAST]) + 1)
-        _wait(
+        wait(
             "the trimmed segment forgotten",
             lambda: all(
                 s[SegmentField.KEY] != first[SegmentField.KEY] for s in _tier_state(c, 2)[1]
@@ -132,13 +114,9 @@ def test_a_trim_deletes_the_objects_below_it(tiered: tuple[LocalCluster, MotoSer
         store = ObjectStore(TierTarget.parse("s3://tier/c1", moto.endpoint, env=CREDENTIALS))
         assert str(first[SegmentField.KEY]) not in store.names("logs/2")
         got = list(client.read(2, LSN_OLDEST, lsns[-1]))
-        assert [r.lsn for r in _records(got)] == [
+        assert [r.lsn for r in records(got)] == [
             x for x in lsns if x > first[SegmentField.LAST] + 1
         ]
-
-
-def _records(items: list[Record | Gap]) -> list[Record]:
-    return [i for i in items if isinstance(i, Record)]
 
 
 def test_an_unreachable_store_holds_nothing_up_and_the_offload_catches_up(
@@ -147,8 +125,7 @@ def test_an_unreachable_store_holds_nothing_up_and_the_offload_catches_up(
     """The object store goes away: appends and reads go on, no node falls,
     the failures are counted (the alert's metric); it comes back, and the
     offload catches up by itself."""
-    creds = tmp_path / "creds"
-    creds.write_text("".join(f"{k}={v}\n" for k, v in CREDENTIALS.items()))
+    creds = credentials_file(tmp_path)
     moto = MotoServer(tmp_path)
     moto.start()
     try:
@@ -156,7 +133,7 @@ def test_an_unreachable_store_holds_nothing_up_and_the_offload_catches_up(
         args = ("--tier-url", "s3://tier/c2", "--tier-endpoint", moto.endpoint,
                 "--tier-credentials", str(creds), "--tier-interval", "0.5")  # fmt: skip
         with LocalCluster(tmp_path / "c", nodes=3, node_args=args) as c:
-            _cli(c, "logs", "create", "5", "--replication", "2", "--tier-after", "1s")
+            cli(c, "logs", "create", "5", "--replication", "2", "--tier-after", "1s")
             moto.stop()
             with logstrand.connect(c.url) as client:
                 lsns = []
@@ -167,17 +144,17 @@ def test_an_unreachable_store_holds_nothing_up_and_the_offload_catches_up(
                     name = "logstrand_tier_offload_failures_total"
                     return sum(c.metric(n, name, 0.0) for n in (1, 2, 3))
 
-                _wait("the failed offloads counted", lambda: failures() >= 2)
+                wait("the failed offloads counted", lambda: failures() >= 2)
                 assert all(c.alive(n) for n in (1, 2, 3))
                 assert _tier_state(c, 5)[0] == 0
-                got = _records(list(client.read(5, LSN_OLDEST, lsns[-1])))
+                got = records(list(client.read(5, LSN_OLDEST, lsns[-1])))
                 assert [r.lsn for r in got] == lsns
                 moto.start()  # the same port, empty: as after a long outage
                 moto.create_bucket("tier")
-                _wait(
+                wait(
                     "log 5 tiered once the store is back", lambda: _tier_state(c, 5)[0] >= lsns[-1]
                 )
-                again = _records(list(client.read(5, LSN_OLDEST, lsns[-1])))
+                again = records(list(client.read(5, LSN_OLDEST, lsns[-1])))
                 assert again == got
     finally:
         moto.stop()

@@ -19,42 +19,21 @@ import logstrand
 from logstrand.epochstore import open_epoch_store
 from logstrand.errors import LogstrandError
 from logstrand.testing import LocalCluster, MotoServer, moto_available
-from logstrand.testing._moto import CREDENTIALS
-from logstrand.types import LSN_OLDEST, Gap, Record
+from logstrand.types import LSN_OLDEST, Gap
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from pathlib import Path
 
+from .tier_helpers import cli, credentials_file, records, wait
+
 pytestmark = pytest.mark.skipif(not moto_available(), reason="moto[server] is not installed")
-
-
-def _wait(what: str, done: Callable[[], bool], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
-        time.sleep(0.2)
-
-
-def _cli(c: LocalCluster, *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "logstrand", *args, "--url", c.url],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
-def _records(items: list[Record | Gap]) -> list[Record]:
-    return [i for i in items if isinstance(i, Record)]
 
 
 def test_dropped_copies_are_read_from_the_objects_by_every_reader(tmp_path: Path) -> None:
     from confluent_kafka import Consumer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    creds = tmp_path / "creds"
-    creds.write_text("".join(f"{k}={v}\n" for k, v in CREDENTIALS.items()))
+    creds = credentials_file(tmp_path)
     with MotoServer(tmp_path) as moto:
         moto.create_bucket("tier")
         # No cache: what a reader gets below the floors comes from the store.
@@ -68,7 +47,7 @@ def test_dropped_copies_are_read_from_the_objects_by_every_reader(tmp_path: Path
                 future.result(30)
             with open_epoch_store(c.url) as store:
                 log = store.log_range_named("cold").first
-            _cli(c, "logs", "update", str(log), "--tier-after", "1s", "--local-retention", "1s")
+            cli(c, "logs", "update", str(log), "--tier-after", "1s", "--local-retention", "1s")
             with logstrand.connect(c.url) as client:
                 lsns: list[int] = []
                 for i in range(4):  # four partitions' worth, 1.2 s apart
@@ -78,7 +57,7 @@ def test_dropped_copies_are_read_from_the_objects_by_every_reader(tmp_path: Path
                     lsns += client.append_batch(log, payloads, keys=keys, headers=headers)
                     time.sleep(1.2)
                 before = list(client.read(log, LSN_OLDEST, lsns[-1]))
-                assert [r.lsn for r in _records(before)] == lsns
+                assert [r.lsn for r in records(before)] == lsns
 
                 def dropped() -> int:
                     name = "logstrand_partitions_dropped_total"
@@ -87,7 +66,7 @@ def test_dropped_copies_are_read_from_the_objects_by_every_reader(tmp_path: Path
                 # The nodes drop what is tiered and a second old: whole
                 # partitions, the newest always kept.  Both copies' holders
                 # at least (the topic's nodeset may have two nodes or three).
-                _wait("the nodes dropped tiered partitions", lambda: dropped() >= 2)
+                wait("the nodes dropped tiered partitions", lambda: dropped() >= 2)
 
                 def tier_reads() -> float:  # blocks the nodes read for readers
                     names = ("logstrand_tier_cache_hits_total", "logstrand_tier_cache_misses_total")
@@ -97,7 +76,7 @@ def test_dropped_copies_are_read_from_the_objects_by_every_reader(tmp_path: Path
 
                 # read: from the objects below the nodes' floors, then the nodes.
                 got = list(client.read(log, LSN_OLDEST, lsns[-1]))
-                assert _records(got) == _records(before)
+                assert records(got) == records(before)
                 assert tier_reads() > ahead
                 ahead = tier_reads()
                 assert [g for g in got if isinstance(g, Gap)] == [
@@ -105,7 +84,7 @@ def test_dropped_copies_are_read_from_the_objects_by_every_reader(tmp_path: Path
                 ]
                 # read_many had no tier phase of its own: the nodes' floors send it there.
                 many = [r for _, r in client.read_many({log: LSN_OLDEST}, until=lsns[-1])]
-                assert _records(many) == _records(before)
+                assert records(many) == records(before)
                 assert tier_reads() > ahead
 
                 # A Kafka consumer's Fetch: every offset, key, value and header.
@@ -124,7 +103,7 @@ def test_dropped_copies_are_read_from_the_objects_by_every_reader(tmp_path: Path
                             fetched.append((m.key(), m.value(), m.headers()))
                 finally:
                     consumer.close()
-                want = [(r.key, r.payload, list(r.headers)) for r in _records(before)]
+                want = [(r.key, r.payload, list(r.headers)) for r in records(before)]
                 assert fetched == want
 
                 # The store gone: what the nodes dropped cannot be read (an
@@ -134,7 +113,7 @@ def test_dropped_copies_are_read_from_the_objects_by_every_reader(tmp_path: Path
                     list(client.read(log, LSN_OLDEST, lsns[-1]))
                 fresh = client.append_batch(log, [b"fresh"] * 10)
                 kept = list(client.read(log, fresh[0], fresh[-1]))
-                assert [r.lsn for r in _records(kept)] == fresh
+                assert [r.lsn for r in records(kept)] == fresh
 
 
 def test_a_rebuilt_node_recreates_no_tiered_copy(tmp_path: Path) -> None:
@@ -144,8 +123,7 @@ def test_a_rebuilt_node_recreates_no_tiered_copy(tmp_path: Path) -> None:
     it; every record still reads back, also with another node down."""
     from logstrand.logsdb import LogsDB
 
-    creds = tmp_path / "creds"
-    creds.write_text("".join(f"{k}={v}\n" for k, v in CREDENTIALS.items()))
+    creds = credentials_file(tmp_path)
     with MotoServer(tmp_path) as moto:
         moto.create_bucket("tier")
         # A long local retention: the nodes still hold every copy, so only
@@ -154,19 +132,31 @@ def test_a_rebuilt_node_recreates_no_tiered_copy(tmp_path: Path) -> None:
                 "--tier-credentials", str(creds), "--tier-interval", "0.3",
                 "--rebuild-settle", "0.5")  # fmt: skip
         with LocalCluster(tmp_path / "c", nodes=4, node_args=args) as c:
-            _cli(c, "logs", "create", "1", "--replication", "2", "--tier-after", "1s",
+            # Log 2 is tiered whole: a donor holding only tiered copies is
+            # done with it, not behind (it held the run open once).
+            cli(c, "logs", "create", "1..2", "--replication", "2", "--tier-after", "1s",
                  "--local-retention", "1h")  # fmt: skip
             with logstrand.connect(c.url) as client:
                 old = [x for _ in range(5) for x in client.append_batch(1, [b"o" * 300] * 100)]
+                whole = client.append_batch(2, [b"w" * 300] * 100)
                 with open_epoch_store(c.url) as store:
-                    _wait("log 1 tiered", lambda: store.tier_points([1])[1] >= old[-1])
+
+                    def tiered() -> bool:
+                        points = store.tier_points([1, 2])
+                        return points[1] >= old[-1] and points[2] >= whole[-1]
+
+                    wait("logs 1 and 2 tiered", tiered)
                     point = store.tier_points([1])[1]
-                # Nothing more moves: the tiered point stays where it is.
-                _cli(c, "logs", "update", "1", "--tier-after", "1h")
+                # Nothing more moves: the tiered points stay where they are.
+                cli(c, "logs", "update", "1..2", "--tier-after", "1h")
                 new = client.append_batch(1, [b"n" * 300] * 100)
                 # A node holding copies of both kinds (log 1's nodeset may
                 # leave a node out).
-                lost = min(s.node_id for s in client.log_directory(1) if s.last_lsn > point)
+                segments = client.log_directory(1)
+                lost = min(
+                    {s.node_id for s in segments if s.last_lsn > point}
+                    & {s.node_id for s in segments if s.first_lsn <= point}
+                )
             c.stop_node(lost)
             with LogsDB.open(c.nodes[lost].data_dir) as db:
                 held = [r.lsn for r in db.iter_records(1)]
@@ -183,5 +173,8 @@ def test_a_rebuilt_node_recreates_no_tiered_copy(tmp_path: Path) -> None:
             assert out["last"]["records"] == len(above)
             c.kill_node(next(n for n in (1, 2, 3, 4) if n != lost))
             with logstrand.connect(c.url) as client:
-                got = _records(list(client.read(1, LSN_OLDEST, new[-1])))
+                assert [
+                    r.lsn for r in records(list(client.read(2, LSN_OLDEST, whole[-1])))
+                ] == whole
+                got = records(list(client.read(1, LSN_OLDEST, new[-1])))
             assert [r.lsn for r in got] == old + new
