@@ -6,13 +6,17 @@ bytes``) once the offload has caught up and the local drop has run, against
 the local retention and against the bytes the log's copies would take
 without it (R copies of every byte, over three nodes).
 
-    .venv/bin/python bench/tier_disk.py --gigabytes 1 --local-retention 100MiB
+    .venv/bin/python bench/tier_disk.py --gigabytes 1 --local-retention 100MiB --repeat 3
+
+Each run is a fresh cluster; the medians are of the largest node's size
+over the local retention, and of the offload's time.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -33,10 +37,27 @@ def main() -> None:
     parser.add_argument("--gigabytes", type=float, default=1.0)
     parser.add_argument("--local-retention", default="100MiB")
     parser.add_argument("--settle", type=float, default=120.0, help="seconds to wait at most")
+    parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    keep = parse_size(args.local_retention)
-    total = int(args.gigabytes * 1e9)
+    runs = []
+    for _ in range(args.repeat):
+        runs.append(one_run(args.gigabytes, parse_size(args.local_retention), args.settle))
+        print(json.dumps(runs[-1], indent=2), flush=True)
+    result = {
+        "medians": {
+            k: statistics.median(float(r[k]) for r in runs)  # type: ignore[arg-type]
+            for k in ("largest_node_over_local_retention", "offload_s")
+        },
+        "runs": runs,
+    }
+    print(json.dumps(result["medians"], indent=2))
+    if args.out is not None:
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def one_run(gigabytes: float, keep: int, settle_s: float) -> dict[str, object]:
+    total = int(gigabytes * 1e9)
     with tempfile.TemporaryDirectory() as tmp, MotoServer(tmp) as moto:
         moto.create_bucket("disk")
         creds = Path(tmp) / "creds"
@@ -67,7 +88,7 @@ def main() -> None:
                 return {n: c.metric(n, "logstrand_disk_bytes", 0.0) for n in (1, 2, 3)}
 
             peak = disk()
-            deadline = time.monotonic() + args.settle
+            deadline = time.monotonic() + settle_s
             with open_epoch_store(c.url) as store:
                 while store.tier_points([LOG])[LOG] < last and time.monotonic() < deadline:
                     time.sleep(0.5)
@@ -80,7 +101,7 @@ def main() -> None:
                 time.sleep(5)
                 sizes = disk()
     without = written * 2 / 3  # R=2 copies over three nodes, per node
-    result = {
+    result: dict[str, object] = {
         "written_MB": round(written / 1e6, 1),
         "local_retention_MB": round(keep / 1e6, 1),
         "append_s": round(append_s, 1),
@@ -91,9 +112,7 @@ def main() -> None:
         "disk_MB_without_local_retention_per_node": round(without / 1e6, 1),
         "largest_node_over_local_retention": round(max(sizes.values()) / keep, 2),
     }
-    print(json.dumps(result, indent=2))
-    if args.out is not None:
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    return result
 
 
 if __name__ == "__main__":
