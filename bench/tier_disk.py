@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -100,6 +101,7 @@ def one_run(gigabytes: float, keep: int, settle_s: float) -> dict[str, object]:
                 before = sizes
                 time.sleep(5)
                 sizes = disk()
+            breakdown = _breakdown(c)
     without = written * 2 / 3  # R=2 copies over three nodes, per node
     result: dict[str, object] = {
         "written_MB": round(written / 1e6, 1),
@@ -111,8 +113,30 @@ def one_run(gigabytes: float, keep: int, settle_s: float) -> dict[str, object]:
         "disk_MB_after_drop": {n: round(v / 1e6, 1) for n, v in sizes.items()},
         "disk_MB_without_local_retention_per_node": round(without / 1e6, 1),
         "largest_node_over_local_retention": round(max(sizes.values()) / keep, 2),
+        "where_the_bytes_are": breakdown,
     }
     return result
+
+
+def _breakdown(c: LocalCluster) -> dict[int, dict[str, object]]:
+    """Per node: the log's bytes in each partition it keeps (oldest first),
+    and its data directory's bytes by kind of file (``.blob``: record
+    values, ``.sst``, ``.log``: RocksDB's WAL)."""
+    with logstrand.connect(c.url) as client:
+        segments = client.log_directory(LOG)
+    out: dict[int, dict[str, object]] = {}
+    for n in (1, 2, 3):
+        files: dict[str, float] = {}
+        for root, _, names in os.walk(c.nodes[n].data_dir):
+            for name in names:
+                kind = os.path.splitext(name)[1] or "other"
+                size = os.path.getsize(os.path.join(root, name))
+                files[kind] = files.get(kind, 0.0) + size / 1e6
+        out[n] = {
+            "log_MB_per_partition": [round(s.bytes / 1e6, 1) for s in segments if s.node_id == n],
+            "files_MB": {k: round(v, 1) for k, v in sorted(files.items()) if v >= 0.1},
+        }
+    return out
 
 
 if __name__ == "__main__":
