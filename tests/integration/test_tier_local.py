@@ -79,9 +79,8 @@ def test_dropped_copies_are_read_from_the_objects_by_every_reader(tmp_path: Path
                 assert records(got) == records(before)
                 assert tier_reads() > ahead
                 ahead = tier_reads()
-                assert [g for g in got if isinstance(g, Gap)] == [
-                    g for g in before if isinstance(g, Gap)
-                ]
+                # (A read from LSN 1 once met a TRIM gap below e1n1 there.)
+                assert [g for g in got if isinstance(g, Gap)] == []
                 # read_many had no tier phase of its own: the nodes' floors send it there.
                 many = [r for _, r in client.read_many({log: LSN_OLDEST}, until=lsns[-1])]
                 assert records(many) == records(before)
