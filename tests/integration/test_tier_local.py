@@ -145,7 +145,8 @@ def test_a_rebuilt_node_recreates_no_tiered_copy(tmp_path: Path) -> None:
                         return points[1] >= old[-1] and points[2] >= whole[-1]
 
                     wait("logs 1 and 2 tiered", tiered)
-                    point = store.tier_points([1])[1]
+                    points = store.tier_points([1, 2])
+                    point = points[1]
                 # Nothing more moves: the tiered points stay where they are.
                 cli(c, "logs", "update", "1..2", "--tier-after", "1h")
                 new = client.append_batch(1, [b"n" * 300] * 100)
@@ -159,8 +160,13 @@ def test_a_rebuilt_node_recreates_no_tiered_copy(tmp_path: Path) -> None:
             c.stop_node(lost)
             with LogsDB.open(c.nodes[lost].data_dir) as db:
                 held = [r.lsn for r in db.iter_records(1)]
+                # Every copy the donors must re-create: above each log's
+                # tiered point (a recovery's record may sit above log 2's).
+                others = [r.lsn for r in db.iter_records(2) if r.lsn > points[2]]
+                logs = set(db.logs())
             above = [x for x in held if x > point]
             assert len(held) > len(above) > 0
+            assert logs <= {1, 2}
             c.wipe_node(lost)
             done = subprocess.run(
                 [sys.executable, "-m", "logstrand", "rebuild", str(lost), "--wait", "--json",
@@ -169,7 +175,12 @@ def test_a_rebuilt_node_recreates_no_tiered_copy(tmp_path: Path) -> None:
             )  # fmt: skip
             assert done.returncode == 0, done.stderr
             out = json.loads(done.stdout.strip().splitlines()[-1])
-            assert out["last"]["records"] == len(above)
+            # No copy at or below the tiered points (the node held
+            # len(held) copies of log 1; all were re-created before).  The
+            # count is a bound, not a number: a recovery's bridge record
+            # above log 2's point may or may not be servable yet, and the
+            # CLI's last figures may come before every donor reported.
+            assert out["last"]["records"] <= len(above) + len(others)
             c.kill_node(next(n for n in (1, 2, 3, 4) if n != lost))
             with logstrand.connect(c.url) as client:
                 assert [
