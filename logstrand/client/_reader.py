@@ -125,19 +125,20 @@ class ReadStream:
     #: or a ``ManyReader``'s mailbox (which then drives the stream).
     inbox: Inbox | None = attrs.field(default=None, kw_only=True)
     _inbox: trio.MemoryReceiveChannel[Any] | None = attrs.field(init=False, default=None)
-    #: The records below the log's tiered point, read through a node before
-    #: the nodes' streams open (``_tier_reads``); None once past them.
-    _tier: TierReads | None = attrs.field(init=False, default=None)
+    #: The log's records in the object store (``_tier_reads``): those below
+    #: its tiered point, read before the nodes' streams open (while
+    #: ``_tier_first``), and the spans the nodes' local floors leave there.
+    _tier: TierReads = attrs.field(init=False)
+    _tier_first: bool = attrs.field(init=False, default=True)
     #: LSNs the nodes' streams left to the object store (their local
     #: floors: ``ReaderCore.take_tiered``), still to read; None: none.
     _tier_span: tuple[int, int] | None = attrs.field(init=False, default=None)
-    _tier_reads: TierReads = attrs.field(init=False)
     _started: bool = attrs.field(init=False, default=False)
 
     def __attrs_post_init__(self) -> None:
         if self.inbox is None:
             self.inbox, self._inbox = trio.open_memory_channel[Any](INBOX_MAX)
-        self._tier = self._tier_reads = TierReads(self.admin, self.links, self.log_id)
+        self._tier = TierReads(self.admin, self.links, self.log_id)
 
     def finished(self, core: ReaderCore) -> bool:
         """Is everything up to the read's end delivered?"""
@@ -158,18 +159,17 @@ class ReadStream:
     async def _tiered(self) -> list[Item]:
         """The next items below the log's tiered point ([]: none left; the
         nodes' streams go on from ``start``)."""
-        tier = self._tier
-        if tier is None:
+        if not self._tier_first:
             return []
         await self._start()
         until = self.until_arg if isinstance(self.until_arg, int) else LSN_MAX
-        step = await tier.step(self.start, until)
+        step = await self._tier.step(self.start, until)
         if step is None:
-            self._tier = None
+            self._tier_first = False
             return []
         items, self.start = step
         if self.start > until:
-            self._tier = None
+            self._tier_first = False
         return items
 
     async def _open(self) -> ReaderCore:
@@ -279,7 +279,7 @@ class ReadStream:
         if self.cursor is not None:
             await self.cursor.next_requested()
         try:
-            if self.core is None and self._tier is not None:
+            if self.core is None and self._tier_first:
                 tiered = await self._tiered()
                 if tiered:
                     return tiered
@@ -331,7 +331,7 @@ class ReadStream:
 
     async def _tier_turn(self) -> list[Item]:
         assert self._tier_span is not None
-        items, self._tier_span = await self._tier_reads.span(*self._tier_span)
+        items, self._tier_span = await self._tier.span(*self._tier_span)
         return items
 
     def deadline(self, core: ReaderCore, now: float) -> float:

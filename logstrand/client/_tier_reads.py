@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import LogstrandError, Status
 from ..placement import rendezvous_rank
-from ..types import GapType, compose_lsn
+from ..types import GapType
 from ..wire import TIER_PROTOCOL, TierRead, TierReadReply
 from ._reader_parts import GapItem, Item
 from ._views import BatchView, RecordRun
@@ -27,8 +27,6 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("logstrand.client")
 
-#: The first LSN a log can hold.
-LSN_FIRST = compose_lsn(1, 1)
 #: Bytes of records one ``TierRead`` asks for.
 TIER_READ_BYTES = 4 * 1024 * 1024
 #: How long a node may take to read an object for an answer.
@@ -50,9 +48,6 @@ class TierReads:
         when ``start`` is past the tiered point (or ``until``): the nodes'
         streams have it."""
         log = self.log_id
-        # Nothing exists below e1n1 (as the reader core starts there): a node
-        # would call the LSNs below its first object trimmed.
-        start = max(start, LSN_FIRST)
         if self.point is None:
             # Only a tiered log's reader reads its tiered point (one more
             # read of the epoch store); any other's reads as ever.

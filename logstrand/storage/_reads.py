@@ -123,13 +123,12 @@ class ReadStreams:
                 "(the node's --read-streams-per-connection)",
                 Status.OVERLOADED,
             )
-        if conn.protocol < LOCAL_FLOOR_PROTOCOL and msg.start_lsn <= self.db.local_floor(
-            msg.log_id
-        ):
+        floor = self.db.local_floor(msg.log_id)
+        if conn.protocol < LOCAL_FLOOR_PROTOCOL and msg.start_lsn <= floor:
             # Such a reader would take the LSNs this node keeps no more for
             # missing: it is told it cannot read them, not shown a hole.
             raise LogstrandError(
-                f"log {msg.log_id}: LSNs up to {format_lsn(self.db.local_floor(msg.log_id))} "
+                f"log {msg.log_id}: LSNs up to {format_lsn(floor)} "
                 "are in the object store; a reader of protocol 10 or later reads them",
                 Status.NOTSUPPORTED,
             )

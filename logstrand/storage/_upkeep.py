@@ -136,17 +136,9 @@ class Upkeep:
         """The tiered logs' local retention on this node, with their tiered
         points: read for the logs the tier feed names (all of them at the
         first pass), so that a pass reads one document when none moved."""
-        ms: dict[int, int] = {}
-        size: dict[int, int] = {}
-        for r in self.view.ranges:
-            a = r.attributes
-            if not keeps_less_locally(a):
-                continue
-            for log in in_range(logs, r.first, r.last):
-                if a.local_retention_ms is not None:
-                    ms.setdefault(log, a.local_retention_ms)
-                if a.local_retention_bytes is not None:
-                    size.setdefault(log, a.local_retention_bytes)
+        ms, size = self._bounds(
+            logs, "local_retention_ms", "local_retention_bytes", tiered_only=True
+        )
         wanted = ms.keys() | size.keys()
         astore = self.view.astore
         seq, changed = await astore.run(lambda s: s.tiers_changed(self._tier_seq))
@@ -165,22 +157,31 @@ class Upkeep:
 
     def _retention(self, logs: AbstractSet[int]) -> tuple[dict[int, int], dict[int, int]]:
         """Each log's time and space retention on this node, from the ranges
-        that set one."""
-        retention: dict[int, int] = {}
-        space: dict[int, int] = {}
+        that set one.  The whole log's bound on every node: LogsDB counts the
+        log's bytes over the LSNs its entries span, not its own copies."""
+        return self._bounds(logs, "retention_ms", "retention_bytes")
+
+    def _bounds(
+        self, logs: AbstractSet[int], ms_name: str, bytes_name: str, *, tiered_only: bool = False
+    ) -> tuple[dict[int, int], dict[int, int]]:
+        """Per log of ``logs``, the bound by time and the bound by bytes that
+        its range's attributes ``ms_name`` and ``bytes_name`` set (in the
+        ranges of tiered logs only, with ``tiered_only``)."""
+        by_ms: dict[int, int] = {}
+        by_bytes: dict[int, int] = {}
         for r in self.view.ranges:
-            attributes = r.attributes
-            if not _kept(attributes):
+            a = r.attributes
+            if tiered_only and a.tier_after_ms is None:
                 continue
-            # The whole log's bound on every node: LogsDB counts the log's
-            # bytes over the LSNs its entries span, not its own copies.
-            ms, size = attributes.retention_ms, attributes.retention_bytes
+            ms, size = getattr(a, ms_name), getattr(a, bytes_name)
+            if ms is None and size is None:
+                continue
             for log in in_range(logs, r.first, r.last):
                 if ms is not None:
-                    retention.setdefault(log, ms)
+                    by_ms.setdefault(log, ms)
                 if size is not None:
-                    space.setdefault(log, size)
-        return retention, space
+                    by_bytes.setdefault(log, size)
+        return by_ms, by_bytes
 
 
 def keeps_less_locally(attributes: LogAttributes) -> bool:

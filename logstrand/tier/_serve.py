@@ -29,7 +29,7 @@ import trio
 from ..batch import PackedBatch
 from ..epochstore import SegmentField as F
 from ..errors import ProtocolError, Status
-from ..types import GapType
+from ..types import GapType, compose_lsn
 from ..wire import PACKED_MAX, TIER_GAPS_MAX, TierReadReply
 from ._format import (
     Batch,
@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from ._objects import ObjectStore
 
 _log = logging.getLogger("logstrand.tier")
+#: The first LSN a log can hold.
+LSN_FIRST = compose_lsn(1, 1)
 #: How long a node keeps a log's segments before it reads them again.
 STATE_TTL_S = 2.0
 #: Objects whose footer and index a node keeps.
@@ -135,7 +137,9 @@ class TierServer:
 
     async def answer(self, msg: TierRead) -> TierReadReply:
         trim, point, segments = await self._state(msg.log_id, msg.start_lsn)
-        start, until = msg.start_lsn, min(msg.until_lsn, point)
+        # Nothing exists below e1n1 (a reader's core starts there too): not
+        # a TRIM gap below the first object.
+        start, until = max(msg.start_lsn, LSN_FIRST), min(msg.until_lsn, point)
         entries: list[Entry] = []
         if start <= min(trim, until):
             # Trimmed: a TRIM gap, as the nodes' streams say (the objects

@@ -198,3 +198,16 @@ async def test_a_reader_past_the_kept_tiered_point_reads_it_again() -> None:
     assert reply.tier_point == docs.point
     assert _lsns(reply)[0] == L + 3000
     assert reply.next_lsn > L + 3000
+
+
+async def test_nothing_below_e1n1_is_called_trimmed() -> None:
+    """A read from LSN 1 (Spark's ranges start there) gets the first
+    records, not a TRIM gap over the LSNs no log can hold: Spark's source
+    failed its query on that gap."""
+    objects, docs = _Objects(), _Docs()
+    first = compose_lsn(1, 1)
+    _segment(objects, docs, "a", first, 2)
+    server = TierServer(objects, _View(docs), cache_bytes=1 << 20)  # type: ignore[arg-type]
+    reply = await server.answer(TierRead(1, 7, 1, 2**63, 1 << 20))
+    assert list(reply.gaps) == []
+    assert _lsns(reply) == list(range(first, first + 200))
