@@ -180,6 +180,8 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
             st.just(tuple(bs)),
             st.lists(u64, min_size=2 * len(bs), max_size=2 * len(bs)).map(tuple),
             u64,
+            # The trailing field, set or at its default (then not sent).
+            local_floor=st.one_of(st.just(0), u64),
         )
     ),
     LogInfo: st.builds(LogInfo, u64, u64),
