@@ -156,6 +156,18 @@ class GapType(enum.IntEnum):
     CHECKSUM_FAIL = 8
 
 
+class SegmentField(enum.IntEnum):
+    """A tiered segment's fields, as the epoch store's lists hold them
+    (``epochstore._tier_docs``)."""
+
+    FIRST = 0
+    LAST = 1
+    KEY = 2
+    BYTES = 3
+    CRC = 4
+    RECORDS = 5
+
+
 class Record(NamedTuple):
     """One record as a reader delivers it.
 

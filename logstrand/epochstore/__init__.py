@@ -7,6 +7,7 @@ picks one from ``zk://host:port/cluster`` or ``sqlite:///path/cluster.db``.
 
 from typing import TYPE_CHECKING
 
+from ..types import SegmentField
 from ._base import EpochStore, Placement
 from ._members import Member, Members, MemberSession, Watch, describe_offset
 from ._model import (
@@ -22,7 +23,6 @@ from ._model import (
     NodeConfig,
 )
 from ._named import NamedCache, NamedLogs, named_logs
-from ._tier_docs import SegmentField
 from ._url import open_epoch_store
 
 if TYPE_CHECKING:

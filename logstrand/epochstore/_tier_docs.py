@@ -15,11 +15,11 @@ moment) record it once, and the one that loses deletes its object.
 
 from __future__ import annotations
 
-import enum
 import json
 from typing import TYPE_CHECKING, Any
 
 from ..records import check_log_id
+from ..types import SegmentField
 from ._log_docs import feed_append, feed_since
 
 if TYPE_CHECKING:
@@ -28,17 +28,6 @@ if TYPE_CHECKING:
 #: The epoch-store document of the tier feed (``tiers_changed``).
 TIER_FEED = "tier-feed"
 TIER_FEED_MAX = 256
-
-
-class SegmentField(enum.IntEnum):
-    """A segment's fields, as its document's lists hold them."""
-
-    FIRST = 0
-    LAST = 1
-    KEY = 2
-    BYTES = 3
-    CRC = 4
-    RECORDS = 5
 
 
 class TierDocs:

@@ -22,24 +22,21 @@ import contextlib
 import datetime
 import os
 import urllib.parse
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from ..errors import InvalidArgumentError
+from . import _steps as steps
 from ._format import (
-    FOOTER_BYTES,
-    Block,
-    CorruptObject,
     Entry,
-    Footer,
     blocks_from,
     entries_from,
     parse_block,
-    parse_footer,
-    parse_index,
 )
+from ._steps import Opened, run_now
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -192,23 +189,15 @@ class ObjectStore:
         return self._call(pages)  # type: ignore[no-any-return]
 
 
-@attrs.define
-class Opened:
-    """A tiered object's footer and index, read once per object."""
-
-    name: str
-    size: int
-    footer: Footer
-    index: list[Block]
-
-
 def open_object(store: ObjectStore, name: str, size: int) -> Opened:
-    """Read ``name``'s footer and index (two ranged reads)."""
-    if size < FOOTER_BYTES:
-        raise CorruptObject(f"{name}: {size} bytes is no tiered object")
-    footer = parse_footer(store.read(name, size - FOOTER_BYTES, FOOTER_BYTES), size)
-    raw = store.read(name, footer.index_offset, footer.index_length)
-    return Opened(name, size, footer, parse_index(raw, footer))
+    """Read ``name``'s footer and index (two ranged reads), blocking."""
+    return run_now(steps.open_object(name, size), partial(perform_blocking, store))  # type: ignore[no-any-return]
+
+
+def perform_blocking(store: ObjectStore, cmd: Any) -> Any:
+    """An ``ObjectCall`` on ``store``, in the caller's thread."""
+    assert isinstance(cmd, steps.ObjectCall), cmd
+    return getattr(store, cmd.method)(*cmd.args)
 
 
 def read_from(store: ObjectStore, opened: Opened, lsn: int, max_bytes: int) -> list[Entry]:

@@ -30,19 +30,20 @@ every log is looked at in turn.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
-from ..epochstore import SegmentField as F
 from ..errors import LogstrandError
 from ..placement import rendezvous_owner
-from ._format import Batch, Entry, GapEntry, build
+from . import _offload_core as core
 from ._objects import ObjectStoreError
+from ._offload_core import OffloadStats
+from ._steps import Command, FindTime, NextItems, ObjectCall, OpenRead, Procedure, StoreCall
 
 if TYPE_CHECKING:
     from ..client import AsyncClient
@@ -53,18 +54,7 @@ _log = logging.getLogger("logstrand.tier")
 #: Logs one round looks at for orphan objects.
 SWEEP_LOGS = 16
 
-
-@attrs.define
-class OffloadStats:
-    """What the offload did, for metrics and tests."""
-
-    objects: int = 0
-    bytes: int = 0
-    records: int = 0
-    lost_races: int = 0
-    failures: int = 0
-    deleted: int = 0
-    orphans: int = 0
+__all__ = ["SWEEP_LOGS", "Offload", "OffloadStats"]
 
 
 class Offload:
@@ -158,109 +148,71 @@ class Offload:
         if not batch:
             return
         self._swept = batch[-1]
-        states = await self.view.astore.run(lambda s: {log: s.tier_state(log) for log in batch})
         old = self.clock_ms() / 1000 - self.orphan_age_s
         for log in batch:
-            named = {str(seg[F.KEY]) for seg in states[log][1]}
-            listed = await trio.to_thread.run_sync(
-                self.store.listing, f"logs/{log}/", abandon_on_cancel=True
-            )
-            for name, written in listed:
-                if name in named or written > old:
-                    continue
-                # Recorded since the listing?  The record is read again first:
-                # deleting a named object would lose its records.
-                _, segments = await self.view.astore.run(partial(_state_of, log))
-                if any(str(seg[F.KEY]) == name for seg in segments):
-                    continue
-                await trio.to_thread.run_sync(self.store.delete, name, abandon_on_cancel=True)
-                self.stats.orphans += 1
-                _log.warning("tier: log %d: deleted %s, an object no segment names", log, name)
+            await self._drive(None, core.sweep_log(self.stats, log, old))
 
     async def drop_trimmed(self, log: int) -> None:
         """Forget the segments a trim left behind, and delete their objects."""
-        astore = self.view.astore
-        trim = await astore.run(lambda s: s.trim_point(log))
-        if not trim:
-            return
-        gone = await astore.run(lambda s: s.drop_tier_segments(log, trim))
-        for key in gone:
-            await trio.to_thread.run_sync(self.store.delete, key, abandon_on_cancel=True)
-            self.stats.deleted += 1
+        await self._drive(None, core.drop_trimmed(self.stats, log))
 
     async def offload(self, client: AsyncClient, log: int, cutoff_ms: int, tail: int) -> None:
         """Upload the log's records past its tiered point, older than
         ``cutoff_ms`` and at or below ``tail``."""
-        astore = self.view.astore
-        point, _ = await astore.run(lambda s: s.tier_state(log))
-        trim = await astore.run(lambda s: s.trim_point(log))
-        start = max(point, trim) + 1
-        if start > tail:
-            return
-        boundary = min(await client.find_time(log, cutoff_ms) - 1, tail)
-        if boundary < start:
-            return
-        expect = point
-        entries: list[Entry] = []
-        size = records = 0
-        async with client.read(log, start, boundary) as stream:
-            while items := await stream.next_runs():
-                for item in items:
-                    entry, n = _entry(item)
-                    entries.append(entry)
-                    records += n
-                    size += len(entry.data) if isinstance(entry, Batch) else 16
-                    if size < self.object_bytes:
-                        continue
-                    won = await self._upload(log, expect, entries, records)
-                    if won is None:
-                        return
-                    expect = won
-                    entries, size, records = [], 0, 0
-        if entries:
-            await self._upload(log, expect, entries, records)
+        up = core.Uploader(self.node_id, self.object_bytes, _token, self.stats)
+        await self._drive(client, core.offload(up, log, cutoff_ms, tail))
 
-    async def _upload(
-        self, log: int, expect: int, entries: list[Entry], records: int
-    ) -> int | None:
-        """Put one object and record it; the new tiered point, or None when
-        another upload of the range won."""
-        built = build(entries, records)
-        key = f"logs/{log}/{built.lo:016x}-{built.hi:016x}-n{self.node_id}-{secrets.token_hex(4)}"
-        await trio.to_thread.run_sync(self.store.put, key, built.data, abandon_on_cancel=True)
-        size = await trio.to_thread.run_sync(self.store.size, key, abandon_on_cancel=True)
-        if size != len(built.data):
-            await trio.to_thread.run_sync(self.store.delete, key, abandon_on_cancel=True)
-            raise ObjectStoreError(f"{key}: {size} bytes stored of {len(built.data)}")
-        won = await self.view.astore.run(
-            lambda s: s.record_tier_segment(
-                log, expect, built.lo, built.hi, key, size, built.crc, records
-            )
-        )
-        if not won:
-            self.stats.lost_races += 1
-            await trio.to_thread.run_sync(self.store.delete, key, abandon_on_cancel=True)
-            return None
-        self.stats.objects += 1
-        self.stats.bytes += size
-        self.stats.records += records
-        _log.info(
-            "tier: log %d: LSNs %d..%d in %s (%d records, %d bytes)",
-            log, built.lo, built.hi, key, records, size,
-        )  # fmt: skip
-        return built.hi
+    async def _drive(self, client: AsyncClient | None, proc: Procedure) -> Any:
+        """Run one of ``_offload_core``'s procedures to its end: what a step
+        raises is thrown into it (it passes on what it does not handle)."""
+        value: Any = None
+        error: BaseException | None = None
+        async with contextlib.AsyncExitStack() as stack:
+            reads = _Reads(client, stack)
+            try:
+                while True:
+                    try:
+                        cmd = proc.throw(error) if error is not None else proc.send(value)
+                    except StopIteration as stop:
+                        return stop.value
+                    value, error = None, None
+                    try:
+                        value = await self._perform(reads, cmd)
+                    except (LogstrandError, ObjectStoreError) as exc:
+                        error = exc
+            finally:
+                proc.close()
+
+    async def _perform(self, reads: _Reads, cmd: Command) -> Any:
+        match cmd:
+            case StoreCall():
+                return await self.view.astore.run(cmd.fn)
+            case ObjectCall():
+                call = getattr(self.store, cmd.method)
+                return await trio.to_thread.run_sync(call, *cmd.args, abandon_on_cancel=True)
+            case FindTime():
+                assert reads.client is not None
+                return await reads.client.find_time(cmd.log_id, cmd.timestamp_ms)
+            case OpenRead():
+                assert reads.client is not None
+                reads.stream = await reads.stack.enter_async_context(
+                    reads.client.read(cmd.log_id, cmd.start, cmd.until)
+                )
+                return None
+            case NextItems():
+                assert reads.stream is not None
+                return await reads.stream.next_runs()
+        raise AssertionError(f"no such command here: {cmd!r}")
 
 
-def _state_of(log: int, store: Any) -> Any:
-    return store.tier_state(log)
+@attrs.define
+class _Reads:
+    """A procedure's client and the read it opened (closed with ``stack``)."""
+
+    client: AsyncClient | None
+    stack: contextlib.AsyncExitStack
+    stream: Any = None
 
 
-def _entry(item: Any) -> tuple[Entry, int]:
-    """A reader's item as an object's entry, and how many records it holds."""
-    from ..client import GapItem
-
-    if isinstance(item, GapItem):
-        return GapEntry(item.type, item.lo, item.hi), 0
-    view = item.view
-    lsns = item.lsns
-    return Batch(view.packed.data, lsns[0], lsns[-1]), len(lsns)
+def _token() -> str:
+    return secrets.token_hex(4)

@@ -15,32 +15,26 @@ checksum a CHECKSUM_FAIL gap over what it covers (each logged with the
 object's key), and a store that does not answer is AGAIN (the reader asks
 another node, then again).  The grant is checked before the handler runs,
 as for every read (``wire.ACCESS``: ``TierRead`` needs "read").
+
+The rules are ``_answers.TierAnswers``, a procedure (``_steps``); this is
+its shell: it runs the object store's calls in worker threads and the
+read-ahead in the extension's nursery.
 """
 
 from __future__ import annotations
 
-import collections
 import logging
 import time
 from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..batch import PackedBatch
-from ..epochstore import SegmentField as F
-from ..errors import ProtocolError, Status
-from ..types import GapType, compose_lsn
-from ..wire import PACKED_MAX, TIER_GAPS_MAX, TierReadReply
-from ._format import (
-    Batch,
-    CorruptObject,
-    Entry,
-    GapEntry,
-    blocks_from,
-    entries_from,
-    parse_block,
-)
-from ._objects import ObjectMissing, ObjectStoreError, Opened, open_object
+from ..errors import Status
+from ..wire import TierReadReply
+from ._answers import LSN_FIRST, STATE_TTL_S, Ahead, BlockCache, TierAnswers
+from ._format import CorruptObject
+from ._objects import ObjectStoreError
+from ._steps import AwaitAhead, Command, ObjectCall, Procedure, StoreCall
 
 if TYPE_CHECKING:
     from ..net import Connection
@@ -49,50 +43,10 @@ if TYPE_CHECKING:
     from ._objects import ObjectStore
 
 _log = logging.getLogger("logstrand.tier")
-#: The first LSN a log can hold.
-LSN_FIRST = compose_lsn(1, 1)
-#: How long a node keeps a log's segments before it reads them again.
-STATE_TTL_S = 2.0
-#: Objects whose footer and index a node keeps.
-OPENED_MAX = 1024
-#: Logs whose segments a node keeps.
-STATES_MAX = 10_000
 #: Read-aheads running at once on a node.
 AHEAD_MAX = 8
 
-
-class BlockCache:
-    """Blocks of tiered objects, at most ``limit`` bytes, least recently used
-    out first."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.bytes = 0
-        self.hits = 0
-        self.misses = 0
-        self._blocks: collections.OrderedDict[tuple[str, int], bytes] = collections.OrderedDict()
-
-    def get(self, key: tuple[str, int]) -> bytes | None:
-        data = self._blocks.get(key)
-        if data is None:
-            self.misses += 1
-            return None
-        self.hits += 1
-        self._blocks.move_to_end(key)
-        return data
-
-    def peek(self, key: tuple[str, int]) -> bool:
-        """Whether ``key`` is held (no hit counted, no order changed)."""
-        return key in self._blocks
-
-    def put(self, key: tuple[str, int], data: bytes) -> None:
-        if len(data) > self.limit or key in self._blocks:
-            return
-        self._blocks[key] = data
-        self.bytes += len(data)
-        while self.bytes > self.limit:
-            _, old = self._blocks.popitem(last=False)
-            self.bytes -= len(old)
+__all__ = ["AHEAD_MAX", "LSN_FIRST", "STATE_TTL_S", "BlockCache", "TierServer"]
 
 
 class TierServer:
@@ -101,9 +55,8 @@ class TierServer:
     def __init__(self, store: ObjectStore, view: ClusterView, cache_bytes: int) -> None:
         self.store = store
         self.view = view
-        self.cache = BlockCache(cache_bytes)
-        self._states: dict[int, tuple[float, int, int, list[list[Any]]]] = {}
-        self._opened: collections.OrderedDict[str, Opened] = collections.OrderedDict()
+        self.core = TierAnswers(cache_bytes)
+        self.cache = self.core.cache
         #: Where read-ahead runs (the extension's nursery; None: no read-ahead).
         self.nursery: trio.Nursery | None = None
         #: The read-aheads running, by their first block: a reader that needs
@@ -118,181 +71,59 @@ class TierServer:
             reply = TierReadReply(msg.request_id, int(Status.AGAIN), message=str(exc)[:1000])
         await conn.send(reply)
 
-    async def _state(self, log_id: int, lsn: int) -> tuple[int, int, list[list[Any]]]:
-        """The log's trim point, tiered point and segments, as kept for up to
-        ``STATE_TTL_S``, unless they are older than ``lsn``: read again then,
-        since a reader sent here by a node's local floor knows of a tiered
-        point that this node has not seen yet."""
-        now = time.monotonic()
-        kept = self._states.get(log_id)
-        if kept is not None and now - kept[0] < STATE_TTL_S and lsn <= kept[2]:
-            return kept[1], kept[2], kept[3]
-        trim, (point, segments) = await self.view.astore.run(
-            lambda s: (s.trim_point(log_id), s.tier_state(log_id))
-        )
-        if len(self._states) >= STATES_MAX:
-            self._states.clear()
-        self._states[log_id] = (now, trim, point, segments)
-        return trim, point, segments
-
     async def answer(self, msg: TierRead) -> TierReadReply:
-        trim, point, segments = await self._state(msg.log_id, msg.start_lsn)
-        # Nothing exists below e1n1 (a reader's core starts there too): not
-        # a TRIM gap below the first object.
-        start, until = max(msg.start_lsn, LSN_FIRST), min(msg.until_lsn, point)
-        entries: list[Entry] = []
-        if start <= min(trim, until):
-            # Trimmed: a TRIM gap, as the nodes' streams say (the objects
-            # below the trim point go in the owner's next round).
-            entries = [GapEntry(GapType.TRIM, start, min(trim, until))]
-        elif start <= until:
-            entries = await self._entries(msg.log_id, segments, start, until, msg.max_bytes)
-        entries = _fit([e for e in entries if e.lo <= until])
-        next_lsn = min(entries[-1].hi, until) + 1 if entries else max(start, point + 1)
-        return _reply(msg.request_id, entries, until, next_lsn, point)
+        reply, ahead = await self._drive(self.core.answer(msg, time.monotonic()))
+        if ahead is not None and self.nursery is not None:
+            self.nursery.start_soon(self._ahead, ahead)
+        return reply  # type: ignore[no-any-return]
 
-    async def _entries(
-        self, log_id: int, segments: list[list[Any]], start: int, until: int, max_bytes: int
-    ) -> list[Entry]:
-        segment = next((s for s in segments if s[F.LAST] >= start), None)
-        if segment is None:
-            # Below the tiered point, yet no object holds it: said, not skipped.
-            _log.error("tier: log %d: no segment holds LSN %d", log_id, start)
-            return [GapEntry(GapType.DATALOSS, start, until)]
-        if segment[F.FIRST] > start:
-            # Below the first segment: trimmed away (a trim drops segments).
-            return [GapEntry(GapType.TRIM, start, min(segment[F.FIRST] - 1, until))]
-        key = str(segment[F.KEY])
+    async def _drive(self, proc: Procedure) -> Any:
+        """Run one of the core's procedures to its end."""
+        value: Any = None
+        error: BaseException | None = None
         try:
-            opened = await self._open(key, int(segment[F.BYTES]))
-            return await self._read(opened, start, max_bytes)
-        except ObjectMissing:
-            _log.error("tier: log %d: object %s is not in the store", log_id, key)
-            return [GapEntry(GapType.DATALOSS, start, segment[F.LAST])]
-        except CorruptObject as exc:
-            _log.error("tier: log %d: object %s: %s", log_id, key, exc)
-            return [GapEntry(GapType.CHECKSUM_FAIL, start, segment[F.LAST])]
+            while True:
+                try:
+                    cmd = proc.throw(error) if error is not None else proc.send(value)
+                except StopIteration as stop:
+                    return stop.value
+                value, error = None, None
+                try:
+                    value = await self._perform(cmd)
+                except (ObjectStoreError, CorruptObject) as exc:  # the core decides
+                    error = exc
+        finally:
+            proc.close()
 
-    async def _open(self, key: str, size: int) -> Opened:
-        opened = self._opened.get(key)
-        if opened is None:
-            opened = await trio.to_thread.run_sync(
-                open_object, self.store, key, size, abandon_on_cancel=True
-            )
-            self._opened[key] = opened
-            if len(self._opened) > OPENED_MAX:
-                self._opened.popitem(last=False)
-        else:
-            self._opened.move_to_end(key)
-        return opened
+    async def _perform(self, cmd: Command) -> Any:
+        match cmd:
+            case StoreCall():
+                return await self.view.astore.run(cmd.fn)
+            case ObjectCall():
+                call = getattr(self.store, cmd.method)
+                return await trio.to_thread.run_sync(call, *cmd.args, abandon_on_cancel=True)
+            case AwaitAhead():
+                running = self._ahead_now.get(cmd.key)
+                if running is not None:
+                    await running.wait()
+                return None
+        raise AssertionError(f"no such command here: {cmd!r}")
 
-    async def _read(self, opened: Opened, start: int, max_bytes: int) -> list[Entry]:
-        """The entries from ``start``: cached blocks, then one ranged read of
-        the blocks after them (up to ``max_bytes``); then the blocks a reader
-        asks for next are fetched in the background (``_ahead``)."""
-        index = opened.index
-        at = blocks_from(index, start)
-        running = self._ahead_now.get((opened.name, at))
-        if running is not None:
-            await running.wait()
-        out: list[Entry] = []
-        taken = 0
-        while at < len(index) and taken < max_bytes:
-            data = self.cache.get((opened.name, at))
-            if data is None:
-                break
-            out += parse_block(data, index[at])
-            taken += len(data)
-            at += 1
-        if at < len(index) and taken < max_bytes:
-            for i, block in await self._fetch(opened, at, max_bytes - taken):
-                out += parse_block(block, index[i])
-                at = i + 1
-        if self.nursery is not None and at < len(index):
-            self.nursery.start_soon(self._ahead, opened, at, max_bytes)
-        return entries_from(out, start)
-
-    async def _fetch(self, opened: Opened, at: int, limit: int) -> list[tuple[int, bytes]]:
-        """Blocks from ``at`` on, about ``limit`` bytes of them (one at
-        least), in one ranged read; each goes in the cache."""
-        index = opened.index
-        last = at
-        while last + 1 < len(index) and (
-            index[last + 1].offset + index[last + 1].length - index[at].offset <= limit
-        ):
-            last += 1
-        begin = index[at].offset
-        length = index[last].offset + index[last].length - begin
-        raw = await trio.to_thread.run_sync(
-            self.store.read, opened.name, begin, length, abandon_on_cancel=True
-        )
-        out = []
-        for i in range(at, last + 1):
-            row = index[i]
-            block = raw[row.offset - begin : row.offset - begin + row.length]
-            self.cache.put((opened.name, i), block)
-            out.append((i, block))
-        return out
-
-    async def _ahead(self, opened: Opened, at: int, limit: int) -> None:
+    async def _ahead(self, ahead: Ahead) -> None:
         """Read-ahead: the blocks after an answer, fetched while the reader
         takes it in, so that its next ask finds them in the cache.  One at a
         time per object and ``AHEAD_MAX`` in all; a failure is left to the
         reader's own read to meet and report."""
-        key = (opened.name, at)
+        key = (ahead.opened.name, ahead.at)
         if key in self._ahead_now or len(self._ahead_now) >= AHEAD_MAX:
             return
         if self.cache.peek(key):
             return
         done = self._ahead_now[key] = trio.Event()
         try:
-            await self._fetch(opened, at, limit)
+            await self._drive(self.core.fetch(ahead.opened, ahead.at, ahead.limit))
         except (ObjectStoreError, CorruptObject):
             pass
         finally:
             del self._ahead_now[key]
             done.set()
-
-
-def _fit(entries: list[Entry]) -> list[Entry]:
-    """As many entries, from the first, as one answer carries."""
-    batches = gaps = 0
-    for i, e in enumerate(entries):
-        if isinstance(e, Batch):
-            batches += 1
-        else:
-            gaps += 1
-        if batches > PACKED_MAX or gaps > TIER_GAPS_MAX:
-            return entries[:i]
-    return entries
-
-
-def _reply(
-    request_id: int, entries: list[Entry], until: int, next_lsn: int, point: int
-) -> TierReadReply:
-    batches: list[PackedBatch] = []
-    windows: list[int] = []
-    gaps: list[int] = []
-    for e in entries:
-        hi = min(e.hi, until)
-        if isinstance(e, Batch):
-            try:
-                batches.append(PackedBatch.parse(e.data))
-                windows += (e.lo, hi)
-                continue
-            except ProtocolError:
-                # Under the block's CRC yet no batch: written so (a bug, a
-                # forged object), not damaged on the way; said, as damage is.
-                _log.error("tier: a stored batch of LSNs %d..%d does not parse", e.lo, hi)
-                gaps += (int(GapType.CHECKSUM_FAIL), e.lo, hi)
-                continue
-        gaps += (int(e.type), e.lo, hi)
-    return TierReadReply(
-        request_id,
-        int(Status.OK),
-        next_lsn,
-        point,
-        tuple(batches),
-        tuple(windows),
-        tuple(gaps),
-    )
