@@ -118,6 +118,7 @@ soak: venv-test
 	$(BIN)/python -m tests.sim --seeds $(SEEDS)
 	$(BIN)/python -m tests.sim --maintenance --seeds 0:500
 	$(BIN)/python -m tests.sim --many-logs --seeds 0:100
+	$(BIN)/python -m tests.sim --tiering --seeds 0:1000
 	LOGSTRAND_MANY_LOGS=20000 $(BIN)/python -m pytest -q -s tests/integration/test_many_logs.py -k burst
 	LOGSTRAND_COMPACTION_KEYS=5000000 LOGSTRAND_COMPACTION_PART=524288 $(BIN)/python -m pytest -q -s tests/integration/test_compaction_keys.py
 

@@ -5,6 +5,7 @@ python -m tests.sim --seed 1234 --trace    # replay one run, printing its events
 python -m tests.sim --maintenance --seeds 0:500   # runs followed by trim, compaction, rebuilding
 python -m tests.sim --many-logs --seeds 0:100     # hundreds of logs sharing the nodes
 python -m tests.sim --transactions --seeds 0:500  # transactional producers, committed readers
+python -m tests.sim --tiering --seeds 0:500       # tiered logs, an object store that fails
 """
 
 from __future__ import annotations
@@ -38,9 +39,16 @@ def main() -> int:
         action="store_true",
         help="transactional producers beside plain ones (Config.with_transactions)",
     )
+    parser.add_argument(
+        "--tiering",
+        action="store_true",
+        help="tiered logs and an object store that fails and loses objects (Config.with_tiering)",
+    )
     args = parser.parse_args()
     # Recovery retries log warnings by design; the run's own trace says more.
     logging.getLogger("logstrand").setLevel(logging.ERROR)
+    # A lost object is an error a node logs at every read of it, by design.
+    logging.getLogger("logstrand.tier").setLevel(logging.CRITICAL)
     if args.seed is not None:
         seeds = range(args.seed, args.seed + 1)
     else:
@@ -54,6 +62,8 @@ def main() -> int:
                 world, summary = run_seed(seed, Config.many_logs(seed))
             elif args.transactions:
                 world, summary = run_seed(seed, Config.with_transactions(seed))
+            elif args.tiering:
+                world, summary = run_seed(seed, Config.with_tiering(seed))
             else:
                 world, summary = (run_maintenance if args.maintenance else run_seed)(seed)
         except Violation as exc:

@@ -19,6 +19,7 @@ from logstrand.client._reader_core import (
     StartStream,
 )
 from logstrand.client._reader_intake import Verdict, absorb
+from logstrand.errors import LogstrandError
 from logstrand.records import CONTROL
 from logstrand.storage import _rules as node_rules
 from logstrand.storage._read_core import ReadFrom, ReadStreamCore, Report
@@ -28,6 +29,7 @@ from .config import LOG, Violation
 
 if TYPE_CHECKING:
     from .node import SimNode
+    from .tiering import SimTier
     from .txn_client import TxnTruth
     from .world import World
 
@@ -42,8 +44,11 @@ def read(
     answering: list[int] | None = None,
     partial: bool = False,
     empty: frozenset[int] = frozenset(),
+    start: int = 0,
 ) -> list[Any]:
-    """Read ``log`` with the real ReaderCore off the nodes' LogsDBs.
+    """Read ``log`` from ``start`` with the real ReaderCore off the nodes'
+    LogsDBs (and, for a tiered run, first below the tiered point and then
+    the spans below the nodes' floors off the objects, as ``ReadStream``).
 
     ``down``: nodes the reader is told are down; nodes not ``answering``
     never answer (the reader finds out).  ``partial``: return what was
@@ -51,7 +56,20 @@ def read(
     ``empty``: nodes rebuilt empty (AUTHORITATIVE_EMPTY), as rebuilding says.
     """
     nodeset = tuple(sorted(world.nodes))
-    core = ReaderCore(log, 0, until, nodeset, world.config.replication, scd=scd, credit=64)
+    tier = world.tier
+    items: list[Any] = []
+    rng = random.Random(world.seed * 7 + len(down))
+    # Half the readers know of no tiered point when they open (as one that
+    # read it before it moved): all they read of the objects is the spans
+    # below the nodes' floors (``ReaderCore.take_tiered``).
+    if tier is not None and rng.random() < 0.5:
+        got = _tier_first(tier, log, start, until, partial)
+        if got is None:
+            return items
+        items, start = got
+        if start > until:
+            return items
+    core = ReaderCore(log, start, until, nodeset, world.config.replication, scd=scd, credit=64)
     answering = list(nodeset) if answering is None else answering
     streams = {n: _ReadEndpoint(world.nodes[n], log) for n in answering}
     core.set_authority(empty, frozenset())
@@ -60,13 +78,21 @@ def read(
     for n in nodeset:
         if n not in streams:
             core.on_unreachable(n, 0.0)
-    items: list[Any] = []
     now = 0.0
-    rng = random.Random(world.seed * 7 + len(down))
     for _ in range(200_000):
         core.poll(now)
-        got, actions = core.take()
-        items += got
+        taken, actions = core.take()
+        items += taken
+        span = core.take_tiered()
+        if span is not None:
+            assert tier is not None, "a floor on a log that is not tiered"
+            try:
+                items += tier.span(log, *span)
+            except LogstrandError:
+                if partial:
+                    return items
+                raise
+            continue
         for a in actions:
             if a.node_id in streams:
                 streams[a.node_id].act(a)
@@ -81,6 +107,28 @@ def read(
     if partial:
         return items
     raise Violation(f"reader made no progress (healthy={core.healthy})")
+
+
+def _tier_first(
+    tier: SimTier, log: int, start: int, until: int, partial: bool
+) -> tuple[list[Any], int] | None:
+    """What is below the tiered point, off the objects (``ReadStream._tiered``);
+    None: the objects cannot be read now (a partial read ends there)."""
+    items: list[Any] = []
+    try:
+        for _ in range(100_000):
+            step = tier.step(log, start, until)
+            if step is None:
+                return items, start
+            got, start = step
+            items += got
+            if start > until:
+                return items, start
+    except LogstrandError:
+        if partial:
+            return None
+        raise
+    raise Violation("the tiered records never ended")
 
 
 def check(world: World) -> dict[str, Any]:
@@ -119,6 +167,10 @@ def _check_log(
         read(world, until, log=log, scd=True, down=(world.rng.choice(sorted(world.nodes)),)),
     ]
     flat = [flatten(items) for items in readers]
+    if world.tier is not None:
+        # An object keeps the gaps its offload's read met, cut where that
+        # read ended: the same gaps, maybe in two pieces.
+        flat = [merge_gaps(f) for f in flat]
     for other in flat[1:]:
         if other != flat[0]:
             diff = next(i for i, (a, b) in enumerate(zip(flat[0], other, strict=False)) if a != b)
@@ -141,6 +193,7 @@ def _check_log(
         (a, ta), (b, tb) = stamps[back - 1], stamps[back]
         raise Violation(f"timestamp of {b:#x} ({tb}) is before that of {a:#x} ({ta})")
     seen: dict[bytes, int] = {}
+    lost: list[tuple[int, int]] = []
     last = 0
     for kind, lo, hi, payload in items:
         if lo <= last:
@@ -153,9 +206,13 @@ def _check_log(
             if payload not in attempted:
                 raise Violation(f"{payload!r} at {lo:#x} was never appended")
             seen[payload] = lo
+        elif kind == GapType.DATALOSS.name and _lost_all(world, lo, hi):
+            lost.append((lo, hi))  # over an object the store lost: said, not skipped
         elif kind not in (GapType.HOLE.name, GapType.BRIDGE.name):
             raise Violation(f"{kind} gap {lo:#x}..{hi:#x}")
     for payload, lsn in acked.items():
+        if payload not in seen and any(lo <= lsn <= hi for lo, hi in lost):
+            continue
         if seen.get(payload) != lsn:
             where = seen.get(payload)
             raise Violation(
@@ -182,6 +239,8 @@ def _check_log(
         for kind, lo, hi, payload in snap:
             if lo > until:
                 break
+            if world.tier is not None and world.tier.store.lost_at(lo):
+                continue  # read before its object was lost
             if kind == "record":
                 if final.get(lo) != payload:
                     raise Violation(
@@ -245,6 +304,13 @@ def check_committed(world: World, log: int, items: list[Any], *, final: bool) ->
         raise Violation(f"a committed reader misses acknowledged {sorted(plain - got)[:3]}")
 
 
+def _lost_all(world: World, lo: int, hi: int) -> bool:
+    """Does a DATALOSS gap lo..hi cover only LSNs of objects the store lost?
+    (A gap starts at the LSN a reader asked for and ends at its object's
+    last: its first LSN is what must be in a lost object.)"""
+    return world.tier is not None and world.tier.store.lost_at(lo)
+
+
 def unconfirmed_logs(world: World) -> list[int]:
     """The logs with acknowledged records no reader has seen yet (always the
     first log, so a run of one log reads it at every snapshot)."""
@@ -274,6 +340,8 @@ def check_liveness(world: World, got: set[bytes], read_logs: set[int]) -> None:
         for payload, acked_at in client.acked_at.items():
             if payload in world.excused:
                 continue
+            if world.tier is not None and world.tier.store.lost_at(client.acked[payload]):
+                continue  # its object is lost: a DATALOSS gap, checked in the end
             if payload in (got if client.log_of[payload] in read_logs else world.confirmed):
                 continue
             if world.now - max(acked_at, since) > bound:
@@ -296,6 +364,20 @@ def flatten(items: list[Any]) -> list[tuple[str, int, int, bytes | None]]:
             out += [("record", lsn, lsn, p) for lsn, p in zip(it.lsns, it.payloads, strict=True)]
         elif isinstance(it, GapItem):
             out.append((it.type.name, it.lo, it.hi, None))
+    return out
+
+
+def merge_gaps(
+    flat: list[tuple[str, int, int, bytes | None]],
+) -> list[tuple[str, int, int, bytes | None]]:
+    """``flat`` with each run of adjacent gaps of one kind made one gap."""
+    out: list[tuple[str, int, int, bytes | None]] = []
+    for item in flat:
+        kind, lo, hi, _ = item
+        if out and kind != "record" and out[-1][0] == kind and out[-1][2] + 1 == lo:
+            out[-1] = (kind, out[-1][1], hi, None)
+        else:
+            out.append(item)
     return out
 
 
@@ -340,7 +422,12 @@ class _ReadEndpoint:
         step = core.step(self.release)
         if isinstance(step, Report):
             msg = wire.ReadRecords(0, s.generation, 0, step.next_lsn, store.trim_point(self.log))
-            self._deliver(reader, attrs.evolve(msg, clean_point=store.clean_point(self.log)), now)
+            msg = attrs.evolve(
+                msg,
+                clean_point=store.clean_point(self.log),
+                local_floor=store.local_floor(self.log),
+            )
+            self._deliver(reader, msg, now)
             core.sent(step.next_lsn)
             return True
         if not isinstance(step, ReadFrom):
@@ -363,6 +450,7 @@ class _ReadEndpoint:
             out.batches,
             out.windows,
             clean_point=store.clean_point(self.log),
+            local_floor=store.local_floor(self.log),
         )
         self._deliver(reader, msg, now)
         core.sent(out.next_lsn)

@@ -70,6 +70,14 @@ class Config:
     #: Clients are transactional producers (``txn_client``) beside their
     #: plain appends, and committed readers are checked (``check_committed``).
     transactions: bool = False
+    #: Tiered storage (``tiering``): the logs' old records go to a simulated
+    #: object store with its own failures, the nodes drop their copies, and
+    #: readers read them back from the objects (``tiering.check_tiered``).
+    tiering: bool = False
+    #: Tiering: segments recorded before their object is stored.
+    break_tier_order: bool = False
+    #: Tiering: nodes' local floors not held below the tiered point.
+    break_tier_floor: bool = False
     #: A node's activations running at once (``--activations-in-flight``);
     #: the rest wait in its queue.
     activations_in_flight: int = 64
@@ -142,6 +150,15 @@ class Config:
         """The shape of ``for_seed`` with transactional producers over
         three logs (a transaction writes to one to three of them)."""
         return attrs.evolve(cls.for_seed(seed), transactions=True, logs=3)
+
+    @classmethod
+    def with_tiering(cls, seed: int) -> Config:
+        """The shape of ``for_seed`` with tiered logs (one or two), an
+        object store that fails, and more time to offload and drop."""
+        rng = random.Random(seed ^ 0x71E2)
+        return attrs.evolve(
+            cls.for_seed(seed), tiering=True, logs=rng.choice([1, 2]), duration_s=10.0
+        )
 
     @property
     def log_ids(self) -> range:

@@ -15,6 +15,7 @@ import attrs
 from logstrand import wire
 from logstrand.epochstore import Placement
 from logstrand.errors import LogstrandError, Status
+from logstrand.logsdb import LogsDBOptions
 from logstrand.placement import CopysetSelector, rendezvous_owner
 from logstrand.sequencer import (
     ConfirmRefusal,
@@ -36,9 +37,10 @@ from logstrand.storage._release_watch import ReleaseWatch
 from logstrand.testing import MemoryEngine, memory_logsdb
 
 from .config import LOG, Address
+from .tiering import PARTITION_MS
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Generator, Iterator
 
     from .world import World
 
@@ -81,6 +83,9 @@ class SimNode(Endpoint):
         self.suspects: dict[int, float] = {}
         #: Told to stop: ending its epochs (``stop``).
         self.stopping = False
+        #: An offload round runs (``tiering.SimTier``), and the read it opened.
+        self.tiering = False
+        self.reading: Iterator[Any] | None = None
 
     @property
     def sequencer(self) -> SequencerCore | None:
@@ -117,7 +122,8 @@ class SimNode(Endpoint):
             lambda log, last, release: watch.stored(log, last, release, world.now),
             clock,
         )
-        store.attach(memory_logsdb(self.engine, clock_ms=world.clock_ms))
+        options = LogsDBOptions(partition_duration_ms=PARTITION_MS) if world.tier else None
+        store.attach(memory_logsdb(self.engine, options, clock_ms=world.clock_ms))
         for log, release in store.release.items():
             watch.stored(log, store.last_lsn(log), release, world.now)
         host_class = _RetireWhenIdle if world.config.break_retire else host_core.SequencerHostCore
@@ -131,6 +137,9 @@ class SimNode(Endpoint):
         # A node reads the membership when it starts.
         self.set_view(world.members, world.members_version)
         world.at(0.05, self._tick, self.incarnation)
+        self.tiering, self.reading = False, None
+        if world.tier is not None:
+            world.tier.start(self)
 
     def crash(self) -> None:
         self.world.note(f"node {self.id} crashes")
@@ -499,12 +508,14 @@ class SimNode(Endpoint):
 
     # the procedures' driver
 
-    def run(self, proc: procs.Procedure, done: Callable[[Any, BaseException | None], None]) -> None:
+    def run(
+        self, proc: Generator[Any, Any, Any], done: Callable[[Any, BaseException | None], None]
+    ) -> None:
         self._step(proc, self.incarnation, None, None, done)
 
     def _step(
         self,
-        proc: procs.Procedure,
+        proc: Generator[Any, Any, Any],
         incarnation: int,
         value: Any,
         error: BaseException | None,
@@ -526,6 +537,9 @@ class SimNode(Endpoint):
 
         def resume(value: Any = None, error: BaseException | None = None) -> None:
             self._step(proc, incarnation, value, error, done)
+
+        if world.tier is not None and world.tier.perform(self, cmd, resume):
+            return  # one of tiered storage's commands (``tiering``)
 
         # The same closed union as the node's shell (storage/_procedures.py).
         match cmd:

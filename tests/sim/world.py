@@ -46,10 +46,13 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 
+import attrs
+
 from . import checks
 from .client import SimClient
 from .config import CLIENT_BASE, LOG, SAME_INSTANT_EVENTS_MAX, Address, Config, Violation
 from .node import Endpoint, SimNode
+from .tiering import LOCAL_RETENTION_MS, TIER_AFTER_MS, SimTier, check_tiered
 from .txn_client import SimTxnClient, TxnTruth
 
 __all__ = ["Config", "Violation", "World", "run_seed"]
@@ -68,6 +71,8 @@ class World:
         self.faults = True
         self.estore = MemoryEpochStore()
         cfg = self.config
+        #: Tiered storage's object store and rounds (``Config.tiering``).
+        self.tier = SimTier(self) if cfg.tiering else None
         self.nodes = {i: SimNode(self, i) for i in range(1, cfg.nodes + 1)}
         kind = SimTxnClient if cfg.transactions else SimClient
         self.clients = {
@@ -94,6 +99,12 @@ class World:
         self.attributes = LogAttributes(
             replication_factor=self.config.replication, durability="fsync"
         )
+        if cfg.tiering:
+            self.attributes = attrs.evolve(
+                self.attributes,
+                tier_after_ms=TIER_AFTER_MS,
+                local_retention_ms=LOCAL_RETENTION_MS,
+            )
         # Membership as the epoch store has it (leases), and its version.
         self.members: frozenset[int] = frozenset()
         self.members_version = 0
@@ -214,7 +225,9 @@ class World:
         need = max(cfg.replication, cfg.nodes - cfg.replication + 1)
         up = [n for n in self.nodes.values() if n.up]
         paused = any(n.paused_until > self.now for n in up)
-        ok = len(up) >= need and not paused
+        # Tiered records are read from the object store: it is needed too.
+        store_down = self.tier is not None and self.tier.store.down_until > self.now
+        ok = len(up) >= need and not paused and not store_down
         if not ok:
             self.serviceable_since = None
         elif self.serviceable_since is None:
@@ -231,6 +244,11 @@ class World:
         down = len(self.nodes) - len(up)
         self.at(rng.expovariate(1 / cfg.fault_every_s), self._fault)
         if not up:
+            return
+        if self.tier is not None and rng.random() < 0.3:
+            self.tier.store.fault()
+            self.check_service()
+            self.at(self.tier.store.down_until - self.now, self.check_service)
             return
         # Prefer the nodes that run a sequencer: their death is what recovery is for.
         seqs = [n for n in up if n.sequencer is not None]
@@ -302,6 +320,9 @@ class World:
         self.faults = False
         for client in self.clients.values():
             client.appending = False
+        if self.tier is not None:  # the object store heals too (what it lost stays lost)
+            store = self.tier.store
+            store.down_until = store.slow_until = store.error_rate = 0.0
         for node in self.nodes.values():
             if not node.up:
                 node.start()
@@ -364,16 +385,27 @@ class World:
         self.at(self.rng.uniform(0.2, 1.0) * (1 if self.faults else 3), self._snapshot)
 
 
+def _flags(config: Config) -> str:
+    """The command line's switch for a run of this shape ('' for ``for_seed``'s)."""
+    if config.tiering:
+        return " --tiering"
+    if config.transactions:
+        return " --transactions"
+    return " --many-logs" if config.logs > 1 else ""
+
+
 def run_seed(seed: int, config: Config | None = None) -> tuple[World, dict[str, Any]]:
     """One whole run; raises Violation (with the seed and the trace's tail) on failure."""
     world = World(seed, config)
     try:
         world.run()
         summary = checks.check(world)
+        if world.tier is not None:
+            summary |= check_tiered(world)
     except Violation as exc:
         raise Violation(
             f"seed {seed} ({world.config}): {exc}\n"
-            f"replay: python -m tests.sim --seed {seed} --trace\n"
+            f"replay: python -m tests.sim --seed {seed}{_flags(world.config)} --trace\n"
             f"last events:\n{world.tail()}"
         ) from None
     return world, summary
