@@ -166,6 +166,9 @@ class SegmentField(enum.IntEnum):
     BYTES = 3
     CRC = 4
     RECORDS = 5
+    #: The newest timestamp of its records (ms; absent in segments recorded
+    #: before it was kept): ``find_time`` below the nodes' floors.
+    LAST_TS = 6
 
 
 class Record(NamedTuple):

@@ -32,6 +32,7 @@ from ..wire import (
     TrimLog,
     TrimReply,
 )
+from ._tier_reads import TierReads
 from ._views import LogSegment
 
 if TYPE_CHECKING:
@@ -218,6 +219,10 @@ class Admin:
             log_id, lambda rid: FindTime(rid, log_id, timestamp_ms), nodes
         )
         found = [r.lsn for r in answers if isinstance(r, FindTimeReply) and r.lsn]
+        # Below the nodes' local floors, the objects answer (a tiered log).
+        tiered = await TierReads(self, self.links, log_id).find_time(timestamp_ms)
+        if tiered is not None:
+            found.append(tiered)
         if found:
             return min(found)
         return await self.tail_lsn(log_id, nodes) + 1

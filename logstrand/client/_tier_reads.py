@@ -12,18 +12,19 @@ the nodes' streams from there (``_reader.ReadStream``).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import LogstrandError, Status
 from ..placement import rendezvous_rank
 from ..types import GapType
+from ..types import SegmentField as F
 from ..wire import TIER_PROTOCOL, TierRead, TierReadReply
 from ._reader_parts import GapItem, Item
 from ._views import BatchView, RecordRun
 
 if TYPE_CHECKING:
-    from ..rpc import Links
-    from ._admin import Admin
+    from ..epochstore import LogAttributes
+    from ..rpc import ClusterView, Links
 
 _log = logging.getLogger("logstrand.client")
 
@@ -33,10 +34,20 @@ TIER_READ_BYTES = 4 * 1024 * 1024
 TIER_READ_TIMEOUT_S = 30.0
 
 
+class TierAdmin(Protocol):
+    """What tiered reads need of the client's ``Admin`` (which uses them:
+    a protocol, not an import, so the two modules form no cycle)."""
+
+    @property
+    def view(self) -> ClusterView: ...
+
+    async def log_attributes(self, log_id: int) -> LogAttributes: ...
+
+
 class TierReads:
     """The part of one reader's log that is tiered (see the module docstring)."""
 
-    def __init__(self, admin: Admin, links: Links, log_id: int) -> None:
+    def __init__(self, admin: TierAdmin, links: Links, log_id: int) -> None:
         self.admin = admin
         self.links = links
         self.log_id = log_id
@@ -102,6 +113,40 @@ class TierReads:
             return [GapItem(GapType.DATALOSS, lo, hi)], None
         items, nxt = step
         return items, (None if nxt > hi else (nxt, hi))
+
+    async def find_time(self, ts_ms: int) -> int | None:
+        """The first LSN at or below the tiered point stamped at or after
+        ``ts_ms`` (None: none is, or the log is not tiered).  The nodes
+        answer ``find_time`` from what they hold, above their local floors;
+        this is the part below.  Timestamps never go back in a log, so each
+        segment's newest (recorded with it) rises with the segments: the
+        first segment whose newest is late enough holds the answer, and only
+        it is read.  A segment recorded before its newest was kept is read
+        too, then the next, until the answer is found."""
+        log = self.log_id
+        if (await self.admin.log_attributes(log)).tier_after_ms is None:
+            return None
+        trim, (point, segments) = await self.admin.view.astore.run(
+            lambda s: (s.trim_point(log), s.tier_state(log))
+        )
+        segments = [seg for seg in segments if seg[F.LAST] > trim]
+        newest = [seg[F.LAST_TS] if len(seg) > F.LAST_TS else None for seg in segments]
+        if not segments or (newest[-1] is not None and newest[-1] < ts_ms):
+            return None  # every tiered record is older: the nodes' answer stands
+        at = next(i for i, ts in enumerate(newest) if ts is None or ts >= ts_ms)
+        self.point = point
+        start = max(segments[at][F.FIRST], trim + 1)
+        for _ in range(1 << 20):  # bounded: each step moves ``start`` on
+            step = await self.step(start, point)
+            if step is None:
+                return None
+            items, start = step
+            for item in items:
+                if isinstance(item, RecordRun):
+                    for lsn, ts in zip(item.lsns, item.timestamps_ms, strict=True):
+                        if ts >= ts_ms:
+                            return int(lsn)
+        return None
 
 
 def items_of(reply: TierReadReply) -> list[Item]:

@@ -62,16 +62,20 @@ class TierDocs:
         size: int,
         crc: int,
         records: int,
+        last_ts_ms: int | None = None,
     ) -> bool:
         """Record that the object ``key`` holds the log's LSNs ``first`` to
         ``last``, read from past the tiered point ``expect`` (``first`` is
         past it by more where the log was trimmed beyond it); True if it is
         recorded now (or was, the same), False if the tiered point is no
-        longer ``expect`` (another upload of the range won)."""
+        longer ``expect`` (another upload of the range won).  ``last_ts_ms``:
+        the newest timestamp of its records, if known."""
         check_log_id(log_id, internal=True)
         if not expect < first <= last:
             raise ValueError(f"a segment of LSNs {first}..{last} past {expect}")
-        segment = [first, last, key, size, crc, records]
+        segment: list[Any] = [first, last, key, size, crc, records]
+        if last_ts_ms is not None:
+            segment.append(last_ts_ms)
         won = False
 
         def change(doc: Any) -> Any:

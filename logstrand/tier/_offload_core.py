@@ -62,28 +62,40 @@ def offload(up: Uploader, log: int, cutoff_ms: int, tail: int) -> Procedure:
     expect = point
     entries: list[Entry] = []
     size = records = 0
+    last_ts: int | None = None
     yield OpenRead(log, start, boundary)
     while items := (yield NextItems()):
         for item in items:
             entry, n = entry_of(item)
             entries.append(entry)
             records += n
+            if n:
+                last_ts = max(last_ts or 0, max(item.timestamps_ms))
             size += len(entry.data) if isinstance(entry, Batch) else 16
             if size < up.object_bytes:
                 continue
-            won = yield from upload(up, log, expect, entries, records)
+            won = yield from upload(up, log, expect, entries, records, last_ts)
             if won is None:
                 return
             expect = won
             entries, size, records = [], 0, 0
     if entries:
-        yield from upload(up, log, expect, entries, records)
+        yield from upload(up, log, expect, entries, records, last_ts)
 
 
-def upload(up: Uploader, log: int, expect: int, entries: list[Entry], records: int) -> Procedure:
+def upload(
+    up: Uploader,
+    log: int,
+    expect: int,
+    entries: list[Entry],
+    records: int,
+    last_ts: int | None = None,
+) -> Procedure:
     """Put one object and record it; the new tiered point, or None when
     another upload of the range won.  The order is the promise: an object
-    is recorded only once it is in the store whole (its size read back)."""
+    is recorded only once it is in the store whole (its size read back).
+    ``last_ts``: the newest timestamp of its records (so far: timestamps
+    never go back in a log), for ``find_time``."""
     built = build(entries, records)
     key = f"logs/{log}/{built.lo:016x}-{built.hi:016x}-n{up.node_id}-{up.token()}"
     yield ObjectCall("put", (key, built.data))
@@ -93,7 +105,7 @@ def upload(up: Uploader, log: int, expect: int, entries: list[Entry], records: i
         raise ObjectStoreError(f"{key}: {size} bytes stored of {len(built.data)}")
     lo, hi, crc = built.lo, built.hi, built.crc
     won = yield StoreCall(
-        lambda s: s.record_tier_segment(log, expect, lo, hi, key, size, crc, records)
+        lambda s: s.record_tier_segment(log, expect, lo, hi, key, size, crc, records, last_ts)
     )
     stats = up.stats
     if not won:

@@ -86,6 +86,13 @@ def test_dropped_copies_are_read_from_the_objects_by_every_reader(tmp_path: Path
                 assert records(many) == records(before)
                 assert tier_reads() > ahead
 
+                # find_time below the nodes' floors: the objects answer (the
+                # nodes alone once said the first LSN they still held).
+                stamps = [r.timestamp for r in records(before)]
+                for i in (0, 200, 400, 600):
+                    assert client.find_time(log, stamps[i]) == lsns[i], i
+                assert client.find_time(log, 0) == lsns[0]
+
                 # A Kafka consumer's Fetch: every offset, key, value and header.
                 consumer = Consumer(
                     {"bootstrap.servers": c.kafka_bootstrap, "group.id": "cold-r",

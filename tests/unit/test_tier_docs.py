@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from logstrand.epochstore import open_epoch_store
-from logstrand.types import compose_lsn
+from logstrand.types import SegmentField, compose_lsn
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -36,6 +36,16 @@ def test_segments_follow_each_other_from_the_tiered_point(store: EpochStore) -> 
     assert point == L + 19
     assert [s[2] for s in segments] == ["a", "b"]
     assert store.tier_points([5, 6]) == {5: L + 19, 6: 0}
+
+
+def test_a_segment_keeps_its_newest_timestamp_when_given(store: EpochStore) -> None:
+    """``find_time`` below the nodes' floors reads it; a segment recorded
+    without it (as before it was kept) has none, and reads still work."""
+    assert store.record_tier_segment(5, 0, L, L + 9, "old", 100, 7, 10)
+    assert store.record_tier_segment(5, L + 9, L + 10, L + 19, "new", 100, 8, 10, 1_700_000)
+    _, (old, new) = store.tier_state(5)
+    assert len(old) == SegmentField.LAST_TS
+    assert new[SegmentField.LAST_TS] == 1_700_000
 
 
 def test_the_same_range_uploaded_twice_is_recorded_once(store: EpochStore) -> None:
