@@ -163,13 +163,11 @@ class ReadStream:
             return []
         await self._start()
         until = self.until_arg if isinstance(self.until_arg, int) else LSN_MAX
-        step = await self._tier.step(self.start, until)
-        if step is None:
+        got = await self._tier.first(self.start, until)
+        if got is None:
             self._tier_first = False
             return []
-        items, self.start = step
-        if self.start > until:
-            self._tier_first = False
+        items, self.start, self._tier_first = got
         return items
 
     async def _open(self) -> ReaderCore:

@@ -30,6 +30,8 @@ _log = logging.getLogger("logstrand.client")
 
 #: Bytes of records one ``TierRead`` asks for.
 TIER_READ_BYTES = 4 * 1024 * 1024
+#: Gaps of an object that is lost or damaged: the nodes' copies may do.
+_UNREADABLE = (GapType.DATALOSS, GapType.CHECKSUM_FAIL)
 #: How long a node may take to read an object for an answer.
 TIER_READ_TIMEOUT_S = 30.0
 
@@ -98,6 +100,26 @@ class TierReads:
             return items_of(reply), reply.next_lsn
         raise LogstrandError(f"log {log}: its tiered records cannot be read: {why}", Status.AGAIN)
 
+    async def first(self, start: int, until: int) -> tuple[list[Item], int, bool] | None:
+        """A reader's read below the tiered point, before the nodes' streams
+        open: ``step``'s items up to the gap of a lost or damaged object (if
+        one comes), the LSN the next read starts at, and whether that read
+        is here again; None: past the tiered point.
+
+        The nodes may still hold what an object lost (their local retention
+        has not dropped it yet): their streams read it from the gap on.
+        Below their floors they send the reader back here
+        (``ReaderCore.take_tiered``, ``span``), and the gap is delivered
+        then: never a silent skip, and no loss said where a copy is kept."""
+        step = await self.step(start, until)
+        if step is None:
+            return None
+        items, nxt = step
+        before, loss = before_loss(items)
+        if loss is not None:
+            return before, loss.lo, False
+        return items, nxt, nxt <= until
+
     async def span(self, lo: int, hi: int) -> tuple[list[Item], tuple[int, int] | None]:
         """One read of LSNs the nodes' streams left to the object store
         (their local floors), and what is left of them (None: nothing).  One
@@ -147,6 +169,15 @@ class TierReads:
                         if ts >= ts_ms:
                             return int(lsn)
         return None
+
+
+def before_loss(items: list[Item]) -> tuple[list[Item], GapItem | None]:
+    """The items before the first gap of a lost or damaged object, and that
+    gap (None: there is none)."""
+    for i, item in enumerate(items):
+        if isinstance(item, GapItem) and item.type in _UNREADABLE:
+            return items[:i], item
+    return items, None
 
 
 def items_of(reply: TierReadReply) -> list[Item]:

@@ -19,7 +19,9 @@ import logstrand
 from logstrand.epochstore import open_epoch_store
 from logstrand.errors import LogstrandError
 from logstrand.testing import LocalCluster, MotoServer, moto_available
-from logstrand.types import LSN_OLDEST, Gap
+from logstrand.tier import ObjectStore, TierTarget
+from logstrand.types import LSN_OLDEST, Gap, GapType
+from logstrand.types import SegmentField as F
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -111,6 +113,24 @@ def test_dropped_copies_are_read_from_the_objects_by_every_reader(tmp_path: Path
                     consumer.close()
                 want = [(r.key, r.payload, list(r.headers)) for r in records(before)]
                 assert fetched == want
+
+                # An object lost after the nodes dropped their copies: a
+                # DATALOSS gap from its first LSN, over no more than its
+                # range, and every other record as it was.
+                with open_epoch_store(c.url) as store:
+                    _, segments = store.tier_state(log)
+                victim = next(seg for seg in segments if seg[F.LAST] < lsns[200])
+                objects = ObjectStore(TierTarget.parse("s3://tier/local", moto.endpoint,
+                                                       credentials_file=str(creds)))  # fmt: skip
+                objects.delete(str(victim[F.KEY]))
+                after = list(client.read(log, LSN_OLDEST, lsns[-1]))
+                gaps = [g for g in after if isinstance(g, Gap)]
+                assert [g.type for g in gaps] == [GapType.DATALOSS]
+                assert gaps[0].lo == victim[F.FIRST]
+                assert gaps[0].hi <= victim[F.LAST]
+                assert records(after) == [
+                    r for r in records(before) if not gaps[0].lo <= r.lsn <= gaps[0].hi
+                ]
 
                 # The store gone: what the nodes dropped cannot be read (an
                 # error, never a silent skip); appends and fresh records go on.

@@ -19,6 +19,7 @@ from logstrand.client._reader_core import (
     StartStream,
 )
 from logstrand.client._reader_intake import Verdict, absorb
+from logstrand.client._tier_reads import before_loss
 from logstrand.errors import LogstrandError
 from logstrand.records import CONTROL
 from logstrand.storage import _rules as node_rules
@@ -63,7 +64,7 @@ def read(
     # read it before it moved): all they read of the objects is the spans
     # below the nodes' floors (``ReaderCore.take_tiered``).
     if tier is not None and rng.random() < 0.5:
-        got = _tier_first(tier, log, start, until, partial)
+        got = _tier_first(tier, log, start, until, partial, world.config.break_tier_loss)
         if got is None:
             return items
         items, start = got
@@ -110,7 +111,7 @@ def read(
 
 
 def _tier_first(
-    tier: SimTier, log: int, start: int, until: int, partial: bool
+    tier: SimTier, log: int, start: int, until: int, partial: bool, deliver_loss: bool
 ) -> tuple[list[Any], int] | None:
     """What is below the tiered point, off the objects (``ReadStream._tiered``);
     None: the objects cannot be read now (a partial read ends there)."""
@@ -121,7 +122,12 @@ def _tier_first(
             if step is None:
                 return items, start
             got, start = step
+            # A lost object: the nodes' streams read on from its gap (they
+            # may hold its records), as ``TierReads.first`` has them.
+            got, loss = (got, None) if deliver_loss else before_loss(got)
             items += got
+            if loss is not None:
+                return items, loss.lo
             if start > until:
                 return items, start
     except LogstrandError:
@@ -207,7 +213,12 @@ def _check_log(
                 raise Violation(f"{payload!r} at {lo:#x} was never appended")
             seen[payload] = lo
         elif kind == GapType.DATALOSS.name and _lost_all(world, lo, hi):
-            lost.append((lo, hi))  # over an object the store lost: said, not skipped
+            # Over an object the store lost (said, not skipped), and only
+            # where a node's floor says it keeps no copy: else the nodes'
+            # streams read it.
+            if hi > max(_floors(world, log), default=0):
+                raise Violation(f"DATALOSS gap {lo:#x}..{hi:#x} over copies nodes keep")
+            lost.append((lo, hi))
         elif kind not in (GapType.HOLE.name, GapType.BRIDGE.name):
             raise Violation(f"{kind} gap {lo:#x}..{hi:#x}")
     for payload, lsn in acked.items():
@@ -309,6 +320,10 @@ def _lost_all(world: World, lo: int, hi: int) -> bool:
     (A gap starts at the LSN a reader asked for and ends at its object's
     last: its first LSN is what must be in a lost object.)"""
     return world.tier is not None and world.tier.store.lost_at(lo)
+
+
+def _floors(world: World, log: int) -> list[int]:
+    return [n.store.local_floor(log) for n in world.nodes.values() if n.store is not None]
 
 
 def unconfirmed_logs(world: World) -> list[int]:

@@ -74,10 +74,16 @@ class Config:
     #: object store with its own failures, the nodes drop their copies, and
     #: readers read them back from the objects (``tiering.check_tiered``).
     tiering: bool = False
+    #: Tiering: how long the nodes keep tiered records (a long one: they
+    #: still hold what an object the store loses held).
+    local_retention_ms: int = 600
     #: Tiering: segments recorded before their object is stored.
     break_tier_order: bool = False
     #: Tiering: nodes' local floors not held below the tiered point.
     break_tier_floor: bool = False
+    #: Tiering: readers deliver a lost object's gap even where the nodes
+    #: still keep its records (the readers' rule before ``TierReads.first``).
+    break_tier_loss: bool = False
     #: A node's activations running at once (``--activations-in-flight``);
     #: the rest wait in its queue.
     activations_in_flight: int = 64
@@ -157,7 +163,11 @@ class Config:
         object store that fails, and more time to offload and drop."""
         rng = random.Random(seed ^ 0x71E2)
         return attrs.evolve(
-            cls.for_seed(seed), tiering=True, logs=rng.choice([1, 2]), duration_s=10.0
+            cls.for_seed(seed),
+            tiering=True,
+            logs=rng.choice([1, 2]),
+            duration_s=10.0,
+            local_retention_ms=rng.choice([600, 600, 60_000]),
         )
 
     @property

@@ -271,11 +271,12 @@ def test_the_tier_seeds_meet_what_they_are_for() -> None:
     assert all(totals.values()), totals
 
 
-@pytest.mark.parametrize("bug", ["break_tier_order", "break_tier_floor"])
+@pytest.mark.parametrize("bug", ["break_tier_order", "break_tier_floor", "break_tier_loss"])
 def test_the_tier_checkers_catch_planted_bugs(bug: str) -> None:
     """A segment recorded before its object is stored (a crash or a failed
-    PUT between them loses records the nodes then drop), and floors that
-    pass the tiered point (nodes drop what no object holds): caught."""
+    PUT between them loses records the nodes then drop), floors that pass
+    the tiered point (nodes drop what no object holds), and readers that
+    say a lost object's records are lost where the nodes keep them: caught."""
     for seed in range(SEEDS_PER_BUG):
         try:
             run_seed(seed, attrs.evolve(Config.with_tiering(seed), **{bug: True}))

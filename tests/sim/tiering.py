@@ -74,7 +74,6 @@ if TYPE_CHECKING:
 #: something to drop within a run of seconds).
 PARTITION_MS = 400
 TIER_AFTER_MS = 800
-LOCAL_RETENTION_MS = 600
 #: Objects grow to about this many bytes (several per round).
 OBJECT_BYTES = 2_000
 #: Seconds between a node's offload rounds; an orphan is this old at least.
@@ -266,7 +265,9 @@ class SimTier:
         points = estore.tier_points(logs)
         if self.world.config.break_tier_floor:
             points = dict.fromkeys(logs, LSN_MAX)
-        local = LocalRetention(points, dict.fromkeys(logs, LOCAL_RETENTION_MS), {})
+        local = LocalRetention(
+            points, dict.fromkeys(logs, self.world.config.local_retention_ms), {}
+        )
         apply_maintenance(store, {}, {}, None, local)
 
     # the driver of a node's tier procedures (``SimNode._step`` hands these over)

@@ -52,7 +52,7 @@ from . import checks
 from .client import SimClient
 from .config import CLIENT_BASE, LOG, SAME_INSTANT_EVENTS_MAX, Address, Config, Violation
 from .node import Endpoint, SimNode
-from .tiering import LOCAL_RETENTION_MS, TIER_AFTER_MS, SimTier, check_tiered
+from .tiering import TIER_AFTER_MS, SimTier, check_tiered
 from .txn_client import SimTxnClient, TxnTruth
 
 __all__ = ["Config", "Violation", "World", "run_seed"]
@@ -103,7 +103,7 @@ class World:
             self.attributes = attrs.evolve(
                 self.attributes,
                 tier_after_ms=TIER_AFTER_MS,
-                local_retention_ms=LOCAL_RETENTION_MS,
+                local_retention_ms=cfg.local_retention_ms,
             )
         # Membership as the epoch store has it (leases), and its version.
         self.members: frozenset[int] = frozenset()
