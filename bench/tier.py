@@ -7,6 +7,15 @@ cluster (R=2) whose nodes tier to moto's S3 server on 127.0.0.1.
   the last record.  The appends' rate is compared with the same appends to
   a log that is not tiered, in the same cluster, before (the aim: the
   appends keep at least 0.9 of their rate while the offload runs).
+* **offload of a backlog**: the same appends to a third log whose
+  ``--tier-after`` is an hour; then it is set to 1 s, and the offload's
+  rate is the bytes over the time until the tiered point reaches the last
+  record (one node, the log's owner, uploads them: a rate per node, not
+  bounded by the appends' as the first figure is).  The CPU seconds the
+  nodes and moto's server spend meanwhile (``/proc``) say whose the time
+  is: ``offload_MBps_per_cpu_s`` is what the owner uploads per second of
+  its own CPU, what it could do with a core to itself and the store on
+  other machines.
 * **reads**: the tiered log read whole with ``read_batches`` through the
   objects, with the nodes' block caches cold (new nodes) and then warm,
   against the same records read from the nodes' disks (a log that is not
@@ -21,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -35,7 +45,9 @@ from logstrand.testing._moto import CREDENTIALS
 
 SIZE = 10 * 1024
 PER_APPEND = 100
-LOCAL, TIERED = 1, 2
+LOCAL, TIERED, BACKLOG = 1, 2, 3
+#: Clock ticks a second, for /proc/PID/stat's CPU times.
+_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _append_for(client: logstrand.Client, log: int, seconds: float) -> tuple[int, float]:
@@ -57,6 +69,38 @@ def _read_all(client: logstrand.Client, log: int, until: int) -> tuple[int, floa
     return n, time.perf_counter() - t0
 
 
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user and system) the process has used, all its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def _backlog(c: LocalCluster, moto: MotoServer, seconds: float) -> dict[str, float]:
+    """The offload of a backlog (the module docstring), its rate and CPU."""
+    with logstrand.connect(c.url) as client:
+        backlog_bytes, _ = _append_for(client, BACKLOG, seconds)
+        last = client.tail_lsn(BACKLOG)
+    pids = {n: c.processes[n].pid for n in (1, 2, 3)}
+    moto_pid = moto.pid
+    cpu0 = {n: _cpu_s(p) for n, p in pids.items()}
+    moto0 = _cpu_s(moto_pid) if moto_pid else 0.0
+    t0 = time.perf_counter()
+    with open_epoch_store(c.url) as store:
+        store.update_logs(BACKLOG, BACKLOG, tier_after_ms=1000)
+    while _tier_point(c.url, BACKLOG) < last:
+        time.sleep(0.05)
+    took = time.perf_counter() - t0
+    spent = {n: _cpu_s(p) - cpu0[n] for n, p in pids.items()}
+    owner = max(spent, key=lambda n: spent[n])
+    return {
+        "offload_backlog_MBps": backlog_bytes / took / 1e6,
+        "offload_cpu_s_owner": spent[owner],
+        "offload_cpu_s_moto": (_cpu_s(moto_pid) - moto0) if moto_pid else 0.0,
+        "offload_s": took,
+        "offload_MBps_per_cpu_s": backlog_bytes / spent[owner] / 1e6,
+    }
+
+
 def _tier_point(url: str, log: int) -> int:
     with open_epoch_store(url) as store:
         return store.tier_state(log)[0]
@@ -76,6 +120,9 @@ def one_run(seconds: float, tmp: Path, moto: MotoServer, bucket: str) -> dict[st
             store.create_logs(
                 TIERED, TIERED, LogAttributes(replication_factor=2, tier_after_ms=1000)
             )
+            store.create_logs(
+                BACKLOG, BACKLOG, LogAttributes(replication_factor=2, tier_after_ms=3_600_000)
+            )
         with logstrand.connect(c.url) as client:
             local_bytes, local_s = _append_for(client, LOCAL, seconds)
             t0 = time.perf_counter()
@@ -93,6 +140,7 @@ def one_run(seconds: float, tmp: Path, moto: MotoServer, bucket: str) -> dict[st
             local_tail = client.tail_lsn(LOCAL)
             n_local, s_local = _read_all(client, LOCAL, local_tail)
             out["read_MBps_local"] = n_local * SIZE / s_local / 1e6
+        out |= _backlog(c, moto, seconds)
         # New node processes: their block caches are cold.
         for node in (1, 2, 3):
             c.stop_node(node)

@@ -67,6 +67,11 @@ class MotoServer:
         with urllib.request.urlopen(request, timeout=10.0):
             pass
 
+    @property
+    def pid(self) -> int | None:
+        """The server's process id (None: not running): for CPU accounting."""
+        return None if self._proc is None else self._proc.pid
+
     def stop(self) -> None:
         proc, self._proc = self._proc, None
         if proc is not None:
