@@ -59,6 +59,7 @@ class LogStore(Protocol):
     def seal_epoch(self, log_id: int) -> int: ...
     def seal(self, log_id: int, epoch: int, *, sync: bool = True) -> int: ...
     def trim_point(self, log_id: int) -> int: ...
+    def local_floor(self, log_id: int) -> int: ...
     def last_lsn(self, log_id: int) -> int: ...
     def directory(self, log_id: int) -> list[tuple[int, DirEntry]]: ...
     def producers(self, log_id: int) -> bytes: ...
@@ -143,6 +144,15 @@ def log_info(db: LogStore, release_lsn: int, msg: LogInfo) -> LogInfoReply:
     entries = [e for _, e in db.directory(log)]
     trim = db.trim_point(log)
     live = [e for e in entries if e.last_lsn > trim]
+    # Every LSN at or below the local floor was released (the offload reads
+    # released records only, and the floor never passes the tiered point),
+    # and this node no longer holds its copies of them: it says so as its
+    # release pointer.  A recovery takes the highest pointer of a quorum as
+    # its LNG and digests only above it, so it never asks for the copies
+    # dropped here; digested without them, it would find too few copies of
+    # acknowledged records and plug holes over them (the simulation's tier
+    # seed 140 did).
+    release_lsn = max(release_lsn, db.local_floor(log))
     return LogInfoReply(
         msg.request_id,
         int(Status.OK),

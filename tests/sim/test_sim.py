@@ -258,6 +258,18 @@ def test_tiered_records_survive_an_object_store_that_fails(seed: int) -> None:
     assert summary["segments"] > 0
 
 
+def test_a_recovery_after_a_floor_plugs_no_hole_over_acknowledged_records() -> None:
+    """Seed 140 of the tier soak: a node dropped its copies of epoch 5 at
+    its local floor; a later recovery of epoch 5, whose LNG came from
+    release pointers behind those records, digested that node and one that
+    never held them, found no copy and plugged holes over three acknowledged
+    records (a reader told the first node is down read HOLEs).  A node now
+    reports its floor as its release pointer at least: the LNG is past what
+    it dropped."""
+    _, summary = run_seed(140, Config.with_tiering(140))
+    assert summary["floors"] > 0
+
+
 def test_the_tier_seeds_meet_what_they_are_for() -> None:
     """Over the CI seeds: uploads that lost a race, orphans swept, objects
     lost, PUTs that failed yet landed, floors raised, and readers sent to
