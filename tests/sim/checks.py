@@ -174,9 +174,7 @@ def _check_log(
     ]
     flat = [flatten(items) for items in readers]
     if world.tier is not None:
-        # An object keeps the gaps its offload's read met, cut where that
-        # read ended: the same gaps, maybe in two pieces.
-        flat = [merge_gaps(f) for f in flat]
+        flat = _agree_tiered(world, log, flat, acked, attempted)
     for other in flat[1:]:
         if other != flat[0]:
             diff = next(i for i, (a, b) in enumerate(zip(flat[0], other, strict=False)) if a != b)
@@ -198,38 +196,10 @@ def _check_log(
     if back is not None:
         (a, ta), (b, tb) = stamps[back - 1], stamps[back]
         raise Violation(f"timestamp of {b:#x} ({tb}) is before that of {a:#x} ({ta})")
-    seen: dict[bytes, int] = {}
-    lost: list[tuple[int, int]] = []
-    last = 0
-    for kind, lo, hi, payload in items:
-        if lo <= last:
-            raise Violation(f"LSN {lo:#x} delivered after {last:#x}")
-        last = hi
-        if kind == "record":
-            assert payload is not None
-            if payload in seen:
-                raise Violation(f"{payload!r} at {seen[payload]:#x} and again at {lo:#x}")
-            if payload not in attempted:
-                raise Violation(f"{payload!r} at {lo:#x} was never appended")
-            seen[payload] = lo
-        elif kind == GapType.DATALOSS.name and _lost_all(world, lo, hi):
-            # Over an object the store lost (said, not skipped), and only
-            # where a node's floor says it keeps no copy: else the nodes'
-            # streams read it.
-            if hi > max(_floors(world, log), default=0):
-                raise Violation(f"DATALOSS gap {lo:#x}..{hi:#x} over copies nodes keep")
-            lost.append((lo, hi))
-        elif kind not in (GapType.HOLE.name, GapType.BRIDGE.name):
-            raise Violation(f"{kind} gap {lo:#x}..{hi:#x}")
-    for payload, lsn in acked.items():
-        if payload not in seen and any(lo <= lsn <= hi for lo, hi in lost):
-            continue
-        if seen.get(payload) != lsn:
-            where = seen.get(payload)
-            raise Violation(
-                f"acknowledged {payload!r} at {lsn:#x} is "
-                + ("missing" if where is None else f"at {where:#x}")
-            )
+    if world.tier is None:
+        seen = _delivered(world, log, items, acked, attempted)
+    else:  # each reader was held to the promises; ``items`` are the records agreed on
+        seen = {p: lo for kind, lo, _, p in items if kind == "record" and p is not None}
     # An append acknowledged before another was sent has the lower LSN.
     issued.sort(key=lambda x: x[1])
     acked_before = 0
@@ -270,6 +240,76 @@ def _check_log(
         "gaps": sum(1 for k, *_ in items if k != "record"),
         "epochs": world.estore.log_epochs(log).next_epoch - 1,
     }
+
+
+def _delivered(
+    world: World,
+    log: int,
+    items: list[tuple[str, int, int, bytes | None]],
+    acked: dict[bytes, int],
+    attempted: set[bytes],
+) -> dict[bytes, int]:
+    """Hold one reader's items to the promises: in LSN order, each payload
+    once and appended, gaps HOLE or BRIDGE (or DATALOSS over a lost
+    object's LSNs that a node's floor gave up), every acknowledged record
+    at its LSN (or under such a gap).  Returns where each payload was."""
+    seen: dict[bytes, int] = {}
+    lost: list[tuple[int, int]] = []
+    last = 0
+    for kind, lo, hi, payload in items:
+        if lo <= last:
+            raise Violation(f"LSN {lo:#x} delivered after {last:#x}")
+        last = hi
+        if kind == "record":
+            assert payload is not None
+            if payload in seen:
+                raise Violation(f"{payload!r} at {seen[payload]:#x} and again at {lo:#x}")
+            if payload not in attempted:
+                raise Violation(f"{payload!r} at {lo:#x} was never appended")
+            seen[payload] = lo
+        elif kind == GapType.DATALOSS.name and _lost_all(world, lo, hi):
+            # Over an object the store lost (said, not skipped), and only
+            # where a node's floor says it keeps no copy: else the nodes'
+            # streams read it.
+            if hi > max(_floors(world, log), default=0):
+                raise Violation(f"DATALOSS gap {lo:#x}..{hi:#x} over copies nodes keep")
+            lost.append((lo, hi))
+        elif kind not in (GapType.HOLE.name, GapType.BRIDGE.name):
+            raise Violation(f"{kind} gap {lo:#x}..{hi:#x}")
+    for payload, lsn in acked.items():
+        if payload not in seen and any(lo <= lsn <= hi for lo, hi in lost):
+            continue
+        if seen.get(payload) != lsn:
+            where = seen.get(payload)
+            raise Violation(
+                f"acknowledged {payload!r} at {lsn:#x} is "
+                + ("missing" if where is None else f"at {where:#x}")
+            )
+    return seen
+
+
+def _agree_tiered(
+    world: World,
+    log: int,
+    flat: list[list[tuple[str, int, int, bytes | None]]],
+    acked: dict[bytes, int],
+    attempted: set[bytes],
+) -> list[list[tuple[str, int, int, bytes | None]]]:
+    """What readers of a tiered log must agree on, each held to the
+    promises first (``_delivered``): their records, but those of a lost
+    object.  There a reader that a node's floor sent to the objects first
+    gets the gap, and one that met a node still holding the records first
+    gets them: both are told the truth, neither is shown a hole.  Gaps
+    may be cut differently around them, and an object keeps the gaps its
+    offload's read met, cut where that read ended."""
+    for items in flat:
+        _delivered(world, log, items, acked, attempted)
+    tier = world.tier
+    assert tier is not None
+    return [
+        [x for x in f if x[0] == "record" and not tier.store.lost_at(x[1])]
+        for f in (merge_gaps(f) for f in flat)
+    ]
 
 
 def check_committed(world: World, log: int, items: list[Any], *, final: bool) -> None:
