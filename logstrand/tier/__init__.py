@@ -9,6 +9,9 @@ API), read back through the nodes as if they were still there
 * ``_serve``: a node's answers to ``TierRead``, with a cache of blocks.
 * ``_offload``: a node's rounds that upload the old records of the logs it
   owns and record them; ``_node``: ``Tiering``, the node extension.
+* ``_steps``: the commands the offload's procedures (``_offload_core``)
+  and a node's answers (``_answers``) yield; pure, and driven by the
+  shells above (``_io`` performs the store calls) or by the simulation.
 * What is recorded of a log's objects is the epoch store's
   (``epochstore._tier_docs``): the tiered point and the segments below it.
 """

@@ -33,17 +33,27 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import trio
 
 from ..errors import LogstrandError
 from ..placement import rendezvous_owner
 from . import _offload_core as core
+from ._io import perform_io
 from ._objects import ObjectStoreError
 from ._offload_core import OffloadStats
-from ._steps import Command, FindTime, NextItems, ObjectCall, OpenRead, Procedure, StoreCall
+from ._steps import (
+    Command,
+    FindTime,
+    NextItems,
+    ObjectCall,
+    OpenRead,
+    Procedure,
+    StoreCall,
+    drive,
+)
 
 if TYPE_CHECKING:
     from ..client import AsyncClient
@@ -165,31 +175,16 @@ class Offload:
     async def _drive(self, client: AsyncClient | None, proc: Procedure) -> Any:
         """Run one of ``_offload_core``'s procedures to its end: what a step
         raises is thrown into it (it passes on what it does not handle)."""
-        value: Any = None
-        error: BaseException | None = None
         async with contextlib.AsyncExitStack() as stack:
             reads = _Reads(client, stack)
-            try:
-                while True:
-                    try:
-                        cmd = proc.throw(error) if error is not None else proc.send(value)
-                    except StopIteration as stop:
-                        return stop.value
-                    value, error = None, None
-                    try:
-                        value = await self._perform(reads, cmd)
-                    except (LogstrandError, ObjectStoreError) as exc:
-                        error = exc
-            finally:
-                proc.close()
+            return await drive(
+                proc, partial(self._perform, reads), (LogstrandError, ObjectStoreError)
+            )
 
     async def _perform(self, reads: _Reads, cmd: Command) -> Any:
         match cmd:
-            case StoreCall():
-                return await self.view.astore.run(cmd.fn)
-            case ObjectCall():
-                call = getattr(self.store, cmd.method)
-                return await trio.to_thread.run_sync(call, *cmd.args, abandon_on_cancel=True)
+            case StoreCall() | ObjectCall():
+                return await perform_io(cmd, self.view, self.store)
             case FindTime():
                 assert reads.client is not None
                 return await reads.client.find_time(cmd.log_id, cmd.timestamp_ms)

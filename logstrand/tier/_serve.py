@@ -33,8 +33,9 @@ from ..errors import Status
 from ..wire import TierReadReply
 from ._answers import LSN_FIRST, STATE_TTL_S, Ahead, BlockCache, TierAnswers
 from ._format import CorruptObject
+from ._io import perform_io
 from ._objects import ObjectStoreError
-from ._steps import AwaitAhead, Command, ObjectCall, Procedure, StoreCall
+from ._steps import AwaitAhead, Command, ObjectCall, Procedure, StoreCall, drive
 
 if TYPE_CHECKING:
     from ..net import Connection
@@ -79,29 +80,12 @@ class TierServer:
 
     async def _drive(self, proc: Procedure) -> Any:
         """Run one of the core's procedures to its end."""
-        value: Any = None
-        error: BaseException | None = None
-        try:
-            while True:
-                try:
-                    cmd = proc.throw(error) if error is not None else proc.send(value)
-                except StopIteration as stop:
-                    return stop.value
-                value, error = None, None
-                try:
-                    value = await self._perform(cmd)
-                except (ObjectStoreError, CorruptObject) as exc:  # the core decides
-                    error = exc
-        finally:
-            proc.close()
+        return await drive(proc, self._perform, (ObjectStoreError, CorruptObject))
 
     async def _perform(self, cmd: Command) -> Any:
         match cmd:
-            case StoreCall():
-                return await self.view.astore.run(cmd.fn)
-            case ObjectCall():
-                call = getattr(self.store, cmd.method)
-                return await trio.to_thread.run_sync(call, *cmd.args, abandon_on_cancel=True)
+            case StoreCall() | ObjectCall():
+                return await perform_io(cmd, self.view, self.store)
             case AwaitAhead():
                 running = self._ahead_now.get(cmd.key)
                 if running is not None:

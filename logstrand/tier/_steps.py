@@ -12,7 +12,7 @@ production code's answer, not a test's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any
 
 import attrs
@@ -90,6 +90,32 @@ def open_object(name: str, size: int) -> Procedure:
     footer = parse_footer(tail, size)
     raw = yield ObjectCall("read", (name, footer.index_offset, footer.index_length))
     return Opened(name, size, footer, parse_index(raw, footer))
+
+
+async def drive(
+    proc: Procedure,
+    perform: Callable[[Command], Awaitable[Any]],
+    thrown: tuple[type[BaseException], ...],
+) -> Any:
+    """Drive ``proc`` to its end, each command awaited through ``perform``
+    (the node's shells: ``_offload``, ``_serve``).  What a step raises of
+    ``thrown`` goes into the procedure, which decides; anything else (a
+    bug, a cancellation) ends it at once."""
+    value: Any = None
+    error: BaseException | None = None
+    try:
+        while True:
+            try:
+                cmd = proc.throw(error) if error is not None else proc.send(value)
+            except StopIteration as stop:
+                return stop.value
+            value, error = None, None
+            try:
+                value = await perform(cmd)
+            except thrown as exc:
+                error = exc
+    finally:
+        proc.close()
 
 
 def run_now(proc: Procedure, perform: Callable[[Command], Any]) -> Any:
