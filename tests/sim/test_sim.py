@@ -271,11 +271,11 @@ def test_a_recovery_after_a_floor_plugs_no_hole_over_acknowledged_records() -> N
 
 
 def test_the_tier_seeds_meet_what_they_are_for() -> None:
-    """Over the CI seeds: uploads that lost a race, orphans swept, objects
+    """Over the first CI seeds: uploads that lost a race, orphans swept, objects
     lost, PUTs that failed yet landed, floors raised, and readers sent to
     the objects by a node's floor (not only by the tiered point)."""
     totals: dict[str, int] = {}
-    for seed in TIER_SEEDS:
+    for seed in TIER_SEEDS[:20]:  # half: each is met several times in these
         _, summary = run_seed(seed, Config.with_tiering(seed))
         for name in ("lost_races", "orphans", "store_lost", "store_landed_anyway", "floors"):
             totals[name] = totals.get(name, 0) + summary[name]
