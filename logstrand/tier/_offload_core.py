@@ -62,7 +62,10 @@ def offload(up: Uploader, log: int, cutoff_ms: int, tail: int) -> Procedure:
     expect = point
     entries: list[Entry] = []
     size = records = 0
-    last_ts: int | None = None
+    # The last run of records read: timestamps never go back in a log, so
+    # its newest is the object's.  Only that run's timestamps are decoded,
+    # once an object is full, not every run's.
+    last_run: Any = None
     yield OpenRead(log, start, boundary)
     while items := (yield NextItems()):
         for item in items:
@@ -70,17 +73,21 @@ def offload(up: Uploader, log: int, cutoff_ms: int, tail: int) -> Procedure:
             entries.append(entry)
             records += n
             if n:
-                last_ts = max(last_ts or 0, max(item.timestamps_ms))
+                last_run = item
             size += len(entry.data) if isinstance(entry, Batch) else 16
             if size < up.object_bytes:
                 continue
-            won = yield from upload(up, log, expect, entries, records, last_ts)
+            won = yield from upload(up, log, expect, entries, records, _newest(last_run))
             if won is None:
                 return
             expect = won
             entries, size, records = [], 0, 0
     if entries:
-        yield from upload(up, log, expect, entries, records, last_ts)
+        yield from upload(up, log, expect, entries, records, _newest(last_run))
+
+
+def _newest(run: Any) -> int | None:
+    return None if run is None else max(run.timestamps_ms)
 
 
 def upload(
@@ -94,8 +101,8 @@ def upload(
     """Put one object and record it; the new tiered point, or None when
     another upload of the range won.  The order is the promise: an object
     is recorded only once it is in the store whole (its size read back).
-    ``last_ts``: the newest timestamp of its records (so far: timestamps
-    never go back in a log), for ``find_time``."""
+    ``last_ts``: the newest timestamp of its records (of the last records
+    read, if it holds none), for ``find_time``."""
     built = build(entries, records)
     key = f"logs/{log}/{built.lo:016x}-{built.hi:016x}-n{up.node_id}-{up.token()}"
     yield ObjectCall("put", (key, built.data))
